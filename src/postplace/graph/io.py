@@ -1,0 +1,22 @@
+"""Load any graph file postplace reads, detecting its format from the content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from postplace.errors import PostplaceError
+from postplace.graph import dnn_partitioning
+from postplace.graph.opgraph import FORMAT, OpGraph, read_json
+
+
+def load_graph(path: str | Path) -> OpGraph:
+    """Read a postplace graph file or a dnn-partitioning workload, whichever the file holds."""
+    d = read_json(path)
+    if isinstance(d, dict) and d.get("format") == FORMAT:
+        return OpGraph.from_dict(d, source=str(path))
+    if dnn_partitioning.looks_like(d):
+        return dnn_partitioning.import_workload(d, source=str(path))
+    raise PostplaceError(
+        f"{path}: not a graph postplace can read; expected a postplace graph (\"format\": \"{FORMAT}\") "
+        "or a dnn-partitioning workload (\"nodes\" with \"fpgaLatency\", and \"edges\")"
+    )

@@ -1,0 +1,548 @@
+"""OpGraph: one training step as immutable arrays, and its single invariant checker.
+
+Units everywhere: seconds, bytes, FLOPs (a multiply-add counts 2). Ops are stored in program order,
+which is also a topological order: every edge goes from a lower index to a higher one. Edges are kept
+sorted by (src, dst, slot), which gives a CSR view by source; ``in_ptr``/``in_edges`` give one by
+destination.
+
+An edge carries one output tensor of its source op: ``slot`` numbers the source's outputs, so two edges
+with the same (src, slot) carry the same tensor (sent once per destination device by the simulator).
+
+Measured times are kept per *device key*: a device model (``"K80"``) or a device kind (``"gpu"``),
+the latter meaning "any device of that kind" (what a profiled file that does not name its hardware
+gives). NaN in a measurement means "not measured for this op".
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+FORMAT = "postplace.opgraph"
+VERSION = 1
+PHASES = ("forward", "backward", "update", "other")
+DEVICE_KINDS = ("cpu", "gpu")
+KIND_BITS = {"cpu": 1, "gpu": 2}
+ALL_KINDS = 3
+MEMORY_MODES = ("live", "static")
+
+_OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "output_bytes", "persistent_bytes")
+
+
+class GraphError(PostplaceError):
+    """An OpGraph broke one of its invariants."""
+
+
+@dataclass(frozen=True, eq=False)
+class Measurement:
+    """Measured op times for one device key (a device model, or a kind meaning any of that kind)."""
+
+    key: str
+    kind: str
+    times: np.ndarray
+    provenance: str
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    """The ops and data edges of one training step. Built once, never mutated; validated on build.
+
+    Per op: ``names``, ``op_types``, ``flops``, ``bytes_accessed`` (read + written), ``output_bytes``,
+    ``persistent_bytes`` (parameters and optimizer state; in ``static`` memory mode, the op's whole
+    footprint), ``colocation`` (ops sharing an id >= 0 must share a device; -1 = unconstrained),
+    ``phase`` (index into :data:`PHASES`), ``allowed_kinds`` (bit mask over :data:`DEVICE_KINDS`),
+    ``inplace`` (the output aliases an input and allocates nothing). Per edge: ``edge_src``,
+    ``edge_dst``, ``edge_slot``, ``edge_bytes``.
+    """
+
+    names: tuple[str, ...]
+    op_types: tuple[str, ...]
+    flops: np.ndarray
+    bytes_accessed: np.ndarray
+    output_bytes: np.ndarray
+    persistent_bytes: np.ndarray
+    colocation: np.ndarray
+    phase: np.ndarray
+    allowed_kinds: np.ndarray
+    inplace: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_slot: np.ndarray
+    edge_bytes: np.ndarray
+    memory_mode: str = "live"
+    measured: tuple[Measurement, ...] = ()
+    name: str = "graph"
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "names", tuple(str(x) for x in self.names))
+        set_(self, "op_types", tuple(str(x) for x in self.op_types))
+        for f in _OP_FLOAT_FIELDS:
+            set_(self, f, _frozen(np.asarray(getattr(self, f), dtype=np.float64)))
+        set_(self, "colocation", _frozen(np.asarray(self.colocation, dtype=np.int64)))
+        set_(self, "phase", _frozen(np.asarray(self.phase, dtype=np.int8)))
+        set_(self, "allowed_kinds", _frozen(np.asarray(self.allowed_kinds, dtype=np.uint8)))
+        set_(self, "inplace", _frozen(np.asarray(self.inplace, dtype=np.bool_)))
+        src = np.asarray(self.edge_src, dtype=np.int64)
+        dst = np.asarray(self.edge_dst, dtype=np.int64)
+        slot = np.asarray(self.edge_slot, dtype=np.int64)
+        ebytes = np.asarray(self.edge_bytes, dtype=np.float64)
+        if not (len(src) == len(dst) == len(slot) == len(ebytes)):
+            raise GraphError(
+                f"graph '{self.name}': edge arrays differ in length "
+                f"(src {len(src)}, dst {len(dst)}, slot {len(slot)}, bytes {len(ebytes)})"
+            )
+        order = np.lexsort((slot, dst, src))
+        set_(self, "edge_src", _frozen(src[order]))
+        set_(self, "edge_dst", _frozen(dst[order]))
+        set_(self, "edge_slot", _frozen(slot[order].astype(np.int32)))
+        set_(self, "edge_bytes", _frozen(ebytes[order]))
+        measured = []
+        for m in self.measured:
+            times = _frozen(np.asarray(m.times, dtype=np.float64))
+            measured.append(Measurement(str(m.key), str(m.kind), times, str(m.provenance)))
+        set_(self, "measured", tuple(measured))
+        set_(self, "metadata", dict(self.metadata))
+        self.validate()
+
+    # ----------------------------------------------------------------------------- construction
+    @classmethod
+    def build(
+        cls,
+        names: Sequence[str],
+        edges: Sequence[tuple] = (),
+        *,
+        op_types: Sequence[str] | None = None,
+        flops=None,
+        bytes_accessed=None,
+        output_bytes=None,
+        persistent_bytes=None,
+        colocation=None,
+        phase=None,
+        allowed_kinds=None,
+        inplace=None,
+        memory_mode: str = "live",
+        measured: Sequence[Measurement] = (),
+        name: str = "graph",
+        metadata: dict | None = None,
+    ) -> OpGraph:
+        """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
+
+        ``edges`` holds ``(src, dst)``, ``(src, dst, bytes)`` or ``(src, dst, bytes, slot)`` tuples of
+        op indices. ``phase`` may hold names from :data:`PHASES`; ``allowed_kinds`` may hold kind
+        names, lists of them, or bit masks.
+
+        >>> g = OpGraph.build(["a", "b"], [(0, 1, 8.0)], flops=[2.0, 4.0])
+        >>> g.num_ops, g.num_edges, float(g.flops.sum())
+        (2, 1, 6.0)
+        """
+        n = len(names)
+        zeros = np.zeros(n)
+        src, dst, ebytes, slots = [], [], [], []
+        for e in edges:
+            src.append(int(e[0]))
+            dst.append(int(e[1]))
+            ebytes.append(float(e[2]) if len(e) > 2 else 0.0)
+            slots.append(int(e[3]) if len(e) > 3 else 0)
+        if phase is None:
+            phase = np.zeros(n, dtype=np.int8)
+        else:
+            phase = [PHASES.index(p) if isinstance(p, str) else int(p) for p in phase]
+        if allowed_kinds is None:
+            allowed_kinds = np.full(n, ALL_KINDS, dtype=np.uint8)
+        else:
+            allowed_kinds = [kinds_mask(k) for k in allowed_kinds]
+        return cls(
+            names=tuple(names),
+            op_types=tuple(op_types) if op_types is not None else ("op",) * n,
+            flops=zeros if flops is None else flops,
+            bytes_accessed=zeros if bytes_accessed is None else bytes_accessed,
+            output_bytes=zeros if output_bytes is None else output_bytes,
+            persistent_bytes=zeros if persistent_bytes is None else persistent_bytes,
+            colocation=np.full(n, -1) if colocation is None else colocation,
+            phase=phase,
+            allowed_kinds=allowed_kinds,
+            inplace=np.zeros(n, dtype=bool) if inplace is None else inplace,
+            edge_src=src,
+            edge_dst=dst,
+            edge_slot=slots,
+            edge_bytes=ebytes,
+            memory_mode=memory_mode,
+            measured=tuple(measured),
+            name=name,
+            metadata=metadata or {},
+        )
+
+    # ----------------------------------------------------------------------------- invariants
+    def validate(self) -> None:
+        """Check every invariant; raise :class:`GraphError` naming the ops and field involved."""
+        n = self.num_ops
+        where = f"graph '{self.name}'"
+        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace"):
+            if len(getattr(self, fname)) != n:
+                raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
+        if self.memory_mode not in MEMORY_MODES:
+            raise GraphError(f"{where}: memory_mode '{self.memory_mode}' is not one of {MEMORY_MODES}")
+        seen: dict[str, int] = {}
+        for i, nm in enumerate(self.names):
+            if nm in seen:
+                raise GraphError(f"{where}: duplicate op name '{nm}' (ops {seen[nm]} and {i}); names must be unique")
+            seen[nm] = i
+        for fname in _OP_FLOAT_FIELDS:
+            self._check_costs(fname, getattr(self, fname), per="op")
+        self._check_costs("edges.bytes", self.edge_bytes, per="edge")
+        for m in self.measured:
+            if m.kind not in DEVICE_KINDS:
+                raise GraphError(f"{where}: measurement '{m.key}' has kind '{m.kind}', not one of {DEVICE_KINDS}")
+            if len(m.times) != n:
+                raise GraphError(f"{where}: measurement '{m.key}' has {len(m.times)} times for {n} ops")
+            present = ~np.isnan(m.times)
+            self._check_costs(f"measured['{m.key}']", np.where(present, m.times, 0.0), per="op")
+        bad = np.flatnonzero((self.phase < 0) | (self.phase >= len(PHASES)))
+        if bad.size:
+            raise GraphError(f"{where}: op '{self.names[bad[0]]}' has phase {self.phase[bad[0]]}; use 0..3 {PHASES}")
+        bad = np.flatnonzero((self.allowed_kinds == 0) | (self.allowed_kinds > ALL_KINDS))
+        if bad.size:
+            raise GraphError(
+                f"{where}: op '{self.names[bad[0]]}' field 'allowed_kinds' is {self.allowed_kinds[bad[0]]}; "
+                "it must allow at least one of cpu (1), gpu (2)"
+            )
+        bad = np.flatnonzero(self.colocation < -1)
+        if bad.size:
+            raise GraphError(f"{where}: op '{self.names[bad[0]]}' field 'colocation' is negative; use -1 for none")
+        self._check_edges()
+        self._check_colocation_kinds()
+
+    def _check_costs(self, fname: str, values: np.ndarray, *, per: str) -> None:
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+        if bad.size:
+            i = int(bad[0])
+            if per == "op":
+                who = f"op '{self.names[i]}'"
+            else:
+                who = f"edge {self.names[self.edge_src[i]]} -> {self.names[self.edge_dst[i]]}"
+            raise GraphError(
+                f"graph '{self.name}': {who} field '{fname}' is {values[i]!r}; "
+                "costs must be finite non-negative numbers (seconds, bytes, FLOPs)"
+            )
+
+    def _check_edges(self) -> None:
+        n = self.num_ops
+        where = f"graph '{self.name}'"
+        bad = np.flatnonzero((self.edge_src < 0) | (self.edge_src >= n) | (self.edge_dst < 0) | (self.edge_dst >= n))
+        if bad.size:
+            e = int(bad[0])
+            raise GraphError(
+                f"{where}: edge {self.edge_src[e]} -> {self.edge_dst[e]} names an op that does not exist "
+                f"(ops are 0..{n - 1})"
+            )
+        if np.any(self.edge_slot < 0):
+            raise GraphError(f"{where}: an edge has a negative output slot")
+        back = np.flatnonzero(self.edge_src >= self.edge_dst)
+        if back.size:
+            cycle = find_cycle(n, self.edge_src, self.edge_dst)
+            if cycle is not None:
+                names = " -> ".join(self.names[i] for i in [*cycle, cycle[0]])
+                raise GraphError(f"{where}: the graph has a cycle: {names}; a training step must be a DAG")
+            e = int(back[0])
+            raise GraphError(
+                f"{where}: ops are not in topological order (edge {self.names[self.edge_src[e]]} -> "
+                f"{self.names[self.edge_dst[e]]} goes backwards); build it with topological_order()"
+            )
+
+    def _check_colocation_kinds(self) -> None:
+        sets = self.colocation_sets
+        for members in sets:
+            mask = int(np.bitwise_and.reduce(self.allowed_kinds[members]))
+            if mask == 0:
+                names = ", ".join(self.names[i] for i in members[:4])
+                raise GraphError(
+                    f"graph '{self.name}': colocated ops ({names}) allow no common device kind; "
+                    "relax 'allowed_kinds' or split the colocation set"
+                )
+
+    # ----------------------------------------------------------------------------- views
+    @property
+    def num_ops(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_src)
+
+    @cached_property
+    def out_ptr(self) -> np.ndarray:
+        """CSR row pointer over edges by source: out-edges of op i are ``out_ptr[i]:out_ptr[i+1]``."""
+        return _frozen(np.searchsorted(self.edge_src, np.arange(self.num_ops + 1)).astype(np.int64))
+
+    @cached_property
+    def in_edges(self) -> np.ndarray:
+        """Edge ids sorted by destination (stable); pair with :attr:`in_ptr`."""
+        return _frozen(np.argsort(self.edge_dst, kind="stable").astype(np.int64))
+
+    @cached_property
+    def in_ptr(self) -> np.ndarray:
+        sorted_dst = self.edge_dst[self.in_edges]
+        return _frozen(np.searchsorted(sorted_dst, np.arange(self.num_ops + 1)).astype(np.int64))
+
+    @cached_property
+    def colocation_sets(self) -> list[np.ndarray]:
+        """Op index arrays of every colocation id in use, in order of first op."""
+        ids = self.colocation
+        used = ids >= 0
+        if not used.any():
+            return []
+        order = np.argsort(ids, kind="stable")
+        order = order[used[order]]
+        splits = np.flatnonzero(np.diff(ids[order])) + 1
+        groups = np.split(order, splits)
+        groups.sort(key=lambda g: int(g[0]))
+        return groups
+
+    def index(self, name: str) -> int:
+        """Index of the op called ``name``."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"graph '{self.name}' has no op named '{name}'") from None
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {nm: i for i, nm in enumerate(self.names)}
+
+    def allowed(self, i: int, kind: str) -> bool:
+        return bool(self.allowed_kinds[i] & KIND_BITS[kind])
+
+    # ----------------------------------------------------------------------------- persistence
+    def to_dict(self) -> dict:
+        measured = [
+            {
+                "key": m.key,
+                "kind": m.kind,
+                "provenance": m.provenance,
+                "times": [None if math.isnan(t) else float(t) for t in m.times],
+            }
+            for m in self.measured
+        ]
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "memory_mode": self.memory_mode,
+            "metadata": self.metadata,
+            "ops": {
+                "name": list(self.names),
+                "op_type": list(self.op_types),
+                "flops": self.flops.tolist(),
+                "bytes_accessed": self.bytes_accessed.tolist(),
+                "output_bytes": self.output_bytes.tolist(),
+                "persistent_bytes": self.persistent_bytes.tolist(),
+                "colocation": self.colocation.tolist(),
+                "phase": [PHASES[p] for p in self.phase],
+                "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
+                "inplace": self.inplace.tolist(),
+            },
+            "edges": {
+                "src": self.edge_src.tolist(),
+                "dst": self.edge_dst.tolist(),
+                "slot": self.edge_slot.tolist(),
+                "bytes": self.edge_bytes.tolist(),
+            },
+            "measured": measured,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "graph") -> OpGraph:
+        """Rebuild a graph from :meth:`to_dict` output, with one-line errors naming the field."""
+        version = d.get("version")
+        if version != VERSION:
+            raise GraphError(f"{source}: graph file version {version!r} is not supported (expected {VERSION})")
+        ops = _field(d, "ops", dict, source)
+        edges = _field(d, "edges", dict, source)
+        names = _field(ops, "name", list, source, "ops.")
+        n = len(names)
+
+        def col(key, default=None):
+            if key not in ops:
+                if default is not None:
+                    return default
+                raise GraphError(f"{source}: missing field 'ops.{key}'; re-export the graph with `postplace graph`")
+            v = ops[key]
+            if not isinstance(v, list) or len(v) != n:
+                raise GraphError(f"{source}: field 'ops.{key}' must be a list of {n} entries (one per op)")
+            return v
+
+        def ecol(key):
+            v = _field(edges, key, list, source, "edges.")
+            return v
+
+        try:
+            measured = tuple(
+                Measurement(
+                    m["key"],
+                    m["kind"],
+                    np.array([np.nan if t is None else t for t in m["times"]], dtype=np.float64),
+                    m.get("provenance", ""),
+                )
+                for m in d.get("measured", [])
+            )
+            return cls(
+                names=names,
+                op_types=col("op_type", ["op"] * n),
+                flops=np.asarray(col("flops"), dtype=np.float64),
+                bytes_accessed=np.asarray(col("bytes_accessed"), dtype=np.float64),
+                output_bytes=np.asarray(col("output_bytes"), dtype=np.float64),
+                persistent_bytes=np.asarray(col("persistent_bytes"), dtype=np.float64),
+                colocation=col("colocation", [-1] * n),
+                phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n)],
+                allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n)],
+                inplace=col("inplace", [False] * n),
+                edge_src=ecol("src"),
+                edge_dst=ecol("dst"),
+                edge_slot=edges.get("slot", [0] * len(edges.get("src", []))),
+                edge_bytes=ecol("bytes"),
+                memory_mode=d.get("memory_mode", "live"),
+                measured=measured,
+                name=str(d.get("name", Path(source).stem)),
+                metadata=d.get("metadata", {}),
+            )
+        except GraphError as exc:
+            raise GraphError(f"{source}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GraphError(f"{source}: malformed graph file ({type(exc).__name__}: {exc})") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write the graph as one versioned JSON file (atomically: a crash never leaves half a file)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> OpGraph:
+        """Read a graph written by :meth:`save`."""
+        d = read_json(path)
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise GraphError(f"{path}: not a postplace graph file (no \"format\": \"{FORMAT}\")")
+        return cls.from_dict(d, source=str(path))
+
+
+# --------------------------------------------------------------------------------- helpers
+def kinds_mask(k) -> int:
+    """Bit mask of device kinds from a mask, a kind name, or a list of kind names."""
+    if isinstance(k, str):
+        k = [k]
+    if isinstance(k, list | tuple):
+        mask = 0
+        for name in k:
+            if name not in KIND_BITS:
+                raise GraphError(f"unknown device kind '{name}'; use one of {DEVICE_KINDS}")
+            mask |= KIND_BITS[name]
+        return mask
+    return int(k)
+
+
+def kinds_names(mask: int) -> list[str]:
+    return [k for k in DEVICE_KINDS if mask & KIND_BITS[k]]
+
+
+def read_json(path: str | Path):
+    """Parse a JSON file with one-line errors; NaN/Infinity literals are rejected, not read."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise PostplaceError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
+
+    def reject(token):
+        raise PostplaceError(f"{path}: the value {token} is not allowed; numbers must be finite")
+
+    try:
+        return json.loads(text, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
+        raise PostplaceError(
+            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}"
+        ) from None
+
+
+def _field(d: dict, key: str, typ, source: str, prefix: str = ""):
+    if key not in d:
+        raise GraphError(f"{source}: missing field '{prefix}{key}'")
+    v = d[key]
+    if not isinstance(v, typ):
+        raise GraphError(f"{source}: field '{prefix}{key}' must be a {typ.__name__}")
+    return v
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def topological_order(n: int, src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
+    """Kahn's order that always takes the lowest-index ready node (keeps the given order where it can).
+
+    Returns None if the graph has a cycle.
+    """
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for s, t in zip(src, dst, strict=True):
+        succ[s].append(t)
+        indeg[t] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    return order if len(order) == n else None
+
+
+def find_cycle(n: int, src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
+    """The ops of one cycle, in edge order, or None for a DAG (iterative DFS)."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for s, t in zip(src, dst, strict=True):
+        succ[int(s)].append(int(t))
+    color = [0] * n  # 0 new, 1 on stack, 2 done
+    parent = [-1] * n
+    for root in range(n):
+        if color[root]:
+            continue
+        stack = [(root, 0)]
+        color[root] = 1
+        while stack:
+            v, k = stack[-1]
+            if k < len(succ[v]):
+                stack[-1] = (v, k + 1)
+                w = succ[v][k]
+                if color[w] == 0:
+                    color[w] = 1
+                    parent[w] = v
+                    stack.append((w, 0))
+                elif color[w] == 1:
+                    cycle = [v]
+                    while cycle[-1] != w:
+                        cycle.append(parent[cycle[-1]])
+                    return cycle[::-1]
+            else:
+                color[v] = 2
+                stack.pop()
+    return None
