@@ -1,0 +1,171 @@
+"""The Simulator evaluator: many placements per call through the compiled kernel.
+
+See :mod:`postplace.sim.reference` for the exact semantics; this module only prepares arrays, checks
+placements, and turns kernel outputs into an :class:`EvalResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from postplace.cluster import Cluster
+from postplace.cluster.placement import colocation_representative, invalid_reason
+from postplace.cost import CostModel
+from postplace.graph import OpGraph
+from postplace.sim import bounds, kernel
+from postplace.sim.problem import SimProblem
+from postplace.sim.trace import Schedule
+
+
+@dataclass(frozen=True, eq=False)
+class EvalResult:
+    """Results for ``n`` placements on ``D`` devices.
+
+    ``step_time[n]`` (seconds; inf where ``failed``), ``peak_mem[n, D]`` (bytes), ``oom[n]`` (some
+    device's peak exceeds its capacity: the step time is still reported, and such a placement must
+    never be called best), ``failed[n]`` with ``reasons[n]`` (None where it did not fail), and the
+    name of the evaluator, so no number hides whether it was simulated or measured.
+    """
+
+    step_time: np.ndarray
+    peak_mem: np.ndarray
+    oom: np.ndarray
+    failed: np.ndarray
+    reasons: list[str | None]
+    evaluator: str
+    busy: np.ndarray | None = None
+    bytes_moved: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return ~self.oom & ~self.failed
+
+
+class Evaluator(Protocol):
+    name: str
+
+    def evaluate(self, placements: np.ndarray) -> EvalResult: ...
+
+
+class Simulator:
+    """Evaluates placements of ``graph`` on ``cluster`` by simulation.
+
+    ``group_of_op`` (int array over ops) makes placements arrays over groups; without it they are over
+    ops. Placements that put an op on a kind of device it may not use, split a colocation set or name a
+    device that does not exist come back ``failed`` with the reason; the others are simulated.
+    """
+
+    name = "simulator"
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        *,
+        cost_model: CostModel | None = None,
+        group_of_op: np.ndarray | None = None,
+    ):
+        self.graph = graph
+        self.cluster = cluster
+        self.problem = SimProblem.build(graph, cluster, cost_model)
+        self.group_of_op = None if group_of_op is None else np.asarray(group_of_op, dtype=np.int64)
+        self._rep = colocation_representative(graph)
+        self._allowed = graph.allowed_kinds
+        self._lower_bound: float | None = None
+
+    # ------------------------------------------------------------------------------ bounds
+    @property
+    def lower_bound(self) -> float:
+        if self._lower_bound is None:
+            self._lower_bound = bounds.lower_bound(self.problem)
+        return self._lower_bound
+
+    @property
+    def failure_step_time(self) -> float:
+        return bounds.failure_step_time(self.problem)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Where each device's op times come from (measured or roofline), one line per device."""
+        return self.problem.op_times.sources
+
+    # ------------------------------------------------------------------------------ evaluation
+    def expand(self, placements: np.ndarray) -> np.ndarray:
+        """Op-level device ids from group-level (or op-level) placements, shape ``[n, num_ops]``."""
+        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        if self.group_of_op is not None:
+            return placements[:, self.group_of_op]
+        if placements.shape[1] != self.graph.num_ops:
+            raise ValueError(f"placements have {placements.shape[1]} columns for {self.graph.num_ops} ops")
+        return placements
+
+    def evaluate(self, placements: np.ndarray) -> EvalResult:
+        ops = np.ascontiguousarray(self.expand(placements))
+        n, D = ops.shape[0], self.cluster.num_devices
+        failed = self._invalid_rows(ops)
+        reasons: list[str | None] = [None] * n
+        for r in np.flatnonzero(failed):
+            reasons[r] = invalid_reason(self.graph, self.cluster, ops[r])
+        ok = np.flatnonzero(~failed)
+        step = np.full(n, np.inf)
+        peak = np.zeros((n, D))
+        busy = np.zeros((n, D))
+        moved = np.zeros(n)
+        if ok.size:
+            s, pk, bz, mv = self._run(ops[ok])
+            step[ok], peak[ok], busy[ok], moved[ok] = s, pk, bz, mv
+        oom = np.any(peak > self.cluster.capacity, axis=1) & ~failed
+        return EvalResult(step, peak, oom, failed, reasons, self.name, busy, moved)
+
+    def _invalid_rows(self, ops: np.ndarray) -> np.ndarray:
+        D = self.cluster.num_devices
+        out_of_range = np.any((ops < 0) | (ops >= D), axis=1)
+        safe = np.clip(ops, 0, D - 1)
+        wrong_kind = np.any((self._allowed & self.cluster.kind_bits[safe]) == 0, axis=1)
+        split = np.any(safe != safe[:, self._rep], axis=1)
+        return out_of_range | wrong_kind | split
+
+    def _run(self, ops: np.ndarray):
+        p = self.problem
+        m = ops.shape[0]
+        D = self.cluster.num_devices
+        makespan = np.empty(m)
+        busy = np.empty((m, D))
+        peak = np.empty((m, D))
+        moved = np.empty(m)
+        kernel.run_batch(
+            ops, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
+            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src,
+            p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
+            makespan, busy, peak, moved,
+        )  # fmt: skip
+        return makespan, peak, busy, moved
+
+    def schedule(self, placement: np.ndarray) -> Schedule:
+        """The full schedule of one placement (op-level or group-level, as :meth:`evaluate` takes)."""
+        dev = np.ascontiguousarray(self.expand(placement)[0])
+        reason = invalid_reason(self.graph, self.cluster, dev)
+        if reason:
+            raise ValueError(reason)
+        p = self.problem
+        n, D, E = self.graph.num_ops, self.cluster.num_devices, self.graph.num_edges
+        busy, peak = np.empty(D), np.empty(D)
+        op_start, op_end = np.empty(n), np.empty(n)
+        xi = [np.empty(E, dtype=np.int64) for _ in range(4)]
+        xf = [np.empty(E) for _ in range(3)]
+        makespan, _, n_x = kernel.run_one(
+            dev, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
+            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src,
+            p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
+            busy, peak, op_start, op_end, *xi, *xf,
+        )  # fmt: skip
+        transfers = [
+            (int(xi[0][k]), int(xi[1][k]), int(xi[2][k]), int(xi[3][k]), float(xf[0][k]), float(xf[1][k]),
+             float(xf[2][k]))
+            for k in range(n_x)
+        ]
+        return Schedule(self.graph, self.cluster, dev, op_start, op_end, transfers, float(makespan), peak, busy)
