@@ -13,28 +13,24 @@ from numba import njit
 OP_DONE, XFER_START, XFER_DONE = 0, 1, 2
 
 
-@njit(cache=True, inline="always")
-def _ev_less(t, s, a, b):
-    return t[a] < t[b] or (t[a] == t[b] and s[a] < s[b])
-
-
 @njit(cache=True)
 def _ev_push(t, s, kind, ident, size, time, sq, k, x):
+    """Push an event; the heap is ordered by (time, sequence number)."""
     i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if time < t[parent] or (time == t[parent] and sq < s[parent]):
+            t[i] = t[parent]
+            s[i] = s[parent]
+            kind[i] = kind[parent]
+            ident[i] = ident[parent]
+            i = parent
+        else:
+            break
     t[i] = time
     s[i] = sq
     kind[i] = k
     ident[i] = x
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _ev_less(t, s, i, parent):
-            t[i], t[parent] = t[parent], t[i]
-            s[i], s[parent] = s[parent], s[i]
-            kind[i], kind[parent] = kind[parent], kind[i]
-            ident[i], ident[parent] = ident[parent], ident[i]
-            i = parent
-        else:
-            break
     return size + 1
 
 
@@ -42,63 +38,99 @@ def _ev_push(t, s, kind, ident, size, time, sq, k, x):
 def _ev_pop(t, s, kind, ident, size):
     """Remove the root (the caller read it first); returns the new size."""
     size -= 1
-    t[0] = t[size]
-    s[0] = s[size]
-    kind[0] = kind[size]
-    ident[0] = ident[size]
+    time = t[size]
+    sq = s[size]
+    k = kind[size]
+    x = ident[size]
     i = 0
     while True:
-        left = 2 * i + 1
-        if left >= size:
+        child = 2 * i + 1
+        if child >= size:
             break
-        child = left
-        if left + 1 < size and _ev_less(t, s, left + 1, left):
-            child = left + 1
-        if _ev_less(t, s, child, i):
-            t[i], t[child] = t[child], t[i]
-            s[i], s[child] = s[child], s[i]
-            kind[i], kind[child] = kind[child], kind[i]
-            ident[i], ident[child] = ident[child], ident[i]
+        right = child + 1
+        if right < size and (t[right] < t[child] or (t[right] == t[child] and s[right] < s[child])):
+            child = right
+        if t[child] < time or (t[child] == time and s[child] < sq):
+            t[i] = t[child]
+            s[i] = s[child]
+            kind[i] = kind[child]
+            ident[i] = ident[child]
             i = child
         else:
             break
+    t[i] = time
+    s[i] = sq
+    kind[i] = k
+    ident[i] = x
     return size
 
 
 @njit(cache=True)
 def _rq_push(heap, size, d, x):
+    """Push op ``x`` on device ``d``'s ready heap (a min-heap of op indices)."""
     i = size[d]
-    heap[d, i] = x
     size[d] = i + 1
     while i > 0:
         parent = (i - 1) >> 1
-        if heap[d, i] < heap[d, parent]:
-            heap[d, i], heap[d, parent] = heap[d, parent], heap[d, i]
+        if x < heap[d, parent]:
+            heap[d, i] = heap[d, parent]
             i = parent
         else:
             break
+    heap[d, i] = x
 
 
 @njit(cache=True)
 def _rq_pop(heap, size, d):
+    """Pop the lowest op index from device ``d``'s ready heap."""
     top = heap[d, 0]
     m = size[d] - 1
     size[d] = m
-    heap[d, 0] = heap[d, m]
+    x = heap[d, m]
     i = 0
     while True:
-        left = 2 * i + 1
-        if left >= m:
+        child = 2 * i + 1
+        if child >= m:
             break
-        child = left
-        if left + 1 < m and heap[d, left + 1] < heap[d, left]:
-            child = left + 1
-        if heap[d, child] < heap[d, i]:
-            heap[d, i], heap[d, child] = heap[d, child], heap[d, i]
+        if child + 1 < m and heap[d, child + 1] < heap[d, child]:
+            child += 1
+        if heap[d, child] < x:
+            heap[d, i] = heap[d, child]
             i = child
         else:
             break
+    heap[d, i] = x
     return top
+
+
+@njit(cache=True)
+def make_work(n, n_edges, D, num_res, num_slots):
+    """Scratch arrays for :func:`run_one`, allocated once per batch (run_one resets what it uses)."""
+    cap = n + 2 * n_edges + 1
+    work_a = (
+        np.empty(n, dtype=np.int64),  # pending in-edges per op
+        np.empty((D, n), dtype=np.int64),  # per-device ready heaps
+        np.zeros(D, dtype=np.int64),  # their sizes
+        np.full(D, -1, dtype=np.int64),  # op running on each device
+        np.empty(cap),  # event heap: time,
+        np.empty(cap, dtype=np.int64),  # sequence number,
+        np.empty(cap, dtype=np.int8),  # kind,
+        np.empty(cap, dtype=np.int64),  # op or transfer id
+        np.zeros(num_res),  # when each port / link direction is next free
+        np.zeros(D),  # resident bytes per device
+        np.zeros(D),  # live bytes per device
+    )
+    work_b = (
+        np.empty(n, dtype=np.int64),  # local consumers not yet finished, per op
+        np.empty(n, dtype=np.int64),  # sends not yet finished, per op
+        np.empty(n, dtype=np.bool_),  # output freed
+        np.empty(n, dtype=np.bool_),  # op finished
+        np.empty(n_edges, dtype=np.int64),  # consumers left per transfer
+        np.empty(n_edges, dtype=np.int64),  # transfer carrying each edge
+        np.empty(num_slots * D, dtype=np.int64),  # (slot, device) -> op that made that transfer
+        np.empty(num_slots * D, dtype=np.int64),  # ... and its id
+    )
+    return work_a, work_b
 
 
 @njit(cache=True)
@@ -106,41 +138,35 @@ def run_one(
     dev, op_time, alloc_bytes, persistent, live_mode,
     out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, indegree, num_slots,
     latency, bandwidth, route_ptr, route_res, num_res,
-    # scratch and outputs, sized by the caller
+    # outputs and scratch, sized by the caller (see make_work)
     busy, peak, op_start, op_end,
-    x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end,
+    x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
 ):  # fmt: skip
     """Simulate one placement ``dev[n]``; returns (makespan, bytes moved, number of transfers)."""
     n = dev.shape[0]
     D = busy.shape[0]
     n_edges = edge_dst.shape[0]
-    pending = indegree.copy()
-    rq = np.empty((D, n), dtype=np.int64)
-    rq_size = np.zeros(D, dtype=np.int64)
-    running = np.full(D, -1, dtype=np.int64)
-    cap = n + 2 * n_edges + 1
-    ev_t = np.empty(cap)
-    ev_s = np.empty(cap, dtype=np.int64)
-    ev_k = np.empty(cap, dtype=np.int8)
-    ev_id = np.empty(cap, dtype=np.int64)
+    pending, rq, rq_size, running, ev_t, ev_s, ev_k, ev_id, res_free, resident, live = work_a
+    local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id = work_b
     ev_n = 0
     seq = 0
-    res_free = np.zeros(num_res)
-    resident = np.zeros(D)
-    live = np.zeros(D)
-    local_rem = np.zeros(n, dtype=np.int64)
-    send_rem = np.zeros(n, dtype=np.int64)
-    freed = np.zeros(n, dtype=np.bool_)
-    done = np.zeros(n, dtype=np.bool_)
-    x_left = np.zeros(n_edges, dtype=np.int64)
-    xfer_of_edge = np.full(n_edges, -1, dtype=np.int64)
-    made_stamp = np.full(num_slots * D, -1, dtype=np.int64)
-    made_id = np.empty(num_slots * D, dtype=np.int64)
     n_x = 0
-
     for d in range(D):
         busy[d] = 0.0
+        rq_size[d] = 0
+        running[d] = -1
+        resident[d] = 0.0
+        live[d] = 0.0
+    for r in range(res_free.shape[0]):
+        res_free[r] = 0.0
+    for k in range(made_stamp.shape[0]):
+        made_stamp[k] = -1
     for i in range(n):
+        pending[i] = indegree[i]
+        local_rem[i] = 0
+        send_rem[i] = 0
+        freed[i] = False
+        done[i] = False
         resident[dev[i]] += persistent[i]
         op_start[i] = np.nan
         op_end[i] = np.nan
@@ -275,6 +301,7 @@ def run_batch(
     """Simulate every row of ``placements[m, n]`` (op-level device ids) into the output arrays."""
     m, n = placements.shape
     n_edges = edge_dst.shape[0]
+    work_a, work_b = make_work(n, n_edges, busy.shape[1], num_res, num_slots)
     op_start = np.empty(n)
     op_end = np.empty(n)
     x_src = np.empty(n_edges, dtype=np.int64)
@@ -290,7 +317,7 @@ def run_batch(
             out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, indegree, num_slots,
             latency, bandwidth, route_ptr, route_res, num_res,
             busy[r], peak[r], op_start, op_end,
-            x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end,
+            x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
         )  # fmt: skip
         makespan[r] = ms
         moved[r] = mv

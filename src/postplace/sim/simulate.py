@@ -162,6 +162,7 @@ class Simulator:
             p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src,
             p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
             busy, peak, op_start, op_end, *xi, *xf,
+            *kernel.make_work(n, E, D, p.num_resources, p.num_slots),
         )  # fmt: skip
         transfers = [
             (int(xi[0][k]), int(xi[1][k]), int(xi[2][k]), int(xi[3][k]), float(xf[0][k]), float(xf[1][k]),
