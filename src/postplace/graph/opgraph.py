@@ -248,6 +248,17 @@ class OpGraph:
             )
         if np.any(self.edge_slot < 0):
             raise GraphError(f"{where}: an edge has a negative output slot")
+        if self.num_edges:
+            key = self.edge_src * (int(self.edge_slot.max()) + 1) + self.edge_slot
+            order = np.lexsort((self.edge_bytes, key))
+            k, b = key[order], self.edge_bytes[order]
+            clash = np.flatnonzero((k[1:] == k[:-1]) & (b[1:] != b[:-1]))
+            if clash.size:
+                e = order[clash[0]]
+                raise GraphError(
+                    f"{where}: edges from '{self.names[self.edge_src[e]]}' slot {self.edge_slot[e]} carry different "
+                    "byte counts; one output slot is one tensor (give other tensors their own slot)"
+                )
         back = np.flatnonzero(self.edge_src >= self.edge_dst)
         if back.size:
             cycle = find_cycle(n, self.edge_src, self.edge_dst)
@@ -472,7 +483,8 @@ def read_json(path: str | Path):
     try:
         return json.loads(text, parse_constant=reject)
     except json.JSONDecodeError as exc:
-        hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
+        ends_open = text.rstrip()[-1:] not in ("}", "]")
+        hint = " (the file looks truncated: it does not end with } or ])" if ends_open else ""
         raise PostplaceError(
             f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}"
         ) from None
