@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from postplace.sim import Simulator
-from postplace.sim import reference
+from postplace.sim import Simulator, reference
 
 
 def schedule_both(graph, cluster, cost, placement):

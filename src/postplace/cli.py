@@ -21,7 +21,12 @@ from postplace.cluster.placement import load_placement, single_device
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph, load_graph
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Fast device placements for DL training.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Fast device placements for deep-learning training.",
+)
 console = Console()
 
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Preset name or cluster .toml file.")]

@@ -67,7 +67,8 @@ class Cluster:
         names = [d.name for d in self.devices] + list(self.switches)
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise PostplaceError(f"{where}: name '{sorted(dup)[0]}' is used twice; device and switch names must be unique")
+            name = sorted(dup)[0]
+            raise PostplaceError(f"{where}: name '{name}' is used twice; device and switch names must be unique")
         for d in self.devices:
             if d.kind not in DEVICE_KINDS:
                 raise PostplaceError(f"{where}: device '{d.name}' has kind '{d.kind}'; use one of {DEVICE_KINDS}")

@@ -145,7 +145,6 @@ def run_one(
     """Simulate one placement ``dev[n]``; returns (makespan, bytes moved, number of transfers)."""
     n = dev.shape[0]
     D = busy.shape[0]
-    n_edges = edge_dst.shape[0]
     pending, rq, rq_size, running, ev_t, ev_s, ev_k, ev_id, res_free, resident, live = work_a
     local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id = work_b
     ev_n = 0
@@ -250,7 +249,8 @@ def run_one(
                         x_end[n_x] = end
                         x_left[n_x] = 0
                         send_rem[i] += 1
-                        ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, start, seq, XFER_START, n_x)
+                        if live_mode:  # a start event only matters for memory
+                            ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, start, seq, XFER_START, n_x)
                         ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, end, seq + 1, XFER_DONE, n_x)
                         seq += 2
                         n_x += 1

@@ -144,7 +144,8 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
                         made[key] = len(transfers)
                         transfers.append([i, key[0], d, b, nbytes, start, end, 0])
                         send_rem[i] += 1
-                        heapq.heappush(events, (start, seq, XFER_START, made[key]))
+                        if p.live_mode:  # a start event only matters for memory
+                            heapq.heappush(events, (start, seq, XFER_START, made[key]))
                         heapq.heappush(events, (end, seq + 1, XFER_DONE, made[key]))
                         seq += 2
                     xfer_of_edge[e] = made[key]

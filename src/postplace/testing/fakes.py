@@ -56,8 +56,11 @@ def star_cluster(
     """
     names, gpus = [], 0
     for k in kinds:
-        names.append("cpu" if k == "cpu" and "cpu" not in names else (f"gpu{gpus}" if k == "gpu" else f"cpu{len(names)}"))
-        gpus += k == "gpu"
+        if k == "gpu":
+            names.append(f"gpu{gpus}")
+            gpus += 1
+        else:
+            names.append("cpu" if "cpu" not in names else f"cpu{len(names)}")
     devices = tuple(Device(n, k, k, 1e12, 1e12, memory, 0.0) for n, k in zip(names, kinds, strict=True))
     shared = shared or {}
     behind = {d: sw for sw, ds in shared.items() for d in ds}

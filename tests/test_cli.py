@@ -1,0 +1,102 @@
+"""The CLI as a new user meets it: JSON outputs, and one clear error line for each kind of bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from postplace.graph import OpGraph
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "postplace.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    g = OpGraph.build(
+        ["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 2e9, 1e9], bytes_accessed=[1e6] * 3,
+        output_bytes=[1e6] * 3, persistent_bytes=[4e6, 0, 0], colocation=[0, -1, 0], name="tiny",
+    )  # fmt: skip
+    path = tmp_path / "tiny.json"
+    g.save(path)
+    return path
+
+
+def test_info_json(graph_file):
+    r = run("info", str(graph_file), "--cluster", "k80x2", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["ops"], out["edges"], out["total_flops"], out["persistent_bytes"]) == (3, 2, 4e9, 4e6)
+    assert 0 < out["lower_bound_s"] <= out["total_time_s"]["gpu"]
+
+
+def test_simulate_json_and_trace(graph_file, tmp_path):
+    trace = tmp_path / "trace.json"
+    r = run("simulate", str(graph_file), "--cluster", "k80x2", "--placement", "single:gpu1", "--json",
+            "--trace", str(trace))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["evaluator"] == "simulator" and out["oom"] is False
+    assert out["step_time_s"] >= out["lower_bound_s"] > 0
+    assert set(out["peak_memory_bytes"]) == {"cpu", "gpu0", "gpu1"} and out["peak_memory_bytes"]["gpu1"] > 4e6
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sorted(e["name"] for e in events if e["ph"] == "X") == ["a", "b", "c"]
+
+
+def test_simulate_a_placement_file(graph_file, tmp_path):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"a": "gpu0", "b": "gpu1"}))  # c follows a through colocation
+    r = run("simulate", str(graph_file), "-c", "k80x2", "-p", str(placement), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["transfers"] == 2
+
+
+def assert_one_error_line(r, *fragments):
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    for f in fragments:
+        assert f in lines[0]
+
+
+def test_truncated_json(graph_file):
+    graph_file.write_text(graph_file.read_text()[:-40])
+    assert_one_error_line(run("info", str(graph_file)), "truncated", str(graph_file))
+
+
+def test_cycle(tmp_path):
+    d = OpGraph.build(["a", "b"], [(0, 1)]).to_dict()
+    d["edges"] = {"src": [0, 1], "dst": [1, 0], "slot": [0, 0], "bytes": [0.0, 0.0]}
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    assert_one_error_line(run("info", str(tmp_path / "c.json")), "cycle: a -> b -> a")
+
+
+def test_missing_field(graph_file):
+    d = json.loads(graph_file.read_text())
+    del d["edges"]["bytes"]
+    graph_file.write_text(json.dumps(d))
+    assert_one_error_line(run("info", str(graph_file)), "missing field 'edges.bytes'")
+
+
+def test_unknown_preset(graph_file):
+    assert_one_error_line(run("simulate", str(graph_file), "-c", "k80x3", "-p", "single:gpu0"), "k80x2, k80x4")
+
+
+def test_unknown_device_in_placement(graph_file, tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"a": "gpu7", "b": "gpu0"}))
+    assert_one_error_line(run("simulate", str(graph_file), "-c", "k80x2", "-p", str(p)), "no device 'gpu7'")
+    assert_one_error_line(run("simulate", str(graph_file), "-c", "k80x2", "-p", "single:tpu0"), "no device 'tpu0'")
+
+
+def test_placement_splitting_a_colocation_set(graph_file, tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"a": "gpu0", "b": "gpu0", "c": "gpu1"}))
+    assert_one_error_line(run("simulate", str(graph_file), "-c", "k80x2", "-p", str(p)), "splits a colocation set")
+
+
+def test_missing_file():
+    assert_one_error_line(run("info", "no/such/graph.json"), "no such file")
