@@ -1,5 +1,45 @@
 """Search: ask/tell strategies over placements, and the runner that drives them."""
 
+from postplace.search.post import PostConfig, PostStrategy, ce_strategy, ppo_strategy
+from postplace.search.problem import Problem, make_problem
+from postplace.search.random_search import RandomStrategy
+from postplace.search.reinforce import ReinforceStrategy
+from postplace.search.runner import Budget, SearchResult, run
 from postplace.search.strategy import SearchSpace, Strategy, scores
 
-__all__ = ["SearchSpace", "Strategy", "scores"]
+STRATEGIES = {
+    "post": PostStrategy,
+    "ce": ce_strategy,
+    "ppo": ppo_strategy,
+    "reinforce": ReinforceStrategy,
+    "random": RandomStrategy,
+}
+
+
+def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:
+    """A strategy by name; ``post`` with ``config="paper"`` gives the paper's uniform start."""
+    from postplace.errors import PostplaceError
+
+    if name == "post-paper" or (name == "post" and config == "paper"):
+        s = PostStrategy(space, seed=seed, config=PostConfig.paper())
+        s.name = "post-paper"
+        return s
+    if name not in STRATEGIES:
+        raise PostplaceError(f"unknown strategy '{name}'; choose one of {', '.join([*STRATEGIES, 'post-paper'])}")
+    return STRATEGIES[name](space, seed=seed, config=None if isinstance(config, str) else config)
+
+
+__all__ = [
+    "STRATEGIES",
+    "Budget",
+    "PostConfig",
+    "PostStrategy",
+    "Problem",
+    "SearchResult",
+    "SearchSpace",
+    "Strategy",
+    "make_problem",
+    "make_strategy",
+    "run",
+    "scores",
+]

@@ -104,7 +104,12 @@ class Simulator:
         return placements
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
-        ops = np.ascontiguousarray(self.expand(placements))
+        """Simulate placements over groups (or over ops when there is no grouping)."""
+        return self.evaluate_ops(self.expand(placements))
+
+    def evaluate_ops(self, op_placements: np.ndarray) -> EvalResult:
+        """Simulate op-level placements ``[n, num_ops]``, whatever the grouping."""
+        ops = np.ascontiguousarray(np.atleast_2d(np.asarray(op_placements, dtype=np.int64)))
         n, D = ops.shape[0], self.cluster.num_devices
         failed = self._invalid_rows(ops)
         reasons: list[str | None] = [None] * n

@@ -1,0 +1,126 @@
+"""Grouping: the units a search places. Colocation first, then a balanced partition into G groups.
+
+Post (like the hierarchical planner) places groups of ops, not single ops: the search space shrinks
+from D^n to D^G. The pass:
+
+1. contracts every colocation set to one unit (an op's gradient and update ops stay with it);
+2. keeps apart ops that must not share a device anyway: different effective device kinds (a CPU-only
+   op never drags GPU-capable ops onto the CPU) and different pins;
+3. if more units than ``num_groups`` remain, partitions the unit graph into ``num_groups`` balanced
+   parts with METIS (pymetis): vertex weight = work, edge weight = bytes moved, so heavy edges stay
+   inside a group. Parts are then split by the classes of step 2 and renumbered by first op.
+
+``num_groups=None`` skips step 3 (op-level placement: one unit per colocation set).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymetis
+
+from postplace.graph.opgraph import OpGraph
+
+
+@dataclass(frozen=True, eq=False)
+class Grouping:
+    """``group_of_op[i]`` is op i's group; groups are numbered by their first op in program order."""
+
+    group_of_op: np.ndarray
+    num_groups: int
+
+    def members(self, g: int) -> np.ndarray:
+        return np.flatnonzero(self.group_of_op == g)
+
+    def expand(self, placements: np.ndarray) -> np.ndarray:
+        """Op-level device ids from group-level placements ``[k, G]`` (or one ``[G]``)."""
+        return np.asarray(placements)[..., self.group_of_op]
+
+
+def colocation_units(graph: OpGraph) -> np.ndarray:
+    """Unit id per op: one per colocation set, one per unconstrained op, numbered in program order."""
+    n = graph.num_ops
+    rep = np.arange(n)
+    for members in graph.colocation_sets:
+        rep[members] = members[0]
+    _, unit = np.unique(rep, return_inverse=True)
+    return unit
+
+
+def group_ops(
+    graph: OpGraph,
+    num_groups: int | None = 256,
+    *,
+    op_weight: np.ndarray | None = None,
+    classes: np.ndarray | None = None,
+    seed: int = 0,
+) -> Grouping:
+    """Group ``graph``'s ops into at most about ``num_groups`` units (see the module docstring).
+
+    ``op_weight``: work per op (default FLOPs + 1); ``classes``: int per op, ops of different classes
+    never share a group (e.g. effective kind mask and pin); ``seed``: METIS's random seed.
+
+    >>> g = OpGraph.build(["a", "b", "c", "d"], [(0, 1, 9.0), (1, 2, 1.0), (2, 3, 9.0)])
+    >>> group_ops(g, 2).group_of_op.tolist()
+    [0, 0, 1, 1]
+    """
+    unit = colocation_units(graph)
+    if classes is not None:
+        unit = _split_by(unit, classes)
+    n_units = int(unit.max()) + 1 if graph.num_ops else 0
+    if num_groups is None or n_units <= num_groups:
+        return Grouping(unit, n_units)
+    weight = graph.flops + 1.0 if op_weight is None else np.asarray(op_weight, dtype=np.float64)
+    part = _metis(graph, unit, n_units, weight, num_groups, seed)
+    group = part[unit]
+    if classes is not None:
+        group = _split_by(group, classes)
+    return Grouping(_renumber(group), int(group.max()) + 1 if group.size else 0)
+
+
+def _metis(graph: OpGraph, unit: np.ndarray, n_units: int, weight: np.ndarray, parts: int, seed: int):
+    su, du = unit[graph.edge_src], unit[graph.edge_dst]
+    keep = su != du
+    su, du, w = su[keep], du[keep], graph.edge_bytes[keep]
+    # symmetric adjacency with summed weights per unit pair
+    a = np.concatenate([su, du])
+    b = np.concatenate([du, su])
+    ww = np.concatenate([w, w])
+    key = a * n_units + b
+    uniq, inv = np.unique(key, return_inverse=True)
+    summed = np.bincount(inv, weights=ww)
+    a, b = uniq // n_units, uniq % n_units
+    xadj = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n_units))])
+    vw = np.bincount(unit, weights=weight, minlength=n_units)
+    vweights = _as_int_weights(vw)
+    eweights = _as_int_weights(summed)
+    result = pymetis.part_graph(
+        parts,
+        pymetis.CSRAdjacency(xadj.astype(np.int64), b.astype(np.int64)),
+        vweights=vweights,
+        eweights=eweights,
+        options=pymetis.Options(seed=seed),
+    )
+    return np.asarray(result.vertex_part, dtype=np.int64)
+
+
+def _as_int_weights(w: np.ndarray, scale: int = 100_000) -> list[int]:
+    top = float(w.max()) if w.size else 0.0
+    if top <= 0:
+        return [1] * len(w)
+    return np.maximum(1, np.round(w / top * scale)).astype(np.int64).tolist()
+
+
+def _split_by(ids: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    pairs = ids.astype(np.int64) * (int(np.max(classes)) + 1) + np.asarray(classes, dtype=np.int64)
+    return _renumber(pairs)
+
+
+def _renumber(ids: np.ndarray) -> np.ndarray:
+    """Number ids by first appearance (program order)."""
+    _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inv]

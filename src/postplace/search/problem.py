@@ -1,0 +1,107 @@
+"""A placement problem: a graph on a cluster, grouped, with pins and exclusions, ready for search."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from postplace.cluster import Cluster
+from postplace.cluster.placement import effective_kinds
+from postplace.cost import CostModel, RooflineCostModel
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.graph.grouping import Grouping, group_ops
+from postplace.search.strategy import SearchSpace
+from postplace.sim import Simulator
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    graph: OpGraph
+    cluster: Cluster
+    grouping: Grouping
+    simulator: Simulator
+    space: SearchSpace
+
+
+def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """``REGEX=DEVICE`` specs -> device id per op (-1 where unpinned); the first matching spec wins."""
+    pin = np.full(graph.num_ops, -1, dtype=np.int64)
+    for spec in specs:
+        if "=" not in spec:
+            raise PostplaceError(f"--pin '{spec}': write it as REGEX=DEVICE, e.g. --pin 'embedding.*=cpu'")
+        pattern, device = spec.rsplit("=", 1)
+        try:
+            rx = re.compile(pattern)
+        except re.error as exc:
+            raise PostplaceError(f"--pin '{spec}': bad regular expression ({exc})") from None
+        d = cluster.device_index(device)
+        hits = [i for i, name in enumerate(graph.names) if pin[i] < 0 and rx.search(name)]
+        if not hits:
+            raise PostplaceError(f"--pin '{spec}': no op name matches '{pattern}'")
+        pin[hits] = d
+    return pin
+
+
+def make_problem(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    groups: int | None = 256,
+    pins: list[str] = (),
+    exclude: list[str] = (),
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+) -> Problem:
+    """Group the graph and derive the search space (allowed devices per group, times, failing score)."""
+    pin = parse_pins(list(pins), graph, cluster)
+    excluded = {cluster.device_index(d) for d in exclude}
+    if len(excluded) == cluster.num_devices:
+        raise PostplaceError("--exclude removes every device; keep at least one")
+    # a colocation set follows any pin on one of its members
+    for members in graph.colocation_sets:
+        pinned = set(pin[members][pin[members] >= 0].tolist())
+        if len(pinned) > 1:
+            raise PostplaceError(
+                f"--pin puts colocated ops ('{graph.names[members[0]]}' and its set) on different devices"
+            )
+        if pinned:
+            pin[members] = pinned.pop()
+    kinds = effective_kinds(graph).astype(np.int64)
+    classes = kinds * (cluster.num_devices + 1) + (pin + 1)
+    times = (cost_model or RooflineCostModel()).op_times(graph, cluster).table
+    op_weight = np.where(np.isfinite(times), times, np.nan)
+    op_weight = np.nan_to_num(np.nanmin(op_weight, axis=1), nan=0.0) + 1e-9
+    grouping = group_ops(graph, groups, op_weight=op_weight, classes=classes, seed=seed)
+    G, D = grouping.num_groups, cluster.num_devices
+    gop = grouping.group_of_op
+    allowed = np.ones((G, D), dtype=bool)
+    for d in range(D):
+        ok = (kinds & cluster.kind_bits[d]) != 0
+        if d in excluded:
+            ok[:] = False
+        ok &= (pin < 0) | (pin == d)
+        allowed[:, d] = np.bincount(gop, weights=~ok, minlength=G) == 0
+    empty = np.flatnonzero(~allowed.any(axis=1))
+    if empty.size:
+        op = graph.names[np.flatnonzero(gop == empty[0])[0]]
+        raise PostplaceError(f"op '{op}' has no device left after --pin/--exclude and its allowed kinds")
+    unit_time = np.zeros((G, D))
+    for d in range(D):
+        unit_time[:, d] = np.bincount(gop, weights=np.where(np.isfinite(times[:, d]), times[:, d], 0.0), minlength=G)
+    unit_time = np.where(allowed, unit_time, np.inf)
+    su, du = gop[graph.edge_src], gop[graph.edge_dst]
+    cross = su != du
+    sim = Simulator(graph, cluster, cost_model=cost_model, group_of_op=gop)
+    space = SearchSpace(
+        allowed=allowed,
+        failure_step_time=sim.failure_step_time,
+        unit_time=unit_time,
+        device_names=cluster.device_names,
+        device_kinds=tuple(dv.kind for dv in cluster.devices),
+        features=None,
+        edges=(su[cross], du[cross], graph.edge_bytes[cross]),
+    )
+    return Problem(graph, cluster, grouping, sim, space)

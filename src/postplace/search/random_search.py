@@ -1,0 +1,37 @@
+"""Random search: every unit's device drawn uniformly from its allowed devices. The floor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from postplace.search.policy import CategoricalPolicy
+from postplace.search.strategy import SearchSpace, rng_from_state, rng_state
+
+
+@dataclass(frozen=True)
+class RandomConfig:
+    batch_size: int = 24
+    """Placements per ask (any value gives the same samples for a seed: one stream of draws)."""
+
+
+class RandomStrategy:
+    name = "random"
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, config: RandomConfig | None = None):
+        self.config = config or RandomConfig()
+        self.policy = CategoricalPolicy(space.allowed)
+        self.rng = np.random.default_rng(seed)
+
+    def ask(self, max_n: int) -> np.ndarray:
+        return self.policy.sample(self.rng, max(1, min(self.config.batch_size, max_n)))
+
+    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+        pass  # learns nothing, by definition
+
+    def state_dict(self) -> dict:
+        return {"name": self.name, "rng": rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng = rng_from_state(state["rng"])

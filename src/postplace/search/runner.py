@@ -1,0 +1,256 @@
+"""The runner: ask -> evaluate -> tell, with a budget, a cache, progress, history and checkpoints.
+
+Strategies know nothing of this file (Optuna's split between samplers and the optimize loop). What it
+guarantees:
+
+* the strategy decides how many placements it wants at a time; the budget only caps the last batch;
+* an identical placement is evaluated once (a cache keyed by the placement's bytes);
+* ``history.jsonl`` gets one line per sample: its index, a hash of the placement, the step time, OOM /
+  failed flags, whether it came from the cache;
+* ``checkpoint.pkl`` (written atomically: temp file, then rename) holds the strategy's state, the
+  runner's state and the cache, every ``checkpoint_every`` samples, at the end, and on Ctrl-C (from the
+  last completed batch). A run killed at any moment, even by ``kill -9``, resumes from its last
+  checkpoint: the history is truncated to what the checkpoint covers, and for a sample budget the
+  resumed run ends with the same best placement and the same history as an uninterrupted one;
+* infeasible (OOM) and failed placements are never the best.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+from postplace.sim import Evaluator
+
+CHECKPOINT = "checkpoint.pkl"
+HISTORY = "history.jsonl"
+
+
+@dataclass(frozen=True)
+class Budget:
+    samples: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, text: str | int) -> Budget:
+        """``2400`` (samples) or ``60s`` / ``5m`` (wall-clock time)."""
+        s = str(text).strip()
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([sm])", s)
+        if m:
+            return cls(seconds=float(m.group(1)) * (60 if m.group(2) == "m" else 1))
+        if s.isdigit() and int(s) > 0:
+            return cls(samples=int(s))
+        raise PostplaceError(f"--budget '{text}': give a number of samples (2400) or a time (60s, 5m)")
+
+    def describe(self) -> str:
+        return f"{self.samples} samples" if self.samples is not None else f"{self.seconds:g} s"
+
+
+@dataclass
+class SearchResult:
+    best_placement: np.ndarray | None  # over the strategy's units; None when nothing feasible was found
+    best_step_time: float
+    best_sample: int
+    samples: int
+    feasible_samples: int
+    evaluations: int
+    wall_time_s: float
+    curve: list[float] = field(default_factory=list)  # best feasible step time after each sample (inf before)
+    evaluator: str = "simulator"
+    interrupted: bool = False
+
+
+def placement_hash(p: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(p, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
+
+
+def run(
+    strategy,
+    evaluator: Evaluator,
+    budget: Budget,
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every: int = 240,
+    progress: bool = False,
+    warm_start: np.ndarray | None = None,
+    meta: dict | None = None,
+) -> SearchResult:
+    """Drive ``strategy`` against ``evaluator`` until ``budget`` is spent; see the module docstring."""
+    out = Path(out_dir) if out_dir is not None else None
+    state = _RunState()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            state = _RunState.load(out, strategy)
+        elif (out / CHECKPOINT).exists():
+            raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
+        else:
+            (out / HISTORY).write_text("")
+    history = open(out / HISTORY, "a") if out is not None else None  # noqa: SIM115
+    bar = _Progress(budget, state.samples) if progress else None
+    start = time.perf_counter() - state.elapsed
+    snapshot = state.snapshot(strategy) if out is not None else None
+    interrupted = False
+    try:
+        if warm_start is not None and state.samples == 0:
+            _one_batch(strategy, evaluator, state, history, np.atleast_2d(warm_start))
+        while not _spent(budget, state, start):
+            left = budget.samples - state.samples if budget.samples is not None else 1 << 30
+            placements = np.atleast_2d(strategy.ask(left))
+            _one_batch(strategy, evaluator, state, history, placements)
+            state.elapsed = time.perf_counter() - start
+            if out is not None:
+                snapshot = state.snapshot(strategy)
+                if state.samples - state.checkpointed >= checkpoint_every:
+                    _save(out, snapshot, history, meta)
+                    state.checkpointed = state.samples
+            if bar:
+                bar.update(state)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if bar:
+            bar.close()
+        if out is not None and snapshot is not None:
+            _save(out, snapshot, history, meta)
+        if history:
+            history.close()
+    return SearchResult(
+        best_placement=state.best_placement,
+        best_step_time=state.best_step_time,
+        best_sample=state.best_sample,
+        samples=state.samples,
+        feasible_samples=state.feasible,
+        evaluations=state.evaluations,
+        wall_time_s=time.perf_counter() - start,
+        curve=list(state.curve),
+        evaluator=evaluator.name,
+        interrupted=interrupted,
+    )
+
+
+def _spent(budget: Budget, state: _RunState, start: float) -> bool:
+    if budget.samples is not None:
+        return state.samples >= budget.samples
+    return time.perf_counter() - start >= budget.seconds
+
+
+def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.ndarray) -> None:
+    keys = [p.tobytes() for p in placements]
+    todo = [i for i, k in enumerate(keys) if k not in state.cache]
+    todo_unique = list({keys[i]: i for i in todo}.values())
+    if todo_unique:
+        res = evaluator.evaluate(placements[todo_unique])
+        state.evaluations += len(todo_unique)
+        for j, i in enumerate(todo_unique):
+            state.cache[keys[i]] = (float(res.step_time[j]), bool(res.oom[j]), bool(res.failed[j]), res.reasons[j])
+    step = np.empty(len(placements))
+    feasible = np.empty(len(placements), dtype=bool)
+    lines = []
+    fresh = set(todo_unique)
+    for i, k in enumerate(keys):
+        t, oom, failed, reason = state.cache[k]
+        step[i], feasible[i] = t, not (oom or failed)
+        n = state.samples + i
+        if feasible[i] and t < state.best_step_time:
+            state.best_step_time, state.best_placement, state.best_sample = t, placements[i].copy(), n
+        state.curve.append(state.best_step_time)
+        line = {"sample": n, "hash": placement_hash(placements[i]), "step_time_s": t, "oom": oom, "failed": failed,
+                "cached": i not in fresh}  # fmt: skip
+        if reason:
+            line["reason"] = reason
+        lines.append(json.dumps(line))
+    state.samples += len(placements)
+    state.feasible += int(feasible.sum())
+    state.last_batch_mean = float(np.mean(step[feasible])) if feasible.any() else float("inf")
+    strategy.tell(placements, step, feasible)
+    if history:
+        history.write("\n".join(lines) + "\n")
+        history.flush()
+
+
+@dataclass
+class _RunState:
+    samples: int = 0
+    feasible: int = 0
+    evaluations: int = 0
+    best_step_time: float = float("inf")
+    best_placement: np.ndarray | None = None
+    best_sample: int = -1
+    elapsed: float = 0.0
+    checkpointed: int = 0
+    last_batch_mean: float = float("inf")
+    curve: list = field(default_factory=list)
+    cache: dict = field(default_factory=dict)
+    history_bytes: int = 0
+
+    def snapshot(self, strategy) -> dict:
+        return {
+            "strategy": strategy.state_dict(),
+            "runner": {k: v for k, v in self.__dict__.items() if k not in ("cache", "curve")},
+            "curve": list(self.curve),
+            "cache": dict(self.cache),
+        }
+
+    @classmethod
+    def load(cls, out: Path, strategy) -> _RunState:
+        path = out / CHECKPOINT
+        if not path.exists():
+            raise PostplaceError(f"{out}: no {CHECKPOINT} to resume from; start a new run with --out {out}")
+        try:
+            with open(path, "rb") as f:
+                snap = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError) as exc:
+            raise PostplaceError(f"{path}: unreadable checkpoint ({exc})") from None
+        strategy.load_state_dict(snap["strategy"])
+        state = cls(**snap["runner"])
+        state.curve, state.cache = list(snap["curve"]), dict(snap["cache"])
+        with open(out / HISTORY, "r+b") as f:  # drop samples the checkpoint does not cover
+            f.truncate(state.history_bytes)
+        return state
+
+
+def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
+    if history:
+        history.flush()
+        snapshot["runner"]["history_bytes"] = history.tell()
+    snapshot["meta"] = meta or {}
+    tmp = out / (CHECKPOINT + ".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(out / CHECKPOINT)
+
+
+class _Progress:
+    def __init__(self, budget: Budget, done: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = budget.samples if budget.samples is not None else None
+        self.budget = budget
+        self.t0 = time.perf_counter()
+        self.done0 = done
+        self.p = Progress(TextColumn("search"), BarColumn(), TextColumn("{task.completed}/{task.total} samples"),
+                          TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True)  # fmt: skip
+        self.p.start()
+        self.task = self.p.add_task("search", total=total, completed=done, info="")
+
+    def update(self, state: _RunState) -> None:
+        rate = (state.samples - self.done0) / max(time.perf_counter() - self.t0, 1e-9)
+        info = (f"best {state.best_step_time * 1e3:.3f} ms  batch mean {state.last_batch_mean * 1e3:.3f} ms  "
+                f"{rate:.0f} samples/s")  # fmt: skip
+        self.p.update(self.task, completed=state.samples, info=info)
+
+    def close(self) -> None:
+        self.p.stop()
