@@ -9,7 +9,9 @@ From the aten graph to the OpGraph (:func:`_build_graph`):
 * **Folding.** Ops that do no work (``getitem``, views such as ``view``/``t``/``transpose``/``expand``,
   ``detach``; any aten op whose result aliases an input without writing it) are folded into the op
   that produced their input: a consumer of a view gets a data edge from the view's producer, carrying
-  that producer's whole output tensor (``slot`` = which output).
+  that producer's whole output tensor (``slot`` = which output). ``_unsafe_view`` and
+  ``unsafe_split`` (views in all but schema) fold too; an op with no inputs and an empty result
+  (batch norm's reserve ``empty``) is dropped.
 * **Sources.** Each parameter is an op of type ``parameter`` (phase ``other``) whose persistent bytes
   are the parameter plus its optimizer state (slot 0 = the parameter, slots 1.. = the state tensors);
   each buffer (e.g. BatchNorm running statistics) an op ``buffer``; each model input an op ``input``;
@@ -255,6 +257,13 @@ def _explain(label: str, exc: Exception) -> str:
 
 
 # ------------------------------------------------------------------------------------- the graph
+#: aten ops that do no work but whose schema does not declare an alias (or that only drop autograd)
+_VIEW_LIKE = frozenset(
+    "detach alias lift_fresh _unsafe_view _reshape_alias unsafe_split unsafe_split_with_sizes "
+    "unsafe_chunk".split()
+)
+
+
 def _is_view(node: torch.fx.Node) -> bool:
     """True for ops that do no work: getitem, detach, and aten ops whose result aliases an input
     they do not write (views)."""
@@ -264,7 +273,7 @@ def _is_view(node: torch.fx.Node) -> bool:
     schema = getattr(t, "_schema", None)
     if schema is None:
         return False
-    if t.overloadpacket.__name__ in ("detach", "alias", "lift_fresh"):
+    if t.overloadpacket.__name__ in _VIEW_LIKE:
         return True
     rets = schema.returns
     return bool(rets) and rets[0].alias_info is not None and not rets[0].alias_info.is_write
@@ -369,6 +378,10 @@ def _build_graph(gm, n_p, n_b, pnames, bnames, optimizer, label, meta):
             op_of_node[node.name] = where[node.name][0] if where[node.name] else -1
             if phase == "forward" and where[node.name] is not None and node.meta.get("seq_nr") is not None:
                 view_seq.append((node.meta["seq_nr"], where[node.name][0]))
+            continue
+        if not node.all_input_nodes and tensor_bytes(val) == 0:  # e.g. batch norm's empty reserve
+            where[node.name] = None
+            op_of_node[node.name] = -1
             continue
         args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
