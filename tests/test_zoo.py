@@ -144,3 +144,15 @@ def test_a_damaged_cache_file_is_traced_again(tmp_path, monkeypatch):
     (path,) = tmp_path.glob("rnnlm-small-*.json")
     path.write_text("{ truncated")
     assert zoo.cached_graph("rnnlm", "small").names == g1.names
+
+
+def test_cli_functions_show_models_and_write_graphs(tmp_path, monkeypatch):
+    from postplace.zoo.cli import cmd_graph, cmd_models
+
+    text = cmd_models()
+    assert all(name in text for name in zoo.MODELS) and "Szegedy" in text
+    monkeypatch.setenv("POSTPLACE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "g.json"
+    summary = cmd_graph("resnet50", "small", out)
+    g = OpGraph.load(out)
+    assert f"{g.num_ops} ops" in summary and f"{g.num_edges} edges" in summary

@@ -124,12 +124,15 @@ def profile_cpu(
     warmup: int = 1,
     peak_flops: float | None = None,
     mem_bw: float | None = None,
+    threads: int | None = None,
 ) -> tuple[OpGraph, ProfileReport]:
     """Profile a training step on this CPU; return the graph with a CPU measurement added, and a report.
 
     ``target`` is a :class:`~postplace.graph.trace_torch.Traced`, a zoo model name (traced at
     ``size`` with ``optimizer``), or an OpGraph traced from a zoo model (traced again from the config
     it records). Any other OpGraph was imported and has nothing to run: :class:`PostplaceError`.
+    ``threads`` sets torch's intra-op threads while timing (default: leave them as they are); other
+    processes competing for the cores inflate single calls, which the median over runs damps.
     """
     from postplace.graph.trace_torch import Traced
 
@@ -139,33 +142,44 @@ def profile_cpu(
         raise PostplaceError(
             f"profile_cpu: runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})"
         )
-    graph, gm = traced.graph, traced.gm
+    graph = traced.graph
     samples = np.zeros((runs, graph.num_ops))
-    with torch.no_grad():
-        for r in range(warmup + runs):
-            interp = _TimingInterpreter(gm)
-            interp.run(traced.real_args())
-            if r >= warmup:
-                for node_name, t in interp.times.items():
-                    op = traced.op_of_node.get(node_name, -1)
-                    if op >= 0:
-                        samples[r - warmup, op] += t
+    saved_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    used_threads = torch.get_num_threads()
+    try:
+        _time_runs(traced, samples, runs, warmup)
+        if peak_flops is None or mem_bw is None:
+            mp, mb = measure_roofline()
+            peak_flops, mem_bw = peak_flops or mp, mem_bw or mb
+    finally:
+        torch.set_num_threads(saved_threads)
     times = np.median(samples, axis=0)
     types = np.array(graph.op_types)
     times[np.isin(types, _SOURCE_OPS)] = 0.0  # sources do no work; a stray view charged to them is noise
     key = cpu_model_name()
     prov = (
         f"profile_cpu: median of {runs} runs (after {warmup} warm-up) of each aten call, run node by node "
-        f"on real tensors; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"on real tensors; torch {torch.__version__}, {used_threads} threads, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
     measured = tuple(m for m in graph.measured if m.key != key) + (Measurement(key, "cpu", times, prov),)
     out = dataclasses.replace(graph, measured=measured)
-    if peak_flops is None or mem_bw is None:
-        mp, mb = measure_roofline()
-        peak_flops = peak_flops or mp
-        mem_bw = mem_bw or mb
     return out, _report(out, times, key, runs, peak_flops, mem_bw)
+
+
+def _time_runs(traced, samples, runs, warmup) -> None:
+    """Fill ``samples[run, op]`` with the seconds of the aten calls folded into each op."""
+    with torch.no_grad():
+        for r in range(warmup + runs):
+            interp = _TimingInterpreter(traced.gm)
+            interp.run(traced.real_args())
+            if r >= warmup:
+                for node_name, t in interp.times.items():
+                    op = traced.op_of_node.get(node_name, -1)
+                    if op >= 0:
+                        samples[r - warmup, op] += t
 
 
 def _resolve(target, size, optimizer):
