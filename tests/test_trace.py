@@ -203,3 +203,22 @@ def test_graph_round_trips_through_a_file(tmp_path):
     back = OpGraph.load(tmp_path / "g.json")
     assert back.names == tr.graph.names and np.array_equal(back.colocation, tr.graph.colocation)
     assert back.metadata["colocation"] == tr.graph.metadata["colocation"]
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):  # x: [batch 2, seq 8, 16] -> 2 heads of 8
+        q, k, v = self.qkv(x).view(2, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_fused_cpu_attention_is_counted_as_its_two_matrix_products():
+    g = from_torch(Attention(), torch.randn(2, 8, 16), lambda o: o.sum())
+    (fwd,) = [
+        i for i, t in enumerate(g.op_types) if t.startswith("_scaled_dot_product") and g.phase[i] == FWD
+    ]
+    b, h, s, d = 2, 2, 8, 8
+    assert g.flops[fwd] == 2 * (2 * b * h * s * s * d)  # Q K^T and P V (torch counts causal as full)

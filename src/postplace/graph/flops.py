@@ -1,7 +1,8 @@
 """FLOPs and bytes of one aten call, from the shapes of its arguments (no real compute).
 
 Matrix products, convolutions and attention use torch's own formulas
-(:data:`torch.utils.flop_counter.flop_registry`, a multiply-add = 2 FLOPs). torch counts every other
+(:data:`torch.utils.flop_counter.flop_registry`, a multiply-add = 2 FLOPs; CPU attention kernels
+borrow the formula of their CUDA twin). torch counts every other
 op as zero, which would make a placement search think elementwise, normalisation, pooling, softmax,
 embedding and reduction ops are free; for those we count our own, stated here:
 
@@ -60,6 +61,15 @@ ZERO_FLOP_OPS = frozenset(
     "as_strided_copy repeat _local_scalar_dense".split()
 )
 
+#: CPU kernels with the same arguments as an op torch has a formula for (torch registers only the
+#: CUDA attention kernels; ``scaled_dot_product_attention`` on CPU lowers to these).
+_SAME_FORMULA = {
+    "_scaled_dot_product_flash_attention_for_cpu": torch.ops.aten._scaled_dot_product_flash_attention,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": (
+        torch.ops.aten._scaled_dot_product_flash_attention_backward
+    ),
+}
+
 _POOLS = ("max_pool2d_with_indices", "avg_pool2d", "max_pool2d_with_indices_backward", "avg_pool2d_backward")
 
 
@@ -114,6 +124,8 @@ def op_flops(target, args, kwargs, out) -> float:
     if packet is not None and packet in flop_registry:
         return float(flop_registry[packet](*args, **kwargs, out_val=out))
     name = base_name(target)
+    if name in _SAME_FORMULA:
+        return float(flop_registry[_SAME_FORMULA[name]](*args, **kwargs, out_val=out))
     if name in ZERO_FLOP_OPS or name.endswith("_copy"):
         return 0.0
     if name in _POOLS:
