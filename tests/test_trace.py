@@ -222,3 +222,27 @@ def test_fused_cpu_attention_is_counted_as_its_two_matrix_products():
     ]
     b, h, s, d = 2, 2, 8, 8
     assert g.flops[fwd] == 2 * (2 * b * h * s * s * d)  # Q K^T and P V (torch counts causal as full)
+
+
+def test_a_model_with_nothing_to_train_is_a_one_line_error():
+    frozen = nn.Linear(3, 2).requires_grad_(False)
+    with pytest.raises(PostplaceError, match="requires grad"):
+        from_torch(frozen, torch.randn(4, 3), lambda o: o.sum())
+
+
+class WrongShapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) @ torch.ones(5, 5)
+
+
+def test_an_op_that_fails_on_fake_tensors_is_one_line_and_no_log_traceback(capfd):
+    with pytest.raises(PostplaceError) as err:
+        from_torch(WrongShapes(), torch.randn(2, 3), lambda o: o.sum())
+    assert (
+        "\n" not in str(err.value) and "WrongShapes" in str(err.value) and "reduction dim" in str(err.value)
+    )
+    assert "Traceback" not in capfd.readouterr().err

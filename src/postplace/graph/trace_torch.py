@@ -42,6 +42,7 @@ models here); random-number state of dropout.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import traceback
 from collections.abc import Callable
@@ -112,6 +113,11 @@ def trace(
         raise PostplaceError(f"unknown optimizer '{optimizer}'; use one of {sorted(OPTIMIZERS)}")
     inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
     label = name or type(model).__name__
+    if not any(p.requires_grad for p in model.parameters()):
+        raise PostplaceError(
+            f"cannot trace a training step of {label}: it has no parameter that requires grad; "
+            "unfreeze the parameters (p.requires_grad_(True)) to place a training step"
+        )
     pnames = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
     step = _make_step(model, loss_fn, pnames, bnames, optimizer)
@@ -125,7 +131,7 @@ def trace(
     args = [*params, *bufs, *state, *(fake.from_tensor(x) for x in inputs)]
     t0 = time.perf_counter()
     try:
-        with fxt.preserve_node_meta(), torch.random.fork_rng():
+        with fxt.preserve_node_meta(), torch.random.fork_rng(), _quiet_fake_tensor_log():
             gm = make_fx(step, tracing_mode="fake")(args)
     except PostplaceError:
         raise
@@ -235,6 +241,18 @@ def _tag_backward(loss):
             h.remove()
 
 
+@contextlib.contextmanager
+def _quiet_fake_tensor_log():
+    """Fake tensors log a full traceback when an op fails on them; we raise one line instead."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _explain(label: str, exc: Exception) -> str:
     """One line: what failed, where in the user's code, what to try."""
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -245,6 +263,8 @@ def _explain(label: str, exc: Exception) -> str:
             break
     data_dep = "DataDependent" in type(exc).__name__ or "data-dependent" in msg or "data dependent" in msg
     if data_dep:
+        if "_local_scalar_dense" in msg:
+            msg = "a tensor is read as a Python value, e.g. by if, bool() or .item()"
         return (
             f"cannot trace {label}{where}: its control flow depends on tensor values ({msg[:160]}); "
             "make branches and loop counts depend on shapes or config only (use torch.where for "
