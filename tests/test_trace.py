@@ -1,5 +1,7 @@
 """Tracing a training step into an OpGraph: folding, FLOPs, bytes, phases, colocation, errors."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -239,10 +241,18 @@ class WrongShapes(nn.Module):
         return self.lin(x) @ torch.ones(5, 5)
 
 
-def test_an_op_that_fails_on_fake_tensors_is_one_line_and_no_log_traceback(capfd):
-    with pytest.raises(PostplaceError) as err:
-        from_torch(WrongShapes(), torch.randn(2, 3), lambda o: o.sum())
+def test_an_op_that_fails_on_fake_tensors_is_one_line_and_no_log_traceback():
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    log.addHandler(handler)
+    try:
+        with pytest.raises(PostplaceError) as err:
+            from_torch(WrongShapes(), torch.randn(2, 3), lambda o: o.sum())
+    finally:
+        log.removeHandler(handler)
     assert (
         "\n" not in str(err.value) and "WrongShapes" in str(err.value) and "reduction dim" in str(err.value)
     )
-    assert "Traceback" not in capfd.readouterr().err
+    assert not records  # torch would log the failing op's traceback at ERROR level
