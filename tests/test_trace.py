@@ -256,3 +256,17 @@ def test_an_op_that_fails_on_fake_tensors_is_one_line_and_no_log_traceback():
         "\n" not in str(err.value) and "WrongShapes" in str(err.value) and "reduction dim" in str(err.value)
     )
     assert not records  # torch would log the failing op's traceback at ERROR level
+
+
+def test_frozen_parameters_have_no_optimizer_state_and_no_update():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model[0].requires_grad_(False)
+    g = from_torch(model, torch.randn(3, 4), lambda o: o.sum(), optimizer="adam")
+    frozen, trained = g.index("param:0.weight"), g.index("param:1.weight")
+    assert g.persistent_bytes[frozen] == 4 * 4 * 4 and g.persistent_bytes[trained] == 2 * 4 * 4 * 3
+    assert g.colocation[frozen] == -1 or not np.any((g.colocation == g.colocation[frozen]) & (g.phase == UPD))
+
+
+def test_inputs_must_be_tensors():
+    with pytest.raises(PostplaceError, match="inputs must be tensors"):
+        from_torch(nn.Linear(3, 2), (torch.randn(4, 3), "x"), lambda o: o.sum())

@@ -118,6 +118,12 @@ def trace(
             f"cannot trace a training step of {label}: it has no parameter that requires grad; "
             "unfreeze the parameters (p.requires_grad_(True)) to place a training step"
         )
+    bad = [type(x).__name__ for x in inputs if not isinstance(x, torch.Tensor)]
+    if bad:
+        raise PostplaceError(
+            f"cannot trace {label}: inputs must be tensors (got {', '.join(bad)}); "
+            "close over other arguments in a wrapper module"
+        )
     pnames = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
     step = _make_step(model, loss_fn, pnames, bnames, optimizer)
@@ -147,7 +153,8 @@ def trace(
         "trace_seconds": trace_s,
         **(metadata or {}),
     }
-    graph, op_of_node = _build_graph(gm, len(pnames), len(bnames), pnames, bnames, optimizer, label, meta)
+    trains = [p.requires_grad for _, p in model.named_parameters()]
+    graph, op_of_node = _build_graph(gm, pnames, bnames, trains, optimizer, label, meta)
     return Traced(graph, gm, model, inputs, optimizer, op_of_node)
 
 
@@ -340,7 +347,8 @@ class _Ops:
         return len(self.names) - 1
 
 
-def _build_graph(gm, n_p, n_b, pnames, bnames, optimizer, label, meta):
+def _build_graph(gm, pnames, bnames, trains, optimizer, label, meta):
+    n_p, n_b = len(pnames), len(bnames)
     slots = OPTIMIZERS[optimizer]
     ops = _Ops()
     where: dict[str, tuple[int, int] | None] = {}  # fx node name -> (op, slot) its value lives in
@@ -358,12 +366,13 @@ def _build_graph(gm, n_p, n_b, pnames, bnames, optimizer, label, meta):
             placeholders += 1
             nbytes = tensor_bytes(val)
             if k < n_p:
+                trained = trains[k]  # a frozen parameter has no optimizer state
                 i = ops.add(
                     f"param:{pnames[k]}",
                     "parameter",
                     "other",
                     out=nbytes,
-                    persist=nbytes * (1 + slots),
+                    persist=nbytes * (1 + slots * trained),
                     param=k,
                 )
                 where[node.name] = (i, 0)
