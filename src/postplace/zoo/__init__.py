@@ -192,6 +192,7 @@ def _tracer_digest() -> str:
         here / "vision.py",
         here / "seq.py",
         here.parent / "graph" / "trace_torch.py",
+        here.parent / "graph" / "fx_to_opgraph.py",
         here.parent / "graph" / "flops.py",
     ]
     h = hashlib.sha256()
