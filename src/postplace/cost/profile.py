@@ -46,7 +46,7 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def measure_roofline(n: int = 1024, copy_mb: int = 256, repeats: int = 5) -> tuple[float, float]:
+def measure_roofline(n: int = 1024, copy_mb: int = 256, repeats: int = 20) -> tuple[float, float]:
     """(peak FLOP/s, memory bytes/s) of this CPU as torch sees them: best of ``repeats`` timings of
     an ``n x n`` float32 matmul and of a ``copy_mb`` MB copy (read + write counted)."""
     a, b = torch.randn(n, n), torch.randn(n, n)
