@@ -20,4 +20,14 @@ __all__ = [
     "OpGraph",
     "load_graph",
     "topological_order",
+    "from_torch",
 ]
+
+
+def __getattr__(name):
+    # from_torch needs torch; import it on first use so `import postplace.graph` stays light
+    if name == "from_torch":
+        from postplace.graph.trace_torch import from_torch
+
+        return from_torch
+    raise AttributeError(f"module 'postplace.graph' has no attribute '{name}'")

@@ -1,0 +1,292 @@
+"""From a traced fx graph of one training step to an :class:`OpGraph`: folding, costs, colocation.
+
+The rules (what is folded, what each op costs, how colocation sets form) are described in
+:mod:`postplace.graph.trace_torch`, which calls :func:`build_graph`; this module applies them.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import torch
+
+from postplace.graph.flops import op_flops, tensor_bytes
+from postplace.graph.opgraph import OpGraph
+
+__all__ = ["build_graph"]
+
+#: aten ops that do no work but whose schema does not declare an alias (or that only drop autograd)
+_VIEW_LIKE = frozenset(
+    "detach alias lift_fresh _unsafe_view _reshape_alias unsafe_split unsafe_split_with_sizes "
+    "unsafe_chunk".split()
+)
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """True for ops that do no work: getitem, detach, and aten ops whose result aliases an input
+    they do not write (views)."""
+    t = node.target
+    if t is operator.getitem:
+        return True
+    schema = getattr(t, "_schema", None)
+    if schema is None:
+        return False
+    if t.overloadpacket.__name__ in _VIEW_LIKE:
+        return True
+    rets = schema.returns
+    return bool(rets) and rets[0].alias_info is not None and not rets[0].alias_info.is_write
+
+
+def _is_inplace(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    rets = schema.returns if schema is not None else ()
+    return bool(rets) and rets[0].alias_info is not None and rets[0].alias_info.is_write
+
+
+class _Ops:
+    """Growing per-op lists; turned into an OpGraph at the end."""
+
+    def __init__(self):
+        self.names, self.types, self.flops, self.bytes, self.out = [], [], [], [], []
+        self.persist, self.phase, self.inplace, self.seq, self.param = [], [], [], [], []
+        self.slot_bytes: dict[tuple[int, int], float] = {}
+
+    def add(
+        self,
+        name,
+        typ,
+        phase,
+        *,
+        flops=0.0,
+        nbytes=0.0,
+        out=0.0,
+        persist=0.0,
+        inplace=False,
+        seq=None,
+        param=None,
+    ) -> int:
+        self.names.append(name)
+        self.types.append(typ)
+        self.flops.append(flops)
+        self.bytes.append(nbytes)
+        self.out.append(out)
+        self.persist.append(persist)
+        self.phase.append(phase)
+        self.inplace.append(inplace)
+        self.seq.append(seq)
+        self.param.append(param)
+        return len(self.names) - 1
+
+
+def build_graph(gm, pnames, bnames, trains, slots, label, meta):
+    """The OpGraph of fx graph ``gm`` (placeholders: parameters, buffers, optimizer state, inputs),
+    and the map fx node name -> op index (-1: dropped)."""
+    n_p, n_b = len(pnames), len(bnames)
+    ops = _Ops()
+    where: dict[str, tuple[int, int] | None] = {}  # fx node name -> (op, slot) its value lives in
+    op_of_node: dict[str, int] = {}
+    edges: dict[tuple[int, int, int], float] = {}
+    consts: dict[str, int] = {}
+    n_call, phase = 0, "forward"
+    view_seq: list[tuple[int, int]] = []  # (seq_nr, op) of forward views folded into that op
+    placeholders = 0
+    ph_names = [nd.name for nd in gm.graph.nodes if nd.op == "placeholder"]
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            k = placeholders
+            placeholders += 1
+            nbytes = tensor_bytes(val)
+            if k < n_p:
+                trained = trains[k]  # a frozen parameter has no optimizer state
+                i = ops.add(
+                    f"param:{pnames[k]}",
+                    "parameter",
+                    "other",
+                    out=nbytes,
+                    persist=nbytes * (1 + slots * trained),
+                    param=k,
+                )
+                where[node.name] = (i, 0)
+            elif k < n_p + n_b:
+                i = ops.add(f"buffer:{bnames[k - n_p]}", "buffer", "other", out=nbytes, persist=nbytes)
+                where[node.name] = (i, 0)
+            elif k < n_p + n_b + n_p * slots:
+                j = k - n_p - n_b
+                i = where[ph_names[j // slots]][0]
+                where[node.name] = (i, 1 + j % slots)
+            else:
+                i = ops.add(f"input:{k - n_p - n_b - n_p * slots}", "input", "forward", out=nbytes)
+                where[node.name] = (i, 0)
+            ops.slot_bytes[where[node.name]] = float(nbytes)
+            op_of_node[node.name] = where[node.name][0]
+            continue
+        if node.op == "get_attr":
+            if node.target not in consts:
+                nbytes = tensor_bytes(val)
+                consts[node.target] = ops.add(f"const:{node.target}", "constant", "other", out=nbytes)
+                ops.slot_bytes[(consts[node.target], 0)] = float(nbytes)
+            where[node.name] = (consts[node.target], 0)
+            op_of_node[node.name] = consts[node.target]
+            continue
+        if node.op != "call_function":
+            continue
+        n_call += 1
+        custom = node.meta.get("custom") or {}
+        phase = custom.get("phase", phase)
+        if _is_view(node):
+            where[node.name] = _fold(node, where)
+            op_of_node[node.name] = where[node.name][0] if where[node.name] else -1
+            if phase == "forward" and where[node.name] is not None and node.meta.get("seq_nr") is not None:
+                view_seq.append((node.meta["seq_nr"], where[node.name][0]))
+            continue
+        if not node.all_input_nodes and tensor_bytes(val) == 0:  # e.g. batch norm's empty reserve
+            where[node.name] = None
+            op_of_node[node.name] = -1
+            continue
+        args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
+        read = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes)
+        out = tensor_bytes(val)
+        seq = custom.get("grad_fn") if phase == "backward" else node.meta.get("seq_nr")
+        i = ops.add(
+            node.name,
+            node.target.overloadpacket.__name__,
+            phase,
+            flops=op_flops(node.target, args, kwargs, val),
+            nbytes=float(read + out),
+            out=float(out),
+            inplace=_is_inplace(node),
+            seq=seq,
+            param=custom.get("param"),
+        )
+        where[node.name] = (i, 0)
+        op_of_node[node.name] = i
+        vals = val if isinstance(val, list | tuple) else [val]
+        for s, v in enumerate(vals):
+            ops.slot_bytes[(i, s)] = float(tensor_bytes(v))
+        for a in node.all_input_nodes:
+            src = where.get(a.name)
+            if src is not None and src[0] != i:
+                edges[(src[0], i, src[1])] = ops.slot_bytes.get(src, 0.0)
+    coloc, report = _colocate(ops, edges, view_seq)
+    meta = {
+        **meta,
+        "ops_before_folding": n_call,
+        "colocation": report,
+        "param_bytes": float(sum(ops.out[i] for i in range(len(ops.names)) if ops.types[i] == "parameter")),
+        "buffer_bytes": float(sum(ops.persist[i] for i in range(len(ops.names)) if ops.types[i] == "buffer")),
+    }
+    graph = OpGraph.build(
+        ops.names,
+        [(s, d, b, sl) for (s, d, sl), b in edges.items()],
+        op_types=ops.types,
+        flops=ops.flops,
+        bytes_accessed=ops.bytes,
+        output_bytes=ops.out,
+        persistent_bytes=ops.persist,
+        colocation=coloc,
+        phase=ops.phase,
+        inplace=ops.inplace,
+        memory_mode="live",
+        name=label,
+        metadata=meta,
+    )
+    return graph, op_of_node
+
+
+def _fold(node, where) -> tuple[int, int] | None:
+    """Where a view's value lives: ``getitem(x, k)`` of a real op is that op's slot k; any other view
+    lives where its first tensor argument lives."""
+    src = node.all_input_nodes[0] if node.all_input_nodes else None
+    if src is None:
+        return None
+    base = where.get(src.name)
+    if (
+        node.target.__name__ == "getitem"
+        and base is not None
+        and not _is_view_node(src)
+        and src.op == "call_function"
+    ):
+        return (base[0], int(node.args[1]))
+    return base
+
+
+def _is_view_node(node) -> bool:
+    return node.op == "call_function" and _is_view(node)
+
+
+def _colocate(ops: _Ops, edges, view_seq) -> tuple[np.ndarray, dict]:
+    n = len(ops.names)
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    fwd: dict[int, list[int]] = {}
+    for i in range(n):
+        if ops.phase[i] == "forward" and ops.seq[i] is not None and ops.types[i] not in ("input",):
+            fwd.setdefault(ops.seq[i], []).append(i)
+    for seq, i in view_seq:  # a view's backward (e.g. expand -> sum) goes where the view's value lives
+        if ops.types[i] != "input" and i not in fwd.get(seq, []):
+            fwd.setdefault(seq, []).append(i)
+    succ: dict[int, list[int]] = {}
+    for s, d, _sl in sorted(edges):
+        succ.setdefault(s, []).append(d)
+    param_op = {ops.param[i]: i for i in range(n) if ops.types[i] == "parameter"}
+    direct, free = 0, []
+    bwd = [i for i in range(n) if ops.phase[i] == "backward"]
+    linked = set()
+    for i in bwd:
+        partners = fwd.get(ops.seq[i]) if ops.seq[i] is not None else None
+        if partners:
+            direct += 1
+            linked.add(i)
+            for j in partners:
+                union(i, j)
+        else:
+            free.append(i)
+    inherited = 0
+    for i in reversed(free):  # consumers come later in program order: resolve them first
+        heir = next((d for d in succ.get(i, []) if d in linked or ops.phase[d] == "update"), None)
+        if heir is not None:
+            union(i, heir)
+            linked.add(i)
+            inherited += 1
+    for i in range(n):
+        if ops.phase[i] == "update" and ops.param[i] in param_op:
+            union(i, param_op[ops.param[i]])
+        if ops.types[i] == "buffer":
+            for d in succ.get(i, []):
+                union(i, d)
+    roots = [find(i) for i in range(n)]
+    sizes: dict[int, int] = {}
+    for r in roots:
+        sizes[r] = sizes.get(r, 0) + 1
+    ids: dict[int, int] = {}
+    coloc = np.full(n, -1, dtype=np.int64)
+    for i, r in enumerate(roots):
+        if sizes[r] > 1:
+            coloc[i] = ids.setdefault(r, len(ids))
+    n_b = len(bwd)
+    report = {
+        "backward_ops": n_b,
+        "linked_by_seq_nr": direct,
+        "inherited_from_consumer": inherited,
+        "unconstrained": n_b - direct - inherited,
+        "coverage": direct / n_b if n_b else 1.0,
+        "sets": len(ids),
+        "update_ops_with_parameter": sum(
+            1 for i in range(n) if ops.phase[i] == "update" and ops.param[i] in param_op
+        ),
+    }
+    return coloc, report

@@ -1,0 +1,205 @@
+"""The benchmark zoo: the paper's models, written in this project's code, traced once and cached.
+
+``MODELS`` lists them (name -> :class:`ModelSpec`); ``build(name, size)`` gives ``(model, inputs,
+loss_fn)`` ready for :func:`postplace.graph.from_torch`; ``cached_graph(name, size, optimizer)``
+traces once and keeps the graph file under ``$POSTPLACE_CACHE`` (default ``~/.cache/postplace``),
+keyed by model, config, optimizer, torch version and the tracer's own source, so a change to any of
+them traces afresh. ``size="small"`` is a narrow, shallow version of the same architecture that
+traces in well under a second (for tests); ``"full"`` is the configuration the figures come from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from postplace.errors import PostplaceError
+
+__all__ = ["MODELS", "SIZES", "ModelSpec", "build", "cache_dir", "cached_graph", "trace_model"]
+
+SIZES = ("small", "full")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo model: what it is, where each figure of its config comes from, both configs."""
+
+    name: str
+    description: str
+    source: str
+    full: dict
+    small: dict = field(default_factory=dict)
+
+    def config(self, size: str) -> dict:
+        if size not in SIZES:
+            raise PostplaceError(f"unknown size '{size}' for model '{self.name}'; use one of {SIZES}")
+        return dict(self.full if size == "full" else self.small)
+
+
+_POST = "Post paper (Gao et al., NeurIPS 2018) Sec. 5: batch 32 for the CNNs, 4-layer RNNLM, 2/4-layer NMT"
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec(
+            "inception_v3",
+            "Inception-V3 image classifier, 299x299 ImageNet images",
+            f"Szegedy et al. CVPR 2016 (architecture, 299x299, 1000 classes); {_POST}",
+            dict(batch=32, image=299, classes=1000, width=1.0),
+            dict(batch=2, image=75, classes=10, width=0.125),
+        ),
+        ModelSpec(
+            "resnet50",
+            "ResNet-50 image classifier, 224x224 ImageNet images",
+            f"He et al. CVPR 2016 Table 1 (3-4-6-3 bottlenecks, 224x224, 1000 classes); {_POST}",
+            dict(batch=32, image=224, classes=1000, blocks=(3, 4, 6, 3), width=1.0),
+            dict(batch=2, image=32, classes=10, blocks=(1, 1, 1, 1), width=0.125),
+        ),
+        ModelSpec(
+            "rnnlm",
+            "4-layer LSTM language model, unrolled (each time step is its own ops)",
+            "layers: Post paper Sec. 5; hidden 1500, vocab 10k, 35 steps, batch 20: the 'large' PTB "
+            "model of Zaremba et al. 2014 (the Post paper does not give them; our choice)",
+            dict(batch=20, steps=35, vocab=10000, hidden=1500, layers=4),
+            dict(batch=2, steps=4, vocab=50, hidden=16, layers=4),
+        ),
+        ModelSpec(
+            "nmt2",
+            "GNMT-like 2-layer encoder-decoder with attention, unrolled",
+            "layers: Post paper Sec. 5; hidden 1024, 32k wordpiece vocab, batch 128: Wu et al. 2016 "
+            "(GNMT); sequence length 40 is our choice",
+            dict(batch=128, src_len=40, tgt_len=40, vocab=32000, hidden=1024, layers=2),
+            dict(batch=2, src_len=4, tgt_len=3, vocab=50, hidden=16, layers=2),
+        ),
+        ModelSpec(
+            "nmt4",
+            "GNMT-like 4-layer encoder-decoder with attention, unrolled",
+            "as nmt2, with 4 encoder and 4 decoder layers (Post paper Sec. 5)",
+            dict(batch=128, src_len=40, tgt_len=40, vocab=32000, hidden=1024, layers=4),
+            dict(batch=2, src_len=4, tgt_len=3, vocab=50, hidden=16, layers=4),
+        ),
+        ModelSpec(
+            "gpt2",
+            "GPT-2 small (124M) decoder-only transformer",
+            "Radford et al. 2019 Table 2 and the released 124M config (12 layers, d 768, 12 heads, "
+            "vocab 50257, context 1024); batch 8 is our choice",
+            dict(batch=8, seq=1024, vocab=50257, d=768, layers=12, heads=12, context=1024),
+            dict(batch=2, seq=16, vocab=50, d=32, layers=2, heads=4, context=16),
+        ),
+    )
+}
+
+
+def spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise PostplaceError(f"unknown zoo model '{name}'; known models: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def build(name: str, size: str = "full", *, seed: int = 0):
+    """``(model, inputs, loss_fn)`` for one zoo model: a freshly initialised model in training mode,
+    a random batch, and a cross-entropy loss closing over random targets."""
+    import torch
+    from torch import nn
+
+    from postplace.zoo import seq, vision
+
+    cfg = spec(name).config(size)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    ce = nn.functional.cross_entropy
+    b = cfg["batch"]
+    if name in ("inception_v3", "resnet50"):
+        if name == "inception_v3":
+            model = vision.InceptionV3(width=cfg["width"], classes=cfg["classes"])
+        else:
+            model = vision.ResNet50(blocks=cfg["blocks"], width=cfg["width"], classes=cfg["classes"])
+        inputs = (torch.randn(b, 3, cfg["image"], cfg["image"], generator=gen),)
+        y = torch.randint(0, cfg["classes"], (b,), generator=gen)
+        return model.train(), inputs, lambda out: ce(out, y)
+    if name == "rnnlm":
+        model = seq.RNNLM(cfg["vocab"], cfg["hidden"], cfg["layers"])
+        inputs = (torch.randint(0, cfg["vocab"], (b, cfg["steps"]), generator=gen),)
+        y = torch.randint(0, cfg["vocab"], (b * cfg["steps"],), generator=gen)
+        return model.train(), inputs, lambda out: ce(out.reshape(-1, out.shape[-1]), y)
+    if name in ("nmt2", "nmt4"):
+        model = seq.NMT(cfg["vocab"], cfg["hidden"], cfg["layers"])
+        src = torch.randint(0, cfg["vocab"], (b, cfg["src_len"]), generator=gen)
+        tgt = torch.randint(0, cfg["vocab"], (b, cfg["tgt_len"]), generator=gen)
+        y = torch.randint(0, cfg["vocab"], (b * cfg["tgt_len"],), generator=gen)
+        return model.train(), (src, tgt), lambda out: ce(out.reshape(-1, out.shape[-1]), y)
+    model = seq.GPT2(cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["context"])
+    tokens = torch.randint(0, cfg["vocab"], (b, cfg["seq"]), generator=gen)
+    y = torch.randint(0, cfg["vocab"], (b * cfg["seq"],), generator=gen)
+    return model.train(), (tokens,), lambda out: ce(out.reshape(-1, out.shape[-1]), y)
+
+
+def trace_model(name: str, size: str = "full", optimizer: str = "sgd"):
+    """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`."""
+    from postplace.graph.trace_torch import trace
+
+    model, inputs, loss_fn = build(name, size)
+    meta = {"zoo": {"name": name, "size": size, "config": _jsonable(spec(name).config(size))}}
+    return trace(model, inputs, loss_fn, optimizer, name=f"{name}-{size}", metadata=meta)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("POSTPLACE_CACHE") or Path.home() / ".cache" / "postplace")
+
+
+def cached_graph(name: str, size: str = "full", optimizer: str = "sgd"):
+    """The OpGraph of one zoo model, traced on first use and read from the cache after that."""
+    import torch
+
+    from postplace.graph.opgraph import OpGraph
+
+    cfg = spec(name).config(size)
+    key = json.dumps(
+        {
+            "name": name,
+            "size": size,
+            "config": _jsonable(cfg),
+            "optimizer": optimizer,
+            "torch": torch.__version__,
+            "tracer": _tracer_digest(),
+        },
+        sort_keys=True,
+    )
+    path = cache_dir() / f"{name}-{size}-{optimizer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.exists():
+        try:
+            return OpGraph.load(path)
+        except PostplaceError:
+            pass  # a damaged cache entry is traced again, never trusted
+    graph = trace_model(name, size, optimizer).graph
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        graph.save(path)
+    except OSError as exc:
+        raise PostplaceError(
+            f"cannot write the graph cache {path} ({exc.strerror}); set POSTPLACE_CACHE to a writable folder"
+        ) from None
+    return graph
+
+
+def _tracer_digest() -> str:
+    """Hash of the source files that decide what a traced graph holds."""
+    here = Path(__file__).resolve().parent
+    files = [
+        here / "__init__.py",
+        here / "vision.py",
+        here / "seq.py",
+        here.parent / "graph" / "trace_torch.py",
+        here.parent / "graph" / "fx_to_opgraph.py",
+        here.parent / "graph" / "flops.py",
+    ]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _jsonable(cfg: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}

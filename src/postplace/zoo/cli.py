@@ -1,0 +1,77 @@
+"""What the zoo commands show, as plain functions returning text, so ``cli.py`` wires each in one line:
+``postplace models`` -> :func:`cmd_models`, ``postplace graph NAME`` -> :func:`cmd_graph`,
+``postplace profile TARGET`` -> :func:`cmd_profile`. Errors are :class:`PostplaceError` lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from postplace.errors import PostplaceError
+from postplace.graph.opgraph import PHASES, OpGraph
+from postplace.zoo import MODELS, cached_graph
+
+__all__ = ["cmd_graph", "cmd_models", "cmd_profile", "graph_summary"]
+
+
+def graph_summary(graph: OpGraph) -> dict:
+    """The numbers ``postplace graph`` and ``benchmarks/zoo.py`` print for one traced graph."""
+    meta = graph.metadata
+    fwd = graph.flops[graph.phase == PHASES.index("forward")].sum()
+    return {
+        "ops_before": meta.get("ops_before_folding"),
+        "ops": graph.num_ops,
+        "edges": graph.num_edges,
+        "gflops": float(graph.flops.sum()) / 1e9,
+        "fwd_bwd_over_fwd": float(graph.flops[graph.phase <= 1].sum() / fwd) if fwd else float("nan"),
+        "param_bytes": float(meta.get("param_bytes", 0.0)),
+        "persistent_bytes": float(graph.persistent_bytes.sum()),
+        "coverage": (meta.get("colocation") or {}).get("coverage"),
+        "coloc_sets": len(graph.colocation_sets),
+        "largest_set": max((len(s) for s in graph.colocation_sets), default=0),
+        "trace_s": meta.get("trace_seconds"),
+    }
+
+
+def cmd_models() -> str:
+    """``postplace models``: one line per zoo model with its full-size config, then the sources."""
+    lines = [f"{'name':13} {'description':66} full config"]
+    for spec in MODELS.values():
+        cfg = ", ".join(f"{k}={v}" for k, v in spec.full.items())
+        lines.append(f"{spec.name:13} {spec.description:66} {cfg}")
+    lines.append("")
+    lines += [f"{spec.name}: {spec.source}" for spec in MODELS.values()]
+    return "\n".join(lines)
+
+
+def cmd_graph(name: str, size: str = "full", out: str | Path | None = None, optimizer: str = "sgd") -> str:
+    """``postplace graph NAME``: trace (or read from the cache) a zoo model; write it to ``out``."""
+    graph = cached_graph(name, size, optimizer)
+    if out is not None:
+        try:
+            graph.save(out)
+        except OSError as exc:
+            raise PostplaceError(
+                f"{out}: cannot write the graph ({exc.strerror}); pick a writable path"
+            ) from None
+    s = graph_summary(graph)
+    text = (
+        f"{graph.name} ({optimizer}): {s['ops']} ops ({s['ops_before']} aten calls before folding), "
+        f"{s['edges']} edges, {s['gflops']:.1f} GFLOP per step, "
+        f"parameters {s['param_bytes'] / 2**20:.1f} MiB, "
+        f"persistent {s['persistent_bytes'] / 2**20:.1f} MiB, colocation coverage {s['coverage']:.1%}"
+    )
+    return text + (f"\nwritten to {out}" if out is not None else "")
+
+
+def cmd_profile(
+    target: str, size: str = "small", runs: int = 5, out: str | Path | None = None, optimizer: str = "sgd"
+) -> str:
+    """``postplace profile TARGET``: time a zoo model (name) or a traced zoo graph file on this CPU."""
+    from postplace.cost.profile import profile_cpu
+
+    what = target if target in MODELS else OpGraph.load(target)
+    graph, report = profile_cpu(what, size=size, optimizer=optimizer, runs=runs)
+    if out is not None:
+        graph.save(out)
+    return report.format() + (f"\nmeasured graph written to {out}" if out is not None else "")
