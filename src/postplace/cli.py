@@ -7,6 +7,7 @@ traceback is ever shown for it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -198,12 +199,210 @@ def simulate(
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 
 
+@app.command()
+def models() -> None:
+    """List the zoo models with their configs and the sources of their figures."""
+    from postplace.zoo.cli import cmd_models
+
+    console.print(cmd_models(), highlight=False)
+
+
+@app.command()
+def graph(
+    name: Annotated[str, typer.Argument(help="Zoo model name (see `postplace models`).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the graph file here.")] = None,
+    size: SizeOpt = "full",
+    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+) -> None:
+    """Trace a zoo model's training step into a graph file (cached after the first time)."""
+    from postplace.zoo.cli import cmd_graph
+
+    console.print(cmd_graph(name, size, out, optimizer), highlight=False)
+
+
+@app.command()
+def profile(
+    target: Annotated[str, typer.Argument(help="Zoo model name or a traced zoo graph file.")],
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per op (the median is kept).")] = 5,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the measured graph here.")] = None,
+) -> None:
+    """Run the traced step on this CPU, store per-op medians, compare them with the roofline."""
+    from postplace.zoo.cli import cmd_profile
+
+    console.print(cmd_profile(target, size=size, runs=runs, out=out), highlight=False)
+
+
+def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:
+    """The fastest single-device placement that fits in memory, or (None, None, None)."""
+    ops = np.stack([single_device(graph, c, name) for name in c.device_names])
+    res = sim.evaluate_ops(ops)
+    ok = np.flatnonzero(res.feasible)
+    if ok.size == 0:
+        return None, None, None
+    best = ok[np.argmin(res.step_time[ok])]
+    return c.device_names[best], float(res.step_time[best]), ops[best]
+
+
+@app.command()
+def place(
+    target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
+    cluster: ClusterOpt = "k80x4",
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post, post-paper, ce, ppo, reinforce, random...")] = "post",
+    budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (placement, history, summary, checkpoint).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run saved in this folder.")] = None,
+    groups: Annotated[str, typer.Option("--groups", help="Number of groups, or 'none' for op-level placement.")] = "256",
+    pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: pin matching ops (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="A device the search may not use.")] = None,
+    warm_start: Annotated[str | None, typer.Option("--warm-start", help="Seed the search with a placer's placement.")] = None,
+    size: SizeOpt = "full",
+    as_json: JsonOpt = False,
+) -> None:
+    """Search a placement; returns the better of the search's best and the best single device."""
+    from postplace.cluster.placement import save_placement
+    from postplace.search import Budget, make_problem, make_strategy, run
+
+    if resume is not None:
+        out = resume
+        meta = _read_meta(resume)
+        target, cluster, strategy, seed, groups, size = (meta[k] for k in ("target", "cluster", "strategy", "seed",
+                                                                           "groups", "size"))  # fmt: skip
+        budget, pin, exclude, warm_start = meta["budget"], meta["pin"], meta["exclude"], meta["warm_start"]
+    if out is None:
+        out = Path("runs") / f"{Path(target).stem}-{cluster}-{strategy}-s{seed}"
+    graph = load_target(target, size)
+    c = load_cluster(cluster)
+    n_groups = None if groups == "none" else _positive_int(groups, "--groups")
+    problem = make_problem(graph, c, groups=n_groups, pins=pin or [], exclude=exclude or [], seed=seed)
+    budget_ = Budget.parse(budget)
+    strat = make_strategy(strategy, problem.space, seed=seed)
+    warm = None
+    if warm_start is not None:
+        warm = _warm_start_units(warm_start, problem)
+    meta = {"target": target, "cluster": cluster, "strategy": strategy, "seed": seed, "groups": groups,
+            "size": size, "budget": budget, "pin": pin or [], "exclude": exclude or [], "warm_start": warm_start}  # fmt: skip
+    if not as_json:
+        console.print(f"{graph.name}: {graph.num_ops} ops in {problem.grouping.num_groups} groups on {c.name}; "
+                      f"{strategy}, budget {budget_.describe()}, seed {seed}", highlight=False)  # fmt: skip
+    result = run(strat, problem.simulator, budget_, out_dir=out, resume=resume is not None,
+                 progress=not as_json and sys.stderr.isatty(), warm_start=warm, meta=meta)  # fmt: skip
+    sim = problem.simulator
+    single_name, single_time, single_ops = _single_device_best(sim, graph, c)
+    search_ops = None if result.best_placement is None else problem.grouping.expand(result.best_placement)
+    if search_ops is not None and (single_time is None or result.best_step_time <= single_time):
+        chosen, best_ops, best_time = "search", search_ops, result.best_step_time
+    elif single_ops is not None:
+        chosen, best_ops, best_time = f"single:{single_name}", single_ops, single_time
+    else:
+        raise PostplaceError(
+            f"no feasible placement found: the search sampled {result.samples} placements, all OOM or failed, "
+            "and no single device fits; try a larger --budget or a cluster with more memory"
+        )
+    sched = sim.schedule(best_ops)
+    save_placement(out / "placement.json", graph, c, best_ops)
+    lb = sim.lower_bound
+    summary = {
+        "graph": graph.name, "cluster": c.name, "strategy": strategy, "seed": seed, "evaluator": result.evaluator,
+        "budget": budget_.describe(), "samples": result.samples, "feasible_samples": result.feasible_samples,
+        "evaluations": result.evaluations, "groups": problem.grouping.num_groups,
+        "best_step_time_s": best_time, "returned": chosen,
+        "search_best_step_time_s": result.best_step_time if search_ops is not None else None,
+        "search_best_sample": result.best_sample,
+        "single_device": single_name, "single_device_step_time_s": single_time,
+        "lower_bound_s": lb, "ratio_to_lower_bound": best_time / lb if lb > 0 else None,
+        "ratio_to_single_device": best_time / single_time if single_time else None,
+        "peak_memory_bytes": dict(zip(c.device_names, sched.peak_memory.tolist(), strict=True)),
+        "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
+        "warm_start": warm_start, "wall_time_s": result.wall_time_s, "interrupted": result.interrupted,
+        "out": str(out),
+    }  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if as_json:
+        print(json.dumps(summary))
+        return
+    _print_place_table(summary, c)
+
+
+def _print_place_table(s: dict, c: Cluster) -> None:
+    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples (simulated)")
+    t.add_column("")
+    t.add_column("step time", justify="right")
+    t.add_column("vs returned", justify="right")
+    best = s["best_step_time_s"]
+    rows = [("returned placement (" + s["returned"] + ")", best)]
+    if s["search_best_step_time_s"] is not None:
+        rows.append((f"search best (sample {s['search_best_sample']})", s["search_best_step_time_s"]))
+    else:
+        rows.append(("search best", None))
+    rows.append((f"best single device ({s['single_device'] or 'none fits'})", s["single_device_step_time_s"]))
+    rows.append(("lower bound", s["lower_bound_s"]))
+    for name, v in rows:
+        t.add_row(name, "-" if v is None else _ms(v), "-" if v is None else f"{v / best:.3f}x")
+    console.print(t)
+    m = Table(title="peak memory of the returned placement")
+    for col in ("device", "peak", "capacity", ""):
+        m.add_column(col)
+    for d in c.device_names:
+        peak, cap = s["peak_memory_bytes"][d], s["capacity_bytes"][d]
+        m.add_row(d, _gb(peak), _gb(cap), "OOM" if peak > cap else "")
+    console.print(m)
+    if s["warm_start"]:
+        console.print(f"the search was warm-started from the {s['warm_start']} placer", highlight=False)
+    if s["interrupted"]:
+        console.print(f"interrupted: resume with  postplace place --resume {s['out']}", highlight=False)
+    console.print(f"wrote {s['out']}/placement.json, summary.json, history.jsonl, checkpoint.pkl", highlight=False)
+
+
+def _read_meta(folder: Path) -> dict:
+    import pickle
+
+    path = folder / "checkpoint.pkl"
+    if not path.exists():
+        raise PostplaceError(f"{folder}: no checkpoint.pkl to resume from")
+    with open(path, "rb") as f:
+        return pickle.load(f)["meta"]
+
+
+def _positive_int(text: str, flag: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise PostplaceError(f"{flag} '{text}': give a positive integer or 'none'")
+    return int(text)
+
+
+def _warm_start_units(placer: str, problem) -> np.ndarray:
+    """A placer's op-level placement, mapped to units (each unit takes its first op's device)."""
+    c, graph = problem.cluster, problem.graph
+    if placer.startswith("single:") or placer == "single":
+        name, _, ops = (
+            (placer.split(":", 1)[1], None, single_device(graph, c, placer.split(":", 1)[1]))
+            if ":" in placer else _single_device_best(problem.simulator, graph, c)
+        )  # fmt: skip
+        if ops is None:
+            raise PostplaceError("--warm-start single: no single device fits this graph")
+    else:
+        try:
+            from postplace.placers import place as run_placer
+        except ImportError:
+            raise PostplaceError(f"--warm-start '{placer}': this build only has 'single'") from None
+        ops = run_placer(placer, graph, c)
+    first = np.unique(problem.grouping.group_of_op, return_index=True)[1]
+    return ops[first]
+
+
 def main() -> None:
     try:
         app(standalone_mode=True)
     except PostplaceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:  # a bug of ours, not the user's input: still no wall of text by default
+        if os.environ.get("POSTPLACE_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with POSTPLACE_DEBUG=1 for the traceback, "
+              "and please report it)", file=sys.stderr)  # fmt: skip
+        sys.exit(3)
 
 
 if __name__ == "__main__":

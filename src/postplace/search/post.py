@@ -46,8 +46,15 @@ class PostConfig:
     """N: a cross-entropy step replaces PPO at every multiple of N samples (a multiple of K)."""
     elite_fraction: float = 0.1
     """Share of the recent feasible samples kept as the elite: 10%, as in the paper."""
-    eps: float = 0.05
-    """Mixing weight of uniform-over-allowed after a CE step, so no allowed device reaches zero."""
+    eps: float | None = None
+    """Mixing weight of uniform-over-allowed after a CE step, so no allowed device reaches zero. None:
+    ``min(eps_cap, eps_units / G)``, so that about ``eps_units`` units per sample are redrawn
+    uniformly whatever the number of units G (a fixed eps redraws many units of a large graph, most of
+    them onto a slow CPU)."""
+    eps_units: float = 1.0
+    """With eps=None: expected number of units per sample redrawn uniformly after a CE step."""
+    eps_cap: float = 0.1
+    """With eps=None: the largest eps used (small graphs)."""
     lr: float = 0.05
     """Adam learning rate on the logits (PPO steps)."""
     ppo_epochs: int = 10
@@ -159,8 +166,13 @@ class PostStrategy:
             return  # no feasible sample: nothing to fit
         n_elite = max(1, int(np.floor(self.config.elite_fraction * ok.size)))
         elite = ok[np.argsort(score[ok], kind="stable")[:n_elite]]
-        cross_entropy_update(self.policy, placements[elite], self.config.eps)
+        cross_entropy_update(self.policy, placements[elite], self.eps)
         self.adam.reset(self.policy.logits.shape)
+
+    @property
+    def eps(self) -> float:
+        cfg = self.config
+        return cfg.eps if cfg.eps is not None else min(cfg.eps_cap, cfg.eps_units / self.space.num_units)
 
     def _forget_recent(self) -> None:
         self.recent_placements, self.recent_scores, self.recent_feasible = [], [], []

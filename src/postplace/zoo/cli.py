@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from postplace.errors import PostplaceError
+from postplace.graph import load_graph
 from postplace.graph.opgraph import PHASES, OpGraph
 from postplace.zoo import MODELS, cached_graph
 
@@ -70,7 +71,7 @@ def cmd_profile(
     """``postplace profile TARGET``: time a zoo model (name) or a traced zoo graph file on this CPU."""
     from postplace.cost.profile import profile_cpu
 
-    what = target if target in MODELS else OpGraph.load(target)
+    what = target if target in MODELS else load_graph(target)
     graph, report = profile_cpu(what, size=size, optimizer=optimizer, runs=runs)
     if out is not None:
         graph.save(out)
