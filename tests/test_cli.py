@@ -100,3 +100,32 @@ def test_placement_splitting_a_colocation_set(graph_file, tmp_path):
 
 def test_missing_file():
     assert_one_error_line(run("info", "no/such/graph.json"), "no such file")
+
+
+def test_place_json_and_resume(graph_file, tmp_path):
+    out = tmp_path / "run"
+    r = run("place", str(graph_file), "-c", "k80x2", "--budget", "96", "--seed", "3", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    for key in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s", "lower_bound_s",
+                "samples", "strategy", "seed", "evaluator"):  # fmt: skip
+        assert key in s
+    assert s["samples"] == 96 and s["evaluator"] == "simulator" and s["strategy"] == "post"
+    assert s["best_step_time_s"] <= s["single_device_step_time_s"] and s["best_step_time_s"] >= s["lower_bound_s"]
+    assert s["best_step_time_s"] == min(s["search_best_step_time_s"], s["single_device_step_time_s"])
+    placement = json.loads((out / "placement.json").read_text())
+    assert set(placement) == {"a", "b", "c"}
+    # the written placement is readable by `simulate` and gives the same step time
+    r2 = run("simulate", str(graph_file), "-c", "k80x2", "-p", str(out / "placement.json"), "--json")
+    assert json.loads(r2.stdout)["step_time_s"] == s["best_step_time_s"]
+    assert len((out / "history.jsonl").read_text().splitlines()) == 96
+    # a finished run resumed stays finished and says the same
+    r3 = run("place", "--resume", str(out), "--json")
+    assert r3.returncode == 0, r3.stderr
+    assert json.loads(r3.stdout)["best_step_time_s"] == s["best_step_time_s"]
+    # starting again into the same folder is refused with one line
+    assert_one_error_line(run("place", str(graph_file), "-c", "k80x2", "--out", str(out)), "--resume")
+
+
+def test_place_bad_budget(graph_file, tmp_path):
+    assert_one_error_line(run("place", str(graph_file), "--budget", "soon", "--out", str(tmp_path / "x")), "--budget")

@@ -246,7 +246,7 @@ def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, fl
 
 @app.command()
 def place(
-    target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
+    target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="post, post-paper, ce, ppo, reinforce, random...")] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
@@ -270,6 +270,8 @@ def place(
         target, cluster, strategy, seed, groups, size = (meta[k] for k in ("target", "cluster", "strategy", "seed",
                                                                            "groups", "size"))  # fmt: skip
         budget, pin, exclude, warm_start = meta["budget"], meta["pin"], meta["exclude"], meta["warm_start"]
+    if target is None:
+        raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
     if out is None:
         out = Path("runs") / f"{Path(target).stem}-{cluster}-{strategy}-s{seed}"
     graph = load_target(target, size)

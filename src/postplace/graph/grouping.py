@@ -7,14 +7,18 @@ from D^n to D^G. The pass:
 2. keeps apart ops that must not share a device anyway: different effective device kinds (a CPU-only
    op never drags GPU-capable ops onto the CPU) and different pins;
 3. if more units than ``num_groups`` remain, partitions the unit graph into ``num_groups`` balanced
-   parts with METIS (pymetis): vertex weight = work, edge weight = bytes moved, so heavy edges stay
-   inside a group. Parts are then split by the classes of step 2 and renumbered by first op.
+   parts with METIS (pymetis, recursive bisection): vertex weight = work, clipped at one part's share,
+   plus a per-unit term (a few huge units must not leave parts empty); edge weight = bytes moved, so
+   heavy edges stay inside a group. Parts are then split by the classes of step 2 and renumbered by first op.
 
 ``num_groups=None`` skips step 3 (op-level placement: one unit per colocation set).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,10 +77,10 @@ def group_ops(
         return Grouping(unit, n_units)
     weight = graph.flops + 1.0 if op_weight is None else np.asarray(op_weight, dtype=np.float64)
     part = _metis(graph, unit, n_units, weight, num_groups, seed)
-    group = part[unit]
+    group = _renumber(part[unit])
     if classes is not None:
         group = _split_by(group, classes)
-    return Grouping(_renumber(group), int(group.max()) + 1 if group.size else 0)
+    return Grouping(group, int(group.max()) + 1 if group.size else 0)
 
 
 def _metis(graph: OpGraph, unit: np.ndarray, n_units: int, weight: np.ndarray, parts: int, seed: int):
@@ -92,20 +96,41 @@ def _metis(graph: OpGraph, unit: np.ndarray, n_units: int, weight: np.ndarray, p
     summed = np.bincount(inv, weights=ww)
     a, b = uniq // n_units, uniq % n_units
     xadj = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n_units))])
-    vw = np.bincount(unit, weights=weight, minlength=n_units)
-    vweights = _as_int_weights(vw)
-    eweights = _as_int_weights(summed)
-    result = pymetis.part_graph(
-        parts,
-        pymetis.CSRAdjacency(xadj.astype(np.int64), b.astype(np.int64)),
-        vweights=vweights,
-        eweights=eweights,
-        options=pymetis.Options(seed=seed),
-    )
+    work = np.bincount(unit, weights=weight, minlength=n_units)
+    # A unit heavier than one part's share cannot be balanced and makes METIS leave parts empty:
+    # clip work at the share, and add a per-unit term so that light units still spread over parts.
+    clipped = np.minimum(work, work.sum() / parts)
+    balance = clipped / max(clipped.sum(), 1e-300) + 1.0 / n_units
+    with _quiet_fds():  # METIS prints its complaints straight to the C stdout/stderr
+        result = pymetis.part_graph(
+            parts,
+            pymetis.CSRAdjacency(xadj.astype(np.int64), b.astype(np.int64)),
+            vweights=_as_int_weights(balance, 1000),
+            eweights=_as_int_weights(summed, 1000),
+            recursive=True,
+            options=pymetis.Options(seed=seed),
+        )
     return np.asarray(result.vertex_part, dtype=np.int64)
 
 
-def _as_int_weights(w: np.ndarray, scale: int = 100_000) -> list[int]:
+@contextlib.contextmanager
+def _quiet_fds():
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def _as_int_weights(w: np.ndarray, scale: int) -> list[int]:
     top = float(w.max()) if w.size else 0.0
     if top <= 0:
         return [1] * len(w)
