@@ -104,9 +104,12 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         speed = 1.0 / np.maximum(rows.sum(axis=0), 1e-300)
         tpw = speed / speed.sum()
         opts = pymetis.Options(seed=int(seed))
-        _, parts = pymetis.part_graph(len(devs), xadj=xadj.tolist(), adjncy=ys.tolist(), vweights=vw.tolist(),
-                                      eweights=ws.tolist() if len(ws) else None, tpwgts=tpw.tolist(),
-                                      options=opts)
+        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
+            graph_arg = {"adjacency": pymetis.CSRAdjacency(xadj.tolist(), ys.tolist())}
+        else:
+            graph_arg = {"xadj": xadj.tolist(), "adjncy": ys.tolist()}
+        _, parts = pymetis.part_graph(len(devs), **graph_arg, vweights=vw.tolist(),
+                                      eweights=ws.tolist() if len(ws) else None, tpwgts=tpw.tolist(), options=opts)
         unit_dev = np.array(devs, dtype=np.int64)[np.asarray(parts, dtype=np.int64)]
     first = np.array([m[0] for m in members], dtype=np.int64)
     for u in np.flatnonzero(~allowed[first, unit_dev]):
