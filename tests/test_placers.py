@@ -229,7 +229,7 @@ def instances(draw):
         for i in draw(st.lists(st.integers(0, j - 1), max_size=3, unique=True)):
             slot = draw(st.integers(0, 1))
             edges.append((i, j, size.setdefault((i, slot), float(draw(st.integers(0, 6)))), slot))
-    cpu_only = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    cpu_only = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n))
     coloc = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
     graph = OpGraph.build(
         [f"op{i}" for i in range(n)], edges,
