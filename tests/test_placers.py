@@ -245,17 +245,31 @@ def instances(draw):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(), st.sampled_from(["m-topo", "m-etf", "m-sct"]))
-def test_memory_aware_placements_are_feasible_in_the_simulator(inst, name):
+@given(instances(), st.sampled_from(["m-topo", "m-etf", "m-sct"]), st.sampled_from(["checked", "conservative"]))
+def test_memory_aware_placements_are_feasible_in_the_simulator(inst, name, memory):
     graph, cluster, cost = inst
     try:
-        dev = place(name, graph, cluster, cost_model=cost)
+        dev = place(name, graph, cluster, cost_model=cost, memory=memory)
     except PlacementError:
         return  # the placer said it could not fit the graph; it never claims an infeasible placement
     assert invalid_reason(graph, cluster, dev) is None
     res = Simulator(graph, cluster, cost_model=cost).evaluate(dev[None])
     assert not res.oom[0]
     assert np.all(res.peak_mem[0] <= memory_account(graph, cluster, dev) + 1e-9)
+    if memory == "conservative":  # the guaranteed account itself fits
+        assert np.all(memory_account(graph, cluster, dev) <= cluster.capacity)
+
+
+@pytest.mark.parametrize("name", ["m-topo", "m-etf", "m-sct"])
+def test_checked_memory_places_a_long_live_graph_the_guarantee_cannot(name):
+    # a chain of 10 ops with 30-byte outputs: at most two are live at once (60 <= 100 bytes), but the
+    # guaranteed account (every output kept) needs 10 * 30 = 300 > 2 GPUs * 100
+    g = OpGraph.build([f"op{i}" for i in range(10)], [(i, i + 1, 30.0) for i in range(9)], output_bytes=[30] * 10)
+    cluster, cost = star_cluster(GPU2, memory=100), ConstantCostModel(1.0)
+    with pytest.raises(PlacementError, match="does not fit"):
+        place(name, g, cluster, cost_model=cost, memory="conservative")
+    dev = place(name, g, cluster, cost_model=cost)
+    assert not Simulator(g, cluster, cost_model=cost).evaluate(dev[None]).oom[0]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -89,21 +89,24 @@ def mean_transfer_time(cluster: Cluster, devices: list[int] | None = None):
 class MemoryAccount:
     """A conservative running account of device memory while a placement is built (module docstring).
 
-    ``charge_unit(u, d, dev)`` returns the bytes placing unit ``u`` on device ``d`` adds given the
-    devices ``dev`` (-1 = not yet placed) of the other ops; in live mode every tensor a member reads
-    from outside the unit is counted as received unless its producer is already on ``d``, so later
-    placements never add to what was charged. ``used[d]`` is the running total.
+    ``cost(u, d, dev)`` is the bytes placing unit ``u`` on device ``d`` adds given the devices ``dev``
+    (-1 = not yet placed) of the other ops; in live mode every tensor a member reads from outside the
+    unit is counted as received unless its producer is already on ``d``, so later placements never add
+    to what was charged. ``used[d]`` is the running total. ``fraction`` < 1 counts only that fraction
+    of the live-mode outputs and received tensors: no longer a guarantee, so callers check the result
+    with the simulator.
     """
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, members: list[np.ndarray]):
+    def __init__(self, graph: OpGraph, cluster: Cluster, members: list[np.ndarray], fraction: float = 1.0):
         self.graph = graph
         self.capacity = cluster.capacity.astype(np.float64)
         self.used = np.zeros(cluster.num_devices)
         self.live = graph.memory_mode == "live"
         self.members = members
+        self.fraction = float(fraction)
         own = graph.persistent_bytes.copy()
         if self.live:
-            own = own + np.where(graph.inplace, 0.0, graph.output_bytes)
+            own = own + self.fraction * np.where(graph.inplace, 0.0, graph.output_bytes)
         self.static = np.array([own[m].sum() for m in members]) if members else np.zeros(0)
         self._received: list[set] = [set() for _ in range(cluster.num_devices)]
         self._inputs: list[list[tuple[int, int, float]]] | None = None
@@ -136,7 +139,7 @@ class MemoryAccount:
             for s, sl, b in self._unit_inputs()[u]:
                 if dev[s] != d and (s, sl) not in got:
                     extra += b
-        return float(self.static[u]) + extra
+        return float(self.static[u]) + self.fraction * extra
 
     def fits(self, u: int, d: int, dev: np.ndarray) -> bool:
         return self.used[d] + self.cost(u, d, dev) <= self.capacity[d]

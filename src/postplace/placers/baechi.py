@@ -1,9 +1,15 @@
 """Baechi's memory-aware placers: m-TOPO, m-ETF and m-SCT (Jeon et al., SoCC 2020).
 
-All three place colocation sets as units and keep a conservative memory account
+All three place colocation sets as units and keep a memory account
 (:class:`postplace.placers._common.MemoryAccount`): a unit goes on a device only if the account says
-it fits, so every placement they return is feasible in the simulator (never OOM). When a unit fits on
-no device they raise :class:`PlacementError`.
+it fits. For ``static`` graphs the account is the simulator's own figure. For ``live`` graphs the
+guaranteed account (persistent bytes + every output and received tensor, as if nothing were freed) is
+far above the real peak on long graphs, so by default (``memory="checked"``) they first place with
+only a fraction (0, 1/4, 1/2) of the outputs and received tensors counted, run the simulator on each
+result and return the first that is not OOM, and fall back to the guaranteed account
+(``memory="conservative"`` uses only that one). Either way every placement they return is feasible in
+the simulator (never OOM); when a unit fits on no device under the guaranteed account they raise
+:class:`PlacementError`.
 
 As in Baechi, they place over the GPUs (``devices`` changes that); ops that may not run on any of them
 (CPU-only ops) go to a device of a kind they may use. Transfers are modelled as ``latency + bytes /
@@ -33,6 +39,27 @@ from postplace.placers._common import (
 
 __all__ = ["list_schedule", "place_m_etf", "place_m_sct", "place_m_topo", "sct_favorites"]
 
+LIVE_FRACTIONS = (0.0, 0.25, 0.5)  # tried in order (then 1.0, the guarantee) under memory="checked"
+
+
+def _memory_checked(run, graph: OpGraph, cluster: Cluster, cost_model, memory: str) -> np.ndarray:
+    """``run(fraction)`` under the account policy of the module docstring; the result is never OOM."""
+    if memory not in ("checked", "conservative"):
+        raise PlacementError(f"memory must be 'checked' or 'conservative', not {memory!r}")
+    if graph.memory_mode == "live" and memory == "checked":
+        from postplace.sim import Simulator
+
+        sim = None
+        for f in LIVE_FRACTIONS:
+            try:
+                dev = run(f)
+            except PlacementError:
+                continue
+            sim = sim or Simulator(graph, cluster, cost_model=cost_model)
+            if sim.evaluate(dev[None]).feasible[0]:
+                return dev
+    return run(1.0)
+
 
 def _candidates(times: np.ndarray, devices: list[int]) -> np.ndarray:
     """``[n, D]`` bool: op may go on d: among ``devices`` where allowed, else any allowed device."""
@@ -61,7 +88,7 @@ def _no_room(who: str, graph: OpGraph, cluster: Cluster, members, u: int, acct: 
 
 # ------------------------------------------------------------------------------------------ m-TOPO
 def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 devices: list | None = None) -> np.ndarray:
+                 devices: list | None = None, memory: str = "checked") -> np.ndarray:
     """m-TOPO: fill the devices one after another in topological order, each up to an equal share of memory.
 
     Units (colocation sets) are taken in program order (a topological order of the ops; a unit comes
@@ -79,6 +106,8 @@ def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
         Unused (deterministic).
     devices : list of str or int, optional
         Devices to fill, in order (default: the GPUs, else every device).
+    memory : {"checked", "conservative"}
+        The memory account policy for live graphs (module docstring).
 
     Returns
     -------
@@ -105,11 +134,16 @@ def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     [0, 0, 1, 1]
     """
     check_graph(graph, cluster, "m-topo")
+    return _memory_checked(lambda f: _m_topo(graph, cluster, cost_model, devices, f), graph, cluster, cost_model,
+                           memory)
+
+
+def _m_topo(graph: OpGraph, cluster: Cluster, cost_model, devices, fraction: float) -> np.ndarray:
     times = op_time_table(graph, cluster, cost_model)
     devs = _resolve_devices(graph, cluster, devices)
     cand = _candidates(times, devs)
     unit_of_op, members = units(graph)
-    acct = MemoryAccount(graph, cluster, members)
+    acct = MemoryAccount(graph, cluster, members, fraction)
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     share = float(acct.static.sum()) / max(len(devs), 1)
     cur = 0
@@ -143,7 +177,8 @@ def _static_level(graph: OpGraph, w: np.ndarray) -> np.ndarray:
 
 
 def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                  devices: list | None = None, favorites: np.ndarray | None = None, who: str = "m-etf"):
+                  devices: list | None = None, favorites: np.ndarray | None = None, who: str = "m-etf",
+                  memory_fraction: float = 1.0):
     """The memory-aware ETF list scheduler behind m-ETF and m-SCT: ``(device, start, finish)`` over ops.
 
     At each step, among the ready ops (all predecessors scheduled) and the devices the op may use and
@@ -154,6 +189,7 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     go to that device. With ``favorites`` (int per op: its favourite child, -1 none; see
     :func:`sct_favorites`), a ready favourite child whose favourite parent is the last op scheduled on
     its device goes first, to that device (Hanen and Munier's SCT rule), if it fits.
+    ``memory_fraction`` < 1 relaxes the live-mode account (no guarantee: see the module docstring).
     """
     check_graph(graph, cluster, who)
     times = op_time_table(graph, cluster, cost_model)
@@ -161,7 +197,7 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     devs = _resolve_devices(graph, cluster, devices)
     cand = _candidates(times, devs)
     unit_of_op, members = units(graph)
-    acct = MemoryAccount(graph, cluster, members)
+    acct = MemoryAccount(graph, cluster, members, memory_fraction)
     level = _static_level(graph, finite_mean(np.where(cand, times, np.inf)))
     fav_parent = np.full(n, -1, dtype=np.int64)
     if favorites is not None:
@@ -179,23 +215,23 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     ready = [i for i in range(n) if pending[i] == 0]
     while ready:
         r = np.array(ready, dtype=np.int64)
-        ok = np.zeros((len(r), D), dtype=bool)
-        for k, i in enumerate(r):
-            u = unit_of_op[i]
-            if unit_dev[u] >= 0:
-                ok[k, unit_dev[u]] = True
-            else:
-                for d in np.flatnonzero(cand[i]):
-                    ok[k, d] = acct.fits(u, d, dev)
-        est = np.where(ok, np.maximum(dev_free[None, :], data_ready[r]), np.inf)
-        if not np.isfinite(est).any():
-            raise _no_room(who, graph, cluster, members, int(unit_of_op[r[0]]), acct)
+        ur = unit_of_op[r]
+        placed = unit_dev[ur]
+        allow = cand[r].copy()
+        fixed = np.flatnonzero(placed >= 0)
+        allow[fixed] = False
+        allow[fixed, placed[fixed]] = True
+        est = np.where(allow, np.maximum(dev_free[None, :], data_ready[r]), np.inf)
+
+        def fits(k: int, d: int, ur=ur) -> bool:
+            return unit_dev[ur[k]] >= 0 or acct.fits(int(ur[k]), d, dev)
+
         pick = None
         if favorites is not None:
             best = None
             for k, i in enumerate(r):
                 p = fav_parent[i]
-                if p >= 0 and dev[p] >= 0 and last[dev[p]] == p and ok[k, dev[p]]:
+                if p >= 0 and dev[p] >= 0 and last[dev[p]] == p and allow[k, dev[p]] and fits(k, int(dev[p])):
                     key = (est[k, dev[p]], i)
                     if best is None or key < best[0]:
                         best = (key, k, int(dev[p]))
@@ -205,8 +241,16 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
             fin = est + np.where(np.isfinite(times[r]), times[r], np.inf)
             kk, dd = np.meshgrid(np.arange(len(r)), np.arange(D), indexing="ij")
             order = np.lexsort((dd.ravel(), fin.ravel(), r[kk].ravel(), -level[r][kk].ravel(), est.ravel()))
-            flat = order[0]
-            pick = (int(flat // D), int(flat % D))
+            for flat in order:  # best pair first; the memory check only where needed
+                k, d = divmod(int(flat), D)
+                if not np.isfinite(est[k, d]):
+                    break
+                if fits(k, d):
+                    pick = (k, d)
+                    break
+        if pick is None:
+            u = next(int(x) for x in ur if unit_dev[x] < 0)
+            raise _no_room(who, graph, cluster, members, u, acct)
         k, d = pick
         i = int(r[k])
         u = unit_of_op[i]
@@ -234,7 +278,7 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None) -> np.ndarray:
+                devices: list | None = None, memory: str = "checked") -> np.ndarray:
     """m-ETF: Earliest Task First list scheduling that only puts an op where its memory fits.
 
     See :func:`list_schedule` for the exact rule and tie-breaks.
@@ -248,6 +292,8 @@ def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         Unused (deterministic).
     devices : list of str or int, optional
         Devices to schedule on (default: the GPUs, else every device).
+    memory : {"checked", "conservative"}
+        The memory account policy for live graphs (module docstring).
 
     Returns
     -------
@@ -273,7 +319,13 @@ def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     >>> place_m_etf(g, star_cluster(("gpu", "gpu")), cost_model=TableCostModel([[1, 1], [3, 3], [3, 3]])).tolist()
     [0, 0, 1]
     """
-    return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, who="m-etf")[0]
+    check_graph(graph, cluster, "m-etf")
+
+    def run(f):
+        return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, who="m-etf",
+                             memory_fraction=f)[0]
+
+    return _memory_checked(run, graph, cluster, cost_model, memory)
 
 
 def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
@@ -348,7 +400,7 @@ def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None) -> np.ndarray:
+                devices: list | None = None, memory: str = "checked") -> np.ndarray:
     """m-SCT: ETF list scheduling that runs each op's LP-chosen favourite child right after it, where memory fits.
 
     The favourite children come from the LP relaxation of :func:`sct_favorites`; the scheduler is
@@ -363,6 +415,8 @@ def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         Unused (deterministic).
     devices : list of str or int, optional
         Devices to schedule on (default: the GPUs, else every device).
+    memory : {"checked", "conservative"}
+        The memory account policy for live graphs (module docstring).
 
     Returns
     -------
@@ -387,5 +441,11 @@ def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     >>> place_m_sct(g, star_cluster(("gpu", "gpu")), cost_model=TableCostModel([[1, 1], [1, 1], [1, 1]])).tolist()
     [0, 0, 0]
     """
+    check_graph(graph, cluster, "m-sct")
     fav = sct_favorites(graph, cluster, cost_model=cost_model, devices=devices)
-    return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, favorites=fav, who="m-sct")[0]
+
+    def run(f):
+        return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, favorites=fav, who="m-sct",
+                             memory_fraction=f)[0]
+
+    return _memory_checked(run, graph, cluster, cost_model, memory)

@@ -89,9 +89,14 @@ def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 def _insertion_start(slots: list[tuple[float, float]], ready: float, dur: float) -> float:
-    """Earliest start >= ready of a gap of length dur between the busy intervals (or after the last)."""
-    prev_end = 0.0
-    for s, f in slots:
+    """Earliest start >= ready of a gap of length dur between the busy intervals (or after the last).
+
+    The intervals are disjoint and sorted, so the search starts at the last one starting before ``ready``.
+    """
+    k = max(bisect.bisect_right(slots, (ready, np.inf)) - 1, 0)
+    prev_end = slots[k - 1][1] if k > 0 else 0.0
+    for j in range(k, len(slots)):
+        s, f = slots[j]
         if max(prev_end, ready) + dur <= s:
             return max(prev_end, ready)
         prev_end = max(prev_end, f)

@@ -2,8 +2,8 @@
 
 Scope and caveats: METIS balances work and cuts bytes; it knows nothing of the schedule (a balanced
 cut can still serialise on the critical path). Colocation sets are contracted to one vertex first, so
-they are never split. The repair step respects capacities where it can; when no move makes a device
-fit, the placement is returned as it is and the simulator reports it OOM.
+they are never split. The repair step respects capacities where it can (checked by the simulator);
+when no move makes a device fit, the placement is returned as it is and the simulator reports it OOM.
 """
 
 from __future__ import annotations
@@ -14,13 +14,7 @@ import pymetis
 from postplace.cluster import Cluster
 from postplace.cost import CostModel
 from postplace.graph import OpGraph
-from postplace.placers._common import (
-    MemoryAccount,
-    check_graph,
-    memory_account,
-    op_time_table,
-    units,
-)
+from postplace.placers._common import check_graph, op_time_table, units
 
 __all__ = ["place_metis"]
 
@@ -34,10 +28,10 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     Vertex weight = a unit's work (sum over its ops of the mean time over the devices it may use), edge
     weight = bytes between units, target part weights proportional to device speed (the inverse of
     the total time of the ops every device may run). Units that may not use their part's device (CPU-only
-    ops) then move to the first allowed device. Repair: while a device's memory account (the
-    conservative one of the memory-aware placers) exceeds its capacity, its units are moved off,
-    largest first, to the allowed device with room that they exchange the most bytes with (ties: most
-    free memory).
+    ops) then move to the first allowed device. Repair, when the simulator says the partition is OOM:
+    units are moved off over-full devices, largest first, to the allowed device with room that they
+    exchange the most bytes with (ties: most free memory), until the simulator says it fits (details
+    in ``_repair``); when no move achieves that, the placement stays OOM.
 
     Parameters
     ----------
@@ -116,7 +110,7 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         unit_dev[u] = int(np.flatnonzero(allowed[first[u]])[0])
     dev = unit_dev[unit_of_op]
     if repair:
-        dev = _repair(graph, cluster, dev, unit_of_op, members, allowed[first])
+        dev = _repair(graph, cluster, dev, unit_of_op, members, allowed[first], cost_model)
     return dev
 
 
@@ -127,36 +121,50 @@ def _ints(x: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(x / top * _SCALE), 1).astype(np.int64)
 
 
-def _repair(graph, cluster, dev, unit_of_op, members, unit_allowed) -> np.ndarray:
-    """Move units off devices whose memory account exceeds capacity (see :func:`place_metis`)."""
-    cap = cluster.capacity
-    used = memory_account(graph, cluster, dev)
-    if np.all(used <= cap):
+def _repair(graph, cluster, dev, unit_of_op, members, unit_allowed, cost_model) -> np.ndarray:
+    """Move units off over-full devices until the simulator says the placement fits, where it can.
+
+    A unit's size is its persistent bytes plus a fraction ``f`` of its live-mode outputs (all of
+    them in static mode, where that is the simulator's own account); ``f`` = 0, 1/4, 1/2, 1 are tried
+    in turn, each repaired placement is simulated, and the first that is not OOM is returned (else the
+    last one). Units leave an over-full device largest first, each to the allowed device with room
+    that it exchanges the most bytes with (ties: the most free memory).
+    """
+    from postplace.sim import Simulator
+
+    sim = Simulator(graph, cluster, cost_model=cost_model)
+    if sim.evaluate(dev[None]).feasible[0]:
         return dev
-    dev = dev.copy()
-    acct = MemoryAccount(graph, cluster, members)
-    size = acct.static
-    for d in np.flatnonzero(used > cap):
-        on_d = [u for u in np.argsort(-size, kind="stable") if dev[members[u][0]] == d]
-        for u in on_d:
-            if used[d] <= cap[d]:
-                break
-            bytes_to = _bytes_to_devices(graph, dev, members[u], cluster.num_devices)
-            best = None
-            for t in np.flatnonzero(unit_allowed[u]):
-                if t == d:
+    cap = cluster.capacity
+    D = cluster.num_devices
+    out = np.where(graph.inplace, 0.0, graph.output_bytes) if graph.memory_mode == "live" else np.zeros(graph.num_ops)
+    fractions = (0.0, 0.25, 0.5, 1.0) if graph.memory_mode == "live" else (1.0,)
+    best = dev
+    for f in fractions:
+        size_op = graph.persistent_bytes + f * out
+        size = np.array([size_op[m].sum() for m in members])
+        udev = np.array([dev[m[0]] for m in members], dtype=np.int64)
+        used = np.bincount(udev, weights=size, minlength=D)
+        trial = dev.copy()
+        for d in np.flatnonzero(used > cap):
+            for u in np.argsort(-size, kind="stable"):
+                if used[d] <= cap[d]:
+                    break
+                if udev[u] != d:
                     continue
-                trial = dev.copy()
+                room = [t for t in np.flatnonzero(unit_allowed[u]) if t != d and used[t] + size[u] <= cap[t]]
+                if not room:
+                    continue
+                bytes_to = _bytes_to_devices(graph, trial, members[u], D)
+                t = min(room, key=lambda t: (-bytes_to[t], -(cap[t] - used[t] - size[u]), t))
+                used[d] -= size[u]
+                used[t] += size[u]
+                udev[u] = t
                 trial[members[u]] = t
-                new = memory_account(graph, cluster, trial)
-                if new[t] <= cap[t]:
-                    key = (-bytes_to[t], -(cap[t] - new[t]))
-                    if best is None or key < best[0]:
-                        best = (key, t, new)
-            if best is not None:
-                dev[members[u]] = best[1]
-                used = best[2]
-    return dev
+        best = trial
+        if sim.evaluate(trial[None]).feasible[0]:
+            return trial
+    return best
 
 
 def _bytes_to_devices(graph: OpGraph, dev: np.ndarray, ops: np.ndarray, D: int) -> np.ndarray:
