@@ -325,3 +325,30 @@ def test_data_parallel_reports_oom_and_needs_a_gpu():
     assert data_parallel_step_time(g, star_cluster(GPU2, memory=100), cost_model=ConstantCostModel(1.0)).oom
     with pytest.raises(PlacementError, match="no GPU"):
         data_parallel_step_time(g, star_cluster(("cpu",)), cost_model=ConstantCostModel(1.0))
+
+
+# --------------------------------------------------------------------------- expert, by names and by work
+def test_expert_more_layers_than_gpus_share_consecutively():
+    # 4 LSTM layers on 2 GPUs: layers 0, 1 on gpu0 and 2, 3 on gpu1; embedding and softmax follow the ends
+    names = ["embedding", "lstm_0", "lstm_1", "lstm_2", "lstm_3", "softmax"]
+    g = OpGraph.build(names, [(i, i + 1) for i in range(5)])
+    dev = place_expert(g, star_cluster(("cpu", "gpu", "gpu")), cost_model=ConstantCostModel(1.0))
+    assert dev.tolist() == [1, 1, 1, 2, 2, 2]
+
+
+def test_expert_splits_unnamed_layers_evenly_by_work_and_backward_follows_forward():
+    # forward f0..f3 (1 s each), backward b3..b0 colocated with their forward op; 2 GPUs
+    names = ["f0", "f1", "f2", "f3", "b3", "b2", "b1", "b0"]
+    g = OpGraph.build(names, [(i, i + 1) for i in range(7)], phase=["forward"] * 4 + ["backward"] * 4,
+                      colocation=[0, 1, 2, 3, 3, 2, 1, 0])
+    dev = place_expert(g, star_cluster(GPU2), cost_model=ConstantCostModel(1.0))
+    # unit work 2 s each (forward + backward); middles at 1, 3, 5, 7 of 8: shares 0, 0, 1, 1
+    assert dev.tolist() == [0, 0, 1, 1, 1, 1, 0, 0]
+
+
+def test_placers_accept_empty_and_one_op_graphs():
+    for n in (0, 1):
+        g = OpGraph.build([f"op{i}" for i in range(n)])
+        for name in PLACERS:
+            dev = place(name, g, star_cluster(), cost_model=ConstantCostModel(1.0))
+            assert dev.shape == (n,) and invalid_reason(g, star_cluster(), dev) is None
