@@ -2,10 +2,11 @@
 
 Every placer places colocation sets as units and puts ops that may only run on a CPU on a CPU; the
 result is an op-level device-id array that :func:`postplace.cluster.placement.invalid_reason` accepts.
-Which of them respect memory (``m-topo``, ``m-etf``, ``m-sct``: always, or they raise; ``single``:
-always, or it raises :class:`NoSingleDeviceFits`; ``metis``: where its repair step can) is said in each
-docstring. :func:`data_parallel_step_time` is a different kind of parallelism (replicas, not a
-placement) and returns a step time instead.
+Which of them respect memory (``m-topo``, ``m-etf``, ``m-sct``: always, or they raise
+:class:`PlacementError`; ``single``: always, or it raises :class:`NoSingleDeviceFits`; ``metis``: where
+its repair step can; ``cpu``, ``expert``, ``heft``: not at all) is said in each docstring.
+:func:`data_parallel_step_time` is a different kind of parallelism (replicas, not a placement) and
+returns a step time instead.
 
 >>> from postplace.graph import OpGraph
 >>> from postplace.testing import star_cluster

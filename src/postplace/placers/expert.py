@@ -169,14 +169,14 @@ def _from_split(graph: OpGraph, cluster: Cluster, split) -> np.ndarray:
     if gpus and A > len(gpus):
         fold = {f"gpu{k}": gpus[k * len(gpus) // A] for k in range(A)}
         mapping = {op: fold.get(d, d) for op, d in mapping.items()}
-    placed = from_mapping_partial(graph, cluster, mapping, source)
+    placed = _from_mapping_partial(graph, cluster, mapping, source)
     unit_of_op, members = units(graph)
     dev = _complete(graph, placed, unit_of_op, members, placed[placed >= 0][0] if (placed >= 0).any() else 0)
     return from_mapping(graph, cluster, {graph.names[i]: cluster.device_names[d] for i, d in enumerate(dev)},
                         source=source)
 
 
-def from_mapping_partial(graph: OpGraph, cluster: Cluster, mapping: dict, source: str) -> np.ndarray:
+def _from_mapping_partial(graph: OpGraph, cluster: Cluster, mapping: dict, source: str) -> np.ndarray:
     """Device ids from ``{op name: device name}`` spread over colocation sets; -1 where nothing says."""
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     for name, device in mapping.items():
