@@ -352,3 +352,13 @@ def test_placers_accept_empty_and_one_op_graphs():
         for name in PLACERS:
             dev = place(name, g, star_cluster(), cost_model=ConstantCostModel(1.0))
             assert dev.shape == (n,) and invalid_reason(g, star_cluster(), dev) is None
+
+
+@pytest.mark.parametrize("module", ["__init__", "single", "heft", "baechi", "metis", "expert", "data_parallel"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module("postplace.placers" + ("" if module == "__init__" else f".{module}"))
+    result = doctest.testmod(mod)
+    assert result.attempted > 0 and result.failed == 0
