@@ -1,0 +1,72 @@
+"""One-shot placement baselines: plain functions ``place_X(graph, cluster, *, cost_model, seed) -> int64[n_ops]``.
+
+Every placer places colocation sets as units and puts ops that may only run on a CPU on a CPU; the
+result is an op-level device-id array that :func:`postplace.cluster.placement.invalid_reason` accepts.
+Which of them respect memory (``m-topo``, ``m-etf``, ``m-sct``: always, or they raise
+:class:`PlacementError`; ``single``: always, or it raises :class:`NoSingleDeviceFits`; ``metis``: where
+its repair step can; ``cpu``, ``expert``, ``heft``: not at all) is said in each docstring.
+:func:`data_parallel_step_time` is a different kind of parallelism (replicas, not a placement) and
+returns a step time instead.
+
+>>> from postplace.graph import OpGraph
+>>> from postplace.testing import star_cluster
+>>> sorted(PLACERS)
+['cpu', 'expert', 'heft', 'm-etf', 'm-sct', 'm-topo', 'metis', 'single']
+>>> place("cpu", OpGraph.build(["a"]), star_cluster()).tolist()
+[0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from postplace.cluster import Cluster
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.placers._common import PlacementError, memory_account
+from postplace.placers.baechi import place_m_etf, place_m_sct, place_m_topo
+from postplace.placers.data_parallel import DataParallelResult, data_parallel_step_time
+from postplace.placers.expert import place_expert
+from postplace.placers.heft import place_heft
+from postplace.placers.metis import place_metis
+from postplace.placers.single import NoSingleDeviceFits, place_cpu, place_single
+
+__all__ = [
+    "PLACERS",
+    "DataParallelResult",
+    "NoSingleDeviceFits",
+    "PlacementError",
+    "data_parallel_step_time",
+    "memory_account",
+    "place",
+    "place_cpu",
+    "place_expert",
+    "place_heft",
+    "place_m_etf",
+    "place_m_sct",
+    "place_m_topo",
+    "place_metis",
+    "place_single",
+]
+
+PLACERS: dict[str, Callable[..., np.ndarray]] = {
+    "single": place_single,
+    "cpu": place_cpu,
+    "expert": place_expert,
+    "metis": place_metis,
+    "heft": place_heft,
+    "m-topo": place_m_topo,
+    "m-etf": place_m_etf,
+    "m-sct": place_m_sct,
+}
+
+
+def place(name: str, graph: OpGraph, cluster: Cluster, **kw) -> np.ndarray:
+    """Run the placer called ``name`` (a key of :data:`PLACERS`) with keyword arguments ``kw``."""
+    try:
+        fn = PLACERS[name]
+    except KeyError:
+        raise PostplaceError(f"unknown placer '{name}'; choose one of {', '.join(PLACERS)}") from None
+    return fn(graph, cluster, **kw)
