@@ -28,7 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Fast device placements for deep-learning training.",
 )
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)
 
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Preset name or cluster .toml file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -231,6 +231,63 @@ def profile(
     from postplace.zoo.cli import cmd_profile
 
     console.print(cmd_profile(target, size=size, runs=runs, out=out), highlight=False)
+
+
+@app.command()
+def compare(
+    target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
+    cluster: ClusterOpt = "k80x4",
+    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all'.")] = "all",
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Samples per search run.")] = 2400,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per search strategy.")] = 3,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
+    expert_split: Annotated[str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")] = None,
+    size: SizeOpt = "full",
+    as_json: JsonOpt = False,
+) -> None:
+    """Every baseline and strategy on one graph, through the same simulator; resumable."""
+    from postplace.compare import compare as run_compare
+    from postplace.compare import parse_strategies
+
+    names = parse_strategies(strategies)
+    if budget < 1 or seeds < 1:
+        raise PostplaceError("--budget and --seeds must be positive")
+    graph = load_target(target, size)
+    c = load_cluster(cluster)
+    out = out or Path("runs") / f"compare-{Path(target).stem}-{c.name}"
+
+    def progress(name: str) -> None:
+        if not as_json:
+            console.print(f"  running {name}...", highlight=False)
+
+    try:
+        report = run_compare(graph, c, names, budget=budget, seeds=seeds, out=out, progress=progress,
+                             expert_split=expert_split)
+    except KeyboardInterrupt:
+        print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
+        sys.exit(130)
+    if as_json:
+        print(json.dumps({k: v for k, v in report.items()}))
+        return
+    t = Table(title=f"{graph.name} on {c.name}: {budget} samples x {seeds} seeds per search (simulated)")
+    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "peak GB", "OOM", "wall s", "note"):
+        t.add_column(col, no_wrap=col != "note")
+    for r in report["rows"]:
+        best = r["best_step_time_s"]
+        rng_ = "" if r["kind"] != "search" or best is None else \
+            f"{r['min_step_time_s'] * 1e3:.2f}-{r['max_step_time_s'] * 1e3:.2f}"
+        name = r["strategy"] + (" *" if r["kind"].startswith("data-parallel") else "")
+        t.add_row(name, "-" if best is None else f"{best * 1e3:.2f}", rng_,
+                  "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
+                  "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
+                  "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
+                  str(r["oom_count"]), f"{r['wall_time_s']:.1f}", r["note"])
+    console.print(t)
+    single = report["single_device_step_time_s"]
+    console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
+                  "* data parallelism splits the batch over the GPUs: a different kind of parallelism, not a placement",
+                  highlight=False)
+    console.print(f"wrote {out}/compare.json and compare.csv", highlight=False)
 
 
 def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:

@@ -1,0 +1,173 @@
+"""``postplace compare``: every baseline and search strategy on one graph and cluster, side by side.
+
+One-shot placers run once; search strategies run once per seed with the same sample budget, each
+into its own run folder (``DIR/runs/<strategy>/seed<k>``) with history and checkpoint, so an
+interrupted comparison resumes where it stopped: finished runs are read back, unfinished ones resume
+from their checkpoint. Every number comes from the same evaluator (the simulator), and a search row
+reports the strategy's own best (no fallback to the single-device placement here).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from postplace.cluster import Cluster
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.search import Budget, make_problem, make_strategy, run
+from postplace.search.runner import CHECKPOINT
+
+PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "metis", "heft", "m-topo", "m-etf", "m-sct")
+SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post")
+ALL = PLACER_NAMES + SEARCH_NAMES
+
+
+@dataclass
+class Row:
+    strategy: str
+    kind: str  # "placer", "search", or "data-parallel (not a placement)"
+    best_step_time_s: float | None  # median over seeds for a search
+    min_step_time_s: float | None = None
+    max_step_time_s: float | None = None
+    ratio_to_single: float | None = None
+    ratio_to_lower_bound: float | None = None
+    peak_memory_bytes: float | None = None  # the largest device peak of the (median-seed) placement
+    oom_count: int = 0
+    wall_time_s: float = 0.0
+    seeds: int = 1
+    note: str = ""
+    per_seed: list = field(default_factory=list)
+
+
+def parse_strategies(text: str) -> list[str]:
+    names = list(ALL) if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    known = set(ALL) | {"post-paper"}
+    for n in names:
+        if n not in known:
+            raise PostplaceError(f"--strategies: unknown '{n}'; choose from {', '.join(ALL)}, post-paper, or all")
+    return names
+
+
+def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: int, seeds: int, out: Path,
+            progress=None, expert_split: str | None = None) -> dict:  # fmt: skip
+    """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    problem = make_problem(graph, cluster)
+    sim = problem.simulator
+    lb = sim.lower_bound
+    single_time = _single_time(graph, cluster, sim)
+    rows = []
+    for name in strategies:
+        if progress:
+            progress(name)
+        t = time.perf_counter()
+        if name == "data-parallel":
+            rows.append(_data_parallel_row(graph, cluster))
+        elif name in PLACER_NAMES:
+            rows.append(_placer_row(name, graph, cluster, sim, expert_split))
+        else:
+            rows.append(_search_row(name, problem, budget, seeds, out))
+        rows[-1].wall_time_s = rows[-1].wall_time_s or time.perf_counter() - t
+    for r in rows:
+        if r.best_step_time_s is not None:
+            r.ratio_to_single = r.best_step_time_s / single_time if single_time else None
+            r.ratio_to_lower_bound = r.best_step_time_s / lb if lb > 0 else None
+    report = {
+        "graph": graph.name, "cluster": cluster.name, "budget_samples": budget, "seeds": seeds,
+        "evaluator": sim.name, "lower_bound_s": lb, "single_device_step_time_s": single_time,
+        "groups": problem.grouping.num_groups,
+        "rows": [{k: v for k, v in asdict(r).items()} for r in rows],
+    }  # fmt: skip
+    (out / "compare.json").write_text(json.dumps(report, indent=1))
+    with open(out / "compare.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        cols = [c for c in asdict(rows[0]) if c != "per_seed"] if rows else []
+        w.writerow(cols)
+        for r in rows:
+            d = asdict(r)
+            w.writerow([d[c] for c in cols])
+    return report
+
+
+def _single_time(graph, cluster, sim) -> float | None:
+    from postplace.cluster.placement import single_device
+
+    res = sim.evaluate_ops(np.stack([single_device(graph, cluster, d) for d in cluster.device_names]))
+    ok = res.step_time[res.feasible]
+    return float(ok.min()) if ok.size else None
+
+
+def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
+    from postplace.placers import PlacementError, place
+
+    kwargs = {"split": expert_split} if name == "expert" and expert_split else {}
+    t = time.perf_counter()
+    try:
+        ops = place(name, graph, cluster, **kwargs)
+    except PlacementError as exc:
+        return Row(name, "placer", None, note=str(exc), wall_time_s=time.perf_counter() - t)
+    wall = time.perf_counter() - t
+    res = sim.evaluate_ops(ops[None])
+    step = float(res.step_time[0])
+    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()),
+               oom_count=int(res.oom[0]), wall_time_s=wall,
+               note="OOM: this placement does not fit" if res.oom[0] else "")  # fmt: skip
+
+
+def _data_parallel_row(graph, cluster) -> Row:
+    from postplace.placers import PlacementError, data_parallel_step_time
+
+    try:
+        r = data_parallel_step_time(graph, cluster)
+    except PlacementError as exc:
+        return Row("data-parallel", "data-parallel (not a placement)", None, note=str(exc))
+    return Row("data-parallel", r.kind, r.step_time, r.step_time, r.step_time,
+               peak_memory_bytes=float(np.max(r.peak_mem)), oom_count=int(r.oom),
+               note=f"all-reduce {r.allreduce_time * 1e3:.2f} ms of {r.gradient_bytes / 1e6:.1f} MB "
+                    f"({r.gradient_source})")  # fmt: skip
+
+
+def _search_row(name, problem, budget: int, seeds: int, out: Path) -> Row:
+    bests, walls, peaks, ooms = [], [], [], 0
+    per_seed = []
+    for seed in range(seeds):
+        folder = out / "runs" / name / f"seed{seed}"
+        done = folder / "result.json"
+        if done.exists():
+            rec = json.loads(done.read_text())
+        else:
+            strategy = make_strategy(name, problem.space, seed=seed)
+            resume = (folder / CHECKPOINT).exists()
+            t = time.perf_counter()
+            r = run(strategy, problem.simulator, Budget(samples=budget), out_dir=folder, resume=resume,
+                    meta={"strategy": name, "seed": seed})  # fmt: skip
+            if r.interrupted:
+                raise KeyboardInterrupt
+            peak = None
+            if r.best_placement is not None:
+                peak = float(problem.simulator.evaluate(r.best_placement[None]).peak_mem[0].max())
+            rec = {"best_step_time_s": r.best_step_time if r.best_placement is not None else None,
+                   "wall_time_s": time.perf_counter() - t, "samples": r.samples,
+                   "feasible_samples": r.feasible_samples, "peak_memory_bytes": peak,
+                   "best_placement": None if r.best_placement is None else r.best_placement.tolist()}  # fmt: skip
+            done.write_text(json.dumps(rec))
+        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k != "best_placement"}})
+        walls.append(rec["wall_time_s"])
+        if rec["best_step_time_s"] is None:
+            ooms += 1
+        else:
+            bests.append(rec["best_step_time_s"])
+            peaks.append(rec["peak_memory_bytes"])
+    if not bests:
+        return Row(name, "search", None, oom_count=ooms, wall_time_s=statistics.median(walls), seeds=seeds,
+                   note="no feasible placement sampled", per_seed=per_seed)  # fmt: skip
+    med = statistics.median(bests)
+    return Row(name, "search", med, min(bests), max(bests), peak_memory_bytes=max(peaks), oom_count=ooms,
+               wall_time_s=statistics.median(walls), seeds=seeds, per_seed=per_seed)  # fmt: skip
