@@ -18,15 +18,15 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 @dataclass(frozen=True)
 class ReinforceConfig:
-    batch_size: int = 24
+    batch_size: int = 48
     """Placements per batch (the same K as Post, so the comparison is per sample)."""
-    lr: float = 0.05
+    lr: float = 0.1
     """Adam learning rate on the logits."""
     baseline_decay: float = 0.9
     """Weight of the old baseline in the moving average (the hierarchical planner's 0.9 style)."""
     init: str = "speed"
     """'uniform' or 'speed': the same device-aware prior as Post's default, for a fair ablation."""
-    anchor_weight: float = 0.9
+    anchor_weight: float = 0.7
     """Prior mass on the anchor device with init='speed'."""
 
 
