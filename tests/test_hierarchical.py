@@ -12,7 +12,15 @@ from postplace.search.strategy import SearchSpace
 from postplace.sim import Simulator
 from postplace.testing import TableCostModel, star_cluster
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: deterministic reductions and no oversubscription on small CI machines."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 SMALL = HierarchicalConfig(num_groups=8, grouper_hidden=16, placer_hidden=32, device_embedding=8)
 """Test sizes; every other setting (lr 0.1, clip 1.0, C = 5, T = 10, m = 1, k = 4) stays the paper's."""
@@ -104,6 +112,21 @@ def test_load_rebuilds_networks_of_another_size():
     b.load_state_dict(a.state_dict())
     assert b.config == SMALL
     np.testing.assert_array_equal(drive(a, sim, 3)[0], drive(b, sim, 3)[0])
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_teacher_forced_replay_matches_sampling(m):
+    """The log-likelihood tell() differentiates equals the one of the step-by-step sampling in ask()."""
+    sim, space = chain_problem(cpu_only=(0, 5))
+    cfg = HierarchicalConfig(num_groups=6, grouper_hidden=16, placer_hidden=32, groupings_per_ask=m)
+    s = HierarchicalPlanner(space, seed=4, config=cfg)
+    drive(s, sim, 3)
+    s.ask(16)
+    p = s._pending
+    logp_group, logp_dev = s._log_probs(p)
+    np.testing.assert_allclose(logp_group.detach().numpy(), p["logp_group"], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(logp_dev.detach().numpy(), p["logp_devices"], rtol=1e-5, atol=1e-4)
+    assert p["devices"].shape == (m * 4, 6) and p["groups"].shape == (m, space.num_units)
 
 
 def test_tell_rejects_foreign_placements():

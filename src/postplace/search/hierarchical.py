@@ -273,8 +273,10 @@ class HierarchicalPlanner:
             gnoise = sd * torch.randn(m, G, NG, generator=self.gen)
             gprob = torch.softmax(self._group_logits()[None] + gnoise, dim=-1)
             groups = torch.multinomial(gprob.reshape(m * G, NG), 1, generator=self.gen).reshape(m, G)
+            logp_group = torch.log(gprob.gather(2, groups[..., None])[..., 0]).sum(dim=1)
             # ALGO LOGIC: the placer decodes one device per group, k times per grouping
-            enc, keys, state, mask, _ = self._encode(groups, k)
+            enc, keys, state, mask, nonempty = self._encode(groups, k)
+            logp_dev = torch.zeros(m * k)
             pnoise = sd * torch.randn(m * k, NG, D, generator=self.gen)
             prev = torch.full((m * k,), D, dtype=torch.long)
             devices = torch.empty(m * k, NG, dtype=torch.long)
@@ -283,12 +285,15 @@ class HierarchicalPlanner:
                 dec, state = self.model.decoder(inp, state)
                 logits = self._shape(self.model.device_logits(dec, keys, enc)[:, 0]) + pnoise[:, j]
                 logits = logits.masked_fill(~mask[:, j], float("-inf"))
-                prev = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=self.gen)[:, 0]
+                prob = torch.softmax(logits, dim=-1)
+                prev = torch.multinomial(prob, 1, generator=self.gen)[:, 0]
                 devices[:, j] = prev
+                logp_dev += torch.where(nonempty[:, j], torch.log(prob.gather(1, prev[:, None])[:, 0]), 0.0)
         groups_np, devices_np = groups.numpy().astype(np.int64), devices.numpy().astype(np.int64)
         placements = self._expand(groups_np, devices_np, k)
         self._pending = {"groups": groups_np, "devices": devices_np, "k": k, "gnoise": gnoise.numpy(),
-                         "pnoise": pnoise.numpy(), "placements": placements.copy()}  # fmt: skip
+                         "pnoise": pnoise.numpy(), "placements": placements.copy(),
+                         "logp_group": logp_group.numpy(), "logp_devices": logp_dev.numpy()}  # fmt: skip
         return placements
 
     def _log_probs(self, p: dict) -> tuple[torch.Tensor, torch.Tensor]:
