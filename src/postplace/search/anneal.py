@@ -1,0 +1,175 @@
+"""Simulated annealing over placements: the MCMC search FlexFlow uses, as a same-budget baseline.
+
+Source: Jia, Zaharia, Aiken, "Beyond Data and Model Parallelism for Deep Neural Networks" (SysML 2019),
+section 5.2: start from a placement, propose a random change of one unit's device, accept it with the
+Metropolis probability ``min(1, exp(-beta * (new - old)))`` on the simulated cost, keep the best seen.
+
+What FlexFlow fixes and what we chose where it is silent:
+
+- **Proposal** (FlexFlow): one unit, chosen uniformly among the units with more than one allowed
+  device, moves to a device drawn uniformly from its other allowed devices. A disallowed device is never
+  proposed.
+- **Cost scale** (ours): FlexFlow uses a constant ``beta`` on raw milliseconds, which ties the constant
+  to one model's step time. We write ``beta = 1 / (T * s_best)`` with ``s_best`` the best score seen so
+  far (feasible or not), so the temperature ``T`` is relative: at ``T = 0.1`` a move 10% worse than the
+  best step time is accepted with probability ``1/e``, whatever the model.
+- **Schedule** (ours): geometric cooling ``T_i = max(T_min, T_0 * cooling**i)`` per proposal decided;
+  ``cooling = 1.0`` is FlexFlow's constant temperature.
+- **Infeasible** placements (OOM, failed) score ``space.failure_step_time``, above every feasible step
+  time, so a chain that starts infeasible random-walks (delta 0 is always accepted) until it finds a
+  feasible placement, then never returns to an infeasible one at low temperature.
+- **Batches** (ours): ``moves_per_ask`` proposals are drawn from the same current placement and decided
+  in order in ``tell``; the first accepted one moves the chain and the rest are discarded (still
+  counted for the best). That is exactly the sequential chain, where the discarded proposals are
+  speculative work; with the default of 1 no work is wasted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
+
+
+@dataclass(frozen=True)
+class AnnealConfig:
+    init: str | tuple[int, ...] = "random"
+    """Start placement: 'random' (each unit uniform over its allowed devices, ours: no heuristic gets
+    an unfair head start, DESIGN.md section 4) or a tuple of G device ids. FlexFlow starts from data
+    parallelism or an expert strategy; pass such a placement here to do the same."""
+    temperature: float = 0.1
+    """Initial relative temperature T_0 (ours): a move 10% worse than the best seen is accepted with
+    probability 1/e at the start."""
+    cooling: float = 0.998
+    """Multiplicative cooling per decided proposal (ours): T falls by about 100x over Post's budget of
+    2,400 samples (0.998**2400 = 0.008). 1.0 is FlexFlow's constant beta."""
+    min_temperature: float = 1e-4
+    """Floor of T (ours): keeps acceptance of equal-cost moves (delta 0, always accepted) and of tiny
+    worsenings possible, so the chain can still cross plateaus late."""
+    moves_per_ask: int = 1
+    """Proposals per ask (FlexFlow: 1, a strictly sequential chain). More gives the evaluator a batch
+    at the price of speculative proposals discarded after an acceptance."""
+
+
+class AnnealStrategy:
+    """Simulated annealing (Metropolis MCMC) over placements; see the module docstring.
+
+    >>> space = SearchSpace(np.ones((4, 2), dtype=bool), failure_step_time=100.0)
+    >>> s = AnnealStrategy(space, seed=0)
+    >>> p = s.ask(8)            # the first ask returns the start placement
+    >>> p.shape
+    (1, 4)
+    >>> s.tell(p, np.array([3.0]), np.array([True]))
+    >>> s.ask(8).shape         # then one single-unit move per ask
+    (1, 4)
+    """
+
+    name = "anneal"
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, config: AnnealConfig | None = None):
+        self.space = space
+        self.config = config or AnnealConfig()
+        self.rng = np.random.default_rng(seed)
+        allowed = np.asarray(space.allowed, dtype=bool)
+        self._choices = [np.flatnonzero(row) for row in allowed]
+        self._movable = np.flatnonzero(allowed.sum(axis=1) > 1)
+        self.current: np.ndarray | None = None
+        """The chain's placement (None until the start placement's result is told)."""
+        self.current_score = np.inf
+        self.best: np.ndarray | None = None
+        """Best feasible placement seen (never an OOM or failed one), None until one is seen."""
+        self.best_score = np.inf
+        self.scale = np.inf
+        """Best score seen, feasible or not: the cost scale s_best in beta = 1 / (T * s_best)."""
+        self.decided = 0
+        self.accepted = 0
+
+    # ------------------------------------------------------------------------------ helpers
+    @property
+    def temperature(self) -> float:
+        c = self.config
+        return max(c.min_temperature, c.temperature * c.cooling**self.decided)
+
+    def _start(self) -> np.ndarray:
+        init = self.config.init
+        if isinstance(init, str):
+            if init != "random":
+                raise ValueError(f"AnnealConfig.init: unknown start {init!r}; use 'random' or a placement")
+            return np.array([c[self.rng.integers(c.size)] for c in self._choices], dtype=np.int64)
+        start = np.asarray(init, dtype=np.int64)
+        if start.shape != (self.space.num_units,):
+            raise ValueError(f"AnnealConfig.init: {start.size} device ids for {self.space.num_units} units")
+        if not np.all(self.space.allowed[np.arange(start.size), start]):
+            bad = np.flatnonzero(~self.space.allowed[np.arange(start.size), start])
+            raise ValueError(f"AnnealConfig.init: units {bad[:5].tolist()} are on devices they may not use")
+        return start
+
+    def _propose(self) -> np.ndarray:
+        p = self.current.copy()
+        if self._movable.size == 0:  # nothing can move: the only placement there is
+            return p
+        g = self._movable[self.rng.integers(self._movable.size)]
+        others = self._choices[g][self._choices[g] != p[g]]
+        p[g] = others[self.rng.integers(others.size)]
+        return p
+
+    # ------------------------------------------------------------------------------ ask / tell
+    def ask(self, max_n: int) -> np.ndarray:
+        if self.current is None:
+            return self._start()[None, :]
+        k = max(1, min(self.config.moves_per_ask, max_n))
+        return np.stack([self._propose() for _ in range(k)])
+
+    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        feasible = np.asarray(feasible, dtype=bool)
+        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time)
+        for i in range(placements.shape[0]):
+            if feasible[i] and s[i] < self.best_score:
+                self.best, self.best_score = placements[i].copy(), float(s[i])
+            self.scale = min(self.scale, float(s[i]))
+        if self.current is None:  # the start placement (or the first told, should a runner seed one)
+            self.current, self.current_score = placements[0].copy(), float(s[0])
+            return
+        for i in range(placements.shape[0]):
+            # ALGO LOGIC: Metropolis acceptance of proposal i against the chain's current placement
+            delta = float(s[i]) - self.current_score
+            beta = 1.0 / (self.temperature * max(self.scale, 1e-300))
+            self.decided += 1
+            if delta <= 0 or self.rng.random() < np.exp(-beta * delta):
+                self.current, self.current_score = placements[i].copy(), float(s[i])
+                self.accepted += 1
+                break  # later proposals in this batch were drawn from the old placement: speculative
+
+    # ------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        cfg = asdict(self.config)
+        if not isinstance(cfg["init"], str):
+            cfg["init"] = [int(x) for x in cfg["init"]]
+
+        def arr(a):
+            return None if a is None else a.tolist()
+
+        return {
+            "name": self.name, "config": cfg, "rng": rng_state(self.rng),
+            "current": arr(self.current), "current_score": self.current_score,
+            "best": arr(self.best), "best_score": self.best_score, "scale": self.scale,
+            "decided": self.decided, "accepted": self.accepted,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        cfg = dict(state["config"])
+        if not isinstance(cfg["init"], str):
+            cfg["init"] = tuple(int(x) for x in cfg["init"])
+        self.config = replace(self.config, **cfg)
+        self.rng = rng_from_state(state["rng"])
+
+        def arr(a):
+            return None if a is None else np.asarray(a, dtype=np.int64)
+
+        self.current, self.current_score = arr(state["current"]), float(state["current_score"])
+        self.best, self.best_score = arr(state["best"]), float(state["best_score"])
+        self.scale = float(state["scale"])
+        self.decided, self.accepted = int(state["decided"]), int(state["accepted"])

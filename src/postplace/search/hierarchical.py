@@ -1,0 +1,371 @@
+"""The Hierarchical Planner: a grouper and a seq2seq placer trained jointly with REINFORCE.
+
+Source: Mirhoseini, Goldie, Pham, Steiner, Le, Dean, "A Hierarchical Model for Device Placement",
+ICLR 2018. The baseline Post is measured against (DESIGN.md section 5).
+
+The model, as the paper describes it:
+
+- **Grouper**: a feed-forward network over per-op features with a softmax over groups; each op (here:
+  each unit of the :class:`SearchSpace`) samples its group.
+- **Placer**: a sequence-to-sequence model, an LSTM encoder that reads the group embeddings and an LSTM
+  decoder with attention that outputs one device per group. A unit goes on its group's device.
+- **Training**: both policies by REINFORCE on the joint log-likelihood, reward ``R = -sqrt(step time)``,
+  a moving-average baseline ``B``, and OOM (here: any infeasible placement) scored as a failing runtime.
+  Per update the paper draws m = 1 grouping and k = 4 placements for it (its Eqs. 4 and 6): the
+  grouper's gradient is ``mean_i grad log p(g_i) * mean_j (R_ij - B)``, the placer's
+  ``mean_ij grad log p(d_ij | g_i) * (R_ij - B)``.
+- **Settings** it reports: Adam, learning rate 0.1, gradient clipping at norm 1.0, logits shaped as
+  ``C * tanh(u / T)`` (Bello et al. 2016) with tanh constant C = 5 and temperature T = 10, m = 1 and
+  k = 4, noise added to the logits early in training to explore (magnitude and schedule not given).
+  256 groups (its best setting), grouper hidden size 64, placer LSTM size 256.
+
+Where the paper is silent, what we chose (each is a :class:`HierarchicalConfig` field):
+
+- **Unit features**: the paper embeds op type, output shapes and adjacency of TensorFlow ops. Units are
+  groups of ops here, so we use ``space.features`` when given, else :func:`default_features` (relative
+  time per device, allowed devices, degrees and bytes in/out, position). Columns are standardised.
+- **Group embedding**: the mean of its members' features, the log of its size, and (as the paper's
+  group adjacency vector) the fractions of its outgoing and incoming bytes to every group.
+- **Attention**: multiplicative content-based ("general", Luong et al. 2015) rather than additive, so the
+  teacher-forced replay of a whole sequence costs one matrix product. Unidirectional encoder.
+- **Decoder input** at step j: the embedding of the device chosen at step j-1 (a start token first) and
+  the encoder state of group j, so the decoder knows which group it places.
+- **Logit shaping** ``C tanh(u/T)`` on the grouper's logits as well as the placer's (the paper names it
+  for its policies without saying which). Noise: Gaussian, std ``noise_std`` on the shaped logits,
+  falling linearly to 0 over the first ``noise_updates`` updates.
+- **Baseline**: exponential moving average of batch-mean rewards, decay 0.9, started at the first
+  batch's mean.
+- **Devices a unit may not use**: the placer only offers a group the devices all its members may use
+  (the intersection; their union when that is empty); a unit whose group lands on a device it may not
+  use goes to its own fastest allowed device instead (by ``unit_time``, else its first allowed). So no
+  disallowed device is ever returned. Empty groups are decoded (the sequence has fixed length) but
+  their device choices, which change nothing, are left out of the loss.
+
+Measured (``benchmarks/hp_learning.py``: a 256-unit layered DAG on ``k80x2``, 1,200 samples, 2-3 seeds,
+step time / lower bound): with the paper's learning rate 0.1 the policy turns near-deterministic within
+about 10 updates, on the single-GPU placement (2.21), keeping the best of its early samples (1.66);
+lr 0.01 gets to 1.42 and lr 0.001 to 1.11 (simulated annealing: 1.20, random search: 2.51). The
+``paper`` settings stay the default here, as the baseline the paper defines; a tuned rate belongs to
+the recorded sweep on the zoo models (DESIGN.md section 4).
+
+The model lives in PyTorch on the CPU. Sampling happens in :meth:`HierarchicalPlanner.ask` without
+gradients (the decoder steps one group at a time); :meth:`tell` replays the sampled sequence with
+teacher forcing (the noise drawn at ``ask`` is kept) to get the log-likelihood with gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
+
+
+@dataclass(frozen=True)
+class HierarchicalConfig:
+    num_groups: int = 256
+    """Groups the grouper may use, at most the number of units (paper: 256 worked best)."""
+    grouper_hidden: int = 64
+    """Hidden size of the grouper's one hidden layer (paper: 64). Activation ReLU (ours; unstated)."""
+    placer_hidden: int = 256
+    """LSTM size of the placer's encoder and decoder (paper: 256)."""
+    device_embedding: int = 32
+    """Size of the decoder's embedding of the previous device (ours; unstated)."""
+    lr: float = 0.1
+    """Adam learning rate for both policies (paper: 0.1)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (paper: 1.0)."""
+    tanh_constant: float = 5.0
+    """C in C * tanh(u / T) on the logits (paper: 5.0, after Bello et al. 2016)."""
+    temperature: float = 10.0
+    """T in C * tanh(u / T) on the logits (paper: 10.0)."""
+    shape_grouper_logits: bool = True
+    """Apply C tanh(u/T) to the grouper as well as the placer (ours: the paper does not say which)."""
+    groupings_per_ask: int = 1
+    """m: groupings sampled per update (paper: m = 1, its Eq. 4)."""
+    placements_per_grouping: int = 4
+    """k: placer samples per grouping (paper: k = 4, its Eq. 6). An ask returns m * k placements."""
+    baseline_decay: float = 0.9
+    """B <- decay * B + (1 - decay) * mean reward of the batch (ours; the paper says moving average)."""
+    noise_std: float = 0.5
+    """Std of Gaussian noise on the shaped logits at the start (ours; the paper adds noise early on
+    without a magnitude)."""
+    noise_updates: int = 100
+    """Updates over which the noise falls linearly to zero (ours: 400 samples at m*k = 4, a sixth of
+    Post's 2,400-sample budget)."""
+    group_adjacency: bool = True
+    """Put the group's byte fractions to and from every group in its embedding (paper: an adjacency
+    vector per group)."""
+
+    @classmethod
+    def paper(cls) -> HierarchicalConfig:
+        """The settings the paper reports (equal to the defaults)."""
+        return cls()
+
+
+def default_features(space: SearchSpace) -> np.ndarray:
+    """Per-unit features when the space has none: ``float[G, 2D + 6]``.
+
+    Columns: position in unit order (0..1); per device the log of its time relative to the unit's
+    fastest allowed device (capped at 5, and 5 where not allowed); per device 1 if allowed; the log of
+    the unit's fastest time over the mean of those; log1p of in- and out-degree; log1p of bytes in and
+    out over the mean bytes per edge. Without ``unit_time`` the time columns are 0; without ``edges``
+    the degree columns are.
+    """
+    allowed = np.asarray(space.allowed, dtype=bool)
+    G, D = allowed.shape
+    pos = np.arange(G, dtype=np.float64)[:, None] / max(G - 1, 1)
+    rel = np.zeros((G, D))
+    fastest = np.zeros((G, 1))
+    if space.unit_time is not None:
+        t = np.where(allowed, np.asarray(space.unit_time, dtype=np.float64), np.inf)
+        t = np.where(np.isfinite(t), t, np.inf)
+        tmin = np.min(t, axis=1, keepdims=True)
+        tiny = 1e-30
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.log(np.maximum(t, tiny) / np.maximum(tmin, tiny))
+        rel = np.where(np.isfinite(rel), np.minimum(rel, 5.0), 5.0)
+        finite_min = np.where(np.isfinite(tmin), tmin, 0.0)
+        fastest = np.log(np.maximum(finite_min, tiny) / max(float(finite_min.mean()), tiny))
+    deg = np.zeros((G, 4))
+    if space.edges is not None and len(space.edges[0]):
+        src, dst, nbytes = (np.asarray(a) for a in space.edges)
+        scale = max(float(np.mean(nbytes)), 1e-30)
+        deg[:, 0] = np.log1p(np.bincount(dst, minlength=G))
+        deg[:, 1] = np.log1p(np.bincount(src, minlength=G))
+        deg[:, 2] = np.log1p(np.bincount(dst, weights=nbytes, minlength=G) / scale)
+        deg[:, 3] = np.log1p(np.bincount(src, weights=nbytes, minlength=G) / scale)
+    return np.concatenate([pos, rel, allowed.astype(np.float64), fastest, deg], axis=1)
+
+
+def _standardise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    sd = x.std(axis=0)
+    return np.where(sd > 1e-12, (x - x.mean(axis=0)) / np.where(sd > 1e-12, sd, 1.0), 0.0)
+
+
+class _Model(nn.Module):
+    """Grouper (feed-forward) and placer (LSTM encoder, LSTM decoder with attention) in one module."""
+
+    def __init__(self, num_features: int, group_input: int, num_groups: int, num_devices: int,
+                 cfg: HierarchicalConfig):  # fmt: skip
+        super().__init__()
+        H = cfg.placer_hidden
+        self.grouper = nn.Sequential(
+            nn.Linear(num_features, cfg.grouper_hidden), nn.ReLU(), nn.Linear(cfg.grouper_hidden, num_groups)
+        )
+        self.encoder = nn.LSTM(group_input, H, batch_first=True)
+        self.device_embed = nn.Embedding(num_devices + 1, cfg.device_embedding)  # last row: start token
+        self.decoder = nn.LSTM(cfg.device_embedding + H, H, batch_first=True)
+        self.attend = nn.Linear(H, H, bias=False)
+        self.head = nn.Linear(2 * H, num_devices)
+
+    def device_logits(self, dec: torch.Tensor, keys: torch.Tensor, enc: torch.Tensor) -> torch.Tensor:
+        """Raw device logits ``[B, L, D]`` for decoder outputs ``dec [B, L, H]`` attending over ``enc``."""
+        att = torch.softmax(dec @ keys.transpose(1, 2), dim=-1)  # [B, L, NG]
+        return self.head(torch.cat([dec, att @ enc], dim=-1))
+
+
+class HierarchicalPlanner:
+    """The Hierarchical Planner (Mirhoseini et al., ICLR 2018) as an ask/tell strategy.
+
+    Each ask returns ``m * k`` placements (``groupings_per_ask * placements_per_grouping``; fewer only
+    if ``max_n`` is smaller, which then shrinks k, then m); each tell makes one REINFORCE update.
+    ``best`` / ``best_score`` hold the best feasible placement seen.
+    """
+
+    name = "hp"
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, config: HierarchicalConfig | None = None):
+        self.space = space
+        self.config = cfg = config or HierarchicalConfig()
+        self.allowed = np.asarray(space.allowed, dtype=bool)
+        G, D = self.allowed.shape
+        self.num_groups = NG = max(1, min(cfg.num_groups, G))
+        feats = space.features if space.features is not None else default_features(space)
+        self.features = torch.tensor(_standardise(feats), dtype=torch.float32)
+        if space.unit_time is not None:
+            t = np.where(self.allowed, np.asarray(space.unit_time, dtype=np.float64), np.inf)
+            self.fallback = np.where(np.any(np.isfinite(t), axis=1), np.argmin(t, axis=1), self.allowed.argmax(1))
+        else:
+            self.fallback = self.allowed.argmax(axis=1)
+        self._allowed_t = torch.tensor(self.allowed, dtype=torch.float32)
+        self._edges = None
+        if cfg.group_adjacency and space.edges is not None and len(space.edges[0]):
+            src, dst, nbytes = (np.asarray(a) for a in space.edges)
+            self._edges = (torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long),
+                           torch.tensor(nbytes / max(float(nbytes.sum()), 1e-30), dtype=torch.float32))  # fmt: skip
+        group_input = self.features.shape[1] + 1 + (2 * NG if cfg.group_adjacency else 0)
+
+        self.rng = np.random.default_rng(seed)
+        init_seed, gen_seed = (int(s) for s in self.rng.integers(2**62, size=2))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            self.model = _Model(self.features.shape[1], group_input, NG, D, cfg)
+        self.gen = torch.Generator().manual_seed(gen_seed)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.baseline: float | None = None
+        self.updates = 0
+        self.best: np.ndarray | None = None
+        self.best_score = np.inf
+        self._pending: dict | None = None
+
+    # ------------------------------------------------------------------------------ model pieces
+    def _shape(self, logits: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        return c.tanh_constant * torch.tanh(logits / c.temperature)
+
+    def _noise_std(self) -> float:
+        c = self.config
+        if c.noise_updates <= 0:
+            return 0.0
+        return c.noise_std * max(0.0, 1.0 - self.updates / c.noise_updates)
+
+    def _group_logits(self) -> torch.Tensor:
+        logits = self.model.grouper(self.features)  # [G, NG]
+        return self._shape(logits) if self.config.shape_grouper_logits else logits
+
+    def _group_inputs(self, groups: torch.Tensor):
+        """Embeddings ``[m, NG, E]``, device masks ``[m, NG, D]`` and non-empty flags ``[m, NG]``."""
+        NG, G = self.num_groups, self.allowed.shape[0]
+        A = nn.functional.one_hot(groups, NG).float()  # [m, G, NG]
+        count = A.sum(dim=1)  # [m, NG]
+        mean = A.transpose(1, 2) @ self.features / count.clamp(min=1)[..., None]
+        parts = [mean, (torch.log1p(count) / np.log1p(G))[..., None]]
+        if self.config.group_adjacency:
+            flow = torch.zeros(groups.shape[0], NG, NG)
+            if self._edges is not None:
+                src, dst, w = self._edges
+                flow = (A[:, src, :] * w[None, :, None]).transpose(1, 2) @ A[:, dst, :]  # [m, NG out, NG in]
+            out = flow / flow.sum(dim=2, keepdim=True).clamp(min=1e-30)
+            inc = flow.transpose(1, 2) / flow.sum(dim=1)[..., None].clamp(min=1e-30)
+            parts += [out, inc]
+        members_ok = A.transpose(1, 2) @ self._allowed_t  # [m, NG, D]: members that may use d
+        inter = members_ok >= count[..., None] - 0.5
+        union = members_ok > 0.5
+        mask = torch.where(inter.any(dim=-1, keepdim=True), inter, union)
+        nonempty = count > 0
+        mask = mask | ~nonempty[..., None]
+        return torch.cat(parts, dim=-1), mask, nonempty
+
+    def _encode(self, groups: torch.Tensor, k: int):
+        emb, mask, nonempty = self._group_inputs(groups)
+        enc, (h, c) = self.model.encoder(emb)
+        enc = enc.repeat_interleave(k, dim=0)
+        state = (h.repeat_interleave(k, dim=1), c.repeat_interleave(k, dim=1))
+        mask, nonempty = mask.repeat_interleave(k, dim=0), nonempty.repeat_interleave(k, dim=0)
+        return enc, self.model.attend(enc), state, mask, nonempty
+
+    def _expand(self, groups: np.ndarray, devices: np.ndarray, k: int) -> np.ndarray:
+        """Unit placements ``[m*k, G]`` from groupings ``[m, G]`` and group devices ``[m*k, NG]``."""
+        g = np.repeat(groups, k, axis=0)
+        unit = np.take_along_axis(devices, g, axis=1)
+        ok = self.allowed[np.arange(unit.shape[1])[None, :], unit]
+        return np.where(ok, unit, self.fallback[None, :]).astype(np.int64)
+
+    # ------------------------------------------------------------------------------ ask / tell
+    def ask(self, max_n: int) -> np.ndarray:
+        c = self.config
+        max_n = max(1, max_n)
+        k = max(1, min(c.placements_per_grouping, max_n))
+        m = max(1, min(c.groupings_per_ask, max_n // k))
+        G, D = self.allowed.shape
+        NG, sd = self.num_groups, self._noise_std()
+        with torch.no_grad():
+            # ALGO LOGIC: the grouper samples one group per unit, m times
+            gnoise = sd * torch.randn(m, G, NG, generator=self.gen)
+            gprob = torch.softmax(self._group_logits()[None] + gnoise, dim=-1)
+            groups = torch.multinomial(gprob.reshape(m * G, NG), 1, generator=self.gen).reshape(m, G)
+            logp_group = torch.log(gprob.gather(2, groups[..., None])[..., 0]).sum(dim=1)
+            # ALGO LOGIC: the placer decodes one device per group, k times per grouping
+            enc, keys, state, mask, nonempty = self._encode(groups, k)
+            logp_dev = torch.zeros(m * k)
+            pnoise = sd * torch.randn(m * k, NG, D, generator=self.gen)
+            prev = torch.full((m * k,), D, dtype=torch.long)
+            devices = torch.empty(m * k, NG, dtype=torch.long)
+            for j in range(NG):
+                inp = torch.cat([self.model.device_embed(prev), enc[:, j]], dim=-1)[:, None]
+                dec, state = self.model.decoder(inp, state)
+                logits = self._shape(self.model.device_logits(dec, keys, enc)[:, 0]) + pnoise[:, j]
+                logits = logits.masked_fill(~mask[:, j], float("-inf"))
+                prob = torch.softmax(logits, dim=-1)
+                prev = torch.multinomial(prob, 1, generator=self.gen)[:, 0]
+                devices[:, j] = prev
+                logp_dev += torch.where(nonempty[:, j], torch.log(prob.gather(1, prev[:, None])[:, 0]), 0.0)
+        groups_np, devices_np = groups.numpy().astype(np.int64), devices.numpy().astype(np.int64)
+        placements = self._expand(groups_np, devices_np, k)
+        self._pending = {"groups": groups_np, "devices": devices_np, "k": k, "gnoise": gnoise.numpy(),
+                         "pnoise": pnoise.numpy(), "placements": placements.copy(),
+                         "logp_group": logp_group.numpy(), "logp_devices": logp_dev.numpy()}  # fmt: skip
+        return placements
+
+    def _log_probs(self, p: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced replay: log p(grouping) ``[m]`` and log p(devices | grouping) ``[m*k]``."""
+        groups, devices = torch.as_tensor(p["groups"]), torch.as_tensor(p["devices"])
+        D = self.allowed.shape[1]
+        glog = torch.log_softmax(self._group_logits()[None] + torch.as_tensor(p["gnoise"]), dim=-1)
+        logp_group = glog.gather(2, groups[..., None])[..., 0].sum(dim=1)
+        enc, keys, state, mask, nonempty = self._encode(groups, p["k"])
+        start = torch.full((devices.shape[0], 1), D, dtype=torch.long)
+        prev = torch.cat([start, devices[:, :-1]], dim=1)
+        dec, _ = self.model.decoder(torch.cat([self.model.device_embed(prev), enc], dim=-1), state)
+        logits = self._shape(self.model.device_logits(dec, keys, enc)) + torch.as_tensor(p["pnoise"])
+        dlog = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+        logp_dev = dlog.gather(2, devices[..., None])[..., 0]
+        logp_dev = torch.where(nonempty, logp_dev, torch.zeros_like(logp_dev)).sum(dim=1)
+        return logp_group, logp_dev
+
+    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+        p = self._pending
+        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        if p is None or not np.array_equal(placements, p["placements"]):
+            raise ValueError("hp: tell() must get back exactly the placements of the last ask()")
+        feasible = np.asarray(feasible, dtype=bool)
+        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time)
+        for i in np.flatnonzero(feasible):
+            if s[i] < self.best_score:
+                self.best, self.best_score = placements[i].copy(), float(s[i])
+        # ALGO LOGIC: REINFORCE with a moving-average baseline (paper Eqs. 4 and 6)
+        reward = -np.sqrt(s)
+        if self.baseline is None:
+            self.baseline = float(reward.mean())
+        k = p["k"]
+        adv = torch.as_tensor(reward - self.baseline, dtype=torch.float32).reshape(-1, k)  # [m, k]
+        logp_group, logp_dev = self._log_probs(p)
+        objective = (logp_group * adv.mean(dim=1)).mean() + (logp_dev.reshape(-1, k) * adv).mean()
+        self.optimizer.zero_grad()
+        (-objective).backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        d = self.config.baseline_decay
+        self.baseline = d * self.baseline + (1 - d) * float(reward.mean())
+        self.updates += 1
+        self._pending = None
+
+    # ------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {
+            "name": self.name, "config": asdict(self.config), "rng": rng_state(self.rng),
+            "torch_generator": self.gen.get_state().numpy().copy(),
+            "model": copy.deepcopy(self.model.state_dict()), "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "baseline": self.baseline, "updates": self.updates,
+            "best": None if self.best is None else self.best.copy(), "best_score": self.best_score,
+            "pending": copy.deepcopy(self._pending),
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        cfg = replace(self.config, **state["config"])
+        if cfg != self.config:
+            self.__init__(self.space, config=cfg)  # rebuild the networks at the saved sizes
+        self.rng = rng_from_state(state["rng"])
+        self.gen.set_state(torch.as_tensor(np.asarray(state["torch_generator"], dtype=np.uint8)))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.baseline, self.updates = state["baseline"], int(state["updates"])
+        self.best = None if state["best"] is None else np.asarray(state["best"], dtype=np.int64)
+        self.best_score = float(state["best_score"])
+        self._pending = copy.deepcopy(state["pending"])
