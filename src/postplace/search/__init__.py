@@ -1,5 +1,6 @@
 """Search: ask/tell strategies over placements, and the runner that drives them."""
 
+from postplace.search.anneal import AnnealConfig, AnnealStrategy
 from postplace.search.post import PostConfig, PostStrategy, ce_strategy, ppo_strategy
 from postplace.search.problem import Problem, make_problem
 from postplace.search.random_search import RandomStrategy
@@ -13,7 +14,16 @@ STRATEGIES = {
     "ppo": ppo_strategy,
     "reinforce": ReinforceStrategy,
     "random": RandomStrategy,
+    "anneal": AnnealStrategy,
+    "hp": lambda space, *, seed=0, config=None: _hierarchical()(space, seed=seed, config=config),
 }
+
+
+def _hierarchical():
+    # the hierarchical planner needs torch; import it only when that strategy is asked for
+    from postplace.search.hierarchical import HierarchicalPlanner
+
+    return HierarchicalPlanner
 
 
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:
@@ -31,6 +41,8 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
 
 __all__ = [
     "STRATEGIES",
+    "AnnealConfig",
+    "AnnealStrategy",
     "Budget",
     "PostConfig",
     "PostStrategy",
