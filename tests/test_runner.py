@@ -82,12 +82,12 @@ KILLER = textwrap.dedent('''
             if calls == {kill_at}:
                 os.kill(os.getpid(), signal.SIGKILL)  # no finally, no flush: a real crash
             return p.simulator.evaluate(placements)
-    run(make_strategy({strategy!r}, p.space, seed=5), Killer(), Budget(samples=600), out_dir={out!r},
+    run(make_strategy({strategy!r}, p.space, seed=5), Killer(), Budget(samples=1200), out_dir={out!r},
         checkpoint_every=100)
 ''')
 
 
-@pytest.mark.parametrize(("strategy", "kill_at"), [("post", 9), ("post", 17), ("reinforce", 13)])
+@pytest.mark.parametrize(("strategy", "kill_at"), [("post", 5), ("post", 11), ("reinforce", 9)])
 def test_resume_after_kill_9_gives_the_uninterrupted_result(tmp_path, strategy, kill_at):
     from pathlib import Path
 
@@ -98,16 +98,16 @@ def test_resume_after_kill_9_gives_the_uninterrupted_result(tmp_path, strategy, 
     assert proc.returncode == -9, proc.stderr
     assert (killed / CHECKPOINT).exists()
     p = problem()
-    resumed = run(make_strategy(strategy, p.space, seed=123), p.simulator, Budget(samples=600), out_dir=killed,
+    resumed = run(make_strategy(strategy, p.space, seed=123), p.simulator, Budget(samples=1200), out_dir=killed,
                   resume=True)  # fmt: skip
     clean_dir = tmp_path / "clean"
-    clean = run(make_strategy(strategy, p.space, seed=5), p.simulator, Budget(samples=600), out_dir=clean_dir)
-    assert resumed.samples == clean.samples == 600
+    clean = run(make_strategy(strategy, p.space, seed=5), p.simulator, Budget(samples=1200), out_dir=clean_dir)
+    assert resumed.samples == clean.samples == 1200
     assert resumed.best_step_time == clean.best_step_time
     assert np.array_equal(resumed.best_placement, clean.best_placement)
     assert (killed / HISTORY).read_text() == (clean_dir / HISTORY).read_text()
     lines = [json.loads(x) for x in (clean_dir / HISTORY).read_text().splitlines()]
-    assert [x["sample"] for x in lines] == list(range(600))
+    assert [x["sample"] for x in lines] == list(range(1200))
 
 
 class _Counting:
