@@ -292,13 +292,14 @@ def compare(
 
 def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:
     """The fastest single-device placement that fits in memory, or (None, None, None)."""
-    ops = np.stack([single_device(graph, c, name) for name in c.device_names])
-    res = sim.evaluate_ops(ops)
-    ok = np.flatnonzero(res.feasible)
-    if ok.size == 0:
+    from postplace.placers import NoSingleDeviceFits, place_single
+
+    try:
+        ops = place_single(graph, c, cost_model=sim.problem.cost_model)
+    except NoSingleDeviceFits:
         return None, None, None
-    best = ok[np.argmin(res.step_time[ok])]
-    return c.device_names[best], float(res.step_time[best]), ops[best]
+    device = c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
+    return device, float(sim.evaluate_ops(ops[None]).step_time[0]), ops
 
 
 @app.command()

@@ -97,11 +97,13 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
 
 
 def _single_time(graph, cluster, sim) -> float | None:
-    from postplace.cluster.placement import single_device
+    from postplace.placers import NoSingleDeviceFits, place_single
 
-    res = sim.evaluate_ops(np.stack([single_device(graph, cluster, d) for d in cluster.device_names]))
-    ok = res.step_time[res.feasible]
-    return float(ok.min()) if ok.size else None
+    try:
+        ops = place_single(graph, cluster, cost_model=sim.problem.cost_model)
+    except NoSingleDeviceFits:
+        return None
+    return float(sim.evaluate_ops(ops[None]).step_time[0])
 
 
 def _placer_row(name, graph, cluster, sim, expert_split) -> Row:

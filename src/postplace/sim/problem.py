@@ -17,6 +17,7 @@ class SimProblem:
 
     graph: OpGraph
     cluster: Cluster
+    cost_model: CostModel
     op_times: OpTimes
     op_time: np.ndarray  # float64[n, D]
     alloc_bytes: np.ndarray  # float64[n]: bytes an op's output allocates in live mode (0 if in place)
@@ -40,12 +41,14 @@ class SimProblem:
 
     @classmethod
     def build(cls, graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> SimProblem:
-        times = (cost_model or RooflineCostModel()).op_times(graph, cluster)
+        cost_model = cost_model or RooflineCostModel()
+        times = cost_model.op_times(graph, cluster)
         live = graph.memory_mode == "live"
         alloc = np.where(graph.inplace, 0.0, graph.output_bytes) if live else np.zeros(graph.num_ops)
         return cls(
             graph=graph,
             cluster=cluster,
+            cost_model=cost_model,
             op_times=times,
             op_time=np.ascontiguousarray(times.table),
             alloc_bytes=alloc,
