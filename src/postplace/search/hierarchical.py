@@ -55,7 +55,9 @@ teacher forcing (the noise drawn at ``ask`` is kept) to get the log-likelihood w
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -210,6 +212,7 @@ class HierarchicalPlanner:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.baseline: float | None = None
         self.updates = 0
+        self.skipped_updates = 0
         self.best: np.ndarray | None = None
         self.best_score = np.inf
         self._pending: dict | None = None
@@ -269,6 +272,10 @@ class HierarchicalPlanner:
 
     # ------------------------------------------------------------------------------ ask / tell
     def ask(self, max_n: int) -> np.ndarray:
+        with _no_onednn():
+            return self._ask(max_n)
+
+    def _ask(self, max_n: int) -> np.ndarray:
         c = self.config
         max_n = max(1, max_n)
         k = max(1, min(c.placements_per_grouping, max_n))
@@ -320,6 +327,10 @@ class HierarchicalPlanner:
         return logp_group, logp_dev
 
     def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+        with _no_onednn():
+            self._tell(placements, step_time, feasible)
+
+    def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
         p = self._pending
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         if p is None or not np.array_equal(placements, p["placements"]):
@@ -339,8 +350,11 @@ class HierarchicalPlanner:
         objective = (logp_group * adv.mean(dim=1)).mean() + (logp_dev.reshape(-1, k) * adv).mean()
         self.optimizer.zero_grad()
         (-objective).backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        if torch.isfinite(norm):  # a non-finite gradient would poison every weight: skip that update
+            self.optimizer.step()
+        else:
+            self.skipped_updates += 1
         d = self.config.baseline_decay
         self.baseline = d * self.baseline + (1 - d) * float(reward.mean())
         self.updates += 1
@@ -352,7 +366,7 @@ class HierarchicalPlanner:
             "name": self.name, "config": asdict(self.config), "rng": rng_state(self.rng),
             "torch_generator": self.gen.get_state().numpy().copy(),
             "model": copy.deepcopy(self.model.state_dict()), "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "baseline": self.baseline, "updates": self.updates,
+            "baseline": self.baseline, "updates": self.updates, "skipped_updates": self.skipped_updates,
             "best": None if self.best is None else self.best.copy(), "best_score": self.best_score,
             "pending": copy.deepcopy(self._pending),
         }  # fmt: skip
@@ -366,6 +380,23 @@ class HierarchicalPlanner:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self.baseline, self.updates = state["baseline"], int(state["updates"])
+        self.skipped_updates = int(state.get("skipped_updates", 0))
         self.best = None if state["best"] is None else np.asarray(state["best"], dtype=np.int64)
         self.best_score = float(state["best_score"])
         self._pending = copy.deepcopy(state["pending"])
+
+
+@contextlib.contextmanager
+def _no_onednn():
+    """oneDNN's LSTM backward returned NaN gradients once the LSTM saturated (seen on NMT-2 at the
+    paper's learning rate 0.1); PyTorch's native kernels do not, so hp runs without oneDNN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a note about Intel GPUs, irrelevant here
+        flags = torch.backends.mkldnn.flags(enabled=False)
+        flags.__enter__()
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            flags.__exit__(None, None, None)
