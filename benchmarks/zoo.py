@@ -7,9 +7,8 @@ forward FLOPs, parameter bytes, colocation coverage (backward ops linked to thei
 autograd sequence numbers), number and largest size of colocation sets, trace time (make_fx with fake
 tensors on this machine; the model's construction is not included).
 
-TODO(simulator): the simulated step-time columns. Append ``(header, fn(graph) -> str)`` pairs to
-``EXTRA_COLUMNS`` (or pass ``extra=`` to :func:`table`), e.g. the step time of the best single
-device on the 1 CPU + 4 K80 preset and its lower bound, and they are printed after the others.
+The last two columns are the simulated step times (roofline costs) of the whole step on one K80
+die and on the CPU of the ``k80x4`` preset; "OOM" marks a placement whose peak exceeds the device.
 """
 
 from __future__ import annotations
@@ -24,7 +23,20 @@ from postplace.zoo import MODELS, trace_model
 from postplace.zoo.cli import graph_summary
 
 #: (header, fn(OpGraph) -> str) columns appended to the table; the simulator adds its own here.
-EXTRA_COLUMNS: list = []
+def _single_device_ms(device: str):
+    def column(graph) -> str:
+        from postplace.cluster import load_cluster
+        from postplace.cluster.placement import single_device
+        from postplace.sim import Simulator
+
+        cluster = load_cluster("k80x4")
+        r = Simulator(graph, cluster).evaluate_ops(single_device(graph, cluster, device)[None])
+        return f"{r.step_time[0] * 1e3:.1f}" + (" OOM" if r.oom[0] else "")
+
+    return column
+
+
+EXTRA_COLUMNS: list = [("1 K80 ms (sim)", _single_device_ms("gpu0")), ("CPU ms (sim)", _single_device_ms("cpu"))]
 
 HEAD = (
     f"| {'model':13} | {'aten calls':>10} | {'ops':>6} | {'edges':>6} | {'GFLOP/step':>10} "
