@@ -53,6 +53,9 @@ def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     rank = upward_rank(graph, times, cluster)
     rep = colocation_representative(graph)
     dev = np.full(n, -1, dtype=np.int64)
+    set_dev = np.full(n, -1, dtype=np.int64)  # indexed by the colocation representative
+    set_ok = np.ones((n, D), dtype=bool)  # devices every member of the set may use
+    np.logical_and.at(set_ok, rep, np.isfinite(times))
     start = np.zeros(n)
     finish = np.zeros(n)
     slots: list[list[tuple[float, float]]] = [[] for _ in range(D)]  # busy intervals, sorted
@@ -63,8 +66,8 @@ def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     heapq.heapify(ready)
     while ready:
         _, i = heapq.heappop(ready)
-        forced = dev[rep[i]] if rep[i] != i else -1
-        cands = [forced] if forced >= 0 else [d for d in range(D) if np.isfinite(times[i, d])]
+        forced = set_dev[rep[i]]  # the device of any member of i's colocation set placed already
+        cands = [forced] if forced >= 0 else [d for d in range(D) if set_ok[rep[i], d]]
         best = None
         for d in cands:
             avail = 0.0
@@ -79,6 +82,7 @@ def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
                 best = ((f, preference[d]), s, d)
         (f, _), s, d = best
         dev[i], start[i], finish[i] = d, s, f
+        set_dev[rep[i]] = d
         bisect.insort(slots[d], (s, f))
         for e in range(graph.out_ptr[i], graph.out_ptr[i + 1]):
             j = graph.edge_dst[e]
