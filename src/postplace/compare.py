@@ -117,6 +117,8 @@ def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
         return Row(name, "placer", None, note=str(exc), wall_time_s=time.perf_counter() - t)
     wall = time.perf_counter() - t
     res = sim.evaluate_ops(ops[None])
+    if res.failed[0]:
+        return Row(name, "placer", None, note=f"invalid placement: {res.reasons[0]}", wall_time_s=wall)
     step = float(res.step_time[0])
     return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()),
                oom_count=int(res.oom[0]), wall_time_s=wall,
