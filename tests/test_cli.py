@@ -129,3 +129,24 @@ def test_place_json_and_resume(graph_file, tmp_path):
 
 def test_place_bad_budget(graph_file, tmp_path):
     assert_one_error_line(run("place", str(graph_file), "--budget", "soon", "--out", str(tmp_path / "x")), "--budget")
+
+
+def test_place_warm_start_is_sample_zero_and_said(graph_file, tmp_path):
+    heft = tmp_path / "heft"
+    r = run("place", str(graph_file), "-c", "k80x2", "--budget", "48", "--out", str(heft), "--json",
+            "--warm-start", "heft", "--groups", "none")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["warm_start"] == "heft"
+    first = json.loads((heft / "history.jsonl").read_text().splitlines()[0])
+    from postplace.cluster import load_cluster
+    from postplace.graph import load_graph
+    from postplace.placers import place
+    from postplace.sim import Simulator
+
+    g, c = load_graph(graph_file), load_cluster("k80x2")
+    heft_time = Simulator(g, c).evaluate_ops(place("heft", g, c)[None]).step_time[0]
+    assert first["step_time_s"] == heft_time  # the heuristic's placement was sample 0
+    assert s["search_best_step_time_s"] <= heft_time
+    assert_one_error_line(run("place", str(graph_file), "-c", "k80x2", "--warm-start", "nope",
+                              "--out", str(tmp_path / "x")), "nope")  # fmt: skip
