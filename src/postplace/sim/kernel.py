@@ -171,10 +171,11 @@ def run_one(
         op_end[i] = np.nan
     for d in range(D):
         peak[d] = resident[d]
-    for i in range(n):
-        for e in range(out_ptr[i], out_ptr[i + 1]):
-            if dev[edge_dst[e]] == dev[i]:
-                local_rem[i] += 1
+    if live_mode:  # consumer counts only serve to free memory; static mode allocates nothing
+        for i in range(n):
+            for e in range(out_ptr[i], out_ptr[i + 1]):
+                if dev[edge_dst[e]] == dev[i]:
+                    local_rem[i] += 1
     for i in range(n):
         if pending[i] == 0:
             _rq_push(rq, rq_size, dev[i], i)
@@ -206,7 +207,7 @@ def run_one(
                 running[d] = -1
                 op_end[i] = t
                 done[i] = True
-                for k in range(in_ptr[i], in_ptr[i + 1]):
+                for k in range(in_ptr[i], in_ptr[i + 1] if live_mode else in_ptr[i]):
                     e = in_edges[k]
                     src = edge_src[e]
                     if dev[src] == d:
@@ -257,7 +258,7 @@ def run_one(
                     x = made_id[key]
                     xfer_of_edge[e] = x
                     x_left[x] += 1
-                if not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
+                if live_mode and not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
                     freed[i] = True
                     live[d] -= alloc_bytes[i]
             elif kind == XFER_START:
