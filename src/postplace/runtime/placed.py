@@ -251,7 +251,7 @@ class PlacedStep:
 
     def synchronize(self) -> None:
         """Wait for every CUDA device this step uses (CPU ops are synchronous)."""
-        for d in set(self.torch_devices):
+        for d in {self.torch_devices[k] for k in np.unique(self.op_device)}:
             if d.type == "cuda":
                 torch.cuda.synchronize(d)
 
