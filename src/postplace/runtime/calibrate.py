@@ -16,7 +16,8 @@ calibration configurations; an op type with fewer than ``min_ops`` calibration o
 all ops. Ops timed one at a time are not the step run as a whole (timing a call adds a few
 microseconds to it; a whole step runs with caches in another state), so a second stage scales the
 work part (``a``, ``b``) and the constant part (``c``) of every op type by two factors fitted, again by
-relative least squares, to the measured single-device step times of the calibration configurations. ``peak`` and ``mem_bw`` are this device's measured matmul and copy rates
+relative least squares, to the measured single-device step times of the calibration configurations.
+``peak`` and ``mem_bw`` are this device's measured matmul and copy rates
 (:func:`postplace.cost.profile.measure_roofline`). :class:`CalibratedCostModel` turns the fit into op
 times for the simulator (a :class:`~postplace.cost.CostModel`).
 
@@ -316,6 +317,7 @@ class Fit:
     default: tuple
     ops: int  #: calibration ops the fit saw
     scale: tuple = (1.0, 1.0)  #: second-stage factors (work, constant) applied to every coefficient
+    op_overhead: float = 0.0  #: first-stage per-op constant over all ops (one call timed at a time)
 
     def predict(self, graph) -> np.ndarray:
         f, b = graph.flops / self.peak, graph.bytes_accessed / self.bw
@@ -353,7 +355,7 @@ def fit(measured: Sequence[Measured], rooflines: dict, *, min_ops: int = 8) -> d
             sel = types == t
             if sel.sum() >= min_ops:
                 coef[str(t)] = _nnls_rel(X[sel], y[sel])
-        f = Fit(key, float(peak), float(bw), coef, default, int(y.size))
+        f = Fit(key, float(peak), float(bw), coef, default, int(y.size), op_overhead=default[2])
         fits[key] = _step_scale(f, [m for m in measured if key in m.op_times])
     return fits
 
@@ -444,7 +446,7 @@ def cluster_toml(
             mem = float(torch.cuda.get_device_properties(dev).total_memory)
             reserve = 1e9
         f = (fits or {}).get(key)
-        overhead = f.default[2] if f is not None else 5e-6
+        overhead = f.op_overhead if f is not None else 5e-6
         lines += [
             "[[device]]",
             f'name = "{name}"',
@@ -454,7 +456,7 @@ def cluster_toml(
             f"memory_bandwidth = {bw:.6g}   # measured: best large copy (read + write)",
             f"memory = {mem:.6g}",
             f"reserve = {reserve:.6g}",
-            f"launch_overhead = {overhead:.3g}   # fitted: per-op constant of the calibration",
+            f"launch_overhead = {overhead:.3g}   # fitted: per-op constant of ops timed one at a time",
             "",
         ]
     if len(devices) > 1:
@@ -498,11 +500,11 @@ class FidelityReport:
         from scipy.stats import spearmanr
 
         rows = [r for r in self.rows if r.split == split and np.isfinite(r.measured)]
-        if len(rows) < 2:
-            return {"n": len(rows), "spearman": float("nan"), "mdape": float("nan")}
+        if not rows:
+            return {"n": 0, "spearman": float("nan"), "mdape": float("nan")}
         sim = [r.simulated for r in rows]
         mea = [r.measured for r in rows]
-        rho = float(spearmanr(sim, mea).statistic)
+        rho = float(spearmanr(sim, mea).statistic) if len(rows) > 2 else float("nan")
         return {"n": len(rows), "spearman": rho, "mdape": float(np.median([r.ape for r in rows]))}
 
     def format(self, worst: int = 5) -> str:

@@ -45,6 +45,12 @@ def _placement(spec: str, graph, cluster):
     return np.array([idx[mapping[n]] for n in graph.names], dtype=np.int64), names
 
 
+def _explain(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    hint = "; on a machine without those devices add --map-all-to cpu" if "cuda" in msg.lower() else ""
+    return msg + hint
+
+
 def _random_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     if x.is_floating_point():
         return torch.randn(x.shape, generator=gen, dtype=x.dtype)
@@ -94,7 +100,10 @@ def cmd_train(
                 raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
             k, v = entry.split("=", 1)
             dmap[k.strip()] = v.strip()
-    step = apply(traced.model, traced, dev, names, device_map=dmap)
+    try:
+        step = apply(traced.model, traced, dev, names, device_map=dmap)
+    except (RuntimeError, AssertionError) as exc:
+        raise PostplaceError(f"cannot set up the placed step: {_explain(exc)}") from None
     gen = torch.Generator().manual_seed(seed)
     where = ", ".join(f"{n} -> {d}" for n, d in zip(step.device_names, step.torch_devices, strict=True))
     lines = [
@@ -115,11 +124,10 @@ def cmd_train(
             times.append(time.perf_counter() - t0)
             lines.append(f"{k + 1:5d} {value:10.4f} {times[-1] * 1e3:10.2f}")
     except torch.OutOfMemoryError as exc:
-        raise PostplaceError(f"step {len(times) + 1} ran out of device memory ({str(exc).splitlines()[0][:120]})") from None
+        msg = str(exc).splitlines()[0][:120]
+        raise PostplaceError(f"step {len(times) + 1} ran out of device memory ({msg})") from None
     except (RuntimeError, AssertionError) as exc:
-        msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        hint = "; on a machine without those devices add --map-all-to cpu" if "cuda" in msg.lower() else ""
-        raise PostplaceError(f"step {len(times) + 1} failed: {msg}{hint}") from None
+        raise PostplaceError(f"step {len(times) + 1} failed: {_explain(exc)}") from None
     tail = times[len(times) // 2 :]
     lines.append(
         f"measured step time: median {np.median(tail) * 1e3:.2f} ms over steps {steps - len(tail) + 1}..{steps} "

@@ -182,9 +182,9 @@ class TorchEvaluator:
         return times
 
     def _peak_measured(self) -> list[bool]:
-        return [
-            d.type == "cuda" and torch.cuda.is_available() and sum(1 for e in self.torch_devices if e == d) == 1 for d in self.torch_devices
-        ]
+        devs = self.torch_devices
+        cuda = torch.cuda.is_available()
+        return [d.type == "cuda" and cuda and sum(1 for e in devs if e == d) == 1 for d in devs]
 
     def _peaks(self) -> np.ndarray:
         return np.array([
