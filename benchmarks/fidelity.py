@@ -54,8 +54,10 @@ def other_cost_models(measured, devices, rooflines, links) -> dict:
             g = dataclasses.replace(m.graph, measured=()) if strip else m.graph
             labels = list(m.placements)
             res = Simulator(g, cluster).evaluate_ops(np.stack([m.placements[k] for k in labels]))
-            rows += [FidelityRow(m.config.label, k, float(res.step_time[i]), m.step_times[k], split)
-                     for i, k in enumerate(labels)]
+            rows += [
+                FidelityRow(m.config.label, k, float(res.step_time[i]), m.step_times[k], split)
+                for i, k in enumerate(labels)
+            ]
         out[label] = FidelityReport(rows, "").scores("held-out")
     return out
 
@@ -84,22 +86,33 @@ def main() -> None:
                 split = "calibration" if is_calibration(model, k, len(cfgs)) else "held-out"
                 m = measure_config(cfg, devices, rooflines=rooflines, runs=args.runs)
                 measured.append((split, m))
-                print(f"  measured {cfg.label:20} {split:11} "
-                      + ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in m.step_times.items())
-                      + (f" ({m.reasons})" if m.reasons else ""), flush=True)
+                print(
+                    f"  measured {cfg.label:20} {split:11} "
+                    + ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in m.step_times.items())
+                    + (f" ({m.reasons})" if m.reasons else ""),
+                    flush=True,
+                )
         if args.save:
             with open(args.save, "wb") as f:
                 pickle.dump((devices, rooflines, links, measured), f)
-    report, fits = fidelity([m for s, m in measured if s == "calibration"],
-                            [m for s, m in measured if s == "held-out"], devices, rooflines, links)
-    report.header = (f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); rooflines "
-                     + ", ".join(f"{k}: {p / 1e9:.1f} GFLOP/s, {b / 1e9:.1f} GB/s" for k, (p, b) in rooflines.items()))
+    report, fits = fidelity(
+        [m for s, m in measured if s == "calibration"],
+        [m for s, m in measured if s == "held-out"],
+        devices,
+        rooflines,
+        links,
+    )
+    report.header = f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); rooflines " + ", ".join(
+        f"{k}: {p / 1e9:.1f} GFLOP/s, {b / 1e9:.1f} GB/s" for k, (p, b) in rooflines.items()
+    )
     print(report.format())
     for label, s in other_cost_models(measured, devices, rooflines, links).items():
         print(f"for reference, {label}: held-out Spearman {s['spearman']:.3f}, median absolute error {s['mdape']:.1%}")
     for key, f in fits.items():
-        print(f"fit for {key}: {len(f.coef)} op types with their own coefficients, default (a, b, c) = "
-              + ", ".join(f"{c:.3g}" for c in f.default))
+        print(
+            f"fit for {key}: {len(f.coef)} op types with their own coefficients, default (a, b, c) = "
+            + ", ".join(f"{c:.3g}" for c in f.default)
+        )
     print(f"wall time {time.perf_counter() - t0:.0f} s")
 
 

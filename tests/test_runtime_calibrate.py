@@ -35,8 +35,15 @@ def synthetic(graph, coef, default, scale=(1.0, 1.0)):
     times = f.predict(graph)
     const = times - work.predict(graph)
     step = scale[0] * work.predict(graph).sum() + scale[1] * const.sum()
-    return cal.Measured(cal.Config("x", {"batch": 1}), graph, {KEY: times}, {"single:cpu": step},
-                        {"single:cpu": np.zeros(graph.num_ops, dtype=np.int64)}, {}, {"single:cpu": KEY})
+    return cal.Measured(
+        cal.Config("x", {"batch": 1}),
+        graph,
+        {KEY: times},
+        {"single:cpu": step},
+        {"single:cpu": np.zeros(graph.num_ops, dtype=np.int64)},
+        {},
+        {"single:cpu": KEY},
+    )
 
 
 def test_fit_recovers_known_per_type_costs_and_step_scale():
@@ -90,8 +97,10 @@ bandwidth = 1e10
 
 
 def test_fidelity_scores():
-    rows = [cal.FidelityRow(f"c{k}", "single:cpu", s, m, "held-out")
-            for k, (s, m) in enumerate([(1.0, 1.1), (2.0, 1.8), (3.0, 3.3), (4.0, 5.0)])]
+    rows = [
+        cal.FidelityRow(f"c{k}", "single:cpu", s, m, "held-out")
+        for k, (s, m) in enumerate([(1.0, 1.1), (2.0, 1.8), (3.0, 3.3), (4.0, 5.0)])
+    ]
     rows.append(cal.FidelityRow("x", "single:cpu", 1.0, 100.0, "calibration"))
     r = cal.FidelityReport(rows, "cpu")
     s = r.scores("held-out")
@@ -125,8 +134,15 @@ def test_trace_config_overrides_and_restores_the_zoo():
 
 
 def test_cmd_calibrate_writes_a_cluster_and_a_measured_graph(tmp_path):
-    out = cmd_calibrate("gpt2", "small", out_cluster=tmp_path / "m.toml", out_graph=tmp_path / "g.json",
-                        batches=(2, 3, 4, 6), runs=1, threads=1)
+    out = cmd_calibrate(
+        "gpt2",
+        "small",
+        out_cluster=tmp_path / "m.toml",
+        out_graph=tmp_path / "g.json",
+        batches=(2, 3, 4, 6),
+        runs=1,
+        threads=1,
+    )
     assert "Spearman rank correlation" in out and "held-out: 2 cases" in out
     c = load_cluster(tmp_path / "m.toml")
     g = OpGraph.load(tmp_path / "g.json")

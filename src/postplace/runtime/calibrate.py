@@ -290,9 +290,7 @@ def measure_config(
         else:
             times = profile_ops(traced, dev, runs=runs)
             prov = f"postplace.runtime.profile_ops on {dev}: median of {runs} runs, synchronised per aten call"
-            graph = dataclasses.replace(
-                graph, measured=(*graph.measured, Measurement(key, "gpu", times, prov))
-            )
+            graph = dataclasses.replace(graph, measured=(*graph.measured, Measurement(key, "gpu", times, prov)))
             op_times[key] = times
     names = [n for n, _ in devices]
     placements = _placements(graph, names)
@@ -524,9 +522,10 @@ class FidelityReport:
             )
         held = sorted((r for r in self.rows if r.split == "held-out"), key=lambda r: -r.ape)[:worst]
         if held:
-            out.append("worst held-out cases: " + "; ".join(
-                f"{r.config} {r.placement} {(r.simulated - r.measured) / r.measured:+.1%}" for r in held
-            ))
+            out.append(
+                "worst held-out cases: "
+                + "; ".join(f"{r.config} {r.placement} {(r.simulated - r.measured) / r.measured:+.1%}" for r in held)
+            )
         return "\n".join(out)
 
 

@@ -206,10 +206,13 @@ def cmd_calibrate(
         + f"; torch {torch.__version__}, {used_threads} CPU thread(s)"
     )
     measured_here = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in target.step_times.items())
-    return "\n".join([
-        report.format(),
-        f"wrote {out_cluster} (devices: {', '.join(n for n, _ in devices)}; measured rates, fitted per-op overhead)",
-        f"wrote {out_graph} ({target.graph.name}: per-op times for {', '.join(target.op_times)}; measured step "
-        f"{measured_here})",
-        f"use them with: postplace simulate {out_graph} --cluster {out_cluster} --placement single:cpu",
-    ])
+    return "\n".join(
+        [
+            report.format(),
+            f"wrote {out_cluster} (devices: {', '.join(n for n, _ in devices)}; "
+            "measured rates, fitted per-op overhead)",
+            f"wrote {out_graph} ({target.graph.name}: per-op times for {', '.join(target.op_times)}; measured step "
+            f"{measured_here})",
+            f"use them with: postplace simulate {out_graph} --cluster {out_cluster} --placement single:cpu",
+        ]
+    )

@@ -187,10 +187,12 @@ class TorchEvaluator:
         return [d.type == "cuda" and cuda and sum(1 for e in devs if e == d) == 1 for d in devs]
 
     def _peaks(self) -> np.ndarray:
-        return np.array([
-            float(torch.cuda.max_memory_allocated(d)) if ok else 0.0
-            for d, ok in zip(self.torch_devices, self._peak_measured(), strict=True)
-        ])
+        return np.array(
+            [
+                float(torch.cuda.max_memory_allocated(d)) if ok else 0.0
+                for d, ok in zip(self.torch_devices, self._peak_measured(), strict=True)
+            ]
+        )
 
 
 class _alarm:
@@ -202,6 +204,7 @@ class _alarm:
 
     def __enter__(self):
         if self.active:
+
             def fire(signum, frame):
                 raise _Timeout
 

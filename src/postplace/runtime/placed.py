@@ -53,7 +53,6 @@ def transfer(value, device):
     return value
 
 
-
 def default_device_map(names: Sequence[str]) -> dict[str, str]:
     """``cpu`` -> ``cpu``, ``gpuK`` -> ``cuda:K``; anything else must be given explicitly."""
     out = {}
