@@ -110,3 +110,17 @@ def test_for_zoo_builds_an_evaluator_on_a_preset():
     assert tuple(g.names) == tuple(ev.graph.names)
     res = ev.evaluate(single_device(g, ev.cluster, "gpu0")[None])
     assert res.feasible.all()
+
+
+def test_the_runner_drives_a_search_with_measured_step_times(tmp_path):
+    from postplace.search import Budget, make_problem, make_strategy, run
+    from postplace.zoo import cached_graph
+
+    g, c = cached_graph("gpt2", "small"), load_cluster("k80x2")
+    problem = make_problem(g, c, groups=8, pins=[], exclude=[], seed=0)
+    ev = TorchEvaluator.for_zoo(
+        "gpt2", "small", c, group_of_op=problem.grouping.group_of_op, device_map="cpu", graph=g, steps=3, discard=1
+    )
+    res = run(make_strategy("random", problem.space, seed=0), ev, Budget.parse("4"), out_dir=tmp_path, progress=False)
+    assert res.evaluator == "torch" and res.samples == 4 and res.feasible_samples == 4
+    assert 0 < res.best_step_time < 10
