@@ -183,3 +183,39 @@ def test_device_maps_and_bad_input():
     mapping = {name: "cpu" for name in tr.graph.names}
     step = apply(model, tr, mapping)
     assert step.device_names == ("cpu",) and np.isfinite(step().item())
+
+
+class ViewWrite(nn.Module):
+    """Writes in place through a view, then reads the base: the placed step must copy the write back."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+        self.out = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = self.lin(x)
+        h.view(-1).mul_(2)
+        return self.out(h)
+
+
+def view_write():
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randint(0, 2, (3,))
+    return ViewWrite(), (x,), lambda out: nn.functional.cross_entropy(out, y)
+
+
+def test_a_write_through_a_view_on_another_device_reaches_the_base():
+    model, inputs, loss_fn = view_write()
+    tr = trace(model, inputs, loss_fn)
+    ref, ref_inputs, ref_loss = view_write()
+    expected = eager_reference(ref, ref_inputs, ref_loss, 1)
+    write_backs = 0
+    for seed in range(12):
+        step = apply(model, tr, random_placement(tr.graph, seed, 2), ["cpu", "gpu0"], device_map="cpu")
+        write_backs += step.summary["write_backs"]
+        loss, violations = step.run_checked()
+        assert violations == []
+        assert loss.item() == pytest.approx(expected[0], rel=1e-5)
+        assert_same_state(step, ref)
+    assert write_backs > 0  # some placements put the write apart from the tensor it writes

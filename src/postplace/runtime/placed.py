@@ -10,6 +10,10 @@ GraphModule (:func:`placed_graph_module`) in which
 * every use of a value on another device goes through an explicit :func:`transfer` node (a copy), made
   once per (value, destination device) and reused by later consumers there, as the simulator assumes;
   a value written in place after it was sent is sent again to the next consumer that needs it;
+* an op that writes in place into a tensor of another device writes into its copy; where the program
+  reads that tensor again under another name (a view written in place, then its base read), the
+  result is copied back to where the tensor lives (``meta["postplace_write_back"]``), so every later
+  reader sees the write;
 * parameters, buffers and optimizer state live on the device of their parameter / buffer op and are
   updated in place by the step's own update ops, so the optimizer state persists across steps.
 
@@ -135,7 +139,7 @@ def placed_graph_module(
 
     Every node of the result carries ``meta["postplace_device"]`` (its logical device id); a transfer
     node also carries ``meta["postplace_transfer"] = (source node name, src device, dst device)``.
-    Returns the module and a summary (number of transfer nodes, their bytes).
+    Returns the module and a summary (number of transfer nodes, their bytes, write-backs).
     """
     dev = node_devices(gm, op_of_node, op_device)
     g = torch.fx.Graph()
@@ -143,7 +147,8 @@ def placed_graph_module(
     sent: dict[tuple[str, int], torch.fx.Node] = {}
     root_of: dict[str, str] = {}  # node -> the node whose storage its value shares (views, in-place)
     by_root: dict[str, set[str]] = defaultdict(set)
-    n_transfers, transfer_bytes = 0, 0.0
+    n_transfers, transfer_bytes, write_backs = 0, 0.0, 0
+    order = {n.name: (k, n) for k, n in enumerate(gm.graph.nodes)}
 
     def fetch(src: torch.fx.Node, d: int) -> torch.fx.Node:
         nonlocal n_transfers, transfer_bytes
@@ -178,10 +183,19 @@ def placed_graph_module(
         if node.op == "call_function" and node.all_input_nodes:
             k = _is_inplace_node(node)
             if k is not None and k < len(node.args) and isinstance(node.args[k], torch.fx.Node):
-                root = root_of.get(node.args[k].name, node.args[k].name)
+                target = node.args[k]
+                root = root_of.get(target.name, target.name)
                 for alias in by_root[root]:  # written in place: copies sent before are stale now
                     for dd in range(len(torch_devices)):
                         sent.pop((alias, dd), None)
+                dt = dev[target.name]
+                if dt != d and _read_later(node, by_root[root], order):
+                    # the write went to a copy on this device, and the tensor is read again through another
+                    # name: write the result back into the tensor where it lives
+                    back = g.call_function(torch.ops.aten.copy_.default, (new[target.name], fetch(node, dt)))
+                    back.meta["postplace_device"] = dt
+                    back.meta["postplace_write_back"] = node.name
+                    write_backs += 1
             elif _is_alias_node(node):
                 first = node.all_input_nodes[0]
                 root = root_of.get(first.name, first.name)
@@ -192,7 +206,13 @@ def placed_graph_module(
         value = getattr(gm, name)
         setattr(root, name, value.to(torch_devices[d], copy=True) if isinstance(value, torch.Tensor) else value)
     out = torch.fx.GraphModule(root, g)
-    return out, {"transfers": n_transfers, "transfer_bytes": transfer_bytes}
+    return out, {"transfers": n_transfers, "transfer_bytes": transfer_bytes, "write_backs": write_backs}
+
+
+def _read_later(node, aliases, order) -> bool:
+    """Whether a node after ``node`` reads one of ``aliases`` (names sharing the written storage)."""
+    here = order[node.name][0]
+    return any(order[u.name][0] > here for a in aliases for u in order[a][1].users)
 
 
 def _nbytes(val) -> float:
