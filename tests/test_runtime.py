@@ -58,10 +58,16 @@ def run_two_steps(step):
     return [first, second.item()], violations
 
 
+@pytest.mark.parametrize("colocated", [True, False], ids=["colocated", "any-op-level"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_placed_zoo_step_matches_eager_training(name):
+def test_placed_zoo_step_matches_eager_training(name, colocated):
+    """Random placements: by colocation set (what a search samples), and op by op with no rule at all
+    (an update apart from its parameter, batch norm apart from its running statistics)."""
     tr = trace_model(name, "small")
-    placement = random_placement(tr.graph, seed=len(name))
+    if colocated:
+        placement = random_placement(tr.graph, seed=len(name))
+    else:
+        placement = np.random.default_rng(len(name)).integers(0, 3, tr.graph.num_ops)
     step = apply(tr.model, tr, placement, DEVICES, device_map="cpu")
     assert step.summary["transfers"] > 0  # the placement really crosses devices
     losses, violations = run_two_steps(step)
@@ -219,3 +225,18 @@ def test_a_write_through_a_view_on_another_device_reaches_the_base():
         assert loss.item() == pytest.approx(expected[0], rel=1e-5)
         assert_same_state(step, ref)
     assert write_backs > 0  # some placements put the write apart from the tensor it writes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_any_op_level_placement_trains_like_eager_even_splitting_colocation(seed):
+    """Colocation is a search rule, not a runtime one: an update away from its parameter still lands."""
+    model, inputs, loss_fn = toy()
+    tr = trace(model, inputs, loss_fn)
+    placement = np.random.default_rng(seed).integers(0, 3, tr.graph.num_ops)
+    step = apply(model, tr, placement, DEVICES, device_map="cpu")
+    assert step.summary["write_backs"] > 0
+    losses, violations = run_two_steps(step)
+    assert violations == []
+    ref, ref_inputs, ref_loss = toy()
+    np.testing.assert_allclose(losses, eager_reference(ref, ref_inputs, ref_loss, 2), rtol=1e-5)
+    assert_same_state(step, ref)

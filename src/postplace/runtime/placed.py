@@ -11,8 +11,9 @@ GraphModule (:func:`placed_graph_module`) in which
   once per (value, destination device) and reused by later consumers there, as the simulator assumes;
   a value written in place after it was sent is sent again to the next consumer that needs it;
 * an op that writes in place into a tensor of another device writes into its copy; where the program
-  reads that tensor again under another name (a view written in place, then its base read), the
-  result is copied back to where the tensor lives (``meta["postplace_write_back"]``), so every later
+  reads that tensor again under another name (a view written in place, then its base read), or the
+  tensor is state kept across steps (a parameter updated away from its parameter op), the result is
+  copied back to where the tensor lives (``meta["postplace_write_back"]``), so every later
   reader sees the write;
 * parameters, buffers and optimizer state live on the device of their parameter / buffer op and are
   updated in place by the step's own update ops, so the optimizer state persists across steps.
@@ -93,25 +94,41 @@ def resolve_device_map(names: Sequence[str], device_map: str | Mapping[str, str]
 
 
 # ------------------------------------------------------------------------------ the placed graph
-def _is_inplace_node(node) -> int | None:
-    """Index of the argument a node writes in place, or None."""
+#: aten ops that write arguments their schema does not mark as written (batch norm's running statistics)
+_UNDECLARED_WRITES = {"native_batch_norm": (3, 4)}
+
+
+def _written_args(node) -> list[int]:
+    """Indices of the (tensor) arguments a node writes in place."""
     schema = getattr(node.target, "_schema", None)
-    if schema is None:
+    if schema is None or node.op != "call_function":
+        return []
+    extra = _UNDECLARED_WRITES.get(node.target.overloadpacket.__name__, ())
+    return [
+        k
+        for k, a in enumerate(schema.arguments)
+        if ((a.alias_info is not None and a.alias_info.is_write) or k in extra)
+        and k < len(node.args)
+        and isinstance(node.args[k], torch.fx.Node)
+    ]
+
+
+def _aliased_arg(node) -> torch.fx.Node | None:
+    """The argument whose storage a node's result shares (a view, ``getitem``, or an in-place op that
+    returns what it wrote), or None for a fresh result."""
+    if node.op != "call_function":
         return None
-    for k, a in enumerate(schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            return k
-    return None
-
-
-def _is_alias_node(node) -> bool:
     if node.target is operator.getitem:
-        return True
+        return node.all_input_nodes[0] if node.all_input_nodes else None
     schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.returns:
-        return False
-    a = schema.returns[0].alias_info
-    return a is not None
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    sets = schema.returns[0].alias_info.before_set
+    for k, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.before_set & sets and k < len(node.args):
+            if isinstance(node.args[k], torch.fx.Node):
+                return node.args[k]
+    return node.all_input_nodes[0] if node.all_input_nodes else None
 
 
 def node_devices(gm: torch.fx.GraphModule, op_of_node: Mapping[str, int], op_device: np.ndarray) -> dict[str, int]:
@@ -165,6 +182,39 @@ def placed_graph_module(
             transfer_bytes += _nbytes(src.meta.get("val"))
         return sent[key]
 
+    def send(value: torch.fx.Node, src: int, dst: int, label: str) -> torch.fx.Node:
+        """An uncached transfer of a node of the new graph (a written copy going home)."""
+        nonlocal n_transfers, transfer_bytes
+        t = g.call_function(transfer, (value, torch_devices[dst]))
+        t.meta["postplace_device"] = dst
+        t.meta["postplace_transfer"] = (label, src, dst)
+        n_transfers += 1
+        transfer_bytes += _nbytes(order[label][1].meta.get("val"))
+        return t
+
+    def write_back(value: torch.fx.Node, y: torch.fx.Node, aliases) -> None:
+        """Copy ``value`` (on another device) into ``y``'s storage where ``y`` lives."""
+        nonlocal write_backs
+        dy = dev[y.name]
+        back = g.call_function(torch.ops.aten.copy_.default, (new[y.name], value))
+        back.meta["postplace_device"] = dy
+        back.meta["postplace_write_back"] = y.name
+        for alias in aliases:  # copies of the storage on other devices are stale again
+            for dd in range(len(torch_devices)):
+                if dd != dy:
+                    sent.pop((alias, dd), None)
+        write_backs += 1
+
+    def propagate(x: torch.fx.Node, aliases) -> None:
+        """``x``'s value on its device was just written: carry the write along what it aliases, across
+        devices where a write went to a copy (see the module docstring)."""
+        while (y := _aliased_arg(x)) is not None:
+            if dev[y.name] != dev[x.name]:
+                if not _written_args(x):
+                    return  # a view of a copy: its original is not reachable from here
+                write_back(fetch(x, dev[y.name]), y, aliases)
+            x = y
+
     consts: dict[str, int] = {}  # constant attribute -> logical device
     for node in gm.graph.nodes:
         if node.op == "output":
@@ -179,28 +229,21 @@ def placed_graph_module(
         cp.meta["postplace_device"] = d
         new[node.name] = cp
         # storage roots: a view or an in-place result shares its input's storage
-        root = node.name
-        if node.op == "call_function" and node.all_input_nodes:
-            k = _is_inplace_node(node)
-            if k is not None and k < len(node.args) and isinstance(node.args[k], torch.fx.Node):
-                target = node.args[k]
-                root = root_of.get(target.name, target.name)
-                for alias in by_root[root]:  # written in place: copies sent before are stale now
-                    for dd in range(len(torch_devices)):
-                        sent.pop((alias, dd), None)
-                dt = dev[target.name]
-                if dt != d and _read_later(node, by_root[root], order):
-                    # the write went to a copy on this device, and the tensor is read again through another
-                    # name: write the result back into the tensor where it lives
-                    back = g.call_function(torch.ops.aten.copy_.default, (new[target.name], fetch(node, dt)))
-                    back.meta["postplace_device"] = dt
-                    back.meta["postplace_write_back"] = node.name
-                    write_backs += 1
-            elif _is_alias_node(node):
-                first = node.all_input_nodes[0]
-                root = root_of.get(first.name, first.name)
+        base = _aliased_arg(node)
+        root = root_of.get(base.name, base.name) if base is not None else node.name
         root_of[node.name] = root
         by_root[root].add(node.name)
+        for k in _written_args(node):
+            y = node.args[k]
+            yroot = root_of.get(y.name, y.name)
+            for alias in by_root[yroot]:  # written in place: copies sent before are stale now
+                for dd in range(len(torch_devices)):
+                    sent.pop((alias, dd), None)
+            state = order[yroot][1].op in ("placeholder", "get_attr")  # read again by the next step
+            if state or _read_later(node, by_root[yroot], order):
+                if dev[y.name] != d:  # the op wrote into its copy of y
+                    write_back(send(cp.args[k], d, dev[y.name], y.name), y, by_root[yroot])
+                propagate(y, by_root[yroot])
     root = torch.nn.Module()
     for name, d in consts.items():
         value = getattr(gm, name)
