@@ -182,3 +182,26 @@ def test_cmd_train_on_missing_gpus_says_to_map_them():
     with pytest.raises(PostplaceError) as err:
         cmd_train("gpt2", "single:gpu0", 1, cluster="k80x2")
     assert "\n" not in str(err.value) and "--map-all-to cpu" in str(err.value)
+
+
+def test_two_logical_devices_measure_a_split_and_score_it():
+    """The CPU+GPU code path, with both logical devices on this CPU: the split placement is measured,
+    simulated on a two-device measured cluster, and reported."""
+    cpu = torch.device("cpu")
+    devices = [("cpu", cpu), ("gpu0", cpu)]
+    key = cal.device_model(cpu)
+    roof = {key: (1e11, 5e10)}
+    ms = [
+        cal.measure_config(trace_model(m, "small"), devices, rooflines=roof, runs=1, steps=3, discard=1)
+        for m in ("gpt2", "resnet50", "rnnlm")
+    ]
+    for m in ms:
+        assert set(m.step_times) == {"single:cpu", "single:gpu0", "split:gpu0+cpu"}
+        assert all(np.isfinite(t) for t in m.step_times.values())
+        split = m.placements["split:gpu0+cpu"]
+        assert 0 < split.mean() < 1  # both devices used
+    report, fits = cal.fidelity(ms[:2], ms[2:], devices, roof, {"gpu0": (1e10, 1e-5)})
+    assert len(report.rows) == 9 and {r.placement for r in report.rows} >= {"split:gpu0+cpu"}
+    assert all(np.isfinite(r.simulated) and r.simulated > 0 for r in report.rows)
+    c = cal.measured_cluster(devices, roof, {"gpu0": (1e10, 1e-5)}, fits)
+    assert c.device_names == ("cpu", "gpu0") and c.bandwidth[0, 1] == pytest.approx(1e10)

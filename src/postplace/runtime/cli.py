@@ -193,7 +193,9 @@ def cmd_calibrate(
             for cfg in cal.FIDELITY_CONFIGS[other]:
                 held.append(cal.measure_config(cfg, devices, rooflines=rooflines, runs=runs))
         report, fits = cal.fidelity(calib, held, devices, rooflines, links)
-        target = cal.measure_config(trace_model(model, size), devices, rooflines=rooflines, runs=runs)
+        target = cal.measure_config(
+            trace_model(model, size), devices, rooflines=rooflines, runs=runs, steps=4, discard=2
+        )
         used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(saved)
