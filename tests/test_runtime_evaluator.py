@@ -63,6 +63,7 @@ def test_failures_oom_and_timeout_keep_the_rest_of_the_batch():
     assert res.oom[2] and not res.failed[2] and "out of memory" in res.reasons[2]
     assert res.failed[3] and res.reasons[3].startswith("timeout")
     assert not res.feasible[[1, 2, 3]].any()
+    assert np.all(res.step_time[ok] < ev.failure_step_time)
     assert all(len(res.extra["step_times"][r]) == 4 for r in ok)
     # median of the timed steps (the first `discard` are warm-up)
     r0 = res.extra["step_times"][0]

@@ -108,6 +108,12 @@ class TorchEvaluator:
             cluster = load_cluster(cluster)
         return cls(traced, cluster, group_of_op=group_of_op, device_map=device_map, **kwargs)
 
+    @property
+    def failure_step_time(self) -> float:
+        """A score above every feasible measured step time: a step that ran past the timeout failed.
+        (A strategy's failing score must exceed it; the simulator's bound is for simulated times.)"""
+        return self.timeout
+
     # ------------------------------------------------------------------------------ evaluation
     def expand(self, placements: np.ndarray) -> np.ndarray:
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
