@@ -161,12 +161,13 @@ def test_cmd_train_prints_every_step(tmp_path):
 
     dev = np.where(rng.random(tr.graph.num_ops) < 0.5, 0, 2)[colocation_representative(tr.graph)]
     save_placement(tmp_path / "p.json", tr.graph, c, dev)
-    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, cluster="k80x2", map_all_to="cpu")
+    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, cluster="k80x2", map_all_to="cpu", threads=1)
     lines = out.splitlines()
     steps = [ln for ln in lines if ln.strip()[:1].isdigit()]
     assert [int(s.split()[0]) for s in steps] == [1, 2, 3]
     assert all(np.isfinite(float(s.split()[1])) and float(s.split()[2]) > 0 for s in steps)
     assert "simulated step time on k80x2" in out and "gpu1" in out and "transfer nodes" in out
+    assert "1 CPU threads" in out and torch.get_num_threads() == 1  # the fixture's setting, restored
     # the same file without a cluster: every op is in it, device names come from the file
     out2 = cmd_train("rnnlm", str(tmp_path / "p.json"), 1, map_all_to="cpu")
     assert "gpu1 -> cpu" in out2

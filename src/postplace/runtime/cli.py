@@ -69,6 +69,7 @@ def cmd_train(
     device_map: Sequence[str] = (),
     optimizer: str = "sgd",
     seed: int = 0,
+    threads: int | None = None,
 ) -> str:
     """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
     every step) under a placement and report each step's measured time and loss, the median of the
@@ -79,14 +80,27 @@ def cmd_train(
     and to print the simulated step time beside the measured one; ``map_all_to``: one torch device for
     every logical device (``cpu`` runs any placement on a CPU-only machine, transfers included as
     copies); ``device_map``: ``NAME=TORCH_DEVICE`` entries (e.g. ``gpu1=cuda:0``) over the defaults
-    ``cpu -> cpu``, ``gpuK -> cuda:K``.
+    ``cpu -> cpu``, ``gpuK -> cuda:K``; ``threads``: torch's CPU threads for the run (default: as they
+    are; on a machine shared with other jobs, 1 avoids threads waiting on each other at every small op).
     """
+    if steps < 1:
+        raise PostplaceError(f"--steps {steps}: give at least 1 step")
+    if threads is not None and threads < 1:
+        raise PostplaceError(f"--threads {threads}: give at least 1 thread")
+    saved = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed) -> str:
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
     from postplace.zoo import trace_model
 
-    if steps < 1:
-        raise PostplaceError(f"--steps {steps}: give at least 1 step")
     c = load_cluster(cluster) if cluster else None
     traced = trace_model(model, size, optimizer)
     graph = traced.graph

@@ -54,6 +54,7 @@ class TorchEvaluator:
         device_map: logical name -> torch device, or ``"cpu"`` for everything on the CPU.
         steps, discard: steps per placement and how many of the first are not timed.
         timeout: seconds per placement.
+        threads: torch's CPU threads while measuring (default: as they are).
     """
 
     name = "torch"
@@ -68,6 +69,7 @@ class TorchEvaluator:
         steps: int = 10,
         discard: int = 5,
         timeout: float = 120.0,
+        threads: int | None = None,
     ):
         if steps <= discard or discard < 0:
             raise PostplaceError(f"TorchEvaluator: steps ({steps}) must exceed discard ({discard}) >= 0")
@@ -79,6 +81,7 @@ class TorchEvaluator:
         self.device_map = device_map
         self.group_of_op = None if group_of_op is None else np.asarray(group_of_op, dtype=np.int64)
         self.steps, self.discard, self.timeout = steps, discard, float(timeout)
+        self.threads = threads
 
     @classmethod
     def for_zoo(
@@ -125,6 +128,15 @@ class TorchEvaluator:
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
         """Run placements over groups (or over ops when there is no grouping), one after another."""
+        saved = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        try:
+            return self._evaluate(placements)
+        finally:
+            torch.set_num_threads(saved)
+
+    def _evaluate(self, placements: np.ndarray) -> EvalResult:
         ops = self.expand(placements)
         n, D = ops.shape[0], len(self.device_names)
         step = np.full(n, np.inf)
