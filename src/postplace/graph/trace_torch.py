@@ -21,6 +21,9 @@ From the aten graph to the OpGraph (:func:`postplace.graph.fx_to_opgraph.build_g
   argument read + bytes of every result written; ``output_bytes`` = bytes of the results.
   In-place ops (``add_``: the result aliases an input it writes) have ``inplace=True``.
 * **Phases.** Annotated while tracing (``forward``: model + loss; ``backward``: autograd; ``update``).
+* **Modules.** Each forward aten node also records the path of the innermost ``nn.Module`` that issued
+  it (``node.meta["custom"]["module"]``, ``""`` = the root module; absent = the loss function), so
+  :mod:`postplace.runtime` can report a placement per module. It is not stored in the OpGraph.
 * **Colocation** (:func:`_colocate`): forward and backward ops are linked through the autograd
   sequence number (``node.meta["seq_nr"]``): a forward op records the number of the autograd node it
   created, and while autograd runs that node's backward we tag every aten op it issues with the same
@@ -165,7 +168,7 @@ def _make_step(model, loss_fn, pnames, bnames, optimizer):
     def step(flat):
         params, bufs = flat[:n_p], flat[n_p : n_p + n_b]
         state, inputs = flat[n_p + n_b : n_p + n_b + n_p * slots], flat[n_p + n_b + n_p * slots :]
-        with fxt.annotate({"phase": "forward"}):
+        with fxt.annotate({"phase": "forward"}), _tag_modules(model):
             out = functional_call(
                 model,
                 {**dict(zip(pnames, params, strict=True)), **dict(zip(bnames, bufs, strict=True))},
@@ -206,6 +209,35 @@ def _update(optimizer: str, p, g, state) -> None:
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
         denom = (v.sqrt() / (1 - b2**t) ** 0.5).add_(1e-8)
         p.addcdiv_(m, denom, value=-1e-3 / (1 - b1**t))
+
+
+@contextlib.contextmanager
+def _tag_modules(model):
+    """Annotate the aten ops each module issues with its path (innermost module wins), via hooks."""
+    handles, open_tags = [], []
+
+    def pre(path):
+        def hook(module, args):
+            ctx = fxt.annotate({"module": path})
+            ctx.__enter__()
+            open_tags.append(ctx)
+
+        return hook
+
+    def post(module, args, output):
+        if open_tags:
+            open_tags.pop().__exit__(None, None, None)
+
+    for path, mod in model.named_modules():
+        handles.append(mod.register_forward_pre_hook(pre(path)))
+        handles.append(mod.register_forward_hook(post, always_call=True))
+    try:
+        yield
+    finally:
+        while open_tags:
+            open_tags.pop().__exit__(None, None, None)
+        for h in handles:
+            h.remove()
 
 
 @contextlib.contextmanager

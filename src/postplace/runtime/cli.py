@@ -1,0 +1,234 @@
+"""What the runtime commands show, as plain functions returning text, so ``cli.py`` wires each in one line:
+``postplace train MODEL --placement FILE --steps N [--map-all-to cpu]`` -> :func:`cmd_train`,
+``postplace calibrate MODEL`` -> :func:`cmd_calibrate`. Errors are :class:`PostplaceError` lines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from postplace.errors import PostplaceError
+
+__all__ = ["cmd_calibrate", "cmd_train"]
+
+
+def _placement(spec: str, graph, cluster):
+    """(op-level ids, device names) from ``single:DEVICE`` or a ``{op name: device name}`` JSON file."""
+    from postplace.cluster.placement import load_placement, single_device
+    from postplace.graph.opgraph import read_json
+
+    if spec.startswith("single:"):
+        name = spec.split(":", 1)[1]
+        if cluster is not None:
+            return single_device(graph, cluster, name), list(cluster.device_names)
+        return np.zeros(graph.num_ops, dtype=np.int64), [name]
+    if cluster is not None:
+        return load_placement(spec, graph, cluster), list(cluster.device_names)
+    if not Path(spec).exists():
+        raise PostplaceError(f"{spec}: no such placement file (or use single:DEVICE)")
+    mapping = read_json(spec)
+    if not isinstance(mapping, dict):
+        raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+    missing = [n for n in graph.names if n not in mapping]
+    if missing:
+        raise PostplaceError(
+            f"{spec}: {len(missing)} ops have no device (e.g. '{missing[0]}'); give --cluster to complete "
+            "the placement through colocation, or write every op"
+        )
+    names = sorted(set(mapping.values()), key=lambda s: (s != "cpu", s))
+    idx = {n: k for k, n in enumerate(names)}
+    return np.array([idx[mapping[n]] for n in graph.names], dtype=np.int64), names
+
+
+def _explain(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    hint = "; on a machine without those devices add --map-all-to cpu" if "cuda" in msg.lower() else ""
+    return msg + hint
+
+
+def _random_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    if x.is_floating_point():
+        return torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    hi = int(x.max()) + 1 if x.numel() else 1
+    return torch.randint(0, max(hi, 1), x.shape, generator=gen, dtype=x.dtype)
+
+
+def cmd_train(
+    model: str,
+    placement: str,
+    steps: int = 10,
+    *,
+    size: str = "small",
+    cluster: str | None = None,
+    map_all_to: str | None = None,
+    device_map: Sequence[str] = (),
+    optimizer: str = "sgd",
+    seed: int = 0,
+    threads: int | None = None,
+) -> str:
+    """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
+    every step) under a placement and report each step's measured time and loss, the median of the
+    second half of the steps, and which module ran where.
+
+    ``placement``: ``single:DEVICE`` or a placement JSON file (as ``postplace place`` writes it);
+    ``cluster``: preset or file, to check the placement's rules and complete it through colocation,
+    and to print the simulated step time beside the measured one; ``map_all_to``: one torch device for
+    every logical device (``cpu`` runs any placement on a CPU-only machine, transfers included as
+    copies); ``device_map``: ``NAME=TORCH_DEVICE`` entries (e.g. ``gpu1=cuda:0``) over the defaults
+    ``cpu -> cpu``, ``gpuK -> cuda:K``; ``threads``: torch's CPU threads for the run (default: as they
+    are; on a machine shared with other jobs, 1 avoids threads waiting on each other at every small op).
+    """
+    if steps < 1:
+        raise PostplaceError(f"--steps {steps}: give at least 1 step")
+    if threads is not None and threads < 1:
+        raise PostplaceError(f"--threads {threads}: give at least 1 thread")
+    saved = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed) -> str:
+    from postplace.cluster import load_cluster
+    from postplace.runtime.placed import apply
+    from postplace.zoo import trace_model
+
+    c = load_cluster(cluster) if cluster else None
+    traced = trace_model(model, size, optimizer)
+    graph = traced.graph
+    dev, names = _placement(placement, graph, c)
+    if map_all_to is not None:
+        dmap = map_all_to
+    else:
+        dmap = {}
+        for entry in device_map:
+            if "=" not in entry:
+                raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
+            k, v = entry.split("=", 1)
+            dmap[k.strip()] = v.strip()
+    try:
+        step = apply(traced.model, traced, dev, names, device_map=dmap)
+    except (RuntimeError, AssertionError) as exc:
+        raise PostplaceError(f"cannot set up the placed step: {_explain(exc)}") from None
+    gen = torch.Generator().manual_seed(seed)
+    where = ", ".join(f"{n} -> {d}" for n, d in zip(step.device_names, step.torch_devices, strict=True))
+    lines = [
+        f"{graph.name}: {graph.num_ops} ops, placement {placement}: "
+        + ", ".join(f"{n} {k} ops" for n, k in step.summary["ops_per_device"].items())
+        + f"; {step.summary['transfers']} transfer nodes ({step.summary['transfer_bytes'] / 2**20:.2f} MiB per step)",
+        f"devices: {where}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads",
+        f"{'step':>5} {'loss':>10} {'time ms':>10}",
+    ]
+    times = []
+    try:
+        for k in range(steps):
+            batch = [_random_like(x, gen) for x in traced.inputs]
+            t0 = time.perf_counter()
+            loss = step(*batch)
+            step.synchronize()
+            value = float(loss)
+            times.append(time.perf_counter() - t0)
+            lines.append(f"{k + 1:5d} {value:10.4f} {times[-1] * 1e3:10.2f}")
+    except torch.OutOfMemoryError as exc:
+        msg = str(exc).splitlines()[0][:120]
+        raise PostplaceError(f"step {len(times) + 1} ran out of device memory ({msg})") from None
+    except (RuntimeError, AssertionError) as exc:
+        raise PostplaceError(f"step {len(times) + 1} failed: {_explain(exc)}") from None
+    tail = times[len(times) // 2 :]
+    lines.append(
+        f"measured step time: median {np.median(tail) * 1e3:.2f} ms over steps {steps - len(tail) + 1}..{steps} "
+        "(the first half are warm-up)"
+    )
+    if c is not None:
+        from postplace.sim import Simulator
+
+        sim = Simulator(graph, c).evaluate_ops(dev[None])
+        note = " (cluster devices, not the devices this ran on)" if map_all_to or device_map else ""
+        lines.append(f"simulated step time on {c.name}: {sim.step_time[0] * 1e3:.2f} ms{note}")
+    lines.append("")
+    lines.append("where each module ran (op counts where a module is split):")
+    lines.append(step.format_module_report(depth=2))
+    return "\n".join(lines)
+
+
+def cmd_calibrate(
+    model: str,
+    size: str = "small",
+    *,
+    out_cluster: str | Path = "measured.toml",
+    out_graph: str | Path | None = None,
+    batches: Sequence[int] | None = None,
+    score_on: Sequence[str] = (),
+    runs: int = 3,
+    threads: int | None = None,
+) -> str:
+    """``postplace calibrate MODEL``: measure op and transfer times on the devices present, write them into
+    a cluster file (``out_cluster``) and the graph of ``MODEL`` at ``size`` (``out_graph``, default
+    ``MODEL-SIZE-measured.json``), and print a fidelity report of simulated against measured step time.
+
+    The fidelity part uses the mid-sized configuration of ``MODEL`` (see
+    :data:`postplace.runtime.calibrate.FIDELITY_CONFIGS`) at ``batches`` (default: its four batch
+    sizes): the cost model is fitted on the smallest and the largest batch and scored on the others,
+    and on every batch of each model in ``score_on`` (held-out models). On a CPU-only machine the
+    placements are the single CPU; with CUDA devices also each GPU alone and a CPU+GPU split.
+    ``threads`` sets torch's CPU threads for all measurements (default: as they are).
+    """
+    from postplace.runtime import calibrate as cal
+    from postplace.zoo import MODELS, trace_model
+
+    for m in (model, *score_on):
+        if m not in MODELS:
+            raise PostplaceError(f"unknown zoo model '{m}'; known models: {', '.join(MODELS)}")
+    saved = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        devices = cal.devices_present()
+        rooflines = {cal.device_model(d): cal.device_roofline(d) for _, d in devices}
+        links = {n: cal.measure_link(devices[0][1], d) for n, d in devices[1:]}
+        base = cal.FIDELITY_CONFIGS[model][0].overrides
+        bs = list(batches or [c.overrides["batch"] for c in cal.FIDELITY_CONFIGS[model]])
+        if len(bs) < 3:
+            raise PostplaceError(f"--batches: give at least 3 batch sizes (fit on the smallest and largest), got {bs}")
+        bs = sorted(bs)
+        calib, held = [], []
+        for b in bs:
+            m = cal.measure_config(cal.Config(model, {**base, "batch": b}), devices, rooflines=rooflines, runs=runs)
+            (calib if b in (bs[0], bs[-1]) else held).append(m)
+        for other in score_on:
+            for cfg in cal.FIDELITY_CONFIGS[other]:
+                held.append(cal.measure_config(cfg, devices, rooflines=rooflines, runs=runs))
+        report, fits = cal.fidelity(calib, held, devices, rooflines, links)
+        target = cal.measure_config(
+            trace_model(model, size), devices, rooflines=rooflines, runs=runs, steps=4, discard=2
+        )
+        used_threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+    Path(out_cluster).write_text(cal.cluster_toml(devices, rooflines, links, fits))
+    out_graph = Path(out_graph or f"{model}-{size}-measured.json")
+    target.graph.save(out_graph)
+    report.header = (
+        f"calibrated on {model} at batch {bs[0]} and {bs[-1]}; scored on "
+        + ", ".join([f"{model} at batch {b}" for b in bs[1:-1]] + [f"{o} (all batches)" for o in score_on])
+        + f"; torch {torch.__version__}, {used_threads} CPU thread(s)"
+    )
+    measured_here = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in target.step_times.items())
+    return "\n".join(
+        [
+            report.format(),
+            f"wrote {out_cluster} (devices: {', '.join(n for n, _ in devices)}; "
+            "measured rates, fitted per-op overhead)",
+            f"wrote {out_graph} ({target.graph.name}: per-op times for {', '.join(target.op_times)}; measured step "
+            f"{measured_here})",
+            f"use them with: postplace simulate {out_graph} --cluster {out_cluster} --placement single:cpu",
+        ]
+    )

@@ -1,0 +1,249 @@
+"""TorchEvaluator: the Evaluator that measures real step times of placed training steps.
+
+The protocol is the hierarchical planner's (Mirhoseini et al., ICLR 2018): run ``steps`` training steps
+(default 10), discard the first ``discard`` (default 5) as warm-up, report the median of the rest.
+Every placement starts from the same parameters and zero optimizer state (each gets its own
+:class:`~postplace.runtime.placed.PlacedStep`), so results do not depend on the order of evaluation.
+
+Failures never stop a batch:
+
+* a placement that breaks a rule (splits a colocation set, uses a device kind an op may not use) is
+  ``failed`` with the rule's reason, without running;
+* out of memory (``torch.OutOfMemoryError``, or the CPU allocator's "can't allocate memory") marks it
+  ``oom`` (step time inf);
+* a placement still running after ``timeout`` seconds (building included) is ``failed`` with reason
+  ``timeout``. In the main thread the timeout interrupts the step between two aten calls (``SIGALRM``);
+  elsewhere it is checked between steps;
+* any other exception marks it ``failed`` with ``Type: first line of the message``.
+
+``peak_mem[n, D]`` is ``torch.cuda.max_memory_allocated`` for a logical device that has a CUDA device
+to itself; elsewhere (the CPU, or several logical devices on one torch device) it is 0 and
+``extra["peak_mem_measured"][d]`` is False.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from postplace.errors import PostplaceError
+from postplace.runtime.placed import apply, resolve_device_map, time_steps
+from postplace.sim.simulate import EvalResult
+
+__all__ = ["TorchEvaluator"]
+
+
+class _Timeout(Exception):
+    pass
+
+
+class TorchEvaluator:
+    """Evaluates placements of a traced step by running them (see module docstring).
+
+    Args:
+        traced: the :class:`~postplace.graph.trace_torch.Traced` step.
+        cluster: a :class:`~postplace.cluster.Cluster` (placements are checked against its rules) or a
+            list of logical device names.
+        group_of_op: int array over ops; placements are then over groups (as the Simulator takes them).
+        device_map: logical name -> torch device, or ``"cpu"`` for everything on the CPU.
+        steps, discard: steps per placement and how many of the first are not timed.
+        timeout: seconds per placement.
+        threads: torch's CPU threads while measuring (default: as they are).
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        traced,
+        cluster,
+        *,
+        group_of_op: np.ndarray | None = None,
+        device_map: str | Mapping[str, str] | None = None,
+        steps: int = 10,
+        discard: int = 5,
+        timeout: float = 120.0,
+        threads: int | None = None,
+    ):
+        if steps <= discard or discard < 0:
+            raise PostplaceError(f"TorchEvaluator: steps ({steps}) must exceed discard ({discard}) >= 0")
+        self.traced = traced
+        self.graph = traced.graph
+        self.cluster = cluster if hasattr(cluster, "device_names") else None
+        self.device_names = tuple(cluster.device_names if self.cluster else cluster)
+        self.torch_devices = resolve_device_map(self.device_names, device_map)
+        self.device_map = device_map
+        self.group_of_op = None if group_of_op is None else np.asarray(group_of_op, dtype=np.int64)
+        self.steps, self.discard, self.timeout = steps, discard, float(timeout)
+        self.threads = threads
+
+    @classmethod
+    def for_zoo(
+        cls,
+        name: str,
+        size: str,
+        cluster,
+        *,
+        group_of_op: np.ndarray | None = None,
+        device_map: str | Mapping[str, str] | None = None,
+        optimizer: str = "sgd",
+        graph=None,
+        **kwargs,
+    ) -> TorchEvaluator:
+        """Trace zoo model ``name`` at ``size`` and evaluate on ``cluster`` (a Cluster, preset name or
+        file). ``graph``: the OpGraph the search places; it must be the one traced now (same op names)."""
+        from postplace.cluster import load_cluster
+        from postplace.zoo import trace_model
+
+        traced = trace_model(name, size, optimizer)
+        if graph is not None and tuple(graph.names) != tuple(traced.graph.names):
+            raise PostplaceError(
+                f"graph '{graph.name}' does not match zoo model '{name}' ({size}) as traced now; "
+                "re-create it with `postplace graph`"
+            )
+        if isinstance(cluster, str):
+            cluster = load_cluster(cluster)
+        return cls(traced, cluster, group_of_op=group_of_op, device_map=device_map, **kwargs)
+
+    @property
+    def failure_step_time(self) -> float:
+        """A score above every feasible measured step time: a step that ran past the timeout failed.
+        (A strategy's failing score must exceed it; the simulator's bound is for simulated times.)"""
+        return self.timeout
+
+    # ------------------------------------------------------------------------------ evaluation
+    def expand(self, placements: np.ndarray) -> np.ndarray:
+        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        if self.group_of_op is not None:
+            return placements[:, self.group_of_op]
+        if placements.shape[1] != self.graph.num_ops:
+            raise ValueError(f"placements have {placements.shape[1]} columns for {self.graph.num_ops} ops")
+        return placements
+
+    def evaluate(self, placements: np.ndarray) -> EvalResult:
+        """Run placements over groups (or over ops when there is no grouping), one after another."""
+        saved = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        try:
+            return self._evaluate(placements)
+        finally:
+            torch.set_num_threads(saved)
+
+    def _evaluate(self, placements: np.ndarray) -> EvalResult:
+        ops = self.expand(placements)
+        n, D = ops.shape[0], len(self.device_names)
+        step = np.full(n, np.inf)
+        peak = np.zeros((n, D))
+        oom = np.zeros(n, dtype=bool)
+        failed = np.zeros(n, dtype=bool)
+        reasons: list[str | None] = [None] * n
+        all_times: list[list[float]] = [[] for _ in range(n)]
+        for r in range(n):
+            reason = self._invalid(ops[r])
+            if reason:
+                failed[r], reasons[r] = True, reason
+                continue
+            try:
+                times = self._measure(ops[r])
+                all_times[r] = times
+                step[r] = float(np.median(times[self.discard :]))
+                peak[r] = self._peaks()
+            except _Timeout:
+                failed[r], reasons[r] = True, f"timeout: still running after {self.timeout:g} s"
+            except Exception as exc:  # noqa: BLE001 - any failure of one placement is its result
+                if _is_oom(exc):
+                    oom[r] = True
+                    reasons[r] = f"out of memory: {_first_line(exc)}"
+                else:
+                    failed[r], reasons[r] = True, f"{type(exc).__name__}: {_first_line(exc)}"
+            finally:
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        extra = {"step_times": all_times, "peak_mem_measured": self._peak_measured(), "devices": self._devices()}
+        return EvalResult(step, peak, oom, failed, reasons, self.name, extra=extra)
+
+    def _devices(self) -> dict[str, str]:
+        return {n: str(d) for n, d in zip(self.device_names, self.torch_devices, strict=True)}
+
+    def _invalid(self, dev: np.ndarray) -> str | None:
+        if np.any((dev < 0) | (dev >= len(self.device_names))):
+            return f"device ids must be 0..{len(self.device_names) - 1}"
+        if self.cluster is not None:
+            from postplace.cluster.placement import invalid_reason
+
+            return invalid_reason(self.graph, self.cluster, dev)
+        return None
+
+    def _make_step(self, dev: np.ndarray):
+        """The placed step of one op-level placement (a separate method so tests can wrap it)."""
+        return apply(self.traced.model, self.traced, dev, self.device_names, device_map=self.device_map)
+
+    def _measure(self, dev: np.ndarray) -> list[float]:
+        deadline = time.perf_counter() + self.timeout
+        with _alarm(self.timeout):
+            for d, ok in zip(self.torch_devices, self._peak_measured(), strict=True):
+                if ok:
+                    torch.cuda.reset_peak_memory_stats(d)
+            placed = self._make_step(dev)
+            times = time_steps(placed, self.steps, deadline=deadline)
+            del placed
+        if len(times) < self.steps:
+            raise _Timeout
+        return times
+
+    def _peak_measured(self) -> list[bool]:
+        devs = self.torch_devices
+        cuda = torch.cuda.is_available()
+        return [d.type == "cuda" and cuda and sum(1 for e in devs if e == d) == 1 for d in devs]
+
+    def _peaks(self) -> np.ndarray:
+        return np.array(
+            [
+                float(torch.cuda.max_memory_allocated(d)) if ok else 0.0
+                for d, ok in zip(self.torch_devices, self._peak_measured(), strict=True)
+            ]
+        )
+
+
+class _alarm:
+    """Raise :class:`_Timeout` after ``seconds`` (main thread only; a no-op elsewhere)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.active = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+    def __enter__(self):
+        if self.active:
+
+            def fire(signum, frame):
+                raise _Timeout
+
+            self.old = signal.signal(signal.SIGALRM, fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+        return False
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    msg = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
