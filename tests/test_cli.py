@@ -150,3 +150,13 @@ def test_place_warm_start_is_sample_zero_and_said(graph_file, tmp_path):
     assert s["search_best_step_time_s"] <= heft_time
     assert_one_error_line(run("place", str(graph_file), "-c", "k80x2", "--warm-start", "nope",
                               "--out", str(tmp_path / "x")), "nope")  # fmt: skip
+
+
+def test_train_prints_measured_step_times(tmp_path):
+    r = run("train", "rnnlm", "--placement", "single:gpu1", "--cluster", "k80x2", "--steps", "3",
+            "--map-all-to", "cpu", "--threads", "1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "measured step time: median" in r.stdout and "simulated step time on k80x2" in r.stdout
+    rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
+    assert len(rows) == 3 and all(float(x[2]) > 0 for x in rows)
+    assert_one_error_line(run("train", "rnnlm", "--placement", "single:gpu1", "--steps", "0"), "--steps")

@@ -290,6 +290,49 @@ def compare(
     console.print(f"wrote {out}/compare.json and compare.csv", highlight=False)
 
 
+@app.command()
+def train(
+    model: Annotated[str, typer.Argument(help="Zoo model name.")],
+    placement: Annotated[str, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE).")],
+    steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
+    map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+    threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
+) -> None:
+    """Train a zoo model (random data) under a placement and print each step's measured time."""
+    from postplace.runtime.cli import cmd_train
+
+    console.print(cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to,
+                            device_map=device or (), optimizer=optimizer, threads=threads), highlight=False)
+
+
+@app.command()
+def calibrate(
+    model: Annotated[str, typer.Argument(help="Zoo model name.")],
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    cluster_out: Annotated[Path, typer.Option("--cluster-out", help="Write the measured cluster TOML here.")] = Path("measured.toml"),
+    graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here.")] = None,
+    batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
+    score_on: Annotated[list[str] | None, typer.Option("--score-on", help="Zoo models to score on (repeatable).")] = None,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per measurement.")] = 3,
+    threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = 1,
+) -> None:
+    """Measure op and transfer times on the devices here, write them out, report simulator fidelity."""
+    from postplace.runtime.cli import cmd_calibrate
+
+    batch_list = None
+    if batches:
+        try:
+            batch_list = [int(b) for b in batches.split(",")]
+        except ValueError:
+            raise PostplaceError(f"--batches '{batches}': give comma-separated integers, e.g. 2,8") from None
+    console.print(cmd_calibrate(model, size, out_cluster=cluster_out, out_graph=graph_out, batches=batch_list,
+                                score_on=score_on or (), runs=runs, threads=threads), highlight=False)
+
+
 def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:
     """The fastest single-device placement that fits in memory, or (None, None, None)."""
     from postplace.placers import NoSingleDeviceFits, place_single
@@ -315,6 +358,8 @@ def place(
     pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: pin matching ops (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="A device the search may not use.")] = None,
     warm_start: Annotated[str | None, typer.Option("--warm-start", help="Seed the search with a placer's placement.")] = None,
+    evaluator: Annotated[str, typer.Option("--evaluator", help="simulator, or torch (real execution; zoo models only).")] = "simulator",
+    map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="With --evaluator torch: run every device on this torch device.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
 ) -> None:
@@ -328,6 +373,7 @@ def place(
         target, cluster, strategy, seed, groups, size = (meta[k] for k in ("target", "cluster", "strategy", "seed",
                                                                            "groups", "size"))  # fmt: skip
         budget, pin, exclude, warm_start = meta["budget"], meta["pin"], meta["exclude"], meta["warm_start"]
+        evaluator, map_all_to = meta.get("evaluator", "simulator"), meta.get("map_all_to")
     if target is None:
         raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
     if out is None:
@@ -337,19 +383,38 @@ def place(
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
     problem = make_problem(graph, c, groups=n_groups, pins=pin or [], exclude=exclude or [], seed=seed)
     budget_ = Budget.parse(budget)
-    strat = make_strategy(strategy, problem.space, seed=seed)
+    space, judge = problem.space, problem.simulator
+    if evaluator == "torch":
+        from dataclasses import replace
+
+        from postplace.runtime.evaluator import TorchEvaluator
+
+        if Path(target).exists():
+            raise PostplaceError("--evaluator torch needs a zoo model name as TARGET (a graph file has no code to run)")
+        judge = TorchEvaluator.for_zoo(target, size, c, group_of_op=problem.grouping.group_of_op,
+                                       device_map=map_all_to, graph=graph)
+        # measured seconds can exceed the simulator's bound: failures must still score worst
+        space = replace(space, failure_step_time=max(space.failure_step_time, judge.failure_step_time))
+    elif evaluator != "simulator":
+        raise PostplaceError(f"--evaluator '{evaluator}': use simulator or torch")
+    strat = make_strategy(strategy, space, seed=seed)
     warm = None
     if warm_start is not None:
         warm = _warm_start_units(warm_start, problem)
     meta = {"target": target, "cluster": cluster, "strategy": strategy, "seed": seed, "groups": groups,
-            "size": size, "budget": budget, "pin": pin or [], "exclude": exclude or [], "warm_start": warm_start}  # fmt: skip
+            "size": size, "budget": budget, "pin": pin or [], "exclude": exclude or [], "warm_start": warm_start,
+            "evaluator": evaluator, "map_all_to": map_all_to}  # fmt: skip
     if not as_json:
         console.print(f"{graph.name}: {graph.num_ops} ops in {problem.grouping.num_groups} groups on {c.name}; "
                       f"{strategy}, budget {budget_.describe()}, seed {seed}", highlight=False)  # fmt: skip
-    result = run(strat, problem.simulator, budget_, out_dir=out, resume=resume is not None,
+    result = run(strat, judge, budget_, out_dir=out, resume=resume is not None,
                  progress=not as_json and sys.stderr.isatty(), warm_start=warm, meta=meta)  # fmt: skip
     sim = problem.simulator
     single_name, single_time, single_ops = _single_device_best(sim, graph, c)
+    if judge is not sim and single_ops is not None:  # compare like with like: measure it too
+        first_op = np.unique(problem.grouping.group_of_op, return_index=True)[1]
+        measured = judge.evaluate(single_ops[first_op][None])
+        single_time = float(measured.step_time[0]) if measured.feasible[0] else None
     search_ops = None if result.best_placement is None else problem.grouping.expand(result.best_placement)
     if search_ops is not None and (single_time is None or result.best_step_time <= single_time):
         chosen, best_ops, best_time = "search", search_ops, result.best_step_time
@@ -371,7 +436,8 @@ def place(
         "search_best_step_time_s": result.best_step_time if search_ops is not None else None,
         "search_best_sample": result.best_sample,
         "single_device": single_name, "single_device_step_time_s": single_time,
-        "lower_bound_s": lb, "ratio_to_lower_bound": best_time / lb if lb > 0 else None,
+        "lower_bound_s": lb, "lower_bound_source": "simulator cost model",
+        "ratio_to_lower_bound": best_time / lb if lb > 0 else None,
         "ratio_to_single_device": best_time / single_time if single_time else None,
         "peak_memory_bytes": dict(zip(c.device_names, sched.peak_memory.tolist(), strict=True)),
         "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
