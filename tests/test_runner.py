@@ -121,3 +121,38 @@ class _Counting:
         r = self.sim.evaluate(placements)
         self.ooms += int(r.oom.sum())
         return r
+
+
+@pytest.mark.parametrize("stop_at", [3, 8])
+def test_ctrl_c_inside_a_batch_resumes_to_the_uninterrupted_result(tmp_path, stop_at):
+    """Ctrl-C after a batch was evaluated and cached but before the strategy learned from it."""
+    p = problem()
+
+    class StopInTell:
+        def __init__(self, inner):
+            self.inner, self.calls, self.name = inner, 0, inner.name
+
+        def ask(self, n):
+            return self.inner.ask(n)
+
+        def tell(self, *args):
+            self.calls += 1
+            if self.calls == stop_at:
+                raise KeyboardInterrupt
+            self.inner.tell(*args)
+
+        def state_dict(self):
+            return self.inner.state_dict()
+
+        def load_state_dict(self, s):
+            self.inner.load_state_dict(s)
+
+    stopped_dir, clean_dir = tmp_path / "stopped", tmp_path / "clean"
+    first = run(StopInTell(make_strategy("post", p.space, seed=2)), p.simulator, Budget(samples=1000),
+                out_dir=stopped_dir, checkpoint_every=10_000)  # fmt: skip
+    assert first.interrupted and first.samples < 1000
+    resumed = run(make_strategy("post", p.space, seed=0), p.simulator, Budget(samples=1000), out_dir=stopped_dir,
+                  resume=True)  # fmt: skip
+    clean = run(make_strategy("post", p.space, seed=2), p.simulator, Budget(samples=1000), out_dir=clean_dir)
+    assert resumed.best_step_time == clean.best_step_time and resumed.curve == clean.curve
+    assert (stopped_dir / HISTORY).read_text() == (clean_dir / HISTORY).read_text()

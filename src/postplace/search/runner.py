@@ -104,12 +104,16 @@ def run(
     try:
         if warm_start is not None and state.samples == 0:
             _one_batch(strategy, evaluator, state, history, np.atleast_2d(warm_start))
+            if out is not None:
+                state.history_bytes = history.tell()
+                snapshot = state.snapshot(strategy)
         while not _spent(budget, state, start):
             left = budget.samples - state.samples if budget.samples is not None else 1 << 30
             placements = np.atleast_2d(strategy.ask(left))
             _one_batch(strategy, evaluator, state, history, placements)
             state.elapsed = time.perf_counter() - start
             if out is not None:
+                state.history_bytes = history.tell()
                 snapshot = state.snapshot(strategy)
                 if state.samples - state.checkpointed >= checkpoint_every:
                     _save(out, snapshot, history, meta)
@@ -195,11 +199,14 @@ class _RunState:
     history_bytes: int = 0
 
     def snapshot(self, strategy) -> dict:
+        """The state at a batch boundary. The curve and the cache only grow, so the snapshot keeps the
+        curve's length and a reference to the cache (every entry is a fact about a placement, true at any
+        time) instead of copying them at every batch."""
         return {
             "strategy": strategy.state_dict(),
             "runner": {k: v for k, v in self.__dict__.items() if k not in ("cache", "curve")},
-            "curve": list(self.curve),
-            "cache": dict(self.cache),
+            "curve": (self.curve, len(self.curve)),
+            "cache": (self.cache, len(self.cache)),  # dicts keep insertion order: the first n entries
         }
 
     @classmethod
@@ -215,6 +222,7 @@ class _RunState:
         strategy.load_state_dict(snap["strategy"])
         state = cls(**snap["runner"])
         state.curve, state.cache = list(snap["curve"]), dict(snap["cache"])
+        state.curve = state.curve[: state.samples]
         with open(out / HISTORY, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
         return state
@@ -223,11 +231,13 @@ class _RunState:
 def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
     if history:
         history.flush()
-        snapshot["runner"]["history_bytes"] = history.tell()
-    snapshot["meta"] = meta or {}
+    curve, n_curve = snapshot["curve"]
+    cache, n_cache = snapshot["cache"]
+    entries = cache.items() if len(cache) == n_cache else list(cache.items())[:n_cache]
+    on_disk = {**snapshot, "curve": curve[:n_curve], "cache": dict(entries), "meta": meta or {}}
     tmp = out / (CHECKPOINT + ".tmp")
     with open(tmp, "wb") as f:
-        pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(on_disk, f, protocol=pickle.HIGHEST_PROTOCOL)
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(out / CHECKPOINT)
