@@ -12,14 +12,7 @@ from postplace.search.strategy import SearchSpace
 from postplace.sim import Simulator
 from postplace.testing import TableCostModel, star_cluster
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: deterministic reductions and no oversubscription on small CI machines."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 SMALL = HierarchicalConfig(num_groups=8, grouper_hidden=16, placer_hidden=32, device_embedding=8)

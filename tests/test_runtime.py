@@ -14,12 +14,7 @@ from postplace.zoo import MODELS, build, trace_model
 DEVICES = ["cpu", "gpu0", "gpu1"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def random_placement(graph, seed, devices=3):

@@ -20,12 +20,7 @@ PEAK, BW = 1e11, 5e10
 KEY = "Test CPU"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def synthetic(graph, coef, default, scale=(1.0, 1.0)):

@@ -34,7 +34,7 @@ import torch
 
 from postplace.errors import PostplaceError
 from postplace.runtime.placed import apply, resolve_device_map, time_steps
-from postplace.sim.simulate import EvalResult
+from postplace.sim.simulate import EvalResult, expand_placements
 
 __all__ = ["TorchEvaluator"]
 
@@ -119,12 +119,7 @@ class TorchEvaluator:
 
     # ------------------------------------------------------------------------------ evaluation
     def expand(self, placements: np.ndarray) -> np.ndarray:
-        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
-        if self.group_of_op is not None:
-            return placements[:, self.group_of_op]
-        if placements.shape[1] != self.graph.num_ops:
-            raise ValueError(f"placements have {placements.shape[1]} columns for {self.graph.num_ops} ops")
-        return placements
+        return expand_placements(placements, self.group_of_op, self.graph.num_ops)
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
         """Run placements over groups (or over ops when there is no grouping), one after another."""

@@ -45,6 +45,16 @@ class EvalResult:
         return ~self.oom & ~self.failed
 
 
+def expand_placements(placements: np.ndarray, group_of_op: np.ndarray | None, num_ops: int) -> np.ndarray:
+    """Op-level device ids ``[n, num_ops]`` from placements over groups (or over ops without a grouping)."""
+    placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+    if group_of_op is not None:
+        return placements[:, group_of_op]
+    if placements.shape[1] != num_ops:
+        raise ValueError(f"placements have {placements.shape[1]} columns for {num_ops} ops")
+    return placements
+
+
 class Evaluator(Protocol):
     name: str
 
@@ -96,12 +106,7 @@ class Simulator:
     # ------------------------------------------------------------------------------ evaluation
     def expand(self, placements: np.ndarray) -> np.ndarray:
         """Op-level device ids from group-level (or op-level) placements, shape ``[n, num_ops]``."""
-        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
-        if self.group_of_op is not None:
-            return placements[:, self.group_of_op]
-        if placements.shape[1] != self.graph.num_ops:
-            raise ValueError(f"placements have {placements.shape[1]} columns for {self.graph.num_ops} ops")
-        return placements
+        return expand_placements(placements, self.group_of_op, self.graph.num_ops)
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
         """Simulate placements over groups (or over ops when there is no grouping)."""
