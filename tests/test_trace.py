@@ -270,3 +270,20 @@ def test_frozen_parameters_have_no_optimizer_state_and_no_update():
 def test_inputs_must_be_tensors():
     with pytest.raises(PostplaceError, match="inputs must be tensors"):
         from_torch(nn.Linear(3, 2), (torch.randn(4, 3), "x"), lambda o: o.sum())
+
+
+def test_module_outside_the_zoo_simulates_on_a_preset():
+    from postplace.cluster import load_cluster
+    from postplace.cluster.placement import single_device
+    from postplace.sim import Simulator
+
+    _, tr = tiny()
+    g, c = tr.graph, load_cluster("k80x2")
+    sim = Simulator(g, c)
+    res = sim.evaluate_ops(np.stack([single_device(g, c, d) for d in c.device_names]))
+    assert not res.failed.any() and not res.oom.any()
+    # one device runs every op back to back: its step time is the sum of its op times
+    np.testing.assert_allclose(res.step_time, sim.problem.op_time.sum(axis=0), rtol=1e-12)
+    assert (res.step_time >= sim.lower_bound).all()
+    # persistent bytes (parameters + momentum) live on the one device, activations on top
+    assert (res.peak_mem.max(axis=1) > g.persistent_bytes.sum()).all()
