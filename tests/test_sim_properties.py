@@ -95,3 +95,19 @@ def test_results_do_not_depend_on_batch_position_or_repetition(inst, pos):
     assert a.step_time[pos] == b.step_time[0]
     np.testing.assert_array_equal(a.peak_mem[pos], b.peak_mem[0])
     np.testing.assert_array_equal(a.busy[pos], b.busy[0])
+
+
+@SETTINGS
+@given(instances(), st.integers(0, 2**31 - 1))
+def test_compiled_placement_check_agrees_with_the_plain_one(inst, seed):
+    from postplace.cluster.placement import invalid_reason
+
+    graph, cluster, cost, _ = inst
+    g = OpGraph.build(list(graph.names), list(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True)),
+                      allowed_kinds=graph.allowed_kinds, colocation=[i // 3 for i in range(graph.num_ops)])  # fmt: skip
+    sim = Simulator(g, cluster, cost_model=cost)
+    rows = np.random.default_rng(seed).integers(-1, cluster.num_devices + 1, (20, g.num_ops))
+    rows[:10] = rows[:10, [i - i % 3 for i in range(g.num_ops)]]  # half the rows keep sets together
+    rows[:5] = np.clip(rows[:5], 0, cluster.num_devices - 1)
+    expected = [invalid_reason(g, cluster, r) is not None for r in rows]
+    assert sim.evaluate_ops(rows).failed.tolist() == expected

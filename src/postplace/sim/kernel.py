@@ -322,3 +322,20 @@ def run_batch(
         )  # fmt: skip
         makespan[r] = ms
         moved[r] = mv
+
+
+@njit(cache=True)
+def invalid_rows(placements, allowed_kinds, kind_bits, rep):
+    """True for each row that names a device out of range, puts an op on a kind it may not use, or
+    splits a colocation set (``rep[i]``: the first op of op i's set). One pass per row."""
+    m, n = placements.shape
+    D = kind_bits.shape[0]
+    bad = np.zeros(m, dtype=np.bool_)
+    for r in range(m):
+        row = placements[r]
+        for i in range(n):
+            d = row[i]
+            if d < 0 or d >= D or (allowed_kinds[i] & kind_bits[d]) == 0 or row[rep[i]] != d:
+                bad[r] = True
+                break
+    return bad

@@ -132,12 +132,7 @@ class Simulator:
         return EvalResult(step, peak, oom, failed, reasons, self.name, busy, moved)
 
     def _invalid_rows(self, ops: np.ndarray) -> np.ndarray:
-        D = self.cluster.num_devices
-        out_of_range = np.any((ops < 0) | (ops >= D), axis=1)
-        safe = np.clip(ops, 0, D - 1)
-        wrong_kind = np.any((self._allowed & self.cluster.kind_bits[safe]) == 0, axis=1)
-        split = np.any(safe != safe[:, self._rep], axis=1)
-        return out_of_range | wrong_kind | split
+        return kernel.invalid_rows(ops, self._allowed, self.cluster.kind_bits, self._rep)
 
     def _run(self, ops: np.ndarray):
         p = self.problem
