@@ -22,6 +22,7 @@ import torch
 from postplace.zoo import MODELS, trace_model
 from postplace.zoo.cli import graph_summary
 
+
 #: (header, fn(OpGraph) -> str) columns appended to the table; the simulator adds its own here.
 def _single_device_ms(device: str):
     def column(graph) -> str:
