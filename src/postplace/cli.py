@@ -412,8 +412,7 @@ def place(
     sim = problem.simulator
     single_name, single_time, single_ops = _single_device_best(sim, graph, c)
     if judge is not sim and single_ops is not None:  # compare like with like: measure it too
-        first_op = np.unique(problem.grouping.group_of_op, return_index=True)[1]
-        measured = judge.evaluate(single_ops[first_op][None])
+        measured = judge.evaluate(problem.grouping.collapse(single_ops)[None])
         single_time = float(measured.step_time[0]) if measured.feasible[0] else None
     search_ops = None if result.best_placement is None else problem.grouping.expand(result.best_placement)
     if search_ops is not None and (single_time is None or result.best_step_time <= single_time):
@@ -498,23 +497,15 @@ def _positive_int(text: str, flag: str) -> int:
 
 
 def _warm_start_units(placer: str, problem) -> np.ndarray:
-    """A placer's op-level placement, mapped to units (each unit takes its first op's device)."""
+    """A placer's op-level placement (or ``single:DEVICE``), mapped to the search's groups."""
+    from postplace.placers import place as run_placer
+
     c, graph = problem.cluster, problem.graph
-    if placer.startswith("single:") or placer == "single":
-        name, _, ops = (
-            (placer.split(":", 1)[1], None, single_device(graph, c, placer.split(":", 1)[1]))
-            if ":" in placer else _single_device_best(problem.simulator, graph, c)
-        )  # fmt: skip
-        if ops is None:
-            raise PostplaceError("--warm-start single: no single device fits this graph")
+    if placer.startswith("single:"):
+        ops = single_device(graph, c, placer.split(":", 1)[1])
     else:
-        try:
-            from postplace.placers import place as run_placer
-        except ImportError:
-            raise PostplaceError(f"--warm-start '{placer}': this build only has 'single'") from None
         ops = run_placer(placer, graph, c)
-    first = np.unique(problem.grouping.group_of_op, return_index=True)[1]
-    return ops[first]
+    return problem.grouping.collapse(ops)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pymetis
@@ -40,6 +41,14 @@ class Grouping:
     def expand(self, placements: np.ndarray) -> np.ndarray:
         """Op-level device ids from group-level placements ``[k, G]`` (or one ``[G]``)."""
         return np.asarray(placements)[..., self.group_of_op]
+
+    def collapse(self, op_placement: np.ndarray) -> np.ndarray:
+        """Group-level placement from an op-level one: each group takes the device of its first op."""
+        return np.asarray(op_placement)[..., self._first_op]
+
+    @cached_property
+    def _first_op(self) -> np.ndarray:
+        return np.unique(self.group_of_op, return_index=True)[1]
 
 
 def colocation_units(graph: OpGraph) -> np.ndarray:
