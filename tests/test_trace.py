@@ -11,6 +11,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph, from_torch
 from postplace.graph.flops import op_flops
 from postplace.graph.trace_torch import trace
+from tests.tracehelp import assert_backward_colocated_with_forward
 
 FWD, BWD, UPD = (PHASES.index(p) for p in ("forward", "backward", "update"))
 VIEW_TYPES = {
@@ -139,22 +140,8 @@ def test_persistent_bytes_are_parameters_and_optimizer_state(optimizer, slots):
 
 def test_forward_backward_colocation_through_autograd_sequence_numbers():
     _, tr = tiny()
-    g, gm = tr.graph, tr.gm
-    fwd_seq = {}
-    for n in gm.graph.nodes:
-        if (n.meta.get("custom") or {}).get("phase") == "forward" and n.meta.get("seq_nr") is not None:
-            op = tr.op_of_node.get(n.name, -1)
-            if op >= 0 and g.op_types[op] not in ("input", "constant"):  # data, never colocated
-                fwd_seq.setdefault(n.meta["seq_nr"], set()).add(op)
-    nodes = {n.name: n for n in gm.graph.nodes}
-    compute = [i for i in np.flatnonzero(g.phase == BWD) if g.flops[i] > 0]
-    with_partner = 0
-    for i in compute:
-        partners = fwd_seq.get((nodes[g.names[i]].meta.get("custom") or {}).get("grad_fn"), set())
-        if partners:
-            with_partner += 1
-            assert all(g.colocation[j] == g.colocation[i] != -1 for j in partners), g.names[i]
-    assert with_partner >= 0.9 * len(compute)
+    assert_backward_colocated_with_forward(tr)
+    g = tr.graph
     assert g.metadata["colocation"]["coverage"] >= 0.9
 
 

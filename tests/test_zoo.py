@@ -8,6 +8,7 @@ import pytest
 from postplace import zoo
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
+from tests.tracehelp import assert_backward_colocated_with_forward
 
 FWD, BWD, UPD = (PHASES.index(p) for p in ("forward", "backward", "update"))
 SOURCES = ("parameter", "buffer", "input", "constant")
@@ -74,21 +75,8 @@ def test_zoo_model_traces_to_a_sound_training_graph(name):
 def test_zoo_model_colocation(name):
     model, tr = traced(name)
     g, gm = tr.graph, tr.gm
-    fwd_seq = {}
-    for n in gm.graph.nodes:
-        if (n.meta.get("custom") or {}).get("phase") == "forward" and n.meta.get("seq_nr") is not None:
-            op = tr.op_of_node.get(n.name, -1)
-            if op >= 0 and g.op_types[op] not in ("input", "constant"):
-                fwd_seq.setdefault(n.meta["seq_nr"], set()).add(op)
+    assert_backward_colocated_with_forward(tr)
     nodes = {n.name: n for n in gm.graph.nodes}
-    compute = [i for i in np.flatnonzero(g.phase == BWD) if g.flops[i] > 0]
-    linked = 0
-    for i in compute:
-        partners = fwd_seq.get((nodes[g.names[i]].meta.get("custom") or {}).get("grad_fn"), set())
-        if partners:
-            linked += 1
-            assert all(g.colocation[j] == g.colocation[i] != -1 for j in partners), g.names[i]
-    assert linked >= 0.9 * len(compute)
     pnames = [n for n, _ in model.named_parameters()]
     updated = set()
     for i in np.flatnonzero(g.phase == UPD):
