@@ -13,12 +13,31 @@ importer decides:
 - Edges carry their ``size`` in bytes; ``cost`` is ignored (its unit differs across files). A node's
   distinct out-edge sizes are its distinct outputs (``slot``), so a tensor consumed by several ops on
   one device is sent there once.
+- **The backward pass is imported the right way round.** Operator graphs (any edge from a forward to
+  a backward node) are taken as written. Layer graphs have no forward-to-backward edge, and their
+  backward edges *mirror* the forward ones in the same direction (``node1 -> node4`` beside
+  ``node1grad -> node4grad``), while a real backward pass runs against the forward one
+  (``node4grad`` computes the gradient ``node1grad`` needs). A backward edge ``a -> b`` mirrors a
+  forward edge when some forward edge joins the colour class of ``a`` to that of ``b``; it runs
+  against the forward pass when one joins the class of ``b`` to that of ``a``. If every backward
+  edge between two classes mirrors and none runs against, the file is a mirrored layer graph: every
+  backward-to-backward edge is reversed (``metadata["backward_edges"] == "reversed"``, the count in
+  ``metadata["reversed_edges"]``). If none mirrors, the backward edges are kept (``"as given"``). A
+  mix, or a mirrored file with a backward edge that mirrors nothing, is refused with an error naming
+  two such edges: the file's backward direction cannot be read from it. A backward-to-forward edge
+  in a file without forward-to-backward edges is refused too (the ``isBackwardNode`` flags are off).
 - Layer graphs carry no edge from a forward node to its backward partner. When the file has no
   forward-to-backward edge at all, a zero-byte edge is added from every forward node to every backward
   node of the same colorClass (the backward node reads that activation); they are colocated, so the
   edge costs no transfer. The number added is kept in ``metadata["added_dependencies"]``.
-- Ids may start at 0 or 1; unknown extra keys are ignored; booleans may be 0/1. Ops are stored in a
-  topological order that keeps the file's id order wherever the edges allow it.
+- The file's own machine (``maxSizePerFPGA`` bytes, ``maxFPGAs``, ``maxCPUs``) is kept in
+  ``metadata`` as ``max_size_per_accelerator``, ``max_accelerators`` and ``max_cpus`` (None where
+  absent); ``postplace.cluster.from_workload`` builds a cluster from them.
+- Ids are non-negative integers and may start at 0 or 1; unknown extra keys are ignored; booleans
+  are ``true``/``false`` or ``0``/``1`` (anything else, e.g. the string ``"false"``, is an error).
+  Every malformed field (missing, wrong type, NaN/inf, negative) is one error naming the node or
+  edge and the field. Ops are stored in a topological order that keeps the file's id order wherever
+  the edges allow it.
 """
 
 from __future__ import annotations
@@ -48,6 +67,7 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
     nodes, edges = d["nodes"], d["edges"]
     if not nodes:
         raise PostplaceError(f"{source}: 'nodes' is empty; a workload needs at least one node")
+    machine = _machine(d, source)
     index_of_id: dict[int, int] = {}
     rows = []
     for k, node in enumerate(nodes):
@@ -58,16 +78,23 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
         if nid in index_of_id:
             raise PostplaceError(f"{where} repeats id {nid}; ids must be unique")
         index_of_id[nid] = k
+        name = node.get("name", f"node{nid}")
+        if not isinstance(name, str) or not name:
+            raise PostplaceError(f"{where} (id {nid}) field 'name' is {name!r}; it must be a non-empty string")
+        who = f" (node '{name}', id {nid})"
+        color = node.get("colorClass")
+        if color is not None:
+            color = _number(node, "colorClass", where, integer=True, who=who)
         rows.append(
             (
                 nid,
-                str(node.get("name", f"node{nid}")),
-                _number(node, "fpgaLatency", where),
-                _number(node, "cpuLatency", where),
-                _number(node, "size", where),
-                bool(node.get("supportedOnFpga", True)),
-                bool(node.get("isBackwardNode", False)),
-                node.get("colorClass"),
+                name,
+                _number(node, "fpgaLatency", where, who=who),
+                _number(node, "cpuLatency", where, who=who),
+                _number(node, "size", where, who=who),
+                _flag(node, "supportedOnFpga", where, default=True, who=who),
+                _flag(node, "isBackwardNode", where, default=False, who=who),
+                color,
             )
         )
     src, dst, ebytes = [], [], []
@@ -75,19 +102,22 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
         where = f"{source}: edges[{k}]"
         if not isinstance(e, dict):
             raise PostplaceError(f"{where} is not an object")
+        ends = []
         for key in ("sourceId", "destId"):
             ident = _number(e, key, where, integer=True)
             if ident not in index_of_id:
                 raise PostplaceError(f"{where} field '{key}' is {ident}, which no node has")
-        src.append(index_of_id[int(e["sourceId"])])
-        dst.append(index_of_id[int(e["destId"])])
-        ebytes.append(_number(e, "size", where))
+            ends.append(index_of_id[ident])
+        src.append(ends[0])
+        dst.append(ends[1])
+        ebytes.append(_number(e, "size", where, who=f" (edge {e['sourceId']} -> {e['destId']})"))
 
     n = len(rows)
     backward = np.array([r[6] for r in rows], dtype=bool)
     color = [r[7] for r in rows]
+    orientation, reversed_edges = _orient_backward(backward, color, src, dst, [r[1] for r in rows], source)
     added = 0
-    if not any(not backward[s] and backward[t] for s, t in zip(src, dst, strict=True)):
+    if orientation != "explicit":
         members: dict[object, list[int]] = {}
         for i, c in enumerate(color):
             if c is not None:
@@ -145,24 +175,126 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
             "source": file_name,
             "format": "dnn-partitioning",
             "original_ids": [rows[i][0] for i in order],
+            "backward_edges": orientation,
+            "reversed_edges": reversed_edges,
             "added_dependencies": added,
-            "max_size_per_accelerator": d.get("maxSizePerFPGA"),
+            **machine,
         },
     )
 
 
-def _number(obj: dict, key: str, where: str, *, integer: bool = False):
+def describe_backward(metadata: dict) -> str | None:
+    """One line on how an imported workload's backward pass was oriented (None for other graphs)."""
+    how = metadata.get("backward_edges")
+    added = metadata.get("added_dependencies", 0)
+    deps = f"; {added} forward-to-backward dependencies added" if added else ""
+    if how == "reversed":
+        n = metadata.get("reversed_edges", 0)
+        return f"backward edges reversed: layer graph ({n} mirrored the forward ones{deps})"
+    if how == "as given":
+        return f"backward edges as given: they already run against the forward ones{deps}"
+    if how == "explicit":
+        return "backward edges as given: operator graph (explicit forward-to-backward edges)"
+    if how == "none":
+        return f"no backward edges to orient{deps}"
+    return None
+
+
+def _orient_backward(
+    backward: np.ndarray, color: list, src: list[int], dst: list[int], names: list[str], source: str
+) -> tuple[str, int]:
+    """Decide, and apply in place on ``src``/``dst``, the direction of the backward edges.
+
+    Returns ``(how, reversed)``: how is ``explicit`` (forward-to-backward edges exist: untouched),
+    ``none`` (no backward-to-backward edge), ``as given`` or ``reversed``.
+    """
+    pairs = list(zip(src, dst, strict=True))
+    if any(not backward[s] and backward[t] for s, t in pairs):
+        return "explicit", 0
+    bad = next(((s, t) for s, t in pairs if backward[s] and not backward[t]), None)
+    if bad is not None:
+        raise PostplaceError(
+            f"{source}: edge {names[bad[0]]} -> {names[bad[1]]} goes from a backward node to a forward one while "
+            "no edge goes from a forward node to a backward one; check the file's isBackwardNode flags"
+        )
+    bb = [k for k, (s, t) in enumerate(pairs) if backward[s] and backward[t]]
+    if not bb:
+        return "none", 0
+    forward_pairs = {
+        (color[s], color[t])
+        for s, t in pairs
+        if not backward[s] and not backward[t] and color[s] is not None and color[t] is not None
+    }
+    mirrors, against, unmatched = [], [], []
+    for k in bb:
+        cs, ct = color[src[k]], color[dst[k]]
+        same = (cs, ct) in forward_pairs
+        rev = (ct, cs) in forward_pairs
+        if cs is not None and cs == ct and same:
+            continue  # inside one class, mirrored by a forward edge inside it: fits either direction
+        if same and not rev:
+            mirrors.append(k)
+        elif rev and not same:
+            against.append(k)
+        elif not same:
+            unmatched.append(k)
+    if not mirrors:
+        return "as given", 0
+    if against or unmatched:
+        other = (against or unmatched)[0]
+        why = "runs against the forward edges" if against else "mirrors no forward edge between its colour classes"
+
+        def edge(k: int) -> str:
+            return f"{names[src[k]]} -> {names[dst[k]]}"
+
+        raise PostplaceError(
+            f"{source}: the backward pass is neither mirrored nor consistently oriented: backward edge "
+            f"{edge(mirrors[0])} mirrors a forward edge but {edge(other)} {why}; with no forward-to-backward "
+            "edge its direction cannot be read (write the backward edges all one way, or add the "
+            "forward-to-backward edges)"
+        )
+    for k in bb:
+        src[k], dst[k] = dst[k], src[k]
+    return "reversed", len(bb)
+
+
+def _machine(d: dict, source: str) -> dict:
+    """The file's own machine: accelerator memory (bytes) and counts, None where the file omits them."""
+    out = {}
+    for key, name, integer in (
+        ("maxSizePerFPGA", "max_size_per_accelerator", False),
+        ("maxFPGAs", "max_accelerators", True),
+        ("maxCPUs", "max_cpus", True),
+    ):
+        out[name] = None if d.get(key) is None else _number(d, key, source, integer=integer)
+    if out["max_size_per_accelerator"] == 0:
+        raise PostplaceError(f"{source} field 'maxSizePerFPGA' is 0; it must be a positive number of bytes")
+    return out
+
+
+def _flag(obj: dict, key: str, where: str, *, default: bool, who: str = "") -> bool:
     if key not in obj:
-        raise PostplaceError(f"{where} has no field '{key}'; add it (see the dnn-partitioning format)")
+        return default
+    v = obj[key]
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be true, false, 0 or 1")
+
+
+def _number(obj: dict, key: str, where: str, *, integer: bool = False, who: str = ""):
+    if key not in obj:
+        raise PostplaceError(f"{where} has no field '{key}'{who}; add it (see the dnn-partitioning format)")
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise PostplaceError(f"{where} field '{key}' is {v!r}; it must be a number")
+        raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a number")
+    if not np.isfinite(v) or v < 0:
+        raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a finite non-negative number")
     if integer:
         if v != int(v):
-            raise PostplaceError(f"{where} field '{key}' is {v!r}; it must be an integer")
+            raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be an integer")
         return int(v)
-    if not np.isfinite(v) or v < 0:
-        raise PostplaceError(f"{where} field '{key}' is {v!r}; it must be a finite non-negative number")
     return float(v)
 
 
