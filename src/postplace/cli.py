@@ -18,9 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from postplace.cluster import Cluster, load_cluster, preset_names
+from postplace.cluster.from_workload import describe_machine, resolve_cluster, workload_machine
 from postplace.cluster.placement import load_placement, single_device
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph, load_graph
+from postplace.graph.dnn_partitioning import describe_backward
 
 app = typer.Typer(
     add_completion=False,
@@ -30,7 +32,9 @@ app = typer.Typer(
 )
 console = Console(width=None if sys.stdout.isatty() else 140)
 
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Preset name or cluster .toml file.")]
+ClusterOpt = Annotated[
+    str, typer.Option("--cluster", "-c", help="Preset name, cluster .toml file, or workload:PRESET (the file's own machine).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full or small.")]
 
@@ -92,7 +96,7 @@ def info(
     from postplace.sim import Simulator
 
     graph = load_target(target, size)
-    c = load_cluster(cluster)
+    c = resolve_cluster(cluster, graph)
     sim = Simulator(graph, c)
     table = sim.problem.op_times.table
     per_kind = {}
@@ -115,6 +119,8 @@ def info(
         "total_time_s": per_kind,
         "lower_bound_s": sim.lower_bound,
         "cost_sources": list(sim.sources),
+        "backward_edges": graph.metadata.get("backward_edges"),
+        "workload_machine": workload_machine(graph),
     }
     if as_json:
         print(json.dumps(out))
@@ -131,6 +137,8 @@ def info(
     console.print(t)
     for line in sim.sources:
         console.print(f"  times: {line}", highlight=False)
+    for line in filter(None, [describe_backward(graph.metadata), *describe_machine(graph, c)]):
+        console.print(f"  {line}", highlight=False)
 
 
 def parse_placement(spec: str, graph: OpGraph, cluster: Cluster) -> np.ndarray:
@@ -153,7 +161,7 @@ def simulate(
     from postplace.sim import Simulator
 
     graph = load_target(target, size)
-    c = load_cluster(cluster)
+    c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
     sim = Simulator(graph, c)
     sched = sim.schedule(dev)
@@ -253,7 +261,7 @@ def compare(
     if budget < 1 or seeds < 1:
         raise PostplaceError("--budget and --seeds must be positive")
     graph = load_target(target, size)
-    c = load_cluster(cluster)
+    c = resolve_cluster(cluster, graph)
     out = out or Path("runs") / f"compare-{Path(target).stem}-{c.name}"
 
     def progress(name: str) -> None:
@@ -379,7 +387,7 @@ def place(
     if out is None:
         out = Path("runs") / f"{Path(target).stem}-{cluster}-{strategy}-s{seed}"
     graph = load_target(target, size)
-    c = load_cluster(cluster)
+    c = resolve_cluster(cluster, graph)
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
     problem = make_problem(graph, c, groups=n_groups, pins=pin or [], exclude=exclude or [], seed=seed)
     budget_ = Budget.parse(budget)
