@@ -1,6 +1,7 @@
 """The one-shot placers (issue 5) on the shared workloads: simulated step time, ratios, OOM, wall time.
 
     python benchmarks/placers.py [--shared ../shared/data/dnn-partitioning] [--clusters k80x4 k80x2]
+                                 [--workloads resnet50_training bert_l-3_training gnmt_training]
 
 For each cluster and workload: every placer of ``postplace.placers.PLACERS`` with its defaults (seed 0,
 roofline/measured cost model), evaluated by the simulator; ``/LB`` is the step time over the
@@ -23,6 +24,8 @@ from postplace.graph import load_graph
 from postplace.placers import PLACERS, data_parallel_step_time
 from postplace.sim import Simulator
 
+WORKLOADS = ("resnet50_training", "bert_l-3_training", "gnmt_training")
+
 
 def timed(fn, repeats: int, *args):
     walls, out = [], None
@@ -38,13 +41,14 @@ def main() -> None:
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared/data/dnn-partitioning"))
     ap.add_argument("--clusters", nargs="+", default=["k80x4", "k80x2"])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), help="shared workloads to run (file stems)")
     args = ap.parse_args()
     header = (f"{'cluster':<7} {'graph':<18} {'placer':<14} {'step (s)':>10} {'/LB':>6} {'/single':>8} {'OOM':>4} "
               f"{'wall (s)':>9}")
     for cname in args.clusters:
         cluster = load_cluster(cname)
         print(header)
-        for wl in ("resnet50_training", "bert_l-3_training", "gnmt_training"):
+        for wl in args.workloads:
             path = Path(args.shared) / f"{wl}.json"
             if not path.exists():
                 print(f"(skipping {wl}: {path} not found)")
