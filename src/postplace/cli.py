@@ -33,7 +33,10 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 ClusterOpt = Annotated[
-    str, typer.Option("--cluster", "-c", help="Preset name, cluster .toml file, or workload:PRESET (the file's own machine).")
+    str,
+    typer.Option(
+        "--cluster", "-c", help="Preset name, cluster .toml file, or workload:PRESET (the file's own machine)."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full or small.")]
