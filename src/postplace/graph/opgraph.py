@@ -60,8 +60,11 @@ class OpGraph:
     ``persistent_bytes`` (parameters and optimizer state; in ``static`` memory mode, the op's whole
     footprint), ``colocation`` (ops sharing an id >= 0 must share a device; -1 = unconstrained),
     ``phase`` (index into :data:`PHASES`), ``allowed_kinds`` (bit mask over :data:`DEVICE_KINDS`),
-    ``inplace`` (the output aliases an input and allocates nothing). Per edge: ``edge_src``,
-    ``edge_dst``, ``edge_slot``, ``edge_bytes``.
+    ``inplace`` (the output aliases an input and allocates nothing), ``inplace_base`` (for an
+    in-place op, the op whose output tensor it writes, fed to it by an edge; -1 when not in place or
+    not known, and then the simulator treats every input of the op as possibly written). Left out, it
+    is the single source of an in-place op with one, else -1. Per edge: ``edge_src``, ``edge_dst``,
+    ``edge_slot``, ``edge_bytes``.
     """
 
     names: tuple[str, ...]
@@ -82,6 +85,7 @@ class OpGraph:
     measured: tuple[Measurement, ...] = ()
     name: str = "graph"
     metadata: dict = field(default_factory=dict)
+    inplace_base: np.ndarray | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -107,6 +111,10 @@ class OpGraph:
         set_(self, "edge_dst", _frozen(dst[order]))
         set_(self, "edge_slot", _frozen(slot[order].astype(np.int32)))
         set_(self, "edge_bytes", _frozen(ebytes[order]))
+        if self.inplace_base is None:
+            set_(self, "inplace_base", _frozen(_sole_sources(len(self.names), self.inplace, src, dst)))
+        else:
+            set_(self, "inplace_base", _frozen(np.asarray(self.inplace_base, dtype=np.int64)))
         measured = []
         for m in self.measured:
             times = _frozen(np.asarray(m.times, dtype=np.float64))
@@ -131,6 +139,7 @@ class OpGraph:
         phase=None,
         allowed_kinds=None,
         inplace=None,
+        inplace_base=None,
         memory_mode: str = "live",
         measured: Sequence[Measurement] = (),
         name: str = "graph",
@@ -173,6 +182,7 @@ class OpGraph:
             phase=phase,
             allowed_kinds=allowed_kinds,
             inplace=np.zeros(n, dtype=bool) if inplace is None else inplace,
+            inplace_base=inplace_base,
             edge_src=src,
             edge_dst=dst,
             edge_slot=slots,
@@ -188,7 +198,8 @@ class OpGraph:
         """Check every invariant; raise :class:`GraphError` naming the ops and field involved."""
         n = self.num_ops
         where = f"graph '{self.name}'"
-        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace"):
+        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace",
+                      "inplace_base"):  # fmt: skip
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
         if self.memory_mode not in MEMORY_MODES:
@@ -221,7 +232,20 @@ class OpGraph:
         if bad.size:
             raise GraphError(f"{where}: op '{self.names[bad[0]]}' field 'colocation' is negative; use -1 for none")
         self._check_edges()
+        self._check_inplace_base()
         self._check_colocation_kinds()
+
+    def _check_inplace_base(self) -> None:
+        base = self.inplace_base
+        for i in np.flatnonzero(base != -1):
+            b = int(base[i])
+            fed = 0 <= b < self.num_ops and np.any((self.edge_src == b) & (self.edge_dst == i))
+            if not self.inplace[i] or not fed:
+                why = "is not in place" if not self.inplace[i] else "has no edge from it"
+                raise GraphError(
+                    f"graph '{self.name}': op '{self.names[i]}' field 'inplace_base' is {b} but the op {why}; "
+                    "give the op that feeds it the tensor it writes, or -1"
+                )
 
     def _check_costs(self, fname: str, values: np.ndarray, *, per: str) -> None:
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
@@ -362,6 +386,7 @@ class OpGraph:
                 "phase": [PHASES[p] for p in self.phase],
                 "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
                 "inplace": self.inplace.tolist(),
+                "inplace_base": self.inplace_base.tolist(),
             },
             "edges": {
                 "src": self.edge_src.tolist(),
@@ -418,6 +443,7 @@ class OpGraph:
                 phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n)],
                 allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n)],
                 inplace=col("inplace", [False] * n),
+                inplace_base=col("inplace_base") if "inplace_base" in ops else None,
                 edge_src=ecol("src"),
                 edge_dst=ecol("dst"),
                 edge_slot=edges.get("slot", [0] * len(edges.get("src", []))),
@@ -497,6 +523,23 @@ def _field(d: dict, key: str, typ, source: str, prefix: str = ""):
     if not isinstance(v, typ):
         raise GraphError(f"{source}: field '{prefix}{key}' must be a {typ.__name__}")
     return v
+
+
+def _sole_sources(n: int, inplace, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Per op: the one op feeding an in-place op, if it has exactly one source; else -1."""
+    base = np.full(n, -1, dtype=np.int64)
+    inplace = np.asarray(inplace, dtype=bool)
+    if len(inplace) != n or not len(src):
+        return base
+    first = np.full(n, -1, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    for s, d in sorted(set(zip(src.tolist(), dst.tolist(), strict=True))):
+        if 0 <= d < n:
+            count[d] += 1
+            first[d] = s
+    one = inplace & (count == 1)
+    base[one] = first[one]
+    return base
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ class SimProblem:
     in_ptr: np.ndarray
     in_edges: np.ndarray
     edge_src: np.ndarray
+    edge_alias: np.ndarray  # bool[E]: the edge feeds an in-place op the tensor it writes (live mode only)
     indegree: np.ndarray
     num_slots: int
     latency: np.ndarray  # float64[D, D]
@@ -45,6 +46,8 @@ class SimProblem:
         times = cost_model.op_times(graph, cluster)
         live = graph.memory_mode == "live"
         alloc = np.where(graph.inplace, 0.0, graph.output_bytes) if live else np.zeros(graph.num_ops)
+        dst_base = graph.inplace_base[graph.edge_dst]
+        alias = graph.inplace[graph.edge_dst] & ((dst_base == -1) | (dst_base == graph.edge_src))
         return cls(
             graph=graph,
             cluster=cluster,
@@ -61,6 +64,7 @@ class SimProblem:
             in_ptr=graph.in_ptr,
             in_edges=graph.in_edges,
             edge_src=graph.edge_src,
+            edge_alias=np.ascontiguousarray(alias & live, dtype=np.bool_),
             indegree=np.diff(graph.in_ptr),
             num_slots=int(graph.edge_slot.max()) + 1 if graph.num_edges else 1,
             latency=np.ascontiguousarray(cluster.latency),
