@@ -13,6 +13,7 @@ transfer from ``a`` to ``b`` takes ``sum of link latencies + bytes / bottleneck 
 
 from __future__ import annotations
 
+import heapq
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property
@@ -165,16 +166,16 @@ class Cluster:
         ptr = [0]
         res: list[int] = []
         paths: dict[tuple[int, int], list[str]] = {}
+        hops_of = _best_routes(adj, switches, dnames, self.links)
         for a in range(D):
             for b in range(D):
                 if a != b:
-                    best = _best_route(adj, switches, dnames[a], dnames[b], self.links)
-                    if best is None:
+                    if (a, b) not in hops_of:
                         raise PostplaceError(
                             f"cluster '{self.name}': no route from {dnames[a]} to {dnames[b]}; "
                             "add a [[link]] that connects them (through switches)"
                         )
-                    hops, nodes = best
+                    hops, nodes = hops_of[(a, b)]
                     bw[a, b] = min(self.links[k].bandwidth for k, _ in hops)
                     lat[a, b] = sum(self.links[k].latency for k, _ in hops)
                     res.extend([a, D + b] + [2 * D + 2 * k + direction for k, direction in hops])
@@ -246,24 +247,65 @@ class Cluster:
         )
 
 
-def _best_route(adj, switches, src: str, dst: str, links) -> tuple[list[tuple[int, int]], list[str]] | None:
-    """Widest, then shortest, then lowest-numbered simple path from src to dst through switches only."""
-    best_key = None
-    best = None
-    stack = [(src, [], [src])]
-    while stack:
-        node, hops, nodes = stack.pop()
-        for nxt, k, direction in adj.get(node, []):
-            if nxt in nodes:
+def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[list[tuple[int, int]], list[str]]]:
+    """Per device pair (a, b): the widest, then shortest, then lowest-numbered path through switches.
+
+    The same rule as comparing every simple path by (-bottleneck, number of links, link numbers), in
+    polynomial time: the widest bottleneck W from each device by a max-min Dijkstra; then, on the
+    links of bandwidth >= W only (every path there has bottleneck exactly W), a breadth-first search
+    back from b gives each node's distance to b; walking from a, the lowest-numbered link that steps
+    one closer gives the lexicographically smallest shortest path. Returns ``(hops, nodes)`` with hops
+    as (link number, direction) and nodes ends included; unreachable pairs are left out.
+    """
+    index = {n: i for i, n in enumerate(dnames)}
+    width: dict[tuple[int, int], float] = {}
+    for a, src in enumerate(dnames):  # max-min Dijkstra; only the source and switches forward
+        best = {src: np.inf}
+        heap = [(-np.inf, src)]
+        while heap:
+            neg, node = heapq.heappop(heap)
+            if -neg < best.get(node, -1.0):
                 continue
-            new_hops = [*hops, (k, direction)]
-            if nxt == dst:
-                key = (-min(links[h].bandwidth for h, _ in new_hops), len(new_hops), [h for h, _ in new_hops])
-                if best_key is None or key < best_key:
-                    best_key, best = key, (new_hops, [*nodes, nxt])
-            elif nxt in switches:
-                stack.append((nxt, new_hops, [*nodes, nxt]))
-    return best
+            if node != src and node not in switches:
+                continue
+            for nxt, k, _ in adj.get(node, ()):
+                w = min(-neg, links[k].bandwidth)
+                if w > best.get(nxt, -1.0):
+                    best[nxt] = w
+                    heapq.heappush(heap, (-w, nxt))
+        for node, w in best.items():
+            if node in index and node != src:
+                width[(a, index[node])] = w
+    out = {}
+    for b, dst in enumerate(dnames):
+        for w in sorted({w for (a, bb), w in width.items() if bb == b}):
+            dist = {dst: 0}  # BFS back from dst over links of bandwidth >= w
+            frontier = [dst]
+            while frontier:
+                nxt_frontier = []
+                for node in frontier:
+                    if node != dst and node not in switches:
+                        continue
+                    for nxt, k, _ in adj.get(node, ()):
+                        if links[k].bandwidth >= w and nxt not in dist:
+                            dist[nxt] = dist[node] + 1
+                            nxt_frontier.append(nxt)
+                frontier = nxt_frontier
+            for (a, bb), wa in width.items():
+                if bb != b or wa != w:
+                    continue
+                node, hops, nodes = dnames[a], [], [dnames[a]]
+                while node != dst:
+                    here = dist[node]
+                    k, direction, node = min(
+                        (k, direction, nxt)
+                        for nxt, k, direction in adj[node]
+                        if links[k].bandwidth >= w and dist.get(nxt) == here - 1 and (nxt == dst or nxt in switches)
+                    )
+                    hops.append((k, direction))
+                    nodes.append(node)
+                out[(a, b)] = (hops, nodes)
+    return out
 
 
 # ---------------------------------------------------------------------------------- presets
