@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace import validate as v
 from postplace.errors import PostplaceError
 
 FORMAT = "postplace.opgraph"
@@ -399,71 +400,119 @@ class OpGraph:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "graph") -> OpGraph:
-        """Rebuild a graph from :meth:`to_dict` output, with one-line errors naming the field."""
+        """Rebuild a graph from :meth:`to_dict` output, with one-line errors naming the field.
+
+        Strict: numbers must be numbers (not strings or booleans) and finite, booleans booleans,
+        names strings; ``"version": true`` is not version 1.
+        """
+        if not isinstance(d, dict):
+            raise GraphError(f"{source}: a graph file is one JSON object")
         version = d.get("version")
-        if version != VERSION:
+        if type(version) is not int or version != VERSION:
             raise GraphError(f"{source}: graph file version {version!r} is not supported (expected {VERSION})")
         ops = _field(d, "ops", dict, source)
         edges = _field(d, "edges", dict, source)
         names = _field(ops, "name", list, source, "ops.")
         n = len(names)
-
-        def col(key, default=None):
-            if key not in ops:
-                if default is not None:
-                    return default
-                raise GraphError(f"{source}: missing field 'ops.{key}'; re-export the graph with `postplace graph`")
-            v = ops[key]
-            if not isinstance(v, list) or len(v) != n:
-                raise GraphError(f"{source}: field 'ops.{key}' must be a list of {n} entries (one per op)")
-            return v
-
-        def ecol(key):
-            v = _field(edges, key, list, source, "edges.")
-            return v
-
         try:
-            measured = tuple(
-                Measurement(
-                    m["key"],
-                    m["kind"],
-                    np.array([np.nan if t is None else t for t in m["times"]], dtype=np.float64),
-                    m.get("provenance", ""),
+            for k, nm in enumerate(names):
+                v.string(nm, f"{source}: field 'ops.name[{k}]'")
+
+            def col(key, default=None, check=None):
+                if key not in ops:
+                    if default is not None:
+                        return default
+                    raise GraphError(f"{source}: missing field 'ops.{key}'; re-export the graph with `postplace graph`")
+                val = ops[key]
+                if not isinstance(val, list) or len(val) != n:
+                    raise GraphError(f"{source}: field 'ops.{key}' must be a list of {n} entries (one per op)")
+                for k, x in enumerate(val):
+                    if check is not None:
+                        check(x, f"{source}: field 'ops.{key}[{k}]'")
+                return val
+
+            def ecol(key, integers):
+                val = _field(edges, key, list, source, "edges.")
+                check = v.integer if integers else v.number
+                for k, x in enumerate(val):
+                    check(x, f"{source}: field 'edges.{key}[{k}]'")
+                return val
+
+            def kinds(x, where):
+                if isinstance(x, list):
+                    for k in x:
+                        v.string(k, where)
+                elif not isinstance(x, str):
+                    v.integer(x, where)
+
+            def phase(x, where):
+                if isinstance(x, str):
+                    if x not in PHASES:
+                        raise GraphError(f"{where} is '{x}'; use one of {PHASES}")
+                else:
+                    v.integer(x, where)
+
+            src = ecol("src", True)
+            slot = ecol("slot", True) if "slot" in edges else None
+            measured = []
+            for k, m in enumerate(_field(d, "measured", list, source) if "measured" in d else []):
+                where = f"{source}: measured[{k}]"
+                if not isinstance(m, dict):
+                    raise GraphError(f"{where} must be an object with key, kind, times")
+                times = _field(m, "times", list, where)
+                for j, t in enumerate(times):
+                    if t is not None:
+                        v.number(t, f"{where}.times[{j}]")
+                measured.append(
+                    Measurement(
+                        v.string(_field(m, "key", str, where), f"{where}.key"),
+                        v.string(_field(m, "kind", str, where), f"{where}.kind"),
+                        np.array([np.nan if t is None else t for t in times], dtype=np.float64),
+                        v.string(m.get("provenance", ""), f"{where}.provenance"),
+                    )
                 )
-                for m in d.get("measured", [])
-            )
+            metadata = d.get("metadata", {})
+            if not isinstance(metadata, dict):
+                raise GraphError(f"{source}: field 'metadata' must be an object")
             return cls(
                 names=names,
-                op_types=col("op_type", ["op"] * n),
-                flops=np.asarray(col("flops"), dtype=np.float64),
-                bytes_accessed=np.asarray(col("bytes_accessed"), dtype=np.float64),
-                output_bytes=np.asarray(col("output_bytes"), dtype=np.float64),
-                persistent_bytes=np.asarray(col("persistent_bytes"), dtype=np.float64),
-                colocation=col("colocation", [-1] * n),
-                phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n)],
-                allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n)],
-                inplace=col("inplace", [False] * n),
-                inplace_base=col("inplace_base") if "inplace_base" in ops else None,
-                edge_src=ecol("src"),
-                edge_dst=ecol("dst"),
-                edge_slot=edges.get("slot", [0] * len(edges.get("src", []))),
-                edge_bytes=ecol("bytes"),
-                memory_mode=d.get("memory_mode", "live"),
-                measured=measured,
-                name=str(d.get("name", Path(source).stem)),
-                metadata=d.get("metadata", {}),
+                op_types=col("op_type", ["op"] * n, v.string),
+                flops=np.asarray(col("flops", check=v.number), dtype=np.float64),
+                bytes_accessed=np.asarray(col("bytes_accessed", check=v.number), dtype=np.float64),
+                output_bytes=np.asarray(col("output_bytes", check=v.number), dtype=np.float64),
+                persistent_bytes=np.asarray(col("persistent_bytes", check=v.number), dtype=np.float64),
+                colocation=col("colocation", [-1] * n, v.integer),
+                phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n, phase)],
+                allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n, kinds)],
+                inplace=col("inplace", [False] * n, v.boolean),
+                inplace_base=col("inplace_base", check=v.integer) if "inplace_base" in ops else None,
+                edge_src=src,
+                edge_dst=ecol("dst", True),
+                edge_slot=slot if slot is not None else [0] * len(src),
+                edge_bytes=ecol("bytes", False),
+                memory_mode=v.string(d.get("memory_mode", "live"), f"{source}: field 'memory_mode'"),
+                measured=tuple(measured),
+                name=v.string(d.get("name", Path(source).stem), f"{source}: field 'name'"),
+                metadata=metadata,
             )
         except GraphError as exc:
-            raise GraphError(f"{source}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
+            msg = str(exc)
+            raise GraphError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+        except PostplaceError as exc:
+            raise GraphError(str(exc)) from None
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise GraphError(f"{source}: malformed graph file ({type(exc).__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
         """Write the graph as one versioned JSON file (atomically: a crash never leaves half a file)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+            tmp.replace(path)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise PostplaceError(f"{path}: cannot write the graph ({why}); pick a writable path") from None
 
     @classmethod
     def load(cls, path: str | Path) -> OpGraph:
@@ -494,26 +543,8 @@ def kinds_names(mask: int) -> list[str]:
 
 
 def read_json(path: str | Path):
-    """Parse a JSON file with one-line errors; NaN/Infinity literals are rejected, not read."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise PostplaceError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
-
-    def reject(token):
-        raise PostplaceError(f"{path}: the value {token} is not allowed; numbers must be finite")
-
-    try:
-        return json.loads(text, parse_constant=reject)
-    except json.JSONDecodeError as exc:
-        ends_open = text.rstrip()[-1:] not in ("}", "]")
-        hint = " (the file looks truncated: it does not end with } or ])" if ends_open else ""
-        raise PostplaceError(
-            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}"
-        ) from None
+    """Parse a JSON file with one-line errors (see :func:`postplace.validate.read_json`)."""
+    return v.read_json(path)
 
 
 def _field(d: dict, key: str, typ, source: str, prefix: str = ""):
