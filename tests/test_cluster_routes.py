@@ -1,7 +1,5 @@
 """Route finding: the polynomial search equals enumerating every simple path, and scales."""
 
-import time
-
 import numpy as np
 
 from postplace.cluster.cluster import Cluster, Device, Link
@@ -76,15 +74,15 @@ def test_a_wide_long_route_beats_a_narrow_short_one():
     assert c.route(0, 1) == ["x", "s2", "s3", "y"] and c.bandwidth[0, 1] == 5.0
 
 
-def test_a_64_gpu_leaf_spine_loads_in_about_a_second():
+def test_a_64_gpu_leaf_spine_gets_its_routes():
+    # the enumeration of every simple path never finished on this one (5 x 10^7 paths per pair and
+    # more); load times are measured in benchmarks/cluster_load.py, not asserted here
     spines, leaves, per_leaf = 4, 8, 8
     devices = tuple(Device(f"gpu{i}", "gpu", "g", 1e12, 1e12, 1e9, 0.0) for i in range(leaves * per_leaf))
     switches = tuple(f"spine{s}" for s in range(spines)) + tuple(f"leaf{f}" for f in range(leaves))
     links = [Link(f"gpu{i}", f"leaf{i // per_leaf}", 25e9, 1e-6) for i in range(leaves * per_leaf)]
     links += [Link(f"leaf{f}", f"spine{s}", 50e9, 1e-6) for f in range(leaves) for s in range(spines)]
-    t = time.perf_counter()
     c = Cluster("ls", devices, switches, tuple(links))
-    elapsed = time.perf_counter() - t
     assert c.route(0, 63) == ["gpu0", "leaf0", "spine0", "leaf7", "gpu63"]  # lowest-numbered spine link
     assert c.route(0, 1) == ["gpu0", "leaf0", "gpu1"]
-    assert elapsed < 5.0  # ~0.3 s on the 2-core dev machine; generous for a loaded CI runner
+    assert c.bandwidth[0, 63] == 25e9 and c.latency[0, 63] == 4e-6
