@@ -238,15 +238,19 @@ class OpGraph:
 
     def _check_inplace_base(self) -> None:
         base = self.inplace_base
-        for i in np.flatnonzero(base != -1):
-            b = int(base[i])
-            fed = 0 <= b < self.num_ops and np.any((self.edge_src == b) & (self.edge_dst == i))
-            if not self.inplace[i] or not fed:
-                why = "is not in place" if not self.inplace[i] else "has no edge from it"
-                raise GraphError(
-                    f"graph '{self.name}': op '{self.names[i]}' field 'inplace_base' is {b} but the op {why}; "
-                    "give the op that feeds it the tensor it writes, or -1"
-                )
+        ops = np.flatnonzero(base != -1)
+        if not ops.size:
+            return
+        n = self.num_ops
+        fed = np.isin(base[ops] * n + ops, self.edge_src * n + self.edge_dst) & (base[ops] >= 0) & (base[ops] < n)
+        bad = ops[~fed | ~self.inplace[ops]]
+        if bad.size:
+            i, b = int(bad[0]), int(base[bad[0]])
+            why = "is not in place" if not self.inplace[i] else "has no edge from it"
+            raise GraphError(
+                f"graph '{self.name}': op '{self.names[i]}' field 'inplace_base' is {b} but the op {why}; "
+                "give the op that feeds it the tensor it writes, or -1"
+            )
 
     def _check_costs(self, fname: str, values: np.ndarray, *, per: str) -> None:
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
@@ -560,7 +564,7 @@ def _sole_sources(n: int, inplace, src: np.ndarray, dst: np.ndarray) -> np.ndarr
     """Per op: the one op feeding an in-place op, if it has exactly one source; else -1."""
     base = np.full(n, -1, dtype=np.int64)
     inplace = np.asarray(inplace, dtype=bool)
-    if len(inplace) != n or not len(src):
+    if len(inplace) != n or not len(src) or not inplace.any():
         return base
     first = np.full(n, -1, dtype=np.int64)
     count = np.zeros(n, dtype=np.int64)
