@@ -13,6 +13,7 @@ transfer from ``a`` to ``b`` takes ``sum of link latencies + bytes / bottleneck 
 
 from __future__ import annotations
 
+import heapq
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace import validate as v
 from postplace.errors import PostplaceError
 from postplace.graph.opgraph import DEVICE_KINDS, KIND_BITS
 
@@ -73,16 +75,17 @@ class Cluster:
             if d.kind not in DEVICE_KINDS:
                 raise PostplaceError(f"{where}: device '{d.name}' has kind '{d.kind}'; use one of {DEVICE_KINDS}")
             for f in ("peak_flops", "memory_bandwidth", "memory"):
-                v = getattr(d, f)
-                if not np.isfinite(v) or v <= 0:
-                    raise PostplaceError(f"{where}: device '{d.name}' field '{f}' is {v!r}; it must be positive")
+                val = getattr(d, f)
+                if not np.isfinite(val) or val <= 0:
+                    what = "usable memory (memory - reserve)" if f == "memory" else f"field '{f}'"
+                    raise PostplaceError(f"{where}: device '{d.name}' {what} is {val!r}; it must be positive")
             if not np.isfinite(d.launch_overhead) or d.launch_overhead < 0:
                 raise PostplaceError(f"{where}: device '{d.name}' field 'launch_overhead' must be >= 0")
         for link in self.links:
             for end in (link.a, link.b):
                 if end not in names:
                     raise PostplaceError(f"{where}: a link names '{end}', which is neither a device nor a switch")
-            if not np.isfinite(link.bandwidth) or link.bandwidth <= 0 or link.latency < 0:
+            if not np.isfinite(link.bandwidth) or link.bandwidth <= 0 or not (0 <= link.latency < np.inf):
                 raise PostplaceError(f"{where}: link {link.a} - {link.b} needs bandwidth > 0 and latency >= 0")
         self._routes  # noqa: B018  (computes routes now so a disconnected cluster fails at load)
 
@@ -165,16 +168,16 @@ class Cluster:
         ptr = [0]
         res: list[int] = []
         paths: dict[tuple[int, int], list[str]] = {}
+        hops_of = _best_routes(adj, switches, dnames, self.links)
         for a in range(D):
             for b in range(D):
                 if a != b:
-                    best = _best_route(adj, switches, dnames[a], dnames[b], self.links)
-                    if best is None:
+                    if (a, b) not in hops_of:
                         raise PostplaceError(
                             f"cluster '{self.name}': no route from {dnames[a]} to {dnames[b]}; "
                             "add a [[link]] that connects them (through switches)"
                         )
-                    hops, nodes = best
+                    hops, nodes = hops_of[(a, b)]
                     bw[a, b] = min(self.links[k].bandwidth for k, _ in hops)
                     lat[a, b] = sum(self.links[k].latency for k, _ in hops)
                     res.extend([a, D + b] + [2 * D + 2 * k + direction for k, direction in hops])
@@ -187,83 +190,150 @@ class Cluster:
     # ------------------------------------------------------------------------------ loading
     @classmethod
     def from_toml(cls, path: str | Path) -> Cluster:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise PostplaceError(f"{path}: cannot read cluster file ({exc.strerror})") from None
-        return cls.from_toml_text(text, source=str(path))
+        return cls.from_toml_text(v.read_text(path, "cluster file"), source=str(path))
 
     @classmethod
     def from_toml_text(cls, text: str, *, source: str = "cluster") -> Cluster:
+        """Parse a cluster TOML strictly: numbers are finite numbers (``nan``, ``inf``, strings and
+        booleans are errors), names are strings, every table has the fields it needs."""
         try:
             d = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PostplaceError(f"{source}: not valid TOML ({exc})") from None
+        except RecursionError:
+            raise PostplaceError(f"{source}: TOML nested too deeply to read") from None
+
+        def tables(key):
+            val = d.get(key, [])
+            if not isinstance(val, list) or not all(isinstance(e, dict) for e in val):
+                raise PostplaceError(f"{source}: '{key}' must be a list of tables: write [[{key}]] entries")
+            return val
+
+        def num(entry, key, where, default=None, **kw):
+            if key not in entry:
+                if default is None:
+                    raise PostplaceError(f"{where} has no field '{key}'; add it")
+                return default
+            return v.number(entry[key], f"{where} field '{key}'", **kw)
+
         devices = []
-        for k, entry in enumerate(d.get("device", [])):
+        for k, entry in enumerate(tables("device")):
             where = f"{source}: device[{k}]"
-            names = entry.get("names", [entry.get("name")])
+            if "names" in entry:
+                names = entry["names"]
+                if not isinstance(names, list) or not names:
+                    raise PostplaceError(f"{where} field 'names' must be a non-empty list of strings")
+            elif "name" in entry:
+                names = [entry["name"]]
+            else:
+                raise PostplaceError(f"{where} needs a 'name' (or a 'names' list)")
+            for j, name in enumerate(names):
+                v.string(name, f"{where} name" if "names" not in entry else f"{where} names[{j}]")
+            kind = v.string(entry.get("kind"), f"{where} field 'kind'") if "kind" in entry else None
+            if kind is None:
+                raise PostplaceError(f"{where} ('{names[0]}') has no field 'kind'; add it")
+            model = v.string(entry.get("model", kind), f"{where} field 'model'")
+            spec_memory = num(entry, "memory", where, positive=True)
+            reserve = num(entry, "reserve", where, 0.0, minimum=0.0)
             for name in names:
-                if not isinstance(name, str):
-                    raise PostplaceError(f"{where} needs a 'name' (or a 'names' list)")
-                try:
-                    spec_memory = float(entry["memory"])
-                    devices.append(
-                        Device(
-                            name=name,
-                            kind=str(entry["kind"]),
-                            model=str(entry.get("model", entry["kind"])),
-                            peak_flops=float(entry["peak_flops"]),
-                            memory_bandwidth=float(entry["memory_bandwidth"]),
-                            memory=spec_memory - float(entry.get("reserve", 0.0)),
-                            launch_overhead=float(entry.get("launch_overhead", 0.0)),
-                        )
+                devices.append(
+                    Device(
+                        name=name,
+                        kind=kind,
+                        model=model,
+                        peak_flops=num(entry, "peak_flops", where, positive=True),
+                        memory_bandwidth=num(entry, "memory_bandwidth", where, positive=True),
+                        memory=spec_memory - reserve,
+                        launch_overhead=num(entry, "launch_overhead", where, 0.0, minimum=0.0),
                     )
-                except KeyError as exc:
-                    raise PostplaceError(f"{where} ('{name}') has no field {exc}; add it") from None
-                except (TypeError, ValueError) as exc:
-                    raise PostplaceError(f"{where} ('{name}'): {exc}") from None
+                )
         switches = []
-        for k, entry in enumerate(d.get("switch", [])):
+        for k, entry in enumerate(tables("switch")):
             if "name" not in entry:
                 raise PostplaceError(f"{source}: switch[{k}] needs a 'name'")
-            switches.append(str(entry["name"]))
+            switches.append(v.string(entry["name"], f"{source}: switch[{k}] name"))
         links = []
-        for k, entry in enumerate(d.get("link", [])):
-            try:
-                links.append(
-                    Link(str(entry["a"]), str(entry["b"]), float(entry["bandwidth"]), float(entry.get("latency", 0.0)))
+        for k, entry in enumerate(tables("link")):
+            where = f"{source}: link[{k}]"
+            for end in ("a", "b"):
+                if end not in entry:
+                    raise PostplaceError(f"{where} has no field '{end}'; add it")
+            links.append(
+                Link(
+                    v.string(entry["a"], f"{where} field 'a'"),
+                    v.string(entry["b"], f"{where} field 'b'"),
+                    num(entry, "bandwidth", where, positive=True),
+                    num(entry, "latency", where, 0.0, minimum=0.0),
                 )
-            except KeyError as exc:
-                raise PostplaceError(f"{source}: link[{k}] has no field {exc}; add it") from None
+            )
         return cls(
-            name=str(d.get("name", Path(source).stem)),
+            name=v.string(d.get("name", Path(source).stem), f"{source}: field 'name'"),
             devices=tuple(devices),
             switches=tuple(switches),
             links=tuple(links),
-            description=str(d.get("description", "")),
+            description=v.string(d.get("description", ""), f"{source}: field 'description'"),
         )
 
 
-def _best_route(adj, switches, src: str, dst: str, links) -> tuple[list[tuple[int, int]], list[str]] | None:
-    """Widest, then shortest, then lowest-numbered simple path from src to dst through switches only."""
-    best_key = None
-    best = None
-    stack = [(src, [], [src])]
-    while stack:
-        node, hops, nodes = stack.pop()
-        for nxt, k, direction in adj.get(node, []):
-            if nxt in nodes:
+def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[list[tuple[int, int]], list[str]]]:
+    """Per device pair (a, b): the widest, then shortest, then lowest-numbered path through switches.
+
+    The same rule as comparing every simple path by (-bottleneck, number of links, link numbers), in
+    polynomial time: the widest bottleneck W from each device by a max-min Dijkstra; then, on the
+    links of bandwidth >= W only (every path there has bottleneck exactly W), a breadth-first search
+    back from b gives each node's distance to b; walking from a, the lowest-numbered link that steps
+    one closer gives the lexicographically smallest shortest path. Returns ``(hops, nodes)`` with hops
+    as (link number, direction) and nodes ends included; unreachable pairs are left out.
+    """
+    index = {n: i for i, n in enumerate(dnames)}
+    width: dict[tuple[int, int], float] = {}
+    for a, src in enumerate(dnames):  # max-min Dijkstra; only the source and switches forward
+        best = {src: np.inf}
+        heap = [(-np.inf, src)]
+        while heap:
+            neg, node = heapq.heappop(heap)
+            if -neg < best.get(node, -1.0):
                 continue
-            new_hops = [*hops, (k, direction)]
-            if nxt == dst:
-                key = (-min(links[h].bandwidth for h, _ in new_hops), len(new_hops), [h for h, _ in new_hops])
-                if best_key is None or key < best_key:
-                    best_key, best = key, (new_hops, [*nodes, nxt])
-            elif nxt in switches:
-                stack.append((nxt, new_hops, [*nodes, nxt]))
-    return best
+            if node != src and node not in switches:
+                continue
+            for nxt, k, _ in adj.get(node, ()):
+                w = min(-neg, links[k].bandwidth)
+                if w > best.get(nxt, -1.0):
+                    best[nxt] = w
+                    heapq.heappush(heap, (-w, nxt))
+        for node, w in best.items():
+            if node in index and node != src:
+                width[(a, index[node])] = w
+    out = {}
+    for b, dst in enumerate(dnames):
+        for w in sorted({w for (a, bb), w in width.items() if bb == b}):
+            dist = {dst: 0}  # BFS back from dst over links of bandwidth >= w
+            frontier = [dst]
+            while frontier:
+                nxt_frontier = []
+                for node in frontier:
+                    if node != dst and node not in switches:
+                        continue
+                    for nxt, k, _ in adj.get(node, ()):
+                        if links[k].bandwidth >= w and nxt not in dist:
+                            dist[nxt] = dist[node] + 1
+                            nxt_frontier.append(nxt)
+                frontier = nxt_frontier
+            for (a, bb), wa in width.items():
+                if bb != b or wa != w:
+                    continue
+                node, hops, nodes = dnames[a], [], [dnames[a]]
+                while node != dst:
+                    here = dist[node]
+                    k, direction, node = min(
+                        (k, direction, nxt)
+                        for nxt, k, direction in adj[node]
+                        if links[k].bandwidth >= w and dist.get(nxt) == here - 1 and (nxt == dst or nxt in switches)
+                    )
+                    hops.append((k, direction))
+                    nodes.append(node)
+                out[(a, b)] = (hops, nodes)
+    return out
 
 
 # ---------------------------------------------------------------------------------- presets

@@ -54,7 +54,8 @@ class RooflineCostModel:
         measured = np.zeros((n, D), dtype=bool)
         sources = []
         for d, dev in enumerate(cluster.devices):
-            roof = np.maximum(graph.flops / dev.peak_flops, graph.bytes_accessed / dev.memory_bandwidth)
+            with np.errstate(over="ignore"):  # an overflow to inf is reported by the simulator's checks
+                roof = np.maximum(graph.flops / dev.peak_flops, graph.bytes_accessed / dev.memory_bandwidth)
             times = roof + dev.launch_overhead
             have = np.zeros(n, dtype=bool)
             used = []

@@ -50,6 +50,7 @@ class _Ops:
     def __init__(self):
         self.names, self.types, self.flops, self.bytes, self.out = [], [], [], [], []
         self.persist, self.phase, self.inplace, self.seq, self.param = [], [], [], [], []
+        self.base: list[int] = []  # per op: the op whose output an in-place op writes (-1: none)
         self.slot_bytes: dict[tuple[int, int], float] = {}
 
     def add(
@@ -74,6 +75,7 @@ class _Ops:
         self.persist.append(persist)
         self.phase.append(phase)
         self.inplace.append(inplace)
+        self.base.append(-1)
         self.seq.append(seq)
         self.param.append(param)
         return len(self.names) - 1
@@ -170,6 +172,9 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
             src = where.get(a.name)
             if src is not None and src[0] != i:
                 edges[(src[0], i, src[1])] = ops.slot_bytes.get(src, 0.0)
+        written = node.args[0] if ops.inplace[i] and node.args else None  # aten's in-place ops write `self`
+        if isinstance(written, torch.fx.Node) and where.get(written.name) is not None:
+            ops.base[i] = where[written.name][0] if where[written.name][0] != i else -1
     coloc, report = _colocate(ops, edges, view_seq)
     meta = {
         **meta,
@@ -189,6 +194,7 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
         colocation=coloc,
         phase=ops.phase,
         inplace=ops.inplace,
+        inplace_base=ops.base,
         memory_mode="live",
         name=label,
         metadata=meta,

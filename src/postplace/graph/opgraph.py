@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace import validate as v
 from postplace.errors import PostplaceError
 
 FORMAT = "postplace.opgraph"
@@ -60,8 +61,11 @@ class OpGraph:
     ``persistent_bytes`` (parameters and optimizer state; in ``static`` memory mode, the op's whole
     footprint), ``colocation`` (ops sharing an id >= 0 must share a device; -1 = unconstrained),
     ``phase`` (index into :data:`PHASES`), ``allowed_kinds`` (bit mask over :data:`DEVICE_KINDS`),
-    ``inplace`` (the output aliases an input and allocates nothing). Per edge: ``edge_src``,
-    ``edge_dst``, ``edge_slot``, ``edge_bytes``.
+    ``inplace`` (the output aliases an input and allocates nothing), ``inplace_base`` (for an
+    in-place op, the op whose output tensor it writes, fed to it by an edge; -1 when not in place or
+    not known, and then the simulator treats every input of the op as possibly written). Left out, it
+    is the single source of an in-place op with one, else -1. Per edge: ``edge_src``, ``edge_dst``,
+    ``edge_slot``, ``edge_bytes``.
     """
 
     names: tuple[str, ...]
@@ -82,6 +86,7 @@ class OpGraph:
     measured: tuple[Measurement, ...] = ()
     name: str = "graph"
     metadata: dict = field(default_factory=dict)
+    inplace_base: np.ndarray | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -107,6 +112,10 @@ class OpGraph:
         set_(self, "edge_dst", _frozen(dst[order]))
         set_(self, "edge_slot", _frozen(slot[order].astype(np.int32)))
         set_(self, "edge_bytes", _frozen(ebytes[order]))
+        if self.inplace_base is None:
+            set_(self, "inplace_base", _frozen(_sole_sources(len(self.names), self.inplace, src, dst)))
+        else:
+            set_(self, "inplace_base", _frozen(np.asarray(self.inplace_base, dtype=np.int64)))
         measured = []
         for m in self.measured:
             times = _frozen(np.asarray(m.times, dtype=np.float64))
@@ -131,6 +140,7 @@ class OpGraph:
         phase=None,
         allowed_kinds=None,
         inplace=None,
+        inplace_base=None,
         memory_mode: str = "live",
         measured: Sequence[Measurement] = (),
         name: str = "graph",
@@ -173,6 +183,7 @@ class OpGraph:
             phase=phase,
             allowed_kinds=allowed_kinds,
             inplace=np.zeros(n, dtype=bool) if inplace is None else inplace,
+            inplace_base=inplace_base,
             edge_src=src,
             edge_dst=dst,
             edge_slot=slots,
@@ -188,7 +199,8 @@ class OpGraph:
         """Check every invariant; raise :class:`GraphError` naming the ops and field involved."""
         n = self.num_ops
         where = f"graph '{self.name}'"
-        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace"):
+        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace",
+                      "inplace_base"):  # fmt: skip
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
         if self.memory_mode not in MEMORY_MODES:
@@ -221,7 +233,24 @@ class OpGraph:
         if bad.size:
             raise GraphError(f"{where}: op '{self.names[bad[0]]}' field 'colocation' is negative; use -1 for none")
         self._check_edges()
+        self._check_inplace_base()
         self._check_colocation_kinds()
+
+    def _check_inplace_base(self) -> None:
+        base = self.inplace_base
+        ops = np.flatnonzero(base != -1)
+        if not ops.size:
+            return
+        n = self.num_ops
+        fed = np.isin(base[ops] * n + ops, self.edge_src * n + self.edge_dst) & (base[ops] >= 0) & (base[ops] < n)
+        bad = ops[~fed | ~self.inplace[ops]]
+        if bad.size:
+            i, b = int(bad[0]), int(base[bad[0]])
+            why = "is not in place" if not self.inplace[i] else "has no edge from it"
+            raise GraphError(
+                f"graph '{self.name}': op '{self.names[i]}' field 'inplace_base' is {b} but the op {why}; "
+                "give the op that feeds it the tensor it writes, or -1"
+            )
 
     def _check_costs(self, fname: str, values: np.ndarray, *, per: str) -> None:
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
@@ -362,6 +391,7 @@ class OpGraph:
                 "phase": [PHASES[p] for p in self.phase],
                 "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
                 "inplace": self.inplace.tolist(),
+                "inplace_base": self.inplace_base.tolist(),
             },
             "edges": {
                 "src": self.edge_src.tolist(),
@@ -374,70 +404,119 @@ class OpGraph:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "graph") -> OpGraph:
-        """Rebuild a graph from :meth:`to_dict` output, with one-line errors naming the field."""
+        """Rebuild a graph from :meth:`to_dict` output, with one-line errors naming the field.
+
+        Strict: numbers must be numbers (not strings or booleans) and finite, booleans booleans,
+        names strings; ``"version": true`` is not version 1.
+        """
+        if not isinstance(d, dict):
+            raise GraphError(f"{source}: a graph file is one JSON object")
         version = d.get("version")
-        if version != VERSION:
+        if type(version) is not int or version != VERSION:
             raise GraphError(f"{source}: graph file version {version!r} is not supported (expected {VERSION})")
         ops = _field(d, "ops", dict, source)
         edges = _field(d, "edges", dict, source)
         names = _field(ops, "name", list, source, "ops.")
         n = len(names)
-
-        def col(key, default=None):
-            if key not in ops:
-                if default is not None:
-                    return default
-                raise GraphError(f"{source}: missing field 'ops.{key}'; re-export the graph with `postplace graph`")
-            v = ops[key]
-            if not isinstance(v, list) or len(v) != n:
-                raise GraphError(f"{source}: field 'ops.{key}' must be a list of {n} entries (one per op)")
-            return v
-
-        def ecol(key):
-            v = _field(edges, key, list, source, "edges.")
-            return v
-
         try:
-            measured = tuple(
-                Measurement(
-                    m["key"],
-                    m["kind"],
-                    np.array([np.nan if t is None else t for t in m["times"]], dtype=np.float64),
-                    m.get("provenance", ""),
+            for k, nm in enumerate(names):
+                v.string(nm, f"{source}: field 'ops.name[{k}]'")
+
+            def col(key, default=None, check=None):
+                if key not in ops:
+                    if default is not None:
+                        return default
+                    raise GraphError(f"{source}: missing field 'ops.{key}'; re-export the graph with `postplace graph`")
+                val = ops[key]
+                if not isinstance(val, list) or len(val) != n:
+                    raise GraphError(f"{source}: field 'ops.{key}' must be a list of {n} entries (one per op)")
+                for k, x in enumerate(val):
+                    if check is not None:
+                        check(x, f"{source}: field 'ops.{key}[{k}]'")
+                return val
+
+            def ecol(key, integers):
+                val = _field(edges, key, list, source, "edges.")
+                check = v.integer if integers else v.number
+                for k, x in enumerate(val):
+                    check(x, f"{source}: field 'edges.{key}[{k}]'")
+                return val
+
+            def kinds(x, where):
+                if isinstance(x, list):
+                    for k in x:
+                        v.string(k, where)
+                elif not isinstance(x, str):
+                    v.integer(x, where)
+
+            def phase(x, where):
+                if isinstance(x, str):
+                    if x not in PHASES:
+                        raise GraphError(f"{where} is '{x}'; use one of {PHASES}")
+                else:
+                    v.integer(x, where)
+
+            src = ecol("src", True)
+            slot = ecol("slot", True) if "slot" in edges else None
+            measured = []
+            for k, m in enumerate(_field(d, "measured", list, source) if "measured" in d else []):
+                where = f"{source}: measured[{k}]"
+                if not isinstance(m, dict):
+                    raise GraphError(f"{where} must be an object with key, kind, times")
+                times = _field(m, "times", list, where)
+                for j, t in enumerate(times):
+                    if t is not None:
+                        v.number(t, f"{where}.times[{j}]")
+                measured.append(
+                    Measurement(
+                        v.string(_field(m, "key", str, where), f"{where}.key"),
+                        v.string(_field(m, "kind", str, where), f"{where}.kind"),
+                        np.array([np.nan if t is None else t for t in times], dtype=np.float64),
+                        v.string(m.get("provenance", ""), f"{where}.provenance"),
+                    )
                 )
-                for m in d.get("measured", [])
-            )
+            metadata = d.get("metadata", {})
+            if not isinstance(metadata, dict):
+                raise GraphError(f"{source}: field 'metadata' must be an object")
             return cls(
                 names=names,
-                op_types=col("op_type", ["op"] * n),
-                flops=np.asarray(col("flops"), dtype=np.float64),
-                bytes_accessed=np.asarray(col("bytes_accessed"), dtype=np.float64),
-                output_bytes=np.asarray(col("output_bytes"), dtype=np.float64),
-                persistent_bytes=np.asarray(col("persistent_bytes"), dtype=np.float64),
-                colocation=col("colocation", [-1] * n),
-                phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n)],
-                allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n)],
-                inplace=col("inplace", [False] * n),
-                edge_src=ecol("src"),
-                edge_dst=ecol("dst"),
-                edge_slot=edges.get("slot", [0] * len(edges.get("src", []))),
-                edge_bytes=ecol("bytes"),
-                memory_mode=d.get("memory_mode", "live"),
-                measured=measured,
-                name=str(d.get("name", Path(source).stem)),
-                metadata=d.get("metadata", {}),
+                op_types=col("op_type", ["op"] * n, v.string),
+                flops=np.asarray(col("flops", check=v.number), dtype=np.float64),
+                bytes_accessed=np.asarray(col("bytes_accessed", check=v.number), dtype=np.float64),
+                output_bytes=np.asarray(col("output_bytes", check=v.number), dtype=np.float64),
+                persistent_bytes=np.asarray(col("persistent_bytes", check=v.number), dtype=np.float64),
+                colocation=col("colocation", [-1] * n, v.integer),
+                phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n, phase)],
+                allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n, kinds)],
+                inplace=col("inplace", [False] * n, v.boolean),
+                inplace_base=col("inplace_base", check=v.integer) if "inplace_base" in ops else None,
+                edge_src=src,
+                edge_dst=ecol("dst", True),
+                edge_slot=slot if slot is not None else [0] * len(src),
+                edge_bytes=ecol("bytes", False),
+                memory_mode=v.string(d.get("memory_mode", "live"), f"{source}: field 'memory_mode'"),
+                measured=tuple(measured),
+                name=v.string(d.get("name", Path(source).stem), f"{source}: field 'name'"),
+                metadata=metadata,
             )
         except GraphError as exc:
-            raise GraphError(f"{source}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
+            msg = str(exc)
+            raise GraphError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+        except PostplaceError as exc:
+            raise GraphError(str(exc)) from None
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise GraphError(f"{source}: malformed graph file ({type(exc).__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
         """Write the graph as one versioned JSON file (atomically: a crash never leaves half a file)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
+            tmp.replace(path)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise PostplaceError(f"{path}: cannot write the graph ({why}); pick a writable path") from None
 
     @classmethod
     def load(cls, path: str | Path) -> OpGraph:
@@ -468,26 +547,8 @@ def kinds_names(mask: int) -> list[str]:
 
 
 def read_json(path: str | Path):
-    """Parse a JSON file with one-line errors; NaN/Infinity literals are rejected, not read."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise PostplaceError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
-
-    def reject(token):
-        raise PostplaceError(f"{path}: the value {token} is not allowed; numbers must be finite")
-
-    try:
-        return json.loads(text, parse_constant=reject)
-    except json.JSONDecodeError as exc:
-        ends_open = text.rstrip()[-1:] not in ("}", "]")
-        hint = " (the file looks truncated: it does not end with } or ])" if ends_open else ""
-        raise PostplaceError(
-            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}"
-        ) from None
+    """Parse a JSON file with one-line errors (see :func:`postplace.validate.read_json`)."""
+    return v.read_json(path)
 
 
 def _field(d: dict, key: str, typ, source: str, prefix: str = ""):
@@ -497,6 +558,23 @@ def _field(d: dict, key: str, typ, source: str, prefix: str = ""):
     if not isinstance(v, typ):
         raise GraphError(f"{source}: field '{prefix}{key}' must be a {typ.__name__}")
     return v
+
+
+def _sole_sources(n: int, inplace, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Per op: the one op feeding an in-place op, if it has exactly one source; else -1."""
+    base = np.full(n, -1, dtype=np.int64)
+    inplace = np.asarray(inplace, dtype=bool)
+    if len(inplace) != n or not len(src) or not inplace.any():
+        return base
+    first = np.full(n, -1, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    for s, d in sorted(set(zip(src.tolist(), dst.tolist(), strict=True))):
+        if 0 <= d < n:
+            count[d] += 1
+            first[d] = s
+    one = inplace & (count == 1)
+    base[one] = first[one]
+    return base
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

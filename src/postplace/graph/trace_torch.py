@@ -19,7 +19,8 @@ From the aten graph to the OpGraph (:func:`postplace.graph.fx_to_opgraph.build_g
   activations: live from the backward op that makes them to the update op that reads them.
 * **Costs.** FLOPs from :mod:`postplace.graph.flops`; ``bytes_accessed`` = bytes of every tensor
   argument read + bytes of every result written; ``output_bytes`` = bytes of the results.
-  In-place ops (``add_``: the result aliases an input it writes) have ``inplace=True``.
+  In-place ops (``add_``: the result aliases an input it writes) have ``inplace=True`` and
+  ``inplace_base`` = the op whose output they write (aten's ``self``, their first argument).
 * **Phases.** Annotated while tracing (``forward``: model + loss; ``backward``: autograd; ``update``).
 * **Modules.** Each forward aten node also records the path of the innermost ``nn.Module`` that issued
   it (``node.meta["custom"]["module"]``, ``""`` = the root module; absent = the loss function), so

@@ -17,8 +17,11 @@ from postplace.errors import PostplaceError
 __all__ = ["cmd_calibrate", "cmd_train"]
 
 
-def _placement(spec: str, graph, cluster):
-    """(op-level ids, device names) from ``single:DEVICE`` or a ``{op name: device name}`` JSON file."""
+def _placement(spec: str, graph, cluster, mapped=None):
+    """(op-level ids, device names) from ``single:DEVICE`` or a ``{op name: device name}`` JSON file.
+
+    Without a cluster the file must name every op of the graph and nothing else, each with a device
+    name that runs somewhere: ``cpu``, ``gpuK``, or a name ``mapped`` (by --device) says where to run."""
     from postplace.cluster.placement import load_placement, single_device
     from postplace.graph.opgraph import read_json
 
@@ -34,6 +37,18 @@ def _placement(spec: str, graph, cluster):
     mapping = read_json(spec)
     if not isinstance(mapping, dict):
         raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+    known = set(graph.names)
+    for name, device in mapping.items():
+        if name not in known:
+            raise PostplaceError(f"{spec}: op '{name}' is not in graph '{graph.name}'; check the op names")
+        if not isinstance(device, str):
+            raise PostplaceError(f"{spec}: op '{name}' maps to {device!r}; use a device name such as 'gpu0'")
+        runnable = device == "cpu" or (device[:3] == "gpu" and device[3:].isdigit()) or device in (mapped or ())
+        if not runnable and mapped is not True:
+            raise PostplaceError(
+                f"{spec}: op '{name}' is on '{device}', which is not cpu or gpuK; give --cluster, or "
+                f"--device {device}=TORCH_DEVICE"
+            )
     missing = [n for n in graph.names if n not in mapping]
     if missing:
         raise PostplaceError(
@@ -85,6 +100,8 @@ def cmd_train(
     """
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
+    if size not in ("small", "full"):
+        raise PostplaceError(f"--size '{size}': use small or full")
     if threads is not None and threads < 1:
         raise PostplaceError(f"--threads {threads}: give at least 1 thread")
     saved = torch.get_num_threads()
@@ -102,9 +119,6 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
     from postplace.zoo import trace_model
 
     c = load_cluster(cluster) if cluster else None
-    traced = trace_model(model, size, optimizer)
-    graph = traced.graph
-    dev, names = _placement(placement, graph, c)
     if map_all_to is not None:
         dmap = map_all_to
     else:
@@ -114,6 +128,9 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
                 raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
             k, v = entry.split("=", 1)
             dmap[k.strip()] = v.strip()
+    traced = trace_model(model, size, optimizer)
+    graph = traced.graph
+    dev, names = _placement(placement, graph, c, mapped=True if map_all_to is not None else set(dmap))
     try:
         step = apply(traced.model, traced, dev, names, device_map=dmap)
     except (RuntimeError, AssertionError) as exc:
@@ -182,11 +199,26 @@ def cmd_calibrate(
     ``threads`` sets torch's CPU threads for all measurements (default: as they are).
     """
     from postplace.runtime import calibrate as cal
-    from postplace.zoo import MODELS, trace_model
+    from postplace.zoo import MODELS, SIZES, trace_model
 
     for m in (model, *score_on):
         if m not in MODELS:
             raise PostplaceError(f"unknown zoo model '{m}'; known models: {', '.join(MODELS)}")
+        if m not in cal.FIDELITY_CONFIGS:
+            known = ", ".join(cal.FIDELITY_CONFIGS)
+            raise PostplaceError(f"model '{m}' has no calibration configs; use one of {known}")
+    if size not in SIZES:
+        raise PostplaceError(f"--size '{size}': use one of {', '.join(SIZES)}")
+    if runs < 1:
+        raise PostplaceError(f"--runs {runs}: give at least 1 timed run")
+    if threads is not None and threads < 1:
+        raise PostplaceError(f"--threads {threads}: give at least 1 thread")
+    if batches is not None and any(b < 1 for b in batches):
+        raise PostplaceError(f"--batches {','.join(map(str, batches))}: batch sizes must be >= 1")
+    bs = list(batches or [c.overrides["batch"] for c in cal.FIDELITY_CONFIGS[model]])
+    if len(bs) < 3:
+        raise PostplaceError(f"--batches: give at least 3 batch sizes (fit on the smallest and largest), got {bs}")
+    bs = sorted(bs)
     saved = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -195,10 +227,6 @@ def cmd_calibrate(
         rooflines = {cal.device_model(d): cal.device_roofline(d) for _, d in devices}
         links = {n: cal.measure_link(devices[0][1], d) for n, d in devices[1:]}
         base = cal.FIDELITY_CONFIGS[model][0].overrides
-        bs = list(batches or [c.overrides["batch"] for c in cal.FIDELITY_CONFIGS[model]])
-        if len(bs) < 3:
-            raise PostplaceError(f"--batches: give at least 3 batch sizes (fit on the smallest and largest), got {bs}")
-        bs = sorted(bs)
         calib, held = [], []
         for b in bs:
             m = cal.measure_config(cal.Config(model, {**base, "batch": b}), devices, rooflines=rooflines, runs=runs)
@@ -213,7 +241,10 @@ def cmd_calibrate(
         used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(saved)
-    Path(out_cluster).write_text(cal.cluster_toml(devices, rooflines, links, fits))
+    try:
+        Path(out_cluster).write_text(cal.cluster_toml(devices, rooflines, links, fits))
+    except OSError as exc:
+        raise PostplaceError(f"{out_cluster}: cannot write the cluster file ({exc.strerror or exc})") from None
     out_graph = Path(out_graph or f"{model}-{size}-measured.json")
     target.graph.save(out_graph)
     report.header = (

@@ -104,6 +104,37 @@ def _rq_pop(heap, size, d):
 
 
 @njit(cache=True)
+def _release(
+    i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+    in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+):  # fmt: skip
+    """Free op ``i``'s output and, once nothing reads them, the tensors it wrote in place."""
+    freed[i] = True
+    stack[0] = i
+    top = 1
+    while top > 0:
+        top -= 1
+        j = stack[top]
+        live[dev[j]] -= alloc_bytes[j]
+        for k in range(in_ptr[j], in_ptr[j + 1]):
+            e = in_edges[k]
+            if not edge_alias[e]:
+                continue
+            src = edge_src[e]
+            if dev[src] == dev[j]:
+                local_rem[src] -= 1
+                if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
+                    freed[src] = True
+                    stack[top] = src
+                    top += 1
+            else:
+                x = xfer_of_edge[e]
+                x_left[x] -= 1
+                if x_left[x] == 0:
+                    live[dev[j]] -= x_bytes[x]
+
+
+@njit(cache=True)
 def make_work(n, n_edges, D, num_res, num_slots):
     """Scratch arrays for :func:`run_one`, allocated once per batch (run_one resets what it uses)."""
     cap = n + 2 * n_edges + 1
@@ -129,6 +160,7 @@ def make_work(n, n_edges, D, num_res, num_slots):
         np.empty(n_edges, dtype=np.int64),  # transfer carrying each edge
         np.empty(num_slots * D, dtype=np.int64),  # (slot, device) -> op that made that transfer
         np.empty(num_slots * D, dtype=np.int64),  # ... and its id
+        np.empty(n, dtype=np.int64),  # stack of ops being freed (see _release)
     )
     return work_a, work_b
 
@@ -136,7 +168,7 @@ def make_work(n, n_edges, D, num_res, num_slots):
 @njit(cache=True)
 def run_one(
     dev, op_time, alloc_bytes, persistent, live_mode,
-    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, indegree, num_slots,
+    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
     latency, bandwidth, route_ptr, route_res, num_res,
     # outputs and scratch, sized by the caller (see make_work)
     busy, peak, op_start, op_end,
@@ -146,7 +178,7 @@ def run_one(
     n = dev.shape[0]
     D = busy.shape[0]
     pending, rq, rq_size, running, ev_t, ev_s, ev_k, ev_id, res_free, resident, live = work_a
-    local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id = work_b
+    local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id, stack = work_b
     ev_n = 0
     seq = 0
     n_x = 0
@@ -209,12 +241,16 @@ def run_one(
                 done[i] = True
                 for k in range(in_ptr[i], in_ptr[i + 1] if live_mode else in_ptr[i]):
                     e = in_edges[k]
+                    if edge_alias[e]:
+                        continue  # the tensor i wrote in place is held until i's output is freed
                     src = edge_src[e]
                     if dev[src] == d:
                         local_rem[src] -= 1
                         if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
-                            freed[src] = True
-                            live[dev[src]] -= alloc_bytes[src]
+                            _release(
+                                src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+                                in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+                            )  # fmt: skip
                     else:
                         x = xfer_of_edge[e]
                         x_left[x] -= 1
@@ -259,8 +295,10 @@ def run_one(
                     xfer_of_edge[e] = x
                     x_left[x] += 1
                 if live_mode and not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
-                    freed[i] = True
-                    live[d] -= alloc_bytes[i]
+                    _release(
+                        i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+                        in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+                    )  # fmt: skip
             elif kind == XFER_START:
                 if live_mode:
                     b = x_to[ident]
@@ -273,8 +311,10 @@ def run_one(
                 b = x_to[ident]
                 send_rem[src] -= 1
                 if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
-                    freed[src] = True
-                    live[dev[src]] -= alloc_bytes[src]
+                    _release(
+                        src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+                        in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+                    )  # fmt: skip
                 for e in range(out_ptr[src], out_ptr[src + 1]):
                     j = edge_dst[e]
                     if dev[j] == b and edge_slot[e] == slot:
@@ -295,7 +335,7 @@ def run_one(
 @njit(cache=True)
 def run_batch(
     placements, op_time, alloc_bytes, persistent, live_mode,
-    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, indegree, num_slots,
+    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
     latency, bandwidth, route_ptr, route_res, num_res,
     makespan, busy, peak, moved,
 ):  # fmt: skip
@@ -315,7 +355,7 @@ def run_batch(
     for r in range(m):
         ms, mv, _ = run_one(
             placements[r], op_time, alloc_bytes, persistent, live_mode,
-            out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, indegree, num_slots,
+            out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
             latency, bandwidth, route_ptr, route_res, num_res,
             busy[r], peak[r], op_start, op_end,
             x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,

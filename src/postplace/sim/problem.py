@@ -8,6 +8,7 @@ import numpy as np
 
 from postplace.cluster import Cluster
 from postplace.cost import CostModel, OpTimes, RooflineCostModel
+from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 
 
@@ -30,6 +31,7 @@ class SimProblem:
     in_ptr: np.ndarray
     in_edges: np.ndarray
     edge_src: np.ndarray
+    edge_alias: np.ndarray  # bool[E]: the edge feeds an in-place op the tensor it writes (live mode only)
     indegree: np.ndarray
     num_slots: int
     latency: np.ndarray  # float64[D, D]
@@ -43,8 +45,11 @@ class SimProblem:
     def build(cls, graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> SimProblem:
         cost_model = cost_model or RooflineCostModel()
         times = cost_model.op_times(graph, cluster)
+        _check_finite(graph, cluster, times.table)
         live = graph.memory_mode == "live"
         alloc = np.where(graph.inplace, 0.0, graph.output_bytes) if live else np.zeros(graph.num_ops)
+        dst_base = graph.inplace_base[graph.edge_dst]
+        alias = graph.inplace[graph.edge_dst] & ((dst_base == -1) | (dst_base == graph.edge_src))
         return cls(
             graph=graph,
             cluster=cluster,
@@ -61,6 +66,7 @@ class SimProblem:
             in_ptr=graph.in_ptr,
             in_edges=graph.in_edges,
             edge_src=graph.edge_src,
+            edge_alias=np.ascontiguousarray(alias & live, dtype=np.bool_),
             indegree=np.diff(graph.in_ptr),
             num_slots=int(graph.edge_slot.max()) + 1 if graph.num_edges else 1,
             latency=np.ascontiguousarray(cluster.latency),
@@ -78,3 +84,41 @@ class SimProblem:
     @property
     def num_devices(self) -> int:
         return self.cluster.num_devices
+
+
+def _check_finite(graph: OpGraph, cluster: Cluster, table: np.ndarray) -> None:
+    """Refuse a graph and cluster whose step times could not be finite numbers (an op no device may run,
+    an op or transfer time that overflows, or a sum of them that does): such a run would print ``inf``
+    as a result or score every placement alike. One line names the op, device or edge to fix."""
+    where = f"graph '{graph.name}' on cluster '{cluster.name}'"
+    runnable = np.isfinite(table)
+    if graph.num_ops and not runnable.any(axis=1).all():
+        i = int(np.flatnonzero(~runnable.any(axis=1))[0])
+        kinds = "/".join(k for k, bit in (("cpu", 1), ("gpu", 2)) if graph.allowed_kinds[i] & bit)
+        raise PostplaceError(
+            f"{where}: op '{graph.names[i]}' may only run on {kinds} and the cluster has no such device; "
+            "use a cluster with one"
+        )
+    allowed = (graph.allowed_kinds[:, None] & cluster.kind_bits[None, :]) != 0
+    bad = np.argwhere(allowed & ~runnable)
+    if bad.size:
+        i, d = (int(x) for x in bad[0])
+        raise PostplaceError(
+            f"{where}: op '{graph.names[i]}' on {cluster.device_names[d]} takes {table[i, d]} s (flops "
+            f"{graph.flops[i]:.3g}, bytes {graph.bytes_accessed[i]:.3g} against the device's peak_flops and "
+            "memory_bandwidth); fix the graph's op or the device's figures"
+        )
+    D = cluster.num_devices
+    with np.errstate(over="ignore", invalid="ignore"):
+        worst_op = float(np.where(runnable, table, 0.0).max(axis=1).sum())
+        worst_comm = 0.0
+        if D > 1 and graph.num_edges:
+            off = ~np.eye(D, dtype=bool)
+            worst_comm = float(np.sum(cluster.latency[off].max() + graph.edge_bytes / cluster.bandwidth[off].min()))
+        total = (worst_op + worst_comm) * 2.0 + 1.0
+    if not np.isfinite(total):
+        what = "op times" if not np.isfinite(worst_op) else "transfer times (edge bytes / link bandwidth)"
+        raise PostplaceError(
+            f"{where}: the {what} add up past the largest float, so no step time would be finite; "
+            "check the graph's flops/bytes and the cluster's rates for absurd values"
+        )

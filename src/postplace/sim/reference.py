@@ -17,9 +17,12 @@ Semantics (the same in both implementations):
 * Memory (live mode): an op's output is allocated on its device when it starts and freed when its
   last local consumer has finished and all its sends are done (at once at its end if it has no
   consumer); a received tensor is allocated on the receiver when the transfer starts and freed when
-  its last consumer there has finished. In-place ops allocate nothing. Persistent bytes are resident
-  all along. In static mode a device holds the persistent bytes (footprints) of its ops and nothing
-  else. Frees at an instant happen before the ops started at that instant allocate.
+  its last consumer there has finished. In-place ops allocate nothing: their output *is* the tensor
+  they write (their ``inplace_base``'s output, or its received copy; every input when the base is not
+  known), so that tensor is held until the in-place op's own output is freed (its consumers and sends
+  done), not merely until the in-place op finishes; chains of in-place ops hold it to the end of the
+  chain. Persistent bytes are resident all along. In static mode a device holds the persistent bytes
+  (footprints) of its ops and nothing else. Frees at an instant happen before the ops started at that instant allocate.
 """
 
 from __future__ import annotations
@@ -80,10 +83,35 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
         if resident[d] + live[d] > peak[d]:
             peak[d] = resident[d] + live[d]
 
+    def can_free(i):
+        return not freed[i] and local_rem[i] == 0 and send_rem[i] == 0 and not np.isnan(op_end[i])
+
+    def release(i):
+        # free op i's output and, once nothing reads it any more, every tensor it wrote in place
+        freed[i] = True
+        stack = [i]
+        while stack:
+            j = stack.pop()
+            live[dev[j]] -= p.alloc_bytes[j]
+            for k in range(p.in_ptr[j], p.in_ptr[j + 1]):
+                e = int(p.in_edges[k])
+                if not p.edge_alias[e]:
+                    continue
+                src = int(p.edge_src[e])
+                if dev[src] == dev[j]:
+                    local_rem[src] -= 1
+                    if can_free(src):
+                        freed[src] = True
+                        stack.append(src)
+                else:
+                    x = transfers[xfer_of_edge[e]]
+                    x[7] -= 1
+                    if x[7] == 0:
+                        live[dev[j]] -= x[4]
+
     def maybe_free_output(i):
-        if not freed[i] and local_rem[i] == 0 and send_rem[i] == 0 and not np.isnan(op_end[i]):
-            freed[i] = True
-            live[dev[i]] -= p.alloc_bytes[i]
+        if can_free(i):
+            release(i)
 
     for i in range(n):
         if pending[i] == 0:
@@ -113,6 +141,8 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
                 op_end[i] = t
                 for k in range(p.in_ptr[i], p.in_ptr[i + 1]):
                     e = int(p.in_edges[k])
+                    if p.edge_alias[e]:
+                        continue  # the tensor i wrote in place is held until i's output is freed
                     src = int(p.edge_src[e])
                     if dev[src] == d:
                         local_rem[src] -= 1

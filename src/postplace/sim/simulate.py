@@ -144,7 +144,7 @@ class Simulator:
         moved = np.empty(m)
         kernel.run_batch(
             ops, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
-            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src,
+            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
             p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
             makespan, busy, peak, moved,
         )  # fmt: skip
@@ -164,7 +164,7 @@ class Simulator:
         xf = [np.empty(E) for _ in range(3)]
         makespan, _, n_x = kernel.run_one(
             dev, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
-            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src,
+            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
             p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
             busy, peak, op_start, op_end, *xi, *xf,
             *kernel.make_work(n, E, D, p.num_resources, p.num_slots),

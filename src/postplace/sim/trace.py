@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.cluster import Cluster
+from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
 
 
@@ -63,4 +64,8 @@ class Schedule:
                 "otherData": {"evaluator": "simulator", "step_time_s": self.step_time}}
 
     def save_chrome_trace(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.chrome_trace()))
+        try:
+            Path(path).write_text(json.dumps(self.chrome_trace()))
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise PostplaceError(f"{path}: cannot write the trace ({why}); pick a writable path") from None

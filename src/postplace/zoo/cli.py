@@ -71,6 +71,8 @@ def cmd_profile(
     """``postplace profile TARGET``: time a zoo model (name) or a traced zoo graph file on this CPU."""
     from postplace.cost.profile import profile_cpu
 
+    if runs < 1:  # before tracing, which takes seconds
+        raise PostplaceError(f"--runs {runs}: give at least 1 timed run")
     what = target if target in MODELS else load_graph(target)
     graph, report = profile_cpu(what, size=size, optimizer=optimizer, runs=runs)
     if out is not None:
