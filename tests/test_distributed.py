@@ -129,3 +129,23 @@ def test_without_ray_the_message_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(PostplaceError, match=r"pip install 'postplace\[ray\]'"):
         require_ray()
+
+
+def test_confirm_measures_on_ray_actors(ray_cluster, tmp_path):
+    from postplace.cluster import load_cluster
+    from postplace.confirm import candidates_from_run, confirm
+    from postplace.distributed import TorchZooFactory
+    from postplace.search import make_problem
+    from postplace.zoo import cached_graph
+
+    graph, c = cached_graph("gpt2", "small"), load_cluster("k80x2")
+    prob = make_problem(graph, c, groups=6, seed=0)
+    run(make_strategy("random", prob.space, seed=1), prob.simulator, Budget(samples=30), out_dir=tmp_path)
+    cands = candidates_from_run(tmp_path, prob.simulator, 3)
+    fac = TorchZooFactory("gpt2", "small", "k80x2", device_map="cpu", options={"steps": 4, "discard": 2, "threads": 1})
+    assert fac.num_gpus == 0.0 and TorchZooFactory("gpt2", "small", "k80x2").num_gpus == 1.0
+    with RayEvaluator(fac, actors=2) as ev:
+        assert ev.name == "torch"
+        res = confirm(prob.simulator, ev, cands)
+    assert res.evaluator == "torch" and len(res.rows) >= 3 and all(r.status == "ok" for r in res.rows)
+    assert res.best.measured_s == min(r.measured_s for r in res.rows)
