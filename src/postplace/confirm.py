@@ -114,10 +114,26 @@ def candidates_from_cache(cache: dict, simulator, k: int) -> np.ndarray:
 
 
 def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
-    """:func:`candidates_from_cache` over the cache saved in a run folder's checkpoint."""
-    path = Path(out_dir) / "checkpoint.pkl"
+    """:func:`candidates_from_cache` over the cache saved in a run folder's checkpoint (``checkpoint.pkl``;
+    or ``checkpoint.json`` + npz, the runner's data format, where :mod:`postplace.search.state_io` exists)."""
+    out = Path(out_dir)
+    if (out / "checkpoint.json").exists():
+        try:
+            from postplace.search.state_io import load_state
+        except ImportError:
+            raise PostplaceError(f"{out}: this postplace cannot read checkpoint.json") from None
+        snap = load_state(out / "checkpoint.json")
+        cache = {
+            key.tobytes(): (float(t), bool(o), bool(f), r)
+            for key, t, o, f, r in zip(
+                snap["cache_keys"], snap["cache_step"], snap["cache_oom"], snap["cache_failed"],
+                snap["cache_reasons"], strict=True,
+            )
+        }  # fmt: skip
+        return candidates_from_cache(cache, simulator, k)
+    path = out / "checkpoint.pkl"
     if not path.exists():
-        raise PostplaceError(f"{out_dir}: no checkpoint.pkl; confirm needs a finished run folder (place --out DIR)")
+        raise PostplaceError(f"{out_dir}: no checkpoint; confirm needs a finished run folder (place --out DIR)")
     try:
         with open(path, "rb") as f:
             cache = pickle.load(f)["cache"]
