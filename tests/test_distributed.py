@@ -143,7 +143,7 @@ def test_confirm_measures_on_ray_actors(ray_cluster, tmp_path):
     run(make_strategy("random", prob.space, seed=1), prob.simulator, Budget(samples=30), out_dir=tmp_path)
     cands = candidates_from_run(tmp_path, prob.simulator, 3)
     fac = TorchZooFactory("gpt2", "small", "k80x2", device_map="cpu", options={"steps": 4, "discard": 2, "threads": 1})
-    assert fac.num_gpus == 0.0 and TorchZooFactory("gpt2", "small", "k80x2").num_gpus == 1.0
+    assert fac.num_gpus == 0.0 and TorchZooFactory("gpt2", "small", "k80x2").num_gpus == 2.0  # gpu0, gpu1
     with RayEvaluator(fac, actors=2) as ev:
         assert ev.name == "torch"
         res = confirm(prob.simulator, ev, cands)

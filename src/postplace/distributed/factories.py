@@ -42,8 +42,9 @@ class TorchZooFactory:
     ``device_map``: ``"cpu"`` (``--map-all-to cpu``) or logical name -> torch device; ``options``:
     further keyword arguments of TorchEvaluator (``steps``, ``discard``, ``timeout``, ``threads``).
 
-    ``num_gpus`` is what each actor asks Ray for: by default 1 when some logical device maps to CUDA,
-    else 0 (a CPU-mapped evaluator never waits for a GPU).
+    ``num_gpus`` is what each actor asks Ray for: the CUDA devices its logical devices map to (a
+    ``k80x4`` placement needs 4 in one actor; Ray makes them ``cuda:0..3`` there), 0 when mapped to the
+    CPU (``device_map="cpu"``: it never waits for a GPU).
     """
 
     model: str
@@ -57,18 +58,19 @@ class TorchZooFactory:
 
     @property
     def num_gpus(self) -> float:
+        """GPUs one actor needs: 1 + the highest CUDA index its logical devices map to (``cuda:K`` needs
+        K + 1 visible devices), 0 when none maps to CUDA; ``gpus`` overrides it."""
         if self.gpus is not None:
             return float(self.gpus)
-        if self.device_map == "cpu":
-            return 0.0
-        if isinstance(self.device_map, dict):
-            return 1.0 if any(str(v).startswith("cuda") for v in self.device_map.values()) else 0.0
+        from postplace.runtime.placed import resolve_device_map
+
         names = self.cluster.device_names if hasattr(self.cluster, "device_names") else None
         if names is None:
             from postplace.cluster import load_cluster
 
             names = load_cluster(self.cluster).device_names
-        return 1.0 if any(n != "cpu" for n in names) else 0.0
+        cuda = [d.index or 0 for d in resolve_device_map(names, self.device_map) if d.type == "cuda"]
+        return float(max(cuda) + 1) if cuda else 0.0
 
     def __call__(self):
         from postplace.runtime.evaluator import TorchEvaluator

@@ -55,8 +55,8 @@ def require_ray():
 def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
     """Start or join Ray unless it is running already; True when this call started it.
 
-    ``"local"`` (or None) starts a one-machine cluster with ``num_cpus`` (default: the cores of this
-    machine) and no dashboard; anything else is the address of a running cluster (``ray start
+    ``"local"`` (or None) starts a one-machine cluster with ``num_cpus`` (default: the cores this
+    process may use) and no dashboard; anything else is the address of a running cluster (``ray start
     --head`` prints it; ``"auto"`` finds one on this machine).
     """
     ray = require_ray()
@@ -64,7 +64,7 @@ def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_
         return False
     try:
         if address in (None, "local"):
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False)
+            ray.init(num_cpus=num_cpus or _cores(), num_gpus=num_gpus, include_dashboard=False)
         else:
             ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -284,6 +284,14 @@ def merge_results(parts: list[EvalResult], n: int) -> EvalResult:
         bytes_moved=cat("bytes_moved"),
         extra=extra,
     )
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity), else all of the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _first_line(exc: BaseException) -> str:
