@@ -55,7 +55,7 @@ def test_torch_evaluator_measures_gpu_memory():
     res = ev.evaluate(np.stack([np.zeros(n, dtype=int), np.ones(n, dtype=int)]))
     assert res.feasible.all() and np.all(res.step_time > 0)
     assert res.extra["peak_mem_measured"] == [False, True]
-    assert res.peak_mem[1, 1] > 0 and res.peak_mem[0, 1] == 0
+    assert res.peak_mem[1, 1] > res.peak_mem[0, 1] >= 0  # the step on gpu0 allocated there
 
 
 def test_calibration_sees_the_gpu_and_its_link():
