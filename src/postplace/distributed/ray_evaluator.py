@@ -21,7 +21,9 @@ An exception raised by the wrapped evaluator itself (not an actor's death) is it
 in process: it propagates unchanged.
 
 Ray is optional (``pip install 'postplace[ray]'``); without it, constructing a RayEvaluator is one
-clear error saying how to install it.
+clear error saying how to install it. On a cluster of several machines every node must be able to
+import postplace (install it there, or start Ray with a ``runtime_env``); a local cluster's workers
+inherit this process's environment.
 """
 
 from __future__ import annotations
