@@ -1,0 +1,213 @@
+"""Search in simulation, confirm for real: measure the simulator's best few placements and keep the
+fastest measured one.
+
+A simulated search ranks thousands of placements by the simulator's step time; the simulator is a
+model, so its first choice may not be the machine's. :func:`confirm` takes the K best distinct
+placements of a finished search (:func:`candidates_from_cache` / :func:`candidates_from_run` read them
+from the runner's cache of every placement it evaluated), adds the simulator's best single device, runs
+them all through a measuring evaluator (:class:`~postplace.runtime.evaluator.TorchEvaluator`, on Ray
+actors through :class:`~postplace.distributed.RayEvaluator` when asked), and returns the fastest
+measured one that ran (not out of memory, not failed), with each placement's simulated and measured
+step time side by side and the Spearman rank correlation between the two (over the placements that
+ran; NaN with fewer than 3).
+
+All placements here are op-level (a device id per op of the graph): the measuring evaluator must be
+built without a grouping (``group_of_op=None``).
+
+Wiring ``place --confirm K --ray local|ADDRESS`` after the search (the CLI's part)::
+
+    cands = candidates_from_run(out, simulator, k)          # or candidates_from_cache(state cache, ...)
+    factory = TorchZooFactory(model, size, cluster, device_map=map_all_to)
+    measurer = RayEvaluator(factory, address=ray) if ray else factory()
+    result = confirm(simulator, measurer, cands)            # result.format() / result.to_dict()
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+__all__ = ["ConfirmResult", "ConfirmRow", "candidates_from_cache", "candidates_from_run", "confirm"]
+
+
+@dataclass
+class ConfirmRow:
+    """One measured placement: ``label`` (``search #1`` = the search's best, ``single:gpu0``...),
+    op-level ``placement``, ``simulated_s``, ``measured_s`` (inf where it did not run), ``status``
+    (``ok``, ``oom`` or ``failed``) and the evaluator's ``reason`` where it did not run."""
+
+    label: str
+    placement: np.ndarray
+    simulated_s: float
+    measured_s: float
+    status: str
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "simulated_s": self.simulated_s,
+            "measured_s": self.measured_s if np.isfinite(self.measured_s) else None,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class ConfirmResult:
+    """The measured candidates (in the simulator's order), the one returned, and the rank correlation."""
+
+    rows: list[ConfirmRow]
+    best: ConfirmRow
+    spearman: float
+    simulator: str
+    evaluator: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def placement(self) -> np.ndarray:
+        return self.best.placement
+
+    def to_dict(self) -> dict:
+        return {
+            "returned": self.best.label,
+            "measured_s": self.best.measured_s,
+            "simulated_s": self.best.simulated_s,
+            "spearman": None if np.isnan(self.spearman) else self.spearman,
+            "simulator": self.simulator,
+            "evaluator": self.evaluator,
+            "candidates": [r.to_dict() for r in self.rows],
+            "notes": list(self.notes),
+        }
+
+    def format(self) -> str:
+        out = [f"{'placement':28} {'simulated ms':>13} {'measured ms':>12} {'sim/meas':>9}  status"]
+        for r in self.rows:
+            meas = f"{r.measured_s * 1e3:12.3f}" if np.isfinite(r.measured_s) else f"{'-':>12}"
+            ratio = f"{r.simulated_s / r.measured_s:9.2f}" if np.isfinite(r.measured_s) else f"{'-':>9}"
+            mark = "  <- returned" if r is self.best else ""
+            why = f" ({r.reason})" if r.reason else ""
+            out.append(f"{r.label:28} {r.simulated_s * 1e3:13.3f} {meas} {ratio}  {r.status}{why}{mark}")
+        rho = "n/a (fewer than 3 placements ran)" if np.isnan(self.spearman) else f"{self.spearman:.3f}"
+        out.append(f"Spearman rank correlation, simulated ({self.simulator}) vs measured ({self.evaluator}): {rho}")
+        out.extend(self.notes)
+        return "\n".join(out)
+
+
+def candidates_from_cache(cache: dict, simulator, k: int) -> np.ndarray:
+    """The ``k`` best distinct feasible placements in a runner cache (placement bytes -> (step time, oom,
+    failed, reason)), best first, expanded to op level by ``simulator`` (which knows the grouping)."""
+    if k < 1:
+        raise PostplaceError(f"--confirm {k}: give the number of placements to measure (1 or more)")
+    ok = [(t, key) for key, (t, oom, failed, _r) in cache.items() if not oom and not failed and np.isfinite(t)]
+    ok.sort(key=lambda x: x[0])  # stable: ties keep the order they were first evaluated in
+    units = [np.frombuffer(key, dtype=np.int64) for _t, key in ok[:k]]
+    if not units:
+        return np.zeros((0, simulator.graph.num_ops), dtype=np.int64)
+    return simulator.expand(np.stack(units))
+
+
+def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
+    """:func:`candidates_from_cache` over the cache saved in a run folder's checkpoint (``checkpoint.pkl``;
+    or ``checkpoint.json`` + npz, the runner's data format, where :mod:`postplace.search.state_io` exists)."""
+    out = Path(out_dir)
+    if (out / "checkpoint.json").exists():
+        try:
+            from postplace.search.state_io import load_state
+        except ImportError:
+            raise PostplaceError(f"{out}: this postplace cannot read checkpoint.json") from None
+        snap = load_state(out / "checkpoint.json")
+        cache = {
+            key.tobytes(): (float(t), bool(o), bool(f), r)
+            for key, t, o, f, r in zip(
+                snap["cache_keys"], snap["cache_step"], snap["cache_oom"], snap["cache_failed"],
+                snap["cache_reasons"], strict=True,
+            )
+        }  # fmt: skip
+        return candidates_from_cache(cache, simulator, k)
+    path = out / "checkpoint.pkl"
+    if not path.exists():
+        raise PostplaceError(f"{out_dir}: no checkpoint; confirm needs a finished run folder (place --out DIR)")
+    try:
+        with open(path, "rb") as f:
+            cache = pickle.load(f)["cache"]
+    except (OSError, pickle.UnpicklingError, EOFError, KeyError) as exc:
+        raise PostplaceError(f"{path}: unreadable checkpoint ({exc})") from None
+    return candidates_from_cache(cache, simulator, k)
+
+
+def confirm(simulator, measurer, candidates, *, single: bool = True, labels: list[str] | None = None) -> ConfirmResult:
+    """Measure ``candidates`` (op-level placements ``[k, num_ops]``, best simulated first) and, with
+    ``single``, the simulator's best single device; return the fastest measured one (module docstring).
+
+    Raises :class:`~postplace.errors.PostplaceError` when nothing could be measured.
+    """
+    from postplace.placers import NoSingleDeviceFits, place_single
+
+    cands = np.atleast_2d(np.asarray(candidates, dtype=np.int64)) if len(candidates) else None
+    num_ops = simulator.graph.num_ops
+    rows_ops: list[np.ndarray] = []
+    names: list[str] = []
+    seen: dict[bytes, int] = {}
+    if cands is not None:
+        if cands.shape[1] != num_ops:
+            raise PostplaceError(f"confirm: candidates have {cands.shape[1]} columns, the graph has {num_ops} ops")
+        for i, p in enumerate(cands):
+            key = p.tobytes()
+            if key in seen:
+                continue
+            seen[key] = len(rows_ops)
+            rows_ops.append(p)
+            names.append(labels[i] if labels else f"search #{i + 1}")
+    notes = []
+    if single:
+        try:
+            ops = place_single(simulator.graph, simulator.cluster, cost_model=simulator.problem.cost_model)
+        except NoSingleDeviceFits:
+            notes.append("no single device fits in memory (simulated): none measured")
+        else:
+            cl = simulator.cluster
+            dev = cl.device_names[int(np.bincount(ops, minlength=cl.num_devices).argmax())]
+            key = ops.tobytes()
+            if key in seen:
+                names[seen[key]] += f" = single:{dev}"
+            else:
+                seen[key] = len(rows_ops)
+                rows_ops.append(ops)
+                names.append(f"single:{dev}")
+    if not rows_ops:
+        raise PostplaceError("confirm: nothing to measure (the search found no feasible placement)")
+    batch = np.stack(rows_ops)
+    sim = simulator.evaluate_ops(batch)
+    meas = measurer.evaluate(batch)
+    rows = []
+    for j, label in enumerate(names):
+        status = "failed" if meas.failed[j] else "oom" if meas.oom[j] else "ok"
+        t = float(meas.step_time[j]) if status == "ok" else float("inf")
+        rows.append(ConfirmRow(label, batch[j], float(sim.step_time[j]), t, status, meas.reasons[j]))
+    ran = [r for r in rows if r.status == "ok"]
+    if not ran:
+        raise PostplaceError(
+            f"confirm: none of the {len(rows)} placements ran on {measurer.name} ("
+            + "; ".join(f"{r.label}: {r.reason}" for r in rows[:3])
+            + ")"
+        )
+    best = min(ran, key=lambda r: r.measured_s)  # ties: the better simulated one (earlier row)
+    return ConfirmResult(rows, best, _spearman(ran), simulator.name, measurer.name, notes)
+
+
+def _spearman(rows: list[ConfirmRow]) -> float:
+    if len(rows) < 3:
+        return float("nan")
+    from scipy.stats import spearmanr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input: NaN, said as "n/a"
+        rho = spearmanr([r.simulated_s for r in rows], [r.measured_s for r in rows]).statistic
+    return float(rho)

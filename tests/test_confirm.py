@@ -1,0 +1,96 @@
+"""confirm: the simulator's best few placements measured for real, the fastest measured one returned."""
+
+import json
+
+import numpy as np
+import pytest
+
+from postplace.confirm import candidates_from_cache, candidates_from_run, confirm
+from postplace.errors import PostplaceError
+from postplace.search import Budget, make_problem, make_strategy, run
+from postplace.sim import EvalResult
+from tests.test_runner import problem
+
+
+class Scripted:
+    """A 'measurement' that is a chosen function of the simulated time (and OOM where told)."""
+
+    name = "scripted"
+
+    def __init__(self, sim, fn, oom_rows=()):
+        self.sim, self.fn, self.oom_rows, self.seen = sim, fn, set(oom_rows), []
+
+    def evaluate(self, placements):
+        self.seen.append(np.array(placements))
+        t = self.fn(self.sim.evaluate_ops(placements).step_time)
+        n = len(t)
+        oom = np.array([i in self.oom_rows for i in range(n)])
+        return EvalResult(np.where(oom, np.inf, t), np.zeros((n, 3)), oom, np.zeros(n, bool),
+                          ["out of memory: test" if o else None for o in oom], self.name)  # fmt: skip
+
+
+def finished_run(tmp_path, p):
+    run(make_strategy("random", p.space, seed=0), p.simulator, Budget(samples=60), out_dir=tmp_path)
+    return tmp_path
+
+
+def test_candidates_are_the_k_best_distinct_feasible_in_simulated_order(tmp_path):
+    p = problem()
+    out = finished_run(tmp_path, p)
+    cands = candidates_from_run(out, p.simulator, 4)
+    assert cands.shape == (4, p.graph.num_ops) and len({c.tobytes() for c in cands}) == 4
+    sim = p.simulator.evaluate_ops(cands).step_time
+    assert np.all(np.diff(sim) >= 0)
+    hist = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    feasible = sorted({h["step_time_s"] for h in hist if not h["oom"] and not h["failed"]})
+    np.testing.assert_allclose(sim, feasible[:4])  # brute force over the history: the 4 best times
+    cache = {b"\x00" * 8 * p.space.num_units: (0.5, True, False, None)}  # OOM: never a candidate
+    assert candidates_from_cache(cache, p.simulator, 3).shape == (0, p.graph.num_ops)
+    with pytest.raises(PostplaceError, match="--confirm 0"):
+        candidates_from_cache(cache, p.simulator, 0)
+
+
+def test_the_fastest_measured_wins_even_against_the_simulator(tmp_path):
+    p = problem()
+    cands = candidates_from_run(finished_run(tmp_path, p), p.simulator, 4)
+    # measured = 1 / simulated: the simulator's order reversed exactly; row 0 (simulated best) also OOM
+    meas = Scripted(p.simulator, lambda t: 1.0 / t, oom_rows={0})
+    res = confirm(p.simulator, meas, cands)
+    assert len(meas.seen) == 1 and len(res.rows) in (4, 5)  # one batch; the single device unless a duplicate
+    ran = [r for r in res.rows if r.status == "ok"]
+    assert res.best.measured_s == min(r.measured_s for r in ran)
+    assert res.best.simulated_s == max(r.simulated_s for r in ran)  # the simulator's worst of those that ran
+    assert res.rows[0].status == "oom" and res.rows[0] is not res.best
+    assert res.spearman == pytest.approx(-1.0)
+    assert any(r.label.startswith("single:") or "= single:" in r.label for r in res.rows)
+    d = res.to_dict()
+    assert d["returned"] == res.best.label and d["candidates"][0]["measured_s"] is None
+    assert "Spearman" in res.format() and "<- returned" in res.format()
+
+
+def test_nothing_ran_is_one_clear_error(tmp_path):
+    p = problem()
+    cands = candidates_from_run(finished_run(tmp_path, p), p.simulator, 2)
+    meas = Scripted(p.simulator, lambda t: t, oom_rows={0, 1, 2})
+    with pytest.raises(PostplaceError, match="none of the 3 placements ran"):
+        confirm(p.simulator, meas, cands)
+
+
+def test_confirm_with_torch_on_cpu_mapped_devices(tmp_path, torch_one_thread):
+    from postplace.cluster import load_cluster
+    from postplace.runtime.evaluator import TorchEvaluator
+    from postplace.zoo import trace_model
+
+    traced = trace_model("gpt2", "small")
+    c = load_cluster("k80x2")
+    prob = make_problem(traced.graph, c, groups=6, seed=0)
+    run(make_strategy("random", prob.space, seed=1), prob.simulator, Budget(samples=40), out_dir=tmp_path)
+    cands = candidates_from_run(tmp_path, prob.simulator, 3)
+    measurer = TorchEvaluator(traced, c, device_map="cpu", steps=4, discard=2)
+    res = confirm(prob.simulator, measurer, cands)
+    assert res.evaluator == "torch" and res.simulator == "simulator"
+    assert len(res.rows) >= 3 and all(r.status == "ok" for r in res.rows)
+    assert all(np.isfinite(r.simulated_s) and r.simulated_s > 0 and r.measured_s > 0 for r in res.rows)
+    assert res.best.measured_s == min(r.measured_s for r in res.rows)
+    assert -1.0 <= res.spearman <= 1.0 or np.isnan(res.spearman)
+    assert all(x["simulated_s"] > 0 and x["measured_s"] > 0 for x in res.to_dict()["candidates"])
