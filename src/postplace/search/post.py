@@ -21,14 +21,20 @@ times ``1 + x / (x + S)`` for ``x`` bytes over capacity summed over devices and 
 total capacity), so infeasible samples are never elite next to a feasible one, never best, and among
 themselves rank by how far they overflow: a batch of OOM samples still teaches PPO which way fits.
 
-Configurations: ``paper`` starts uniform over each unit's allowed devices, as the paper does; the
-default starts from a memory-aware prior (``init="memory"``, see :func:`memory_prior`): each unit has a
-home device that gets most of its probability, homes filling the fewest fastest devices that hold the
-step, in program order, as m-TOPO fills them; when the step fits the fastest device, every unit's home
-is the fastest device that unit may use. A uniform start over one slow CPU and several identical GPUs
-spends most of the budget undoing random spreads; a start on one GPU where the step does not fit it
-never samples a feasible placement. The ``ce`` and ``ppo`` ablations are this file with one half
-switched off.
+Configurations: ``paper`` starts uniform over each unit's allowed devices, as the paper does. The
+default (``init="probe"``) spends its first few samples on candidate start placements
+(:func:`postplace.search.starts.candidate_homes`: every unit on the fastest device it may use; the
+memory fill, which spreads the units in program order over the fewest fastest devices that hold the
+step, as m-TOPO fills them; METIS partitions of the unit graph over 2..k comparable devices, by work
+and by bytes), then starts from the best of them (feasible first, then least overflow, then fastest)
+as every unit's home (the one-device start unless another beats it by ``probe_margin``):
+``anchor_weight`` of its probability there (for a partition, enough to draw ``partition_units``
+units per sample elsewhere), the rest spread by speed; ``start_name`` says which won. Why: a uniform start over one
+slow CPU and several identical GPUs spends most of the budget undoing random spreads; a start on one
+GPU where the step does not fit it never samples a feasible placement; and independent per-unit
+sampling from a one-GPU start rarely discovers a layer-wise split such as RNNLM's four LSTM layers on
+four GPUs. The candidates are Post's own (nothing from ``placers/``). The ``ce`` and ``ppo`` ablations
+are this file with one half switched off.
 """
 
 from __future__ import annotations
@@ -57,7 +63,10 @@ class PostConfig:
     ce_every: int = 480
     """N: a cross-entropy step replaces PPO at every multiple of N samples (a multiple of K). Sweep."""
     elite_fraction: float = 0.1
-    """Share of the recent feasible samples kept as the elite: 10%, as in the paper."""
+    """Share of the recent feasible samples kept as the elite: 10%, as in the paper. Infeasible samples
+    never enter an elite beside a feasible one; when the window since the last CE step holds no
+    feasible sample, the elite is this share of the window that overflows memory least (ours: the
+    paper is silent), and the step is skipped when no overflow tells them apart."""
     eps: float | None = None
     """Mixing weight of uniform-over-allowed after a CE step, so no allowed device reaches zero. None:
     ``min(eps_cap, eps_units / G)``, so that about ``eps_units`` units per sample are redrawn
@@ -85,10 +94,19 @@ class PostConfig:
     anchor_weight: float = 0.7
     """With init='speed' or 'memory': prior probability mass on each unit's home device. Sweep (0.5,
     0.7, 0.9)."""
-    partition_weight: float = 0.5
-    """With init='probe', when a METIS partition wins the probe: the prior mass on each unit's home.
-    Lower than ``anchor_weight``: a partition is already a spread-out answer, and holding it at 0.7
-    trapped the search next to it on 1 of 10 small enumerated instances (8 ops, 3 devices; 0.5: none)."""
+    partition_units: float = 32.0
+    """With init='probe', when a METIS partition wins the probe: the expected number of units per
+    sample drawn away from their home, ``min(0.5 G, partition_units)`` (the home's weight is
+    ``1 - min(0.5, partition_units / G)``: 0.875 at 256 units, 0.5 up to 64). A partition is already a
+    spread-out answer: exploring some units around it finds its improvements, while 30% of hundreds
+    of units scattered at once rarely do. Chosen on zoo models (NMT-4 on k80x4: 1,443 ms at 4, 1,381
+    at 32, 1,371 at 64; the memory-bound tuning cases: best at 4-32) and small enumerated instances
+    (0.5 is needed there: at 0.7 one 8-op instance was trapped next to its partition in 6 of 10 seeds)."""
+    probe_margin: float = 0.9
+    """With init='probe': another start replaces the one-device start ('fastest') only when the
+    one-device placement is infeasible or the other scores below ``probe_margin`` times it. The
+    one-device start is the one the sweep tuned; Post improves on it by up to about 10% by itself
+    (ResNet-50 0.92x, BERT-3 0.99x of one GPU), so a start only slightly faster than it is no gain."""
     fill_fraction: float = 0.8
     """With init='memory', when the step does not fit the fastest device: the share of each device's
     capacity the fill may use (the rest is room for tensors received from other devices and for the
@@ -222,10 +240,15 @@ class PostStrategy:
         self.recent_scores.append(score)
         self.recent_feasible.append(feasible)
         if len(self._candidate_scores) == len(self._candidates):
-            best = int(np.argmin(self._candidate_scores))
-            self.start_name, home = self._candidates[best]
             cfg = self.config
-            weight = cfg.partition_weight if self.start_name.startswith("part") else cfg.anchor_weight
+            score = np.array(self._candidate_scores)
+            best = int(np.argmin(score))
+            if self._candidates[0][0] == "fastest" and score[0] < self.space.failure_step_time:
+                if score[best] >= cfg.probe_margin * score[0]:
+                    best = 0
+            self.start_name, home = self._candidates[best]
+            G = self.space.num_units
+            weight = 1 - min(0.5, cfg.partition_units / G) if self.start_name.startswith("part") else cfg.anchor_weight
             self.policy.logits = CategoricalPolicy(self.space.allowed, anchored_prior(self.space, home, weight)).logits
 
     def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray) -> None:

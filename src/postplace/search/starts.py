@@ -34,10 +34,7 @@ def device_preference(space: SearchSpace) -> np.ndarray:
     """Devices from most to least preferred: by total time of the units every device may run (all
     units' finite times if there are none), then by index, so identical GPUs stop competing for the
     same role."""
-    t = np.where(space.allowed, space.unit_time, np.inf)
-    common = np.isfinite(t).all(axis=1)
-    rows = t[common] if common.any() else np.where(np.isfinite(t), t, 0.0)
-    return np.argsort(rows.sum(axis=0), kind="stable")
+    return np.argsort(_total_times(space), kind="stable")
 
 
 def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.ndarray:
@@ -47,8 +44,9 @@ def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.n
     the most preferred device): every unit's home is the most preferred device (:func:`device_preference`)
     that unit may use. Otherwise: the k most preferred devices, k the fewest whose capacities times
     ``fill_fraction`` hold the units' bytes, are filled in program order (``unit_position``), each up to
-    its capacity's share of the bytes, m-TOPO's rule; a unit that may use none of them goes to the most
-    preferred device it may use.
+    its capacity's share of the bytes, m-TOPO's rule (when one of them is much slower, such as the CPU,
+    the others are filled to ``fill_fraction`` of their capacity first and it takes the rest); a unit
+    that may use none of them goes to the most preferred device it may use.
     """
     allowed = space.allowed
     G, D = allowed.shape
@@ -73,7 +71,14 @@ def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.n
             break
     kset = order[:k]
     outside = ~allowed[:, kset].any(axis=1)
-    target = need[~outside].sum() * cap[kset] / max(cap[kset].sum(), 1e-300)
+    demand = need[~outside].sum()
+    fast = _comparable(space, kset)
+    if fast.all():  # devices alike: balanced shares, by capacity
+        target = demand * cap[kset] / max(cap[kset].sum(), 1e-300)
+    else:  # a slow device (the CPU) takes only what the fast ones cannot hold
+        target = np.where(fast, fill_fraction * cap[kset], 0.0)
+        rest = max(demand - target.sum(), 0.0)
+        target[~fast] = rest * cap[kset][~fast] / max(cap[kset][~fast].sum(), 1e-300)
     used = np.zeros(k)
     cur = 0
     units = np.argsort(space.unit_position, kind="stable") if space.unit_position is not None else range(G)
@@ -87,6 +92,19 @@ def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.n
         home[g] = kset[j]
         used[j] += need[g]
     return home
+
+
+def _total_times(space: SearchSpace) -> np.ndarray:
+    t = np.where(space.allowed, space.unit_time, np.inf)
+    common = np.isfinite(t).all(axis=1)
+    rows = t[common] if common.any() else np.where(np.isfinite(t), t, 0.0)
+    return rows.sum(axis=0)
+
+
+def _comparable(space: SearchSpace, devices: np.ndarray) -> np.ndarray:
+    """Which of ``devices`` have a total time within ``COMPARABLE`` times the fastest device's."""
+    total = _total_times(space)
+    return total[devices] <= COMPARABLE * total.min()
 
 
 def _unit_adjacency(space: SearchSpace):
@@ -150,10 +168,7 @@ def candidate_homes(space: SearchSpace, fill_fraction: float) -> list[tuple[str,
     out.append(("fill", home_devices(space, fill_fraction)))
     order = device_preference(space)
     t = np.where(space.allowed, space.unit_time, np.inf)
-    common = np.isfinite(t).all(axis=1)
-    rows = t[common] if common.any() else np.where(np.isfinite(t), t, 0.0)
-    total = rows.sum(axis=0)
-    close = [d for d in order if total[d] <= COMPARABLE * total[order[0]]]
+    close = [int(d) for d, ok in zip(order, _comparable(space, order), strict=True) if ok]
     work = np.nan_to_num(np.nanmin(np.where(np.isfinite(t), t, np.nan), axis=1), nan=0.0)
     for k in range(2, len(close) + 1):
         out.append((f"part{k}-work", partition_homes(space, np.array(close[:k]), work)))
