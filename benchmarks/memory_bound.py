@@ -1,7 +1,10 @@
 """Placement where one device is not enough: Post against the memory-aware one-shot placers (issue 14).
 
     python benchmarks/memory_bound.py [--cases test|tune|NAME,...] [--seeds 3] [--budget 2400]
-                                      [--strategies post,post-paper]
+                                      [--strategies post,post-paper,post:init=speed/flat]
+
+A strategy is ``NAME[:KEY=VALUE...][/flat]``: ``post:init=speed`` is Post with that PostConfig field,
+``/flat`` tells it no overflow (every infeasible sample scores the same, as before issue 14).
 
 Every case is a graph whose training step fits on no single GPU of its cluster. The ``test`` cases
 (the default) are the benchmark: the shared dnn-partitioning operator graphs (ResNet-50, BERT-3) on
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.cluster import Cluster, load_cluster
+from postplace.cluster.placement import single_device
 from postplace.graph import load_graph
 from postplace.placers import PlacementError, place
 from postplace.search import Budget, PostConfig, make_problem, make_strategy, run
@@ -48,7 +52,7 @@ TEST = {
     "gpt2-b8-x4": ("zoo:gpt2", "k80x4", None),  # 16.2 GB live peak on one die: 2 GPUs
     "gpt2-b8-x2": ("zoo:gpt2", "k80x2", None),
     "inception-b96-x4": ("zoo:inception_v3:batch=96", "k80x4", None),
-    "rnnlm-b256-x2": ("zoo:rnnlm:batch=256", "k80x2", None),
+    "nmt4-b384-x4": ("zoo:nmt4:batch=384", "k80x4", None),
 }
 TUNE = {
     "resnet50-b96-x4": ("zoo:resnet50:batch=96", "k80x4", None),
@@ -88,6 +92,37 @@ def load_case(graph_spec: str, preset: str, gpu_memory: float | None):
     return graph, cluster
 
 
+class Flat:
+    """A strategy told no overflow (every infeasible sample scores the same), to measure what the
+    overflow signal is worth."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, inner.name + "/flat"
+
+    def ask(self, n):
+        return self.inner.ask(n)
+
+    def tell(self, placements, step_time, feasible, overflow=None):
+        self.inner.tell(placements, step_time, feasible)
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state)
+
+
+def build(spec: str, space, seed: int, sets: dict):
+    """``NAME[:KEY=VALUE...][/flat]``: a strategy, PostConfig fields for ``post``, told no overflow
+    with ``/flat``."""
+    spec, flat = (spec[:-5], True) if spec.endswith("/flat") else (spec, False)
+    name, *kvs = spec.split(":")
+    fields = {**sets, **{k: v for k, v in (kv.split("=") for kv in kvs)}} if name == "post" else {}
+    fields = {k: type(getattr(PostConfig(), k))(v) for k, v in fields.items()}
+    s = make_strategy(name, space, seed=seed, config=PostConfig(**fields) if fields else None)
+    return Flat(s) if flat else s
+
+
 def first_feasible(curve: list[float]) -> int | None:
     return next((i + 1 for i, v in enumerate(curve) if np.isfinite(v)), None)
 
@@ -100,13 +135,14 @@ def main() -> None:
     ap.add_argument("--strategies", default="post")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE of PostConfig for 'post' (tuning)")
     args = ap.parse_args()
-    sets = {k: type(getattr(PostConfig(), k))(v) for k, v in (kv.split("=") for kv in args.set)}
+    sets = dict(kv.split("=") for kv in args.set)
     table = {"test": TEST, "tune": TUNE}
     cases = table.get(args.cases) or {n: {**TEST, **TUNE}[n] for n in args.cases.split(",")}
     t0 = time.perf_counter()
     print(f"budget {args.budget} samples, {args.seeds} seeds, simulator; times in ms; 'first' = samples to the "
-          f"first feasible placement (median/worst); 'feas' = median share of feasible samples")  # fmt: skip
-    print(f"{'case':<18} {'GPUs':>4} {'best heuristic':>22} {'strategy':<11} {'best (median)':>13} {'range':>19} "
+          f"first feasible placement (median/worst); 'feas' = median share of feasible samples; '1GPU' = peak "
+          f"memory of the whole step on gpu0 over its capacity")  # fmt: skip
+    print(f"{'case':<18} {'GPUs':>4} {'1GPU':>5} {'best heuristic':>22} {'strategy':<22} {'best (median)':>13} {'range':>19} "
           f"{'/heur':>6} {'first':>9} {'feas':>5} {'LB':>8} {'place':>9}")  # fmt: skip
     for name, (gspec, preset, mem) in cases.items():
         graph, cluster = load_case(gspec, preset, mem)
@@ -124,12 +160,12 @@ def main() -> None:
         hname = min(heur, key=heur.get) if heur else "-"
         hbest = heur.get(hname, float("inf"))
         gpus = sum(d.kind == "gpu" for d in cluster.devices)
+        g0 = cluster.device_index("gpu0")
+        one = sim.evaluate_ops(single_device(graph, cluster, "gpu0")[None]).peak_mem[0, g0] / cluster.capacity[g0]
         for strategy in args.strategies.split(","):
             bests, firsts, feas = [], [], []
             for seed in range(args.seeds):
-                config = PostConfig(**sets) if strategy == "post" and sets else None
-                res = run(make_strategy(strategy, problem.space, seed=seed, config=config), sim,
-                          Budget(samples=args.budget))  # fmt: skip
+                res = run(build(strategy, problem.space, seed, sets), sim, Budget(samples=args.budget))
                 bests.append(res.best_step_time)
                 f = first_feasible(res.curve)
                 firsts.append(f if f is not None else args.budget + 1)
@@ -138,7 +174,7 @@ def main() -> None:
             placed = min([med, hbest])
             worst_first = max(firsts)
             first = f"{statistics.median(firsts):.0f}/{worst_first if worst_first <= args.budget else 'never'}"
-            print(f"{name:<18} {gpus:>4} {hname + f' {hbest * 1e3:.1f}':>22} {strategy:<11} {med * 1e3:>13.1f} "
+            print(f"{name:<18} {gpus:>4} {one:>5.2f} {hname + f' {hbest * 1e3:.1f}':>22} {strategy:<22} {med * 1e3:>13.1f} "
                   f"{min(bests) * 1e3:>9.1f}-{max(bests) * 1e3:<9.1f} {med / hbest:>6.3f} {first:>9} "
                   f"{statistics.median(feas):>5.2f} {sim.lower_bound * 1e3:>8.1f} {placed * 1e3:>9.1f}",
                   flush=True)  # fmt: skip
