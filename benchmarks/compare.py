@@ -35,14 +35,16 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2400)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default="runs/bench-compare")
+    ap.add_argument("--strategies", default="all", help="comma-separated, or all (e.g. all but hp, to save time)")
     args = ap.parse_args()
+    names = list(ALL) if args.strategies == "all" else args.strategies.split(",")
     lines = []
     t0 = time.perf_counter()
     for model in args.models.split(","):
         graph = cached_graph(model, "full")
         for cname in args.clusters.split(","):
             t = time.perf_counter()
-            report = compare(graph, load_cluster(cname), list(ALL), budget=args.budget, seeds=args.seeds,
+            report = compare(graph, load_cluster(cname), names, budget=args.budget, seeds=args.seeds,
                              out=Path(args.out) / f"{model}-{cname}")  # fmt: skip
             rows = {r["strategy"]: r for r in report["rows"]}
             print(f"\n## {model} on {cname} ({time.perf_counter() - t:.0f} s)", flush=True)
@@ -53,11 +55,12 @@ def main() -> None:
                       f"{r['ratio_to_single'] or float('nan'):>8.3f} {r['ratio_to_lower_bound'] or float('nan'):>7.3f} "
                       f"{r['oom_count']:>4} {r['wall_time_s']:>8.1f}", flush=True)  # fmt: skip
             post = rows["post"]["best_step_time_s"]
-            heur = [rows[h]["best_step_time_s"] for h in HEURISTICS if rows[h]["best_step_time_s"] is not None
+            heur = [rows[h]["best_step_time_s"] for h in HEURISTICS if h in rows and rows[h]["best_step_time_s"] is not None
                     and not rows[h]["oom_count"]]  # fmt: skip
             best_heur = min(heur) if heur else None
-            lines.append((model, cname, post, rows["hp"]["best_step_time_s"], best_heur,
-                          rows["data-parallel"]["best_step_time_s"], report["single_device_step_time_s"]))  # fmt: skip
+            hp = rows["hp"]["best_step_time_s"] if "hp" in rows else None
+            dp = rows["data-parallel"]["best_step_time_s"] if "data-parallel" in rows else None
+            lines.append((model, cname, post, hp, best_heur, dp, report["single_device_step_time_s"]))
     print(f"\n## Post's reduction of step time (median of {args.seeds} seeds, {args.budget} samples; "
           f"total wall {time.perf_counter() - t0:.0f} s)")  # fmt: skip
     print(f"{'model':<14} {'cluster':<7} {'post ms':>9} {'vs hp':>8} {'vs best heuristic':>18} {'vs data-par':>12} "

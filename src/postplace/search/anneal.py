@@ -15,9 +15,11 @@ What FlexFlow fixes and what we chose where it is silent:
   best step time is accepted with probability ``1/e``, whatever the model.
 - **Schedule** (ours): geometric cooling ``T_i = max(T_min, T_0 * cooling**i)`` per proposal decided;
   ``cooling = 1.0`` is FlexFlow's constant temperature.
-- **Infeasible** placements (OOM, failed) score ``space.failure_step_time``, above every feasible step
-  time, so a chain that starts infeasible random-walks (delta 0 is always accepted) until it finds a
-  feasible placement, then never returns to an infeasible one at low temperature.
+- **Infeasible** placements (OOM, failed) score above every feasible step time
+  (:func:`postplace.search.strategy.scores`: the failing step time, raised by how far the placement
+  overflows memory when the runner says), so a chain that starts infeasible walks downhill towards
+  less overflow until it finds a feasible placement, then never returns to an infeasible one at low
+  temperature.
 - **Batches** (ours): ``moves_per_ask`` proposals are drawn from the same current placement and decided
   in order in ``tell``; the first accepted one moves the chain and the rest are discarded (still
   counted for the best). That is exactly the sequential chain, where the discarded proposals are
@@ -122,10 +124,13 @@ class AnnealStrategy:
         k = max(1, min(self.config.moves_per_ask, max_n))
         return np.stack([self._propose() for _ in range(k)])
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         feasible = np.asarray(feasible, dtype=bool)
-        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time)
+        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
+                   self.space.overflow_scale)  # fmt: skip
         for i in range(placements.shape[0]):
             if feasible[i] and s[i] < self.best_score:
                 self.best, self.best_score = placements[i].copy(), float(s[i])

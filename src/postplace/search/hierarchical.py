@@ -10,7 +10,10 @@ The model, as the paper describes it:
 - **Placer**: a sequence-to-sequence model, an LSTM encoder that reads the group embeddings and an LSTM
   decoder with attention that outputs one device per group. A unit goes on its group's device.
 - **Training**: both policies by REINFORCE on the joint log-likelihood, reward ``R = -sqrt(step time)``,
-  a moving-average baseline ``B``, and OOM (here: any infeasible placement) scored as a failing runtime.
+  a moving-average baseline ``B``, and OOM (here: any infeasible placement) scored as a failing runtime
+  (ours: raised by how far the placement overflows memory when the runner says, as for every strategy,
+  :func:`postplace.search.strategy.scores`; the paper's learned placer has no prior to start from,
+  so Post's memory-aware start does not apply to it).
   Per update the paper draws m = 1 grouping and k = 4 placements for it (its Eqs. 4 and 6): the
   grouper's gradient is ``mean_i grad log p(g_i) * mean_j (R_ij - B)``, the placer's
   ``mean_ij grad log p(d_ij | g_i) * (R_ij - B)``.
@@ -326,17 +329,20 @@ class HierarchicalPlanner:
         logp_dev = torch.where(nonempty, logp_dev, torch.zeros_like(logp_dev)).sum(dim=1)
         return logp_group, logp_dev
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         with _no_onednn():
-            self._tell(placements, step_time, feasible)
+            self._tell(placements, step_time, feasible, overflow)
 
-    def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow=None) -> None:
         p = self._pending
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         if p is None or not np.array_equal(placements, p["placements"]):
             raise ValueError("hp: tell() must get back exactly the placements of the last ask()")
         feasible = np.asarray(feasible, dtype=bool)
-        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time)
+        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
+                   self.space.overflow_scale)  # fmt: skip
         for i in np.flatnonzero(feasible):
             if s[i] < self.best_score:
                 self.best, self.best_score = placements[i].copy(), float(s[i])

@@ -5,20 +5,36 @@ Optimization". NeurIPS 2018. The policy is one softmax over the D devices per un
 categoricals). Placements are sampled ``batch_size`` (K) at a time; after each batch:
 
 * at every multiple of ``ce_every`` (N) samples: the cross-entropy step. The elite is the best
-  ``elite_fraction`` of the *feasible* samples since the last CE step (at least one; if none is feasible
-  the step is skipped); each unit's distribution becomes the elite's device frequencies, mixed with
-  uniform over its allowed devices by ``eps``. Adam's moments are reset, since the logits just jumped;
+  ``elite_fraction`` of the *feasible* samples since the last CE step (at least one); each unit's
+  distribution becomes the elite's device frequencies, mixed with uniform over its allowed devices by
+  ``eps``. Adam's moments are reset, since the logits just jumped. When no sample of the window is
+  feasible, the elite is the ``elite_fraction`` of the window that overflows memory least (so the
+  distribution moves towards placements that fit); when nothing tells them apart (no overflow was
+  told, or all overflow equally) the step is skipped;
 * otherwise: PPO. ``ppo_epochs`` Adam steps of gradient ascent on the clipped surrogate over the batch,
   with the log-probabilities recorded when the batch was sampled.
 
-Reward ``-sqrt(step time)`` (the hierarchical planner's), advantage = reward minus the batch mean over
-the batch std (zero when the std is zero). Infeasible samples score the failing step time, above every
-feasible one, and never enter the elite.
+Reward ``-sqrt(score)`` (the hierarchical planner's), advantage = reward minus the batch mean over
+the batch std (zero when the std is zero). A feasible sample's score is its step time. An infeasible
+one scores above every feasible one (:func:`postplace.search.strategy.scores`: the failing step time,
+times ``1 + x / (x + S)`` for ``x`` bytes over capacity summed over devices and ``S`` the cluster's
+total capacity), so infeasible samples are never elite next to a feasible one, never best, and among
+themselves rank by how far they overflow: a batch of OOM samples still teaches PPO which way fits.
 
-Configurations: ``paper`` starts uniform over each unit's allowed devices, as the paper does; the
-default starts from a device-aware prior (``init="speed"``, see :func:`speed_prior`) because a uniform
-start over one slow CPU and several identical GPUs spends most of the budget undoing random spreads.
-The ``ce`` and ``ppo`` ablations are this file with one half switched off.
+Configurations: ``paper`` starts uniform over each unit's allowed devices, as the paper does. The
+default (``init="probe"``) spends its first few samples on candidate start placements
+(:func:`postplace.search.starts.candidate_homes`: every unit on the fastest device it may use; the
+memory fill, which spreads the units in program order over the fewest fastest devices that hold the
+step, as m-TOPO fills them; METIS partitions of the unit graph over 2..k comparable devices, by work
+and by bytes), then starts from the best of them (feasible first, then least overflow, then fastest)
+as every unit's home (the one-device start unless another beats it by ``probe_margin``):
+``anchor_weight`` of its probability there (for a partition, enough to draw ``partition_units``
+units per sample elsewhere), the rest spread by speed; ``start_name`` says which won. Why: a uniform start over one
+slow CPU and several identical GPUs spends most of the budget undoing random spreads; a start on one
+GPU where the step does not fit it never samples a feasible placement; and independent per-unit
+sampling from a one-GPU start rarely discovers a layer-wise split such as RNNLM's four LSTM layers on
+four GPUs. The candidates are Post's own (nothing from ``placers/``). The ``ce`` and ``ppo`` ablations
+are this file with one half switched off.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ from postplace.search.policy import (
     normalized_advantage,
     ppo_gradient,
 )
+from postplace.search.starts import candidate_homes, home_devices
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
@@ -46,7 +63,10 @@ class PostConfig:
     ce_every: int = 480
     """N: a cross-entropy step replaces PPO at every multiple of N samples (a multiple of K). Sweep."""
     elite_fraction: float = 0.1
-    """Share of the recent feasible samples kept as the elite: 10%, as in the paper."""
+    """Share of the recent feasible samples kept as the elite: 10%, as in the paper. Infeasible samples
+    never enter an elite beside a feasible one; when the window since the last CE step holds no
+    feasible sample, the elite is this share of the window that overflows memory least (ours: the
+    paper is silent), and the step is skipped when no overflow tells them apart."""
     eps: float | None = None
     """Mixing weight of uniform-over-allowed after a CE step, so no allowed device reaches zero. None:
     ``min(eps_cap, eps_units / G)``, so that about ``eps_units`` units per sample are redrawn
@@ -63,11 +83,35 @@ class PostConfig:
     clip: float = 0.1
     """PPO clip range. 0.1 (Schulman et al. 2017 also use it) rather than 0.2: the same zoo score, and
     100/100 instead of 93/100 optima reached on small enumerated instances (RESULTS.md)."""
-    init: str = "speed"
-    """'uniform' (the paper) or 'speed' (device-aware prior, see speed_prior)."""
+    init: str = "probe"
+    """'uniform' (the paper), 'speed' (every unit's home is the fastest device it may use, see
+    speed_prior), 'memory' (homes fill the fewest fastest devices that hold the step, see
+    memory_prior; the same as 'speed' when the step fits the fastest device) or 'probe': the first
+    samples are the candidate homes of :func:`postplace.search.starts.candidate_homes` (one device,
+    the memory fill, METIS partitions over 2..k comparable devices), and the best of them (feasible
+    first, then least overflow, then fastest) becomes every unit's home (``start_name`` says which).
+    Until they are told, the prior is 'memory'."""
     anchor_weight: float = 0.7
-    """With init='speed': prior probability mass on each unit's anchor device (the fastest overall).
-    Sweep (0.5, 0.7, 0.9)."""
+    """With init='speed' or 'memory': prior probability mass on each unit's home device. Sweep (0.5,
+    0.7, 0.9)."""
+    partition_units: float = 32.0
+    """With init='probe', when a METIS partition wins the probe: the expected number of units per
+    sample drawn away from their home, ``min(0.5 G, partition_units)`` (the home's weight is
+    ``1 - min(0.5, partition_units / G)``: 0.875 at 256 units, 0.5 up to 64). A partition is already a
+    spread-out answer: exploring some units around it finds its improvements, while 30% of hundreds
+    of units scattered at once rarely do. Chosen on zoo models (NMT-4 on k80x4: 1,443 ms at 4, 1,381
+    at 32, 1,371 at 64; the memory-bound tuning cases: best at 4-32) and small enumerated instances
+    (0.5 is needed there: at 0.7 one 8-op instance was trapped next to its partition in 6 of 10 seeds)."""
+    probe_margin: float = 0.9
+    """With init='probe': another start replaces the one-device start ('fastest') only when the
+    one-device placement is infeasible or the other scores below ``probe_margin`` times it. The
+    one-device start is the one the sweep tuned; Post improves on it by up to about 10% by itself
+    (ResNet-50 0.92x, BERT-3 0.99x of one GPU), so a start only slightly faster than it is no gain."""
+    fill_fraction: float = 0.8
+    """With init='memory', when the step does not fit the fastest device: the share of each device's
+    capacity the fill may use (the rest is room for tensors received from other devices and for the
+    prior's spread). Chosen on zoo models at batch sizes that overflow one K80 (RESULTS.md,
+    'Memory-bound placement')."""
     use_ce: bool = True
     """Run cross-entropy steps (False: the 'ppo' ablation)."""
     use_ppo: bool = True
@@ -79,30 +123,49 @@ class PostConfig:
         return cls(init="uniform")
 
 
-def speed_prior(space: SearchSpace, anchor_weight: float) -> np.ndarray:
-    """Initial logits: most mass on one anchor device, the rest spread by relative speed.
-
-    The anchor is the device with the least total time over all units (first by index among equals, so
-    identical GPUs stop competing for the same role); each unit keeps ``anchor_weight`` on it (when
-    allowed) and spreads the rest over its other allowed devices in proportion to their speed on that
-    unit (1 / time). It is a prior, not an answer: every allowed device keeps a non-zero probability.
-    """
+def anchored_prior(space: SearchSpace, home: np.ndarray, anchor_weight: float) -> np.ndarray:
+    """Initial logits: ``anchor_weight`` on each unit's home device, the rest over its other allowed
+    devices in proportion to their speed on that unit (1 / time). A prior, not an answer: every
+    allowed device keeps a non-zero probability."""
     allowed = space.allowed
-    if space.unit_time is None:
-        return np.zeros(allowed.shape)
+    G = allowed.shape[0]
     t = np.where(allowed, space.unit_time, np.inf)
-    finite = np.where(np.isfinite(t), t, 0.0)
-    anchor = int(np.argmin(np.where(allowed.all(axis=0), finite.sum(axis=0), np.inf)))
     speed = np.where(allowed, 1.0 / np.maximum(t, 1e-12), 0.0)
-    speed[:, anchor] = 0.0
+    speed[np.arange(G), home] = 0.0
     rest = speed / np.maximum(speed.sum(axis=1, keepdims=True), 1e-300)
-    has_anchor = allowed[:, anchor]
     others = allowed.sum(axis=1) > 1
-    p = np.where(has_anchor[:, None] & others[:, None], (1 - anchor_weight) * rest, rest)
-    p[has_anchor, anchor] = np.where(others[has_anchor], anchor_weight, 1.0)
+    p = np.where(others[:, None], (1 - anchor_weight) * rest, 0.0)
+    p[np.arange(G), home] = np.where(others, anchor_weight, 1.0)
     p = np.where(allowed, np.maximum(p, 1e-6), 0.0)
     with np.errstate(divide="ignore"):
         return np.log(p / p.sum(axis=1, keepdims=True))
+
+
+def speed_prior(space: SearchSpace, anchor_weight: float) -> np.ndarray:
+    """The device-aware prior: every unit's home is the most preferred device it may use (so one
+    CPU-only unit does not make the CPU every unit's home), weighted as in :func:`anchored_prior`."""
+    if space.unit_time is None:
+        return np.zeros(space.allowed.shape)
+    return anchored_prior(space, home_devices(space), anchor_weight)
+
+
+def memory_prior(space: SearchSpace, anchor_weight: float, fill_fraction: float) -> np.ndarray:
+    """The memory-aware prior: homes from :func:`home_devices` with ``fill_fraction``, weighted as in
+    :func:`anchored_prior`; :func:`speed_prior` when the step fits the most preferred device."""
+    if space.unit_time is None:
+        return np.zeros(space.allowed.shape)
+    return anchored_prior(space, home_devices(space, fill_fraction), anchor_weight)
+
+
+def initial_logits(space: SearchSpace, init: str, anchor_weight: float, fill_fraction: float) -> np.ndarray | None:
+    """The start named by ``init`` ('uniform', 'speed' or 'memory'); None means uniform."""
+    if init == "uniform":
+        return None
+    if init == "speed":
+        return speed_prior(space, anchor_weight)
+    if init in ("memory", "probe"):
+        return memory_prior(space, anchor_weight, fill_fraction)
+    raise ValueError(f"init must be 'uniform', 'speed', 'memory' or 'probe', not {init!r}")
 
 
 class PostStrategy:
@@ -113,10 +176,16 @@ class PostStrategy:
         self.config = config or PostConfig()
         if self.config.ce_every % self.config.batch_size:
             raise ValueError("ce_every must be a multiple of batch_size")
-        init = speed_prior(space, self.config.anchor_weight) if self.config.init == "speed" else None
+        cfg = self.config
+        init = initial_logits(space, cfg.init, cfg.anchor_weight, cfg.fill_fraction)
         self.policy = CategoricalPolicy(space.allowed, init)
         self.adam = Adam(space.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
+        # init='probe': candidate homes, asked first; their scores so far; the chosen one's name
+        self._candidates = candidate_homes(space, cfg.fill_fraction) if cfg.init == "probe" else []
+        self._candidate_scores: list[float] = []
+        self._candidates_out = 0  # handed out by ask, not yet told
+        self.start_name = {"uniform": "uniform", "speed": "fastest", "memory": "fill"}.get(cfg.init, "fill")
         self.samples_seen = 0
         self.recent_placements: list[np.ndarray] = []  # since the last CE step
         self.recent_scores: list[np.ndarray] = []
@@ -125,6 +194,11 @@ class PostStrategy:
 
     # ---------------------------------------------------------------------------- ask / tell
     def ask(self, max_n: int) -> np.ndarray:
+        done = len(self._candidate_scores)
+        if done < len(self._candidates):  # init='probe': the candidate homes first
+            k = max(1, min(max_n, len(self._candidates) - done))
+            self._candidates_out = k
+            return np.stack([h for _, h in self._candidates[done : done + k]])
         # never cross a CE boundary inside one batch
         to_boundary = self.config.ce_every - self.samples_seen % self.config.ce_every
         k = max(1, min(self.config.batch_size, max_n, to_boundary))
@@ -132,9 +206,17 @@ class PostStrategy:
         self._pending_log_prob = self.policy.log_prob(placements)
         return placements
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         cfg = self.config
-        score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time)
+        score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time,
+                       overflow, self.space.overflow_scale)  # fmt: skip
+        done, out = len(self._candidate_scores), self._candidates_out
+        self._candidates_out = 0
+        if out and np.array_equal(placements, np.stack([h for _, h in self._candidates[done : done + out]])):
+            self._tell_candidates(np.asarray(placements), score, np.asarray(feasible, dtype=bool))
+            return
         old_log_prob = self._pending_log_prob
         if old_log_prob is None or len(old_log_prob) != len(placements):
             old_log_prob = self.policy.log_prob(placements)
@@ -151,6 +233,24 @@ class PostStrategy:
         if not cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._forget_recent()
 
+    def _tell_candidates(self, placements: np.ndarray, score: np.ndarray, feasible: np.ndarray) -> None:
+        """Record the candidate homes' scores; once all are in, start from the best one."""
+        self._candidate_scores.extend(float(x) for x in score)
+        self.recent_placements.append(placements)  # they may still be elite in the first CE step
+        self.recent_scores.append(score)
+        self.recent_feasible.append(feasible)
+        if len(self._candidate_scores) == len(self._candidates):
+            cfg = self.config
+            score = np.array(self._candidate_scores)
+            best = int(np.argmin(score))
+            if self._candidates[0][0] == "fastest" and score[0] < self.space.failure_step_time:
+                if score[best] >= cfg.probe_margin * score[0]:
+                    best = 0
+            self.start_name, home = self._candidates[best]
+            G = self.space.num_units
+            weight = 1 - min(0.5, cfg.partition_units / G) if self.start_name.startswith("part") else cfg.anchor_weight
+            self.policy.logits = CategoricalPolicy(self.space.allowed, anchored_prior(self.space, home, weight)).logits
+
     def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray) -> None:
         advantage = normalized_advantage(-np.sqrt(score))
         if not advantage.any():
@@ -166,7 +266,9 @@ class PostStrategy:
         self._forget_recent()
         ok = np.flatnonzero(feasible)
         if ok.size == 0:
-            return  # no feasible sample: nothing to fit
+            if np.ptp(score) <= 0:
+                return  # nothing feasible, and nothing tells the samples apart: nothing to fit
+            ok = np.arange(len(score))  # nothing feasible: the least-overflowing samples are the elite
         n_elite = max(1, int(np.floor(self.config.elite_fraction * ok.size)))
         elite = ok[np.argsort(score[ok], kind="stable")[:n_elite]]
         cross_entropy_update(self.policy, placements[elite], self.eps)
@@ -189,8 +291,10 @@ class PostStrategy:
             "adam": self.adam.state_dict(),
             "rng": rng_state(self.rng),
             "samples_seen": self.samples_seen,
-            "recent": [list(map(np.copy, x)) for x in
-                       (self.recent_placements, self.recent_scores, self.recent_feasible)],  # fmt: skip
+            "start": {"scores": list(self._candidate_scores), "out": self._candidates_out, "name": self.start_name},
+            "recent": [
+                list(map(np.copy, x)) for x in (self.recent_placements, self.recent_scores, self.recent_feasible)
+            ],  # fmt: skip
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -199,6 +303,12 @@ class PostStrategy:
         self.adam.load_state_dict(state["adam"])
         self.rng = rng_from_state(state["rng"])
         self.samples_seen = int(state["samples_seen"])
+        start = state.get("start", {"scores": [], "out": 0, "name": self.start_name})
+        if self.config.init == "probe" and not self._candidates:
+            self._candidates = candidate_homes(self.space, self.config.fill_fraction)
+        self._candidate_scores = [float(x) for x in start["scores"]]
+        self._candidates_out = int(start["out"])
+        self.start_name = start["name"]
         self.recent_placements, self.recent_scores, self.recent_feasible = (list(x) for x in state["recent"])
         self._pending_log_prob = None
 

@@ -95,6 +95,10 @@ def make_problem(
     su, du = gop[graph.edge_src], gop[graph.edge_dst]
     cross = su != du
     sim = Simulator(graph, cluster, cost_model=cost_model, group_of_op=gop)
+    unit_bytes = _unit_bytes(graph, cluster, sim, times, kinds, gop, G)
+    first = np.full(G, graph.num_ops, dtype=np.int64)
+    np.minimum.at(first, gop, np.arange(graph.num_ops))
+    position = first / max(graph.num_ops - 1, 1)
     space = SearchSpace(
         allowed=allowed,
         failure_step_time=sim.failure_step_time,
@@ -103,5 +107,28 @@ def make_problem(
         device_kinds=tuple(dv.kind for dv in cluster.devices),
         features=None,
         edges=(su[cross], du[cross], graph.edge_bytes[cross]),
+        unit_bytes=unit_bytes,
+        capacity=np.asarray(cluster.capacity, dtype=np.float64).copy(),
+        unit_position=position,
     )
     return Problem(graph, cluster, grouping, sim, space)
+
+
+def _unit_bytes(graph: OpGraph, cluster: Cluster, sim: Simulator, times, kinds, gop, G: int) -> np.ndarray:
+    """Bytes each unit adds to its device: its persistent bytes plus its outputs scaled so that, with
+    every op on the fastest device (the others on the first device they may use), the units there sum
+    to that device's simulated peak. Exact for ``static`` graphs (footprints only); for ``live`` ones it
+    spreads the activations live at the peak over the units in proportion to their output bytes."""
+    persistent = np.asarray(graph.persistent_bytes, dtype=np.float64)
+    if graph.memory_mode != "live":
+        return np.bincount(gop, weights=persistent, minlength=G)
+    out = np.where(graph.inplace, 0.0, graph.output_bytes).astype(np.float64)
+    ok = (kinds[:, None] & cluster.kind_bits[None, :]) != 0
+    common = ok.all(axis=1)
+    finite = np.where(np.isfinite(times), times, 0.0)
+    fastest = int(np.argmin(finite[common].sum(axis=0))) if common.any() else int(np.argmin(finite.sum(axis=0)))
+    dev = np.where(ok[:, fastest], fastest, np.argmax(ok, axis=1)).astype(np.int64)
+    peak = float(sim.evaluate_ops(dev[None]).peak_mem[0, fastest])
+    on = dev == fastest
+    scale = max(peak - persistent[on].sum(), 0.0) / out[on].sum() if out[on].sum() > 0 else 0.0
+    return np.bincount(gop, weights=persistent + scale * out, minlength=G)

@@ -27,7 +27,9 @@ class RandomStrategy:
     def ask(self, max_n: int) -> np.ndarray:
         return self.policy.sample(self.rng, max(1, min(self.config.batch_size, max_n)))
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         pass  # learns nothing, by definition
 
     def state_dict(self) -> dict:

@@ -2,7 +2,9 @@
 
 Same policy as Post (a softmax over devices per unit). After every batch: advantage = reward minus an
 exponential moving average of past batch-mean rewards, one Adam step of ascent on
-``mean_i A_i log pi(x_i)``. Reward ``-sqrt(step time)`` as in the hierarchical planner.
+``mean_i A_i log pi(x_i)``. Reward ``-sqrt(score)`` as in the hierarchical planner, with Post's scores
+(infeasible samples above every feasible one, ordered by how far they overflow memory) and Post's
+memory-aware start.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from postplace.search.policy import Adam, CategoricalPolicy, reinforce_gradient
-from postplace.search.post import speed_prior
+from postplace.search.post import initial_logits
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
@@ -24,10 +26,13 @@ class ReinforceConfig:
     """Adam learning rate on the logits."""
     baseline_decay: float = 0.9
     """Weight of the old baseline in the moving average (the hierarchical planner's 0.9 style)."""
-    init: str = "speed"
-    """'uniform' or 'speed': the same device-aware prior as Post's default, for a fair ablation."""
+    init: str = "memory"
+    """'uniform', 'speed' or 'memory': the same starts as Post's (its default 'memory'), for a fair
+    ablation."""
     anchor_weight: float = 0.7
-    """Prior mass on the anchor device with init='speed'."""
+    """Prior mass on each unit's home device with init='speed' or 'memory'."""
+    fill_fraction: float = 0.8
+    """With init='memory': as PostConfig.fill_fraction."""
 
 
 class ReinforceStrategy:
@@ -36,7 +41,8 @@ class ReinforceStrategy:
     def __init__(self, space: SearchSpace, *, seed: int = 0, config: ReinforceConfig | None = None):
         self.space = space
         self.config = config or ReinforceConfig()
-        init = speed_prior(space, self.config.anchor_weight) if self.config.init == "speed" else None
+        cfg = self.config
+        init = initial_logits(space, cfg.init, cfg.anchor_weight, cfg.fill_fraction)
         self.policy = CategoricalPolicy(space.allowed, init)
         self.adam = Adam(space.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
@@ -45,9 +51,11 @@ class ReinforceStrategy:
     def ask(self, max_n: int) -> np.ndarray:
         return self.policy.sample(self.rng, max(1, min(self.config.batch_size, max_n)))
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None:
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         reward = -np.sqrt(scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible),
-                                 self.space.failure_step_time))  # fmt: skip
+                                 self.space.failure_step_time, overflow, self.space.overflow_scale))  # fmt: skip
         if self.baseline is None:
             self.baseline = float(reward.mean())
         advantage = reward - self.baseline

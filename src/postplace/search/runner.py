@@ -12,7 +12,9 @@ guarantees:
   last completed batch). A run killed at any moment, even by ``kill -9``, resumes from its last
   checkpoint: the history is truncated to what the checkpoint covers, and for a sample budget the
   resumed run ends with the same best placement and the same history as an uninterrupted one;
-* infeasible (OOM) and failed placements are never the best.
+* infeasible (OOM) and failed placements are never the best; the strategy is told, beside each
+  sample's step time and feasibility, how many bytes it overflows (summed over devices, from the
+  evaluator's peak memory and its cluster's capacity; inf for a failed evaluation).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.search.strategy import overflow_bytes
 from postplace.sim import Evaluator
 
 CHECKPOINT = "checkpoint.pkl"
@@ -156,14 +159,18 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
     if todo_unique:
         res = evaluator.evaluate(placements[todo_unique])
         state.evaluations += len(todo_unique)
+        over = _overflow(evaluator, res)
         for j, i in enumerate(todo_unique):
-            state.cache[keys[i]] = (float(res.step_time[j]), bool(res.oom[j]), bool(res.failed[j]), res.reasons[j])
+            state.cache[keys[i]] = (float(res.step_time[j]), bool(res.oom[j]), bool(res.failed[j]), res.reasons[j],
+                                    float(over[j]))  # fmt: skip
     step = np.empty(len(placements))
     feasible = np.empty(len(placements), dtype=bool)
+    overflow = np.zeros(len(placements))
     lines = []
     fresh = set(todo_unique)
     for i, k in enumerate(keys):
-        t, oom, failed, reason = state.cache[k]
+        t, oom, failed, reason = state.cache[k][:4]
+        overflow[i] = state.cache[k][4] if len(state.cache[k]) > 4 else (np.inf if failed else 0.0)
         step[i], feasible[i] = t, not (oom or failed)
         n = state.samples + i
         if feasible[i] and t < state.best_step_time:
@@ -177,10 +184,19 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
     state.samples += len(placements)
     state.feasible += int(feasible.sum())
     state.last_batch_mean = float(np.mean(step[feasible])) if feasible.any() else float("inf")
-    strategy.tell(placements, step, feasible)
+    strategy.tell(placements, step, feasible, overflow)
     if history:
         history.write("\n".join(lines) + "\n")
         history.flush()
+
+
+def _overflow(evaluator, res) -> np.ndarray:
+    """Bytes above capacity summed over devices per evaluated placement (0 when the evaluator has no
+    cluster to compare with; inf where the evaluation failed)."""
+    capacity = getattr(getattr(evaluator, "cluster", None), "capacity", None)
+    if capacity is None:
+        return np.where(res.failed, np.inf, 0.0)
+    return np.where(res.oom | res.failed, overflow_bytes(res.peak_mem, capacity, res.failed), 0.0)
 
 
 @dataclass

@@ -25,6 +25,12 @@ class SearchSpace:
     OOM or failed placement gets, proven above every feasible step time. ``features``: optional per-unit
     feature rows (op-type counts, sizes) for learned placers such as the hierarchical planner.
     ``edges``: optional (src unit, dst unit, bytes) arrays of the unit graph.
+
+    Memory, for strategies that start from a memory-aware prior (all optional): ``unit_bytes[g]``, the
+    bytes unit g adds to the device it runs on (persistent bytes plus its share of the activations
+    live at the peak, estimated by :func:`postplace.search.problem.make_problem`); ``capacity[d]``,
+    device d's usable memory; ``unit_position[g]``, where unit g sits in program order (0 = first,
+    1 = last; the position of its first op), so a prior can fill devices in program order.
     """
 
     allowed: np.ndarray
@@ -34,6 +40,9 @@ class SearchSpace:
     device_kinds: tuple[str, ...] = ()
     features: np.ndarray | None = None
     edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    unit_bytes: np.ndarray | None = None
+    capacity: np.ndarray | None = None
+    unit_position: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -44,26 +53,70 @@ class SearchSpace:
     def num_devices(self) -> int:
         return self.allowed.shape[1]
 
+    @property
+    def overflow_scale(self) -> float:
+        """Bytes that double an infeasible sample's score in :func:`scores` (half the way to a failed
+        one): the total capacity when known, else 1 GB."""
+        return float(np.sum(self.capacity)) if self.capacity is not None else 1e9
+
 
 class Strategy(Protocol):
     """``ask(max_n)`` returns between 1 and ``max_n`` placements, as many as the strategy wants next
     (so results never depend on how an evaluator batches); ``tell`` gets exactly those placements back
-    with their results, in the same order."""
+    with their results, in the same order.
+
+    ``overflow[k]`` (optional, bytes) says how far each sample overflows memory: the bytes above
+    capacity summed over devices (0 for a sample that fits, inf for one that failed for another
+    reason). The runner computes it from the evaluator's peak memory and the cluster's capacity and
+    passes it as the fourth argument; a strategy that gets None knows only feasible or not."""
 
     name: str
 
     def ask(self, max_n: int) -> np.ndarray: ...
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> None: ...
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None: ...
 
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def scores(step_time: np.ndarray, feasible: np.ndarray, failure_step_time: float) -> np.ndarray:
-    """Step times with every infeasible (OOM or failed) sample replaced by the failing step time."""
-    return np.where(feasible, step_time, failure_step_time)
+def scores(
+    step_time: np.ndarray,
+    feasible: np.ndarray,
+    failure_step_time: float,
+    overflow: np.ndarray | None = None,
+    overflow_scale: float = 1e9,
+) -> np.ndarray:
+    """Step times with every infeasible (OOM or failed) sample replaced by a failing score.
+
+    Without ``overflow`` every infeasible sample scores ``failure_step_time`` (proven above every
+    feasible step time). With it, an infeasible sample scores
+    ``failure_step_time * (1 + x / (x + overflow_scale))`` where ``x`` is its overflow in bytes: still
+    above every feasible one, and among themselves ordered by how far they overflow, so a strategy
+    learns to move towards placements that fit. A failed sample (``x`` = inf) scores twice the
+    failing time, the worst there is.
+    """
+    feasible = np.asarray(feasible, dtype=bool)
+    fail = np.full(np.shape(feasible), float(failure_step_time))
+    if overflow is not None:
+        x = np.asarray(overflow, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            rel = np.where(np.isfinite(x), np.maximum(x, 0.0) / (np.maximum(x, 0.0) + overflow_scale), 1.0)
+        fail = fail * (1.0 + np.nan_to_num(rel, nan=1.0))
+    return np.where(feasible, step_time, fail)
+
+
+def overflow_bytes(peak_mem: np.ndarray, capacity: np.ndarray, failed: np.ndarray | None = None) -> np.ndarray:
+    """Per sample: bytes above capacity summed over devices (``peak_mem[n, D]`` against ``capacity[D]``);
+    inf where the evaluation ``failed``."""
+    peak = np.atleast_2d(np.asarray(peak_mem, dtype=np.float64))
+    over = np.maximum(peak - np.asarray(capacity, dtype=np.float64)[None, :], 0.0).sum(axis=1)
+    if failed is not None:
+        over = np.where(np.asarray(failed, dtype=bool), np.inf, over)
+    return over
 
 
 def rng_state(rng: np.random.Generator) -> dict:

@@ -13,29 +13,52 @@ from postplace.search.strategy import SearchSpace
 
 def toy_score(space: SearchSpace):
     """A deterministic score: a per-(unit, device) cost summed over units; device 0 is never feasible
-    for unit 0 (so infeasible samples appear)."""
+    for unit 0 (so infeasible samples appear), and an infeasible sample overflows by 1 GB per unit on
+    device 0. Returns ``(step, feasible, overflow)``."""
     rng = np.random.default_rng(1234)
     cost = rng.uniform(1.0, 2.0, space.allowed.shape)
 
     def score(placements: np.ndarray):
         step = cost[np.arange(space.num_units)[None, :], placements].sum(axis=1)
         feasible = placements[:, 0] != 0
-        return step, feasible
+        overflow = np.where(feasible, 0.0, 1e9 * (placements == 0).sum(axis=1))
+        return step, feasible, overflow
 
     return score
 
 
 def drive(strategy, space: SearchSpace, samples: int, score=None) -> list[np.ndarray]:
+    """Ask and tell until ``samples`` are spent; ``score(placements)`` returns ``(step, feasible)`` or
+    ``(step, feasible, overflow)``, told in the runner's order (overflow as the fourth argument)."""
     score = score or toy_score(space)
     asked, done = [], 0
     while done < samples:
         p = np.atleast_2d(strategy.ask(samples - done))
         assert 1 <= len(p) <= samples - done, "ask must return between 1 and max_n placements"
-        step, feasible = score(p)
-        strategy.tell(p, step, feasible)
+        result = score(p)
+        step, feasible = result[0], result[1]
+        overflow = result[2] if len(result) > 2 else None
+        strategy.tell(p, step, feasible, overflow)
         asked.append(p)
         done += len(p)
     return asked
+
+
+def check_overflow_is_optional(factory, space: SearchSpace, samples: int = 96) -> None:
+    """``tell`` takes the overflow as its fourth argument or not at all (None), and the samples stay
+    reproducible either way."""
+    base = toy_score(space)
+
+    def without(p):
+        return base(p)[:2]
+
+    a = np.concatenate(drive(factory(space, 5), space, samples, without))
+    b = np.concatenate(drive(factory(space, 5), space, samples, without))
+    np.testing.assert_array_equal(a, b)
+    s = factory(space, 5)
+    p = np.atleast_2d(s.ask(4))
+    step, feasible, _ = base(p)
+    s.tell(p, step, feasible)  # three arguments: the protocol's default for overflow
 
 
 def check_shapes_and_allowed(factory, space: SearchSpace, samples: int = 120) -> None:
@@ -71,3 +94,4 @@ def check_strategy_contract(factory, space: SearchSpace) -> None:
     check_shapes_and_allowed(factory, space)
     check_same_seed_same_samples(factory, space)
     check_state_dict_round_trip(factory, space)
+    check_overflow_is_optional(factory, space)

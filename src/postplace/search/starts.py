@@ -1,0 +1,183 @@
+"""Start placements ("homes") for the policy-based strategies: one device per unit, before any learning.
+
+A home is what a prior puts most of a unit's probability on (:func:`postplace.search.post.anchored_prior`).
+Three kinds, each a plain function of the :class:`SearchSpace`:
+
+* :func:`home_devices` without a fill: every unit on the most preferred device it may use
+  (:func:`device_preference`: least total time, then lowest index);
+* :func:`home_devices` with a fill: the fewest most preferred devices that hold the step's bytes,
+  filled in program order, each up to its share (m-TOPO's rule, Jeon et al. SoCC 2020), for steps that
+  do not fit one device;
+* :func:`partition_homes`: a METIS k-way partition of the unit graph over the k most preferred
+  devices (Karypis and Kumar 1998), balancing work or bytes and cutting transferred bytes: layer-wise
+  splits such as the four LSTM layers of RNNLM over four GPUs, which independent per-unit sampling
+  from a one-device start rarely finds.
+
+:func:`candidate_homes` lists them all for a space; Post evaluates them in its first batch and starts
+from the best (``PostConfig.init = "probe"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymetis
+
+from postplace.graph.grouping import _quiet_fds
+from postplace.search.strategy import SearchSpace
+
+__all__ = ["candidate_homes", "device_preference", "home_devices", "partition_homes"]
+
+COMPARABLE = 2.0  # a device takes part in partitions when its total time is within this factor of the fastest
+
+
+def device_preference(space: SearchSpace) -> np.ndarray:
+    """Devices from most to least preferred: by total time of the units every device may run (all
+    units' finite times if there are none), then by index, so identical GPUs stop competing for the
+    same role."""
+    return np.argsort(_total_times(space), kind="stable")
+
+
+def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.ndarray:
+    """Each unit's home device ``int[G]``.
+
+    Without ``fill_fraction`` (or without memory information in the space, or when the whole step fits
+    the most preferred device): every unit's home is the most preferred device (:func:`device_preference`)
+    that unit may use. Otherwise: the k most preferred devices, k the fewest whose capacities times
+    ``fill_fraction`` hold the units' bytes, are filled in program order (``unit_position``), each up to
+    its capacity's share of the bytes, m-TOPO's rule (when one of them is much slower, such as the CPU,
+    the others are filled to ``fill_fraction`` of their capacity first and it takes the rest); a unit
+    that may use none of them goes to the most preferred device it may use.
+    """
+    allowed = space.allowed
+    G, D = allowed.shape
+    order = device_preference(space)
+    rank = np.empty(D, dtype=np.int64)
+    rank[order] = np.arange(D)
+    first_allowed = np.argmin(np.where(allowed, rank[None, :], D), axis=1)  # best-ranked allowed device
+    home = np.asarray(first_allowed, dtype=np.int64)
+    if fill_fraction is None or space.unit_bytes is None or space.capacity is None:
+        return home
+    need = np.asarray(space.unit_bytes, dtype=np.float64)
+    cap = np.asarray(space.capacity, dtype=np.float64)
+    top = order[0]
+    if need[home == top].sum() <= cap[top]:
+        return home
+    k = 1
+    while k < D:
+        k += 1
+        kset = order[:k]
+        outside = ~allowed[:, kset].any(axis=1)
+        if need[~outside].sum() <= fill_fraction * cap[kset].sum():
+            break
+    kset = order[:k]
+    outside = ~allowed[:, kset].any(axis=1)
+    demand = need[~outside].sum()
+    fast = _comparable(space, kset)
+    if fast.all():  # devices alike: balanced shares, by capacity
+        target = demand * cap[kset] / max(cap[kset].sum(), 1e-300)
+    else:  # a slow device (the CPU) takes only what the fast ones cannot hold
+        target = np.where(fast, fill_fraction * cap[kset], 0.0)
+        rest = max(demand - target.sum(), 0.0)
+        target[~fast] = rest * cap[kset][~fast] / max(cap[kset][~fast].sum(), 1e-300)
+    used = np.zeros(k)
+    cur = 0
+    units = np.argsort(space.unit_position, kind="stable") if space.unit_position is not None else range(G)
+    for g in units:
+        if outside[g]:
+            continue  # keeps its best allowed device
+        while cur < k - 1 and used[cur] > 0 and used[cur] + need[g] > target[cur]:
+            cur += 1
+        ok = np.flatnonzero(allowed[g, kset])
+        j = cur if allowed[g, kset[cur]] else int(ok[np.argmin(np.abs(ok - cur))])
+        home[g] = kset[j]
+        used[j] += need[g]
+    return home
+
+
+def _total_times(space: SearchSpace) -> np.ndarray:
+    t = np.where(space.allowed, space.unit_time, np.inf)
+    common = np.isfinite(t).all(axis=1)
+    rows = t[common] if common.any() else np.where(np.isfinite(t), t, 0.0)
+    return rows.sum(axis=0)
+
+
+def _comparable(space: SearchSpace, devices: np.ndarray) -> np.ndarray:
+    """Which of ``devices`` have a total time within ``COMPARABLE`` times the fastest device's."""
+    total = _total_times(space)
+    return total[devices] <= COMPARABLE * total.min()
+
+
+def _unit_adjacency(space: SearchSpace):
+    """Symmetric CSR adjacency of the unit graph with summed bytes per pair (empty without edges)."""
+    G = space.num_units
+    if space.edges is None or not len(space.edges[0]):
+        return np.zeros(G + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+    src, dst, nbytes = (np.asarray(x) for x in space.edges)
+    keep = src != dst
+    a = np.concatenate([src[keep], dst[keep]]).astype(np.int64)
+    b = np.concatenate([dst[keep], src[keep]]).astype(np.int64)
+    w = np.concatenate([nbytes[keep], nbytes[keep]]).astype(np.float64)
+    uniq, inv = np.unique(a * G + b, return_inverse=True)
+    summed = np.bincount(inv, weights=w)
+    a, b = uniq // G, uniq % G
+    xadj = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=G))]).astype(np.int64)
+    return xadj, b.astype(np.int64), summed
+
+
+def _int_weights(w: np.ndarray, scale: float) -> list[int]:
+    w = np.asarray(w, dtype=np.float64)
+    top = float(w.max()) if w.size else 0.0
+    return np.maximum(1, np.rint(w / top * scale) if top > 0 else np.ones_like(w)).astype(np.int64).tolist()
+
+
+def partition_homes(space: SearchSpace, devices: np.ndarray, weight: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Homes from a METIS partition of the unit graph into ``len(devices)`` parts of equal ``weight``
+    (per unit), cutting as few bytes as it can; part i goes on ``devices[i]``. A unit that may not use
+    its part's device keeps its home from :func:`home_devices`."""
+    base = home_devices(space)
+    k = len(devices)
+    if k < 2 or space.num_units < k:
+        return base
+    xadj, adjncy, summed = _unit_adjacency(space)
+    w = np.asarray(weight, dtype=np.float64)
+    w = np.minimum(w, w.sum() / k) + w.sum() / k / max(space.num_units, 1) * 1e-3
+    args = {"vweights": _int_weights(w, 1e6), "options": pymetis.Options(seed=int(seed))}
+    if len(adjncy):
+        args["eweights"] = _int_weights(summed, 1e6)
+    with _quiet_fds():
+        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
+            res = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj.tolist(), adjncy.tolist()), **args)
+        else:
+            res = pymetis.part_graph(k, xadj=xadj.tolist(), adjncy=adjncy.tolist(), **args)
+    parts = np.asarray(res[1] if isinstance(res, tuple) else res.vertex_part, dtype=np.int64)
+    home = np.asarray(devices, dtype=np.int64)[parts]
+    ok = space.allowed[np.arange(space.num_units), home]
+    return np.where(ok, home, base)
+
+
+def candidate_homes(space: SearchSpace, fill_fraction: float) -> list[tuple[str, np.ndarray]]:
+    """Distinct start placements worth one evaluation each: ``[(name, home)]``.
+
+    ``fastest`` (every unit on the most preferred device it may use), ``fill`` (the memory fill of
+    :func:`home_devices`, when it differs), and for k = 2 .. the number of devices within
+    ``COMPARABLE`` times the fastest one's total time: ``part<k>-work`` (METIS parts of equal work,
+    the unit's least time) and ``part<k>-bytes`` (of equal bytes, with ``unit_bytes``)."""
+    if space.unit_time is None:
+        return []
+    out = [("fastest", home_devices(space))]
+    out.append(("fill", home_devices(space, fill_fraction)))
+    order = device_preference(space)
+    t = np.where(space.allowed, space.unit_time, np.inf)
+    close = [int(d) for d, ok in zip(order, _comparable(space, order), strict=True) if ok]
+    work = np.nan_to_num(np.nanmin(np.where(np.isfinite(t), t, np.nan), axis=1), nan=0.0)
+    for k in range(2, len(close) + 1):
+        out.append((f"part{k}-work", partition_homes(space, np.array(close[:k]), work)))
+        if space.unit_bytes is not None:
+            out.append((f"part{k}-bytes", partition_homes(space, np.array(close[:k]), space.unit_bytes)))
+    seen, unique = set(), []
+    for name, home in out:
+        key = home.tobytes()
+        if key not in seen:
+            seen.add(key)
+            unique.append((name, home))
+    return unique
