@@ -105,7 +105,7 @@ def candidates_from_cache(cache: dict, simulator, k: int) -> np.ndarray:
     failed, reason)), best first, expanded to op level by ``simulator`` (which knows the grouping)."""
     if k < 1:
         raise PostplaceError(f"--confirm {k}: give the number of placements to measure (1 or more)")
-    ok = [(t, key) for key, (t, oom, failed, _r) in cache.items() if not oom and not failed and np.isfinite(t)]
+    ok = [(t, key) for key, (t, oom, failed, *_rest) in cache.items() if not oom and not failed and np.isfinite(t)]
     ok.sort(key=lambda x: x[0])  # stable: ties keep the order they were first evaluated in
     units = [np.frombuffer(key, dtype=np.int64) for _t, key in ok[:k]]
     if not units:

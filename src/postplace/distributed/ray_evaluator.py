@@ -86,6 +86,7 @@ class _Worker:
         return {
             "name": ev.name,
             "failure_step_time": getattr(ev, "failure_step_time", None),
+            "cluster": getattr(ev, "cluster", None),  # the runner reads its capacity to rank OOM samples
             "pid": os.getpid(),
         }
 
@@ -150,6 +151,7 @@ class RayEvaluator:
         infos = self._describe(self._actors)
         self.name = infos[0]["name"]
         self.failure_step_time = infos[0]["failure_step_time"]
+        self.cluster = infos[0]["cluster"]
         self.pids = [i["pid"] for i in infos]
 
     # ------------------------------------------------------------------------------ actors

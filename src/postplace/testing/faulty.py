@@ -41,6 +41,7 @@ class _Dying:
         self.inner, self.spec = inner, spec
         self.name = inner.name
         self.failure_step_time = getattr(inner, "failure_step_time", None)
+        self.cluster = getattr(inner, "cluster", None)
 
     def evaluate(self, placements):
         with open(self.spec.log, "a+") as f:
@@ -70,6 +71,7 @@ class _Sleepy:
         self.inner, self.seconds = inner, seconds
         self.name = inner.name
         self.failure_step_time = getattr(inner, "failure_step_time", None)
+        self.cluster = getattr(inner, "cluster", None)
 
     def evaluate(self, placements):
         time.sleep(self.seconds * len(placements))
