@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.search.state_io import fingerprint
 
 __all__ = ["CANDIDATE_PLACERS", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
 
@@ -90,18 +91,6 @@ def _load_cluster(cluster):
     path = Path(text)
     c = load_cluster(text)
     return c, (str(path.resolve()) if path.exists() else text)
-
-
-def fingerprint(obj) -> str:
-    """A short hash of a graph or a cluster (what a finished run may be reused for)."""
-    from postplace.graph import OpGraph
-
-    if isinstance(obj, OpGraph):
-        data = obj.to_dict()
-    else:
-        data = dataclasses.asdict(obj)
-    text = json.dumps(data, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------ result

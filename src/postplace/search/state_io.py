@@ -82,6 +82,14 @@ def _hashable(k):
     return tuple(k) if isinstance(k, list) else k
 
 
+def fingerprint(obj) -> str:
+    """A short hash of an OpGraph or a Cluster: what a finished run may be reused for, or resumed with."""
+    import dataclasses
+
+    data = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -72,6 +72,26 @@ def check_state_dict_round_trip(factory, space: SearchSpace, first: int = 96, th
     np.testing.assert_array_equal(a, b)
 
 
+def check_cross_entropy_step(factory, space: SearchSpace, n: int) -> None:
+    """For a strategy with a cross-entropy step every ``n`` samples (Post, ce): after exactly ``n``
+    samples its policy is the elite's device frequencies (the best 10% of the feasible samples, at least
+    one) mixed with uniform over each unit's allowed devices by the strategy's ``eps``."""
+    s = factory(space, 5)
+    score = toy_score(space)
+    asked = np.concatenate(drive(s, space, n, score))
+    step, feasible = score(asked)
+    ok = np.flatnonzero(feasible)
+    assert ok.size, "the toy score gave no feasible sample"
+    elite = asked[ok[np.argsort(step[ok], kind="stable")[: max(1, int(0.1 * ok.size))]]]
+    G, D = space.allowed.shape
+    freq = np.zeros((G, D))
+    for row in elite:
+        freq[np.arange(G), row] += 1.0 / len(elite)
+    n_allowed = space.allowed.sum(axis=1, keepdims=True)
+    expected = np.where(space.allowed, (1 - s.eps) * freq + s.eps / n_allowed, 0.0)
+    np.testing.assert_allclose(s.policy.probs(), expected, atol=1e-9, err_msg="no cross-entropy step at n samples")
+
+
 def check_strategy_contract(factory, space: SearchSpace) -> None:
     check_shapes_and_allowed(factory, space)
     check_same_seed_same_samples(factory, space)
