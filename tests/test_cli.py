@@ -160,3 +160,8 @@ def test_train_prints_measured_step_times(tmp_path):
     rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
     assert len(rows) == 3 and all(float(x[2]) > 0 for x in rows)
     assert_one_error_line(run("train", "rnnlm", "--placement", "single:gpu1", "--steps", "0"), "--steps")
+
+
+def test_place_flag_errors(graph_file, tmp_path):
+    assert_one_error_line(run("place", str(graph_file), "--seed", "-1", "--out", str(tmp_path / "x")), "seed")
+    assert_one_error_line(run("place", str(graph_file), "--set", "clip", "--out", str(tmp_path / "x")), "KEY=VALUE")
