@@ -22,7 +22,8 @@ def work(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 2e9, 1e9], bytes_accessed=[1e6] * 3,
-                      output_bytes=[1e6] * 3, persistent_bytes=[4e6, 0, 0], colocation=[0, -1, 0], name="tiny")  # fmt: skip
+                      output_bytes=[1e6] * 3, persistent_bytes=[4e6, 0, 0], colocation=[0, -1, 0],
+                      name="tiny")  # fmt: skip
     g.save(tmp_path / "a" / "tiny.json")
     return tmp_path
 

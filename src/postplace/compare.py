@@ -147,8 +147,9 @@ def run_key(graph, cluster, strategy, budget: int, seed: int) -> dict:
     """What a finished search run may be reused for: every input that changes its result."""
     cfg = getattr(strategy, "config", None)
     cfg = asdict(cfg) if cfg is not None else None
-    return json.loads(json.dumps({"graph": fingerprint(graph), "cluster": fingerprint(cluster),
-                                  "strategy": strategy.name, "budget": budget, "seed": seed, "config": cfg}))  # fmt: skip
+    key = {"graph": fingerprint(graph), "cluster": fingerprint(cluster), "strategy": strategy.name,
+           "budget": budget, "seed": seed, "config": cfg}
+    return json.loads(json.dumps(key))  # as it reads back from result.json (tuples become lists)
 
 
 def _recorded_key(folder: Path):
