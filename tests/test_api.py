@@ -164,3 +164,8 @@ def test_module_target_measured_and_applied(torch_one_thread):
 def test_opgraph_prints_in_one_line():
     text = repr(graph30())
     assert "\n" not in text and text.startswith("OpGraph('g30': 30 ops") and len(text) < 200
+
+
+def test_cluster_prints_in_one_line():
+    text = repr(load_cluster("k80x2"))
+    assert "\n" not in text and text.startswith("Cluster('k80x2': cpu (") and "gpu1 (K80" in text

@@ -366,6 +366,9 @@ def place(
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
     try:
         if resume is not None:
+            if out is not None and out.resolve() != resume.resolve():
+                raise PostplaceError(f"--out {out} with --resume {resume}: a resumed run stays in its own folder; "
+                                     "drop --out")  # fmt: skip
             given = {}
             for param, key in PLACE_FLAGS.items():
                 if _given(ctx, param):
