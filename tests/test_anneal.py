@@ -118,3 +118,24 @@ def test_finds_enumerated_optimum(seed):
     # and it is not trivial: a uniform random placement is far from it on average
     rand = np.random.default_rng(seed).integers(0, 3, size=(200, 6))
     assert np.median(sim.evaluate(rand).step_time) > 1.3 * best
+
+
+def test_finds_an_optimum_that_random_search_misses():
+    """On a 10-op instance (59,049 placements, not used for any tuning) 600 samples of annealing reach
+    the enumerated optimum in 5 of 5 seeds; random search with the same samples and seeds misses it by
+    2% or more every time. (Instance 109 of the held-out set was picked for this test after measuring
+    four of them; on 101, 104 and 106 annealing reaches it in 3, 4 and 2 of 5 seeds, and its median is
+    still below random search's on each of the four, which the second part checks.)"""
+    from postplace.search import Budget, make_strategy, run
+    from tests.test_search_optimum import held_out_instance
+    from tests.test_search_optimum import optimum as enumerate_optimum
+
+    for instance, must_hit in ((109, True), (101, False), (104, False), (106, False)):
+        problem = held_out_instance(instance)
+        best, _ = enumerate_optimum(problem)
+        ratios = {name: [run(make_strategy(name, problem.space, seed=s), problem.simulator,
+                             Budget(samples=600)).best_step_time / best for s in range(5)]
+                  for name in ("anneal", "random")}  # fmt: skip
+        if must_hit:
+            assert max(ratios["anneal"]) <= 1 + 1e-9 and min(ratios["random"]) > 1.01, ratios
+        assert np.median(ratios["anneal"]) < np.median(ratios["random"]), (instance, ratios)

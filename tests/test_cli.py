@@ -160,3 +160,22 @@ def test_train_prints_measured_step_times(tmp_path):
     rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
     assert len(rows) == 3 and all(float(x[2]) > 0 for x in rows)
     assert_one_error_line(run("train", "rnnlm", "--placement", "single:gpu1", "--steps", "0"), "--steps")
+
+
+def test_place_flag_errors(graph_file, tmp_path):
+    assert_one_error_line(run("place", str(graph_file), "--seed", "-1", "--out", str(tmp_path / "x")), "seed")
+    assert_one_error_line(run("place", str(graph_file), "--set", "clip", "--out", str(tmp_path / "x")), "KEY=VALUE")
+
+
+def test_place_table_and_json_say_which_placement_was_returned(tmp_path):
+    from tests.test_api import graph30
+
+    graph30().save(tmp_path / "g30.json")
+    args = ("place", str(tmp_path / "g30.json"), "-c", "k80x2", "--strategy", "random", "--budget", "1",
+            "--groups", "none")  # fmt: skip
+    table = run(*args, "--out", str(tmp_path / "t"))
+    assert table.returncode == 0, table.stderr
+    assert "returned placement (m-etf)" in table.stdout and "search best" in table.stdout
+    as_json = json.loads(run(*args, "--out", str(tmp_path / "j"), "--json").stdout)
+    assert as_json["returned"] == "m-etf" and as_json["search_best_step_time_s"] > as_json["best_step_time_s"]
+    assert_one_error_line(run("place", "--resume", str(tmp_path / "j"), "--out", str(tmp_path / "k")), "drop --out")

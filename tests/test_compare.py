@@ -46,3 +46,31 @@ def test_strategy_names():
     assert "post" in parse_strategies("all") and "data-parallel" in parse_strategies("all")
     with pytest.raises(PostplaceError, match="unknown 'postt'"):
         parse_strategies("single,postt")
+
+
+def test_rows_against_independent_values_and_no_stale_reuse(tmp_path):
+    from postplace.placers import place
+    from postplace.search import Budget, make_problem, make_strategy, run
+    from postplace.sim import Simulator
+
+    g, c = graph(), star_cluster(("cpu", "gpu", "gpu"), bandwidth=1e9)
+    report = compare(g, c, ["heft", "post"], budget=20, seeds=1, out=tmp_path)
+    rows = {r["strategy"]: r for r in report["rows"]}
+    assert rows["heft"]["best_step_time_s"] == Simulator(g, c).evaluate_ops(place("heft", g, c)[None]).step_time[0]
+    problem = make_problem(g, c)
+    own = run(make_strategy("post", problem.space, seed=0), problem.simulator, Budget(samples=20))
+    assert rows["post"]["best_step_time_s"] == own.best_step_time
+    # a rerun with another budget must not reuse the 20-sample result under the new label
+    again = compare(g, c, ["post"], budget=60, seeds=1, out=tmp_path)
+    assert again["rows"][0]["per_seed"][0]["samples"] == 60
+    longer = run(make_strategy("post", problem.space, seed=0), problem.simulator, Budget(samples=60))
+    assert again["rows"][0]["best_step_time_s"] == longer.best_step_time
+
+
+def test_an_oom_placer_row_has_no_best_time(tmp_path):
+    g = graph()
+    c = star_cluster(("cpu", "gpu", "gpu"), bandwidth=1e9, memory=float(g.persistent_bytes.sum()) / 3)
+    report = compare(g, c, ["cpu"], budget=10, seeds=1, out=tmp_path)
+    row = report["rows"][0]
+    assert row["oom_count"] == 1 and row["best_step_time_s"] is None and row["ratio_to_single"] is None
+    assert row["note"].startswith("OOM")

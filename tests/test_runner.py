@@ -156,3 +156,28 @@ def test_ctrl_c_inside_a_batch_resumes_to_the_uninterrupted_result(tmp_path, sto
     clean = run(make_strategy("post", p.space, seed=2), p.simulator, Budget(samples=1000), out_dir=clean_dir)
     assert resumed.best_step_time == clean.best_step_time and resumed.curve == clean.curve
     assert (stopped_dir / HISTORY).read_text() == (clean_dir / HISTORY).read_text()
+
+
+def test_placements_outside_the_space_are_rejected_never_evaluated():
+    p = problem()
+    allowed = p.space.allowed.copy()
+    allowed[0] = [False, True, False]  # unit 0 may only use gpu0 (as a pin would say)
+    from dataclasses import replace
+
+    space = replace(p.space, allowed=allowed)
+
+    class Rogue:
+        name = "rogue"
+
+        def ask(self, n):
+            return np.zeros((1, space.num_units), dtype=np.int64)  # unit 0 on the cpu
+
+        def tell(self, *a):
+            raise AssertionError("told a placement that should have been rejected")
+
+    counting = _Counting(p.simulator)
+    with pytest.raises(PostplaceError, match="rogue.*unit 0 on device id 0"):
+        run(Rogue(), counting, Budget(samples=5), space=space)
+    with pytest.raises(PostplaceError, match="the warm start"):
+        run(make_strategy("random", space), counting, Budget(samples=5), warm_start=np.zeros(space.num_units, int))
+    assert counting.evaluated == 0

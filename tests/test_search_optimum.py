@@ -66,3 +66,53 @@ def test_random_search_does_measurably_worse_where_the_optimum_is_a_needle():
     assert post_hits >= 8
     assert rand_hits <= 3
     assert np.median([r.best_step_time for r in rand]) > 1.5 * best
+
+
+# ---------------------------------------------------------------------------------------------- held out
+# The defaults were chosen on random_dag_instance(0..9) (benchmarks/RESULTS.md, "Post's defaults"). These
+# instances were never used for that: another generator (10 ops, CPU 3-6x slower, the two GPUs differing
+# by up to 25% per op), seeds 101..110, all ten reported, none left out. 3^10 = 59,049 placements, so
+# random search with 2,400 samples covers 4% of them and rarely hits the optimum.
+HELD_OUT = range(101, 111)
+
+
+def held_out_instance(seed: int):
+    rng = np.random.default_rng(seed)
+    n = 10
+    out_bytes = rng.integers(1, 4, n).astype(float)
+    edges = [(i, j, out_bytes[i]) for j in range(1, n) for i in range(j) if rng.random() < 0.25]
+    gpu = rng.uniform(1.0, 3.0, n)
+    table = np.stack([gpu * rng.uniform(3, 6, n), gpu * rng.uniform(0.8, 1.25, n), gpu * rng.uniform(0.8, 1.25, n)],
+                     axis=1)  # fmt: skip
+    g = OpGraph.build([f"op{i}" for i in range(n)], edges, name=f"held{seed}")
+    return make_problem(g, star_cluster(KINDS, bandwidth=2.0), groups=None, cost_model=TableCostModel(table))
+
+
+@pytest.fixture(scope="module")
+def held_out_hits():
+    """Per held-out instance: (seeds of 10 where post reaches the optimum, the same for random)."""
+    hits = {}
+    for seed in HELD_OUT:
+        problem = held_out_instance(seed)
+        best, _ = optimum(problem)
+        counts = []
+        for name in ("post", "random"):
+            found = [run(make_strategy(name, problem.space, seed=s), problem.simulator,
+                         Budget(samples=BUDGET)).best_step_time for s in range(10)]  # fmt: skip
+            counts.append(sum(t <= best * 1.01 for t in found))
+        hits[seed] = tuple(counts)
+    return hits
+
+
+def test_post_beats_random_search_on_held_out_instances(held_out_hits):
+    # measured at the time of writing: post 67/100, random 15/100 (at most 2 of 10 on any instance)
+    assert all(r <= 3 for _, r in held_out_hits.values()), held_out_hits
+    post = sum(p for p, _ in held_out_hits.values())
+    rand = sum(r for _, r in held_out_hits.values())
+    assert post >= 60 and post >= 3 * rand, held_out_hits
+
+
+@pytest.mark.xfail(strict=True, reason="the 8-of-10 claim holds on 5 of the 10 held-out instances only (102: 1/10, "
+                                       "103: 0/10, 110: 4/10; Post stops 1-2% above the optimum); see RESULTS")
+def test_post_reaches_the_optimum_in_8_of_10_seeds_on_held_out_instances(held_out_hits):
+    assert all(p >= 8 for p, _ in held_out_hits.values()), held_out_hits

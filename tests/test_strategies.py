@@ -5,7 +5,7 @@ import pytest
 
 from postplace.search import STRATEGIES, make_strategy
 from postplace.search.strategy import SearchSpace
-from postplace.testing.contracts import check_strategy_contract
+from postplace.testing.contracts import check_cross_entropy_step, check_strategy_contract
 
 ALLOWED = np.array([[True, True, True], [True, False, True], [False, True, False], [True, True, True]] * 3)
 SPACE = SearchSpace(allowed=ALLOWED, failure_step_time=1e3, unit_time=np.where(ALLOWED, 1.0, np.inf),
@@ -15,3 +15,20 @@ SPACE = SearchSpace(allowed=ALLOWED, failure_step_time=1e3, unit_time=np.where(A
 @pytest.mark.parametrize("name", [*STRATEGIES, "post-paper"])
 def test_contract(name):
     check_strategy_contract(lambda space, seed: make_strategy(name, space, seed=seed), SPACE)
+
+
+def small_ce(name):
+    """Post-family strategies with a cross-entropy step every 24 samples (K = 8), so the 96-240 samples
+    the contract drives cross several CE steps (the default N = 480 is never reached there)."""
+    from dataclasses import replace
+
+    from postplace.search.config import config_class
+
+    cfg = replace(config_class(name)[1], batch_size=8, ce_every=24)
+    return lambda space, seed: make_strategy(name, space, seed=seed, config=cfg)
+
+
+@pytest.mark.parametrize("name", ["post", "post-paper", "ce"])
+def test_contract_across_cross_entropy_steps(name):
+    check_strategy_contract(small_ce(name), SPACE)
+    check_cross_entropy_step(small_ce(name), SPACE, 24)

@@ -1,6 +1,30 @@
-"""postplace: fast device placements for deep-learning training (the Post algorithm)."""
+"""postplace: fast device placements for deep-learning training (the Post algorithm).
+
+The library is the product; the ``postplace`` command is a thin shell over it:
+
+* :func:`place` searches a placement and returns the best of the search, the best single device
+  and the memory-aware one-shot placers (a :class:`PlaceResult`); :func:`resume` continues a run folder;
+* :func:`compare` runs every baseline and strategy side by side;
+* :func:`apply` gives a placed training step for the user's own module.
+
+They are imported on first use, so ``import postplace`` stays fast.
+"""
 
 from postplace.errors import PostplaceError
 
-__all__ = ["PostplaceError"]
+__all__ = ["PlaceResult", "PostplaceError", "apply", "compare", "load_target", "place", "resume"]
 __version__ = "0.1.0"
+
+_API = {"PlaceResult", "apply", "compare", "load_target", "place", "resume"}
+
+
+def __getattr__(name):
+    if name in _API:
+        from postplace import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'postplace' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted([*globals(), *_API])

@@ -21,7 +21,7 @@ from postplace.cluster import Cluster, load_cluster, preset_names
 from postplace.cluster.from_workload import describe_machine, resolve_cluster, workload_machine
 from postplace.cluster.placement import load_placement, single_device
 from postplace.errors import PostplaceError
-from postplace.graph import PHASES, OpGraph, load_graph
+from postplace.graph import PHASES, OpGraph
 from postplace.graph.dnn_partitioning import describe_backward
 
 app = typer.Typer(
@@ -44,16 +44,15 @@ SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full or sm
 
 def load_target(target: str, size: str = "full") -> OpGraph:
     """A graph from a file path (first) or a zoo model name."""
-    path = Path(target)
-    if path.exists():
-        return load_graph(path)
-    if path.suffix or "/" in target:
-        raise PostplaceError(f"{target}: no such file")
-    try:
-        from postplace import zoo
-    except ImportError:
-        raise PostplaceError(f"'{target}' is not a file, and this build has no model zoo") from None
-    return zoo.cached_graph(target, size)
+    from postplace.api import load_target as load
+
+    return load(target, size=size).graph
+
+
+def report_dir(out, target, cluster) -> str:
+    from postplace.api import default_compare_out
+
+    return str(out or default_compare_out(target, cluster))
 
 
 def _gb(x: float) -> str:
@@ -257,30 +256,25 @@ def compare(
     as_json: JsonOpt = False,
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
-    from postplace.compare import compare as run_compare
-    from postplace.compare import parse_strategies
-
-    names = parse_strategies(strategies)
-    if budget < 1 or seeds < 1:
-        raise PostplaceError("--budget and --seeds must be positive")
-    graph = load_target(target, size)
-    c = resolve_cluster(cluster, graph)
-    out = out or Path("runs") / f"compare-{Path(target).stem}-{c.name}"
+    import postplace.api as api
 
     def progress(name: str) -> None:
         if not as_json:
             console.print(f"  running {name}...", highlight=False)
 
     try:
-        report = run_compare(graph, c, names, budget=budget, seeds=seeds, out=out, progress=progress,
-                             expert_split=expert_split)
+        report = api.compare(target, cluster, strategies=strategies, budget=budget, seeds=seeds, out=out,
+                             expert_split=expert_split, size=size, progress=progress)  # fmt: skip
     except KeyboardInterrupt:
-        print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
+        print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}",
+              file=sys.stderr)  # fmt: skip
         sys.exit(130)
+    out = Path(report["out"])
+    graph_name, c_name = report["graph"], report["cluster"]
     if as_json:
         print(json.dumps({k: v for k, v in report.items()}))
         return
-    t = Table(title=f"{graph.name} on {c.name}: {budget} samples x {seeds} seeds per search (simulated)")
+    t = Table(title=f"{graph_name} on {c_name}: {budget} samples x {seeds} seeds per search ({report['evaluator']})")
     for col in ("strategy", "best ms", "range ms", "/single", "/LB", "peak GB", "OOM", "wall s", "note"):
         t.add_column(col, no_wrap=col != "note")
     for r in report["rows"]:
@@ -344,140 +338,111 @@ def calibrate(
                                 score_on=score_on or (), runs=runs, threads=threads), highlight=False)
 
 
-def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:
-    """The fastest single-device placement that fits in memory, or (None, None, None)."""
-    from postplace.placers import NoSingleDeviceFits, place_single
-
-    try:
-        ops = place_single(graph, c, cost_model=sim.problem.cost_model)
-    except NoSingleDeviceFits:
-        return None, None, None
-    device = c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
-    return device, float(sim.evaluate_ops(ops[None]).step_time[0]), ops
+PLACE_FLAGS = {  # CLI parameter -> run.json setting, for --resume's check that nothing else changed
+    "target": "target", "cluster": "cluster", "strategy": "strategy", "seed": "seed", "groups": "groups",
+    "pin": "pins", "exclude": "exclude", "warm_start": "warm_start", "evaluator": "evaluator",
+    "map_all_to": "map_all_to", "size": "size",
+}  # fmt: skip
 
 
 @app.command()
 def place(
+    ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
     strategy: Annotated[str, typer.Option("--strategy", "-s", help="post, post-paper, ce, ppo, reinforce, random...")] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (placement, history, summary, checkpoint).")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run saved in this folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run saved in this folder (--budget N extends it).")] = None,
     groups: Annotated[str, typer.Option("--groups", help="Number of groups, or 'none' for op-level placement.")] = "256",
     pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: pin matching ops (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="A device the search may not use.")] = None,
-    warm_start: Annotated[str | None, typer.Option("--warm-start", help="Seed the search with a placer's placement.")] = None,
+    warm_start: Annotated[str | None, typer.Option("--warm-start", help="A placer, single:DEVICE or a placement file to start from.")] = None,
     evaluator: Annotated[str, typer.Option("--evaluator", help="simulator, or torch (real execution; zoo models only).")] = "simulator",
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="With --evaluator torch: run every device on this torch device.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a field of the strategy's config (repeatable).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="A TOML file of the strategy's config fields.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
 ) -> None:
-    """Search a placement; returns the better of the search's best and the best single device."""
-    from postplace.cluster.placement import save_placement
-    from postplace.search import Budget, make_problem, make_strategy, run
+    """Search a placement; returns the best of the search, the single device and the one-shot placers."""
+    import postplace.api as api
+    from postplace.search.config import parse_set, read_config_file
 
-    if resume is not None:
-        out = resume
-        meta = _read_meta(resume)
-        target, cluster, strategy, seed, groups, size = (meta[k] for k in ("target", "cluster", "strategy", "seed",
-                                                                           "groups", "size"))  # fmt: skip
-        budget, pin, exclude, warm_start = meta["budget"], meta["pin"], meta["exclude"], meta["warm_start"]
-        evaluator, map_all_to = meta.get("evaluator", "simulator"), meta.get("map_all_to")
-    if target is None:
-        raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
-    if out is None:
-        out = Path("runs") / f"{Path(target).stem}-{cluster}-{strategy}-s{seed}"
-    graph = load_target(target, size)
-    c = resolve_cluster(cluster, graph)
+    overrides = {}
+    if config is not None:
+        overrides.update(read_config_file(config, strategy))
+    overrides.update(parse_set(set_))
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
-    problem = make_problem(graph, c, groups=n_groups, pins=pin or [], exclude=exclude or [], seed=seed)
-    budget_ = Budget.parse(budget)
-    space, judge = problem.space, problem.simulator
-    if evaluator == "torch":
-        from dataclasses import replace
-
-        from postplace.runtime.evaluator import TorchEvaluator
-
-        if Path(target).exists():
-            raise PostplaceError("--evaluator torch needs a zoo model name as TARGET (a graph file has no code to run)")
-        judge = TorchEvaluator.for_zoo(target, size, c, group_of_op=problem.grouping.group_of_op,
-                                       device_map=map_all_to, graph=graph)
-        # measured seconds can exceed the simulator's bound: failures must still score worst
-        space = replace(space, failure_step_time=max(space.failure_step_time, judge.failure_step_time))
-    elif evaluator != "simulator":
-        raise PostplaceError(f"--evaluator '{evaluator}': use simulator or torch")
-    strat = make_strategy(strategy, space, seed=seed)
-    warm = None
-    if warm_start is not None:
-        warm = _warm_start_units(warm_start, problem)
-    meta = {"target": target, "cluster": cluster, "strategy": strategy, "seed": seed, "groups": groups,
-            "size": size, "budget": budget, "pin": pin or [], "exclude": exclude or [], "warm_start": warm_start,
-            "evaluator": evaluator, "map_all_to": map_all_to}  # fmt: skip
-    if not as_json:
-        console.print(f"{graph.name}: {graph.num_ops} ops in {problem.grouping.num_groups} groups on {c.name}; "
-                      f"{strategy}, budget {budget_.describe()}, seed {seed}", highlight=False)  # fmt: skip
-    result = run(strat, judge, budget_, out_dir=out, resume=resume is not None,
-                 progress=not as_json and sys.stderr.isatty(), warm_start=warm, meta=meta)  # fmt: skip
-    sim = problem.simulator
-    single_name, single_time, single_ops = _single_device_best(sim, graph, c)
-    if judge is not sim and single_ops is not None:  # compare like with like: measure it too
-        measured = judge.evaluate(problem.grouping.collapse(single_ops)[None])
-        single_time = float(measured.step_time[0]) if measured.feasible[0] else None
-    search_ops = None if result.best_placement is None else problem.grouping.expand(result.best_placement)
-    if search_ops is not None and (single_time is None or result.best_step_time <= single_time):
-        chosen, best_ops, best_time = "search", search_ops, result.best_step_time
-    elif single_ops is not None:
-        chosen, best_ops, best_time = f"single:{single_name}", single_ops, single_time
-    else:
-        raise PostplaceError(
-            f"no feasible placement found: the search sampled {result.samples} placements, all OOM or failed, "
-            "and no single device fits; try a larger --budget or a cluster with more memory"
-        )
-    sched = sim.schedule(best_ops)
-    save_placement(out / "placement.json", graph, c, best_ops)
-    lb = sim.lower_bound
-    summary = {
-        "graph": graph.name, "cluster": c.name, "strategy": strategy, "seed": seed, "evaluator": result.evaluator,
-        "budget": budget_.describe(), "samples": result.samples, "feasible_samples": result.feasible_samples,
-        "evaluations": result.evaluations, "groups": problem.grouping.num_groups,
-        "best_step_time_s": best_time, "returned": chosen,
-        "search_best_step_time_s": result.best_step_time if search_ops is not None else None,
-        "search_best_sample": result.best_sample,
-        "single_device": single_name, "single_device_step_time_s": single_time,
-        "lower_bound_s": lb, "lower_bound_source": "simulator cost model",
-        "ratio_to_lower_bound": best_time / lb if lb > 0 else None,
-        "ratio_to_single_device": best_time / single_time if single_time else None,
-        "peak_memory_bytes": dict(zip(c.device_names, sched.peak_memory.tolist(), strict=True)),
-        "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
-        "warm_start": warm_start, "wall_time_s": result.wall_time_s, "interrupted": result.interrupted,
-        "out": str(out),
-    }  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    try:
+        if resume is not None:
+            if out is not None and out.resolve() != resume.resolve():
+                raise PostplaceError(f"--out {out} with --resume {resume}: a resumed run stays in its own folder; "
+                                     "drop --out")  # fmt: skip
+            given = {}
+            for param, key in PLACE_FLAGS.items():
+                if _given(ctx, param):
+                    value = ctx.params[param]
+                    given[key] = n_groups if param == "groups" else value
+            if overrides:
+                given["config"] = overrides
+            explicit_budget = _given(ctx, "budget")
+            result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
+                                **given)  # fmt: skip
+        else:
+            if target is None:
+                raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
+            out = out or api.default_out(target, cluster, strategy, seed)
+            if not as_json:
+                console.print(f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}",
+                              highlight=False)  # fmt: skip
+            result = api.place(target, cluster, strategy=strategy, budget=budget, seed=seed, pins=pin or (),
+                               exclude=exclude or (), warm_start=warm_start, evaluator=evaluator, out=out,
+                               config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
+                               progress=_progress(as_json))  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(130)
     if as_json:
-        print(json.dumps(summary))
+        print(json.dumps(result.summary))
         return
-    _print_place_table(summary, c)
+    _print_place_table(result.summary, result.cluster)
+
+
+def _given(ctx: typer.Context, param: str) -> bool:
+    """The flag was typed on the command line (not left at its default)."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _progress(as_json: bool) -> bool:
+    return not as_json and sys.stderr.isatty()
 
 
 def _print_place_table(s: dict, c: Cluster) -> None:
-    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples (simulated)")
+    kind = s["figures"]["best_step_time_s"]
+    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind} step times)")
     t.add_column("")
-    t.add_column("step time", justify="right")
+    t.add_column(f"step time ({kind})", justify="right")
     t.add_column("vs returned", justify="right")
+    t.add_column("note")
     best = s["best_step_time_s"]
-    rows = [("returned placement (" + s["returned"] + ")", best)]
-    if s["search_best_step_time_s"] is not None:
-        rows.append((f"search best (sample {s['search_best_sample']})", s["search_best_step_time_s"]))
-    else:
-        rows.append(("search best", None))
-    rows.append((f"best single device ({s['single_device'] or 'none fits'})", s["single_device_step_time_s"]))
-    rows.append(("lower bound", s["lower_bound_s"]))
-    for name, v in rows:
-        t.add_row(name, "-" if v is None else _ms(v), "-" if v is None else f"{v / best:.3f}x")
+    rows = [(f"returned placement ({s['returned']})", best, "")]
+    sample = f" (sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
+    rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", "")))
+    for name, v in s["candidates"].items():
+        if name != "search":
+            rows.append((name, v, s["candidate_notes"].get(name, "")))
+    for name, v, note in rows:
+        t.add_row(name, "-" if v is None else _ms(v), "-" if v is None else f"{v / best:.3f}x", note[:80])
     console.print(t)
-    m = Table(title="peak memory of the returned placement")
+    lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
+    if s["ratio_to_lower_bound"] is not None:
+        lb += f", returned / lower bound {s['ratio_to_lower_bound']:.3f}"
+    console.print(lb, highlight=False)
+    m = Table(title="peak memory of the returned placement (simulated)")
     for col in ("device", "peak", "capacity", ""):
         m.add_column(col)
     for d in c.device_names:
@@ -485,38 +450,18 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         m.add_row(d, _gb(peak), _gb(cap), "OOM" if peak > cap else "")
     console.print(m)
     if s["warm_start"]:
-        console.print(f"the search was warm-started from the {s['warm_start']} placer", highlight=False)
-    if s["interrupted"]:
-        console.print(f"interrupted: resume with  postplace place --resume {s['out']}", highlight=False)
-    console.print(f"wrote {s['out']}/placement.json, summary.json, history.jsonl, checkpoint.pkl", highlight=False)
-
-
-def _read_meta(folder: Path) -> dict:
-    import pickle
-
-    path = folder / "checkpoint.pkl"
-    if not path.exists():
-        raise PostplaceError(f"{folder}: no checkpoint.pkl to resume from")
-    with open(path, "rb") as f:
-        return pickle.load(f)["meta"]
+        console.print(f"the search was warm-started from {s['warm_start']}", highlight=False)
+    if s["map_all_to"]:
+        console.print(f"measured with every device mapped to torch device {s['map_all_to']}", highlight=False)
+    if s["out"]:
+        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, history.jsonl, checkpoint.json",
+                      highlight=False)  # fmt: skip
 
 
 def _positive_int(text: str, flag: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise PostplaceError(f"{flag} '{text}': give a positive integer or 'none'")
     return int(text)
-
-
-def _warm_start_units(placer: str, problem) -> np.ndarray:
-    """A placer's op-level placement (or ``single:DEVICE``), mapped to the search's groups."""
-    from postplace.placers import place as run_placer
-
-    c, graph = problem.cluster, problem.graph
-    if placer.startswith("single:"):
-        ops = single_device(graph, c, placer.split(":", 1)[1])
-    else:
-        ops = run_placer(placer, graph, c)
-    return problem.grouping.collapse(ops)
 
 
 def main() -> None:

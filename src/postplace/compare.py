@@ -3,14 +3,17 @@
 One-shot placers run once; search strategies run once per seed with the same sample budget, each
 into its own run folder (``DIR/runs/<strategy>/seed<k>``) with history and checkpoint, so an
 interrupted comparison resumes where it stopped: finished runs are read back, unfinished ones resume
-from their checkpoint. Every number comes from the same evaluator (the simulator), and a search row
-reports the strategy's own best (no fallback to the single-device placement here).
+from their checkpoint, but only when graph, cluster, strategy, budget, seed and configuration all
+match (a run folder made with other settings is stale: it is removed and run again). Every number
+comes from the same evaluator (the simulator), and a search row reports the strategy's own best (no
+fallback to the single-device placement here). A placer whose placement is OOM shows no best time.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,7 +25,8 @@ from postplace.cluster import Cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
-from postplace.search.runner import CHECKPOINT
+from postplace.search.runner import CHECKPOINT, read_meta
+from postplace.search.state_io import fingerprint
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "metis", "heft", "m-topo", "m-etf", "m-sct")
 SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post")
@@ -73,7 +77,7 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
         elif name in PLACER_NAMES:
             rows.append(_placer_row(name, graph, cluster, sim, expert_split))
         else:
-            rows.append(_search_row(name, problem, budget, seeds, out))
+            rows.append(_search_row(name, problem, budget, seeds, out, graph, cluster))
         rows[-1].wall_time_s = rows[-1].wall_time_s or time.perf_counter() - t
     for r in rows:
         if r.best_step_time_s is not None:
@@ -120,9 +124,10 @@ def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
     if res.failed[0]:
         return Row(name, "placer", None, note=f"invalid placement: {res.reasons[0]}", wall_time_s=wall)
     step = float(res.step_time[0])
-    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()),
-               oom_count=int(res.oom[0]), wall_time_s=wall,
-               note="OOM: this placement does not fit" if res.oom[0] else "")  # fmt: skip
+    if res.oom[0]:  # an OOM placement has no step time to report as a result
+        return Row(name, "placer", None, peak_memory_bytes=float(res.peak_mem[0].max()), oom_count=1,
+                   wall_time_s=wall, note=f"OOM: this placement does not fit (it would take {step * 1e3:.2f} ms)")
+    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()), wall_time_s=wall)
 
 
 def _data_parallel_row(graph, cluster) -> Row:
@@ -138,20 +143,46 @@ def _data_parallel_row(graph, cluster) -> Row:
                     f"({r.gradient_source})")  # fmt: skip
 
 
-def _search_row(name, problem, budget: int, seeds: int, out: Path) -> Row:
+def run_key(graph, cluster, strategy, budget: int, seed: int) -> dict:
+    """What a finished search run may be reused for: every input that changes its result."""
+    cfg = getattr(strategy, "config", None)
+    cfg = asdict(cfg) if cfg is not None else None
+    key = {"graph": fingerprint(graph), "cluster": fingerprint(cluster), "strategy": strategy.name,
+           "budget": budget, "seed": seed, "config": cfg}
+    return json.loads(json.dumps(key))  # as it reads back from result.json (tuples become lists)
+
+
+def _recorded_key(folder: Path):
+    done = folder / "result.json"
+    try:
+        if done.exists():
+            return json.loads(done.read_text()).get("key"), True
+        if (folder / CHECKPOINT).exists():
+            return read_meta(folder).get("key"), False
+    except (PostplaceError, ValueError, OSError, AttributeError):
+        pass  # damaged: treated as stale
+    return None, False
+
+
+def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluster) -> Row:
     bests, walls, peaks, ooms = [], [], [], 0
     per_seed = []
     for seed in range(seeds):
         folder = out / "runs" / name / f"seed{seed}"
         done = folder / "result.json"
-        if done.exists():
+        strategy = make_strategy(name, problem.space, seed=seed)
+        key = run_key(graph, cluster, strategy, budget, seed)
+        recorded, finished = _recorded_key(folder)
+        if folder.exists() and recorded != key:
+            shutil.rmtree(folder)  # made with other settings (or damaged): stale, never reused
+            recorded, finished = None, False
+        if finished:
             rec = json.loads(done.read_text())
         else:
-            strategy = make_strategy(name, problem.space, seed=seed)
             resume = (folder / CHECKPOINT).exists()
             t = time.perf_counter()
             r = run(strategy, problem.simulator, Budget(samples=budget), out_dir=folder, resume=resume,
-                    meta={"strategy": name, "seed": seed})  # fmt: skip
+                    meta={"strategy": name, "seed": seed, "key": key})  # fmt: skip
             if r.interrupted:
                 raise KeyboardInterrupt
             peak = None
@@ -160,9 +191,10 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path) -> Row:
             rec = {"best_step_time_s": r.best_step_time if r.best_placement is not None else None,
                    "wall_time_s": time.perf_counter() - t, "samples": r.samples,
                    "feasible_samples": r.feasible_samples, "peak_memory_bytes": peak,
-                   "best_placement": None if r.best_placement is None else r.best_placement.tolist()}  # fmt: skip
+                   "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
+                   "key": key}  # fmt: skip
             done.write_text(json.dumps(rec))
-        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k != "best_placement"}})
+        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k not in ("best_placement", "key")}})
         walls.append(rec["wall_time_s"])
         if rec["best_step_time_s"] is None:
             ooms += 1

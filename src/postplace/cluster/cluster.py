@@ -90,6 +90,10 @@ class Cluster:
         self._routes  # noqa: B018  (computes routes now so a disconnected cluster fails at load)
 
     # ------------------------------------------------------------------------------ views
+    def __repr__(self) -> str:
+        devs = ", ".join(f"{d.name} ({d.model}, {d.memory / 1e9:.3g} GB)" for d in self.devices)
+        return f"Cluster({self.name!r}: {devs}; {len(self.links)} links)"
+
     @property
     def num_devices(self) -> int:
         return len(self.devices)

@@ -88,6 +88,11 @@ class OpGraph:
     metadata: dict = field(default_factory=dict)
     inplace_base: np.ndarray | None = None
 
+    def __repr__(self) -> str:
+        return (f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
+                f"{float(self.flops.sum()):.3g} FLOPs, {float(self.persistent_bytes.sum()) / 1e9:.3g} GB persistent, "
+                f"memory mode {self.memory_mode})")
+
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "names", tuple(str(x) for x in self.names))

@@ -29,15 +29,36 @@ class PlacementError(PostplaceError):
     """A placer could not produce a placement (for example: the graph fits in no device's memory)."""
 
 
-def op_time_table(graph: OpGraph, cluster: Cluster, cost_model: CostModel | None) -> np.ndarray:
+def op_time_table(graph: OpGraph, cluster: Cluster, cost_model: CostModel | None,
+                  allowed: np.ndarray | None = None) -> np.ndarray:
     """``[n_ops, D]`` seconds, inf where an op (or its colocation set) may not use the device."""
     table = np.array((cost_model or RooflineCostModel()).op_times(graph, cluster).table, dtype=np.float64)
-    return np.where(allowed_matrix(graph, cluster), table, np.inf)
+    return np.where(allowed_matrix(graph, cluster, allowed), table, np.inf)
 
 
-def allowed_matrix(graph: OpGraph, cluster: Cluster) -> np.ndarray:
-    """``[n_ops, D]`` bool: op i may run on device d, given its colocation set's common kinds."""
-    return (effective_kinds(graph)[:, None] & cluster.kind_bits[None, :]) != 0
+def allowed_matrix(graph: OpGraph, cluster: Cluster, allowed: np.ndarray | None = None) -> np.ndarray:
+    """``[n_ops, D]`` bool: op i may run on device d, given its colocation set's common kinds.
+
+    ``allowed`` (``[n_ops, D]`` bool, optional): the user's constraints (pins, exclusions) on top of
+    the kinds; it is intersected over each colocation set, since a set goes on one device.
+    """
+    ok = (effective_kinds(graph)[:, None] & cluster.kind_bits[None, :]) != 0
+    if allowed is not None:
+        allowed = np.asarray(allowed, dtype=bool)
+        if allowed.shape != ok.shape:
+            raise PostplaceError(f"allowed has shape {allowed.shape}; the graph and cluster need {ok.shape}")
+        ok = ok & allowed
+        for members in graph.colocation_sets:
+            ok[members] = ok[members].all(axis=0)
+    return ok
+
+
+def constrained_devices(devices: list[int], allowed: np.ndarray | None) -> list[int]:
+    """``devices`` without those no op may use under ``allowed`` (all of them if that leaves none)."""
+    if allowed is None:
+        return list(devices)
+    kept = [d for d in devices if np.asarray(allowed)[:, d].any()]
+    return kept or list(devices)
 
 
 def units(graph: OpGraph) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -173,20 +194,21 @@ def memory_account(graph: OpGraph, cluster: Cluster, dev: np.ndarray) -> np.ndar
     return used
 
 
-def check_graph(graph: OpGraph, cluster: Cluster, who: str) -> None:
+def check_graph(graph: OpGraph, cluster: Cluster, who: str, allowed: np.ndarray | None = None) -> None:
     """Errors a user can cause before any placer runs: an op no device of the cluster may run."""
-    ok = allowed_matrix(graph, cluster).any(axis=1)
+    ok = allowed_matrix(graph, cluster, allowed).any(axis=1)
     bad = np.flatnonzero(~ok)
     if bad.size:
+        why = "its allowed kinds, pins and exclusions" if allowed is not None else "its allowed kinds"
         raise PlacementError(
             f"{who}: op '{graph.names[bad[0]]}' may run on no device of cluster '{cluster.name}' "
-            "(check its allowed kinds and the cluster's device kinds)"
+            f"(check {why} and the cluster's device kinds)"
         )
 
 
-def force_cpu_only(graph: OpGraph, cluster: Cluster, dev: np.ndarray) -> np.ndarray:
+def force_cpu_only(graph: OpGraph, cluster: Cluster, dev: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
     """Move every op whose colocation set may not use its device to the first device it may use."""
-    allowed = allowed_matrix(graph, cluster)
+    allowed = allowed_matrix(graph, cluster, allowed)
     dev = np.asarray(dev, dtype=np.int64).copy()
     bad = ~allowed[np.arange(graph.num_ops), dev]
     for i in np.flatnonzero(bad):

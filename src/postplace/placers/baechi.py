@@ -30,6 +30,7 @@ from postplace.placers._common import (
     MemoryAccount,
     PlacementError,
     check_graph,
+    constrained_devices,
     default_devices,
     finite_mean,
     mean_transfer_time,
@@ -71,9 +72,9 @@ def _candidates(times: np.ndarray, devices: list[int]) -> np.ndarray:
     return among
 
 
-def _resolve_devices(graph: OpGraph, cluster: Cluster, devices) -> list[int]:
+def _resolve_devices(graph: OpGraph, cluster: Cluster, devices, allowed=None) -> list[int]:
     if devices is None:
-        return default_devices(graph, cluster)
+        return constrained_devices(default_devices(graph, cluster), allowed)
     return [cluster.device_index(d) if isinstance(d, str) else int(d) for d in devices]
 
 
@@ -88,7 +89,8 @@ def _no_room(who: str, graph: OpGraph, cluster: Cluster, members, u: int, acct: 
 
 # ------------------------------------------------------------------------------------------ m-TOPO
 def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 devices: list | None = None, memory: str = "checked") -> np.ndarray:
+                 devices: list | None = None, memory: str = "checked",
+                 allowed: np.ndarray | None = None) -> np.ndarray:
     """m-TOPO: fill the devices one after another in topological order, each up to an equal share of memory.
 
     Units (colocation sets) are taken in program order (a topological order of the ops; a unit comes
@@ -108,6 +110,8 @@ def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
         Devices to fill, in order (default: the GPUs, else every device).
     memory : {"checked", "conservative"}
         The memory account policy for live graphs (module docstring).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions); an op only goes where allowed.
 
     Returns
     -------
@@ -133,14 +137,14 @@ def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     >>> place_m_topo(g, star_cluster(("gpu", "gpu"), memory=3)).tolist()
     [0, 0, 1, 1]
     """
-    check_graph(graph, cluster, "m-topo")
-    return _memory_checked(lambda f: _m_topo(graph, cluster, cost_model, devices, f), graph, cluster, cost_model,
-                           memory)
+    check_graph(graph, cluster, "m-topo", allowed)
+    return _memory_checked(lambda f: _m_topo(graph, cluster, cost_model, devices, f, allowed), graph, cluster,
+                           cost_model, memory)
 
 
-def _m_topo(graph: OpGraph, cluster: Cluster, cost_model, devices, fraction: float) -> np.ndarray:
-    times = op_time_table(graph, cluster, cost_model)
-    devs = _resolve_devices(graph, cluster, devices)
+def _m_topo(graph: OpGraph, cluster: Cluster, cost_model, devices, fraction: float, allowed=None) -> np.ndarray:
+    times = op_time_table(graph, cluster, cost_model, allowed)
+    devs = _resolve_devices(graph, cluster, devices, allowed)
     cand = _candidates(times, devs)
     unit_of_op, members = units(graph)
     acct = MemoryAccount(graph, cluster, members, fraction)
@@ -178,7 +182,7 @@ def _static_level(graph: OpGraph, w: np.ndarray) -> np.ndarray:
 
 def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
                   devices: list | None = None, favorites: np.ndarray | None = None, who: str = "m-etf",
-                  memory_fraction: float = 1.0):
+                  memory_fraction: float = 1.0, allowed: np.ndarray | None = None):
     """The memory-aware ETF list scheduler behind m-ETF and m-SCT: ``(device, start, finish)`` over ops.
 
     At each step, among the ready ops (all predecessors scheduled) and the devices the op may use and
@@ -191,10 +195,10 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     its device goes first, to that device (Hanen and Munier's SCT rule), if it fits.
     ``memory_fraction`` < 1 relaxes the live-mode account (no guarantee: see the module docstring).
     """
-    check_graph(graph, cluster, who)
-    times = op_time_table(graph, cluster, cost_model)
+    check_graph(graph, cluster, who, allowed)
+    times = op_time_table(graph, cluster, cost_model, allowed)
     n, D = times.shape
-    devs = _resolve_devices(graph, cluster, devices)
+    devs = _resolve_devices(graph, cluster, devices, allowed)
     cand = _candidates(times, devs)
     unit_of_op, members = units(graph)
     acct = MemoryAccount(graph, cluster, members, memory_fraction)
@@ -278,7 +282,8 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, memory: str = "checked") -> np.ndarray:
+                devices: list | None = None, memory: str = "checked",
+                allowed: np.ndarray | None = None) -> np.ndarray:
     """m-ETF: Earliest Task First list scheduling that only puts an op where its memory fits.
 
     See :func:`list_schedule` for the exact rule and tie-breaks.
@@ -294,6 +299,8 @@ def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         Devices to schedule on (default: the GPUs, else every device).
     memory : {"checked", "conservative"}
         The memory account policy for live graphs (module docstring).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions); an op only goes where allowed.
 
     Returns
     -------
@@ -319,17 +326,17 @@ def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     >>> place_m_etf(g, star_cluster(("gpu", "gpu")), cost_model=TableCostModel([[1, 1], [3, 3], [3, 3]])).tolist()
     [0, 0, 1]
     """
-    check_graph(graph, cluster, "m-etf")
+    check_graph(graph, cluster, "m-etf", allowed)
 
     def run(f):
         return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, who="m-etf",
-                             memory_fraction=f)[0]
+                             memory_fraction=f, allowed=allowed)[0]
 
     return _memory_checked(run, graph, cluster, cost_model, memory)
 
 
 def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                  devices: list | None = None) -> np.ndarray:
+                  devices: list | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """Favourite child per op (-1: none) from the LP relaxation of SCT (Hanen and Munier, 1995).
 
     Variables: start ``t_i`` per op, ``x_ij`` in [0, 1] per producer-consumer pair (0: j runs right
@@ -340,8 +347,8 @@ def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     over the devices; ``c_ij`` = mean transfer time of the pair's bytes. ``x_ij < 0.5`` rounds to a
     favourite. Solved with scipy's HiGHS (``linprog(method="highs")``).
     """
-    times = op_time_table(graph, cluster, cost_model)
-    devs = _resolve_devices(graph, cluster, devices)
+    times = op_time_table(graph, cluster, cost_model, allowed)
+    devs = _resolve_devices(graph, cluster, devices, allowed)
     cand = _candidates(times, devs)
     p = finite_mean(np.where(cand, times, np.inf))
     lat, inv_bw = mean_transfer_time(cluster, devs)
@@ -400,7 +407,8 @@ def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, memory: str = "checked") -> np.ndarray:
+                devices: list | None = None, memory: str = "checked",
+                allowed: np.ndarray | None = None) -> np.ndarray:
     """m-SCT: ETF list scheduling that runs each op's LP-chosen favourite child right after it, where memory fits.
 
     The favourite children come from the LP relaxation of :func:`sct_favorites`; the scheduler is
@@ -417,6 +425,8 @@ def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         Devices to schedule on (default: the GPUs, else every device).
     memory : {"checked", "conservative"}
         The memory account policy for live graphs (module docstring).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions); an op only goes where allowed.
 
     Returns
     -------
@@ -441,11 +451,11 @@ def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     >>> place_m_sct(g, star_cluster(("gpu", "gpu")), cost_model=TableCostModel([[1, 1], [1, 1], [1, 1]])).tolist()
     [0, 0, 0]
     """
-    check_graph(graph, cluster, "m-sct")
-    fav = sct_favorites(graph, cluster, cost_model=cost_model, devices=devices)
+    check_graph(graph, cluster, "m-sct", allowed)
+    fav = sct_favorites(graph, cluster, cost_model=cost_model, devices=devices, allowed=allowed)
 
     def run(f):
         return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, favorites=fav, who="m-sct",
-                             memory_fraction=f)[0]
+                             memory_fraction=f, allowed=allowed)[0]
 
     return _memory_checked(run, graph, cluster, cost_model, memory)

@@ -19,7 +19,14 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.graph.dnn_partitioning import import_expert_split
 from postplace.graph.opgraph import PHASES, read_json
-from postplace.placers._common import check_graph, devices_of_kind, force_cpu_only, op_time_table, units
+from postplace.placers._common import (
+    check_graph,
+    constrained_devices,
+    devices_of_kind,
+    force_cpu_only,
+    op_time_table,
+    units,
+)
 
 __all__ = ["EMBEDDING_PATTERN", "LAYER_PATTERN", "SOFTMAX_PATTERN", "place_expert"]
 
@@ -30,7 +37,7 @@ SOFTMAX_PATTERN = re.compile(r"softmax|logits|lm_head|predictions|classifier|cro
 
 
 def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 split: str | Path | dict | None = None) -> np.ndarray:
+                 split: str | Path | dict | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """Place the model the way a human expert would split it over the GPUs.
 
     With ``split`` (a dnn-partitioning expert split file, or its parsed JSON): that split, read by
@@ -63,6 +70,9 @@ def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
         Unused (deterministic).
     split : path or dict, optional
         An expert split in the dnn-partitioning format.
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions): devices no op may use are left
+        out of the split, and an op the split puts where it may not go moves to its first allowed device.
 
     Returns
     -------
@@ -84,10 +94,10 @@ def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     >>> place_expert(g, star_cluster(("cpu", "gpu", "gpu", "gpu", "gpu")), cost_model=ConstantCostModel(1.0)).tolist()
     [1, 2, 3, 4]
     """
-    check_graph(graph, cluster, "expert")
+    check_graph(graph, cluster, "expert", allowed)
     if split is not None:
-        return _from_split(graph, cluster, split)
-    gpus = devices_of_kind(cluster, "gpu") or list(range(cluster.num_devices))
+        return force_cpu_only(graph, cluster, _from_split(graph, cluster, split), allowed)
+    gpus = constrained_devices(devices_of_kind(cluster, "gpu") or list(range(cluster.num_devices)), allowed)
     unit_of_op, members = units(graph)
     U = len(members)
     udev = np.full(U, -1, dtype=np.int64)
@@ -121,7 +131,7 @@ def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
             elif soft[u]:
                 udev[u] = soft_dev
     else:
-        times = op_time_table(graph, cluster, cost_model)
+        times = op_time_table(graph, cluster, cost_model, allowed)
         t = times[:, gpus[0]]
         t = np.where(np.isfinite(t), t, 0.0)
         fwd = PHASES.index("forward")
@@ -134,7 +144,7 @@ def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
             for u, q in zip(lead, np.clip(share, 0, len(gpus) - 1), strict=True):
                 udev[u] = gpus[int(q)]
     dev = _complete(graph, udev[unit_of_op], unit_of_op, members, gpus[0])
-    return force_cpu_only(graph, cluster, dev)
+    return force_cpu_only(graph, cluster, dev, allowed)
 
 
 def _complete(graph: OpGraph, dev: np.ndarray, unit_of_op, members, fallback: int) -> np.ndarray:

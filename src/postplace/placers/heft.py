@@ -45,10 +45,11 @@ def upward_rank(graph: OpGraph, times: np.ndarray, cluster: Cluster) -> np.ndarr
     return rank
 
 
-def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None):
+def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
+                  allowed: np.ndarray | None = None):
     """HEFT's own schedule: ``(device, start, finish)`` arrays over ops (see :func:`place_heft`)."""
-    check_graph(graph, cluster, "heft")
-    times = op_time_table(graph, cluster, cost_model)
+    check_graph(graph, cluster, "heft", allowed)
+    times = op_time_table(graph, cluster, cost_model, allowed)
     n, D = times.shape
     rank = upward_rank(graph, times, cluster)
     rep = colocation_representative(graph)
@@ -108,7 +109,7 @@ def _insertion_start(slots: list[tuple[float, float]], ready: float, dur: float)
 
 
 def place_heft(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-               seed: int = 0) -> np.ndarray:
+               seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
     """Place ops by HEFT: upward-rank priorities, insertion-based earliest-finish-time device choice.
 
     Ops are taken from a ready list by decreasing upward rank (mean op times and mean communication
@@ -124,6 +125,8 @@ def place_heft(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None
         Default :class:`postplace.cost.RooflineCostModel`.
     seed : int
         Unused (deterministic).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions); an op only goes where allowed.
 
     Returns
     -------
@@ -143,4 +146,4 @@ def place_heft(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None
     >>> place_heft(g, star_cluster(("gpu", "gpu")), cost_model=TableCostModel([[1, 1], [4, 4], [4, 4], [1, 1]]))
     array([0, 0, 1, 1])
     """
-    return heft_schedule(graph, cluster, cost_model=cost_model)[0]
+    return heft_schedule(graph, cluster, cost_model=cost_model, allowed=allowed)[0]

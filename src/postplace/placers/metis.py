@@ -14,7 +14,7 @@ import pymetis
 from postplace.cluster import Cluster
 from postplace.cost import CostModel
 from postplace.graph import OpGraph
-from postplace.placers._common import check_graph, op_time_table, units
+from postplace.placers._common import check_graph, constrained_devices, op_time_table, units
 
 __all__ = ["place_metis"]
 
@@ -22,7 +22,7 @@ _SCALE = 1_000_000  # METIS takes integer weights: the largest weight maps to ab
 
 
 def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, repair: bool = True) -> np.ndarray:
+                devices: list | None = None, repair: bool = True, allowed: np.ndarray | None = None) -> np.ndarray:
     """Partition the (colocation-contracted, undirected) op graph into one part per device with METIS.
 
     Vertex weight = a unit's work (sum over its ops of the mean time over the devices it may use), edge
@@ -44,6 +44,8 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         Devices to partition over (default: all).
     repair : bool
         Move units off over-full devices (default True).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions); an op only goes where allowed.
 
     Returns
     -------
@@ -64,10 +66,10 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     >>> bool(p[0] == p[1] and p[2] == p[3] and p[0] != p[2])
     True
     """
-    check_graph(graph, cluster, "metis")
-    times = op_time_table(graph, cluster, cost_model)
+    check_graph(graph, cluster, "metis", allowed)
+    times = op_time_table(graph, cluster, cost_model, allowed)
     D = cluster.num_devices
-    devs = list(range(D)) if devices is None else [
+    devs = constrained_devices(list(range(D)), allowed) if devices is None else [
         cluster.device_index(d) if isinstance(d, str) else int(d) for d in devices]
     unit_of_op, members = units(graph)
     U = len(members)

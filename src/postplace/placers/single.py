@@ -8,7 +8,7 @@ from postplace.cluster import Cluster
 from postplace.cluster.placement import single_device
 from postplace.cost import CostModel
 from postplace.graph import OpGraph
-from postplace.placers._common import PlacementError, check_graph, devices_of_kind
+from postplace.placers._common import PlacementError, allowed_matrix, check_graph, devices_of_kind
 
 __all__ = ["NoSingleDeviceFits", "place_cpu", "place_single"]
 
@@ -18,7 +18,7 @@ class NoSingleDeviceFits(PlacementError):
 
 
 def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 devices: list[str] | None = None) -> np.ndarray:
+                 devices: list[str] | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """Every op on the one device that runs the step fastest without running out of memory.
 
     Each device's single-device placement (ops that may not run there go to the first device of a kind
@@ -34,6 +34,9 @@ def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
         Unused (the placer is deterministic); accepted so every placer has the same signature.
     devices : list of str, optional
         Device names to consider (default: all).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions). A device no op may use is no
+        candidate; an op that may not use the candidate device goes to the first device it may use.
 
     Returns
     -------
@@ -60,9 +63,12 @@ def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     """
     from postplace.sim import Simulator
 
-    check_graph(graph, cluster, "single")
+    check_graph(graph, cluster, "single", allowed)
     names = list(cluster.device_names) if devices is None else list(devices)
-    cands = np.stack([single_device(graph, cluster, nm) for nm in names])
+    if allowed is not None:
+        ok = allowed_matrix(graph, cluster, allowed)
+        names = [nm for nm in names if ok[:, cluster.device_index(nm)].any()]
+    cands = np.stack([on_device(graph, cluster, nm, allowed) for nm in names])
     res = Simulator(graph, cluster, cost_model=cost_model).evaluate(cands)
     ok = np.flatnonzero(res.feasible)
     if ok.size == 0:
@@ -76,8 +82,17 @@ def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     return cands[best].copy()
 
 
+def on_device(graph: OpGraph, cluster: Cluster, device: str, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Every op on ``device`` where it may go; the others to the first device they may use."""
+    if allowed is None:
+        return single_device(graph, cluster, device)
+    ok = allowed_matrix(graph, cluster, allowed)
+    d = cluster.device_index(device)
+    return np.where(ok[:, d], d, ok.argmax(axis=1)).astype(np.int64)
+
+
 def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-              seed: int = 0) -> np.ndarray:
+              seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
     """Every op on the (first) CPU; ops that may not run on a CPU go to the first device they may use.
 
     No memory check: this is the plain "CPU only" baseline, whose step time the Post paper and
@@ -95,8 +110,11 @@ def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None 
     >>> place_cpu(OpGraph.build(["a", "b"], [(0, 1)]), star_cluster(("gpu", "cpu"))).tolist()
     [1, 1]
     """
-    check_graph(graph, cluster, "cpu")
+    check_graph(graph, cluster, "cpu", allowed)
     cpus = devices_of_kind(cluster, "cpu")
+    if allowed is not None:
+        cpus = [d for d in cpus if allowed_matrix(graph, cluster, allowed)[:, d].any()]
     if not cpus:
-        raise PlacementError(f"cpu: cluster '{cluster.name}' has no CPU device")
-    return single_device(graph, cluster, cluster.device_names[cpus[0]])
+        raise PlacementError(f"cpu: cluster '{cluster.name}' has no CPU device" +
+                             (" left after the constraints" if allowed is not None else ""))
+    return on_device(graph, cluster, cluster.device_names[cpus[0]], allowed)

@@ -131,6 +131,14 @@ class TorchEvaluator:
         finally:
             torch.set_num_threads(saved)
 
+    def evaluate_ops(self, op_placements: np.ndarray) -> EvalResult:
+        """Run op-level placements ``[n, num_ops]``, whatever the grouping (as the Simulator's)."""
+        saved, self.group_of_op = self.group_of_op, None
+        try:
+            return self.evaluate(op_placements)
+        finally:
+            self.group_of_op = saved
+
     def _evaluate(self, placements: np.ndarray) -> EvalResult:
         ops = self.expand(placements)
         n, D = ops.shape[0], len(self.device_names)

@@ -31,7 +31,7 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     from postplace.errors import PostplaceError
 
     if name == "post-paper" or (name == "post" and config == "paper"):
-        s = PostStrategy(space, seed=seed, config=PostConfig.paper())
+        s = PostStrategy(space, seed=seed, config=config if isinstance(config, PostConfig) else PostConfig.paper())
         s.name = "post-paper"
         return s
     if name not in STRATEGIES:

@@ -38,6 +38,9 @@ Where the paper is silent, what we chose (each is a :class:`HierarchicalConfig` 
   falling linearly to 0 over the first ``noise_updates`` updates.
 - **Baseline**: exponential moving average of batch-mean rewards, decay 0.9, started at the first
   batch's mean.
+- **Placements told without an ask** (a warm start): they count for ``best`` and start the
+  baseline, but give no gradient step (there is no sampled grouping to follow). After an ask, ``tell``
+  must get exactly the asked placements back.
 - **Devices a unit may not use**: the placer only offers a group the devices all its members may use
   (the intersection; their union when that is empty); a unit whose group lands on a device it may not
   use goes to its own fastest allowed device instead (by ``unit_time``, else its first allowed). So no
@@ -338,7 +341,8 @@ class HierarchicalPlanner:
     def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow=None) -> None:
         p = self._pending
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
-        if p is None or not np.array_equal(placements, p["placements"]):
+        if p is not None and not (p["placements"].shape == placements.shape
+                                  and np.array_equal(placements, p["placements"])):
             raise ValueError("hp: tell() must get back exactly the placements of the last ask()")
         feasible = np.asarray(feasible, dtype=bool)
         s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
@@ -346,6 +350,12 @@ class HierarchicalPlanner:
         for i in np.flatnonzero(feasible):
             if s[i] < self.best_score:
                 self.best, self.best_score = placements[i].copy(), float(s[i])
+        if p is None:
+            # placements told without an ask (a warm start): no log-likelihood to follow, so no gradient
+            # step; they still count for the best and set the baseline when it has none yet
+            if self.baseline is None:
+                self.baseline = float((-np.sqrt(s)).mean())
+            return
         # ALGO LOGIC: REINFORCE with a moving-average baseline (paper Eqs. 4 and 6)
         reward = -np.sqrt(s)
         if self.baseline is None:
@@ -371,7 +381,7 @@ class HierarchicalPlanner:
         return {
             "name": self.name, "config": asdict(self.config), "rng": rng_state(self.rng),
             "torch_generator": self.gen.get_state().numpy().copy(),
-            "model": copy.deepcopy(self.model.state_dict()), "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "model": _to_numpy(self.model.state_dict()), "optimizer": _to_numpy(self.optimizer.state_dict()),
             "baseline": self.baseline, "updates": self.updates, "skipped_updates": self.skipped_updates,
             "best": None if self.best is None else self.best.copy(), "best_score": self.best_score,
             "pending": copy.deepcopy(self._pending),
@@ -383,13 +393,35 @@ class HierarchicalPlanner:
             self.__init__(self.space, config=cfg)  # rebuild the networks at the saved sizes
         self.rng = rng_from_state(state["rng"])
         self.gen.set_state(torch.as_tensor(np.asarray(state["torch_generator"], dtype=np.uint8)))
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.model.load_state_dict(_to_torch(state["model"]))
+        self.optimizer.load_state_dict(_to_torch(state["optimizer"]))
         self.baseline, self.updates = state["baseline"], int(state["updates"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.best = None if state["best"] is None else np.asarray(state["best"], dtype=np.int64)
         self.best_score = float(state["best_score"])
         self._pending = copy.deepcopy(state["pending"])
+
+
+def _to_numpy(tree):
+    """A copy of a torch state dict with every tensor as a numpy array (run folders hold data, not pickles)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu().numpy().copy()
+    if isinstance(tree, dict):
+        return {k: _to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_to_numpy(v) for v in tree)
+    return copy.deepcopy(tree)
+
+
+def _to_torch(tree):
+    """The inverse of :func:`_to_numpy` (arrays back to tensors; optimizer state keys back to ints)."""
+    if isinstance(tree, np.ndarray):
+        return torch.from_numpy(tree.copy())
+    if isinstance(tree, dict):
+        return {(int(k) if isinstance(k, str) and k.isdigit() else k): _to_torch(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_to_torch(v) for v in tree)
+    return tree
 
 
 @contextlib.contextmanager

@@ -24,6 +24,9 @@ class Problem:
     grouping: Grouping
     simulator: Simulator
     space: SearchSpace
+    op_allowed: np.ndarray | None = None
+    """``[n_ops, D]`` bool: op i may go on device d (kinds, pins and exclusions): what every candidate
+    placement, the search's or a one-shot placer's, must respect."""
 
 
 def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray:
@@ -78,11 +81,13 @@ def make_problem(
     G, D = grouping.num_groups, cluster.num_devices
     gop = grouping.group_of_op
     allowed = np.ones((G, D), dtype=bool)
+    op_allowed = np.ones((graph.num_ops, D), dtype=bool)
     for d in range(D):
         ok = (kinds & cluster.kind_bits[d]) != 0
         if d in excluded:
             ok[:] = False
         ok &= (pin < 0) | (pin == d)
+        op_allowed[:, d] = ok
         allowed[:, d] = np.bincount(gop, weights=~ok, minlength=G) == 0
     empty = np.flatnonzero(~allowed.any(axis=1))
     if empty.size:
@@ -111,7 +116,7 @@ def make_problem(
         capacity=np.asarray(cluster.capacity, dtype=np.float64).copy(),
         unit_position=position,
     )
-    return Problem(graph, cluster, grouping, sim, space)
+    return Problem(graph, cluster, grouping, sim, space, op_allowed)
 
 
 def _unit_bytes(graph: OpGraph, cluster: Cluster, sim: Simulator, times, kinds, gop, G: int) -> np.ndarray:

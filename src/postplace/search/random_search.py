@@ -20,6 +20,7 @@ class RandomStrategy:
     name = "random"
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, config: RandomConfig | None = None):
+        self.space = space
         self.config = config or RandomConfig()
         self.policy = CategoricalPolicy(space.allowed)
         self.rng = np.random.default_rng(seed)

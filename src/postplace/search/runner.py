@@ -7,11 +7,15 @@ guarantees:
 * an identical placement is evaluated once (a cache keyed by the placement's bytes);
 * ``history.jsonl`` gets one line per sample: its index, a hash of the placement, the step time, OOM /
   failed flags, whether it came from the cache;
-* ``checkpoint.pkl`` (written atomically: temp file, then rename) holds the strategy's state, the
-  runner's state and the cache, every ``checkpoint_every`` samples, at the end, and on Ctrl-C (from the
-  last completed batch). A run killed at any moment, even by ``kill -9``, resumes from its last
-  checkpoint: the history is truncated to what the checkpoint covers, and for a sample budget the
-  resumed run ends with the same best placement and the same history as an uninterrupted one;
+* ``checkpoint.json`` + ``checkpoint-*.npz`` (data, never pickle: :mod:`postplace.search.state_io`,
+  written atomically and checksummed) hold the strategy's state, the runner's state and the cache,
+  every ``checkpoint_every`` samples, at the end, and on Ctrl-C (from the last completed batch). A run
+  killed at any moment, even by ``kill -9``, resumes from its last checkpoint: the history is truncated
+  to what the checkpoint covers (a history shorter than that is a damaged folder, an error), and for a
+  sample budget the resumed run ends with the same best placement and the same history as an
+  uninterrupted one. Resuming with a larger budget extends the run;
+* every placement told to the strategy is checked against ``space.allowed`` (when a space is given):
+  a placement outside it is an error, never evaluated;
 * infeasible (OOM) and failed placements are never the best; the strategy is told, beside each
   sample's step time and feasibility, how many bytes it overflows (summed over devices, from the
   evaluator's peak memory and its cluster's capacity; inf for a failed evaluation).
@@ -21,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import pickle
 import re
 import time
 from dataclasses import dataclass, field
@@ -31,10 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.search.state_io import load_state, save_state
 from postplace.search.strategy import overflow_bytes
 from postplace.sim import Evaluator
 
-CHECKPOINT = "checkpoint.pkl"
+CHECKPOINT = "checkpoint.json"
 HISTORY = "history.jsonl"
 
 
@@ -87,9 +90,15 @@ def run(
     progress: bool = False,
     warm_start: np.ndarray | None = None,
     meta: dict | None = None,
+    space=None,
 ) -> SearchResult:
-    """Drive ``strategy`` against ``evaluator`` until ``budget`` is spent; see the module docstring."""
+    """Drive ``strategy`` against ``evaluator`` until ``budget`` is spent; see the module docstring.
+
+    ``space``: the :class:`SearchSpace` whose ``allowed`` every placement must respect (default: the
+    strategy's ``space`` attribute, if it has one).
+    """
     out = Path(out_dir) if out_dir is not None else None
+    allowed = getattr(space if space is not None else getattr(strategy, "space", None), "allowed", None)
     state = _RunState()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -106,13 +115,16 @@ def run(
     interrupted = False
     try:
         if warm_start is not None and state.samples == 0:
-            _one_batch(strategy, evaluator, state, history, np.atleast_2d(warm_start))
+            warm = np.atleast_2d(np.asarray(warm_start, dtype=np.int64))
+            _check_allowed(warm, allowed, "the warm start")
+            _one_batch(strategy, evaluator, state, history, warm)
             if out is not None:
                 state.history_bytes = history.tell()
                 snapshot = state.snapshot(strategy)
         while not _spent(budget, state, start):
             left = budget.samples - state.samples if budget.samples is not None else 1 << 30
-            placements = np.atleast_2d(strategy.ask(left))
+            placements = np.atleast_2d(np.asarray(strategy.ask(left), dtype=np.int64))
+            _check_allowed(placements, allowed, f"strategy '{getattr(strategy, 'name', '?')}'")
             _one_batch(strategy, evaluator, state, history, placements)
             state.elapsed = time.perf_counter() - start
             if out is not None:
@@ -146,6 +158,21 @@ def run(
     )
 
 
+def _check_allowed(placements: np.ndarray, allowed: np.ndarray | None, who: str) -> None:
+    if allowed is None:
+        return
+    G, D = allowed.shape
+    if placements.ndim != 2 or placements.shape[1] != G:
+        raise PostplaceError(f"{who} gave placements of shape {placements.shape}; the search has {G} units")
+    bad = (placements < 0) | (placements >= D)
+    if not bad.any():
+        bad = ~allowed[np.arange(G)[None, :], placements]
+    if bad.any():
+        r, g = (int(x[0]) for x in np.nonzero(bad))
+        raise PostplaceError(f"{who} put unit {g} on device id {int(placements[r, g])}, which it may not use "
+                             "(its kinds, --pin and --exclude)")
+
+
 def _spent(budget: Budget, state: _RunState, start: float) -> bool:
     if budget.samples is not None:
         return state.samples >= budget.samples
@@ -169,8 +196,7 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
     lines = []
     fresh = set(todo_unique)
     for i, k in enumerate(keys):
-        t, oom, failed, reason = state.cache[k][:4]
-        overflow[i] = state.cache[k][4] if len(state.cache[k]) > 4 else (np.inf if failed else 0.0)
+        t, oom, failed, reason, overflow[i] = state.cache[k]
         step[i], feasible[i] = t, not (oom or failed)
         n = state.samples + i
         if feasible[i] and t < state.best_step_time:
@@ -230,16 +256,27 @@ class _RunState:
         path = out / CHECKPOINT
         if not path.exists():
             raise PostplaceError(f"{out}: no {CHECKPOINT} to resume from; start a new run with --out {out}")
+        snap = load_state(path)
         try:
-            with open(path, "rb") as f:
-                snap = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError) as exc:
-            raise PostplaceError(f"{path}: unreadable checkpoint ({exc})") from None
-        strategy.load_state_dict(snap["strategy"])
-        state = cls(**snap["runner"])
-        state.curve, state.cache = list(snap["curve"]), dict(snap["cache"])
-        state.curve = state.curve[: state.samples]
-        with open(out / HISTORY, "r+b") as f:  # drop samples the checkpoint does not cover
+            runner = snap["runner"]
+            state = cls(**{k: v for k, v in runner.items() if k in cls.__dataclass_fields__})
+            keys = snap["cache_keys"]
+            state.cache = {k.tobytes(): (float(t), bool(o), bool(f), r, float(x)) for k, t, o, f, r, x in zip(
+                keys, snap["cache_step"], snap["cache_oom"], snap["cache_failed"], snap["cache_reasons"],
+                snap["cache_overflow"], strict=True)}
+            state.curve = [float(x) for x in snap["curve"]][: state.samples]
+            if state.best_placement is not None:
+                state.best_placement = np.asarray(state.best_placement, dtype=np.int64)
+            strategy.load_state_dict(snap["strategy"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise PostplaceError(f"{path}: a checkpoint of another kind of run ({type(exc).__name__}: {exc}); "
+                                 "resume it with the strategy that wrote it, or start a new run") from None
+        hist = out / HISTORY
+        size = hist.stat().st_size if hist.exists() else -1
+        if size < state.history_bytes:
+            raise PostplaceError(f"{hist}: {max(size, 0)} bytes, shorter than the {state.history_bytes} the checkpoint "
+                                 "covers: the run folder is damaged; start a new run")
+        with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
         return state
 
@@ -249,14 +286,32 @@ def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
         history.flush()
     curve, n_curve = snapshot["curve"]
     cache, n_cache = snapshot["cache"]
-    entries = cache.items() if len(cache) == n_cache else list(cache.items())[:n_cache]
-    on_disk = {**snapshot, "curve": curve[:n_curve], "cache": dict(entries), "meta": meta or {}}
-    tmp = out / (CHECKPOINT + ".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(on_disk, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(out / CHECKPOINT)
+    entries = list(cache.items())[:n_cache]
+    width = len(entries[0][0]) if entries else 0
+    keys = np.frombuffer(b"".join(k for k, _ in entries), dtype=np.uint8).reshape(len(entries), width)
+    on_disk = {
+        "strategy": snapshot["strategy"],
+        "runner": snapshot["runner"],
+        "curve": np.asarray(curve[:n_curve], dtype=np.float64),
+        "cache_keys": keys,
+        "cache_step": np.array([v[0] for _, v in entries], dtype=np.float64),
+        "cache_oom": np.array([v[1] for _, v in entries], dtype=bool),
+        "cache_failed": np.array([v[2] for _, v in entries], dtype=bool),
+        "cache_reasons": [v[3] for _, v in entries],
+        "cache_overflow": np.array([v[4] for _, v in entries], dtype=np.float64),
+        "meta": meta or {},
+    }
+    save_state(out / CHECKPOINT, on_disk)
+
+
+def checkpoint_samples(out: str | Path) -> int:
+    """How many samples the checkpoint in run folder ``out`` covers."""
+    return int(load_state(Path(out) / CHECKPOINT)["runner"]["samples"])
+
+
+def read_meta(out: str | Path) -> dict:
+    """The ``meta`` dict a run folder's checkpoint was saved with."""
+    return load_state(Path(out) / CHECKPOINT).get("meta", {})
 
 
 class _Progress:

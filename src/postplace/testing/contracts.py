@@ -77,17 +77,42 @@ def check_same_seed_same_samples(factory, space: SearchSpace, samples: int = 120
 
 
 def check_state_dict_round_trip(factory, space: SearchSpace, first: int = 96, then: int = 96) -> None:
+    """The state survives the run folder's own format (JSON + npz, :mod:`postplace.search.state_io`)."""
     import copy
-    import pickle
+    import json
+
+    from postplace.search.state_io import decode, encode
 
     original = factory(space, 3)
     drive(original, space, first)
-    state = pickle.loads(pickle.dumps(copy.deepcopy(original.state_dict())))
+    arrays: dict = {}
+    tree = json.loads(json.dumps(encode(copy.deepcopy(original.state_dict()), arrays)))
+    state = decode(tree, {k: v.copy() for k, v in arrays.items()})
     restored = factory(space, 99)  # a different seed: everything must come from the state
     restored.load_state_dict(state)
     a = np.concatenate(drive(original, space, then))
     b = np.concatenate(drive(restored, space, then))
     np.testing.assert_array_equal(a, b)
+
+
+def check_cross_entropy_step(factory, space: SearchSpace, n: int) -> None:
+    """For a strategy with a cross-entropy step every ``n`` samples (Post, ce): after exactly ``n``
+    samples its policy is the elite's device frequencies (the best 10% of the feasible samples, at least
+    one) mixed with uniform over each unit's allowed devices by the strategy's ``eps``."""
+    s = factory(space, 5)
+    score = toy_score(space)
+    asked = np.concatenate(drive(s, space, n, score))
+    step, feasible = score(asked)
+    ok = np.flatnonzero(feasible)
+    assert ok.size, "the toy score gave no feasible sample"
+    elite = asked[ok[np.argsort(step[ok], kind="stable")[: max(1, int(0.1 * ok.size))]]]
+    G, D = space.allowed.shape
+    freq = np.zeros((G, D))
+    for row in elite:
+        freq[np.arange(G), row] += 1.0 / len(elite)
+    n_allowed = space.allowed.sum(axis=1, keepdims=True)
+    expected = np.where(space.allowed, (1 - s.eps) * freq + s.eps / n_allowed, 0.0)
+    np.testing.assert_allclose(s.policy.probs(), expected, atol=1e-9, err_msg="no cross-entropy step at n samples")
 
 
 def check_strategy_contract(factory, space: SearchSpace) -> None:

@@ -1,0 +1,716 @@
+"""The library's front door: :func:`place`, :func:`resume`, :func:`compare`, :func:`apply`, :class:`PlaceResult`.
+
+Everything the ``postplace place`` and ``compare`` commands decide lives here (the CLI only parses,
+calls and prints): loading the target, the search problem with its constraints, the evaluator, the
+strategy and its configuration, warm starts, the run folder (``run.json`` written first, then the
+runner's history and checkpoint), the candidates, and which one is returned (DESIGN.md section 4c):
+
+* the search's own best (reported on its own as ``search_best_step_time_s``);
+* the warm start's own op-level placement, when there is one;
+* the memory-aware one-shot placers (:data:`CANDIDATE_PLACERS`), each run under the same pins and
+  exclusions, evaluated by the same evaluator.
+
+The fastest feasible one is returned (ties: that order), and ``returned`` names it. When none is
+feasible the call fails with one clear error and writes no placement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+from postplace.search.state_io import fingerprint
+
+__all__ = ["CANDIDATE_PLACERS", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
+
+CANDIDATE_PLACERS = ("single", "m-topo", "m-etf", "m-sct", "metis", "expert")
+SETTINGS = "run.json"
+EVALUATORS = ("simulator", "torch")
+
+
+# ------------------------------------------------------------------------------------------ targets
+@dataclass
+class Target:
+    """A loaded target: its graph, the traced step when there is code to run, and how to load it again."""
+
+    graph: object
+    traced: object | None
+    spec: dict
+
+
+def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer: str = "sgd") -> Target:
+    """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``)."""
+    from postplace.graph import OpGraph, load_graph
+
+    if isinstance(target, OpGraph):
+        return Target(target, None, {"kind": "graph"})
+    if isinstance(target, str | Path):
+        text = str(target)
+        path = Path(text)
+        if path.exists():
+            return Target(load_graph(path), None, {"kind": "file", "path": str(path.resolve())})
+        if path.suffix or "/" in text or "\\" in text:
+            raise PostplaceError(f"{text}: no such file")
+        try:
+            from postplace import zoo
+        except ImportError:
+            raise PostplaceError(f"'{text}' is not a file, and this build has no model zoo") from None
+        if text not in zoo.MODELS:
+            raise PostplaceError(f"'{text}' is neither a file nor a zoo model; the zoo has {', '.join(zoo.MODELS)}")
+        return Target(zoo.cached_graph(text, size), None, {"kind": "zoo", "name": text, "size": size})
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    if torch is not None and isinstance(target, torch.nn.Module):
+        if inputs is None or loss_fn is None:
+            raise PostplaceError("placing an nn.Module needs example inputs= and a loss_fn= (outputs -> scalar loss)")
+        from postplace.graph.trace_torch import trace
+
+        traced = trace(target, inputs, loss_fn, optimizer)
+        return Target(traced.graph, traced, {"kind": "module", "model": type(target).__name__})
+    raise PostplaceError(f"target must be an OpGraph, a graph file, a zoo model name or an nn.Module, "
+                         f"not a {type(target).__name__}")  # fmt: skip
+
+
+def _load_cluster(cluster, graph):
+    """A Cluster, a preset name, a .toml file, or ``workload:PRESET`` (the graph file's own machine)."""
+    from postplace.cluster import Cluster
+    from postplace.cluster.from_workload import resolve_cluster
+
+    if isinstance(cluster, Cluster):
+        return cluster, None
+    if not isinstance(cluster, str | Path):
+        raise PostplaceError(f"cluster must be a preset name, a .toml file or a Cluster, not {type(cluster).__name__}")
+    text = str(cluster)
+    path = Path(text)
+    c = resolve_cluster(text, graph)
+    return c, (str(path.resolve()) if path.exists() else text)
+
+
+# ------------------------------------------------------------------------------------------ result
+@dataclass
+class Candidate:
+    """One placement ``place`` considered: its name, op-level devices, and what the evaluator said."""
+
+    name: str
+    placement: np.ndarray | None
+    step_time_s: float | None
+    feasible: bool
+    note: str = ""
+
+
+@dataclass
+class PlaceResult:
+    """What :func:`place` returns: the placement, where it came from, and every figure behind the choice.
+
+    Attributes
+    ----------
+    placement : numpy.ndarray
+        int64 device id per op of ``graph`` (the returned placement).
+    returned : str
+        Where it came from: ``"search"``, ``"warm-start:NAME"``, or a placer (``"single:gpu0"``, ``"m-etf"``...).
+    step_time_s : float
+        Its step time by ``evaluator`` (``"simulator"``: simulated; ``"torch"``: measured).
+    search : postplace.search.SearchResult
+        The search's own result (its best over its units, samples, curve).
+    search_best_step_time_s : float or None
+        The search's own best, whatever was returned (None when it sampled nothing feasible).
+    candidates : list of Candidate
+        Every candidate with its step time (None where it failed or ran out of memory) and a note.
+    lower_bound_s : float
+        The simulator's lower bound (always simulated).
+    schedule : postplace.sim.trace.Schedule
+        The simulated schedule of the returned placement (``schedule.save_chrome_trace(path)``).
+    summary : dict
+        Every figure as JSON-able data (what ``summary.json`` holds).
+    """
+
+    graph: object
+    cluster: object
+    placement: np.ndarray
+    returned: str
+    step_time_s: float
+    evaluator: str
+    search: object
+    search_placement: np.ndarray | None
+    candidates: list[Candidate]
+    lower_bound_s: float
+    schedule: object
+    summary: dict
+    traced: object | None = None
+    target_spec: dict = field(default_factory=dict)
+
+    @property
+    def search_best_step_time_s(self) -> float | None:
+        return self.summary["search_best_step_time_s"]
+
+    def mapping(self) -> dict[str, str]:
+        """``{op name: device name}`` of the returned placement."""
+        from postplace.cluster.placement import to_mapping
+
+        return to_mapping(self.graph, self.cluster, self.placement)
+
+    def to_json(self) -> str:
+        return json.dumps(self.summary, indent=1)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``placement.json`` and ``summary.json`` into ``folder``; returns the folder."""
+        from postplace.cluster.placement import save_placement
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_placement(folder / "placement.json", self.graph, self.cluster, self.placement)
+        tmp = folder / "summary.json.tmp"
+        tmp.write_text(self.to_json())
+        tmp.replace(folder / "summary.json")
+        return folder
+
+    def __repr__(self) -> str:
+        return (f"PlaceResult({self.summary['graph']!r} on {self.summary['cluster']!r}: {self.returned}, "
+                f"{_ms(self.step_time_s)} {self.summary['figures']['best_step_time_s']})")  # fmt: skip
+
+    def __str__(self) -> str:
+        s = self.summary
+        kind = s["figures"]["best_step_time_s"]
+        lines = [f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind})",
+                 f"  returned ({self.returned}): {_ms(self.step_time_s)}"]  # fmt: skip
+        lines.append(f"  search best: {_ms(s['search_best_step_time_s'])}")
+        for c in self.candidates:
+            if c.name != "search":
+                lines.append(f"  {c.name}: {_ms(c.step_time_s)}" + (f"  ({c.note})" if c.note else ""))
+        lines.append(f"  lower bound: {_ms(self.lower_bound_s)} (simulated)")
+        return "\n".join(lines)
+
+
+def _ms(x) -> str:
+    if x is None:
+        return "-"
+    return "inf" if not np.isfinite(x) else f"{x * 1e3:.3f} ms"
+
+
+# ------------------------------------------------------------------------------------------ place
+def place(
+    target,
+    cluster="k80x4",
+    *,
+    strategy: str = "post",
+    budget: int | str = 2400,
+    seed: int = 0,
+    pins=(),
+    exclude=(),
+    warm_start: str | None = None,
+    evaluator: str = "simulator",
+    out: str | Path | None = None,
+    config=None,
+    groups: int | None = 256,
+    size: str = "full",
+    inputs=None,
+    loss_fn=None,
+    map_all_to: str | None = None,
+    progress: bool = False,
+) -> PlaceResult:
+    """Find a fast placement of one training step on a cluster.
+
+    Runs the search ``strategy`` for ``budget`` samples, evaluates the memory-aware one-shot placers
+    (:data:`CANDIDATE_PLACERS`) and the warm start with the same evaluator and under the same
+    constraints, and returns the fastest feasible of them all (DESIGN.md section 4c).
+
+    Parameters
+    ----------
+    target : OpGraph, str, path or torch.nn.Module
+        A graph, a graph file, a zoo model name (see ``postplace models``), or a module with
+        ``inputs`` (example batch) and ``loss_fn`` (outputs -> scalar loss); a module is traced.
+    cluster : str, path or Cluster
+        A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``h100``), a cluster TOML file, or a Cluster.
+    strategy : str
+        ``post`` (default), ``post-paper``, ``ce``, ``ppo``, ``reinforce``, ``hp``, ``anneal``, ``random``.
+    budget : int or str
+        Samples (``2400``) or wall-clock time (``"60s"``, ``"5m"``).
+    seed : int
+        Seed of the grouping and the strategy (>= 0).
+    pins : sequence of str
+        ``"REGEX=DEVICE"``: ops whose name matches go on DEVICE (with their colocation sets).
+    exclude : sequence of str
+        Devices no op may use.
+    warm_start : str, optional
+        A placer name (``heft``, ``m-etf``...), ``single:DEVICE`` or a placement JSON file. Its own
+        op-level placement is a candidate; its collapse to the search's groups is the first sample.
+    evaluator : {"simulator", "torch"}
+        Simulate, or measure real steps (zoo models and modules only).
+    out : str or path, optional
+        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``checkpoint.json``
+        (+ npz), and at the end ``placement.json`` and ``summary.json``.
+    config : dataclass, dict or str, optional
+        The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
+        overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
+    groups : int or None
+        Number of groups to place (None: op-level).
+    size : str
+        Zoo model size (``full`` or ``small``).
+    inputs, loss_fn
+        Needed when ``target`` is an ``nn.Module``.
+    map_all_to : str, optional
+        With ``evaluator="torch"``: run every logical device on this torch device (e.g. ``cpu``).
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    PlaceResult
+
+    Raises
+    ------
+    PostplaceError
+        Bad input (one clear line), or when no candidate is feasible.
+    KeyboardInterrupt
+        When interrupted; the run folder then resumes with :func:`resume`.
+
+    Examples
+    --------
+    >>> import postplace
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
+    >>> r = postplace.place(g, "k80x2", budget=48, groups=None)
+    >>> r
+    PlaceResult('tiny' on 'k80x2': search, 2.173 ms simulated)
+    >>> r.mapping()
+    {'a': 'gpu0', 'b': 'gpu0', 'c': 'gpu0'}
+    >>> r.search_best_step_time_s <= r.summary["single_device_step_time_s"]
+    True
+    """
+    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn)
+    c, cluster_spec = _load_cluster(cluster, tgt.graph)
+    settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
+                         exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
+                         size=size, map_all_to=map_all_to)  # fmt: skip
+    return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress)
+
+
+def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
+           **given) -> PlaceResult:  # fmt: skip
+    """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
+
+    ``budget`` extends a finished run to that many samples (or seconds). Any other setting in ``given``
+    (``strategy=``, ``seed=``...) must equal the recorded one, else it is an error that says so.
+    ``graph`` / ``cluster`` are needed only for a run started from an in-memory object.
+    A run killed before its first checkpoint starts over with the recorded settings.
+    """
+    from postplace.search import Budget
+    from postplace.search.runner import CHECKPOINT
+
+    out = Path(out)
+    settings = read_settings(out)
+    _check_given(out, settings, given)
+    if budget is not None:
+        new = Budget.parse(budget)
+        old = Budget.parse(settings["budget"])
+        if new.samples is not None and (out / CHECKPOINT).exists():
+            from postplace.search.runner import checkpoint_samples
+
+            done = checkpoint_samples(out)
+            if new.samples < done:
+                raise PostplaceError(f"--budget {budget}: the run in {out} already has {done} samples")
+        if new != old:
+            settings["budget"] = _budget_text(new)
+    spec = settings["target"]
+    if spec["kind"] == "file":
+        tgt = load_target(spec["path"])
+    elif spec["kind"] == "zoo":
+        tgt = load_target(spec["name"], size=spec["size"])
+    elif graph is not None:
+        tgt = Target(graph, None, spec)
+    elif (out / "graph.json").exists():
+        tgt = load_target(out / "graph.json")
+        tgt.spec = spec
+    else:
+        raise PostplaceError(f"{out}: the run was started from an in-memory graph; pass graph= to resume it")
+    if fingerprint(tgt.graph) != settings["graph_sha"]:
+        raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
+    if cluster is None:
+        if settings["cluster_spec"] is None:
+            raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
+        cluster = settings["cluster_spec"]
+    c, _ = _load_cluster(cluster, tgt.graph)
+    if fingerprint(c) != settings["cluster_sha"]:
+        raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
+    return _run(settings, tgt, c, out=out, resume=True, progress=progress)
+
+
+def _resolved(value) -> str:
+    p = Path(str(value))
+    return str(p.resolve()) if p.exists() else str(value)
+
+
+def _check_given(out: Path, settings: dict, given: dict) -> None:
+    """Settings given again with --resume must equal the recorded ones (``budget`` aside)."""
+    for key, value in given.items():
+        if key == "config":
+            cfg = _jsonable(dataclasses.asdict(_config(settings["strategy"], value)))
+            for field_ in value:
+                if _norm(cfg[field_]) != _norm(settings["config"].get(field_)):
+                    raise PostplaceError(f"--resume {out}: the run was started with {field_}="
+                                         f"{settings['config'].get(field_)!r}, not {cfg[field_]!r}; drop the "
+                                         "setting or start a new run")  # fmt: skip
+            continue
+        if key == "target":
+            spec = settings["target"]
+            recorded, value = spec.get("path") or spec.get("name"), _resolved(value)
+        elif key == "cluster":
+            recorded, value = settings["cluster_spec"], _resolved(value)
+        elif key == "warm_start":
+            recorded, value = settings["warm_start"], None if value is None else _resolved(value)
+        elif key in settings:
+            recorded = settings[key]
+        else:
+            raise PostplaceError(f"resume: unknown setting '{key}'")
+        if _norm(value) != _norm(recorded):
+            raise PostplaceError(f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
+                                 "drop the flag or start a new run")
+
+
+def _norm(v):
+    if isinstance(v, tuple | list):
+        return [_norm(x) for x in v]
+    return str(v) if isinstance(v, Path) else v
+
+
+def read_settings(out: str | Path) -> dict:
+    """The settings a run folder was started with (``run.json``)."""
+    path = Path(out) / SETTINGS
+    if not path.exists():
+        raise PostplaceError(f"{out}: not a postplace run folder (no {SETTINGS}); start a run with --out {out}")
+    try:
+        s = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PostplaceError(f"{path}: damaged run settings ({type(exc).__name__}); start a new run") from None
+    needed = ("format", "target", "graph_sha", "cluster_sha", "cluster_spec", "strategy", "budget", "seed",
+              "groups", "pins", "exclude", "warm_start", "evaluator", "map_all_to", "config", "checksum")  # fmt: skip
+    if not isinstance(s, dict) or s.get("format") != "postplace-run" or any(k not in s for k in needed):
+        raise PostplaceError(f"{path}: not a postplace run settings file; start a new run")
+    body = {k: v for k, v in s.items() if k != "checksum"}
+    if _checksum(body) != s["checksum"]:
+        raise PostplaceError(f"{path}: its checksum does not match its content (edited or damaged); start a new run")
+    return body
+
+
+def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,
+              size, map_all_to) -> dict:  # fmt: skip
+    from postplace.search import Budget
+
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise PostplaceError(f"seed {seed!r}: give an integer >= 0")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int | np.integer) or groups < 1):
+        raise PostplaceError(f"groups {groups!r}: give a positive integer, or None for op-level placement")
+    if evaluator not in EVALUATORS:
+        raise PostplaceError(f"evaluator '{evaluator}': use simulator or torch")
+    if evaluator != "torch" and map_all_to is not None:
+        raise PostplaceError("--map-all-to only applies with --evaluator torch")
+    if evaluator == "torch" and tgt.spec["kind"] not in ("zoo", "module"):
+        raise PostplaceError("--evaluator torch needs a zoo model name or an nn.Module as TARGET "
+                             "(a graph file has no code to run)")  # fmt: skip
+    for name, seq in (("pins", pins), ("exclude", exclude)):
+        if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
+            raise PostplaceError(f"{name} must be a list of strings")
+    budget_text = _budget_text(budget if hasattr(budget, "samples") else Budget.parse(budget))
+    cfg = _config(strategy, config)
+    if warm_start is not None and Path(str(warm_start)).exists():
+        warm_start = str(Path(str(warm_start)).resolve())  # a run folder resumes from any directory
+    return {
+        "format": "postplace-run", "version": 1, "target": tgt.spec, "graph": tgt.graph.name,
+        "graph_sha": fingerprint(tgt.graph), "cluster": c.name, "cluster_spec": cluster_spec,
+        "cluster_sha": fingerprint(c), "strategy": strategy, "budget": budget_text, "seed": int(seed),
+        "groups": None if groups is None else int(groups), "size": size, "pins": list(pins),
+        "exclude": list(exclude), "warm_start": None if warm_start is None else str(warm_start),
+        "evaluator": evaluator, "map_all_to": map_all_to, "config": _jsonable(dataclasses.asdict(cfg)),
+    }  # fmt: skip
+
+
+def _budget_text(b) -> str:
+    return f"{b.samples}" if b.samples is not None else f"{b.seconds:g}s"
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _config(strategy: str, config):
+    """The strategy's full config dataclass from ``config`` (None, "paper", a dict of overrides, or an instance)."""
+    from postplace.search.config import build_config, config_class
+
+    if strategy not in ("post", "post-paper", "ce", "ppo", "reinforce", "hp", "anneal", "random"):
+        from postplace.search import make_strategy
+
+        make_strategy(strategy, None)  # raises the one-line "unknown strategy" error
+    if config is None:
+        return build_config(strategy)
+    if config == "paper":
+        if strategy not in ("post", "post-paper"):
+            raise PostplaceError("config 'paper' is Post's; use strategy post or post-paper")
+        return config_class("post-paper")[1]
+    if isinstance(config, dict):
+        return build_config(strategy, config, source="config")
+    cls, _ = config_class(strategy)
+    if not isinstance(config, cls):
+        raise PostplaceError(f"config for '{strategy}' must be a {cls.__name__}, not a {type(config).__name__}")
+    return config
+
+
+def _strategy(settings: dict, space):
+    from postplace.search import make_strategy
+    from postplace.search.config import build_config
+
+    cfg = build_config(settings["strategy"], settings["config"], source="config")
+    try:
+        return make_strategy(settings["strategy"], space, seed=settings["seed"], config=cfg)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise PostplaceError(f"config of '{settings['strategy']}': {exc}") from None
+
+
+def _torch_evaluator(settings: dict, tgt: Target, c, problem):
+    from dataclasses import replace
+
+    from postplace.runtime.evaluator import TorchEvaluator
+
+    gop = problem.grouping.group_of_op
+    if tgt.traced is not None:
+        judge = TorchEvaluator(tgt.traced, c, group_of_op=gop, device_map=settings["map_all_to"])
+    else:
+        spec = tgt.spec
+        judge = TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=gop,
+                                       device_map=settings["map_all_to"], graph=tgt.graph)  # fmt: skip
+    # measured seconds can exceed the simulator's bound: failures must still score worst
+    space = replace(problem.space, failure_step_time=max(problem.space.failure_step_time, judge.failure_step_time))
+    return judge, space
+
+
+def warm_start_ops(spec: str, problem) -> np.ndarray:
+    """The op-level placement of a warm start: a placer (run under the problem's constraints),
+    ``single:DEVICE``, or a placement JSON file (which must respect the constraints)."""
+    from postplace.placers import PLACERS
+    from postplace.placers import place as run_placer
+    from postplace.placers.single import on_device
+
+    graph, c, allowed = problem.graph, problem.cluster, problem.op_allowed
+    if spec.startswith("single:"):
+        ops = on_device(graph, c, spec.split(":", 1)[1])
+    elif spec in PLACERS:
+        ops = run_placer(spec, graph, c, cost_model=problem.simulator.problem.cost_model, allowed=allowed)
+    elif Path(spec).exists():
+        from postplace.cluster.placement import load_placement
+
+        ops = load_placement(spec, graph, c)
+    else:
+        raise PostplaceError(f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, "
+                             "or a placement JSON file")  # fmt: skip
+    bad = np.flatnonzero(~allowed[np.arange(graph.num_ops), ops])
+    if bad.size:
+        i = int(bad[0])
+        raise PostplaceError(f"--warm-start {spec} puts op '{graph.names[i]}' on {c.device_names[ops[i]]}, which "
+                             "--pin/--exclude (or its kinds) forbid; drop the warm start or the constraint")
+    return ops
+
+
+def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, progress: bool) -> PlaceResult:
+    from postplace.search import Budget, make_problem, run
+    from postplace.search.runner import CHECKPOINT
+    from postplace.sim import Simulator
+
+    graph = tgt.graph
+    problem = make_problem(graph, c, groups=settings["groups"], pins=settings["pins"], exclude=settings["exclude"],
+                           seed=settings["seed"])  # fmt: skip
+    space = problem.space
+    judge = problem.simulator
+    if settings["evaluator"] == "torch":
+        judge, space = _torch_evaluator(settings, tgt, c, problem)
+    if space is not problem.space:
+        problem = dataclasses.replace(problem, space=space)
+    strat = _strategy(settings, space)
+    warm_ops = None if settings["warm_start"] is None else warm_start_ops(settings["warm_start"], problem)
+    budget = Budget.parse(settings["budget"])
+    restart = False
+    if out is not None:
+        if not resume and ((out / SETTINGS).exists() or (out / CHECKPOINT).exists()):
+            raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
+        out.mkdir(parents=True, exist_ok=True)
+        if tgt.spec["kind"] in ("graph", "module") and not (out / "graph.json").exists():
+            graph.save(out / "graph.json")
+        _write_settings(out, settings)
+        restart = resume and not (out / CHECKPOINT).exists()  # killed before its first checkpoint: start over
+    t0 = time.perf_counter()
+    result = run(strat, judge, budget, out_dir=out, resume=resume and not restart, progress=progress,
+                 warm_start=None if warm_ops is None else problem.grouping.collapse(warm_ops),
+                 meta={"settings_checksum": _checksum(settings)}, space=space)  # fmt: skip
+    if result.interrupted:
+        raise KeyboardInterrupt
+    cands = _candidates(settings, problem, judge, result, warm_ops)
+    feasible = [k for k in cands if k.feasible]
+    if not feasible:
+        raise PostplaceError(
+            f"no feasible placement found: the search sampled {result.samples} placements, all OOM or failed, "
+            f"and no one-shot placer ({', '.join(CANDIDATE_PLACERS)}) found one that fits; try a larger --budget "
+            "or a cluster with more memory"
+        )
+    best = min(feasible, key=lambda k: k.step_time_s)  # min keeps the first of equals: the search first
+    op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
+    sched = op_sim.schedule(best.placement)
+    summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0)
+    res = PlaceResult(graph, c, best.placement, best.name, best.step_time_s, judge.name, result,
+                      None if result.best_placement is None else problem.grouping.expand(result.best_placement),
+                      cands, problem.simulator.lower_bound, sched, summary, tgt.traced, tgt.spec)  # fmt: skip
+    if out is not None:
+        res.save(out)
+    return res
+
+
+def _write_settings(out: Path, settings: dict) -> None:
+    data = {**settings, "checksum": _checksum(settings)}
+    tmp = out / (SETTINGS + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(out / SETTINGS)
+
+
+def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:
+    from postplace.placers import PlacementError
+    from postplace.placers import place as run_placer
+
+    cands = []
+    if result.best_placement is not None:
+        cands.append(Candidate("search", problem.grouping.expand(result.best_placement), result.best_step_time, True))
+    else:
+        cands.append(Candidate("search", None, None, False, "no feasible sample"))
+    named: list[tuple[str, np.ndarray | None, str]] = []
+    if warm_ops is not None:
+        named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
+    cm = problem.simulator.problem.cost_model
+    c = problem.cluster
+    for name in CANDIDATE_PLACERS:
+        try:
+            ops = run_placer(name, problem.graph, c, cost_model=cm, allowed=problem.op_allowed)
+        except PlacementError as exc:
+            named.append((name, None, str(exc)))
+            continue
+        if name == "single":
+            name = "single:" + c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
+        named.append((name, ops, ""))
+    todo = [k for k, (_, ops, _) in enumerate(named) if ops is not None]
+    if todo:
+        res = judge.evaluate_ops(np.stack([named[k][1] for k in todo]))
+    for j, k in enumerate(todo):
+        name, ops, _ = named[k]
+        ok = bool(res.feasible[j])
+        note = "" if ok else ("OOM: does not fit" if res.oom[j] else f"failed: {res.reasons[j]}")
+        named[k] = (name, ops, note)
+        cands.append(Candidate(name, ops, float(res.step_time[j]) if ok else None, ok, note))
+    for name, ops, note in named:
+        if ops is None:
+            cands.append(Candidate(name, None, None, False, note))
+    return cands
+
+
+def _summary(settings, problem, judge, result, cands, best, sched, out, wall) -> dict:
+    c = problem.cluster
+    measured = judge.name != "simulator"
+    kind = "measured" if measured else "simulated"
+    lb = problem.simulator.lower_bound
+    single = next((k for k in cands if k.name.startswith("single:")), None)
+    single_time = single.step_time_s if single is not None else None
+    peak = sched.peak_memory
+    return {
+        "graph": problem.graph.name, "cluster": c.name, "strategy": settings["strategy"], "seed": settings["seed"],
+        "evaluator": judge.name, "budget": settings["budget"], "samples": result.samples,
+        "feasible_samples": result.feasible_samples, "evaluations": result.evaluations,
+        "groups": problem.grouping.num_groups, "config": settings["config"],
+        "returned": best.name, "best_step_time_s": best.step_time_s,
+        "search_best_step_time_s": result.best_step_time if result.best_placement is not None else None,
+        "search_best_sample": result.best_sample if result.best_placement is not None else None,
+        "single_device": single.name.split(":", 1)[1] if single is not None and single.feasible else None,
+        "single_device_step_time_s": single_time,
+        "candidates": {k.name: k.step_time_s for k in cands},
+        "candidate_notes": {k.name: k.note for k in cands if k.note},
+        "lower_bound_s": lb, "lower_bound_source": "simulator cost model",
+        "ratio_to_lower_bound": None if measured or lb <= 0 else best.step_time_s / lb,
+        "ratio_to_single_device": best.step_time_s / single_time if single_time else None,
+        "simulated_step_time_s": sched.step_time,
+        "peak_memory_bytes": dict(zip(c.device_names, peak.tolist(), strict=True)),
+        "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
+        "oom_devices": [c.device_names[d] for d in range(c.num_devices) if peak[d] > c.capacity[d]],
+        "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
+        "bytes_moved": float(sum(x[4] for x in sched.transfers)), "transfers": len(sched.transfers),
+        "figures": {"best_step_time_s": kind, "search_best_step_time_s": kind, "single_device_step_time_s": kind,
+                    "candidates": kind, "lower_bound_s": "simulated", "simulated_step_time_s": "simulated",
+                    "peak_memory_bytes": "simulated", "busy_s": "simulated", "bytes_moved": "simulated"},
+        "pins": settings["pins"], "exclude": settings["exclude"], "warm_start": settings["warm_start"],
+        "map_all_to": settings["map_all_to"], "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
+        "out": None if out is None else str(out),
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ compare, apply
+def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
+            expert_split: str | None = None, size: str = "full", progress=None) -> dict:  # fmt: skip
+    """Every baseline and search strategy on one graph, each search row its strategy's own best.
+
+    ``strategies``: a list of names or ``"all"`` / a comma-separated string. Search runs go to
+    ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph, cluster, strategy,
+    budget, seed and configuration all match. Writes ``out/compare.json`` and ``.csv``; returns the report.
+    """
+    from postplace.compare import compare as run_compare
+    from postplace.compare import parse_strategies
+
+    names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
+    for label, v in (("budget", budget), ("seeds", seeds)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise PostplaceError(f"--{label} {v!r}: give a positive integer")
+    tgt = load_target(target, size=size)
+    c, _ = _load_cluster(cluster, tgt.graph)
+    out = Path(out) if out is not None else default_compare_out(target, c.name)
+    report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
+                         expert_split=expert_split)  # fmt: skip
+    return {**report, "out": str(out)}
+
+
+def _stem(target) -> str:
+    return Path(str(target)).stem if isinstance(target, str | Path) else getattr(target, "name", type(target).__name__)
+
+
+def default_out(target, cluster, strategy: str, seed) -> Path:
+    """The run folder ``place`` uses when none is given: ``runs/<target>-<cluster>-<strategy>-s<seed>``."""
+    return Path("runs") / f"{_stem(target)}-{_stem(cluster)}-{strategy}-s{seed}"
+
+
+def default_compare_out(target, cluster) -> Path:
+    """The folder ``compare`` uses when none is given: ``runs/compare-<target>-<cluster>``."""
+    return Path("runs") / f"compare-{_stem(target)}-{_stem(cluster)}"
+
+
+def apply(result: PlaceResult, model=None, *, device_map=None):
+    """A placed training step (:class:`postplace.runtime.placed.PlacedStep`) for the returned placement.
+
+    ``model``: the module the result was traced from (default: the one given to :func:`place`, or the
+    zoo model for a zoo target). ``device_map``: logical device -> torch device (``"cpu"`` runs every
+    device on the CPU). Call the step to run one training step; it returns the loss.
+    """
+    from postplace.runtime.placed import apply as run_apply
+
+    traced = result.traced
+    if traced is None and result.target_spec.get("kind") == "zoo":
+        from postplace.zoo import trace_model
+
+        traced = trace_model(result.target_spec["name"], result.target_spec["size"])
+    if traced is None:
+        raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
+                             "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip
+    return run_apply(model if model is not None else traced.model, traced, result.placement, result.cluster,
+                     device_map=device_map)  # fmt: skip
