@@ -236,6 +236,7 @@ class PostStrategy:
     def _tell_candidates(self, placements: np.ndarray, score: np.ndarray, feasible: np.ndarray) -> None:
         """Record the candidate homes' scores; once all are in, start from the best one."""
         self._candidate_scores.extend(float(x) for x in score)
+        self.samples_seen += len(placements)  # probes are samples: the CE step still comes every N samples
         self.recent_placements.append(placements)  # they may still be elite in the first CE step
         self.recent_scores.append(score)
         self.recent_feasible.append(feasible)

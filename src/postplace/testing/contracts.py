@@ -102,7 +102,7 @@ def check_cross_entropy_step(factory, space: SearchSpace, n: int) -> None:
     s = factory(space, 5)
     score = toy_score(space)
     asked = np.concatenate(drive(s, space, n, score))
-    step, feasible = score(asked)
+    step, feasible = score(asked)[:2]
     ok = np.flatnonzero(feasible)
     assert ok.size, "the toy score gave no feasible sample"
     elite = asked[ok[np.argsort(step[ok], kind="stable")[: max(1, int(0.1 * ok.size))]]]
