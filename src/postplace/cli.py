@@ -344,6 +344,84 @@ def calibrate(
                                 score_on=score_on or (), runs=runs, threads=threads), highlight=False)
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A place, compare or paper folder.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
+    graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster, if not recorded.")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size, if not recorded.")] = None,
+) -> None:
+    """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
+    from postplace.report import write_report
+
+    path = write_report(run_dir, out, graph=graph_target, cluster=cluster, size=size)
+    console.print(f"wrote {path} (figures and report.json, trace.json beside it)", highlight=False)
+
+
+@app.command()
+def paper(
+    quick: Annotated[bool, typer.Option("--quick", help="Small models, 240 samples, one seed: minutes.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder (default runs/paper or runs/paper-quick).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
+) -> None:
+    """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival); resumable."""
+    from dataclasses import replace
+
+    from postplace.paper import PaperConfig, format_table, run_paper
+
+    config = PaperConfig.quick() if quick else PaperConfig()
+    if seeds is not None:
+        if seeds < 1:
+            raise PostplaceError("--seeds must be positive")
+        config = replace(config, seeds=seeds)
+    out = out or Path("runs") / ("paper-quick" if quick else "paper")
+    with _experiment_progress() as progress:
+        try:
+            data = run_paper(out, config, progress=progress)
+        except KeyboardInterrupt:
+            print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
+            sys.exit(130)
+    console.print(format_table(data), highlight=False)
+    console.print(f"wrote {out}/paper.json and paper.md", highlight=False)
+    if not no_report:
+        from postplace.report import write_report
+
+        console.print(f"wrote {write_report(out)}", highlight=False)
+
+
+class _experiment_progress:  # noqa: N801  (a context manager used like a function)
+    """One bar for a whole experiment on a terminal; one line per step otherwise (logs, CI)."""
+
+    def __enter__(self):
+        self.bar = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("paper"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
+                                console=Console(stderr=True))  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task("", total=1.0)
+        from time import perf_counter
+
+        self.clock = perf_counter
+        self.t0 = perf_counter()
+        return self
+
+    def __call__(self, what: str, done: float, total: float) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=what, completed=done, total=total)
+        else:
+            el = self.clock() - self.t0
+            print(f"[{done / total * 100:5.1f}% {el:7.0f} s] {what}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def _single_device_best(sim, graph: OpGraph, c: Cluster) -> tuple[str | None, float | None, np.ndarray | None]:
     """The fastest single-device placement that fits in memory, or (None, None, None)."""
     from postplace.placers import NoSingleDeviceFits, place_single

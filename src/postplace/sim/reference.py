@@ -47,7 +47,9 @@ class Run:
     transfers: list  # (src op, slot, from device, to device, bytes, start, end)
 
 
-def simulate(p: SimProblem, dev: np.ndarray) -> Run:
+def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> Run:
+    """Simulate one placement; ``memory_log`` (a list) receives ``(time, device, bytes held)`` at every
+    change of a device's memory, after the change (persistent bytes included)."""
     n, D = p.num_ops, p.num_devices
     dev = [int(x) for x in dev]
     pending = [int(x) for x in p.indegree]
@@ -75,8 +77,13 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
     transfers: list[list] = []  # [src, slot, a, b, bytes, start, end, consumers_left]
     xfer_of_edge = [-1] * p.edge_dst.shape[0]
 
+    def note(d):
+        if memory_log is not None:
+            memory_log.append((t, d, float(resident[d] + live[d])))
+
     def alloc(d, nbytes):
         live[d] += nbytes
+        note(d)
         if resident[d] + live[d] > peak[d]:
             peak[d] = resident[d] + live[d]
 
@@ -84,6 +91,7 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
         if not freed[i] and local_rem[i] == 0 and send_rem[i] == 0 and not np.isnan(op_end[i]):
             freed[i] = True
             live[dev[i]] -= p.alloc_bytes[i]
+            note(dev[i])
 
     for i in range(n):
         if pending[i] == 0:
@@ -122,6 +130,7 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
                         x[7] -= 1
                         if x[7] == 0 and p.live_mode:
                             live[d] -= x[4]
+                            note(d)
                 made: dict[tuple[int, int], int] = {}
                 for e in range(p.out_ptr[i], p.out_ptr[i + 1]):
                     j = int(p.edge_dst[e])
