@@ -50,9 +50,10 @@ def _write_paper(run_dir: Path, out: Path) -> Path:
     from postplace.report import _data, _html, _png
 
     data = json.loads((run_dir / "paper.json").read_text())
-    for pair in data["pairs"]:
-        if (run_dir / pair / "compare.json").exists():
-            write_report(run_dir / pair)
+    for h in data["headline"]:
+        pair = run_dir / f"{h['model']}-{h['cluster']}"
+        if (pair / "compare.json").exists():
+            write_report(pair, graph=h["model"], cluster=h["cluster"], size=data["config"]["size"])
     data = _data.stamp(data)
     data["versions"] = _data.versions()
     data["figures"] = _png.paper_figure(data, out.parent)
