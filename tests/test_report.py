@@ -78,6 +78,7 @@ def test_place_report(graph_file, tmp_path):
     r = subprocess.run([sys.executable, "-m", "postplace.cli", "place", str(graph_file), "--cluster", "k80x2",
                         "--budget", "60", "--out", str(run), "--json"], capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
+    assert f"report: {run / 'report.html'}" in r.stderr  # place writes it by default
     summary = json.loads((run / "summary.json").read_text())
     out = write_report(run, graph=str(graph_file))
     assert out == run / "report.html"

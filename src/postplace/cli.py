@@ -255,6 +255,7 @@ def compare(
     expert_split: Annotated[str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
     from postplace.compare import compare as run_compare
@@ -277,6 +278,7 @@ def compare(
     except KeyboardInterrupt:
         print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
         sys.exit(130)
+    _report_line(out, graph, c, skip=no_report)
     if as_json:
         print(json.dumps({k: v for k, v in report.items()}))
         return
@@ -391,6 +393,19 @@ def paper(
         console.print(f"wrote {write_report(out)}", highlight=False)
 
 
+def _report_line(out: Path, graph: OpGraph, c: Cluster, *, skip: bool) -> None:
+    """Write the run's report and say where on stderr (stdout may be JSON); a report that cannot be
+    drawn is one warning line, never a failed run."""
+    if skip:
+        return
+    from postplace.report import write_report
+
+    try:
+        print(f"report: {write_report(out, graph=graph, cluster=c)}", file=sys.stderr)
+    except PostplaceError as exc:
+        print(f"warning: no report ({exc})", file=sys.stderr)
+
+
 class _experiment_progress:  # noqa: N801  (a context manager used like a function)
     """One bar for a whole experiment on a terminal; one line per step otherwise (logs, CI)."""
 
@@ -451,6 +466,7 @@ def place(
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="With --evaluator torch: run every device on this torch device.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
 ) -> None:
     """Search a placement; returns the better of the search's best and the best single device."""
     from postplace.cluster.placement import save_placement
@@ -533,6 +549,7 @@ def place(
         "out": str(out),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    _report_line(out, graph, c, skip=no_report)
     if as_json:
         print(json.dumps(summary))
         return

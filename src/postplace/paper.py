@@ -135,21 +135,40 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     def folder(m: str, c: str) -> Path:
         return out / f"{m}-{c}"
 
-    for m, c in pairs:  # 1. the cheap searches, all seeds
-        for name in cheap:
-            tell(f"{m} on {c}: {name} x {config.seeds} seeds")
-            compare(graph(m), clusters[c], [name], budget=config.budget, seeds=config.seeds, out=folder(m, c))
-            done += config.seeds
+    tasks = [
+        (f"{m} on {c}: {name} x {config.seeds} seeds", (m, c), [name], config.budget, config.seeds, config.seeds)
+        for m, c in pairs
+        for name in cheap
+    ]  # 1. the cheap searches, all seeds
     if with_hp:  # 2. the planner, one seed at a time over every pair
-        for k in range(1, config.seeds + 1):
-            for m, c in pairs:
-                tell(f"{m} on {c}: hp seed {k - 1} ({config.planner_budget} samples)")
-                compare(graph(m), clusters[c], ["hp"], budget=config.planner_budget, seeds=k, out=folder(m, c))
-                done += hp_weight
+        tasks += [
+            (
+                f"{m} on {c}: hp seed {k - 1} ({config.planner_budget} samples)",
+                (m, c),
+                ["hp"],
+                config.planner_budget,
+                k,
+                hp_weight,
+            )
+            for k in range(1, config.seeds + 1)
+            for m, c in pairs
+        ]
+    pending = list(tasks)
+    while pending:  # a pair another process is working on is skipped, and waited for only at the end
+        for task in list(pending):
+            what, (m, c), names, budget, seeds, weight = task
+            with _PairLock(folder(m, c), wait=task is pending[0] and _all_locked(pending, folder)) as got:
+                if not got:
+                    continue
+                tell(what)
+                compare(graph(m), clusters[c], names, budget=budget, seeds=seeds, out=folder(m, c))
+            pending.remove(task)
+            done += weight
     heads, reports = [], {}
     for m, c in pairs:  # 3. the placers, and every row read back into one compare.json per pair
         tell(f"{m} on {c}: one-shot placers and the table")
-        rep = compare(graph(m), clusters[c], strategies, budget=config.budget, seeds=config.seeds, out=folder(m, c))
+        with _PairLock(folder(m, c), wait=True):
+            rep = compare(graph(m), clusters[c], strategies, budget=config.budget, seeds=config.seeds, out=folder(m, c))
         reports[f"{m}-{c}"] = rep
         heads.append(headline(rep, m, c))
         done += 1
@@ -168,6 +187,40 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     (out / "paper.json").write_text(json.dumps(data, indent=1))
     (out / "paper.md").write_text(format_table(data) + "\n")
     return data
+
+
+class _PairLock:
+    """An advisory lock on one pair's folder (``flock``: released by the system when a process dies), so
+    two ``paper`` processes started on the same folder share the work instead of colliding."""
+
+    def __init__(self, folder: Path, *, wait: bool):
+        self.path, self.wait, self.f = folder / ".paper.lock", wait, None
+
+    def __enter__(self) -> bool:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "w")  # noqa: SIM115
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            self.f.close()
+            self.f = None
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.f is not None:
+            self.f.close()  # closing releases the lock
+
+
+def _all_locked(pending: list, folder) -> bool:
+    """True when every pending task's pair is locked by someone else (then wait for the first)."""
+    for _, (m, c), *_ in pending:
+        with _PairLock(folder(m, c), wait=False) as got:
+            if got:
+                return False
+    return True
 
 
 def _summary(heads: list[Headline]) -> dict:
