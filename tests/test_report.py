@@ -215,6 +215,13 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     again = run_paper(tmp_path, cfg)
     assert again["headline"] == data["headline"]
     assert (tmp_path / "two-k80x2" / "runs" / "post" / "seed0" / "result.json").stat().st_mtime_ns == mtime
+    # fewer planner seeds than the rest: its row merged in, with its own seed count
+    fewer = run_paper(tmp_path, replace(cfg, seeds=2, hp_seeds=1))
+    pair = json.loads((tmp_path / "two-k80x2" / "compare.json").read_text())
+    rows = {r["strategy"]: r for r in pair["rows"]}
+    assert [r["strategy"] for r in pair["rows"]] == list(cfg.strategies)
+    assert (rows["hp"]["seeds"], rows["post"]["seeds"], pair["hp_seeds"]) == (1, 2, 1)
+    assert fewer["config"]["planner_seeds"] == 1 and "x 1 seeds" in format_table(fewer)
     page = write_report(tmp_path)
     assert page.exists() and (tmp_path / "two-k80x2" / "report.html").exists()
     assert "two-k80x2/report.html" in page.read_text() and "https://" not in page.read_text()

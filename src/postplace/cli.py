@@ -366,6 +366,7 @@ def paper(
     quick: Annotated[bool, typer.Option("--quick", help="Small models, 240 samples, one seed: minutes.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder (default runs/paper or runs/paper-quick).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")] = None,
+    hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
 ) -> None:
     """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival); resumable."""
@@ -378,6 +379,10 @@ def paper(
         if seeds < 1:
             raise PostplaceError("--seeds must be positive")
         config = replace(config, seeds=seeds)
+    if hp_seeds is not None:
+        if hp_seeds < 1:
+            raise PostplaceError("--hp-seeds must be positive")
+        config = replace(config, hp_seeds=hp_seeds)
     out = out or Path("runs") / ("paper-quick" if quick else "paper")
     with _experiment_progress() as progress:
         try:
