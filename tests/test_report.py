@@ -222,6 +222,15 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert [r["strategy"] for r in pair["rows"]] == list(cfg.strategies)
     assert (rows["hp"]["seeds"], rows["post"]["seeds"], pair["hp_seeds"]) == (1, 2, 1)
     assert fewer["config"]["planner_seeds"] == 1 and "x 1 seeds" in format_table(fewer)
+    # collecting searches nothing and leaves out what did not finish
+    import shutil
+
+    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "reinforce" / "seed1")
+    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "hp" / "seed0")
+    got = run_paper(tmp_path, replace(cfg, seeds=2), collect=True)
+    assert got["missing"] == {"two-k80x2": ["reinforce", "hp"]}
+    assert not (tmp_path / "two-k80x2" / "runs" / "reinforce" / "seed1").exists()
+    assert "left out: reinforce, hp" in format_table(got)
     page = write_report(tmp_path)
     assert page.exists() and (tmp_path / "two-k80x2" / "report.html").exists()
     assert "two-k80x2/report.html" in page.read_text() and "https://" not in page.read_text()

@@ -368,6 +368,7 @@ def paper(
     seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")] = None,
     hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
+    collect: Annotated[bool, typer.Option("--collect", help="Search nothing: table the finished runs.")] = False,
 ) -> None:
     """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival); resumable."""
     from dataclasses import replace
@@ -386,7 +387,7 @@ def paper(
     out = out or Path("runs") / ("paper-quick" if quick else "paper")
     with _experiment_progress() as progress:
         try:
-            data = run_paper(out, config, progress=progress)
+            data = run_paper(out, config, progress=progress, collect=collect)
         except KeyboardInterrupt:
             print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
             sys.exit(130)

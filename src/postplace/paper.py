@@ -75,6 +75,7 @@ class Headline:
     model: str
     cluster: str
     post_s: float | None
+    hp_seeds: int | None = None
     reduction: dict = field(default_factory=dict)  # rival -> 1 - post / rival (None: a side is missing)
     rival_s: dict = field(default_factory=dict)
 
@@ -101,15 +102,18 @@ def headline(report: dict, model: str, cluster: str) -> Headline:
     rivals["best heuristic"] = min(fits) if fits else None
     rivals["single"] = report.get("single_device_step_time_s")
     rivals["data-parallel"] = best("data-parallel")
-    return Headline(model, cluster, post, {k: reduction(post, v) for k, v in rivals.items()}, rivals)
+    hp_seeds = rows["hp"].get("seeds") if "hp" in rows else None
+    return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals)
 
 
 def run_paper(out: Path, config: PaperConfig | None = None, *,
-              progress: Callable[[str, float, float], None] | None = None) -> dict:  # fmt: skip
+              progress: Callable[[str, float, float], None] | None = None, collect: bool = False) -> dict:  # fmt: skip
     """Run (or resume) the experiment under ``out``; write ``paper.json`` and ``paper.md``; return the data.
 
     ``progress(what, done, total)`` is called before each piece of work and at the end, ``done`` and
     ``total`` in cheap-search-run units (a planner run weighs ``_HP_COST`` times its budget share).
+    ``collect=True`` searches nothing: it tables the runs that finished (the planner with the seeds it
+    finished on each pair, from seed 0 on) and lists what is missing in ``paper.json``.
     """
     from postplace.cluster import load_cluster
     from postplace.zoo import cached_graph
@@ -160,7 +164,7 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
             for k in range(1, config.planner_seeds + 1)
             for m, c in pairs
         ]
-    pending = list(tasks)
+    pending = [] if collect else list(tasks)
     while pending:  # a pair another process is working on is skipped, and waited for only at the end
         for task in list(pending):
             what, (m, c), names, budget, seeds, weight = task
@@ -171,11 +175,16 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
                 compare(graph(m), clusters[c], names, budget=budget, seeds=seeds, out=folder(m, c))
             pending.remove(task)
             done += weight
-    heads, reports = [], {}
+    heads, reports, missing = [], {}, {}
     for m, c in pairs:  # 3. the placers, and every row read back into one compare.json per pair
         tell(f"{m} on {c}: one-shot placers and the table")
-        with _PairLock(folder(m, c), wait=True):
-            rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c))
+        if collect:
+            names, cfg = _finished(strategies, config, folder(m, c))
+            missing[f"{m}-{c}"] = [s for s in strategies if s not in names]
+            rep = _assemble(graph(m), clusters[c], names, cfg, folder(m, c))
+        else:
+            with _PairLock(folder(m, c), wait=True):
+                rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c))
         reports[f"{m}-{c}"] = rep
         heads.append(headline(rep, m, c))
         done += 1
@@ -191,10 +200,31 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         "headline": [asdict(h) for h in heads],
         "summary": _summary(heads),
         "wall_time_s_this_call": time.perf_counter() - t0,
+        "missing": missing if collect else {},
     }  # fmt: skip
     (out / "paper.json").write_text(json.dumps(data, indent=1))
     (out / "paper.md").write_text(format_table(data) + "\n")
     return data
+
+
+def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple[list[str], PaperConfig]:
+    """The strategies whose runs all finished (placers always), and the planner's finished seed count."""
+    from dataclasses import replace
+
+    def done_seeds(name: str) -> int:
+        k = 0
+        while (folder / "runs" / name / f"seed{k}" / "result.json").exists():
+            k += 1
+        return k
+
+    names = [s for s in strategies if s in PLACER_NAMES or s == "hp" or done_seeds(s) >= config.seeds]
+    if "hp" in names:
+        k = min(done_seeds("hp"), config.planner_seeds)
+        if k == 0:
+            names.remove("hp")
+        else:
+            config = replace(config, hp_seeds=k)
+    return names, config
 
 
 def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path) -> dict:
@@ -275,16 +305,21 @@ def format_table(data: dict) -> str:
         f"Post's step-time reduction 1 - post/rival (median of {cfg['seeds']} seeds; {cfg['budget']} samples per "
         f"search; hp {cfg['planner_budget']} samples x {cfg.get('planner_seeds', cfg['seeds'])} seeds; "
         f"{cfg['size']} models; simulated)",
-        f"{'model':<13} {'cluster':<7} {'post ms':>9} " + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols),
+        f"{'model':<13} {'cluster':<7} {'post ms':>9} " + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols)
+        + "  hp seeds",
     ]  # fmt: skip
     for h in data["headline"]:
         post = "-" if h["post_s"] is None else f"{h['post_s'] * 1e3:.2f}"
         lines.append(f"{h['model']:<13} {h['cluster']:<7} {post:>9} "
-                     + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols))  # fmt: skip
+                     + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
+                     + f"  {h.get('hp_seeds') or '-':>8}")  # fmt: skip
     rl = [s for s in ("hp", "reinforce") if s in data["summary"]]
     for s in rl:
         v = data["summary"][s]
         claim = data["paper_claim"]["max_reduction_vs_rl"] * 100
         lines.append(f"vs {s}: Post faster on {v['post_faster']}/{v['pairs']} pairs, median {_pct(v['median'])}, "
                      f"largest {_pct(v['max'])}; the paper: up to {claim:.1f}% vs the RL state of the art")  # fmt: skip
+    for pair, names in (data.get("missing") or {}).items():
+        if names:
+            lines.append(f"{pair}: not finished, left out: {', '.join(names)}")
     return "\n".join(lines)
