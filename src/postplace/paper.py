@@ -130,6 +130,7 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     pairs = [(m, c) for m in config.models for c in config.clusters]
     hp_weight = _HP_COST * config.planner_budget / config.budget
     total = len(pairs) * (len(cheap) * config.seeds + (hp_weight * config.planner_seeds if with_hp else 0) + 1)
+    total = len(pairs) if collect else total
     done = 0.0
     graphs: dict[str, object] = {}
     clusters = {c: load_cluster(c) for c in config.clusters}
@@ -304,7 +305,8 @@ def format_table(data: dict) -> str:
     lines = [
         f"Post's step-time reduction 1 - post/rival (median of {cfg['seeds']} seeds; {cfg['budget']} samples per "
         f"search; hp {cfg['planner_budget']} samples x {cfg.get('planner_seeds', cfg['seeds'])} seeds; "
-        f"{cfg['size']} models; simulated)",
+        f"{cfg['size']} models; simulated)"
+        + ("; collected: finished runs only, see the last lines" if any((data.get("missing") or {}).values()) else ""),
         f"{'model':<13} {'cluster':<7} {'post ms':>9} " + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols)
         + "  hp seeds",
     ]  # fmt: skip
