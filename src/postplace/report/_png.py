@@ -303,12 +303,20 @@ def paper_figure(data: dict, folder: Path) -> dict:
     grid = np.array([[np.nan if h["reduction"].get(r) is None else h["reduction"][r] * 100 for r in rivals]
                      for h in heads])  # fmt: skip
     fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))
-    lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+    lim = min(np.nanmax(np.abs(grid)), 60.0) if np.isfinite(grid).any() else 1.0  # -195% would wash out the rest
     ax.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
             if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:+.1f}%", ha="center", va="center", fontsize=8)
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:+.1f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if abs(grid[i, j]) > 0.7 * lim else "black",
+                )
     ax.set_xticks(range(len(rivals)), [f"vs {r}" for r in rivals], rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(heads)), [f"{h['model']} {h['cluster']}" for h in heads], fontsize=8)
     ax.set_title("Post's step-time reduction 1 - post/rival (blue: Post faster)", fontsize=10)
