@@ -254,6 +254,7 @@ def compare(
     expert_split: Annotated[str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
     import postplace.api as api
@@ -271,6 +272,7 @@ def compare(
         sys.exit(130)
     out = Path(report["out"])
     graph_name, c_name = report["graph"], report["cluster"]
+    _report_line(report["out"], target, cluster, size=size, skip=no_report)
     if as_json:
         print(json.dumps({k: v for k, v in report.items()}))
         return
@@ -346,6 +348,103 @@ PLACE_FLAGS = {  # CLI parameter -> run.json setting, for --resume's check that 
 
 
 @app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A place, compare or paper folder.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
+    graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster, if not recorded.")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size, if not recorded.")] = None,
+) -> None:
+    """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
+    from postplace.report import write_report
+
+    path = write_report(run_dir, out, graph=graph_target, cluster=cluster, size=size)
+    console.print(f"wrote {path} (figures and report.json, trace.json beside it)", highlight=False)
+
+
+@app.command()
+def paper(
+    quick: Annotated[bool, typer.Option("--quick", help="Small models, 240 samples, one seed: minutes.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder (default runs/paper or runs/paper-quick).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")] = None,
+    hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
+    collect: Annotated[bool, typer.Option("--collect", help="Search nothing: table the finished runs.")] = False,
+) -> None:
+    """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival); resumable."""
+    from dataclasses import replace
+
+    from postplace.paper import PaperConfig, format_table, run_paper
+
+    config = PaperConfig.quick() if quick else PaperConfig()
+    if seeds is not None:
+        if seeds < 1:
+            raise PostplaceError("--seeds must be positive")
+        config = replace(config, seeds=seeds)
+    if hp_seeds is not None:
+        if hp_seeds < 1:
+            raise PostplaceError("--hp-seeds must be positive")
+        config = replace(config, hp_seeds=hp_seeds)
+    out = out or Path("runs") / ("paper-quick" if quick else "paper")
+    with _experiment_progress() as progress:
+        try:
+            data = run_paper(out, config, progress=progress, collect=collect)
+        except KeyboardInterrupt:
+            print(f"interrupted: rerun the same command to resume from {out}", file=sys.stderr)
+            sys.exit(130)
+    console.print(format_table(data), highlight=False)
+    console.print(f"wrote {out}/paper.json and paper.md", highlight=False)
+    if not no_report:
+        from postplace.report import write_report
+
+        console.print(f"wrote {write_report(out)}", highlight=False)
+
+
+def _report_line(out, graph, cluster, *, size: str | None = None, skip: bool) -> None:
+    """Write the run's report and say where on stderr (stdout may be JSON); a report that cannot be
+    drawn is one warning line, never a failed run."""
+    if skip:
+        return
+    from postplace.report import write_report
+
+    try:
+        print(f"report: {write_report(out, graph=graph, cluster=cluster, size=size)}", file=sys.stderr)
+    except PostplaceError as exc:
+        print(f"warning: no report ({exc})", file=sys.stderr)
+
+
+class _experiment_progress:  # noqa: N801  (a context manager used like a function)
+    """One bar for a whole experiment on a terminal; one line per step otherwise (logs, CI)."""
+
+    def __enter__(self):
+        self.bar = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("paper"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
+                                console=Console(stderr=True))  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task("", total=1.0)
+        from time import perf_counter
+
+        self.clock = perf_counter
+        self.t0 = perf_counter()
+        return self
+
+    def __call__(self, what: str, done: float, total: float) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=what, completed=done, total=total)
+        else:
+            el = self.clock() - self.t0
+            print(f"[{done / total * 100:5.1f}% {el:7.0f} s] {what}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@app.command()
 def place(
     ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
@@ -365,6 +464,7 @@ def place(
     config: Annotated[Path | None, typer.Option("--config", help="A TOML file of the strategy's config fields.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
 ) -> None:
     """Search a placement; returns the best of the search, the single device and the one-shot placers."""
     import postplace.api as api
@@ -405,6 +505,8 @@ def place(
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
               file=sys.stderr)  # fmt: skip
         sys.exit(130)
+    if result.summary.get("out"):
+        _report_line(result.summary["out"], result.graph, result.cluster, skip=no_report)
     if as_json:
         print(json.dumps(result.summary))
         return

@@ -50,7 +50,9 @@ class Run:
     transfers: list  # (src op, slot, from device, to device, bytes, start, end)
 
 
-def simulate(p: SimProblem, dev: np.ndarray) -> Run:
+def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> Run:
+    """Simulate one placement; ``memory_log`` (a list) receives ``(time, device, bytes held)`` at every
+    change of a device's memory, after the change (persistent bytes included)."""
     n, D = p.num_ops, p.num_devices
     dev = [int(x) for x in dev]
     pending = [int(x) for x in p.indegree]
@@ -78,8 +80,13 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
     transfers: list[list] = []  # [src, slot, a, b, bytes, start, end, consumers_left]
     xfer_of_edge = [-1] * p.edge_dst.shape[0]
 
+    def note(d):
+        if memory_log is not None:
+            memory_log.append((t, d, float(resident[d] + live[d])))
+
     def alloc(d, nbytes):
         live[d] += nbytes
+        note(d)
         if resident[d] + live[d] > peak[d]:
             peak[d] = resident[d] + live[d]
 
@@ -93,6 +100,7 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
         while stack:
             j = stack.pop()
             live[dev[j]] -= p.alloc_bytes[j]
+            note(dev[j])
             for k in range(p.in_ptr[j], p.in_ptr[j + 1]):
                 e = int(p.in_edges[k])
                 if not p.edge_alias[e]:
@@ -108,6 +116,7 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
                     x[7] -= 1
                     if x[7] == 0:
                         live[dev[j]] -= x[4]
+                        note(dev[j])
 
     def maybe_free_output(i):
         if can_free(i):
@@ -152,6 +161,7 @@ def simulate(p: SimProblem, dev: np.ndarray) -> Run:
                         x[7] -= 1
                         if x[7] == 0 and p.live_mode:
                             live[d] -= x[4]
+                            note(d)
                 made: dict[tuple[int, int], int] = {}
                 for e in range(p.out_ptr[i], p.out_ptr[i + 1]):
                     j = int(p.edge_dst[e])

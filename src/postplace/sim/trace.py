@@ -69,3 +69,25 @@ class Schedule:
         except OSError as exc:
             why = exc.strerror or exc
             raise PostplaceError(f"{path}: cannot write the trace ({why}); pick a writable path") from None
+
+
+def memory_over_time(problem, device: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Bytes held on each device during one step of an op-level placement, as step functions.
+
+    Per device ``(times, bytes)``: ``bytes[k]`` is held from ``times[k]`` on (the first point is time 0
+    with the persistent bytes). Every change the reference simulator makes is kept, several at one
+    instant included, so the maximum is the step's peak (:attr:`Schedule.peak_memory`).
+    """
+    from postplace.sim import reference
+
+    log: list[tuple[float, int, float]] = []
+    run = reference.simulate(problem, np.asarray(device), memory_log=log)
+    resident = np.zeros(problem.num_devices)
+    np.add.at(resident, np.asarray(device, dtype=np.int64), problem.persistent)
+    out = []
+    for d in range(problem.num_devices):
+        pts = [(t, b) for t, dd, b in log if dd == d]
+        times = np.array([0.0] + [t for t, _ in pts] + [run.makespan])
+        values = np.array([resident[d]] + [b for _, b in pts] + [pts[-1][1] if pts else resident[d]])
+        out.append((times, values))
+    return out

@@ -1,0 +1,327 @@
+"""``postplace paper``: the Post paper's comparison on the zoo, as one resumable experiment.
+
+Gao, Chen and Li (NeurIPS 2018) compare Post with its own ablations (cross-entropy only, PPO only),
+with policy gradient (REINFORCE) and the hierarchical planner (the RL state of the art then), and with
+hand-made placements, on Inception-V3, ResNet-50, RNNLM and NMT on one CPU plus 2 or 4 K80 GPUs, with
+about 2,400 sampled placements per search; they report up to 63.7% shorter training steps than the RL
+state of the art. :func:`run_paper` runs that grid here, one :func:`postplace.compare.compare` folder
+per model x machine (so it resumes exactly as ``compare`` does: finished runs are read back, unfinished
+ones continue from their checkpoint), then writes the headline table (``paper.json``, ``paper.md``):
+Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine.
+
+The order of work puts the expensive part last: every cheap search strategy on every pair first, then
+the hierarchical planner one seed at a time over all pairs (its runs take minutes, the others seconds),
+then the one-shot placers and the tables. An experiment stopped early therefore has complete rows for
+everything but the planner's later seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from postplace.compare import PLACER_NAMES, compare
+
+PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
+PAPER_CLUSTERS = ("k80x2", "k80x4")
+CHEAP_SEARCH = ("random", "anneal", "reinforce", "ce", "ppo", "post-paper", "post")
+"""Search strategies that cost about a millisecond per sample (the planner ``hp`` costs ~50 ms)."""
+RIVALS = ("post-paper", "ce", "ppo", "reinforce", "hp")
+HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
+"""One-shot placers whose best (that fits) is the "best heuristic" column."""
+PAPER_CLAIM = 0.637
+"""The paper's headline: up to 63.7% shorter step time than the RL state of the art (its abstract)."""
+_HP_COST = 50.0  # a planner sample costs about 50 cheap samples (benchmarks/RESULTS.md): progress weights
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """What to run. The defaults are the paper's experiment; :meth:`quick` is a few-minute version."""
+
+    models: tuple[str, ...] = PAPER_MODELS
+    clusters: tuple[str, ...] = PAPER_CLUSTERS
+    size: str = "full"
+    """Zoo model size (``full``: the paper's batch sizes; ``small`` for quick runs)."""
+    budget: int = 2400
+    """Samples per search run (the paper: about 2,400)."""
+    hp_budget: int | None = None
+    """Samples per hierarchical-planner run; None = ``budget``, 0 = leave the planner out."""
+    seeds: int = 3
+    hp_seeds: int | None = None
+    """Seeds of the hierarchical planner; None = ``seeds`` (fewer where its minutes per run do not fit)."""
+    strategies: tuple[str, ...] = (*PLACER_NAMES, *CHEAP_SEARCH, "hp")
+
+    @classmethod
+    def quick(cls) -> PaperConfig:
+        """Small graphs, 240 samples, one seed, the planner at 48 samples: minutes on 2 cores."""
+        return cls(size="small", budget=240, hp_budget=48, seeds=1)
+
+    @property
+    def planner_seeds(self) -> int:
+        return self.seeds if self.hp_seeds is None else self.hp_seeds
+
+    @property
+    def planner_budget(self) -> int:
+        return self.budget if self.hp_budget is None else self.hp_budget
+
+
+@dataclass
+class Headline:
+    model: str
+    cluster: str
+    post_s: float | None
+    hp_seeds: int | None = None
+    reduction: dict = field(default_factory=dict)  # rival -> 1 - post / rival (None: a side is missing)
+    rival_s: dict = field(default_factory=dict)
+
+
+def reduction(post: float | None, other: float | None) -> float | None:
+    """``1 - post / other``: positive when Post's step is shorter; None when either is missing."""
+    if post is None or other is None or other <= 0:
+        return None
+    return 1.0 - post / other
+
+
+def headline(report: dict, model: str, cluster: str) -> Headline:
+    """Post's reduction against each rival from one ``compare.json`` report."""
+    rows = {r["strategy"]: r for r in report["rows"]}
+
+    def best(name: str) -> float | None:
+        r = rows.get(name)
+        return None if r is None or r["best_step_time_s"] is None else r["best_step_time_s"]
+
+    post = best("post")
+    rivals = {name: best(name) for name in RIVALS if name in rows}
+    fits = [rows[h]["best_step_time_s"] for h in HEURISTICS
+            if h in rows and rows[h]["best_step_time_s"] is not None and not rows[h]["oom_count"]]  # fmt: skip
+    rivals["best heuristic"] = min(fits) if fits else None
+    rivals["single"] = report.get("single_device_step_time_s")
+    rivals["data-parallel"] = best("data-parallel")
+    hp_seeds = rows["hp"].get("seeds") if "hp" in rows else None
+    return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals)
+
+
+def run_paper(out: Path, config: PaperConfig | None = None, *,
+              progress: Callable[[str, float, float], None] | None = None, collect: bool = False) -> dict:  # fmt: skip
+    """Run (or resume) the experiment under ``out``; write ``paper.json`` and ``paper.md``; return the data.
+
+    ``progress(what, done, total)`` is called before each piece of work and at the end, ``done`` and
+    ``total`` in cheap-search-run units (a planner run weighs ``_HP_COST`` times its budget share).
+    ``collect=True`` searches nothing: it tables the runs that finished (the planner with the seeds it
+    finished on each pair, from seed 0 on) and lists what is missing in ``paper.json``.
+    """
+    from postplace.cluster import load_cluster
+    from postplace.zoo import cached_graph
+
+    config = config or PaperConfig()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    strategies = list(config.strategies)
+    with_hp = "hp" in strategies and config.planner_budget > 0
+    if not with_hp and "hp" in strategies:
+        strategies.remove("hp")
+    cheap = [s for s in strategies if s not in PLACER_NAMES and s != "hp"]
+    pairs = [(m, c) for m in config.models for c in config.clusters]
+    hp_weight = _HP_COST * config.planner_budget / config.budget
+    total = len(pairs) * (len(cheap) * config.seeds + (hp_weight * config.planner_seeds if with_hp else 0) + 1)
+    total = len(pairs) if collect else total
+    done = 0.0
+    graphs: dict[str, object] = {}
+    clusters = {c: load_cluster(c) for c in config.clusters}
+
+    def graph(model: str):
+        if model not in graphs:
+            graphs[model] = cached_graph(model, config.size)
+        return graphs[model]
+
+    def tell(what: str) -> None:
+        if progress:
+            progress(what, done, total)
+
+    def folder(m: str, c: str) -> Path:
+        return out / f"{m}-{c}"
+
+    tasks = [
+        (f"{m} on {c}: {name} x {config.seeds} seeds", (m, c), [name], config.budget, config.seeds, config.seeds)
+        for m, c in pairs
+        for name in cheap
+    ]  # 1. the cheap searches, all seeds
+    if with_hp:  # 2. the planner, one seed at a time over every pair
+        tasks += [
+            (
+                f"{m} on {c}: hp seed {k - 1} ({config.planner_budget} samples)",
+                (m, c),
+                ["hp"],
+                config.planner_budget,
+                k,
+                hp_weight,
+            )
+            for k in range(1, config.planner_seeds + 1)
+            for m, c in pairs
+        ]
+    pending = [] if collect else list(tasks)
+    while pending:  # a pair another process is working on is skipped, and waited for only at the end
+        for task in list(pending):
+            what, (m, c), names, budget, seeds, weight = task
+            with _PairLock(folder(m, c), wait=task is pending[0] and _all_locked(pending, folder)) as got:
+                if not got:
+                    continue
+                tell(what)
+                compare(graph(m), clusters[c], names, budget=budget, seeds=seeds, out=folder(m, c))
+            pending.remove(task)
+            done += weight
+    heads, reports, missing = [], {}, {}
+    for m, c in pairs:  # 3. the placers, and every row read back into one compare.json per pair
+        tell(f"{m} on {c}: one-shot placers and the table")
+        if collect:
+            names, cfg = _finished(strategies, config, folder(m, c))
+            missing[f"{m}-{c}"] = [s for s in strategies if s not in names]
+            rep = _assemble(graph(m), clusters[c], names, cfg, folder(m, c))
+        else:
+            with _PairLock(folder(m, c), wait=True):
+                rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c))
+        reports[f"{m}-{c}"] = rep
+        heads.append(headline(rep, m, c))
+        done += 1
+    tell("done")
+    data = {
+        "config": {**asdict(config), "planner_budget": config.planner_budget if with_hp else 0,
+                   "planner_seeds": config.planner_seeds if with_hp else 0},
+        "paper_claim": {"max_reduction_vs_rl": PAPER_CLAIM,
+                        "source": "Gao, Chen, Li, NeurIPS 2018 (Post), abstract: "
+                                  "up to 63.7% vs the RL state of the art"},
+        "evaluator": "simulator",
+        "pairs": [f"{m}-{c}" for m, c in pairs],
+        "headline": [asdict(h) for h in heads],
+        "summary": _summary(heads),
+        "wall_time_s_this_call": time.perf_counter() - t0,
+        "missing": missing if collect else {},
+    }  # fmt: skip
+    (out / "paper.json").write_text(json.dumps(data, indent=1))
+    (out / "paper.md").write_text(format_table(data) + "\n")
+    return data
+
+
+def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple[list[str], PaperConfig]:
+    """The strategies whose runs all finished (placers always), and the planner's finished seed count."""
+    from dataclasses import replace
+
+    def done_seeds(name: str) -> int:
+        k = 0
+        while (folder / "runs" / name / f"seed{k}" / "result.json").exists():
+            k += 1
+        return k
+
+    names = [s for s in strategies if s in PLACER_NAMES or s == "hp" or done_seeds(s) >= config.seeds]
+    if "hp" in names:
+        k = min(done_seeds("hp"), config.planner_seeds)
+        if k == 0:
+            names.remove("hp")
+        else:
+            config = replace(config, hp_seeds=k)
+    return names, config
+
+
+def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path) -> dict:
+    """One pair's ``compare.json`` with every row: a single ``compare`` call where the planner has as
+    many seeds as the rest, else the planner's row (with its own seed count) merged into the others'."""
+    if "hp" not in strategies or config.planner_seeds == config.seeds:
+        return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder)
+    hp = compare(graph, cluster, ["hp"], budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
+    rest = [s for s in strategies if s != "hp"]
+    rep = compare(graph, cluster, rest, budget=config.budget, seeds=config.seeds, out=folder)
+    rows = rep["rows"]
+    rows.insert(strategies.index("hp"), hp["rows"][0])
+    rep["hp_seeds"], rep["hp_budget_samples"] = config.planner_seeds, config.planner_budget
+    (folder / "compare.json").write_text(json.dumps(rep, indent=1))
+    with open(folder / "compare.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        cols = [k for k in rows[0] if k != "per_seed"]
+        w.writerow(cols)
+        w.writerows([r[k] for k in cols] for r in rows)
+    return rep
+
+
+class _PairLock:
+    """An advisory lock on one pair's folder (``flock``: released by the system when a process dies), so
+    two ``paper`` processes started on the same folder share the work instead of colliding."""
+
+    def __init__(self, folder: Path, *, wait: bool):
+        self.path, self.wait, self.f = folder / ".paper.lock", wait, None
+
+    def __enter__(self) -> bool:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "w")  # noqa: SIM115
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            self.f.close()
+            self.f = None
+            return False
+        return True
+
+    def __exit__(self, *exc) -> None:
+        if self.f is not None:
+            self.f.close()  # closing releases the lock
+
+
+def _all_locked(pending: list, folder) -> bool:
+    """True when every pending task's pair is locked by someone else (then wait for the first)."""
+    for _, (m, c), *_ in pending:
+        with _PairLock(folder(m, c), wait=False) as got:
+            if got:
+                return False
+    return True
+
+
+def _summary(heads: list[Headline]) -> dict:
+    """Per rival: how many pairs Post beats it on, the median and the largest reduction."""
+    out = {}
+    for rival in (*RIVALS, "best heuristic", "single", "data-parallel"):
+        vals = [h.reduction[rival] for h in heads if h.reduction.get(rival) is not None]
+        if vals:
+            out[rival] = {"pairs": len(vals), "post_faster": sum(v > 0 for v in vals),
+                          "median": statistics.median(vals), "max": max(vals), "min": min(vals)}  # fmt: skip
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+def format_table(data: dict) -> str:
+    """The headline table as fixed-width text (also valid inside a Markdown code block)."""
+    cfg = data["config"]
+    cols = [r for r in (*RIVALS, "best heuristic", "single", "data-parallel")
+            if any(r in h["reduction"] for h in data["headline"])]  # fmt: skip
+    lines = [
+        f"Post's step-time reduction 1 - post/rival (median of {cfg['seeds']} seeds; {cfg['budget']} samples per "
+        f"search; hp {cfg['planner_budget']} samples x {cfg.get('planner_seeds', cfg['seeds'])} seeds; "
+        f"{cfg['size']} models; simulated)"
+        + ("; collected: finished runs only, see the last lines" if any((data.get("missing") or {}).values()) else ""),
+        f"{'model':<13} {'cluster':<7} {'post ms':>9} " + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols)
+        + "  hp seeds",
+    ]  # fmt: skip
+    for h in data["headline"]:
+        post = "-" if h["post_s"] is None else f"{h['post_s'] * 1e3:.2f}"
+        lines.append(f"{h['model']:<13} {h['cluster']:<7} {post:>9} "
+                     + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
+                     + f"  {h.get('hp_seeds') or '-':>8}")  # fmt: skip
+    rl = [s for s in ("hp", "reinforce") if s in data["summary"]]
+    for s in rl:
+        v = data["summary"][s]
+        claim = data["paper_claim"]["max_reduction_vs_rl"] * 100
+        lines.append(f"vs {s}: Post faster on {v['post_faster']}/{v['pairs']} pairs, median {_pct(v['median'])}, "
+                     f"largest {_pct(v['max'])}; the paper: up to {claim:.1f}% vs the RL state of the art")  # fmt: skip
+    for pair, names in (data.get("missing") or {}).items():
+        if names:
+            lines.append(f"{pair}: not finished, left out: {', '.join(names)}")
+    return "\n".join(lines)

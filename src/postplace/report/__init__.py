@@ -1,0 +1,62 @@
+"""Reports of run folders: the data computed once (``report.json``), then drawn as PNG figures and
+one self-contained HTML page (Optuna's split of visualisation "info" objects from their renderers).
+
+``write_report(run_dir)`` reads a ``place``, ``compare`` or ``paper`` folder and writes, beside the
+HTML file: ``report.json`` (every number the figures show), the PNG figures, and ``trace.json`` (the
+returned placement's simulated schedule as Chrome trace-event JSON, for Perfetto)::
+
+    from postplace.report import write_report
+    path = write_report("runs/resnet50")          # runs/resnet50/report.html
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from postplace.report._data import build_report_data_for as build_report_data
+from postplace.report._data import run_kind
+
+__all__ = ["build_report_data", "run_kind", "write_report"]
+
+
+def write_report(run_dir, out=None, *, graph=None, cluster=None, size: str | None = None) -> Path:
+    """Write the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path.
+
+    Args:
+        run_dir: a folder written by ``postplace place``, ``compare`` or ``paper``.
+        out: the HTML file; the figures, ``report.json`` and ``trace.json`` go into its folder.
+        graph, cluster, size: the run's graph (an OpGraph, a file or a zoo name) and cluster (a
+            Cluster or a name), where the folder does not record them.
+    """
+    from postplace.report import _html, _png
+
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "report.html"
+    folder = out.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    if run_kind(run_dir) == "paper":
+        return _write_paper(run_dir, out)
+    data, sched = build_report_data(run_dir, graph=graph, cluster=cluster, size=size)
+    sched.save_chrome_trace(folder / "trace.json")
+    data["figures"] = _png.render_all(data, folder)
+    (folder / "report.json").write_text(json.dumps(data))
+    out.write_text(_html.render_html(data, folder))
+    return out
+
+
+def _write_paper(run_dir: Path, out: Path) -> Path:
+    from postplace.paper import format_table
+    from postplace.report import _data, _html, _png
+
+    data = json.loads((run_dir / "paper.json").read_text())
+    for h in data["headline"]:
+        pair = run_dir / f"{h['model']}-{h['cluster']}"
+        if (pair / "compare.json").exists():
+            write_report(pair, graph=h["model"], cluster=h["cluster"], size=data["config"]["size"])
+    data = _data.stamp(data)
+    data["versions"] = _data.versions()
+    data["figures"] = _png.paper_figure(data, out.parent)
+    (out.parent / "report.json").write_text(json.dumps(data))
+    out.write_text(_html.render_paper_html(data, out.parent, format_table(data)))
+    return out

@@ -1,0 +1,493 @@
+"""A run folder's report data, computed once: the "info" objects every renderer draws from.
+
+:func:`build_report_data` reads only what ``place`` and ``compare`` write for people and other tools
+(``summary.json``, ``history.jsonl``, ``placement.json``, ``compare.json`` and each search run's
+``result.json``), never a checkpoint, and tolerates missing optional keys (the value is then the
+string ``"not recorded"``). The returned placement is simulated again with
+:meth:`postplace.sim.Simulator.schedule` for its Gantt chart and its memory, so the schedule is the
+simulator's, whatever evaluator judged the search. Everything is plain JSON (lists, dicts, floats;
+None for a missing number) and goes to ``report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, is_dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+NOT_RECORDED = "not recorded"
+MAX_POINTS = 600
+"""Points kept per curve and per memory line in report.json (the plots need no more)."""
+REPORT_VERSION = 1
+
+
+# ------------------------------------------------------------------------------ the folder
+def run_kind(run_dir: Path) -> str:
+    """``place``, ``compare`` or ``paper``, from the files in the folder."""
+    if (run_dir / "paper.json").exists():
+        return "paper"
+    if (run_dir / "compare.json").exists():
+        return "compare"
+    if (run_dir / "summary.json").exists():
+        return "place"
+    raise PostplaceError(
+        f"{run_dir}: no summary.json, compare.json or paper.json; give a folder written by place, compare or paper"
+    )
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise PostplaceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def read_history(path: Path) -> list[dict]:
+    """The lines of a ``history.jsonl`` (a torn last line, from a kill mid-write, is skipped)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+# ------------------------------------------------------------------------------ graph and cluster
+def resolve_graph(record: dict, graph=None, size: str | None = None):
+    """The run's graph: the one given (an OpGraph, a file or a zoo name), the ``target`` recorded in
+    the summary, or a zoo graph whose name (``model-size``) the run recorded."""
+    from postplace.graph import OpGraph, load_graph
+
+    if isinstance(graph, OpGraph):
+        return graph
+    target = graph or record.get("target")
+    size = size or record.get("size")
+    if target is None:
+        name = str(record.get("graph", ""))
+        model, _, sz = name.rpartition("-")
+        from postplace.zoo import MODELS, SIZES
+
+        if model in MODELS and sz in SIZES:
+            target, size = model, size or sz
+        else:
+            raise PostplaceError(f"the run does not record where its graph '{name}' came from; pass --graph TARGET")
+    path = Path(str(target))
+    if path.exists():
+        return load_graph(path)
+    from postplace.zoo import cached_graph
+
+    return cached_graph(str(target), size or "full")
+
+
+def resolve_cluster_for(record: dict, graph, cluster=None):
+    from postplace.cluster import Cluster
+    from postplace.cluster.from_workload import resolve_cluster
+
+    if isinstance(cluster, Cluster):
+        return cluster
+    name = cluster or record.get("cluster")
+    if not name:
+        raise PostplaceError("the run does not record its cluster; pass --cluster")
+    try:
+        return resolve_cluster(str(name), graph)
+    except PostplaceError as exc:
+        raise PostplaceError(f"cluster '{name}' of the run: {exc}; pass --cluster PRESET_OR_FILE") from None
+
+
+# ------------------------------------------------------------------------------ curves
+def _best_so_far(history: list[dict]) -> np.ndarray:
+    """Best feasible step time after each sample (inf before the first feasible one)."""
+    t = np.array([h.get("step_time_s", math.inf) if not (h.get("oom") or h.get("failed")) else math.inf
+                  for h in history], dtype=float)  # fmt: skip
+    return np.minimum.accumulate(t) if t.size else t
+
+
+def _grid(n: int) -> np.ndarray:
+    """Sample counts (1-based) to keep: every one up to MAX_POINTS, else a geometric-ish spread."""
+    if n <= MAX_POINTS:
+        return np.arange(1, n + 1)
+    return np.unique(np.round(np.linspace(1, n, MAX_POINTS)).astype(int))
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def curve_info(strategy: str, runs: list[dict]) -> dict:
+    """One strategy's learning curves. ``runs``: ``{seed, history, wall_time_s}`` per seed.
+
+    Against samples: median, min and max over the seeds that reached each sample count. Against wall
+    time: each seed's curve; a history line's ``time_s`` when recorded, else the run's wall time
+    spread evenly over its samples (``wall_source`` says which).
+    """
+    per_seed = []
+    curves = []
+    recorded = True
+    for r in runs:
+        h = r["history"]
+        best = _best_so_far(h)
+        curves.append(best)
+        n = len(best)
+        if n and all("time_s" in x for x in h):
+            wall = np.array([x["time_s"] for x in h], dtype=float)
+        else:
+            recorded = False
+            w = r.get("wall_time_s")
+            wall = (np.arange(1, n + 1) * (w / n)) if (n and isinstance(w, int | float)) else np.full(n, np.nan)
+        g = _grid(n) if n else np.array([], dtype=int)
+        per_seed.append({
+            "seed": r["seed"], "samples": n, "final_best_s": _finite(best[-1]) if n else None,
+            "x_samples": g.tolist(), "best_s": [_finite(best[k - 1]) for k in g],
+            "wall_s": [_finite(wall[k - 1]) for k in g],
+        })  # fmt: skip
+    n_max = max((len(c) for c in curves), default=0)
+    g = _grid(n_max) if n_max else np.array([], dtype=int)
+    med, lo, hi, count = [], [], [], []
+    for k in g:
+        vals = np.array([c[k - 1] for c in curves if len(c) >= k])
+        vals = vals[np.isfinite(vals)]
+        count.append(int(vals.size))
+        med.append(float(np.median(vals)) if vals.size else None)
+        lo.append(float(vals.min()) if vals.size else None)
+        hi.append(float(vals.max()) if vals.size else None)
+    return {
+        "strategy": strategy, "seeds": [r["seed"] for r in runs], "x_samples": g.tolist(),
+        "median_s": med, "min_s": lo, "max_s": hi, "seeds_with_feasible": count, "per_seed": per_seed,
+        "wall_source": "recorded per sample" if recorded and runs else "estimated: run wall time x sample / samples",
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ schedule, memory, map
+def _resource_names(cluster) -> list[str]:
+    D = cluster.num_devices
+    names = [f"{d} egress" for d in cluster.device_names] + [f"{d} ingress" for d in cluster.device_names]
+    for link in cluster.links:
+        names += [f"link {link.a}->{link.b}", f"link {link.b}->{link.a}"]
+    assert len(names) == cluster.num_resources == 2 * D + 2 * len(cluster.links)
+    return names
+
+
+def _downsample_steps(times: np.ndarray, values: np.ndarray) -> tuple[list, list]:
+    """A step function with at most ~MAX_POINTS points, keeping each bin's maximum (so peaks survive)."""
+    if len(times) <= MAX_POINTS:
+        return times.tolist(), values.tolist()
+    edges = np.linspace(times[0], times[-1], MAX_POINTS // 2 + 1)
+    idx = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, len(edges) - 2)
+    t_out, v_out = [], []
+    for b in range(len(edges) - 1):
+        sel = np.flatnonzero(idx == b)
+        if sel.size:
+            t_out += [float(times[sel[0]]), float(times[sel[-1]])]
+            v_out += [float(values[sel].max()), float(values[sel[-1]])]
+    return t_out, v_out
+
+
+def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, dict, object]:
+    """(schedule info, memory info, the Schedule) of one op-level placement, simulated again."""
+    from postplace.graph import PHASES
+    from postplace.sim import Simulator
+    from postplace.sim.trace import memory_over_time
+
+    sim = Simulator(graph, cluster)
+    sched = sim.schedule(ops)
+    res = _resource_names(cluster)
+    lanes: dict[int, list] = {}
+    for src, _slot, a, b, _nbytes, start, end in sched.transfers:
+        for r in cluster.route_resources[cluster.route_ptr[a * cluster.num_devices + b]:
+                                         cluster.route_ptr[a * cluster.num_devices + b + 1]]:  # fmt: skip
+            lanes.setdefault(int(r), []).append([float(start), float(end), PHASES[graph.phase[src]]])
+    schedule = {
+        "source": source,
+        "step_time_s": float(sched.step_time),
+        "lower_bound_s": float(sim.lower_bound),
+        "devices": list(cluster.device_names),
+        "ops": {
+            "device": sched.device.tolist(),
+            "start_s": sched.op_start.tolist(),
+            "end_s": sched.op_end.tolist(),
+            "phase": [PHASES[k] for k in graph.phase],
+        },  # fmt: skip
+        "busy_s": sched.busy.tolist(),
+        "link_lanes": [{"name": res[r], "intervals": lanes[r]} for r in sorted(lanes)],
+        "transfers": len(sched.transfers),
+        "bytes_moved": float(sum(x[4] for x in sched.transfers)),
+    }
+    timeline = memory_over_time(sim.problem, sched.device)
+    memory = {
+        "devices": list(cluster.device_names),
+        "peak_bytes": sched.peak_memory.tolist(),
+        "capacity_bytes": cluster.capacity.tolist(),
+        "oom_devices": [
+            cluster.device_names[d] for d in range(cluster.num_devices) if sched.peak_memory[d] > cluster.capacity[d]
+        ],  # fmt: skip
+        "memory_mode": graph.memory_mode,
+        "over_time": [],
+    }
+    for d, (t, v) in enumerate(timeline):
+        tt, vv = _downsample_steps(t, v)
+        memory["over_time"].append({"device": cluster.device_names[d], "time_s": tt, "bytes": vv})
+    return schedule, memory, sched
+
+
+def op_modules(graph) -> tuple[list[str], str]:
+    """A module (layer) name per op, from the graph alone, and how it was found.
+
+    Traced graphs: a parameter's module is its name's path (``param:layers.0.conv.weight`` ->
+    ``layers.0``, two levels); every op colocated with a parameter takes that module; the other ops
+    take the module of their first input that has one, in program order, else of their first
+    consumer. Graphs without parameters (imported layer graphs): the op's own name, less a ``grad``
+    suffix, so a layer and its gradient share a row.
+    """
+    n = graph.num_ops
+    mods: list[str | None] = [None] * n
+    params = [i for i, name in enumerate(graph.names) if name.startswith(("param:", "buffer:"))]
+    if not params:
+        return [name.removesuffix("grad").removesuffix("_grad") for name in graph.names], "op names (layer graph)"
+    for i in params:
+        path = graph.names[i].split(":", 1)[1].rpartition(".")[0]
+        mods[i] = ".".join(path.split(".")[:2]) or "(root)"
+    for members in graph.colocation_sets:
+        known = [mods[i] for i in members if mods[i] is not None]
+        if known:
+            for i in members:
+                mods[i] = mods[i] or known[0]
+    in_ptr, in_edges, src = graph.in_ptr, graph.in_edges, graph.edge_src
+    for i in range(n):  # program order is topological: inputs first
+        if mods[i] is None:
+            for k in range(in_ptr[i], in_ptr[i + 1]):
+                m = mods[int(src[in_edges[k]])]
+                if m is not None:
+                    mods[i] = m
+                    break
+    out_ptr, dst = graph.out_ptr, graph.edge_dst
+    for i in range(n - 1, -1, -1):
+        if mods[i] is None:
+            for e in range(out_ptr[i], out_ptr[i + 1]):
+                m = mods[int(dst[e])]
+                if m is not None:
+                    mods[i] = m
+                    break
+    return [m or "(other)" for m in mods], "parameter names, colocation and data edges"
+
+
+def placement_map_info(graph, cluster, ops: np.ndarray) -> dict:
+    """Op counts per (module, phase, device), modules in program order of their first op."""
+    from postplace.graph import PHASES
+
+    mods, how = op_modules(graph)
+    order: dict[str, int] = {}
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for i in range(graph.num_ops):
+        m, ph, dev = mods[i], PHASES[graph.phase[i]], cluster.device_names[int(ops[i])]
+        order.setdefault(m, len(order))
+        cell = counts.setdefault(m, {}).setdefault(ph, {})
+        cell[dev] = cell.get(dev, 0) + 1
+    phases = [p for p in PHASES if any(p in c for c in counts.values())]
+    return {
+        "devices": list(cluster.device_names), "phases": phases, "module_source": how,
+        "modules": [{"module": m, "counts": counts[m]} for m in sorted(order, key=order.get)],
+        "ops_per_device": np.bincount(ops, minlength=cluster.num_devices).tolist(),
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ provenance
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return NOT_RECORDED
+
+
+def versions(graph=None) -> dict:
+    import postplace
+
+    v = {"postplace": postplace.__version__, "python": platform.python_version(), "numpy": np.__version__,
+         "numba": _version("numba"), "matplotlib": _version("matplotlib"), "torch": _version("torch")}  # fmt: skip
+    if graph is not None and graph.metadata.get("torch_version"):
+        v["torch (traced with)"] = graph.metadata["torch_version"]
+    return v
+
+
+def strategy_configs(names: list[str], space) -> dict:
+    """Each search strategy's configuration in this code version (run folders do not record it)."""
+    from postplace.search import make_strategy
+
+    out = {}
+    for name in names:
+        try:
+            s = make_strategy(name, space, seed=0)
+        except Exception as exc:  # noqa: BLE001  (a report must not fail on a strategy it only describes)
+            out[name] = f"unavailable ({type(exc).__name__})"
+            continue
+        cfg = getattr(s, "config", None)
+        out[name] = {k: _jsonable(v) for k, v in asdict(cfg).items()} if is_dataclass(cfg) else NOT_RECORDED
+    return out
+
+
+def _jsonable(v):
+    if isinstance(v, float | int | str | bool) or v is None:
+        return v
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def _get(d: dict, key: str):
+    v = d.get(key)
+    return NOT_RECORDED if v is None else v
+
+
+def _graph_info(graph) -> dict:
+    return {"name": graph.name, "ops": graph.num_ops, "edges": graph.num_edges, "memory_mode": graph.memory_mode,
+            "total_flops": float(graph.flops.sum()), "zoo": graph.metadata.get("zoo", NOT_RECORDED)}  # fmt: skip
+
+
+def _cluster_info(cluster) -> dict:
+    return {"name": cluster.name, "description": cluster.description,
+            "devices": [{"name": d.name, "kind": d.kind, "model": d.model, "memory_bytes": d.memory}
+                        for d in cluster.devices]}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ the two kinds
+def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
+    from postplace.cluster.placement import load_placement
+
+    s = _read_json(run_dir / "summary.json")
+    g = resolve_graph(s, graph, size)
+    c = resolve_cluster_for(s, g, cluster)
+    if not (run_dir / "placement.json").exists():
+        raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
+    ops = load_placement(run_dir / "placement.json", g, c)
+    schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
+    history = read_history(run_dir / "history.jsonl")
+    strategy = s.get("strategy", NOT_RECORDED)
+    curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0), "history": history,
+                                          "wall_time_s": s.get("wall_time_s")}])]  # fmt: skip
+    bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s")},
+            {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s")},
+            {"label": f"single device ({_get(s, 'single_device')})", "kind": "single",
+             "best_s": s.get("single_device_step_time_s")}]  # fmt: skip
+    from postplace.search import make_problem
+
+    groups = s.get("groups")
+    space = make_problem(g, c, groups=groups if isinstance(groups, int) else 256).space
+    prov = {
+        "kind": "place", "graph": _graph_info(g), "cluster": _cluster_info(c),
+        "strategies": [strategy], "strategy_configs": strategy_configs([strategy], space)
+        if strategy != NOT_RECORDED else {}, "config_source": "this code version's defaults",
+        "budget": _get(s, "budget"), "samples": _get(s, "samples"), "seeds": [s.get("seed", NOT_RECORDED)],
+        "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
+        "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
+        "versions": versions(g),
+    }  # fmt: skip
+    numbers = {k: s.get(k) for k in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s",
+                                     "lower_bound_s", "ratio_to_lower_bound", "ratio_to_single_device", "samples",
+                                     "feasible_samples")}  # fmt: skip
+    data = {
+        "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {_get(s, 'samples')} samples",
+        "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars,
+        "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": s.get("lower_bound_s")},
+        "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
+    }  # fmt: skip
+    return data, sched
+
+
+def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
+    from postplace.search import make_problem
+
+    rep = _read_json(run_dir / "compare.json")
+    g = resolve_graph(rep, graph, size)
+    c = resolve_cluster_for(rep, g, cluster)
+    rows = rep.get("rows", [])
+    problem = make_problem(g, c)
+    curves, best = [], None  # best: (step time, label, op placement getter)
+    for r in rows:
+        if r.get("kind") != "search":
+            continue
+        runs = []
+        for ps in r.get("per_seed", []):
+            folder = run_dir / "runs" / r["strategy"] / f"seed{ps['seed']}"
+            runs.append({"seed": ps["seed"], "history": read_history(folder / "history.jsonl"),
+                         "wall_time_s": ps.get("wall_time_s")})  # fmt: skip
+            res = folder / "result.json"
+            t = ps.get("best_step_time_s")
+            if t is not None and res.exists() and (best is None or t < best[0]):
+                best = (t, f"{r['strategy']} seed {ps['seed']} (the comparison's best search run)", res)
+        curves.append(curve_info(r["strategy"], runs))
+    ops = None
+    if best is not None:
+        units = _read_json(best[2]).get("best_placement")
+        if units is not None and len(units) == problem.grouping.num_groups:
+            ops = problem.grouping.expand(np.asarray(units, dtype=np.int64))
+    source = best[1] if ops is not None else None
+    placers = [r for r in rows if r.get("kind") == "placer" and r.get("best_step_time_s") is not None
+               and not r.get("oom_count")]  # fmt: skip
+    if placers:
+        p = min(placers, key=lambda r: r["best_step_time_s"])
+        if ops is None or p["best_step_time_s"] < best[0]:
+            from postplace.placers import place
+
+            ops = place(p["strategy"], g, c)
+            source = f"{p['strategy']} (the comparison's best one-shot placer, faster than every search)"
+    if ops is None:
+        raise PostplaceError(f"{run_dir}: no strategy found a feasible placement; nothing to draw")
+    schedule, memory, sched = schedule_info(g, c, ops, source)
+    bars = [{"label": r["strategy"], "kind": "data-parallel" if str(r.get("kind", "")).startswith("data-parallel")
+             else r.get("kind"), "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
+             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0), "note": r.get("note", "")}
+            for r in rows]  # fmt: skip
+    search_names = [r["strategy"] for r in rows if r.get("kind") == "search"]
+    prov = {
+        "kind": "compare", "graph": _graph_info(g), "cluster": _cluster_info(c),
+        "strategies": [r["strategy"] for r in rows], "strategy_configs": strategy_configs(search_names, problem.space),
+        "config_source": "this code version's defaults", "budget": _get(rep, "budget_samples"),
+        "seeds": list(range(rep["seeds"])) if isinstance(rep.get("seeds"), int) else NOT_RECORDED,
+        "groups": _get(rep, "groups"), "evaluator": _get(rep, "evaluator"),
+        "wall_time_s": sum(float(r.get("wall_time_s") or 0) * (r.get("seeds") or 1) for r in rows),
+        "wall_time_note": "sum over rows of the median run's wall time x seeds",
+        "versions": versions(g),
+    }  # fmt: skip
+    data = {
+        "kind": "compare",
+        "title": f"{g.name} on {c.name}: {len(rows)} strategies, {_get(rep, 'budget_samples')} samples x "
+                 f"{_get(rep, 'seeds')} seeds",
+        "provenance": prov,
+        "numbers": {"lower_bound_s": rep.get("lower_bound_s"), "single_device_step_time_s":
+                    rep.get("single_device_step_time_s"),
+                    "rows": {r["strategy"]: r.get("best_step_time_s") for r in rows}},
+        "curves": curves, "bars": bars,
+        "lines": {"single_device_s": rep.get("single_device_step_time_s"), "lower_bound_s": rep.get("lower_bound_s")},
+        "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
+    }  # fmt: skip
+    return data, sched
+
+
+def stamp(data: dict) -> dict:
+    data["report_version"] = REPORT_VERSION
+    data["created_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return data
+
+
+def build_report_data_for(run_dir, *, graph=None, cluster=None, size: str | None = None) -> tuple[dict, object]:
+    """(report data, the re-simulated Schedule) of a ``place`` or ``compare`` folder."""
+    run_dir = Path(run_dir)
+    kind = run_kind(run_dir)
+    if kind == "paper":
+        raise PostplaceError(f"{run_dir}: a paper folder has one report per model and machine; use write_report")
+    build = place_data if kind == "place" else compare_data
+    data, sched = build(run_dir, graph, cluster, size)
+    data["run_dir"] = str(run_dir)
+    return stamp(data), sched

@@ -1,0 +1,324 @@
+"""The report's figures as PNG files, drawn with matplotlib (Agg backend) from the report data only.
+
+Every figure has a fixed size in pixels (``figsize x DPI``, no tight cropping), recorded beside its
+file name so a reader (or a test) can check what was written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+DPI = 100
+PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
+KIND_STYLE = {  # bar colour and hatch per kind of row
+    "search": ("#4C72B0", ""),
+    "placer": ("#9A9A9A", "//"),
+    "data-parallel": ("#E1A340", "xx"),
+    "returned": ("#55A868", ""),
+    "single": ("#9A9A9A", ""),
+}
+MAX_MAP_ROWS = 60
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ms(v):
+    return None if v is None else v * 1e3
+
+
+def _save(fig, folder: Path, name: str) -> dict:
+    path = folder / f"{name}.png"
+    w, h = fig.get_size_inches()
+    fig.savefig(path, dpi=DPI)
+    _plt().close(fig)
+    return {"file": path.name, "width_px": int(round(w * DPI)), "height_px": int(round(h * DPI))}
+
+
+def _reference_lines(ax, lines: dict, *, vertical: bool = False) -> None:
+    for key, label, style in (("single_device_s", "best single device", "--"), ("lower_bound_s", "lower bound", ":")):
+        v = lines.get(key)
+        if isinstance(v, int | float):
+            (ax.axvline if vertical else ax.axhline)(v * 1e3, color="black", ls=style, lw=1, label=label)
+
+
+def _colours(n: int):
+    cmap = _plt().get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def learning_curves(data: dict, folder: Path) -> dict:
+    """Best-so-far step time against samples (median and range over seeds) and against wall time."""
+    plt = _plt()
+    curves = data["curves"]
+    figs = {}
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    for c, col in zip(curves, _colours(len(curves)), strict=True):
+        x = np.array(c["x_samples"], dtype=float)
+        med = np.array([np.nan if v is None else v * 1e3 for v in c["median_s"]])
+        lo = np.array([np.nan if v is None else v * 1e3 for v in c["min_s"]])
+        hi = np.array([np.nan if v is None else v * 1e3 for v in c["max_s"]])
+        seeds = len(c["seeds"])
+        ax.step(x, med, where="post", color=col, lw=1.6, label=f"{c['strategy']} (median of {seeds})")
+        if seeds > 1:
+            ax.fill_between(x, lo, hi, step="post", color=col, alpha=0.18, lw=0)
+    _reference_lines(ax, data["lines"])
+    ax.set_xlabel("samples")
+    ax.set_ylabel("best step time so far (ms)")
+    ax.set_title("learning curves: best feasible step time against samples (band: min-max over seeds)")
+    _ylim_from_curves(ax, curves, data["lines"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    figs["curves_samples"] = _save(fig, folder, "curves_samples")
+
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    for c, col in zip(curves, _colours(len(curves)), strict=True):
+        for k, s in enumerate(c["per_seed"]):
+            x = np.array([np.nan if v is None else v for v in s["wall_s"]])
+            y = np.array([np.nan if v is None else v * 1e3 for v in s["best_s"]])
+            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85, label=c["strategy"] if k == 0 else None)
+    _reference_lines(ax, data["lines"])
+    if any(v is not None and v > 0 for c in curves for s in c["per_seed"] for v in s["wall_s"]):
+        ax.set_xscale("log")
+    ax.set_xlabel("wall time (s, log scale)")
+    ax.set_ylabel("best step time so far (ms)")
+    src = {c["wall_source"] for c in curves}
+    ax.set_title("learning curves against wall time, one line per seed" +
+                 (" (time estimated from each run's total)" if any(s.startswith("estimated") for s in src) else ""),
+                 fontsize=10)  # fmt: skip
+    _ylim_from_curves(ax, curves, data["lines"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    figs["curves_wall"] = _save(fig, folder, "curves_wall")
+    return figs
+
+
+def _ylim_from_curves(ax, curves, lines) -> None:
+    """Start the y axis just below the lower bound and stop it at the worst median after 5% of the budget
+    (the first samples are often many times worse than the rest and would flatten every curve)."""
+    vals = []
+    for c in curves:
+        med = [v for v in c["median_s"] if v is not None]
+        if med:
+            vals.append(med[min(len(med) - 1, len(med) // 20)])
+            vals.append(min(med))
+    lb = lines.get("lower_bound_s")
+    single = lines.get("single_device_s")
+    extra = [v for v in (lb, single) if isinstance(v, int | float)]
+    if not vals:
+        return
+    lo = min(vals + extra) * 1e3
+    hi = max(vals + ([single] if isinstance(single, int | float) else [])) * 1e3
+    pad = (hi - lo) * 0.08 or hi * 0.05 or 1.0
+    ax.set_ylim(lo - pad, hi + pad)
+
+
+def bar_chart(data: dict, folder: Path) -> dict:
+    """Best step time per strategy, one-shot placers and data parallelism marked, single and LB lines."""
+    plt = _plt()
+    bars = [b for b in data["bars"]]
+    fig, ax = plt.subplots(figsize=(9, max(2.6, 0.36 * len(bars) + 1.4)))
+    y = np.arange(len(bars))[::-1]
+    for yi, b in zip(y, bars, strict=True):
+        colour, hatch = KIND_STYLE.get(b["kind"], ("#4C72B0", ""))
+        v = _ms(b.get("best_s"))
+        if v is None:
+            ax.text(0, yi, "  none (no feasible placement)", va="center", fontsize=8)
+            continue
+        xerr = None
+        if b.get("min_s") is not None and b.get("max_s") is not None and b["kind"] == "search":
+            xerr = [[v - b["min_s"] * 1e3], [b["max_s"] * 1e3 - v]]
+        ax.barh(yi, v, color=colour, hatch=hatch, edgecolor="black", lw=0.5, xerr=xerr, capsize=3)
+        ax.text(v, yi, f" {v:.3g}" + (" OOM" if b.get("oom") else ""), va="center", fontsize=8)
+    ax.set_yticks(y, [b["label"] + (" *" if b["kind"] == "data-parallel" else "") for b in bars], fontsize=9)
+    _reference_lines(ax, data["lines"], vertical=True)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=KIND_STYLE[k][0], hatch=KIND_STYLE[k][1], edgecolor="black", label=label)
+               for k, label in (("search", "search (median, range over seeds)"), ("placer", "one-shot placer"),
+                                ("data-parallel", "* data parallelism (not a placement)"), ("returned", "returned"))
+               if any(b["kind"] == k for b in bars)]  # fmt: skip
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="lower right")
+    ax.set_xlabel("best step time (ms)")
+    ax.set_title("best step time per strategy (shorter is better)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return {"bars": _save(fig, folder, "bars")}
+
+
+def gantt(data: dict, folder: Path) -> dict:
+    """The returned placement's schedule: a lane per device, a lane per port or link that carried data."""
+    plt = _plt()
+    s = data["schedule"]
+    devices = s["devices"]
+    ops = s["ops"]
+    lanes = [f"{d} (compute)" for d in devices] + [lane["name"] for lane in s["link_lanes"]]
+    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.42 * len(lanes) + 1.6)))
+    dev = np.array(ops["device"])
+    start = np.array(ops["start_s"]) * 1e3
+    dur = np.array(ops["end_s"]) * 1e3 - start
+    phase = np.array(ops["phase"])
+    n = len(lanes)
+    for d in range(len(devices)):
+        yi = n - 1 - d
+        for ph, col in PHASE_COLOURS.items():
+            sel = (dev == d) & (phase == ph)
+            if sel.any():
+                ax.broken_barh(list(zip(start[sel], dur[sel], strict=True)), (yi - 0.4, 0.8), facecolors=col)
+    for k, lane in enumerate(s["link_lanes"]):
+        yi = n - 1 - len(devices) - k
+        for ph, col in PHASE_COLOURS.items():
+            iv = [(a * 1e3, (b - a) * 1e3) for a, b, p in lane["intervals"] if p == ph]
+            if iv:
+                ax.broken_barh(iv, (yi - 0.3, 0.6), facecolors=col, alpha=0.8)
+    ax.set_yticks(range(n)[::-1], lanes, fontsize=8)
+    ax.axvline(s["step_time_s"] * 1e3, color="black", lw=1, ls="--")
+    from matplotlib.patches import Patch
+
+    present = [p for p in PHASE_COLOURS if (phase == p).any()]
+    ax.legend(handles=[Patch(color=PHASE_COLOURS[p], label=p) for p in present], fontsize=8, loc="upper right",
+              ncol=len(present))  # fmt: skip
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_title(f"simulated schedule of {s['source']}: step {s['step_time_s'] * 1e3:.3f} ms, "
+                 f"{s['transfers']} transfers, {s['bytes_moved'] / 1e6:.1f} MB moved", fontsize=10)  # fmt: skip
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return {"gantt": _save(fig, folder, "gantt")}
+
+
+def memory(data: dict, folder: Path) -> dict:
+    """Peak memory per device against capacity, and memory over time for the returned placement."""
+    plt = _plt()
+    m = data["memory"]
+    figs = {}
+    devs = m["devices"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(devs))
+    peak = np.array(m["peak_bytes"]) / 1e9
+    cap = np.array(m["capacity_bytes"]) / 1e9
+    colours = ["#C44E52" if d in m["oom_devices"] else "#4C72B0" for d in devs]
+    ax.bar(x, peak, color=colours, label="peak")
+    ax.scatter(x, cap, marker="_", s=900, color="black", label="capacity", zorder=3)
+    for xi, p, c in zip(x, peak, cap, strict=True):
+        ax.text(xi, p, f"{p:.3g} GB\n{p / c * 100:.1f}%", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, devs)
+    ax.set_ylabel("GB")
+    ax.set_yscale("log")
+    ax.set_title(f"peak memory per device against capacity (red: OOM; memory mode {m['memory_mode']})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figs["memory_peak"] = _save(fig, folder, "memory_peak")
+
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    top = max(peak.max() if peak.size else 0, 1e-9)
+    for line, col in zip(m["over_time"], _colours(len(devs)), strict=True):
+        t = np.array(line["time_s"]) * 1e3
+        v = np.array(line["bytes"]) / 1e9
+        ax.step(t, v, where="post", color=col, label=line["device"], lw=1.2)
+        c = cap[devs.index(line["device"])]
+        if c <= 1.5 * top:  # a capacity far above every peak would flatten the lines
+            ax.axhline(c, color=col, ls="--", lw=0.8)
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_ylabel("GB held")
+    ax.set_title("memory over the step (dashed: capacity, where near the peaks)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    figs["memory_time"] = _save(fig, folder, "memory_time")
+    return figs
+
+
+def map_rows(pm: dict) -> list[dict]:
+    """The placement map's rows for the picture: modules, merged to their first path component when
+    there are more than MAX_MAP_ROWS of them (and capped at that many)."""
+    rows = pm["modules"]
+    if len(rows) > MAX_MAP_ROWS:
+        merged: dict[str, dict] = {}
+        for r in rows:
+            key = r["module"].split(".")[0]
+            dst = merged.setdefault(key, {})
+            for ph, cnt in r["counts"].items():
+                cell = dst.setdefault(ph, {})
+                for d, k in cnt.items():
+                    cell[d] = cell.get(d, 0) + k
+        rows = [{"module": k, "counts": v} for k, v in merged.items()]
+    return rows[:MAX_MAP_ROWS]
+
+
+def placement_map(data: dict, folder: Path) -> dict:
+    """Which module (layer) ran on which device, one panel per phase: op counts per device."""
+    plt = _plt()
+    pm = data["placement_map"]
+    rows = map_rows(pm)
+    phases = pm["phases"]
+    devs = pm["devices"]
+    fig, axes = plt.subplots(1, len(phases), figsize=(3.2 * len(phases) + 2.5, max(3.0, 0.22 * len(rows) + 1.6)),
+                             sharey=True, squeeze=False)  # fmt: skip
+    y = np.arange(len(rows))[::-1]
+    colours = _colours(len(devs))
+    for ax, ph in zip(axes[0], phases, strict=True):
+        left = np.zeros(len(rows))
+        for d, col in zip(devs, colours, strict=True):
+            cnt = np.array([r["counts"].get(ph, {}).get(d, 0) for r in rows], dtype=float)
+            if cnt.any():
+                ax.barh(y, cnt, left=left, color=col, label=d, height=0.8)
+            left += cnt
+        ax.set_title(ph, fontsize=10)
+        ax.set_xlabel("ops")
+    axes[0][0].set_yticks(y, [r["module"][:28] for r in rows], fontsize=7)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours]
+    fig.legend(handles, devs, loc="upper right", fontsize=8, ncol=len(devs))
+    fig.suptitle("placement map: ops of each module per device, by phase", fontsize=10, x=0.35)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return {"placement_map": _save(fig, folder, "placement_map")}
+
+
+def render_all(data: dict, folder: Path) -> dict:
+    """Every figure of a place or compare report; returns ``{name: {file, width_px, height_px}}``."""
+    figs = {}
+    figs.update(learning_curves(data, folder))
+    figs.update(bar_chart(data, folder))
+    figs.update(gantt(data, folder))
+    figs.update(memory(data, folder))
+    figs.update(placement_map(data, folder))
+    return figs
+
+
+def paper_figure(data: dict, folder: Path) -> dict:
+    """The paper experiment's headline: Post's reduction against each rival, pairs x rivals."""
+    plt = _plt()
+    heads = data["headline"]
+    rivals = [r for r in ("post-paper", "ce", "ppo", "reinforce", "hp", "best heuristic", "single", "data-parallel")
+              if any(h["reduction"].get(r) is not None for h in heads)]  # fmt: skip
+    grid = np.array([[np.nan if h["reduction"].get(r) is None else h["reduction"][r] * 100 for r in rivals]
+                     for h in heads])  # fmt: skip
+    fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))
+    lim = min(np.nanmax(np.abs(grid)), 60.0) if np.isfinite(grid).any() else 1.0  # -195% would wash out the rest
+    ax.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            if np.isfinite(grid[i, j]):
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:+.1f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if abs(grid[i, j]) > 0.7 * lim else "black",
+                )
+    ax.set_xticks(range(len(rivals)), [f"vs {r}" for r in rivals], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(heads)), [f"{h['model']} {h['cluster']}" for h in heads], fontsize=8)
+    ax.set_title("Post's step-time reduction 1 - post/rival (blue: Post faster)", fontsize=10)
+    fig.tight_layout()
+    return {"paper_reductions": _save(fig, folder, "paper_reductions")}
