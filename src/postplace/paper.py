@@ -230,8 +230,9 @@ def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple
 
 def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path) -> dict:
     """One pair's ``compare.json`` with every row: a single ``compare`` call where the planner has as
-    many seeds as the rest, else the planner's row (with its own seed count) merged into the others'."""
-    if "hp" not in strategies or config.planner_seeds == config.seeds:
+    many seeds and samples as the rest, else the planner's row (with its own seed count) merged into the others'."""
+    same = config.planner_seeds == config.seeds and config.planner_budget == config.budget
+    if "hp" not in strategies or same:  # else a shared call would find the planner's runs stale (other budget)
         return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder)
     hp = compare(graph, cluster, ["hp"], budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
     rest = [s for s in strategies if s != "hp"]

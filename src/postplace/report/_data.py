@@ -388,7 +388,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "kind": "place", "graph": _graph_info(g), "cluster": _cluster_info(c),
         "strategies": [strategy], "strategy_configs": strategy_configs([strategy], space)
         if strategy != NOT_RECORDED else {}, "config_source": "this code version's defaults",
-        "budget": _get(s, "budget"), "samples": _get(s, "samples"), "seeds": [s.get("seed", NOT_RECORDED)],
+        "budget": _budget_text(_get(s, "budget")), "samples": _get(s, "samples"), "seeds": [s.get("seed", NOT_RECORDED)],
         "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
         "versions": versions(g),
@@ -491,3 +491,13 @@ def build_report_data_for(run_dir, *, graph=None, cluster=None, size: str | None
     data, sched = build(run_dir, graph, cluster, size)
     data["run_dir"] = str(run_dir)
     return stamp(data), sched
+
+
+def _budget_text(budget):
+    """A recorded budget as a person reads it ("2400" or "2400 samples" -> "2400 samples", "60s" -> "60 s")."""
+    from postplace.search import Budget
+
+    try:
+        return Budget.parse(budget).describe()
+    except PostplaceError:
+        return budget
