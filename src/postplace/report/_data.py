@@ -384,11 +384,16 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
     groups = s.get("groups")
     space = make_problem(g, c, groups=groups if isinstance(groups, int) else 256).space
+    if isinstance(s.get("config"), dict):  # the run's own config (with any --set / --config applied)
+        recorded_configs, config_source = {strategy: s["config"]}, "recorded in the run's summary"
+    else:
+        recorded_configs = strategy_configs([strategy], space) if strategy != NOT_RECORDED else {}
+        config_source = "this code version's defaults"
     prov = {
         "kind": "place", "graph": _graph_info(g), "cluster": _cluster_info(c),
-        "strategies": [strategy], "strategy_configs": strategy_configs([strategy], space)
-        if strategy != NOT_RECORDED else {}, "config_source": "this code version's defaults",
-        "budget": _budget_text(_get(s, "budget")), "samples": _get(s, "samples"), "seeds": [s.get("seed", NOT_RECORDED)],
+        "strategies": [strategy], "strategy_configs": recorded_configs, "config_source": config_source,
+        "budget": _budget_text(_get(s, "budget")), "samples": _get(s, "samples"),
+        "seeds": [s.get("seed", NOT_RECORDED)],
         "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
         "versions": versions(g),
