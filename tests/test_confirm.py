@@ -94,3 +94,45 @@ def test_confirm_with_torch_on_cpu_mapped_devices(tmp_path, torch_one_thread):
     assert res.best.measured_s == min(r.measured_s for r in res.rows)
     assert -1.0 <= res.spearman <= 1.0 or np.isnan(res.spearman)
     assert all(x["simulated_s"] > 0 and x["measured_s"] > 0 for x in res.to_dict()["candidates"])
+
+
+def test_place_confirm_returns_the_fastest_measured_and_labels_every_figure(tmp_path, torch_one_thread):
+    """``place(..., confirm=K)`` (the CLI's ``--confirm K``): the returned placement is the fastest of the
+    measured rows, its time is labelled measured, the search's own figures stay simulated, and the run
+    folder's placement.json is that placement; a pin holds on the single-device row too."""
+    import postplace
+    from postplace.cluster.placement import load_placement
+
+    out = tmp_path / "run"
+    r = postplace.place("gpt2", "k80x2", size="small", budget=48, groups=6, out=out, confirm=2, map_all_to="cpu",
+                        exclude=["cpu"])  # fmt: skip
+    s = r.summary
+    rows = s["confirm"]["candidates"]
+    ran = [x for x in rows if x["measured_s"] is not None]
+    assert len(rows) == 3 and ran  # two search placements and the best single device
+    fastest = min(ran, key=lambda x: x["measured_s"])
+    assert r.returned == "confirmed:" + fastest["label"] and r.step_time_s == fastest["measured_s"]
+    assert s["figures"]["best_step_time_s"] == "measured" and s["figures"]["search_best_step_time_s"] == "simulated"
+    assert s["ratio_to_lower_bound"] is None and s["ratio_to_single_device"] is None
+    assert all(x["simulated_s"] > 0 for x in rows)
+    assert not any(x["label"] == "single:cpu" for x in rows)  # --exclude cpu holds for the single device
+    np.testing.assert_array_equal(load_placement(out / "placement.json", r.graph, r.cluster), r.placement)
+
+
+def test_confirm_needs_code_to_run(tmp_path):
+    import postplace
+    from postplace.graph import OpGraph
+
+    g = OpGraph.load(next(iter(_tiny_graph_files(tmp_path))))
+    with pytest.raises(PostplaceError, match="--confirm runs placements for real"):
+        postplace.place(g, "k80x2", budget=8, out=tmp_path / "r", confirm=1)
+    with pytest.raises(PostplaceError, match="--confirm"):
+        postplace.place("gpt2", "k80x2", size="small", budget=8, out=tmp_path / "r2", confirm=-1)
+
+
+def _tiny_graph_files(tmp_path):
+    from tests.test_runner import problem as tiny
+
+    path = tmp_path / "g.json"
+    tiny().graph.save(path)
+    yield path

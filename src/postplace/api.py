@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,6 +217,8 @@ def place(
     loss_fn=None,
     map_all_to: str | None = None,
     progress: bool = False,
+    confirm: int = 0,
+    ray: str | None = None,
 ) -> PlaceResult:
     """Find a fast placement of one training step on a cluster.
 
@@ -290,12 +293,13 @@ def place(
     c, cluster_spec = _load_cluster(cluster, tgt.graph)
     settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
                          exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
-                         size=size, map_all_to=map_all_to)  # fmt: skip
-    return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress)
+                         size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
+    return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
+                confirm_k=confirm, ray=ray)  # fmt: skip
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
-           **given) -> PlaceResult:  # fmt: skip
+           confirm: int = 0, ray: str | None = None, **given) -> PlaceResult:  # fmt: skip
     """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
 
     ``budget`` extends a finished run to that many samples (or seconds). Any other setting in ``given``
@@ -341,7 +345,7 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     c, _ = _load_cluster(cluster, tgt.graph)
     if fingerprint(c) != settings["cluster_sha"]:
         raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
-    return _run(settings, tgt, c, out=out, resume=True, progress=progress)
+    return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
 
 
 def _resolved(value) -> str:
@@ -406,7 +410,7 @@ def _checksum(body: dict) -> str:
 
 
 def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,
-              size, map_all_to) -> dict:  # fmt: skip
+              size, map_all_to, confirm=0) -> dict:  # fmt: skip
     from postplace.search import Budget
 
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
@@ -415,8 +419,8 @@ def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, wa
         raise PostplaceError(f"groups {groups!r}: give a positive integer, or None for op-level placement")
     if evaluator not in EVALUATORS:
         raise PostplaceError(f"evaluator '{evaluator}': use simulator or torch")
-    if evaluator != "torch" and map_all_to is not None:
-        raise PostplaceError("--map-all-to only applies with --evaluator torch")
+    if evaluator != "torch" and map_all_to is not None and not confirm:
+        raise PostplaceError("--map-all-to only applies to measured runs (--evaluator torch or --confirm K)")
     if evaluator == "torch" and tgt.spec["kind"] not in ("zoo", "module"):
         raise PostplaceError("--evaluator torch needs a zoo model name or an nn.Module as TARGET "
                              "(a graph file has no code to run)")  # fmt: skip
@@ -522,7 +526,8 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
     return ops
 
 
-def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, progress: bool) -> PlaceResult:
+def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, progress: bool, confirm_k: int = 0,
+         ray: str | None = None) -> PlaceResult:  # fmt: skip
     from postplace.search import Budget, make_problem, run
     from postplace.search.runner import CHECKPOINT
     from postplace.sim import Simulator
@@ -536,7 +541,9 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         judge, space = _torch_evaluator(settings, tgt, c, problem)
     if space is not problem.space:
         problem = dataclasses.replace(problem, space=space)
+    _check_confirm(confirm_k, settings, tgt, out)
     strat = _strategy(settings, space)
+    search_judge = judge if ray is None else _ray_evaluator(ray, settings, tgt, c, problem)
     warm_ops = None if settings["warm_start"] is None else warm_start_ops(settings["warm_start"], problem)
     budget = Budget.parse(settings["budget"])
     restart = False
@@ -549,9 +556,13 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         _write_settings(out, settings)
         restart = resume and not (out / CHECKPOINT).exists()  # killed before its first checkpoint: start over
     t0 = time.perf_counter()
-    result = run(strat, judge, budget, out_dir=out, resume=resume and not restart, progress=progress,
-                 warm_start=None if warm_ops is None else problem.grouping.collapse(warm_ops),
-                 meta={"settings_checksum": _checksum(settings)}, space=space)  # fmt: skip
+    try:
+        result = run(strat, search_judge, budget, out_dir=out, resume=resume and not restart, progress=progress,
+                     warm_start=None if warm_ops is None else problem.grouping.collapse(warm_ops),
+                     meta={"settings_checksum": _checksum(settings)}, space=space)  # fmt: skip
+    finally:
+        if search_judge is not judge:
+            search_judge.shutdown()
     if result.interrupted:
         raise KeyboardInterrupt
     cands = _candidates(settings, problem, judge, result, warm_ops)
@@ -563,15 +574,88 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
             "or a cluster with more memory"
         )
     best = min(feasible, key=lambda k: k.step_time_s)  # min keeps the first of equals: the search first
+    confirmed = None
+    if confirm_k:
+        confirmed = _confirm(confirm_k, settings, tgt, c, problem, out, ray)
+        best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
+                         "measured by --confirm")  # fmt: skip
+        judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
     op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
     sched = op_sim.schedule(best.placement)
     summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0)
-    res = PlaceResult(graph, c, best.placement, best.name, best.step_time_s, judge.name, result,
+    if confirmed is not None:
+        summary["confirm"] = confirmed.to_dict()
+        summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",
+                                  candidates="simulated")  # fmt: skip
+        summary["ratio_to_single_device"] = None  # a measured time over a simulated one means nothing
+        judge = problem.simulator
+    res = PlaceResult(graph, c, best.placement, best.name, best.step_time_s,
+                      "torch" if confirmed is not None else judge.name, result,
                       None if result.best_placement is None else problem.grouping.expand(result.best_placement),
                       cands, problem.simulator.lower_bound, sched, summary, tgt.traced, tgt.spec)  # fmt: skip
     if out is not None:
         res.save(out)
     return res
+
+
+def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None) -> None:
+    """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+        raise PostplaceError(f"--confirm {k!r}: give how many of the search's best placements to measure (0 = none)")
+    if not k:
+        return
+    if settings["evaluator"] != "simulator":
+        raise PostplaceError("--confirm measures a simulated search's best; with --evaluator torch every sample "
+                             "is measured already: drop --confirm")  # fmt: skip
+    if tgt.traced is None and tgt.spec.get("kind") != "zoo":
+        raise PostplaceError("--confirm runs placements for real: give a zoo model name or an nn.Module target "
+                             "(a graph file has no code to run)")  # fmt: skip
+    if out is None:
+        raise PostplaceError("--confirm reads the search's best placements from its run folder: pass out=DIR")
+
+
+def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
+    """The search's evaluator on Ray actors (``--ray local`` or an address): the same answers, in parallel."""
+    from postplace.distributed import RayEvaluator, SimulatorFactory, TorchZooFactory
+
+    gop = problem.grouping.group_of_op
+    if settings["evaluator"] == "torch":
+        if tgt.spec.get("kind") != "zoo":
+            raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
+        factory = TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, group_of_op=gop,
+                                  device_map=settings["map_all_to"])  # fmt: skip
+    else:
+        factory = SimulatorFactory(problem.graph, c, group_of_op=gop, cost_model=problem.simulator.problem.cost_model)
+    return RayEvaluator(factory, address=address)
+
+
+def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: str | None):
+    """Measure the search's ``k`` best distinct placements and the best single device; the fastest measured wins."""
+    from postplace.confirm import candidates_from_run
+    from postplace.confirm import confirm as measure
+
+    cands = candidates_from_run(out, problem.simulator, k)
+    if tgt.traced is not None:
+        from postplace.runtime.evaluator import TorchEvaluator
+
+        if ray is not None:
+            raise PostplaceError("--confirm with --ray needs a zoo model name (actors trace it themselves)")
+        measurer = TorchEvaluator(tgt.traced, c, device_map=settings["map_all_to"])
+    elif ray is not None:
+        from postplace.distributed import RayEvaluator, TorchZooFactory
+
+        measurer = RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c,
+                                                device_map=settings["map_all_to"]), address=ray)  # fmt: skip
+    else:
+        from postplace.runtime.evaluator import TorchEvaluator
+
+        measurer = TorchEvaluator.for_zoo(tgt.spec["name"], tgt.spec["size"], c, device_map=settings["map_all_to"],
+                                          graph=tgt.graph)  # fmt: skip
+    try:
+        return measure(problem.simulator, measurer, cands, allowed=problem.op_allowed)
+    finally:
+        if hasattr(measurer, "shutdown"):
+            measurer.shutdown()
 
 
 def _write_settings(out: Path, settings: dict) -> None:

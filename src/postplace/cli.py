@@ -465,6 +465,8 @@ def place(
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
+    confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
+    ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
 ) -> None:
     """Search a placement; returns the best of the search, the single device and the one-shot placers."""
     import postplace.api as api
@@ -489,7 +491,7 @@ def place(
                 given["config"] = overrides
             explicit_budget = _given(ctx, "budget")
             result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
-                                **given)  # fmt: skip
+                                confirm=confirm, ray=ray, **given)  # fmt: skip
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
@@ -500,7 +502,7 @@ def place(
             result = api.place(target, cluster, strategy=strategy, budget=budget, seed=seed, pins=pin or (),
                                exclude=exclude or (), warm_start=warm_start, evaluator=evaluator, out=out,
                                config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
-                               progress=_progress(as_json))  # fmt: skip
+                               progress=_progress(as_json), confirm=confirm, ray=ray)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
               file=sys.stderr)  # fmt: skip
@@ -511,6 +513,21 @@ def place(
         print(json.dumps(result.summary))
         return
     _print_place_table(result.summary, result.cluster)
+    if "confirm" in result.summary:
+        console.print(_confirm_table(result.summary["confirm"]), highlight=False)
+
+
+def _confirm_table(c: dict) -> Table:
+    t = Table(title=f"--confirm: simulated ({c['simulator']}) and measured ({c['evaluator']}) side by side")
+    for col in ("placement", "simulated", "measured", "status"):
+        t.add_column(col)
+    for r in c["candidates"]:
+        mark = "  <- returned" if r["label"] == c["returned"] else ""
+        t.add_row(r["label"], _ms(r["simulated_s"]), "-" if r["measured_s"] is None else _ms(r["measured_s"]),
+                  r["status"] + (f" ({r['reason']})" if r["reason"] else "") + mark)  # fmt: skip
+    rho = c["spearman"]
+    t.caption = f"Spearman rank correlation: {'n/a (fewer than 3 ran)' if rho is None else f'{rho:.3f}'}"
+    return t
 
 
 def _given(ctx: typer.Context, param: str) -> bool:
@@ -524,21 +541,27 @@ def _progress(as_json: bool) -> bool:
 
 
 def _print_place_table(s: dict, c: Cluster) -> None:
-    kind = s["figures"]["best_step_time_s"]
-    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind} step times)")
+    fig = s["figures"]
+    kinds = {fig["best_step_time_s"], fig["search_best_step_time_s"], fig["candidates"]}
+    kind = kinds.pop() if len(kinds) == 1 else None  # None: measured and simulated rows side by side
+    title = f"({kind} step times)" if kind else "(each row says whether it was measured or simulated)"
+    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples {title}")
     t.add_column("")
-    t.add_column(f"step time ({kind})", justify="right")
-    t.add_column("vs returned", justify="right")
+    t.add_column(f"step time ({kind})" if kind else "step time", justify="right")
+    t.add_column("vs returned" if kind else "", justify="right")
     t.add_column("note")
     best = s["best_step_time_s"]
-    rows = [(f"returned placement ({s['returned']})", best, "")]
+    rows = [(f"returned placement ({s['returned']})", best, "", fig["best_step_time_s"])]
     sample = f" (sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
-    rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", "")))
+    rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", ""),
+                 fig["search_best_step_time_s"]))  # fmt: skip
     for name, v in s["candidates"].items():
         if name != "search":
-            rows.append((name, v, s["candidate_notes"].get(name, "")))
-    for name, v, note in rows:
-        t.add_row(name, "-" if v is None else _ms(v), "-" if v is None else f"{v / best:.3f}x", note[:80])
+            rows.append((name, v, s["candidate_notes"].get(name, ""), fig["candidates"]))
+    for name, v, note, how in rows:
+        time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
+        ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
+        t.add_row(name, time_, ratio, note[:80])
     console.print(t)
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:

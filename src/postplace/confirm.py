@@ -142,9 +142,11 @@ def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
     return candidates_from_cache(cache, simulator, k)
 
 
-def confirm(simulator, measurer, candidates, *, single: bool = True, labels: list[str] | None = None) -> ConfirmResult:
+def confirm(simulator, measurer, candidates, *, single: bool = True, labels: list[str] | None = None,
+            allowed: np.ndarray | None = None) -> ConfirmResult:  # fmt: skip
     """Measure ``candidates`` (op-level placements ``[k, num_ops]``, best simulated first) and, with
-    ``single``, the simulator's best single device; return the fastest measured one (module docstring).
+    ``single``, the simulator's best single device (among the devices ``allowed[op, d]`` permits: pins and
+    exclusions); return the fastest measured one (module docstring).
 
     Raises :class:`~postplace.errors.PostplaceError` when nothing could be measured.
     """
@@ -168,7 +170,8 @@ def confirm(simulator, measurer, candidates, *, single: bool = True, labels: lis
     notes = []
     if single:
         try:
-            ops = place_single(simulator.graph, simulator.cluster, cost_model=simulator.problem.cost_model)
+            ops = place_single(simulator.graph, simulator.cluster, cost_model=simulator.problem.cost_model,
+                               allowed=allowed)  # fmt: skip
         except NoSingleDeviceFits:
             notes.append("no single device fits in memory (simulated): none measured")
         else:
