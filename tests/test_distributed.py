@@ -149,3 +149,18 @@ def test_confirm_measures_on_ray_actors(ray_cluster, tmp_path):
         res = confirm(prob.simulator, ev, cands)
     assert res.evaluator == "torch" and len(res.rows) >= 3 and all(r.status == "ok" for r in res.rows)
     assert res.best.measured_s == min(r.measured_s for r in res.rows)
+
+
+def test_place_with_ray_local_gives_the_in_process_answer_and_history(ray_cluster, tmp_path):
+    """``postplace.place(..., ray="local")`` (the CLI's ``--ray local``): the same returned placement,
+    search best and history as the in-process run with the same seed."""
+    import postplace
+
+    p = problem(memory=40.0)
+    kw = dict(budget=96, seed=3, groups=None)
+    local = postplace.place(p.graph, p.cluster, out=tmp_path / "local", **kw)
+    on_ray = postplace.place(p.graph, p.cluster, out=tmp_path / "ray", ray="local", **kw)
+    assert (tmp_path / "ray" / HISTORY).read_text() == (tmp_path / "local" / HISTORY).read_text()
+    assert on_ray.returned == local.returned and on_ray.step_time_s == local.step_time_s
+    np.testing.assert_array_equal(on_ray.placement, local.placement)
+    assert ray.is_initialized()  # it joined the running instance and left it running
