@@ -213,11 +213,14 @@ def graph(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the graph file here.")] = None,
     size: SizeOpt = "full",
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Trace the step as m micro-batches (gradient accumulation).")] = 1,
+    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may go apart) or module (kept together).")] = "none",
 ) -> None:
     """Trace a zoo model's training step into a graph file (cached after the first time)."""
     from postplace.zoo.cli import cmd_graph
 
-    console.print(cmd_graph(name, size, out, optimizer), highlight=False)
+    console.print(cmd_graph(name, size, out, optimizer, microbatches=microbatches,
+                            colocation=microbatch_colocation), highlight=False)
 
 
 @app.command()

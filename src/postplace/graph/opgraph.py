@@ -60,8 +60,12 @@ class OpGraph:
     ``persistent_bytes`` (parameters and optimizer state; in ``static`` memory mode, the op's whole
     footprint), ``colocation`` (ops sharing an id >= 0 must share a device; -1 = unconstrained),
     ``phase`` (index into :data:`PHASES`), ``allowed_kinds`` (bit mask over :data:`DEVICE_KINDS`),
-    ``inplace`` (the output aliases an input and allocates nothing). Per edge: ``edge_src``,
-    ``edge_dst``, ``edge_slot``, ``edge_bytes``.
+    ``inplace`` (the output aliases an input and allocates nothing), ``microbatch`` (the micro-batch
+    an op computes for, 0..m-1 in a step traced as m micro-batches; -1 for ops every micro-batch shares:
+    parameters, buffers, gradient accumulation, the update, and for graphs that do not say),
+    ``module`` (the ``nn.Module`` path that issued the op, ``""`` where unknown). Per edge:
+    ``edge_src``, ``edge_dst``, ``edge_slot``, ``edge_bytes``. ``microbatch`` and ``module`` are
+    optional in the constructor and in graph files (older files load with -1 and ``""``).
     """
 
     names: tuple[str, ...]
@@ -82,9 +86,15 @@ class OpGraph:
     measured: tuple[Measurement, ...] = ()
     name: str = "graph"
     metadata: dict = field(default_factory=dict)
+    microbatch: np.ndarray | None = None
+    module: tuple[str, ...] = ()
 
     def __post_init__(self):
         set_ = object.__setattr__
+        n = len(self.names)
+        mb = np.full(n, -1) if self.microbatch is None else self.microbatch
+        set_(self, "microbatch", _frozen(np.asarray(mb, dtype=np.int32)))
+        set_(self, "module", tuple(str(x) for x in self.module) if len(self.module) else ("",) * n)
         set_(self, "names", tuple(str(x) for x in self.names))
         set_(self, "op_types", tuple(str(x) for x in self.op_types))
         for f in _OP_FLOAT_FIELDS:
@@ -135,6 +145,8 @@ class OpGraph:
         measured: Sequence[Measurement] = (),
         name: str = "graph",
         metadata: dict | None = None,
+        microbatch=None,
+        module: Sequence[str] = (),
     ) -> OpGraph:
         """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
 
@@ -181,6 +193,8 @@ class OpGraph:
             measured=tuple(measured),
             name=name,
             metadata=metadata or {},
+            microbatch=microbatch,
+            module=tuple(module),
         )
 
     # ----------------------------------------------------------------------------- invariants
@@ -188,7 +202,9 @@ class OpGraph:
         """Check every invariant; raise :class:`GraphError` naming the ops and field involved."""
         n = self.num_ops
         where = f"graph '{self.name}'"
-        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace"):
+        per_op = ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace")
+        per_op += ("microbatch", "module")
+        for fname in per_op:
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
         if self.memory_mode not in MEMORY_MODES:
@@ -220,6 +236,12 @@ class OpGraph:
         bad = np.flatnonzero(self.colocation < -1)
         if bad.size:
             raise GraphError(f"{where}: op '{self.names[bad[0]]}' field 'colocation' is negative; use -1 for none")
+        bad = np.flatnonzero(self.microbatch < -1)
+        if bad.size:
+            raise GraphError(
+                f"{where}: op '{self.names[bad[0]]}' field 'microbatch' is {self.microbatch[bad[0]]}; "
+                "use 0..m-1, or -1 for an op every micro-batch shares"
+            )
         self._check_edges()
         self._check_colocation_kinds()
 
@@ -362,6 +384,8 @@ class OpGraph:
                 "phase": [PHASES[p] for p in self.phase],
                 "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
                 "inplace": self.inplace.tolist(),
+                "microbatch": self.microbatch.tolist(),
+                "module": list(self.module),
             },
             "edges": {
                 "src": self.edge_src.tolist(),
@@ -418,6 +442,8 @@ class OpGraph:
                 phase=[PHASES.index(p) if isinstance(p, str) else p for p in col("phase", [0] * n)],
                 allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n)],
                 inplace=col("inplace", [False] * n),
+                microbatch=col("microbatch", [-1] * n),
+                module=col("module", [""] * n),
                 edge_src=ecol("src"),
                 edge_dst=ecol("dst"),
                 edge_slot=edges.get("slot", [0] * len(edges.get("src", []))),
