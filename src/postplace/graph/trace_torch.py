@@ -90,6 +90,7 @@ class Traced:
     optimizer: str
     op_of_node: dict[str, int] = field(default_factory=dict)
     microbatches: int = 1
+    batch: tuple = ()  #: the whole batch (inputs, then targets) when traced with ``targets=``
 
     def split_batch(self, tensors) -> tuple:
         """Placeholder-order step inputs from full-batch ``tensors`` (the inputs, then the targets when
@@ -245,7 +246,8 @@ def trace(
         n_targets=len(targets or ()),
         colocation=microbatch_colocation,
     )
-    return Traced(graph, gm, model, tuple(per_mb), optimizer, op_of_node, m)
+    whole = (*inputs, *targets) if targets is not None else ()
+    return Traced(graph, gm, model, tuple(per_mb), optimizer, op_of_node, m, whole)
 
 
 def _split(tensors: tuple, m: int, label: str) -> list:
