@@ -152,3 +152,43 @@ def test_train_command_runs_a_micro_batched_step(tmp_path):
     assert "gpt2-small-mb2-none" in text and "measured step time" in text
     with pytest.raises(PostplaceError, match="equal micro-batches"):
         cmd_train("gpt2", "single:cpu", 1, size="small", microbatches=3)
+
+
+# ------------------------------------------------------------------------------ memory
+def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
+    """An MLP whose batch-256 step fits no single device at any m (parameters, momentum and the whole
+    step's live tensors), nor a two-stage pipeline at m = 1 (each stage holds its half of the whole
+    batch's activations), but fits the two-stage pipeline at m = 4 (a quarter of the batch per
+    micro-batch); more micro-batches in flight (m = 8) hold more again. Stages split by
+    ``OpGraph.module``: blocks 0-1 (and the inputs) on gpu0, blocks 2-3 (and the loss) on gpu1."""
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    torch.manual_seed(0)
+    h, b = 128, 256
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(h, h), nn.ReLU()) for _ in range(4)]).train()
+    x, y = torch.randn(b, h), torch.randn(b, h)
+
+    def mse(out, t):
+        return ((out - t) ** 2).mean()
+
+    big = star_cluster(("gpu", "gpu"), bandwidth=1e10)
+    peaks, times = {}, {}
+    for m in (1, 2, 4, 8):
+        g = trace(model, (x,), mse, targets=(y,), microbatches=m).graph
+        stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
+        sim = Simulator(g, big)
+        r = sim.evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
+        peaks[m] = (r.peak_mem[0].max(), r.peak_mem[1].max())  # (one device, worst pipeline stage)
+        times[m] = r.step_time[1]
+    capacity = (peaks[4][1] + min(peaks[1][1], *(one for one, _ in peaks.values()))) / 2
+    assert peaks[4][1] < capacity < peaks[1][1]
+    assert all(one > capacity for one, _ in peaks.values())  # no m makes it fit one device
+    assert peaks[8][1] > peaks[4][1]  # the pipelining trade-off: more in flight, more held
+    assert times[4] < times[1]  # and the micro-batches overlap across the stages
+    small = star_cluster(("gpu", "gpu"), bandwidth=1e10, memory=capacity)
+    for m, want in ((1, [True, True]), (4, [True, False])):
+        g = trace(model, (x,), mse, targets=(y,), microbatches=m).graph
+        stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
+        r = Simulator(g, small).evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
+        assert r.oom.tolist() == want, m
