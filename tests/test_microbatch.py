@@ -192,3 +192,35 @@ def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
         stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
         r = Simulator(g, small).evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
         assert r.oom.tolist() == want, m
+
+
+# ------------------------------------------------------------------------------ search over m
+def test_search_over_micro_batch_counts_splits_the_budget_and_returns_the_best_plan():
+    from postplace.search.microbatches import microbatch_candidates, search_microbatches
+    from postplace.testing import star_cluster
+
+    assert microbatch_candidates(6, (1, 2, 4, 8), ("none", "module")) == [(1, "none"), (2, "none"), (2, "module")]
+    with pytest.raises(PostplaceError, match="divides the batch of 5"):
+        microbatch_candidates(5, (2, 4))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]).train()
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+
+    def graph_for(m, colocation):
+        return trace(model, (x,), lambda o, t: ((o - t) ** 2).mean(), targets=(y,), microbatches=m,
+                     microbatch_colocation=colocation).graph  # fmt: skip
+
+    seen = []
+    plan = search_microbatches(graph_for, star_cluster(("gpu", "gpu")), batch=64, ms=(1, 2, 3, 4),
+                               budget=3 * 96, strategy="random", groups=16, progress=seen.append)  # fmt: skip
+    assert [(c.m, c.colocation, c.samples) for c in plan.candidates] == [
+        (1, "none", 96),
+        (2, "none", 96),
+        (4, "none", 96),
+    ]
+    assert seen == plan.candidates
+    assert plan.step_time == min(c.step_time for c in plan.candidates)
+    assert plan.m == plan.best.m and plan.colocation == "none"
+    assert all(c.step_time >= c.lower_bound for c in plan.candidates)
+    mapping = plan.placement_map()
+    assert set(mapping.values()) <= {"gpu0", "gpu1"} and len(mapping) == plan.best.num_ops
