@@ -100,6 +100,7 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
     m = int(meta.get("microbatches", 1))
     n_own = (sum(1 for nd in gm.graph.nodes if nd.op == "placeholder") - n_p - n_b - n_p * slots) // m
     seq_module: dict[tuple[int, int], str] = {}
+    costs: dict[str, tuple] = {}  # template node -> (flops, read, out, slot bytes, type, in place)
 
     def modlabel(path):
         return root if path == "" else path
@@ -181,10 +182,24 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
             where[node.name] = None
             op_of_node[node.name] = -1
             continue
-        args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
-        read = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes)
-        out = tensor_bytes(val)
+        template = custom.get("template")
+        known = costs.get(template) if template is not None else None
+        if known is None:  # a micro-batch's copy costs what the node it copies costs: count once
+            args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
+            read = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes)
+            vals = val if isinstance(val, list | tuple) else [val]
+            known = (
+                op_flops(node.target, args, kwargs, val),
+                float(read),
+                float(tensor_bytes(val)),
+                [float(tensor_bytes(v)) for v in vals],
+                node.target.overloadpacket.__name__,
+                _is_inplace(node),
+            )
+            if template is not None:
+                costs[template] = known
+        flops, read, out, slot_out, typ, inplace = known
         seq = custom.get("grad_fn") if phase == "backward" else node.meta.get("seq_nr")
         mb = custom.get("microbatch", 0 if phase in ("forward", "backward") else -1)
         if custom.get("accumulate") or phase == "update":
@@ -199,24 +214,23 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
             module = seq_module.get((mb, seq))
         i = ops.add(
             node.name,
-            node.target.overloadpacket.__name__,
+            typ,
             phase,
-            flops=op_flops(node.target, args, kwargs, val),
-            nbytes=float(read + out),
-            out=float(out),
-            inplace=_is_inplace(node),
+            flops=flops,
+            nbytes=read + out,
+            out=out,
+            inplace=inplace,
             seq=seq,
             param=custom.get("param"),
             mb=mb,
             module=module,
-            template=custom.get("template"),
+            template=template,
             acc=bool(custom.get("accumulate")),
         )
         where[node.name] = (i, 0)
         op_of_node[node.name] = i
-        vals = val if isinstance(val, list | tuple) else [val]
-        for s, v in enumerate(vals):
-            ops.slot_bytes[(i, s)] = float(tensor_bytes(v))
+        for s, b in enumerate(slot_out):
+            ops.slot_bytes[(i, s)] = b
         for a in node.all_input_nodes:
             src = where.get(a.name)
             if src is not None and src[0] != i:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
 __all__ = ["replicate_microbatches"]
 
@@ -41,6 +42,11 @@ def _phase(node: torch.fx.Node) -> str | None:
 
 def replicate_microbatches(gm: torch.fx.GraphModule, m: int, n_shared: int) -> torch.fx.GraphModule:
     """The GraphModule of ``gm``'s step run as ``m`` micro-batches (see the module docstring)."""
+    with _use_lazy_graph_module(True):
+        return _replicate(gm, m, n_shared)
+
+
+def _replicate(gm, m, n_shared):
     if m < 1:
         raise ValueError(f"microbatches must be >= 1, got {m}")
     nodes = list(gm.graph.nodes)
@@ -126,4 +132,4 @@ def replicate_microbatches(gm: torch.fx.GraphModule, m: int, n_shared: int) -> t
         return acc[a] if a in acc else env[a]
 
     g.output(torch.fx.node.map_arg(out_node.args[0], out_map))
-    return torch.fx.GraphModule(gm, g)
+    return _make_graph_module(gm, g)  # lazy: its Python code is written when first run

@@ -382,7 +382,7 @@ class OpGraph:
                 "persistent_bytes": self.persistent_bytes.tolist(),
                 "colocation": self.colocation.tolist(),
                 "phase": [PHASES[p] for p in self.phase],
-                "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
+                "allowed_kinds": _kinds_lists(self.allowed_kinds),
                 "inplace": self.inplace.tolist(),
                 "microbatch": self.microbatch.tolist(),
                 "module": list(self.module),
@@ -487,6 +487,11 @@ def kinds_mask(k) -> int:
             mask |= KIND_BITS[name]
         return mask
     return int(k)
+
+
+def _kinds_lists(masks: np.ndarray) -> list[list[str]]:
+    names = {int(k): kinds_names(int(k)) for k in np.unique(masks)}
+    return [names[k] for k in masks.tolist()]
 
 
 def kinds_names(mask: int) -> list[str]:

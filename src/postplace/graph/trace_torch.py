@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx.traceback as fxt
 from torch.func import functional_call
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from postplace.errors import PostplaceError
@@ -213,7 +214,8 @@ def trace(
     args = [*params, *bufs, *state, *(fake.from_tensor(x) for x in per_mb[:own])]
     t0 = time.perf_counter()
     try:
-        with fxt.preserve_node_meta(), torch.random.fork_rng(), _quiet_fake_tensor_log():
+        # a lazy GraphModule writes its Python code only when first run: graph-only callers never pay
+        with fxt.preserve_node_meta(), torch.random.fork_rng(), _quiet_fake_tensor_log(), _use_lazy_graph_module(True):
             gm = make_fx(step, tracing_mode="fake")(args)
     except PostplaceError:
         raise
