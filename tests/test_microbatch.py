@@ -224,3 +224,19 @@ def test_search_over_micro_batch_counts_splits_the_budget_and_returns_the_best_p
     assert all(c.step_time >= c.lower_bound for c in plan.candidates)
     mapping = plan.placement_map()
     assert set(mapping.values()) <= {"gpu0", "gpu1"} and len(mapping) == plan.best.num_ops
+
+
+def test_grouping_keeps_micro_batches_apart_under_none_and_sets_whole_under_module():
+    from postplace.graph.grouping import group_ops
+
+    model, x, y = two_layer()
+    for mode in ("none", "module"):
+        g = trace(model, (x,), ce, targets=(y,), microbatches=3, microbatch_colocation=mode).graph
+        gr = group_ops(g, 4)
+        for members in g.colocation_sets:  # a colocation set is never split
+            assert len(set(gr.group_of_op[members].tolist())) == 1
+        spans = [set(g.microbatch[gr.members(k)].tolist()) - {-1} for k in range(gr.num_groups)]
+        if mode == "none":
+            assert all(len(s) <= 1 for s in spans)  # micro-batch i can go to device i
+        else:
+            assert any(s == {0, 1, 2} for s in spans)
