@@ -19,7 +19,7 @@ import time
 
 from postplace.cluster import load_cluster
 from postplace.placers import NoSingleDeviceFits, PlacementError, data_parallel_step_time, place_single
-from postplace.search.microbatches import microbatch_candidates, search_microbatches
+from postplace.search.microbatches import data_parallel_placement, microbatch_candidates, search_microbatches
 from postplace.sim import Simulator
 from postplace.zoo import cached_graph, graph_factory, spec
 
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2400, help="samples per candidate (m, mode) and seed")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write every number here")
+    ap.add_argument("--warm-start", action="store_true", help="seed each m > 1 search with data parallelism")
     args = ap.parse_args()
     ms = [int(x) for x in args.ms.split(",")]
     colocs = args.colocations.split(",")
@@ -64,10 +65,20 @@ def main() -> None:
             per: dict[tuple[int, str], list[float]] = {c: [] for c in cands}
             for seed in range(args.seeds):
                 plan = search_microbatches(graph_factory(model), cluster, batch=batch, ms=ms, colocations=colocs,
-                                           budget=args.budget * len(cands), seed=seed)  # fmt: skip
+                                           budget=args.budget * len(cands), seed=seed,
+                                           warm_start=args.warm_start)  # fmt: skip
                 for c in plan.candidates:
                     per[(c.m, c.colocation)].append(c.step_time)
             med = {c: statistics.median(v) for c, v in per.items()}
+            # data parallelism as a placement of the micro-batched graph (m = #GPUs, 2 #GPUs): what a
+            # search over these graphs could reach
+            k = sum(d.kind == "gpu" for d in cluster.devices)
+            dp_placed = {}
+            for m in (k, 2 * k):
+                if batch % m == 0:
+                    gm = graph_factory(model)(m, "none")
+                    r = Simulator(gm, cluster).evaluate_ops(data_parallel_placement(gm, cluster)[None])
+                    dp_placed[m] = float("inf") if r.oom[0] else float(r.step_time[0])
             m1 = med[(1, "none")]
             # the plan's answer per seed is the best candidate; report the median over seeds of that best
             best_per_seed = [min(per[c][s] for c in cands) for s in range(args.seeds)]
@@ -77,12 +88,14 @@ def main() -> None:
             detail = ", ".join(f"m{m}{'' if m == 1 else '/' + c} {ms_(med[(m, c)])}" for m, c in cands)
             ratio = f"{best / dp:7.2f}" if dp else f"{'-':>7}"
             detail += f"; DP with optimizer state all-reduced (the placer's default) {ms_(dp_default)}"
+            detail += "; DP as a placement " + ", ".join(f"m{m} {ms_(t)}" for m, t in dp_placed.items())
             print(f"{model:13} {cname:7} {ms_(m1):>8} {ms_(best):>8} {chosen[0]:2d} {chosen[1]:6} {ms_(dp):>8} "
                   f"{ms_(single):>8} {ms_(sim.lower_bound):>8} {ratio} {wall:7.0f}  {detail}", flush=True)  # fmt: skip
             rows.append({"model": model, "cluster": cname, "m1_s": m1, "best_s": best, "m": chosen[0],
                          "colocation": chosen[1], "data_parallel_s": dp, "data_parallel_default_s": dp_default,
                          "single_s": single,
                          "lower_bound_m1_s": sim.lower_bound, "per_candidate_s": {f"{m}/{c}": per[(m, c)] for m, c in cands},
+                         "data_parallel_placed_s": dp_placed, "warm_start": args.warm_start,
                          "wall_s": wall, "budget_per_candidate": args.budget, "seeds": args.seeds})  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:

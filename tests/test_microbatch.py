@@ -60,6 +60,10 @@ def test_colocation_none_keeps_micro_batches_apart_and_module_joins_them():
     mod = trace(model, (x,), ce, targets=(y,), microbatches=2, microbatch_colocation="module").graph
     for members in none.colocation_sets:
         assert len({int(none.microbatch[i]) for i in members} - {-1}) <= 1
+    # also with a buffer that every micro-batch reads (GPT-2's causal mask) and tied weights
+    gpt = trace_model("gpt2", "small", microbatches=2).graph
+    for members in gpt.colocation_sets:
+        assert len({int(gpt.microbatch[i]) for i in members} - {-1}) <= 1, gpt.names[members[0]]
     spans = [{int(mod.microbatch[i]) for i in members} - {-1} for members in mod.colocation_sets]
     assert {0, 1} in spans
     for i in range(mod.num_ops):  # mb0's op and its mb1 copy share a set
@@ -240,3 +244,37 @@ def test_grouping_keeps_micro_batches_apart_under_none_and_sets_whole_under_modu
             assert all(len(s) <= 1 for s in spans)  # micro-batch i can go to device i
         else:
             assert any(s == {0, 1, 2} for s in spans)
+
+
+def test_data_parallel_placement_puts_micro_batch_k_on_gpu_k_and_shards_the_parameters():
+    from postplace.search.microbatches import data_parallel_placement
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = two_layer()
+    g = trace(model, (x,), ce, targets=(y,), microbatches=2).graph
+    cluster = star_cluster(("cpu", "gpu", "gpu"))
+    dev = data_parallel_placement(g, cluster)
+    for k in (0, 1):
+        assert set(dev[g.microbatch == k].tolist()) == {1 + k}
+    params = [i for i, t in enumerate(g.op_types) if t == "parameter"]
+    assert set(dev[params].tolist()) == {1, 2}  # both GPUs hold parameters
+    r = Simulator(g, cluster).evaluate_ops(dev[None])
+    assert not r.failed[0]  # colocation respected
+
+
+def test_a_warm_started_search_is_never_worse_than_the_data_parallel_placement():
+    from postplace.search.microbatches import data_parallel_placement, search_microbatches
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = two_layer()
+    cluster = star_cluster(("gpu", "gpu"))
+
+    def graph_for(m, colocation):
+        return trace(model, (x,), ce, targets=(y,), microbatches=m, microbatch_colocation=colocation).graph
+
+    plan = search_microbatches(graph_for, cluster, batch=6, ms=(2,), budget=8, strategy="random", warm_start=True)
+    g = graph_for(2, "none")
+    dp = Simulator(g, cluster).evaluate_ops(data_parallel_placement(g, cluster)[None]).step_time[0]
+    assert plan.step_time <= dp

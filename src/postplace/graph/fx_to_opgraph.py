@@ -319,7 +319,12 @@ def _colocate(ops: _Ops, edges, view_seq, mode: str = "none") -> tuple[np.ndarra
     for i in range(n):
         if ops.phase[i] == "forward" and ops.seq[i] is not None and ops.types[i] not in ("input",):
             fwd.setdefault((ops.mb[i], ops.seq[i]), []).append(i)
+    # micro-batches kept apart (mode none, m > 1): no link from one micro-batch's op to a shared op
+    # (a parameter, buffer, gradient sum or update), or every micro-batch would be tied to it
+    apart = mode == "none" and max(ops.mb, default=0) > 0
     for seq, i in view_seq:  # a view's backward (e.g. expand -> sum) goes where the view's value lives
+        if apart and ops.mb[i] < 0:
+            continue
         if ops.types[i] != "input" and i not in fwd.get(seq, []):
             fwd.setdefault(seq, []).append(i)
     succ: dict[int, list[int]] = {}
@@ -340,7 +345,14 @@ def _colocate(ops: _Ops, edges, view_seq, mode: str = "none") -> tuple[np.ndarra
             free.append(i)
     inherited = 0
     for i in reversed(free):  # consumers come later in program order: resolve them first
-        heir = next((d for d in succ.get(i, []) if d in linked or ops.phase[d] == "update" or ops.acc[d]), None)
+        heir = next(
+            (
+                d
+                for d in succ.get(i, [])
+                if (d in linked or ops.phase[d] == "update" or ops.acc[d]) and not (apart and ops.mb[d] != ops.mb[i])
+            ),
+            None,
+        )
         if heir is not None:
             union(i, heir)
             linked.add(i)

@@ -29,7 +29,10 @@ From the aten graph to the OpGraph (:func:`postplace.graph.fx_to_opgraph.build_g
   :func:`postplace.graph.microbatch.replicate_microbatches`; ``OpGraph.microbatch`` says which
   micro-batch each op computes for (-1: shared). Colocation is linked per micro-batch (``none``) or
   across them (``module``); a buffer joins the ops of micro-batch 0 that use it (``none``: the other
-  micro-batches read it and their running-statistics writes are copied back by the runtime).
+  micro-batches read it and their running-statistics writes are copied back by the runtime). Under
+  ``none`` no op of a micro-batch joins a shared op's set through a folded view or by inheritance
+  (a bias gradient's ``sum`` stays with its micro-batch instead of following the gradient sum to the
+  parameter), so no set spans two micro-batches.
 * **Colocation** (:func:`_colocate`): forward and backward ops are linked through the autograd
   sequence number (``node.meta["seq_nr"]``): a forward op records the number of the autograd node it
   created, and while autograd runs that node's backward we tag every aten op it issues with the same

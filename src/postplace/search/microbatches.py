@@ -31,7 +31,13 @@ from postplace.graph import OpGraph
 from postplace.search.problem import make_problem
 from postplace.search.runner import Budget, run
 
-__all__ = ["Candidate", "MicrobatchPlan", "microbatch_candidates", "search_microbatches"]
+__all__ = [
+    "Candidate",
+    "MicrobatchPlan",
+    "data_parallel_placement",
+    "microbatch_candidates",
+    "search_microbatches",
+]
 
 GraphFactory = Callable[[int, str], OpGraph]
 
@@ -108,12 +114,15 @@ def search_microbatches(
     groups: int | None = 256,
     cost_model: CostModel | None = None,
     progress: Callable[[Candidate], None] | None = None,
+    warm_start: bool = False,
 ) -> MicrobatchPlan:
     """Search every candidate (see :func:`microbatch_candidates`) with ``budget // candidates``
     samples each and return the best feasible plan over all (module docstring).
 
     ``graph_for(m, colocation)`` gives the step traced as m micro-batches; ``progress`` is called
-    with each candidate as it finishes.
+    with each candidate as it finishes; ``warm_start=True`` seeds each search of m > 1 under
+    colocation ``none`` with :func:`data_parallel_placement` (its first sample; off by default, like
+    ``--warm-start``, so a plan found on its own stays apart from a seeded one).
     """
     from postplace.search import make_strategy
 
@@ -126,7 +135,11 @@ def search_microbatches(
         t0 = time.perf_counter()
         graph = graph_for(m, coloc)
         problem = make_problem(graph, cluster, groups=groups, cost_model=cost_model, seed=seed)
-        r = run(make_strategy(strategy, problem.space, seed=seed), problem.simulator, Budget(samples=per))
+        seed_placement = None
+        if warm_start and m > 1 and coloc == "none":
+            seed_placement = problem.grouping.collapse(data_parallel_placement(graph, cluster))
+        r = run(make_strategy(strategy, problem.space, seed=seed), problem.simulator, Budget(samples=per),
+                warm_start=seed_placement)  # fmt: skip
         ops, peak = None, None
         if r.best_placement is not None:
             ops = problem.grouping.expand(r.best_placement)
@@ -143,3 +156,45 @@ def search_microbatches(
         if c is not best:
             c.graph = None
     return MicrobatchPlan(best, results, tuple(cluster.device_names))
+
+
+def data_parallel_placement(graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """Data parallelism as a placement of a micro-batched step: micro-batch k on GPU ``k % #GPUs``,
+    each parameter with its gradient sums and update on one GPU, parameters dealt out greedily to the
+    GPU holding the fewest parameter bytes (a sharded parameter server: every GPU sums and updates its
+    share, so no single port carries every gradient). Ops that may not run on a GPU go to the first
+    CPU. Op-level device ids; colocation sets stay whole.
+
+    The placement a search would have to find for data parallelism; also a warm start for one.
+    """
+    from postplace.cluster.placement import colocation_representative, effective_kinds
+    from postplace.graph.opgraph import KIND_BITS
+
+    gpus = [d for d in range(cluster.num_devices) if cluster.devices[d].kind == "gpu"]
+    if not gpus:
+        raise PostplaceError(f"data_parallel_placement: cluster '{cluster.name}' has no GPU")
+    cpus = [d for d in range(cluster.num_devices) if cluster.devices[d].kind == "cpu"]
+    rep = colocation_representative(graph)
+    kinds = effective_kinds(graph)
+    mb = graph.microbatch
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    unit_mb: dict[int, int] = {}
+    for i in range(graph.num_ops):  # a unit with any micro-batch op goes with the first such op
+        if mb[i] >= 0:
+            unit_mb.setdefault(int(rep[i]), int(mb[i]))
+    load = dict.fromkeys(gpus, 0.0)
+    unit_dev: dict[int, int] = {}
+    for i in range(graph.num_ops):
+        r = int(rep[i])
+        if r not in unit_dev:
+            if not kinds[i] & KIND_BITS["gpu"]:
+                unit_dev[r] = cpus[0] if cpus else gpus[0]
+            elif r in unit_mb:
+                unit_dev[r] = gpus[unit_mb[r] % len(gpus)]
+            else:
+                d = min(gpus, key=lambda g: (load[g], g))
+                unit_dev[r] = d
+        dev[i] = unit_dev[r]
+        if r not in unit_mb:
+            load[dev[i]] += float(graph.persistent_bytes[i])
+    return dev
