@@ -223,11 +223,14 @@ def graph(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the graph file here.")] = None,
     size: SizeOpt = "full",
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Trace the step as m micro-batches (gradient accumulation).")] = 1,
+    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may go apart) or module (kept together).")] = "none",
 ) -> None:
     """Trace a zoo model's training step into a graph file (cached after the first time)."""
     from postplace.zoo.cli import cmd_graph
 
-    console.print(cmd_graph(name, size, out, optimizer), highlight=False)
+    console.print(cmd_graph(name, size, out, optimizer, microbatches=microbatches,
+                            colocation=microbatch_colocation), highlight=False)
 
 
 @app.command()
@@ -308,12 +311,15 @@ def train(
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
+    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (the placement is of that graph).")] = 1,
+    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")] = "none",
 ) -> None:
     """Train a zoo model (random data) under a placement and print each step's measured time."""
     from postplace.runtime.cli import cmd_train
 
     console.print(cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to,
-                            device_map=device or (), optimizer=optimizer, threads=threads), highlight=False)
+                            device_map=device or (), optimizer=optimizer, threads=threads,
+                            microbatches=microbatches, colocation=microbatch_colocation), highlight=False)
 
 
 @app.command()

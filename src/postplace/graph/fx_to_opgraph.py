@@ -51,6 +51,7 @@ class _Ops:
         self.names, self.types, self.flops, self.bytes, self.out = [], [], [], [], []
         self.persist, self.phase, self.inplace, self.seq, self.param = [], [], [], [], []
         self.base: list[int] = []  # per op: the op whose output an in-place op writes (-1: none)
+        self.mb, self.module, self.template, self.acc = [], [], [], []
         self.slot_bytes: dict[tuple[int, int], float] = {}
 
     def add(
@@ -66,6 +67,10 @@ class _Ops:
         inplace=False,
         seq=None,
         param=None,
+        mb=-1,
+        module=None,
+        template=None,
+        acc=False,
     ) -> int:
         self.names.append(name)
         self.types.append(typ)
@@ -78,13 +83,32 @@ class _Ops:
         self.base.append(-1)
         self.seq.append(seq)
         self.param.append(param)
+        self.mb.append(mb)
+        self.module.append(module)
+        self.template.append(template)
+        self.acc.append(acc)
         return len(self.names) - 1
 
 
-def build_graph(gm, pnames, bnames, trains, slots, label, meta):
-    """The OpGraph of fx graph ``gm`` (placeholders: parameters, buffers, optimizer state, inputs),
-    and the map fx node name -> op index (-1: dropped)."""
+def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_targets=0, colocation="none"):
+    """The OpGraph of fx graph ``gm`` (placeholders: parameters, buffers, optimizer state, then per
+    micro-batch its inputs and ``n_targets`` targets), and the map fx node name -> op index (-1: dropped).
+
+    ``meta["microbatches"]`` (default 1) says how many micro-batches ``gm`` holds
+    (:mod:`postplace.graph.microbatch`); ``colocation`` is ``"none"`` (a layer's micro-batches are
+    colocated only within each micro-batch) or ``"module"`` (every micro-batch's copy of an op joins the
+    original's set). ``root`` labels the ops the root module issues in ``OpGraph.module``."""
     n_p, n_b = len(pnames), len(bnames)
+    m = int(meta.get("microbatches", 1))
+    n_own = (sum(1 for nd in gm.graph.nodes if nd.op == "placeholder") - n_p - n_b - n_p * slots) // m
+    seq_module: dict[tuple[int, int], str] = {}
+    costs: dict[str, tuple] = {}  # template node -> (flops, read, out, slot bytes, type, in place)
+
+    def modlabel(path):
+        return root if path == "" else path
+
+    def pmodule(k):
+        return modlabel(pnames[k].rpartition(".")[0]) if k is not None and 0 <= k < n_p else None
     ops = _Ops()
     where: dict[str, tuple[int, int] | None] = {}  # fx node name -> (op, slot) its value lives in
     op_of_node: dict[str, int] = {}
@@ -109,17 +133,27 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
                     out=nbytes,
                     persist=nbytes * (1 + slots * trained),
                     param=k,
+                    module=pmodule(k),
                 )
                 where[node.name] = (i, 0)
             elif k < n_p + n_b:
-                i = ops.add(f"buffer:{bnames[k - n_p]}", "buffer", "other", out=nbytes, persist=nbytes)
+                bname = bnames[k - n_p]
+                i = ops.add(
+                    f"buffer:{bname}", "buffer", "other", out=nbytes, persist=nbytes,
+                    module=modlabel(bname.rpartition(".")[0]),
+                )
                 where[node.name] = (i, 0)
             elif k < n_p + n_b + n_p * slots:
                 j = k - n_p - n_b
                 i = where[ph_names[j // slots]][0]
                 where[node.name] = (i, 1 + j % slots)
             else:
-                i = ops.add(f"input:{k - n_p - n_b - n_p * slots}", "input", "forward", out=nbytes)
+                mb, j = divmod(k - n_p - n_b - n_p * slots, n_own)
+                kind = f"input:{j}" if j < n_own - n_targets else f"target:{j - n_own + n_targets}"
+                i = ops.add(
+                    f"mb{mb}_{kind}" if m > 1 else kind, "input", "forward", out=nbytes, mb=mb,
+                    module="(inputs)" if kind.startswith("input") else "(loss)",
+                )
                 where[node.name] = (i, 0)
             ops.slot_bytes[where[node.name]] = float(nbytes)
             op_of_node[node.name] = where[node.name][0]
@@ -127,7 +161,9 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
         if node.op == "get_attr":
             if node.target not in consts:
                 nbytes = tensor_bytes(val)
-                consts[node.target] = ops.add(f"const:{node.target}", "constant", "other", out=nbytes)
+                consts[node.target] = ops.add(
+                    f"const:{node.target}", "constant", "other", out=nbytes, module="(loss)"
+                )
                 ops.slot_bytes[(consts[node.target], 0)] = float(nbytes)
             where[node.name] = (consts[node.target], 0)
             op_of_node[node.name] = consts[node.target]
@@ -141,33 +177,62 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
             where[node.name] = _fold(node, where)
             op_of_node[node.name] = where[node.name][0] if where[node.name] else -1
             if phase == "forward" and where[node.name] is not None and node.meta.get("seq_nr") is not None:
-                view_seq.append((node.meta["seq_nr"], where[node.name][0]))
+                mb = custom.get("microbatch", 0)
+                view_seq.append(((mb, node.meta["seq_nr"]), where[node.name][0]))
             continue
         if not node.all_input_nodes and tensor_bytes(val) == 0:  # e.g. batch norm's empty reserve
             where[node.name] = None
             op_of_node[node.name] = -1
             continue
-        args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
-        read = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes)
-        out = tensor_bytes(val)
+        template = custom.get("template")
+        known = costs.get(template) if template is not None else None
+        if known is None:  # a micro-batch's copy costs what the node it copies costs: count once
+            args = torch.fx.node.map_arg(node.args, lambda n: n.meta.get("val"))
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
+            read = sum(tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes)
+            vals = val if isinstance(val, list | tuple) else [val]
+            known = (
+                op_flops(node.target, args, kwargs, val),
+                float(read),
+                float(tensor_bytes(val)),
+                [float(tensor_bytes(v)) for v in vals],
+                node.target.overloadpacket.__name__,
+                _is_inplace(node),
+            )
+            if template is not None:
+                costs[template] = known
+        flops, read, out, slot_out, typ, inplace = known
         seq = custom.get("grad_fn") if phase == "backward" else node.meta.get("seq_nr")
+        mb = custom.get("microbatch", 0 if phase in ("forward", "backward") else -1)
+        if custom.get("accumulate") or phase == "update":
+            module = pmodule(custom.get("param"))
+        elif custom.get("loss_sum"):
+            module = "(loss)"
+        elif phase == "forward":
+            module = modlabel(custom["module"]) if "module" in custom else "(loss)"
+            if seq is not None:
+                seq_module.setdefault((mb, seq), module)
+        else:
+            module = seq_module.get((mb, seq))
         i = ops.add(
             node.name,
-            node.target.overloadpacket.__name__,
+            typ,
             phase,
-            flops=op_flops(node.target, args, kwargs, val),
-            nbytes=float(read + out),
-            out=float(out),
-            inplace=_is_inplace(node),
+            flops=flops,
+            nbytes=read + out,
+            out=out,
+            inplace=inplace,
             seq=seq,
             param=custom.get("param"),
+            mb=mb,
+            module=module,
+            template=template,
+            acc=bool(custom.get("accumulate")),
         )
         where[node.name] = (i, 0)
         op_of_node[node.name] = i
-        vals = val if isinstance(val, list | tuple) else [val]
-        for s, v in enumerate(vals):
-            ops.slot_bytes[(i, s)] = float(tensor_bytes(v))
+        for s, b in enumerate(slot_out):
+            ops.slot_bytes[(i, s)] = b
         for a in node.all_input_nodes:
             src = where.get(a.name)
             if src is not None and src[0] != i:
@@ -175,7 +240,8 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
         written = node.args[0] if ops.inplace[i] and node.args else None  # aten's in-place ops write `self`
         if isinstance(written, torch.fx.Node) and where.get(written.name) is not None:
             ops.base[i] = where[written.name][0] if where[written.name][0] != i else -1
-    coloc, report = _colocate(ops, edges, view_seq)
+    coloc, report = _colocate(ops, edges, view_seq, colocation if m > 1 else "none")
+    modules = _fill_modules(ops.module, coloc, ops.types)
     meta = {
         **meta,
         "ops_before_folding": n_call,
@@ -198,8 +264,25 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta):
         memory_mode="live",
         name=label,
         metadata=meta,
+        microbatch=ops.mb,
+        module=modules,
     )
     return graph, op_of_node
+
+
+def _fill_modules(mods, coloc, types) -> list[str]:
+    """Ops no rule labelled take the most common module of their colocation set, else ``(other)``."""
+    mods = list(mods)
+    by_set: dict[int, dict[str, int]] = {}
+    for m, c in zip(mods, coloc, strict=True):
+        if m is not None and c >= 0:
+            cnt = by_set.setdefault(int(c), {})
+            cnt[m] = cnt.get(m, 0) + 1
+    for i, m in enumerate(mods):
+        if m is None:
+            cnt = by_set.get(int(coloc[i]))
+            mods[i] = max(cnt, key=cnt.get) if cnt else "(other)"
+    return mods
 
 
 def _fold(node, where) -> tuple[int, int] | None:
@@ -223,7 +306,7 @@ def _is_view_node(node) -> bool:
     return node.op == "call_function" and _is_view(node)
 
 
-def _colocate(ops: _Ops, edges, view_seq) -> tuple[np.ndarray, dict]:
+def _colocate(ops: _Ops, edges, view_seq, mode: str = "none") -> tuple[np.ndarray, dict]:
     n = len(ops.names)
     parent = list(range(n))
 
@@ -241,8 +324,13 @@ def _colocate(ops: _Ops, edges, view_seq) -> tuple[np.ndarray, dict]:
     fwd: dict[int, list[int]] = {}
     for i in range(n):
         if ops.phase[i] == "forward" and ops.seq[i] is not None and ops.types[i] not in ("input",):
-            fwd.setdefault(ops.seq[i], []).append(i)
+            fwd.setdefault((ops.mb[i], ops.seq[i]), []).append(i)
+    # micro-batches kept apart (mode none, m > 1): no link from one micro-batch's op to a shared op
+    # (a parameter, buffer, gradient sum or update), or every micro-batch would be tied to it
+    apart = mode == "none" and max(ops.mb, default=0) > 0
     for seq, i in view_seq:  # a view's backward (e.g. expand -> sum) goes where the view's value lives
+        if apart and ops.mb[i] < 0:
+            continue
         if ops.types[i] != "input" and i not in fwd.get(seq, []):
             fwd.setdefault(seq, []).append(i)
     succ: dict[int, list[int]] = {}
@@ -250,10 +338,10 @@ def _colocate(ops: _Ops, edges, view_seq) -> tuple[np.ndarray, dict]:
         succ.setdefault(s, []).append(d)
     param_op = {ops.param[i]: i for i in range(n) if ops.types[i] == "parameter"}
     direct, free = 0, []
-    bwd = [i for i in range(n) if ops.phase[i] == "backward"]
+    bwd = [i for i in range(n) if ops.phase[i] == "backward" and not ops.acc[i]]  # sums have no partner
     linked = set()
     for i in bwd:
-        partners = fwd.get(ops.seq[i]) if ops.seq[i] is not None else None
+        partners = fwd.get((ops.mb[i], ops.seq[i])) if ops.seq[i] is not None else None
         if partners:
             direct += 1
             linked.add(i)
@@ -263,17 +351,31 @@ def _colocate(ops: _Ops, edges, view_seq) -> tuple[np.ndarray, dict]:
             free.append(i)
     inherited = 0
     for i in reversed(free):  # consumers come later in program order: resolve them first
-        heir = next((d for d in succ.get(i, []) if d in linked or ops.phase[d] == "update"), None)
+        heir = next(
+            (
+                d
+                for d in succ.get(i, [])
+                if (d in linked or ops.phase[d] == "update" or ops.acc[d]) and not (apart and ops.mb[d] != ops.mb[i])
+            ),
+            None,
+        )
         if heir is not None:
             union(i, heir)
             linked.add(i)
             inherited += 1
     for i in range(n):
-        if ops.phase[i] == "update" and ops.param[i] in param_op:
+        if (ops.phase[i] == "update" or ops.acc[i]) and ops.param[i] in param_op:
             union(i, param_op[ops.param[i]])
-        if ops.types[i] == "buffer":
+        if ops.types[i] == "buffer":  # micro-batch 0's users (all, in module mode; see trace_torch)
             for d in succ.get(i, []):
-                union(i, d)
+                if ops.mb[d] <= 0 or mode == "module":
+                    union(i, d)
+    if mode == "module":  # every micro-batch's copy of an op joins the original's set
+        first: dict[str, int] = {}
+        for i in range(n):
+            t = ops.template[i]
+            if t is not None and ops.types[i] != "input":
+                union(i, first.setdefault(t, i))
     roots = [find(i) for i in range(n)]
     sizes: dict[int, int] = {}
     for r in roots:

@@ -5,7 +5,10 @@ from D^n to D^G. The pass:
 
 1. contracts every colocation set to one unit (an op's gradient and update ops stay with it);
 2. keeps apart ops that must not share a device anyway: different effective device kinds (a CPU-only
-   op never drags GPU-capable ops onto the CPU) and different pins;
+   op never drags GPU-capable ops onto the CPU) and different pins; and, in a step traced as several
+   micro-batches, ops of different micro-batches (:func:`microbatch_classes`: otherwise a layer's
+   copies, joined through their shared parameter, would land in one group and data parallelism
+   could not be placed);
 3. if more units than ``num_groups`` remain, partitions the unit graph into ``num_groups`` balanced
    parts with METIS (pymetis, recursive bisection): vertex weight = work, clipped at one part's share,
    plus a per-unit term (a few huge units must not leave parts empty); edge weight = bytes moved, so
@@ -61,6 +64,26 @@ def colocation_units(graph: OpGraph) -> np.ndarray:
     return unit
 
 
+def microbatch_classes(graph: OpGraph, unit: np.ndarray) -> np.ndarray | None:
+    """Per op, the micro-batch of its colocation unit (0..m-1; m for units shared by all micro-batches
+    or spanning several), or None when the graph has fewer than two micro-batches. Grouping keeps
+    micro-batches apart with it, so a step traced with colocation ``none`` can still place micro-batch
+    i on device i (data parallelism) after coarsening; units spanning micro-batches (colocation
+    ``module``) stay whole."""
+    mb = graph.microbatch.astype(np.int64)
+    top = int(mb.max()) if mb.size else -1
+    if top < 1:
+        return None
+    n_units = int(unit.max()) + 1
+    lo = np.full(n_units, top + 1)
+    hi = np.full(n_units, -1)
+    own = mb >= 0
+    np.minimum.at(lo, unit[own], mb[own])
+    np.maximum.at(hi, unit[own], mb[own])
+    cls = np.where((hi >= 0) & (lo == hi), hi, top + 1)
+    return cls[unit]
+
+
 def group_ops(
     graph: OpGraph,
     num_groups: int | None = 256,
@@ -79,6 +102,9 @@ def group_ops(
     [0, 0, 1, 1]
     """
     unit = colocation_units(graph)
+    mb_class = microbatch_classes(graph, unit)
+    if mb_class is not None:
+        classes = mb_class if classes is None else _split_by(np.asarray(classes), mb_class)
     if classes is not None:
         unit = _split_by(unit, classes)
     n_units = int(unit.max()) + 1 if graph.num_ops else 0

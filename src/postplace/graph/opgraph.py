@@ -64,8 +64,12 @@ class OpGraph:
     ``inplace`` (the output aliases an input and allocates nothing), ``inplace_base`` (for an
     in-place op, the op whose output tensor it writes, fed to it by an edge; -1 when not in place or
     not known, and then the simulator treats every input of the op as possibly written). Left out, it
-    is the single source of an in-place op with one, else -1. Per edge: ``edge_src``, ``edge_dst``,
-    ``edge_slot``, ``edge_bytes``.
+    is the single source of an in-place op with one, else -1. ``microbatch`` (the micro-batch an op
+    computes for, 0..m-1 in a step traced as m micro-batches; -1 for ops every micro-batch shares:
+    parameters, buffers, gradient accumulation, the update, and for graphs that do not say),
+    ``module`` (the ``nn.Module`` path that issued the op, ``""`` where unknown). Per edge:
+    ``edge_src``, ``edge_dst``, ``edge_slot``, ``edge_bytes``. ``microbatch`` and ``module`` are
+    optional in the constructor and in graph files (older files load with -1 and ``""``).
     """
 
     names: tuple[str, ...]
@@ -87,6 +91,8 @@ class OpGraph:
     name: str = "graph"
     metadata: dict = field(default_factory=dict)
     inplace_base: np.ndarray | None = None
+    microbatch: np.ndarray | None = None
+    module: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return (f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
@@ -95,6 +101,10 @@ class OpGraph:
 
     def __post_init__(self):
         set_ = object.__setattr__
+        n = len(self.names)
+        mb = np.full(n, -1) if self.microbatch is None else self.microbatch
+        set_(self, "microbatch", _frozen(np.asarray(mb, dtype=np.int32)))
+        set_(self, "module", tuple(str(x) for x in self.module) if len(self.module) else ("",) * n)
         set_(self, "names", tuple(str(x) for x in self.names))
         set_(self, "op_types", tuple(str(x) for x in self.op_types))
         for f in _OP_FLOAT_FIELDS:
@@ -150,6 +160,8 @@ class OpGraph:
         measured: Sequence[Measurement] = (),
         name: str = "graph",
         metadata: dict | None = None,
+        microbatch=None,
+        module: Sequence[str] = (),
     ) -> OpGraph:
         """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
 
@@ -197,6 +209,8 @@ class OpGraph:
             measured=tuple(measured),
             name=name,
             metadata=metadata or {},
+            microbatch=microbatch,
+            module=tuple(module),
         )
 
     # ----------------------------------------------------------------------------- invariants
@@ -204,8 +218,9 @@ class OpGraph:
         """Check every invariant; raise :class:`GraphError` naming the ops and field involved."""
         n = self.num_ops
         where = f"graph '{self.name}'"
-        for fname in ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace",
-                      "inplace_base"):  # fmt: skip
+        per_op = ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace", "inplace_base")
+        per_op += ("microbatch", "module")
+        for fname in per_op:
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
         if self.memory_mode not in MEMORY_MODES:
@@ -237,6 +252,12 @@ class OpGraph:
         bad = np.flatnonzero(self.colocation < -1)
         if bad.size:
             raise GraphError(f"{where}: op '{self.names[bad[0]]}' field 'colocation' is negative; use -1 for none")
+        bad = np.flatnonzero(self.microbatch < -1)
+        if bad.size:
+            raise GraphError(
+                f"{where}: op '{self.names[bad[0]]}' field 'microbatch' is {self.microbatch[bad[0]]}; "
+                "use 0..m-1, or -1 for an op every micro-batch shares"
+            )
         self._check_edges()
         self._check_inplace_base()
         self._check_colocation_kinds()
@@ -394,9 +415,11 @@ class OpGraph:
                 "persistent_bytes": self.persistent_bytes.tolist(),
                 "colocation": self.colocation.tolist(),
                 "phase": [PHASES[p] for p in self.phase],
-                "allowed_kinds": [kinds_names(int(k)) for k in self.allowed_kinds],
+                "allowed_kinds": _kinds_lists(self.allowed_kinds),
                 "inplace": self.inplace.tolist(),
                 "inplace_base": self.inplace_base.tolist(),
+                "microbatch": self.microbatch.tolist(),
+                "module": list(self.module),
             },
             "edges": {
                 "src": self.edge_src.tolist(),
@@ -495,6 +518,8 @@ class OpGraph:
                 allowed_kinds=[kinds_mask(k) for k in col("allowed_kinds", [ALL_KINDS] * n, kinds)],
                 inplace=col("inplace", [False] * n, v.boolean),
                 inplace_base=col("inplace_base", check=v.integer) if "inplace_base" in ops else None,
+                microbatch=col("microbatch", [-1] * n, v.integer),
+                module=col("module", [""] * n, v.string),
                 edge_src=src,
                 edge_dst=ecol("dst", True),
                 edge_slot=slot if slot is not None else [0] * len(src),
@@ -545,6 +570,11 @@ def kinds_mask(k) -> int:
             mask |= KIND_BITS[name]
         return mask
     return int(k)
+
+
+def _kinds_lists(masks: np.ndarray) -> list[list[str]]:
+    names = {int(k): kinds_names(int(k)) for k in np.unique(masks)}
+    return [names[k] for k in masks.tolist()]
 
 
 def kinds_names(mask: int) -> list[str]:

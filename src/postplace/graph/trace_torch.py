@@ -24,7 +24,16 @@ From the aten graph to the OpGraph (:func:`postplace.graph.fx_to_opgraph.build_g
 * **Phases.** Annotated while tracing (``forward``: model + loss; ``backward``: autograd; ``update``).
 * **Modules.** Each forward aten node also records the path of the innermost ``nn.Module`` that issued
   it (``node.meta["custom"]["module"]``, ``""`` = the root module; absent = the loss function), so
-  :mod:`postplace.runtime` can report a placement per module. It is not stored in the OpGraph.
+  :mod:`postplace.runtime` can report a placement per module. ``OpGraph.module`` keeps it per op
+  (backward ops take their forward partner's module, update ops and parameters their parameter's).
+* **Micro-batches** (``microbatches=m``): one micro-batch is traced, then replicated by the graph pass
+  :func:`postplace.graph.microbatch.replicate_microbatches`; ``OpGraph.microbatch`` says which
+  micro-batch each op computes for (-1: shared). Colocation is linked per micro-batch (``none``) or
+  across them (``module``); a buffer joins the ops of micro-batch 0 that use it (``none``: the other
+  micro-batches read it and their running-statistics writes are copied back by the runtime). Under
+  ``none`` no op of a micro-batch joins a shared op's set through a folded view or by inheritance
+  (a bias gradient's ``sum`` stays with its micro-batch instead of following the gradient sum to the
+  parameter), so no set spans two micro-batches.
 * **Colocation** (:func:`_colocate`): forward and backward ops are linked through the autograd
   sequence number (``node.meta["seq_nr"]``): a forward op records the number of the autograd node it
   created, and while autograd runs that node's backward we tag every aten op it issues with the same
@@ -55,13 +64,18 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx.traceback as fxt
 from torch.func import functional_call
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from postplace.errors import PostplaceError
 from postplace.graph.fx_to_opgraph import build_graph
+from postplace.graph.microbatch import replicate_microbatches
 from postplace.graph.opgraph import OpGraph
 
-__all__ = ["OPTIMIZERS", "Traced", "from_torch", "trace"]
+__all__ = ["COLOCATION_MODES", "OPTIMIZERS", "Traced", "from_torch", "trace"]
+
+#: how a layer's micro-batches are colocated (see :func:`from_torch`)
+COLOCATION_MODES = ("none", "module")
 
 #: optimizer name -> state tensors per parameter (SGD momentum buffer; Adam first and second moments)
 OPTIMIZERS = {"sgd": 1, "adam": 2}
@@ -80,6 +94,16 @@ class Traced:
     inputs: tuple
     optimizer: str
     op_of_node: dict[str, int] = field(default_factory=dict)
+    microbatches: int = 1
+    batch: tuple = ()  #: the whole batch (inputs, then targets) when traced with ``targets=``
+
+    def split_batch(self, tensors) -> tuple:
+        """Placeholder-order step inputs from full-batch ``tensors`` (the inputs, then the targets when
+        the step was traced with ``targets=``): each cut into ``microbatches`` equal slices along dim 0,
+        micro-batch 0's tensors first. With nothing given, the traced batch."""
+        if not tensors:
+            return tuple(self.inputs)
+        return tuple(_split(tuple(tensors), self.microbatches, "inputs"))
 
     def real_args(self) -> list[torch.Tensor]:
         """Real tensors in placeholder order: copies of parameters and buffers, zero state, the inputs."""
@@ -90,7 +114,15 @@ class Traced:
 
 
 def from_torch(
-    model: torch.nn.Module, inputs, loss_fn: Callable, optimizer: str = "sgd", *, name: str | None = None
+    model: torch.nn.Module,
+    inputs,
+    loss_fn: Callable,
+    optimizer: str = "sgd",
+    *,
+    name: str | None = None,
+    microbatches: int = 1,
+    targets=None,
+    microbatch_colocation: str = "none",
 ) -> OpGraph:
     """The OpGraph of one training step of ``model`` on ``inputs``: ``loss_fn(model(*inputs))``,
     its gradients, and an ``optimizer`` update (``"sgd"`` with momentum, or ``"adam"``).
@@ -98,8 +130,31 @@ def from_torch(
     ``inputs`` is a tensor or a tuple of tensors; ``loss_fn(outputs)`` returns a scalar tensor and may
     close over real target tensors. Raises :class:`PostplaceError` (one line) if the step cannot be
     traced, e.g. when control flow depends on tensor values.
+
+    **Micro-batches** (``microbatches=m > 1``, gradient accumulation): give the targets explicitly,
+    ``targets=`` a tensor or tuple of tensors (``()`` for a loss without targets), and a
+    ``loss_fn(outputs, *targets)``. Every input and target is cut into m equal slices along dim 0
+    (the batch size must divide by m); micro-batch k's loss is ``loss_fn(model(*inputs_k),
+    *targets_k) / m``, so with a mean-reduced loss the summed gradient is the mean gradient over the
+    whole batch, and the step returns the sum of the m scaled losses (the mean of the micro-batch
+    losses). Forward and backward run once per micro-batch in order, gradients are summed in program
+    order, and the optimizer updates once. What differs from one full-batch step: batch statistics
+    are per micro-batch (batch norm normalises each micro-batch by its own mean and variance, and its
+    running statistics are updated m times, with the momentum applied m times), exactly as eager
+    gradient accumulation does. ``microbatch_colocation``: ``"none"`` (the search may put one layer's
+    micro-batches on different devices: data parallelism is a placement) or ``"module"`` (every
+    micro-batch's ops of a layer are colocated: pure pipelines). See :mod:`postplace.graph.microbatch`.
     """
-    return trace(model, inputs, loss_fn, optimizer, name=name).graph
+    return trace(
+        model,
+        inputs,
+        loss_fn,
+        optimizer,
+        name=name,
+        microbatches=microbatches,
+        targets=targets,
+        microbatch_colocation=microbatch_colocation,
+    ).graph
 
 
 def trace(
@@ -110,12 +165,32 @@ def trace(
     *,
     name: str | None = None,
     metadata: dict | None = None,
+    microbatches: int = 1,
+    targets=None,
+    microbatch_colocation: str = "none",
 ) -> Traced:
     """Like :func:`from_torch`, but also return the fx graph module and the node -> op map."""
     if optimizer not in OPTIMIZERS:
         raise PostplaceError(f"unknown optimizer '{optimizer}'; use one of {sorted(OPTIMIZERS)}")
     inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
     label = name or type(model).__name__
+    m = microbatches
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise PostplaceError(f"microbatches must be a whole number >= 1, got {m!r}")
+    if microbatch_colocation not in COLOCATION_MODES:
+        raise PostplaceError(
+            f"unknown micro-batch colocation '{microbatch_colocation}'; use one of {', '.join(COLOCATION_MODES)}"
+        )
+    if targets is None and m > 1:
+        raise PostplaceError(
+            f"cannot trace {label} with {m} micro-batches: give the targets (targets=...) and a "
+            "loss_fn(outputs, *targets), so each micro-batch's loss gets its own targets"
+        )
+    if targets is not None:
+        targets = tuple(targets) if isinstance(targets, list | tuple) else (targets,)
+        bad = [type(x).__name__ for x in targets if not isinstance(x, torch.Tensor)]
+        if bad:
+            raise PostplaceError(f"cannot trace {label}: targets must be tensors (got {', '.join(bad)})")
     if not any(p.requires_grad for p in model.parameters()):
         raise PostplaceError(
             f"cannot trace a training step of {label}: it has no parameter that requires grad; "
@@ -129,7 +204,10 @@ def trace(
         )
     pnames = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
-    step = _make_step(model, loss_fn, pnames, bnames, optimizer)
+    n_inputs = len(inputs)
+    per_mb = _split((*inputs, *(targets or ())), m, label)  # micro-batch 0's slices first
+    own = len(per_mb) // m
+    step = _make_step(model, loss_fn, pnames, bnames, optimizer, n_inputs, targets is not None, m)
     fake = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
     params = [
         fake.from_tensor(p.detach()).requires_grad_(p.requires_grad) for _, p in model.named_parameters()
@@ -137,15 +215,18 @@ def trace(
     bufs = [fake.from_tensor(b) for _, b in model.named_buffers()]
     with fake:
         state = [torch.empty_like(p) for p in params for _ in range(OPTIMIZERS[optimizer])]
-    args = [*params, *bufs, *state, *(fake.from_tensor(x) for x in inputs)]
+    args = [*params, *bufs, *state, *(fake.from_tensor(x) for x in per_mb[:own])]
     t0 = time.perf_counter()
     try:
-        with fxt.preserve_node_meta(), torch.random.fork_rng(), _quiet_fake_tensor_log():
+        # a lazy GraphModule writes its Python code only when first run: graph-only callers never pay
+        with fxt.preserve_node_meta(), torch.random.fork_rng(), _quiet_fake_tensor_log(), _use_lazy_graph_module(True):
             gm = make_fx(step, tracing_mode="fake")(args)
     except PostplaceError:
         raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure becomes one user-facing line
         raise PostplaceError(_explain(label, exc)) from None
+    if m > 1:
+        gm = replicate_microbatches(gm, m, len(params) + len(bufs) + len(state))
     trace_s = time.perf_counter() - t0
     meta = {
         "source": "torch",
@@ -154,28 +235,66 @@ def trace(
         "optimizer_slots": OPTIMIZERS[optimizer],
         "torch_version": torch.__version__,
         "trace_seconds": trace_s,
+        "microbatches": m,
+        "microbatch_colocation": microbatch_colocation,
         **(metadata or {}),
     }
     trains = [p.requires_grad for _, p in model.named_parameters()]
-    graph, op_of_node = build_graph(gm, pnames, bnames, trains, OPTIMIZERS[optimizer], label, meta)
-    return Traced(graph, gm, model, inputs, optimizer, op_of_node)
+    graph, op_of_node = build_graph(
+        gm,
+        pnames,
+        bnames,
+        trains,
+        OPTIMIZERS[optimizer],
+        label,
+        meta,
+        root=type(model).__name__,
+        n_targets=len(targets or ()),
+        colocation=microbatch_colocation,
+    )
+    whole = (*inputs, *targets) if targets is not None else ()
+    return Traced(graph, gm, model, tuple(per_mb), optimizer, op_of_node, m, whole)
+
+
+def _split(tensors: tuple, m: int, label: str) -> list:
+    """Every tensor cut into ``m`` equal slices along dim 0; micro-batch 0's slices first."""
+    if m == 1:
+        return list(tensors)
+    sizes = {tuple(x.shape[:1]) for x in tensors}
+    if any(x.dim() == 0 for x in tensors) or len(sizes) > 1:
+        shapes = ", ".join(str(tuple(x.shape)) for x in tensors)
+        raise PostplaceError(
+            f"cannot split {label} into {m} micro-batches: inputs and targets must share one batch "
+            f"dimension (dim 0), got shapes {shapes}"
+        )
+    b = tensors[0].shape[0]
+    if b % m:
+        raise PostplaceError(
+            f"cannot split {label}'s batch of {b} into {m} equal micro-batches; pick m dividing {b}"
+        )
+    k = b // m
+    return [x[i * k : (i + 1) * k] for i in range(m) for x in tensors]
 
 
 # ------------------------------------------------------------------------------------- the step
-def _make_step(model, loss_fn, pnames, bnames, optimizer):
+def _make_step(model, loss_fn, pnames, bnames, optimizer, n_inputs=None, with_targets=False, m=1):
     slots = OPTIMIZERS[optimizer]
     n_p, n_b = len(pnames), len(bnames)
 
     def step(flat):
         params, bufs = flat[:n_p], flat[n_p : n_p + n_b]
-        state, inputs = flat[n_p + n_b : n_p + n_b + n_p * slots], flat[n_p + n_b + n_p * slots :]
+        state, data = flat[n_p + n_b : n_p + n_b + n_p * slots], flat[n_p + n_b + n_p * slots :]
+        k = len(data) if n_inputs is None else n_inputs
+        inputs, targets = data[:k], data[k:]
         with fxt.annotate({"phase": "forward"}), _tag_modules(model):
             out = functional_call(
                 model,
                 {**dict(zip(pnames, params, strict=True)), **dict(zip(bnames, bufs, strict=True))},
                 tuple(inputs),
             )
-            loss = loss_fn(out)
+            loss = loss_fn(out, *targets) if with_targets else loss_fn(out)
+            if m > 1 and isinstance(loss, torch.Tensor):
+                loss = loss / m
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
             raise PostplaceError(
                 f"loss_fn returned {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}; "

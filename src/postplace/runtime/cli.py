@@ -85,6 +85,8 @@ def cmd_train(
     optimizer: str = "sgd",
     seed: int = 0,
     threads: int | None = None,
+    microbatches: int = 1,
+    colocation: str = "none",
 ) -> str:
     """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
     every step) under a placement and report each step's measured time and loss, the median of the
@@ -96,7 +98,9 @@ def cmd_train(
     every logical device (``cpu`` runs any placement on a CPU-only machine, transfers included as
     copies); ``device_map``: ``NAME=TORCH_DEVICE`` entries (e.g. ``gpu1=cuda:0``) over the defaults
     ``cpu -> cpu``, ``gpuK -> cuda:K``; ``threads``: torch's CPU threads for the run (default: as they
-    are; on a machine shared with other jobs, 1 avoids threads waiting on each other at every small op).
+    are; on a machine shared with other jobs, 1 avoids threads waiting on each other at every small op);
+    ``microbatches``/``colocation``: run the step traced as that many micro-batches (gradient
+    accumulation; the placement is of that graph, e.g. from ``postplace graph MODEL --microbatches m``).
     """
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
@@ -108,17 +112,21 @@ def cmd_train(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed)
+        return _train(
+            model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, microbatches, colocation
+        )
     finally:
         torch.set_num_threads(saved)
 
 
-def _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed) -> str:
+def _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, mb=1, coloc="none") -> str:
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
     from postplace.zoo import trace_model
 
     c = load_cluster(cluster) if cluster else None
+    if mb < 1:
+        raise PostplaceError(f"--microbatches {mb}: give at least 1")
     if map_all_to is not None:
         dmap = map_all_to
     else:
@@ -128,7 +136,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
                 raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
             k, v = entry.split("=", 1)
             dmap[k.strip()] = v.strip()
-    traced = trace_model(model, size, optimizer)
+    traced = trace_model(model, size, optimizer, microbatches=mb, colocation=coloc)
     graph = traced.graph
     dev, names = _placement(placement, graph, c, mapped=True if map_all_to is not None else set(dmap))
     try:
@@ -147,7 +155,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
     times = []
     try:
         for k in range(steps):
-            batch = [_random_like(x, gen) for x in traced.inputs]
+            batch = [_random_like(x, gen) for x in traced.batch or traced.inputs]
             t0 = time.perf_counter()
             loss = step(*batch)
             step.synchronize()

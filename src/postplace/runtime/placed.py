@@ -272,7 +272,8 @@ class PlacedStep:
     """One placed training step with its own parameters, buffers and optimizer state (see module doc).
 
     Call it (``step()`` or ``step(*new_inputs)``) to run one step: it returns the loss tensor (on the
-    device of the loss op). ``parameters()`` / ``buffers()`` give the current values by name.
+    device of the loss op). A step traced as m micro-batches takes the full batch (inputs, then
+    targets) and cuts it into micro-batches itself. ``parameters()`` / ``buffers()`` give the current values by name.
     """
 
     traced: object
@@ -286,7 +287,7 @@ class PlacedStep:
     summary: dict
 
     def __call__(self, *inputs):
-        xs = inputs or self.traced.inputs
+        xs = self.traced.split_batch(inputs)
         if len(xs) != len(self.input_devices):
             raise PostplaceError(f"the placed step takes {len(self.input_devices)} inputs, got {len(xs)}")
         batch = [x.to(d, copy=True) for x, d in zip(xs, self.input_devices, strict=True)]
@@ -323,7 +324,7 @@ class PlacedStep:
         returns ``(loss, violations)``: every op that read a tensor of another logical device."""
         from postplace.runtime.check import LogicalDeviceCheck, run_with_check
 
-        xs = inputs or self.traced.inputs
+        xs = self.traced.split_batch(inputs)
         batch = [x.to(d, copy=True) for x, d in zip(xs, self.input_devices, strict=True)]
         with torch.no_grad():
             check = LogicalDeviceCheck()
@@ -452,6 +453,8 @@ def op_modules(traced) -> list[str]:
     ops by the forward op whose autograd node made them, update ops and parameters by the parameter's
     module; ``(loss)`` for the loss function, ``(inputs)``, and ``(other)`` where nothing links an op."""
     g = traced.graph
+    if any(g.module):  # recorded by the tracer (OpGraph.module), by the same rules
+        return list(g.module)
     mods: list[str | None] = [None] * g.num_ops
     seq_module: dict[int, str] = {}
     root = type(traced.model).__name__

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from postplace.errors import PostplaceError
 
-__all__ = ["MODELS", "SIZES", "ModelSpec", "build", "cache_dir", "cached_graph", "trace_model"]
+__all__ = ["MODELS", "SIZES", "ModelSpec", "TargetLoss", "build", "cache_dir", "cached_graph", "graph_factory",
+           "trace_model"]
 
 SIZES = ("small", "full")
 
@@ -98,59 +99,127 @@ def spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def build(name: str, size: str = "full", *, seed: int = 0):
+class TargetLoss:
+    """A loss over a model's outputs and its targets: ``fn(outputs, *targets)``; calling it with the
+    outputs alone uses the whole batch's ``targets`` (the one-batch contract of ``from_torch``), while
+    ``fn`` and ``targets`` give the micro-batch contract (``from_torch(..., targets=...)``)."""
+
+    def __init__(self, fn, *targets):
+        self.fn, self.targets = fn, targets
+
+    def __call__(self, outputs):
+        return self.fn(outputs, *self.targets)
+
+
+def _ce(out, y):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(out, y)
+
+
+def _ce_flat_targets(out, y):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = None, init: bool = True):
     """``(model, inputs, loss_fn)`` for one zoo model: a freshly initialised model in training mode,
-    a random batch, and a cross-entropy loss closing over random targets."""
+    a random batch, and a cross-entropy :class:`TargetLoss` over random targets (per-sample targets,
+    ``[batch]`` or ``[batch, steps]``, so that micro-batches can split them). ``batch`` overrides the
+    config's batch size. ``init=False`` leaves parameters and buffers uninitialised (built on the meta
+    device, then given empty CPU storage): the same shapes for tracing a graph, without the seconds a
+    full-size model's random initialisation costs; never train such a model."""
+    import contextlib
+
     import torch
-    from torch import nn
 
     from postplace.zoo import seq, vision
 
     cfg = spec(name).config(size)
+    if batch is not None:
+        cfg["batch"] = batch
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    ce = nn.functional.cross_entropy
     b = cfg["batch"]
+    where = contextlib.nullcontext() if init else torch.device("meta")
+
+    def ready(model):
+        return (model if init else model.to_empty(device="cpu")).train()
+
     if name in ("inception_v3", "resnet50"):
-        if name == "inception_v3":
-            model = vision.InceptionV3(width=cfg["width"], classes=cfg["classes"])
-        else:
-            model = vision.ResNet50(blocks=cfg["blocks"], width=cfg["width"], classes=cfg["classes"])
+        with where:
+            if name == "inception_v3":
+                model = vision.InceptionV3(width=cfg["width"], classes=cfg["classes"])
+            else:
+                model = vision.ResNet50(blocks=cfg["blocks"], width=cfg["width"], classes=cfg["classes"])
         inputs = (torch.randn(b, 3, cfg["image"], cfg["image"], generator=gen),)
         y = torch.randint(0, cfg["classes"], (b,), generator=gen)
-        return model.train(), inputs, lambda out: ce(out, y)
+        return ready(model), inputs, TargetLoss(_ce, y)
     if name == "rnnlm":
-        model = seq.RNNLM(cfg["vocab"], cfg["hidden"], cfg["layers"])
+        with where:
+            model = seq.RNNLM(cfg["vocab"], cfg["hidden"], cfg["layers"])
         inputs = (torch.randint(0, cfg["vocab"], (b, cfg["steps"]), generator=gen),)
-        y = torch.randint(0, cfg["vocab"], (b * cfg["steps"],), generator=gen)
-        return model.train(), inputs, lambda out: ce(out.reshape(-1, out.shape[-1]), y)
+        y = torch.randint(0, cfg["vocab"], (b, cfg["steps"]), generator=gen)
+        return ready(model), inputs, TargetLoss(_ce_flat_targets, y)
     if name in ("nmt2", "nmt4"):
-        model = seq.NMT(cfg["vocab"], cfg["hidden"], cfg["layers"])
+        with where:
+            model = seq.NMT(cfg["vocab"], cfg["hidden"], cfg["layers"])
         src = torch.randint(0, cfg["vocab"], (b, cfg["src_len"]), generator=gen)
         tgt = torch.randint(0, cfg["vocab"], (b, cfg["tgt_len"]), generator=gen)
-        y = torch.randint(0, cfg["vocab"], (b * cfg["tgt_len"],), generator=gen)
-        return model.train(), (src, tgt), lambda out: ce(out.reshape(-1, out.shape[-1]), y)
-    model = seq.GPT2(cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["context"])
+        y = torch.randint(0, cfg["vocab"], (b, cfg["tgt_len"]), generator=gen)
+        return ready(model), (src, tgt), TargetLoss(_ce_flat_targets, y)
+    with where:
+        model = seq.GPT2(cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["context"])
     tokens = torch.randint(0, cfg["vocab"], (b, cfg["seq"]), generator=gen)
-    y = torch.randint(0, cfg["vocab"], (b * cfg["seq"],), generator=gen)
-    return model.train(), (tokens,), lambda out: ce(out.reshape(-1, out.shape[-1]), y)
+    y = torch.randint(0, cfg["vocab"], (b, cfg["seq"]), generator=gen)
+    return ready(model), (tokens,), TargetLoss(_ce_flat_targets, y)
 
 
-def trace_model(name: str, size: str = "full", optimizer: str = "sgd"):
-    """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`."""
+def trace_model(
+    name: str,
+    size: str = "full",
+    optimizer: str = "sgd",
+    *,
+    microbatches: int = 1,
+    colocation: str = "none",
+    batch: int | None = None,
+    init: bool = True,
+):
+    """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`.
+    ``microbatches=m > 1`` traces the step as m micro-batches (see ``from_torch``); ``batch``
+    overrides the config's batch size (not part of the graph cache, which keeps the config's);
+    ``init=False``: for the graph only (see :func:`build`)."""
     from postplace.graph.trace_torch import trace
 
-    model, inputs, loss_fn = build(name, size)
-    meta = {"zoo": {"name": name, "size": size, "config": _jsonable(spec(name).config(size))}}
-    return trace(model, inputs, loss_fn, optimizer, name=f"{name}-{size}", metadata=meta)
+    model, inputs, loss_fn = build(name, size, batch=batch, init=init)
+    cfg = {**spec(name).config(size), **({"batch": batch} if batch is not None else {})}
+    meta = {"zoo": {"name": name, "size": size, "config": _jsonable(cfg)}}
+    label = f"{name}-{size}" if microbatches == 1 else f"{name}-{size}-mb{microbatches}-{colocation}"
+    if microbatches == 1:
+        return trace(model, inputs, loss_fn, optimizer, name=label, metadata=meta)
+    return trace(
+        model,
+        inputs,
+        loss_fn.fn,
+        optimizer,
+        name=label,
+        metadata=meta,
+        microbatches=microbatches,
+        targets=loss_fn.targets,
+        microbatch_colocation=colocation,
+    )
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("POSTPLACE_CACHE") or Path.home() / ".cache" / "postplace")
 
 
-def cached_graph(name: str, size: str = "full", optimizer: str = "sgd"):
-    """The OpGraph of one zoo model, traced on first use and read from the cache after that."""
+def cached_graph(
+    name: str, size: str = "full", optimizer: str = "sgd", *, microbatches: int = 1, colocation: str = "none"
+):
+    """The OpGraph of one zoo model, traced on first use and read from the cache after that
+    (keyed by the micro-batch count and colocation mode too)."""
     import torch
 
     from postplace.graph.opgraph import OpGraph
@@ -164,16 +233,19 @@ def cached_graph(name: str, size: str = "full", optimizer: str = "sgd"):
             "optimizer": optimizer,
             "torch": torch.__version__,
             "tracer": _tracer_digest(),
+            "microbatches": microbatches,
+            "colocation": colocation if microbatches > 1 else "none",
         },
         sort_keys=True,
     )
-    path = cache_dir() / f"{name}-{size}-{optimizer}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    mb = "" if microbatches == 1 else f"mb{microbatches}-{colocation}-"
+    path = cache_dir() / f"{name}-{size}-{optimizer}-{mb}{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.exists():
         try:
             return OpGraph.load(path)
         except PostplaceError:
             pass  # a damaged cache entry is traced again, never trusted
-    graph = trace_model(name, size, optimizer).graph
+    graph = trace_model(name, size, optimizer, microbatches=microbatches, colocation=colocation, init=False).graph
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         graph.save(path)
@@ -182,6 +254,17 @@ def cached_graph(name: str, size: str = "full", optimizer: str = "sgd"):
             f"cannot write the graph cache {path} ({exc.strerror}); set POSTPLACE_CACHE to a writable folder"
         ) from None
     return graph
+
+
+def graph_factory(name: str, size: str = "full", optimizer: str = "sgd"):
+    """``(m, colocation) -> cached_graph(name, size, optimizer, microbatches=m, colocation=...)``: the
+    graph factory :func:`postplace.search.microbatches.search_microbatches` takes."""
+    spec(name)
+
+    def graph_for(m: int, colocation: str):
+        return cached_graph(name, size, optimizer, microbatches=m, colocation=colocation)
+
+    return graph_for
 
 
 def _tracer_digest() -> str:
@@ -193,6 +276,7 @@ def _tracer_digest() -> str:
         here / "seq.py",
         here.parent / "graph" / "trace_torch.py",
         here.parent / "graph" / "fx_to_opgraph.py",
+        here.parent / "graph" / "microbatch.py",
         here.parent / "graph" / "flops.py",
     ]
     h = hashlib.sha256()

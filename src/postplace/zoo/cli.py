@@ -45,9 +45,25 @@ def cmd_models() -> str:
     return "\n".join(lines)
 
 
-def cmd_graph(name: str, size: str = "full", out: str | Path | None = None, optimizer: str = "sgd") -> str:
+def cmd_graph(
+    name: str,
+    size: str = "full",
+    out: str | Path | None = None,
+    optimizer: str = "sgd",
+    *,
+    microbatches: int = 1,
+    colocation: str = "none",
+) -> str:
     """``postplace graph NAME``: trace (or read from the cache) a zoo model; write it to ``out``."""
-    graph = cached_graph(name, size, optimizer)
+    from postplace.graph.trace_torch import COLOCATION_MODES
+
+    if microbatches < 1:
+        raise PostplaceError(f"--microbatches must be >= 1, got {microbatches}")
+    if colocation not in COLOCATION_MODES:
+        raise PostplaceError(
+            f"--microbatch-colocation '{colocation}' is not one of {', '.join(COLOCATION_MODES)}"
+        )
+    graph = cached_graph(name, size, optimizer, microbatches=microbatches, colocation=colocation)
     if out is not None:
         try:
             graph.save(out)
@@ -62,6 +78,8 @@ def cmd_graph(name: str, size: str = "full", out: str | Path | None = None, opti
         f"parameters {s['param_bytes'] / 2**20:.1f} MiB, "
         f"persistent {s['persistent_bytes'] / 2**20:.1f} MiB, colocation coverage {s['coverage']:.1%}"
     )
+    if microbatches > 1:
+        text += f"\n{microbatches} micro-batches, colocation across micro-batches: {colocation}"
     return text + (f"\nwritten to {out}" if out is not None else "")
 
 

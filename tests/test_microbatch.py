@@ -1,0 +1,280 @@
+"""Micro-batched tracing: the step of m micro-batches, its structure, colocation modes and the file format."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster.placement import colocation_representative
+from postplace.errors import PostplaceError
+from postplace.graph import PHASES, GraphError, OpGraph
+from postplace.graph.trace_torch import trace
+from postplace.runtime import apply
+from postplace.zoo import MODELS, build, trace_model
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+FWD, BWD, UPD = (PHASES.index(p) for p in ("forward", "backward", "update"))
+
+
+def two_layer():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).train()
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    return model, x, y
+
+
+def ce(out, y):
+    return nn.functional.cross_entropy(out, y)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_every_micro_batch_gets_a_copy_of_forward_and_backward_and_the_update_runs_once(m):
+    model, x, y = two_layer()
+    one = trace(model, (x[: 6 // m],), ce, targets=(y[: 6 // m],)).graph
+    g = trace(model, (x,), ce, targets=(y,), microbatches=m).graph
+    per_mb = (one.phase == FWD) | (one.phase == BWD)
+    one_types = [t for t, keep in zip(one.op_types, per_mb, strict=True) if keep]
+    for k in range(m):  # the same ops for every micro-batch: one's, plus the loss scaling by 1/m and its backward
+        types = [t for t, mb in zip(g.op_types, g.microbatch, strict=True) if mb == k]
+        assert types.count("div") == one_types.count("div") + 2
+        assert [t for t in types if t != "div"] == [t for t in one_types if t != "div"]
+    acc = [i for i in range(g.num_ops) if g.names[i].startswith("acc")]
+    assert len(acc) == (m - 1) * 4  # one sum per trained parameter per extra micro-batch
+    assert all(g.phase[i] == BWD and g.microbatch[i] == -1 for i in acc)
+    assert (g.phase == UPD).sum() == (one.phase == UPD).sum()  # one update
+    assert g.metadata["microbatches"] == m
+    # the update of each parameter reads the last gradient sum, never a micro-batch's own gradient
+    upd = set(np.flatnonzero(g.phase == UPD))
+    for e in range(g.num_edges):
+        if g.edge_dst[e] in upd and g.microbatch[g.edge_src[e]] >= 0:
+            pytest.fail(f"update {g.names[g.edge_dst[e]]} reads {g.names[g.edge_src[e]]} of one micro-batch")
+    # FLOPs: every micro-batch does the work of one micro-batch-sized step
+    mm, one_mm = (np.isin(h.op_types, ["addmm", "mm"]) for h in (g, one))
+    assert g.flops[(g.microbatch >= 0) & mm].sum() == pytest.approx(m * one.flops[per_mb & one_mm].sum())
+
+
+def test_colocation_none_keeps_micro_batches_apart_and_module_joins_them():
+    model, x, y = two_layer()
+    none = trace(model, (x,), ce, targets=(y,), microbatches=2, microbatch_colocation="none").graph
+    mod = trace(model, (x,), ce, targets=(y,), microbatches=2, microbatch_colocation="module").graph
+    for members in none.colocation_sets:
+        assert len({int(none.microbatch[i]) for i in members} - {-1}) <= 1
+    # also with a buffer that every micro-batch reads (GPT-2's causal mask) and tied weights
+    gpt = trace_model("gpt2", "small", microbatches=2).graph
+    for members in gpt.colocation_sets:
+        assert len({int(gpt.microbatch[i]) for i in members} - {-1}) <= 1, gpt.names[members[0]]
+    spans = [{int(mod.microbatch[i]) for i in members} - {-1} for members in mod.colocation_sets]
+    assert {0, 1} in spans
+    for i in range(mod.num_ops):  # mb0's op and its mb1 copy share a set
+        if mod.names[i].startswith("mb0_") and mod.op_types[i] != "input":
+            j = mod.index("mb1_" + mod.names[i][4:])
+            assert mod.colocation[i] == mod.colocation[j] != -1, mod.names[i]
+    # modules are recorded per op: a linear layer's forward and backward ops name it
+    i, j = none.index("mb1_addmm"), none.index("mb1_addmm_1")
+    assert (none.module[i], none.module[j]) == ("0", "2")
+
+
+def test_bad_micro_batch_requests_are_one_line_errors():
+    model, x, y = two_layer()
+    with pytest.raises(PostplaceError, match="pick m dividing 6"):
+        trace(model, (x,), ce, targets=(y,), microbatches=4)
+    with pytest.raises(PostplaceError, match="give the targets"):
+        trace(model, (x,), lambda out: ce(out, y), microbatches=2)
+    with pytest.raises(PostplaceError, match="share one batch"):
+        trace(model, (x,), ce, targets=(y[:4],), microbatches=2)
+    with pytest.raises(PostplaceError, match="colocation"):
+        trace(model, (x,), ce, targets=(y,), microbatches=2, microbatch_colocation="layer")
+    with pytest.raises(PostplaceError, match="whole number"):
+        trace(model, (x,), ce, targets=(y,), microbatches=0)
+
+
+def test_graph_files_keep_micro_batch_and_module_and_old_files_still_load(tmp_path):
+    model, x, y = two_layer()
+    g = trace(model, (x,), ce, targets=(y,), microbatches=2).graph
+    g.save(tmp_path / "g.json")
+    back = OpGraph.load(tmp_path / "g.json")
+    assert back.microbatch.tolist() == g.microbatch.tolist() and back.module == g.module
+    d = g.to_dict()
+    del d["ops"]["microbatch"], d["ops"]["module"]  # a file written before these fields existed
+    old = OpGraph.from_dict(d)
+    assert old.microbatch.tolist() == [-1] * g.num_ops and old.module == ("",) * g.num_ops
+    with pytest.raises(GraphError, match="'microbatch'"):
+        OpGraph.build(["a"], microbatch=[-2])
+    with pytest.raises(GraphError, match="'module' has 2 entries"):
+        OpGraph.build(["a"], module=["x", "y"])
+
+
+# ------------------------------------------------------------------------------ real execution
+def eager_accumulation(model, inputs, loss_fn, targets, m, steps):
+    """Eager gradient accumulation: per step, m backward passes of loss / m, then torch.optim.SGD."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    b = inputs[0].shape[0] // m
+    losses = []
+    for _ in range(steps):
+        torch.manual_seed(123)  # dropout draws the same masks, micro-batch by micro-batch
+        opt.zero_grad()
+        total = 0.0
+        for k in range(m):
+            part = slice(k * b, (k + 1) * b)
+            loss = loss_fn(model(*(x[part] for x in inputs)), *(t[part] for t in targets)) / m
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    return losses
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_placed_micro_batched_zoo_step_matches_eager_gradient_accumulation(name):
+    """Two micro-batches of a batch of 4 (small models), a random placement by colocation set over three
+    logical devices mapped to the CPU: losses, parameters and buffers (batch norm's running statistics,
+    updated once per micro-batch) as eager gradient accumulation gives them."""
+    tr = trace_model(name, "small", microbatches=2, batch=4)
+    rep = colocation_representative(tr.graph)
+    placement = np.random.default_rng(len(name)).integers(0, 3, tr.graph.num_ops)[rep]
+    step = apply(tr.model, tr, placement, ["cpu", "gpu0", "gpu1"], device_map="cpu")
+    assert step.summary["transfers"] > 0
+    torch.manual_seed(123)
+    first = step().item()
+    torch.manual_seed(123)
+    second, violations = step.run_checked()
+    assert violations == []
+    model, inputs, loss_fn = build(name, "small", batch=4)
+    ref = eager_accumulation(model, inputs, loss_fn.fn, loss_fn.targets, 2, 2)
+    np.testing.assert_allclose([first, second.item()], ref, rtol=1e-4)
+    for pname, p in model.named_parameters():
+        torch.testing.assert_close(step.parameters()[pname], p.detach(), rtol=1e-4, atol=1e-5, msg=pname)
+    for bname, b in model.named_buffers():
+        torch.testing.assert_close(step.buffers()[bname], b, rtol=1e-4, atol=1e-5, msg=bname)
+
+
+def test_train_command_runs_a_micro_batched_step(tmp_path):
+    from postplace.runtime.cli import cmd_train
+
+    text = cmd_train("gpt2", "single:cpu", 2, size="small", microbatches=2, threads=1)
+    assert "gpt2-small-mb2-none" in text and "measured step time" in text
+    with pytest.raises(PostplaceError, match="equal micro-batches"):
+        cmd_train("gpt2", "single:cpu", 1, size="small", microbatches=3)
+
+
+# ------------------------------------------------------------------------------ memory
+def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
+    """An MLP whose batch-256 step fits no single device at any m (parameters, momentum and the whole
+    step's live tensors), nor a two-stage pipeline at m = 1 (each stage holds its half of the whole
+    batch's activations), but fits the two-stage pipeline at m = 4 (a quarter of the batch per
+    micro-batch); more micro-batches in flight (m = 8) hold more again. Stages split by
+    ``OpGraph.module``: blocks 0-1 (and the inputs) on gpu0, blocks 2-3 (and the loss) on gpu1."""
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    torch.manual_seed(0)
+    h, b = 128, 256
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(h, h), nn.ReLU()) for _ in range(4)]).train()
+    x, y = torch.randn(b, h), torch.randn(b, h)
+
+    def mse(out, t):
+        return ((out - t) ** 2).mean()
+
+    big = star_cluster(("gpu", "gpu"), bandwidth=1e10)
+    peaks, times = {}, {}
+    for m in (1, 2, 4, 8):
+        g = trace(model, (x,), mse, targets=(y,), microbatches=m).graph
+        stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
+        sim = Simulator(g, big)
+        r = sim.evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
+        peaks[m] = (r.peak_mem[0].max(), r.peak_mem[1].max())  # (one device, worst pipeline stage)
+        times[m] = r.step_time[1]
+    capacity = (peaks[4][1] + min(peaks[1][1], *(one for one, _ in peaks.values()))) / 2
+    assert peaks[4][1] < capacity < peaks[1][1]
+    assert all(one > capacity for one, _ in peaks.values())  # no m makes it fit one device
+    assert peaks[8][1] > peaks[4][1]  # the pipelining trade-off: more in flight, more held
+    assert times[4] < times[1]  # and the micro-batches overlap across the stages
+    small = star_cluster(("gpu", "gpu"), bandwidth=1e10, memory=capacity)
+    for m, want in ((1, [True, True]), (4, [True, False])):
+        g = trace(model, (x,), mse, targets=(y,), microbatches=m).graph
+        stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
+        r = Simulator(g, small).evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
+        assert r.oom.tolist() == want, m
+
+
+# ------------------------------------------------------------------------------ search over m
+def test_search_over_micro_batch_counts_splits_the_budget_and_returns_the_best_plan():
+    from postplace.search.microbatches import microbatch_candidates, search_microbatches
+    from postplace.testing import star_cluster
+
+    assert microbatch_candidates(6, (1, 2, 4, 8), ("none", "module")) == [(1, "none"), (2, "none"), (2, "module")]
+    with pytest.raises(PostplaceError, match="divides the batch of 5"):
+        microbatch_candidates(5, (2, 4))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]).train()
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+
+    def graph_for(m, colocation):
+        return trace(model, (x,), lambda o, t: ((o - t) ** 2).mean(), targets=(y,), microbatches=m,
+                     microbatch_colocation=colocation).graph  # fmt: skip
+
+    seen = []
+    plan = search_microbatches(graph_for, star_cluster(("gpu", "gpu")), batch=64, ms=(1, 2, 3, 4),
+                               budget=3 * 96, strategy="random", groups=16, progress=seen.append)  # fmt: skip
+    assert [(c.m, c.colocation, c.samples) for c in plan.candidates] == [
+        (1, "none", 96),
+        (2, "none", 96),
+        (4, "none", 96),
+    ]
+    assert seen == plan.candidates
+    assert plan.step_time == min(c.step_time for c in plan.candidates)
+    assert plan.m == plan.best.m and plan.colocation == "none"
+    assert all(c.step_time >= c.lower_bound for c in plan.candidates)
+    mapping = plan.placement_map()
+    assert set(mapping.values()) <= {"gpu0", "gpu1"} and len(mapping) == plan.best.num_ops
+
+
+def test_grouping_keeps_micro_batches_apart_under_none_and_sets_whole_under_module():
+    from postplace.graph.grouping import group_ops
+
+    model, x, y = two_layer()
+    for mode in ("none", "module"):
+        g = trace(model, (x,), ce, targets=(y,), microbatches=3, microbatch_colocation=mode).graph
+        gr = group_ops(g, 4)
+        for members in g.colocation_sets:  # a colocation set is never split
+            assert len(set(gr.group_of_op[members].tolist())) == 1
+        spans = [set(g.microbatch[gr.members(k)].tolist()) - {-1} for k in range(gr.num_groups)]
+        if mode == "none":
+            assert all(len(s) <= 1 for s in spans)  # micro-batch i can go to device i
+        else:
+            assert any(s == {0, 1, 2} for s in spans)
+
+
+def test_data_parallel_placement_puts_micro_batch_k_on_gpu_k_and_shards_the_parameters():
+    from postplace.search.microbatches import data_parallel_placement
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = two_layer()
+    g = trace(model, (x,), ce, targets=(y,), microbatches=2).graph
+    cluster = star_cluster(("cpu", "gpu", "gpu"))
+    dev = data_parallel_placement(g, cluster)
+    for k in (0, 1):
+        assert set(dev[g.microbatch == k].tolist()) == {1 + k}
+    params = [i for i, t in enumerate(g.op_types) if t == "parameter"]
+    assert set(dev[params].tolist()) == {1, 2}  # both GPUs hold parameters
+    r = Simulator(g, cluster).evaluate_ops(dev[None])
+    assert not r.failed[0]  # colocation respected
+
+
+def test_a_warm_started_search_is_never_worse_than_the_data_parallel_placement():
+    from postplace.search.microbatches import data_parallel_placement, search_microbatches
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = two_layer()
+    cluster = star_cluster(("gpu", "gpu"))
+
+    def graph_for(m, colocation):
+        return trace(model, (x,), ce, targets=(y,), microbatches=m, microbatch_colocation=colocation).graph
+
+    plan = search_microbatches(graph_for, cluster, batch=6, ms=(2,), budget=8, strategy="random", warm_start=True)
+    g = graph_for(2, "none")
+    dp = Simulator(g, cluster).evaluate_ops(data_parallel_placement(g, cluster)[None]).step_time[0]
+    assert plan.step_time <= dp
