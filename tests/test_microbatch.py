@@ -278,3 +278,30 @@ def test_a_warm_started_search_is_never_worse_than_the_data_parallel_placement()
     g = graph_for(2, "none")
     dp = Simulator(g, cluster).evaluate_ops(data_parallel_placement(g, cluster)[None]).step_time[0]
     assert plan.step_time <= dp
+
+
+def test_place_searches_a_micro_batched_step_and_auto_returns_the_best_m(tmp_path):
+    """``place(..., microbatches=2)`` places the two-micro-batch graph (its summary says m, and its
+    placement re-simulates to the returned time); ``microbatches="auto"`` runs every m dividing the
+    batch, each in its own folder, and returns the fastest, with every m's time beside it."""
+    import postplace
+    from postplace.cluster.placement import load_placement
+    from postplace.errors import PostplaceError
+    from postplace.sim import Simulator
+
+    r2 = postplace.place("gpt2", "k80x2", size="small", budget=48, out=tmp_path / "m2", microbatches=2)
+    assert r2.summary["microbatches"] == 2 and r2.summary["microbatch_colocation"] == "none"
+    assert set(r2.graph.microbatch.tolist()) >= {0, 1}
+    ops = load_placement(tmp_path / "m2" / "placement.json", r2.graph, r2.cluster)
+    assert Simulator(r2.graph, r2.cluster).evaluate_ops(ops[None]).step_time[0] == pytest.approx(r2.step_time_s)
+
+    auto = postplace.place("gpt2", "k80x2", size="small", budget=96, out=tmp_path / "auto", microbatches="auto")
+    tried = auto.summary["microbatches_tried"]
+    assert set(tried) == {"m1-none", "m2-none"}  # the small config's batch of 2 allows m = 1 and 2
+    assert auto.step_time_s == min(tried.values())
+    assert tried[f"m{auto.summary['microbatches']}-none"] == auto.step_time_s
+    assert (tmp_path / "auto" / "m1-none" / "run.json").exists() and (tmp_path / "auto" / "summary.json").exists()
+    with pytest.raises(PostplaceError, match="--microbatches"):
+        postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=0)
+    with pytest.raises(PostplaceError, match="simulation only"):
+        postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=2, evaluator="torch")

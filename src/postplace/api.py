@@ -46,8 +46,11 @@ class Target:
     spec: dict
 
 
-def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer: str = "sgd") -> Target:
-    """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``)."""
+def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer: str = "sgd",
+                microbatches: int = 1, microbatch_colocation: str = "none") -> Target:  # fmt: skip
+    """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``).
+
+    ``microbatches`` / ``microbatch_colocation``: a zoo model's step traced as that many micro-batches."""
     from postplace.graph import OpGraph, load_graph
 
     if isinstance(target, OpGraph):
@@ -65,7 +68,15 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
             raise PostplaceError(f"'{text}' is not a file, and this build has no model zoo") from None
         if text not in zoo.MODELS:
             raise PostplaceError(f"'{text}' is neither a file nor a zoo model; the zoo has {', '.join(zoo.MODELS)}")
-        return Target(zoo.cached_graph(text, size), None, {"kind": "zoo", "name": text, "size": size})
+        if microbatches == 1:
+            return Target(zoo.cached_graph(text, size), None, {"kind": "zoo", "name": text, "size": size})
+        graph = zoo.cached_graph(text, size, microbatches=microbatches, colocation=microbatch_colocation)
+        return Target(graph, None, {"kind": "zoo", "name": text, "size": size, "microbatches": microbatches,
+                                    "microbatch_colocation": microbatch_colocation})  # fmt: skip
+    if microbatches != 1:
+        raise PostplaceError("microbatches: a zoo model name is traced as m micro-batches here; for your own module "
+                             "trace it with postplace.graph.from_torch(..., microbatches=m, targets=...) and place "
+                             "the graph")  # fmt: skip
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -219,6 +230,8 @@ def place(
     progress: bool = False,
     confirm: int = 0,
     ray: str | None = None,
+    microbatches: int | str = 1,
+    microbatch_colocation: str = "none",
 ) -> PlaceResult:
     """Find a fast placement of one training step on a cluster.
 
@@ -289,7 +302,14 @@ def place(
     >>> r.search_best_step_time_s <= r.summary["single_device_step_time_s"]
     True
     """
-    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn)
+    if microbatches == "auto":
+        return _place_over_microbatches(
+            target, cluster, out, microbatch_colocation, strategy=strategy, budget=budget, seed=seed, pins=pins,
+            exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups, size=size,
+            map_all_to=map_all_to, progress=progress, confirm=confirm, ray=ray)  # fmt: skip
+    _check_microbatches(microbatches, microbatch_colocation, evaluator, confirm)
+    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=microbatches,
+                      microbatch_colocation=microbatch_colocation)  # fmt: skip
     c, cluster_spec = _load_cluster(cluster, tgt.graph)
     settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
                          exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
@@ -328,7 +348,8 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
-        tgt = load_target(spec["name"], size=spec["size"])
+        tgt = load_target(spec["name"], size=spec["size"], microbatches=spec.get("microbatches", 1),
+                          microbatch_colocation=spec.get("microbatch_colocation", "none"))  # fmt: skip
     elif graph is not None:
         tgt = Target(graph, None, spec)
     elif (out / "graph.json").exists():
@@ -598,6 +619,55 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     return res
 
 
+def _check_microbatches(m, colocation: str, evaluator: str, confirm: int) -> None:
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise PostplaceError(f"--microbatches {m!r}: give a count (1, 2, 4...) or 'auto'")
+    if colocation not in ("none", "module"):
+        raise PostplaceError(f"--microbatch-colocation '{colocation}': use none or module")
+    if m > 1 and (evaluator != "simulator" or confirm):
+        raise PostplaceError("--microbatches above 1 is searched in simulation only for now: measuring a "
+                             "micro-batched placement (--evaluator torch, --confirm) is not wired yet; "
+                             "run it with `postplace train MODEL --microbatches m --placement FILE`")  # fmt: skip
+
+
+def _place_over_microbatches(target, cluster, out, colocation: str, *, budget, **kw) -> PlaceResult:
+    """``microbatches="auto"``: one ``place`` per micro-batch count dividing the zoo model's batch (1, 2,
+    4, 8), the sample budget split evenly, each in its own folder ``out/m{m}-{mode}``; the fastest
+    returned placement wins (ties go to the fewer micro-batches) and its summary lists every m tried."""
+    from postplace import zoo
+    from postplace.search import Budget
+    from postplace.search.microbatches import microbatch_candidates
+
+    if not isinstance(target, str) or target not in zoo.MODELS:
+        raise PostplaceError("--microbatches auto needs a zoo model name as TARGET (it traces the step once per m)")
+    if out is None:
+        raise PostplaceError("--microbatches auto keeps one run folder per micro-batch count: pass out=DIR")
+    batch = int(zoo.spec(target).config(kw.get("size", "full"))["batch"])
+    pairs = microbatch_candidates(batch, colocations=(colocation,))
+    b = Budget.parse(budget)
+    share = (f"{max(1, b.samples // len(pairs))}" if b.samples is not None
+             else f"{b.seconds / len(pairs):g}s")  # fmt: skip
+    results = []
+    for m, mode in pairs:
+        _check_microbatches(m, mode, kw.get("evaluator", "simulator"), kw.get("confirm", 0))
+        try:
+            r = place(target, cluster, budget=share, out=Path(out) / f"m{m}-{mode}", microbatches=m,
+                      microbatch_colocation=mode, **kw)  # fmt: skip
+        except PostplaceError as exc:
+            if "no feasible placement" not in str(exc):
+                raise
+            continue
+        results.append((m, mode, r))
+    if not results:
+        raise PostplaceError(f"no feasible placement for any micro-batch count of {[m for m, _ in pairs]}")
+    m, mode, best = min(results, key=lambda x: (x[2].step_time_s, x[0]))
+    best.summary["microbatches"], best.summary["microbatch_colocation"] = m, mode
+    best.summary["microbatches_tried"] = {f"m{k}-{c}": r.step_time_s for k, c, r in results}
+    best.summary["microbatch_budget_each"] = share
+    best.save(out)
+    return best
+
+
 def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None) -> None:
     """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
@@ -713,6 +783,8 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
     peak = sched.peak_memory
     return {
         "graph": problem.graph.name, "cluster": c.name, "strategy": settings["strategy"], "seed": settings["seed"],
+        "microbatches": settings["target"].get("microbatches", 1),
+        "microbatch_colocation": settings["target"].get("microbatch_colocation"),
         "evaluator": judge.name, "budget": settings["budget"], "samples": result.samples,
         "feasible_samples": result.feasible_samples, "evaluations": result.evaluations,
         "groups": problem.grouping.num_groups, "config": settings["config"],

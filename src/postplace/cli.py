@@ -473,6 +473,8 @@ def place(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
     ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
+    microbatches: Annotated[str, typer.Option("--microbatches", help="Trace a zoo model's step as M micro-batches (gradient accumulation), or 'auto': try 1, 2, 4, 8.")] = "1",
+    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).")] = "none",
 ) -> None:
     """Search a placement; returns the best of the search, the single device and the one-shot placers."""
     import postplace.api as api
@@ -508,7 +510,9 @@ def place(
             result = api.place(target, cluster, strategy=strategy, budget=budget, seed=seed, pins=pin or (),
                                exclude=exclude or (), warm_start=warm_start, evaluator=evaluator, out=out,
                                config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
-                               progress=_progress(as_json), confirm=confirm, ray=ray)  # fmt: skip
+                               progress=_progress(as_json), confirm=confirm, ray=ray,
+                               microbatches=_microbatches(microbatches),
+                               microbatch_colocation=microbatch_colocation)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
               file=sys.stderr)  # fmt: skip
@@ -519,8 +523,21 @@ def place(
         print(json.dumps(result.summary))
         return
     _print_place_table(result.summary, result.cluster)
+    if "microbatches_tried" in result.summary:
+        tried = ", ".join(f"{k} {_ms(v)}" for k, v in result.summary["microbatches_tried"].items())
+        console.print(f"micro-batches: returned m = {result.summary['microbatches']} "
+                      f"({result.summary['microbatch_colocation']}); tried {tried} (simulated, "
+                      f"{result.summary['microbatch_budget_each']} samples each)", highlight=False)  # fmt: skip
     if "confirm" in result.summary:
         console.print(_confirm_table(result.summary["confirm"]), highlight=False)
+
+
+def _microbatches(text: str):
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise PostplaceError(f"--microbatches '{text}': give a count (1, 2, 4...) or 'auto'")
+    return int(text)
 
 
 def _confirm_table(c: dict) -> Table:
