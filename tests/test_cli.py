@@ -179,3 +179,14 @@ def test_place_table_and_json_say_which_placement_was_returned(tmp_path):
     as_json = json.loads(run(*args, "--out", str(tmp_path / "j"), "--json").stdout)
     assert as_json["returned"] == "m-etf" and as_json["search_best_step_time_s"] > as_json["best_step_time_s"]
     assert_one_error_line(run("place", "--resume", str(tmp_path / "j"), "--out", str(tmp_path / "k")), "drop --out")
+
+
+def test_a_flag_typer_cannot_parse_is_one_error_line():
+    for args, flag in ((["train", "gpt2", "--steps", "abc", "-p", "x"], "--steps"), (["place", "--nope"], "--nope"),
+                       (["simulate"], "target")):  # fmt: skip
+        r = run(*args)
+        assert r.returncode == 2, args
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], r.stderr
+    bare = run()
+    assert bare.returncode == 2 and "Usage" in bare.stdout + bare.stderr  # no command: the help, as before

@@ -613,8 +613,26 @@ def _positive_int(text: str, flag: str) -> int:
 
 
 def main() -> None:
+    try:  # typer >= 0.24 carries its own copy of click's parser and exceptions
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - older typer on plain click
+        from click import exceptions as click_errors
+
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except click_errors.NoArgsIsHelpError as exc:  # `postplace` alone: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click_errors.UsageError as exc:  # a flag typer could not parse: one line, like every other bad input
+        ctx = exc.ctx
+        where = "postplace" if ctx is None or ctx.parent is None else f"postplace {ctx.info_name}"
+        print(f"error: {exc.format_message()} (see `{where} --help`)", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
     except PostplaceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
