@@ -189,7 +189,7 @@ def main() -> None:
         if case.copy_run:
             shutil.copytree(tpl, cwd)
             for rel, label in case.files.items():
-                p = cwd / rel
+                p = next(iter(sorted(cwd.glob(rel))), cwd / rel)
                 p.write_bytes(fuzz.corrupt_run_file(rng, p.read_bytes(), label.decode()))
         else:
             cwd.mkdir()

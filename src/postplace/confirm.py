@@ -24,7 +24,6 @@ Wiring ``place --confirm K --ray local|ADDRESS`` after the search (the CLI's par
 
 from __future__ import annotations
 
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,15 +113,15 @@ def candidates_from_cache(cache: dict, simulator, k: int) -> np.ndarray:
 
 
 def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
-    """:func:`candidates_from_cache` over the cache saved in a run folder's checkpoint (``checkpoint.pkl``;
-    or ``checkpoint.json`` + npz, the runner's data format, where :mod:`postplace.search.state_io` exists)."""
+    """:func:`candidates_from_cache` over the cache saved in a run folder's checkpoint (``checkpoint.json``
+    + npz, read by :mod:`postplace.search.state_io`, which checks its checksum)."""
+    from postplace.search.state_io import load_state
+
     out = Path(out_dir)
-    if (out / "checkpoint.json").exists():
-        try:
-            from postplace.search.state_io import load_state
-        except ImportError:
-            raise PostplaceError(f"{out}: this postplace cannot read checkpoint.json") from None
-        snap = load_state(out / "checkpoint.json")
+    if not (out / "checkpoint.json").exists():
+        raise PostplaceError(f"{out_dir}: no checkpoint.json; confirm needs a finished run folder (place --out DIR)")
+    snap = load_state(out / "checkpoint.json")
+    try:
         cache = {
             key.tobytes(): (float(t), bool(o), bool(f), r)
             for key, t, o, f, r in zip(
@@ -130,15 +129,8 @@ def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
                 snap["cache_reasons"], strict=True,
             )
         }  # fmt: skip
-        return candidates_from_cache(cache, simulator, k)
-    path = out / "checkpoint.pkl"
-    if not path.exists():
-        raise PostplaceError(f"{out_dir}: no checkpoint; confirm needs a finished run folder (place --out DIR)")
-    try:
-        with open(path, "rb") as f:
-            cache = pickle.load(f)["cache"]
-    except (OSError, pickle.UnpicklingError, EOFError, KeyError) as exc:
-        raise PostplaceError(f"{path}: unreadable checkpoint ({exc})") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PostplaceError(f"{out}/checkpoint.json: not a search checkpoint ({exc})") from None
     return candidates_from_cache(cache, simulator, k)
 
 

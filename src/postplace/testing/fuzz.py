@@ -405,7 +405,8 @@ def cases(seed: int = 0, *, per_kind: int = 300, train: int = 15, run_folder: in
         argv = ["train", "rnnlm", "--size", "small", "--placement", PLACEMENT, "--steps", "1", "--threads", "1"]
         yield Case("train placement", kind, argv, {PLACEMENT: json.dumps(p).encode()}, True)
     for _ in range(run_folder):
-        target = rng.choice(["checkpoint.pkl", "checkpoint.pkl", "history.jsonl", "summary.json", "placement.json"])
+        target = rng.choice(["checkpoint.json", "checkpoint-*.npz", "run.json", "history.jsonl", "summary.json",
+                             "placement.json"])  # fmt: skip (a glob names the file whose name holds a checksum)
         label, data = _agnostic(rng, b"\x00")  # the label only; the bytes are made from the real file
         yield Case("run folder", f"{target}: {label}", ["place", "--resume", "run", "--json"],
                    {f"run/{target}": label.encode()}, False, copy_run=True)  # fmt: skip
