@@ -163,3 +163,21 @@ def test_pin_exclude_and_warm_start_through_the_cli(work):
     assert placement["b"] == "gpu1" and "gpu0" not in placement.values()
     assert "warm-start:m-etf" in s["candidates"] and s["returned"] in s["candidates"]
     assert_one_error_line(place(work, "--warm-start", "single:gpu0", "--exclude", "gpu0", out="bad"), "forbid")
+
+
+def test_a_flipped_byte_in_the_history_the_checkpoint_covers_is_refused(tmp_path):
+    """The checkpoint records a hash of the history it covers: a resume of a folder whose history was
+    changed inside that span (here one byte, made non-UTF-8) is one clear error, not a silent resume."""
+    import postplace
+    from postplace.errors import PostplaceError
+    from tests.test_runner import problem
+
+    p = problem()
+    out = tmp_path / "run"
+    postplace.place(p.graph, p.cluster, budget=48, out=out, groups=None)
+    hist = out / "history.jsonl"
+    data = bytearray(hist.read_bytes())
+    data[10] = 0xFF
+    hist.write_bytes(bytes(data))
+    with pytest.raises(PostplaceError, match="not the ones the checkpoint recorded"):
+        postplace.resume(out, budget=96, cluster=p.cluster, graph=p.graph)

@@ -50,6 +50,8 @@ def _read_json(path: Path) -> dict:
         raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise PostplaceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
 
 
 def read_history(path: Path) -> list[dict]:
@@ -57,7 +59,11 @@ def read_history(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

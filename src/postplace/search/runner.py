@@ -276,6 +276,10 @@ class _RunState:
         if size < state.history_bytes:
             raise PostplaceError(f"{hist}: {max(size, 0)} bytes, shorter than the {state.history_bytes} the checkpoint "
                                  "covers: the run folder is damaged; start a new run")
+        want = snap.get("history_digest")
+        if want is not None and _history_digest(hist, state.history_bytes) != want:
+            raise PostplaceError(f"{hist}: its first {state.history_bytes} bytes are not the ones the checkpoint "
+                                 "recorded: the run folder is damaged; start a new run")  # fmt: skip
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
         return state
@@ -300,8 +304,24 @@ def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
         "cache_reasons": [v[3] for _, v in entries],
         "cache_overflow": np.array([v[4] for _, v in entries], dtype=np.float64),
         "meta": meta or {},
+        "history_digest": _history_digest(out / HISTORY, int(snapshot["runner"]["history_bytes"])),
     }
     save_state(out / CHECKPOINT, on_disk)
+
+
+def _history_digest(path: Path, size: int) -> str:
+    """A hash of the first ``size`` bytes of the history: what the checkpoint covers, so a resume can tell a
+    damaged history from a whole one."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
 
 
 def checkpoint_samples(out: str | Path) -> int:
