@@ -46,6 +46,7 @@ from postplace.runtime import calibrate as cal
 from postplace.runtime.evaluator import TorchEvaluator
 from postplace.search import Budget, make_problem, make_strategy, run
 from postplace.sim import EvalResult
+from postplace.testing.eager import eager_sgd_losses
 from postplace.zoo import MODELS, build, trace_model
 
 
@@ -80,19 +81,6 @@ class Memo:
 
 
 # ------------------------------------------------------------------------------ A. numerics
-def eager_losses(model, inputs, loss_fn, steps: int) -> list[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # the traced optimizer
-    out = []
-    for _ in range(steps):
-        torch.manual_seed(123)
-        opt.zero_grad()
-        loss = loss_fn(model(*inputs))
-        loss.backward()
-        opt.step()
-        out.append(loss.item())
-    return out
-
-
 def numerics(log: Log, gpu: str, tol: float = 1e-3) -> list[dict]:
     rows = []
     for k, name in enumerate(MODELS):
@@ -110,7 +98,7 @@ def numerics(log: Log, gpu: str, tol: float = 1e-3) -> list[dict]:
             torch.manual_seed(123)
             losses.append(float(step().item()))
         model, inputs, loss_fn = build(name, "small")
-        ref = eager_losses(model, inputs, loss_fn, 2)
+        ref = eager_sgd_losses(model, inputs, loss_fn, 2)
         loss_err = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref, strict=True))
         param_err = 0.0
         for pname, p in model.named_parameters():

@@ -9,6 +9,7 @@ from postplace.cluster.placement import colocation_representative
 from postplace.errors import PostplaceError
 from postplace.graph.trace_torch import trace
 from postplace.runtime import apply, resolve_device_map
+from postplace.testing.eager import eager_sgd_losses as eager_reference
 from postplace.zoo import MODELS, build, trace_model
 
 DEVICES = ["cpu", "gpu0", "gpu1"]
@@ -21,20 +22,6 @@ def random_placement(graph, seed, devices=3):
     """Random devices per colocation set (a legal placement)."""
     rep = colocation_representative(graph)
     return np.random.default_rng(seed).integers(0, devices, graph.num_ops)[rep]
-
-
-def eager_reference(model, inputs, loss_fn, steps):
-    """Loss per step of the plain model with torch.optim.SGD (lr 0.1, momentum 0.9, the traced optimizer)."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    losses = []
-    for _ in range(steps):
-        torch.manual_seed(123)  # dropout draws the same mask in both runs
-        opt.zero_grad()
-        loss = loss_fn(model(*inputs))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
 
 
 def assert_same_state(step, model):
