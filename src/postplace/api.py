@@ -506,18 +506,22 @@ def _strategy(settings: dict, space):
 def _torch_evaluator(settings: dict, tgt: Target, c, problem):
     from dataclasses import replace
 
-    from postplace.runtime.evaluator import TorchEvaluator
-
-    gop = problem.grouping.group_of_op
-    if tgt.traced is not None:
-        judge = TorchEvaluator(tgt.traced, c, group_of_op=gop, device_map=settings["map_all_to"])
-    else:
-        spec = tgt.spec
-        judge = TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=gop,
-                                       device_map=settings["map_all_to"], graph=tgt.graph)  # fmt: skip
+    judge = _measurer(settings, tgt, c, group_of_op=problem.grouping.group_of_op)
     # measured seconds can exceed the simulator's bound: failures must still score worst
     space = replace(problem.space, failure_step_time=max(problem.space.failure_step_time, judge.failure_step_time))
     return judge, space
+
+
+def _measurer(settings: dict, tgt: Target, c, *, group_of_op=None):
+    """The in-process TorchEvaluator of the target's own code (a traced module or a zoo model), over
+    ``group_of_op``'s units or, without it, at op level."""
+    from postplace.runtime.evaluator import TorchEvaluator
+
+    if tgt.traced is not None:
+        return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings["map_all_to"])
+    spec = tgt.spec
+    return TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=group_of_op,
+                                  device_map=settings["map_all_to"], graph=tgt.graph)  # fmt: skip
 
 
 def warm_start_ops(spec: str, problem) -> np.ndarray:
@@ -562,7 +566,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         judge, space = _torch_evaluator(settings, tgt, c, problem)
     if space is not problem.space:
         problem = dataclasses.replace(problem, space=space)
-    _check_confirm(confirm_k, settings, tgt, out)
+    _check_confirm(confirm_k, settings, tgt, out, ray)
     strat = _strategy(settings, space)
     search_judge = judge if ray is None else _ray_evaluator(ray, settings, tgt, c, problem)
     warm_ops = None if settings["warm_start"] is None else warm_start_ops(settings["warm_start"], problem)
@@ -668,7 +672,7 @@ def _place_over_microbatches(target, cluster, out, colocation: str, *, budget, *
     return best
 
 
-def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None) -> None:
+def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: str | None) -> None:
     """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
         raise PostplaceError(f"--confirm {k!r}: give how many of the search's best placements to measure (0 = none)")
@@ -682,6 +686,8 @@ def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None) -> Non
                              "(a graph file has no code to run)")  # fmt: skip
     if out is None:
         raise PostplaceError("--confirm reads the search's best placements from its run folder: pass out=DIR")
+    if ray is not None and tgt.spec.get("kind") != "zoo":
+        raise PostplaceError("--confirm with --ray needs a zoo model name (actors trace it themselves)")
 
 
 def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
@@ -705,22 +711,13 @@ def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: st
     from postplace.confirm import confirm as measure
 
     cands = candidates_from_run(out, problem.simulator, k)
-    if tgt.traced is not None:
-        from postplace.runtime.evaluator import TorchEvaluator
-
-        if ray is not None:
-            raise PostplaceError("--confirm with --ray needs a zoo model name (actors trace it themselves)")
-        measurer = TorchEvaluator(tgt.traced, c, device_map=settings["map_all_to"])
-    elif ray is not None:
+    if ray is not None:  # a zoo model: _check_confirm refused a module before the search
         from postplace.distributed import RayEvaluator, TorchZooFactory
 
         measurer = RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c,
                                                 device_map=settings["map_all_to"]), address=ray)  # fmt: skip
     else:
-        from postplace.runtime.evaluator import TorchEvaluator
-
-        measurer = TorchEvaluator.for_zoo(tgt.spec["name"], tgt.spec["size"], c, device_map=settings["map_all_to"],
-                                          graph=tgt.graph)  # fmt: skip
+        measurer = _measurer(settings, tgt, c)
     try:
         return measure(problem.simulator, measurer, cands, allowed=problem.op_allowed)
     finally:
