@@ -653,7 +653,6 @@ def _place_over_microbatches(target, cluster, out, colocation: str, *, budget, *
              else f"{b.seconds / len(pairs):g}s")  # fmt: skip
     results = []
     for m, mode in pairs:
-        _check_microbatches(m, mode, kw.get("evaluator", "simulator"), kw.get("confirm", 0))
         try:
             r = place(target, cluster, budget=share, out=Path(out) / f"m{m}-{mode}", microbatches=m,
                       microbatch_colocation=mode, **kw)  # fmt: skip
