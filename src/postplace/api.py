@@ -648,6 +648,8 @@ def _place_over_microbatches(target, cluster, out, colocation: str, *, budget, *
         raise PostplaceError("--microbatches auto keeps one run folder per micro-batch count: pass out=DIR")
     batch = int(zoo.spec(target).config(kw.get("size", "full"))["batch"])
     pairs = microbatch_candidates(batch, colocations=(colocation,))
+    # refuse what no m > 1 allows before the m = 1 search spends its share
+    _check_microbatches(max(m for m, _ in pairs), colocation, kw.get("evaluator", "simulator"), kw.get("confirm", 0))
     b = Budget.parse(budget)
     share = (f"{max(1, b.samples // len(pairs))}" if b.samples is not None
              else f"{b.seconds / len(pairs):g}s")  # fmt: skip
