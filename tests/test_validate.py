@@ -187,3 +187,43 @@ def test_a_valid_graph_round_trips_with_its_inplace_base(tmp_path):
     back = load_graph(tmp_path / "g.json")
     assert back.inplace_base.tolist() == [-1, -1, -1, 2, -1, -1, 0]
     assert np.isfinite(Simulator(back, load_cluster("k80x4")).lower_bound)
+
+
+def _cli_error(argv, capsys) -> str:
+    from postplace.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.argv", ["postplace", *argv])
+        with pytest.raises(SystemExit) as ex:
+            main()
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_an_out_path_that_is_a_file_is_one_error_for_every_command(tmp_path, capsys):
+    fuzz.base_graph().save(tmp_path / "g.json")
+    a_file = write(tmp_path, "notes.txt", "mine")
+    g = str(tmp_path / "g.json")
+    for argv in (
+        ["place", g, "--cluster", "k80x2", "--budget", "4", "--out", str(a_file)],
+        ["place", g, "--cluster", "k80x2", "--budget", "4", "--out", str(a_file / "run")],
+        ["compare", g, "--cluster", "k80x2", "--budget", "4", "--strategies", "random", "--out", str(a_file)],
+        ["paper", "--quick", "--out", str(a_file)],
+        ["report", str(a_file)],
+    ):
+        assert str(a_file) in _cli_error(argv, capsys), argv
+    assert a_file.read_text() == "mine"
+
+
+def test_paper_collect_with_nothing_to_collect_is_an_error_and_writes_nothing(tmp_path, capsys):
+    assert "no runs under" in _cli_error(["paper", "--quick", "--collect", "--out", str(tmp_path / "typo")], capsys)
+    assert not (tmp_path / "typo").exists()
+
+
+def test_report_out_that_is_a_folder_is_an_error(tmp_path, capsys):
+    from postplace.api import place
+
+    place(fuzz.base_graph(), "k80x2", budget=4, out=tmp_path / "run")
+    assert "give the HTML file" in _cli_error(["report", str(tmp_path / "run"), "--out", str(tmp_path)], capsys)

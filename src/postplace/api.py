@@ -28,6 +28,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint
+from postplace.validate import make_folder
 
 __all__ = ["CANDIDATE_PLACERS", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
 
@@ -177,8 +178,7 @@ class PlaceResult:
         """Write ``placement.json`` and ``summary.json`` into ``folder``; returns the folder."""
         from postplace.cluster.placement import save_placement
 
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_folder(folder, "save folder")
         save_placement(folder / "placement.json", self.graph, self.cluster, self.placement)
         tmp = folder / "summary.json.tmp"
         tmp.write_text(self.to_json())
@@ -575,7 +575,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     if out is not None:
         if not resume and ((out / SETTINGS).exists() or (out / CHECKPOINT).exists()):
             raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
-        out.mkdir(parents=True, exist_ok=True)
+        make_folder(out)
         if tgt.spec["kind"] in ("graph", "module") and not (out / "graph.json").exists():
             graph.save(out / "graph.json")
         _write_settings(out, settings)

@@ -27,6 +27,7 @@ from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
 from postplace.search.runner import CHECKPOINT, read_meta
 from postplace.search.state_io import fingerprint
+from postplace.validate import make_folder
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "metis", "heft", "m-topo", "m-etf", "m-sct")
 SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post")
@@ -62,7 +63,7 @@ def parse_strategies(text: str) -> list[str]:
 def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: int, seeds: int, out: Path,
             progress=None, expert_split: str | None = None) -> dict:  # fmt: skip
     """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report."""
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out)
     problem = make_problem(graph, cluster)
     sim = problem.simulator
     lb = sim.lower_bound

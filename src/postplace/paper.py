@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from postplace.compare import PLACER_NAMES, compare
+from postplace.errors import PostplaceError
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
@@ -116,11 +117,14 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     finished on each pair, from seed 0 on) and lists what is missing in ``paper.json``.
     """
     from postplace.cluster import load_cluster
+    from postplace.validate import make_folder
     from postplace.zoo import cached_graph
 
     config = config or PaperConfig()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if collect and not any((out / f"{m}-{c}" / "runs").is_dir() for m in config.models for c in config.clusters):
+        raise PostplaceError(f"--collect: no runs under {out} to table; run `postplace paper --out {out}` first")
+    make_folder(out)
     t0 = time.perf_counter()
     strategies = list(config.strategies)
     with_hp = "hp" in strategies and config.planner_budget > 0

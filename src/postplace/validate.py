@@ -21,6 +21,7 @@ from postplace.errors import PostplaceError
 __all__ = [
     "boolean",
     "integer",
+    "make_folder",
     "number",
     "parse_json",
     "positive_int",
@@ -135,6 +136,20 @@ def positive_int(v: int, flag: str, *, minimum: int = 1) -> int:
     if v < minimum:
         raise PostplaceError(f"{flag} {v}: give an integer >= {minimum}")
     return v
+
+
+def make_folder(path: str | Path, what: str = "--out") -> Path:
+    """Create the output folder ``path`` and its parents, or say in one line why it cannot be one."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            where = "" if p == path else f" ({p} is)"
+            raise PostplaceError(f"{what} {path}: a file, not a folder{where}; give a new or existing folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PostplaceError(f"{what} {path}: cannot create the folder ({exc.strerror}); pick another path") from None
+    return path
 
 
 def _describe(v) -> str:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from postplace.errors import PostplaceError
 from postplace.report._data import build_report_data_for as build_report_data
 from postplace.report._data import run_kind
+from postplace.validate import make_folder
 
 __all__ = ["build_report_data", "run_kind", "write_report"]
 
@@ -32,10 +34,14 @@ def write_report(run_dir, out=None, *, graph=None, cluster=None, size: str | Non
     from postplace.report import _html, _png
 
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PostplaceError(f"{run_dir}: not a folder; give a folder written by place, compare or paper")
+    kind = run_kind(run_dir)
     out = Path(out) if out is not None else run_dir / "report.html"
-    folder = out.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    if run_kind(run_dir) == "paper":
+    if out.is_dir():
+        raise PostplaceError(f"--out {out}: a folder; give the HTML file to write, e.g. {out / 'report.html'}")
+    folder = make_folder(out.parent)
+    if kind == "paper":
         return _write_paper(run_dir, out)
     data, sched = build_report_data(run_dir, graph=graph, cluster=cluster, size=size)
     sched.save_chrome_trace(folder / "trace.json")

@@ -304,7 +304,10 @@ def paper_figure(data: dict, folder: Path) -> dict:
                      for h in heads])  # fmt: skip
     fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))
     lim = min(np.nanmax(np.abs(grid)), 60.0) if np.isfinite(grid).any() else 1.0  # -195% would wash out the rest
-    ax.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    if grid.size:
+        ax.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    else:  # no rival finished on any pair: an empty grid would make matplotlib warn about singular limits
+        ax.text(0.5, 0.5, "no rival has a finished row yet", ha="center", va="center", transform=ax.transAxes)
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
             if np.isfinite(grid[i, j]):
