@@ -348,6 +348,13 @@ FLAG_CASES = [
     (["profile", "rnnlm", "--runs", "1.5"], True),
     (["simulate", GRAPH, "--cluster", CLUSTER], True),
     (["info"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--out", GRAPH], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--out", f"{GRAPH}/run"], True),
+    (["compare", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--strategies", "random", "--out", GRAPH], True),
+    (["report", GRAPH], True),
+    (["report", "no/such/run"], True),
+    (["paper", "--quick", "--out", GRAPH], True),
+    (["paper", "--quick", "--collect", "--out", "no/such/paper"], True),
     (["clusters", "--json"], False),
     (["models"], False),
 ]
