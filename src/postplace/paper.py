@@ -31,13 +31,13 @@ from postplace.errors import PostplaceError
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
 CHEAP_SEARCH = ("random", "anneal", "reinforce", "ce", "ppo", "post-paper", "post")
-"""Search strategies that cost about a millisecond per sample (the planner ``hp`` costs ~50 ms)."""
+"""Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s)."""
 RIVALS = ("post-paper", "ce", "ppo", "reinforce", "hp")
 HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
 """One-shot placers whose best (that fits) is the "best heuristic" column."""
 PAPER_CLAIM = 0.637
 """The paper's headline: up to 63.7% shorter step time than the RL state of the art (its abstract)."""
-_HP_COST = 50.0  # a planner sample costs about 50 cheap samples (benchmarks/RESULTS.md): progress weights
+_HP_COST = 150.0  # a planner sample costs ~150 cheap ones (full paper run, benchmarks/RESULTS.md): progress weights
 
 
 @dataclass(frozen=True)
