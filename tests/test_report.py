@@ -102,6 +102,11 @@ def test_place_report(graph_file, tmp_path):
     feasible = [h["step_time_s"] for h in history if not (h["oom"] or h["failed"])]
     assert curve["median_s"][-1] == min(feasible)  # best so far after the last sample
     assert all(a >= b for a, b in zip(curve["median_s"], curve["median_s"][1:], strict=False))
+    # against wall time: each sample at its batch's line in timing.jsonl, the last at the run's last batch
+    timing = [json.loads(x) for x in (run / "timing.jsonl").read_text().splitlines()]
+    assert curve["wall_source"] == "recorded per sample" and timing[-1]["samples"] == 60
+    assert curve["per_seed"][0]["wall_s"][-1] == timing[-1]["time_s"]
+    assert all(a <= b for a, b in zip(curve["per_seed"][0]["wall_s"], curve["per_seed"][0]["wall_s"][1:], strict=False))
     # the placement map counts every op once, parameters and their updates in the layer of the parameter
     pm = data["placement_map"]
     assert sum(sum(c.values()) for m in pm["modules"] for c in m["counts"].values()) == 12

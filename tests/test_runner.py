@@ -11,7 +11,7 @@ import pytest
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
-from postplace.search.runner import CHECKPOINT, HISTORY
+from postplace.search.runner import CHECKPOINT, HISTORY, TIMING
 from postplace.testing import TableCostModel, star_cluster
 
 
@@ -108,6 +108,12 @@ def test_resume_after_kill_9_gives_the_uninterrupted_result(tmp_path, strategy, 
     assert (killed / HISTORY).read_text() == (clean_dir / HISTORY).read_text()
     lines = [json.loads(x) for x in (clean_dir / HISTORY).read_text().splitlines()]
     assert [x["sample"] for x in lines] == list(range(1200))
+    # the timing record: one line per batch, the same batches as the clean run, the clock never running back
+    timed = [json.loads(x) for x in (killed / TIMING).read_text().splitlines()]
+    clean_timed = [json.loads(x) for x in (clean_dir / TIMING).read_text().splitlines()]
+    assert [t["samples"] for t in timed] == [t["samples"] for t in clean_timed]
+    assert timed[-1]["samples"] == 1200
+    assert all(a["time_s"] <= b["time_s"] for a, b in zip(timed, timed[1:], strict=False))
 
 
 class _Counting:

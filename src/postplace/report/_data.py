@@ -133,11 +133,12 @@ def _finite(x) -> float | None:
 
 
 def curve_info(strategy: str, runs: list[dict]) -> dict:
-    """One strategy's learning curves. ``runs``: ``{seed, history, wall_time_s}`` per seed.
+    """One strategy's learning curves. ``runs``: ``{seed, history, wall_time_s, timing}`` per seed.
 
     Against samples: median, min and max over the seeds that reached each sample count. Against wall
-    time: each seed's curve; a history line's ``time_s`` when recorded, else the run's wall time
-    spread evenly over its samples (``wall_source`` says which).
+    time: each seed's curve; a sample's time is its batch's line in the run's ``timing.jsonl`` when
+    those lines cover every sample, else the run's wall time spread evenly over its samples (a folder
+    written before timing was recorded; ``wall_source`` says which).
     """
     per_seed = []
     curves = []
@@ -147,8 +148,11 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
         best = _best_so_far(h)
         curves.append(best)
         n = len(best)
-        if n and all("time_s" in x for x in h):
-            wall = np.array([x["time_s"] for x in h], dtype=float)
+        timing = r.get("timing") or []
+        ends = np.array([row["samples"] for row in timing], dtype=np.int64)
+        if n and ends.size and ends[-1] >= n:  # read_timing keeps ends increasing
+            batch = np.searchsorted(ends, np.arange(1, n + 1), side="left")  # the batch that holds sample k
+            wall = np.array([row["time_s"] for row in timing], dtype=float)[batch]
         else:
             recorded = False
             w = r.get("wall_time_s")
@@ -376,12 +380,15 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     c = resolve_cluster_for(s, g, cluster)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
+    from postplace.search.runner import TIMING, read_timing
+
     ops = load_placement(run_dir / "placement.json", g, c)
     schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
     history = read_history(run_dir / "history.jsonl")
     strategy = s.get("strategy", NOT_RECORDED)
     curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0), "history": history,
-                                          "wall_time_s": s.get("wall_time_s")}])]  # fmt: skip
+                                          "wall_time_s": s.get("wall_time_s"),
+                                          "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
     bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s")},
             {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s")},
             {"label": f"single device ({_get(s, 'single_device')})", "kind": "single",
@@ -418,6 +425,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
 def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.search import make_problem
+    from postplace.search.runner import TIMING, read_timing
 
     rep = _read_json(run_dir / "compare.json")
     g = resolve_graph(rep, graph, size)
@@ -432,7 +440,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         for ps in r.get("per_seed", []):
             folder = run_dir / "runs" / r["strategy"] / f"seed{ps['seed']}"
             runs.append({"seed": ps["seed"], "history": read_history(folder / "history.jsonl"),
-                         "wall_time_s": ps.get("wall_time_s")})  # fmt: skip
+                         "wall_time_s": ps.get("wall_time_s"), "timing": read_timing(folder / TIMING)})  # fmt: skip
             res = folder / "result.json"
             t = ps.get("best_step_time_s")
             if t is not None and res.exists() and (best is None or t < best[0]):

@@ -7,6 +7,10 @@ guarantees:
 * an identical placement is evaluated once (a cache keyed by the placement's bytes);
 * ``history.jsonl`` gets one line per sample: its index, a hash of the placement, the step time, OOM /
   failed flags, whether it came from the cache;
+* ``timing.jsonl`` gets one line per batch: ``{"samples": samples so far, "time_s": seconds since the
+  run started}``, the search's own time (a resumed run goes on from its checkpoint's clock). It is
+  kept apart from the history, which a resumed run reproduces byte for byte; a resume keeps the lines
+  its checkpoint covers;
 * ``checkpoint.json`` + ``checkpoint-*.npz`` (data, never pickle: :mod:`postplace.search.state_io`,
   written atomically and checksummed) hold the strategy's state, the runner's state and the cache,
   every ``checkpoint_every`` samples, at the end, and on Ctrl-C (from the last completed batch). A run
@@ -39,6 +43,7 @@ from postplace.sim import Evaluator
 
 CHECKPOINT = "checkpoint.json"
 HISTORY = "history.jsonl"
+TIMING = "timing.jsonl"
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,11 @@ def run(
             raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
         else:
             (out / HISTORY).write_text("")
+            (out / TIMING).write_text("")
     history = open(out / HISTORY, "a") if out is not None else None  # noqa: SIM115
+    # a folder from before timing was recorded gets none: lines for its resumed part alone would put
+    # every earlier sample at the first resumed batch's time
+    timing = open(out / TIMING, "a") if out is not None and (out / TIMING).exists() else None  # noqa: SIM115
     bar = _Progress(budget, state.samples) if progress else None
     start = time.perf_counter() - state.elapsed
     snapshot = state.snapshot(strategy) if out is not None else None
@@ -118,6 +127,7 @@ def run(
             warm = np.atleast_2d(np.asarray(warm_start, dtype=np.int64))
             _check_allowed(warm, allowed, "the warm start")
             _one_batch(strategy, evaluator, state, history, warm)
+            _clock(timing, state, start)
             if out is not None:
                 state.history_bytes = history.tell()
                 snapshot = state.snapshot(strategy)
@@ -126,7 +136,7 @@ def run(
             placements = np.atleast_2d(np.asarray(strategy.ask(left), dtype=np.int64))
             _check_allowed(placements, allowed, f"strategy '{getattr(strategy, 'name', '?')}'")
             _one_batch(strategy, evaluator, state, history, placements)
-            state.elapsed = time.perf_counter() - start
+            state.elapsed = _clock(timing, state, start)
             if out is not None:
                 state.history_bytes = history.tell()
                 snapshot = state.snapshot(strategy)
@@ -144,6 +154,8 @@ def run(
             _save(out, snapshot, history, meta)
         if history:
             history.close()
+        if timing:
+            timing.close()
     return SearchResult(
         best_placement=state.best_placement,
         best_step_time=state.best_step_time,
@@ -171,6 +183,15 @@ def _check_allowed(placements: np.ndarray, allowed: np.ndarray | None, who: str)
         r, g = (int(x[0]) for x in np.nonzero(bad))
         raise PostplaceError(f"{who} put unit {g} on device id {int(placements[r, g])}, which it may not use "
                              "(its kinds, --pin and --exclude)")
+
+
+def _clock(timing, state: _RunState, start: float) -> float:
+    """The run's elapsed seconds after a batch, written to ``timing.jsonl`` when the run has a folder."""
+    elapsed = time.perf_counter() - start
+    if timing:
+        timing.write(json.dumps({"samples": state.samples, "time_s": round(elapsed, 6)}) + "\n")
+        timing.flush()
+    return elapsed
 
 
 def _spent(budget: Budget, state: _RunState, start: float) -> bool:
@@ -282,7 +303,37 @@ class _RunState:
                                  "recorded: the run folder is damaged; start a new run")  # fmt: skip
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
+        if (out / TIMING).exists():
+            _keep_timing(out / TIMING, state.samples)
         return state
+
+
+def _keep_timing(path: Path, samples: int) -> None:
+    """Keep the timing lines a resumed checkpoint covers. The file is a record, not state: a damaged line
+    is dropped, never an error."""
+    kept = [row for row in read_timing(path) if row["samples"] <= samples]
+    path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+
+
+def read_timing(path: str | Path) -> list[dict]:
+    """The well-formed lines of a ``timing.jsonl`` with ``samples`` strictly increasing (a torn or damaged
+    line, or one out of order, is left out); [] when there is no such file."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    rows, last = [], 0
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            n, t = row["samples"], row["time_s"]
+        except (json.JSONDecodeError, TypeError, KeyError):
+            continue
+        if isinstance(n, int) and not isinstance(n, bool) and n > last and isinstance(t, int | float) \
+                and not isinstance(t, bool) and np.isfinite(t) and t >= 0:  # fmt: skip
+            rows.append({"samples": n, "time_s": float(t)})
+            last = n
+    return rows
 
 
 def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
