@@ -262,7 +262,7 @@ def place(
     evaluator : {"simulator", "torch"}
         Simulate, or measure real steps (zoo models and modules only).
     out : str or path, optional
-        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``checkpoint.json``
+        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``, ``checkpoint.json``
         (+ npz), and at the end ``placement.json`` and ``summary.json``.
     config : dataclass, dict or str, optional
         The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field

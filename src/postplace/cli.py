@@ -602,7 +602,7 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     if s["map_all_to"]:
         console.print(f"measured with every device mapped to torch device {s['map_all_to']}", highlight=False)
     if s["out"]:
-        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, history.jsonl, checkpoint.json",
+        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, history.jsonl, timing.jsonl, checkpoint.json",
                       highlight=False)  # fmt: skip
 
 
