@@ -19,6 +19,7 @@ import numpy as np
 
 from postplace.cluster import load_cluster
 from postplace.cluster.placement import single_device
+from postplace.compare import samples_to_within
 from postplace.graph import load_graph
 from postplace.search import Budget, make_problem, make_strategy, run
 
@@ -32,11 +33,6 @@ def load(name: str):
     from postplace.zoo import cached_graph
 
     return cached_graph(name, "full")
-
-
-def samples_to_within(curve: list[float], frac: float = 0.05) -> int:
-    final = curve[-1]
-    return next(i + 1 for i, v in enumerate(curve) if v <= final * (1 + frac))
 
 
 def main() -> None:
@@ -67,10 +63,11 @@ def main() -> None:
                         Budget(samples=args.budget))  # fmt: skip
                 walls.append(time.perf_counter() - t)
                 bests.append(r.best_step_time)
-                reach.append(samples_to_within(r.curve))
+                if (k := samples_to_within(r.curve)) is not None:  # None: nothing feasible found
+                    reach.append(k)
             med = statistics.median(bests)
             print(f"{name:<18} {strategy:<11} {med * 1e3:>16.2f} {min(bests) * 1e3:>9.2f}-{max(bests) * 1e3:<9.2f} "
-                  f"{med / single:>8.3f} {statistics.median(reach):>13.0f} {statistics.median(walls):>7.1f}",
+                  f"{med / single:>8.3f} {statistics.median(reach) if reach else float('nan'):>13.0f} {statistics.median(walls):>7.1f}",
                   flush=True)  # fmt: skip
         print(f"{name:<18} {'(single)':<11} {single * 1e3:>16.2f}   lower bound {problem.simulator.lower_bound * 1e3:.2f} ms",
               flush=True)  # fmt: skip

@@ -74,3 +74,23 @@ def test_an_oom_placer_row_has_no_best_time(tmp_path):
     row = report["rows"][0]
     assert row["oom_count"] == 1 and row["best_step_time_s"] is None and row["ratio_to_single"] is None
     assert row["note"].startswith("OOM")
+
+
+def test_samples_and_seconds_to_come_within_5_percent(tmp_path):
+    from postplace.compare import samples_to_within
+
+    assert samples_to_within([9.0, 5.0, 4.1, 4.0]) == 3  # 4.1 <= 1.05 * 4.0, 5.0 is not
+    assert samples_to_within([np.inf, np.inf]) is None and samples_to_within([]) is None
+    c = star_cluster(("cpu", "gpu", "gpu"), bandwidth=1e9)
+    report = compare(graph(), c, ["random"], budget=64, seeds=1, out=tmp_path)
+    seed = report["rows"][0]["per_seed"][0]
+    run_dir = tmp_path / "runs" / "random" / "seed0"
+    steps = [json.loads(x) for x in (run_dir / "history.jsonl").read_text().splitlines()]
+    best = np.minimum.accumulate([h["step_time_s"] if not (h["oom"] or h["failed"]) else np.inf for h in steps])
+    k = seed["samples_to_within_5pct"]
+    assert best[k - 1] <= 1.05 * best[-1] and (k == 1 or best[k - 2] > 1.05 * best[-1])
+    timing = [json.loads(x) for x in (run_dir / "timing.jsonl").read_text().splitlines()]
+    assert seed["seconds_to_within_5pct"] == next(t["time_s"] for t in timing if t["samples"] >= k)
+    (run_dir / "timing.jsonl").unlink()  # a folder from before timing was recorded: samples, no seconds
+    again = compare(graph(), c, ["random"], budget=64, seeds=1, out=tmp_path)["rows"][0]["per_seed"][0]
+    assert again["samples_to_within_5pct"] == k and again["seconds_to_within_5pct"] is None

@@ -165,6 +165,47 @@ def _recorded_key(folder: Path):
     return None, False
 
 
+REACH = 0.05
+"""How close to its final best a search run must come for DESIGN.md section 6's "samples and wall time
+to reach": within 5%."""
+
+
+def samples_to_within(curve: list[float], frac: float = REACH) -> int | None:
+    """The first sample (1-based) whose best-so-far is within ``frac`` of the curve's final value; None
+    for an empty curve or one that never found a feasible placement."""
+    if not curve or not np.isfinite(curve[-1]):
+        return None
+    final = curve[-1]
+    return next(i + 1 for i, v in enumerate(curve) if v <= final * (1 + frac))
+
+
+def reach(folder: Path, frac: float = REACH) -> dict:
+    """A run folder's samples and seconds until its best came within ``frac`` of its final best: from
+    ``history.jsonl``, and ``timing.jsonl`` where that covers the run (else the seconds are None)."""
+    from postplace.search.runner import HISTORY, TIMING, read_timing
+
+    curve, best = [], np.inf
+    try:
+        lines = (folder / HISTORY).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            h = json.loads(line)
+            t = float(h["step_time_s"]) if not (h.get("oom") or h.get("failed")) else np.inf
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
+            continue
+        best = min(best, t)
+        curve.append(best)
+    k = samples_to_within(curve, frac)
+    seconds = None
+    timing = read_timing(folder / TIMING)
+    if k is not None and timing and timing[-1]["samples"] >= len(curve):
+        seconds = next(row["time_s"] for row in timing if row["samples"] >= k)
+    pct = f"{frac * 100:g}pct"
+    return {f"samples_to_within_{pct}": k, f"seconds_to_within_{pct}": seconds}
+
+
 def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluster) -> Row:
     bests, walls, peaks, ooms = [], [], [], 0
     per_seed = []
@@ -195,7 +236,8 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
                    "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
                    "key": key}  # fmt: skip
             done.write_text(json.dumps(rec))
-        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k not in ("best_placement", "key")}})
+        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
+                         **reach(folder)})  # fmt: skip
         walls.append(rec["wall_time_s"])
         if rec["best_step_time_s"] is None:
             ooms += 1
