@@ -25,7 +25,16 @@ from postplace.cluster import Cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
-from postplace.search.runner import CHECKPOINT, read_meta
+from postplace.search.runner import (
+    CHECKPOINT,
+    HISTORY,
+    TIMING,
+    best_so_far,
+    read_history,
+    read_meta,
+    read_timing,
+    sample_times,
+)
 from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
@@ -170,10 +179,10 @@ REACH = 0.05
 to reach": within 5%."""
 
 
-def samples_to_within(curve: list[float], frac: float = REACH) -> int | None:
+def samples_to_within(curve, frac: float = REACH) -> int | None:
     """The first sample (1-based) whose best-so-far is within ``frac`` of the curve's final value; None
     for an empty curve or one that never found a feasible placement."""
-    if not curve or not np.isfinite(curve[-1]):
+    if not len(curve) or not np.isfinite(curve[-1]):
         return None
     final = curve[-1]
     return next(i + 1 for i, v in enumerate(curve) if v <= final * (1 + frac))
@@ -182,28 +191,15 @@ def samples_to_within(curve: list[float], frac: float = REACH) -> int | None:
 def reach(folder: Path, frac: float = REACH) -> dict:
     """A run folder's samples and seconds until its best came within ``frac`` of its final best: from
     ``history.jsonl``, and ``timing.jsonl`` where that covers the run (else the seconds are None)."""
-    from postplace.search.runner import HISTORY, TIMING, read_timing
-
-    curve, best = [], np.inf
     try:
-        lines = (folder / HISTORY).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        try:
-            h = json.loads(line)
-            t = float(h["step_time_s"]) if not (h.get("oom") or h.get("failed")) else np.inf
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
-            continue
-        best = min(best, t)
-        curve.append(best)
+        curve = best_so_far(read_history(folder / HISTORY))
+    except PostplaceError:  # a damaged history: the row still stands, without these two figures
+        curve = []
     k = samples_to_within(curve, frac)
-    seconds = None
-    timing = read_timing(folder / TIMING)
-    if k is not None and timing and timing[-1]["samples"] >= len(curve):
-        seconds = next(row["time_s"] for row in timing if row["samples"] >= k)
+    times = sample_times(read_timing(folder / TIMING), len(curve))
     pct = f"{frac * 100:g}pct"
-    return {f"samples_to_within_{pct}": k, f"seconds_to_within_{pct}": seconds}
+    return {f"samples_to_within_{pct}": k,
+            f"seconds_to_within_{pct}": None if k is None or times is None else float(times[k - 1])}  # fmt: skip
 
 
 def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluster) -> Row:

@@ -12,7 +12,6 @@ None for a missing number) and goes to ``report.json``.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import time
 from dataclasses import asdict, is_dataclass
@@ -52,23 +51,6 @@ def _read_json(path: Path) -> dict:
         raise PostplaceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except UnicodeDecodeError as exc:
         raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
-
-
-def read_history(path: Path) -> list[dict]:
-    """The lines of a ``history.jsonl`` (a torn last line, from a kill mid-write, is skipped)."""
-    if not path.exists():
-        return []
-    rows = []
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
-    for line in text.splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 # ------------------------------------------------------------------------------ graph and cluster
@@ -114,13 +96,6 @@ def resolve_cluster_for(record: dict, graph, cluster=None):
 
 
 # ------------------------------------------------------------------------------ curves
-def _best_so_far(history: list[dict]) -> np.ndarray:
-    """Best feasible step time after each sample (inf before the first feasible one)."""
-    t = np.array([h.get("step_time_s", math.inf) if not (h.get("oom") or h.get("failed")) else math.inf
-                  for h in history], dtype=float)  # fmt: skip
-    return np.minimum.accumulate(t) if t.size else t
-
-
 def _grid(n: int) -> np.ndarray:
     """Sample counts (1-based) to keep: every one up to MAX_POINTS, else a geometric-ish spread."""
     if n <= MAX_POINTS:
@@ -140,20 +115,18 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
     those lines cover every sample, else the run's wall time spread evenly over its samples (a folder
     written before timing was recorded; ``wall_source`` says which).
     """
+    from postplace.search.runner import best_so_far, sample_times
+
     per_seed = []
     curves = []
     recorded = True
     for r in runs:
         h = r["history"]
-        best = _best_so_far(h)
+        best = best_so_far(h)
         curves.append(best)
         n = len(best)
-        timing = r.get("timing") or []
-        ends = np.array([row["samples"] for row in timing], dtype=np.int64)
-        if n and ends.size and ends[-1] >= n:  # read_timing keeps ends increasing
-            batch = np.searchsorted(ends, np.arange(1, n + 1), side="left")  # the batch that holds sample k
-            wall = np.array([row["time_s"] for row in timing], dtype=float)[batch]
-        else:
+        wall = sample_times(r.get("timing") or [], n)
+        if wall is None:
             recorded = False
             w = r.get("wall_time_s")
             wall = (np.arange(1, n + 1) * (w / n)) if (n and isinstance(w, int | float)) else np.full(n, np.nan)
@@ -380,7 +353,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     c = resolve_cluster_for(s, g, cluster)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
-    from postplace.search.runner import TIMING, read_timing
+    from postplace.search.runner import TIMING, read_history, read_timing
 
     ops = load_placement(run_dir / "placement.json", g, c)
     schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
@@ -425,7 +398,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
 def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.search import make_problem
-    from postplace.search.runner import TIMING, read_timing
+    from postplace.search.runner import TIMING, read_history, read_timing
 
     rep = _read_json(run_dir / "compare.json")
     g = resolve_graph(rep, graph, size)

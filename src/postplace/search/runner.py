@@ -336,6 +336,42 @@ def read_timing(path: str | Path) -> list[dict]:
     return rows
 
 
+def sample_times(timing: list[dict], n: int) -> np.ndarray | None:
+    """Seconds since the run started at each of its first ``n`` samples (its batch's line in
+    :func:`read_timing`'s rows); None when the rows do not reach sample ``n``."""
+    ends = np.array([row["samples"] for row in timing], dtype=np.int64)
+    if not n or not ends.size or ends[-1] < n:
+        return None
+    batch = np.searchsorted(ends, np.arange(1, n + 1), side="left")  # ends increase: the batch holding sample k
+    return np.array([row["time_s"] for row in timing], dtype=float)[batch]
+
+
+def read_history(path: str | Path) -> list[dict]:
+    """The lines of a ``history.jsonl`` (a torn last line, from a kill mid-write, is skipped); [] when
+    there is no such file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def best_so_far(history: list[dict]) -> np.ndarray:
+    """Best feasible step time after each sample of a history (inf before the first feasible one)."""
+    t = np.array([h.get("step_time_s", np.inf) if not (h.get("oom") or h.get("failed")) else np.inf
+                  for h in history], dtype=float)  # fmt: skip
+    return np.minimum.accumulate(t) if t.size else t
+
+
 def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
     if history:
         history.flush()
