@@ -199,35 +199,25 @@ def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
 
 
 # ------------------------------------------------------------------------------ search over m
-def test_search_over_micro_batch_counts_splits_the_budget_and_returns_the_best_plan():
-    from postplace.search.microbatches import microbatch_candidates, search_microbatches
+def test_place_over_m_on_a_module_with_targets_splits_the_budget_by_halving_and_returns_the_best():
+    import postplace
     from postplace.testing import star_cluster
 
-    assert microbatch_candidates(6, (1, 2, 4, 8), ("none", "module")) == [(1, "none"), (2, "none"), (2, "module")]
-    with pytest.raises(PostplaceError, match="divides the batch of 5"):
-        microbatch_candidates(5, (2, 4))
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]).train()
     x, y = torch.randn(64, 64), torch.randn(64, 64)
-
-    def graph_for(m, colocation):
-        return trace(model, (x,), lambda o, t: ((o - t) ** 2).mean(), targets=(y,), microbatches=m,
-                     microbatch_colocation=colocation).graph  # fmt: skip
-
-    seen = []
-    plan = search_microbatches(graph_for, star_cluster(("gpu", "gpu")), batch=64, ms=(1, 2, 3, 4),
-                               budget=3 * 96, strategy="random", groups=16, progress=seen.append)  # fmt: skip
-    assert [(c.m, c.colocation, c.samples) for c in plan.candidates] == [
-        (1, "none", 96),
-        (2, "none", 96),
-        (4, "none", 96),
-    ]
-    assert seen == plan.candidates
-    assert plan.step_time == min(c.step_time for c in plan.candidates)
-    assert plan.m == plan.best.m and plan.colocation == "none"
-    assert all(c.step_time >= c.lower_bound for c in plan.candidates)
-    mapping = plan.placement_map()
-    assert set(mapping.values()) <= {"gpu0", "gpu1"} and len(mapping) == plan.best.num_ops
+    r = postplace.place(model, star_cluster(("gpu", "gpu")), inputs=(x,), loss_fn=lambda o, t: ((o - t) ** 2).mean(),
+                        targets=(y,), budget=4 * 96, strategy="random", groups=16)  # fmt: skip
+    s = r.summary
+    assert s["microbatch_counts"] == [1, 2, 4, 8]  # batch 64, 2 GPUs: up to max(8, 2 x 2)
+    # rounds of 4, 2, 1 counts, 384 / 3 = 128 samples a round: 32 each, then 64, then 128
+    assert sorted(s["samples_per_microbatches"].values()) == [32, 32, 32 + 64, 32 + 64 + 128]
+    assert s["halving_rounds"][0] == [1, 2, 4, 8] and len(s["halving_rounds"][1]) == 2
+    feasible = [v for v in s["candidates"].values() if v is not None]
+    assert r.step_time_s == min(feasible)
+    assert r.graph.metadata.get("microbatches", 1) == s["microbatches"]
+    assert s["best_step_time_s"] >= s["lower_bound_s"]
+    assert set(r.mapping().values()) <= {"gpu0", "gpu1"} and len(r.mapping()) == r.graph.num_ops
 
 
 def test_grouping_keeps_micro_batches_apart_under_none_and_sets_whole_under_module():
@@ -247,7 +237,7 @@ def test_grouping_keeps_micro_batches_apart_under_none_and_sets_whole_under_modu
 
 
 def test_data_parallel_placement_puts_micro_batch_k_on_gpu_k_and_shards_the_parameters():
-    from postplace.search.microbatches import data_parallel_placement
+    from postplace.placers.data_parallel import data_parallel_placement
     from postplace.sim import Simulator
     from postplace.testing import star_cluster
 
@@ -263,27 +253,10 @@ def test_data_parallel_placement_puts_micro_batch_k_on_gpu_k_and_shards_the_para
     assert not r.failed[0]  # colocation respected
 
 
-def test_a_warm_started_search_is_never_worse_than_the_data_parallel_placement():
-    from postplace.search.microbatches import data_parallel_placement, search_microbatches
-    from postplace.sim import Simulator
-    from postplace.testing import star_cluster
-
-    model, x, y = two_layer()
-    cluster = star_cluster(("gpu", "gpu"))
-
-    def graph_for(m, colocation):
-        return trace(model, (x,), ce, targets=(y,), microbatches=m, microbatch_colocation=colocation).graph
-
-    plan = search_microbatches(graph_for, cluster, batch=6, ms=(2,), budget=8, strategy="random", warm_start=True)
-    g = graph_for(2, "none")
-    dp = Simulator(g, cluster).evaluate_ops(data_parallel_placement(g, cluster)[None]).step_time[0]
-    assert plan.step_time <= dp
-
-
 def test_place_searches_a_micro_batched_step_and_auto_returns_the_best_m(tmp_path):
     """``place(..., microbatches=2)`` places the two-micro-batch graph (its summary says m, and its
     placement re-simulates to the returned time); ``microbatches="auto"`` runs every m dividing the
-    batch, each in its own folder, and returns the fastest, with every m's time beside it."""
+    batch, each search in its own subfolder of the run, and returns the fastest, with every m's best."""
     import postplace
     from postplace.cluster.placement import load_placement
     from postplace.errors import PostplaceError
@@ -296,11 +269,11 @@ def test_place_searches_a_micro_batched_step_and_auto_returns_the_best_m(tmp_pat
     assert Simulator(r2.graph, r2.cluster).evaluate_ops(ops[None]).step_time[0] == pytest.approx(r2.step_time_s)
 
     auto = postplace.place("gpt2", "k80x2", size="small", budget=96, out=tmp_path / "auto", microbatches="auto")
-    tried = auto.summary["microbatches_tried"]
-    assert set(tried) == {"m1-none", "m2-none"}  # the small config's batch of 2 allows m = 1 and 2
-    assert auto.step_time_s == min(tried.values())
-    assert tried[f"m{auto.summary['microbatches']}-none"] == auto.step_time_s
-    assert (tmp_path / "auto" / "m1-none" / "run.json").exists() and (tmp_path / "auto" / "summary.json").exists()
+    best = auto.summary["best_per_microbatches"]
+    assert set(best) == {"1", "2"}  # the small config's batch of 2 allows m = 1 and 2
+    assert auto.step_time_s == min(best.values())
+    assert best[str(auto.summary["microbatches"])] == auto.step_time_s
+    assert (tmp_path / "auto" / "m1" / "history.jsonl").exists() and (tmp_path / "auto" / "summary.json").exists()
     with pytest.raises(PostplaceError, match="--microbatches"):
         postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=0)
     with pytest.raises(PostplaceError, match="simulation only"):

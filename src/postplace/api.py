@@ -32,7 +32,7 @@ from postplace.validate import make_folder
 
 __all__ = ["CANDIDATE_PLACERS", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
 
-CANDIDATE_PLACERS = ("single", "m-topo", "m-etf", "m-sct", "metis", "expert")
+CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
 SETTINGS = "run.json"
 EVALUATORS = ("simulator", "torch")
 
@@ -48,19 +48,25 @@ class Target:
 
 
 def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer: str = "sgd",
-                microbatches: int = 1, microbatch_colocation: str = "none") -> Target:  # fmt: skip
+                microbatches: int = 1, microbatch_colocation: str = "none", targets=None) -> Target:  # fmt: skip
     """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``).
 
-    ``microbatches`` / ``microbatch_colocation``: a zoo model's step traced as that many micro-batches."""
+    ``microbatches`` / ``microbatch_colocation``: the step traced as that many micro-batches (a zoo
+    model, or a module given ``targets``: its loss is then ``loss_fn(outputs, *targets)``)."""
     from postplace.graph import OpGraph, load_graph
 
-    if isinstance(target, OpGraph):
-        return Target(target, None, {"kind": "graph"})
+    if isinstance(target, OpGraph) or (isinstance(target, str | Path) and Path(str(target)).exists()):
+        if microbatches != 1:
+            raise PostplaceError(f"--microbatches {microbatches}: a graph file is one traced step and cannot be "
+                                 "traced again as micro-batches; give a zoo model name or an nn.Module, or drop "
+                                 "--microbatches")  # fmt: skip
+        if isinstance(target, OpGraph):
+            return Target(target, None, {"kind": "graph"})
+        path = Path(str(target))
+        return Target(load_graph(path), None, {"kind": "file", "path": str(path.resolve())})
     if isinstance(target, str | Path):
         text = str(target)
         path = Path(text)
-        if path.exists():
-            return Target(load_graph(path), None, {"kind": "file", "path": str(path.resolve())})
         if path.suffix or "/" in text or "\\" in text:
             raise PostplaceError(f"{text}: no such file")
         try:
@@ -74,10 +80,6 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
         graph = zoo.cached_graph(text, size, microbatches=microbatches, colocation=microbatch_colocation)
         return Target(graph, None, {"kind": "zoo", "name": text, "size": size, "microbatches": microbatches,
                                     "microbatch_colocation": microbatch_colocation})  # fmt: skip
-    if microbatches != 1:
-        raise PostplaceError("microbatches: a zoo model name is traced as m micro-batches here; for your own module "
-                             "trace it with postplace.graph.from_torch(..., microbatches=m, targets=...) and place "
-                             "the graph")  # fmt: skip
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -85,12 +87,35 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
     if torch is not None and isinstance(target, torch.nn.Module):
         if inputs is None or loss_fn is None:
             raise PostplaceError("placing an nn.Module needs example inputs= and a loss_fn= (outputs -> scalar loss)")
+        if microbatches != 1 and targets is None:
+            raise PostplaceError(f"--microbatches {microbatches}: splitting your module's batch needs its labels "
+                                 "apart from the loss: pass targets=(y,) and a loss_fn(outputs, y)")  # fmt: skip
         from postplace.graph.trace_torch import trace
 
-        traced = trace(target, inputs, loss_fn, optimizer)
-        return Target(traced.graph, traced, {"kind": "module", "model": type(target).__name__})
+        kw = {} if targets is None else {"targets": targets}
+        if microbatches != 1:
+            kw.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
+        traced = trace(target, inputs, loss_fn, optimizer, **kw)
+        spec = {"kind": "module", "model": type(target).__name__}
+        if microbatches != 1:
+            spec.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
+        return Target(traced.graph, traced, spec)
     raise PostplaceError(f"target must be an OpGraph, a graph file, a zoo model name or an nn.Module, "
                          f"not a {type(target).__name__}")  # fmt: skip
+
+
+def _batch_of(target, size: str, inputs) -> int | None:
+    """The global batch of a target that can be traced again (a zoo model; a module's first input's
+    dim 0), else None."""
+    if isinstance(target, str) and not Path(target).exists():
+        from postplace import zoo
+
+        if target in zoo.MODELS:
+            return int(zoo.spec(target).config(size)["batch"])
+        return None
+    first = inputs[0] if isinstance(inputs, tuple | list) and inputs else inputs
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else None
 
 
 def _load_cluster(cluster, graph):
@@ -230,14 +255,20 @@ def place(
     progress: bool = False,
     confirm: int = 0,
     ray: str | None = None,
-    microbatches: int | str = 1,
+    microbatches: int | str | None = None,
     microbatch_colocation: str = "none",
+    targets=None,
 ) -> PlaceResult:
     """Find a fast placement of one training step on a cluster.
 
-    Runs the search ``strategy`` for ``budget`` samples, evaluates the memory-aware one-shot placers
-    (:data:`CANDIDATE_PLACERS`) and the warm start with the same evaluator and under the same
-    constraints, and returns the fastest feasible of them all (DESIGN.md section 4c).
+    Runs the search ``strategy`` for ``budget`` samples, evaluates data parallelism, the GPipe-style
+    pipeline, the memory-aware one-shot placers (:data:`CANDIDATE_PLACERS`) and the warm start with
+    the same evaluator and under the same constraints, and returns the fastest feasible of them all
+    (DESIGN.md section 4c). Where the step can be traced again (a zoo model, a module with
+    ``targets``), this is done by default at every micro-batch count m = 1, 2, 4... dividing the batch
+    (up to twice the GPUs), the budget split by successive halving (:mod:`postplace.over_m`); the
+    result names the m, the candidate and the plan (``summary["plan"]``, e.g. "data-parallel 4, 4
+    micro-batches"). Every step time is for the same global batch.
 
     Parameters
     ----------
@@ -245,7 +276,8 @@ def place(
         A graph, a graph file, a zoo model name (see ``postplace models``), or a module with
         ``inputs`` (example batch) and ``loss_fn`` (outputs -> scalar loss); a module is traced.
     cluster : str, path or Cluster
-        A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``h100``), a cluster TOML file, or a Cluster.
+        A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``dgx8x2``, ``mixed``, ``h100``), a cluster TOML
+        file, or a Cluster.
     strategy : str
         ``post`` (default), ``post-paper``, ``ce``, ``ppo``, ``reinforce``, ``hp``, ``anneal``, ``random``.
     budget : int or str
@@ -277,6 +309,19 @@ def place(
         With ``evaluator="torch"``: run every logical device on this torch device (e.g. ``cpu``).
     progress : bool
         Show a progress bar.
+    confirm : int
+        Measure the K best candidates for real and return the fastest measured (needs code to run).
+    ray : str, optional
+        ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (one m only).
+    microbatches : int, "auto" or None
+        None (default): ``"auto"`` where the step can be traced again, else 1. ``"auto"``: answer
+        over every count m (above). An int pins m (it must divide the batch).
+    microbatch_colocation : {"none", "module"}
+        ``none``: a layer's micro-batches may go to different devices (data parallelism);
+        ``module``: they stay together (pipelines only).
+    targets : tuple of tensors, optional
+        A module's labels, split with its inputs into micro-batches: the loss is
+        ``loss_fn(outputs, *targets)``. Without them a module is placed at m = 1 only.
 
     Returns
     -------
@@ -302,20 +347,98 @@ def place(
     >>> r.search_best_step_time_s <= r.summary["single_device_step_time_s"]
     True
     """
-    if microbatches == "auto":
-        return _place_over_microbatches(
-            target, cluster, out, microbatch_colocation, strategy=strategy, budget=budget, seed=seed, pins=pins,
-            exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups, size=size,
-            map_all_to=map_all_to, progress=progress, confirm=confirm, ray=ray)  # fmt: skip
-    _check_microbatches(microbatches, microbatch_colocation, evaluator, confirm)
-    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=microbatches,
-                      microbatch_colocation=microbatch_colocation)  # fmt: skip
+    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm, targets,
+                              _batch_of(target, size, inputs))
+    if m_mode == "auto":
+        return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
+                             exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
+                             inputs=inputs, loss_fn=loss_fn, targets=targets, colocation=microbatch_colocation,
+                             progress=progress, evaluator=evaluator, confirm=confirm, ray=ray,
+                             map_all_to=map_all_to)  # fmt: skip
+    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m_mode,
+                      microbatch_colocation=microbatch_colocation, targets=targets)  # fmt: skip
     c, cluster_spec = _load_cluster(cluster, tgt.graph)
     settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
                          exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
                          size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
+    settings.update(microbatches=m_mode, microbatch_colocation=microbatch_colocation)
     return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
                 confirm_k=confirm, ray=ray)  # fmt: skip
+
+
+def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, confirm, targets,
+                     batch: int | None) -> int | str:
+    """``"auto"`` (the default where the step can be traced again: a zoo model, a module with
+    ``targets``) or the pinned count; refuses what cannot be done, in one line, before any search."""
+    from postplace.graph import OpGraph
+
+    if colocation not in ("none", "module"):
+        raise PostplaceError(f"--microbatch-colocation '{colocation}': use none or module")
+    traceable = not isinstance(target, OpGraph) and not (isinstance(target, str | Path) and Path(str(target)).exists())
+    if isinstance(target, str | Path) and traceable:
+        from postplace import zoo
+
+        traceable = str(target) in zoo.MODELS
+    elif traceable:
+        traceable = targets is not None
+    measured = evaluator != "simulator" or bool(confirm)
+    if microbatches is None:
+        return "auto" if traceable and not measured else 1
+    if microbatches == "auto":
+        if not traceable:
+            raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
+                                 "or an nn.Module with targets=; a graph file is one traced step")  # fmt: skip
+        if measured:
+            raise PostplaceError("--microbatches auto is searched in simulation: drop --evaluator torch / --confirm, "
+                                 "or pin a count with --microbatches M")  # fmt: skip
+        return "auto"
+    _check_microbatches(microbatches, colocation, evaluator, confirm)
+    if batch is not None and batch % int(microbatches):
+        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor "
+                             "of it, or auto")  # fmt: skip
+    return int(microbatches)
+
+
+def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
+                  ray, map_all_to, **kw) -> PlaceResult:  # fmt: skip
+    """Trace the step at every count of :func:`postplace.over_m.microbatch_counts` and answer over all."""
+    from postplace.over_m import microbatch_counts
+
+    if ray is not None:
+        raise PostplaceError("--ray runs one search; over several micro-batch counts it is not wired: "
+                             "pin a count with --microbatches M")  # fmt: skip
+    batch = _batch_of(target, size, inputs)
+    if batch is None:
+        raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
+                             "pin a count with --microbatches M")  # fmt: skip
+    first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets)
+    c, cluster_spec = _load_cluster(cluster, first.graph)
+    gpus = sum(dv.kind == "gpu" for dv in c.devices)
+    targets_by_m = {1: first}
+    for m in microbatch_counts(batch, gpus)[1:]:
+        targets_by_m[m] = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m,
+                                      microbatch_colocation=colocation, targets=targets)  # fmt: skip
+    settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
+                         **kw)  # fmt: skip
+    settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
+                    graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
+    return _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
+                       progress=progress)  # fmt: skip
+
+
+def _run_over_m(settings, targets_by_m, c, *, out, resume, progress) -> PlaceResult:
+    from postplace.over_m import place_over_m
+
+    if out is not None:
+        if not resume and (out / SETTINGS).exists():
+            raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
+        make_folder(out)
+        for m, t in targets_by_m.items():
+            if t.spec["kind"] in ("graph", "module") and not (out / f"m{m}" / "graph.json").exists():
+                make_folder(out / f"m{m}")
+                t.graph.save(out / f"m{m}" / "graph.json")
+        _write_settings(out, settings)
+    return place_over_m(settings, targets_by_m, c, out=out, resume=resume, progress=progress)
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
@@ -345,6 +468,11 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         if new != old:
             settings["budget"] = _budget_text(new)
     spec = settings["target"]
+    if settings.get("microbatches") == "auto":
+        if settings["budget"] != read_settings(out)["budget"]:
+            raise PostplaceError(f"--budget {budget}: a run over several micro-batch counts splits its budget when it "
+                                 "starts and cannot be extended; start a new run with the larger budget")  # fmt: skip
+        return _resume_over_m(out, settings, cluster, progress)
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
@@ -367,6 +495,34 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     if fingerprint(c) != settings["cluster_sha"]:
         raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
     return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+
+
+def _resume_over_m(out: Path, settings: dict, cluster, progress: bool) -> PlaceResult:
+    spec, shas = settings["target"], settings.get("graph_shas")
+    counts = settings.get("microbatch_counts")
+    if (not isinstance(counts, list) or not counts or any(type(m) is not int or m < 1 for m in counts)
+            or not isinstance(shas, dict) or sorted(shas) != sorted(str(m) for m in counts)):  # fmt: skip
+        raise PostplaceError(f"{out}/{SETTINGS}: its micro-batch counts are damaged; start a new run")
+    targets_by_m = {}
+    for m in counts:
+        if spec["kind"] == "zoo":
+            tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
+                              microbatch_colocation=settings["microbatch_colocation"])  # fmt: skip
+        elif (out / f"m{m}" / "graph.json").exists():
+            tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, spec)
+        else:
+            raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
+        if fingerprint(tgt.graph) != shas[str(m)]:
+            raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
+        targets_by_m[m] = tgt
+    if cluster is None:
+        if settings["cluster_spec"] is None:
+            raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
+        cluster = settings["cluster_spec"]
+    c, _ = _load_cluster(cluster, targets_by_m[counts[0]].graph)
+    if fingerprint(c) != settings["cluster_sha"]:
+        raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
+    return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress)
 
 
 def _resolved(value) -> str:
@@ -392,6 +548,10 @@ def _check_given(out: Path, settings: dict, given: dict) -> None:
             recorded, value = settings["cluster_spec"], _resolved(value)
         elif key == "warm_start":
             recorded, value = settings["warm_start"], None if value is None else _resolved(value)
+        elif key in ("microbatches", "microbatch_colocation"):
+            recorded = settings.get(key, settings["target"].get(key, 1 if key == "microbatches" else "none"))
+            if value is None:  # not given: the default
+                continue
         elif key in settings:
             recorded = settings[key]
         else:
@@ -608,6 +768,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
     sched = op_sim.schedule(best.placement)
     summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0)
+    summary["plan"] = _plan(graph, c, best.placement, problem.simulator.problem.cost_model)
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()
         summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",
@@ -623,6 +784,14 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     return res
 
 
+def _plan(graph, c, placement, cost_model) -> str:
+    from postplace.over_m import describe_plan
+
+    times = np.asarray(cost_model.op_times(graph, c).table, dtype=np.float64)
+    return describe_plan(graph, c, placement, np.where(np.isfinite(times), times, 0.0)[np.arange(graph.num_ops),
+                                                                                       placement])
+
+
 def _check_microbatches(m, colocation: str, evaluator: str, confirm: int) -> None:
     if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
         raise PostplaceError(f"--microbatches {m!r}: give a count (1, 2, 4...) or 'auto'")
@@ -632,45 +801,6 @@ def _check_microbatches(m, colocation: str, evaluator: str, confirm: int) -> Non
         raise PostplaceError("--microbatches above 1 is searched in simulation only for now: measuring a "
                              "micro-batched placement (--evaluator torch, --confirm) is not wired yet; "
                              "run it with `postplace train MODEL --microbatches m --placement FILE`")  # fmt: skip
-
-
-def _place_over_microbatches(target, cluster, out, colocation: str, *, budget, **kw) -> PlaceResult:
-    """``microbatches="auto"``: one ``place`` per micro-batch count dividing the zoo model's batch (1, 2,
-    4, 8), the sample budget split evenly, each in its own folder ``out/m{m}-{mode}``; the fastest
-    returned placement wins (ties go to the fewer micro-batches) and its summary lists every m tried."""
-    from postplace import zoo
-    from postplace.search import Budget
-    from postplace.search.microbatches import microbatch_candidates
-
-    if not isinstance(target, str) or target not in zoo.MODELS:
-        raise PostplaceError("--microbatches auto needs a zoo model name as TARGET (it traces the step once per m)")
-    if out is None:
-        raise PostplaceError("--microbatches auto keeps one run folder per micro-batch count: pass out=DIR")
-    batch = int(zoo.spec(target).config(kw.get("size", "full"))["batch"])
-    pairs = microbatch_candidates(batch, colocations=(colocation,))
-    # refuse what no m > 1 allows before the m = 1 search spends its share
-    _check_microbatches(max(m for m, _ in pairs), colocation, kw.get("evaluator", "simulator"), kw.get("confirm", 0))
-    b = Budget.parse(budget)
-    share = (f"{max(1, b.samples // len(pairs))}" if b.samples is not None
-             else f"{b.seconds / len(pairs):g}s")  # fmt: skip
-    results = []
-    for m, mode in pairs:
-        try:
-            r = place(target, cluster, budget=share, out=Path(out) / f"m{m}-{mode}", microbatches=m,
-                      microbatch_colocation=mode, **kw)  # fmt: skip
-        except PostplaceError as exc:
-            if "no feasible placement" not in str(exc):
-                raise
-            continue
-        results.append((m, mode, r))
-    if not results:
-        raise PostplaceError(f"no feasible placement for any micro-batch count of {[m for m, _ in pairs]}")
-    m, mode, best = min(results, key=lambda x: (x[2].step_time_s, x[0]))
-    best.summary["microbatches"], best.summary["microbatch_colocation"] = m, mode
-    best.summary["microbatches_tried"] = {f"m{k}-{c}": r.step_time_s for k, c, r in results}
-    best.summary["microbatch_budget_each"] = share
-    best.save(out)
-    return best
 
 
 def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: str | None) -> None:
@@ -734,35 +864,79 @@ def _write_settings(out: Path, settings: dict) -> None:
 
 
 def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:
+    """The search's own best first, then every one-shot candidate (:func:`oneshot_candidates`)."""
+    return [search_candidate(problem, result), *oneshot_candidates(settings, problem, judge, warm_ops)]
+
+
+def search_candidate(problem, result) -> Candidate:
+    if result.best_placement is not None:
+        return Candidate("search", problem.grouping.expand(result.best_placement), result.best_step_time, True)
+    return Candidate("search", None, None, False, "no feasible sample")
+
+
+def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
+    """The warm start's own placement, data parallelism (a micro-batched graph: micro-batch k on GPU k,
+    judged OOM where the replicated state does not fit), the GPipe-style pipeline (best of 2, 4...
+    stages) and the memory-aware placers, each under the problem's pins and exclusions, judged by
+    ``judge``; failed and OOM ones carry a note and no step time."""
     from postplace.placers import PlacementError
     from postplace.placers import place as run_placer
 
-    cands = []
-    if result.best_placement is not None:
-        cands.append(Candidate("search", problem.grouping.expand(result.best_placement), result.best_step_time, True))
-    else:
-        cands.append(Candidate("search", None, None, False, "no feasible sample"))
+    cm = problem.simulator.problem.cost_model
+    c, graph, allowed = problem.cluster, problem.graph, problem.op_allowed
     named: list[tuple[str, np.ndarray | None, str]] = []
     if warm_ops is not None:
         named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
-    cm = problem.simulator.problem.cost_model
-    c = problem.cluster
-    for name in CANDIDATE_PLACERS:
+    dp_oom = None
+    if graph.microbatch is not None and (np.asarray(graph.microbatch) >= 0).any():
+        from postplace.placers.data_parallel import simulate_data_parallel
+
         try:
-            ops = run_placer(name, problem.graph, c, cost_model=cm, allowed=problem.op_allowed)
+            dp = simulate_data_parallel(graph, c, cost_model=cm, allowed=allowed)
         except PlacementError as exc:
-            named.append((name, None, str(exc)))
+            named.append(("data-parallel", None, str(exc)))
+        else:
+            if dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
+                worst = int(np.argmax(dp.peak_mem - dp.capacity))
+                dp_oom = (f"OOM: replicated parameters, gradients and optimizer state need "
+                          f"{dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} of {dp.capacity[worst] / 1e9:.2f} GB")
+                named.append(("data-parallel", None, dp_oom))
+                named.append(("sharded data-parallel", dp.placement, ""))
+            else:
+                named.append(("data-parallel", dp.placement, ""))
+    gpus = [d for d in range(c.num_devices) if c.devices[d].kind == "gpu" and allowed[:, d].any()]
+    for name in CANDIDATE_PLACERS:
+        stage_counts = [s for s in (2, 4, 8, 16, 32) if s < len(gpus)] + [len(gpus)] if name == "pipeline" else [None]
+        options = []
+        for stages in stage_counts:
+            try:
+                kw = {"stages": stages} if stages is not None else {}
+                options.append((stages, run_placer(name, graph, c, cost_model=cm, allowed=allowed, **kw)))
+            except PlacementError as exc:
+                err = str(exc)
+        if not options:
+            named.append((name, None, err))
             continue
+        if name == "pipeline" and len(options) > 1:
+            res = judge.evaluate_ops(np.stack([ops for _, ops in options]))
+            score = np.where(res.feasible, res.step_time, np.inf)
+            k = int(np.argmin(score))
+            named.append((name, options[k][1], ""))
+            continue
+        ops = options[0][1]
         if name == "single":
             name = "single:" + c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
         named.append((name, ops, ""))
     todo = [k for k, (_, ops, _) in enumerate(named) if ops is not None]
+    cands: list[Candidate] = []
     if todo:
         res = judge.evaluate_ops(np.stack([named[k][1] for k in todo]))
     for j, k in enumerate(todo):
         name, ops, _ = named[k]
         ok = bool(res.feasible[j])
         note = "" if ok else ("OOM: does not fit" if res.oom[j] else f"failed: {res.reasons[j]}")
+        if name == "sharded data-parallel" and ok:
+            note = "ZeRO-style: each GPU holds its share of the state and fetches the parameters"
         named[k] = (name, ops, note)
         cands.append(Candidate(name, ops, float(res.step_time[j]) if ok else None, ok, note))
     for name, ops, note in named:

@@ -473,10 +473,10 @@ def place(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
     ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
-    microbatches: Annotated[str, typer.Option("--microbatches", help="Trace a zoo model's step as M micro-batches (gradient accumulation), or 'auto': try 1, 2, 4, 8.")] = "1",
+    microbatches: Annotated[str | None, typer.Option("--microbatches", help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to 2x the GPUs) and answer over all; M pins the count.")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).")] = "none",
 ) -> None:
-    """Search a placement; returns the best of the search, the single device and the one-shot placers."""
+    """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
     import postplace.api as api
     from postplace.search.config import parse_set, read_config_file
 
@@ -497,6 +497,10 @@ def place(
                     given[key] = n_groups if param == "groups" else value
             if overrides:
                 given["config"] = overrides
+            if microbatches is not None:
+                given["microbatches"] = _microbatches(microbatches)
+            if _given(ctx, "microbatch_colocation"):
+                given["microbatch_colocation"] = microbatch_colocation
             explicit_budget = _given(ctx, "budget")
             result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
                                 confirm=confirm, ray=ray, **given)  # fmt: skip
@@ -511,7 +515,7 @@ def place(
                                exclude=exclude or (), warm_start=warm_start, evaluator=evaluator, out=out,
                                config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
                                progress=_progress(as_json), confirm=confirm, ray=ray,
-                               microbatches=_microbatches(microbatches),
+                               microbatches=None if microbatches is None else _microbatches(microbatches),
                                microbatch_colocation=microbatch_colocation)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
@@ -523,11 +527,6 @@ def place(
         print(json.dumps(result.summary))
         return
     _print_place_table(result.summary, result.cluster)
-    if "microbatches_tried" in result.summary:
-        tried = ", ".join(f"{k} {_ms(v)}" for k, v in result.summary["microbatches_tried"].items())
-        console.print(f"micro-batches: returned m = {result.summary['microbatches']} "
-                      f"({result.summary['microbatch_colocation']}); tried {tried} (simulated, "
-                      f"{result.summary['microbatch_budget_each']} samples each)", highlight=False)  # fmt: skip
     if "confirm" in result.summary:
         console.print(_confirm_table(result.summary["confirm"]), highlight=False)
 
@@ -586,6 +585,9 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
         t.add_row(name, time_, ratio, note[:80])
     console.print(t)
+    if s.get("plan"):
+        tried = ", ".join(f"m={m} {_ms(v)}" for m, v in (s.get("best_per_microbatches") or {}).items())
+        console.print(f"plan: {s['plan']} ({s['returned']}); best per micro-batch count: {tried}", highlight=False)
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:
         lb += f", returned / lower bound {s['ratio_to_lower_bound']:.3f}"
@@ -602,8 +604,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     if s["map_all_to"]:
         console.print(f"measured with every device mapped to torch device {s['map_all_to']}", highlight=False)
     if s["out"]:
-        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, history.jsonl, timing.jsonl, checkpoint.json",
-                      highlight=False)  # fmt: skip
+        runs = "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)" if s.get("plan") and s.get("microbatch_counts") else "history.jsonl, timing.jsonl, checkpoint.json"
+        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}", highlight=False)
 
 
 def _positive_int(text: str, flag: str) -> int:

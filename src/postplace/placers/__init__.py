@@ -4,14 +4,19 @@ Every placer places colocation sets as units and puts ops that may only run on a
 result is an op-level device-id array that :func:`postplace.cluster.placement.invalid_reason` accepts.
 Which of them respect memory (``m-topo``, ``m-etf``, ``m-sct``: always, or they raise
 :class:`PlacementError`; ``single``: always, or it raises :class:`NoSingleDeviceFits`; ``metis``: where
-its repair step can; ``cpu``, ``expert``, ``heft``: not at all) is said in each docstring.
-:func:`data_parallel_step_time` is a different kind of parallelism (replicas, not a placement) and
-returns a step time instead.
+its repair step can; ``pipeline``: where some balanced cut fits, else it returns the time-balanced one,
+OOM; ``cpu``, ``expert``, ``heft``: not at all) is said in each docstring.
+
+Data parallelism is not in :data:`PLACERS`, since it needs a step traced as m > 1 micro-batches:
+:func:`data_parallel_placement` places such a step (micro-batch j on GPU ``j % k``, parameters
+sharded) and :func:`simulate_data_parallel` times it with the simulator and reports the memory of
+replicas that each hold the whole state. For a file workload that cannot be traced again,
+:func:`data_parallel_step_time` is an analytic estimate (replicas, not a placement), labelled as one.
 
 >>> from postplace.graph import OpGraph
 >>> from postplace.testing import star_cluster
 >>> sorted(PLACERS)
-['cpu', 'expert', 'heft', 'm-etf', 'm-sct', 'm-topo', 'metis', 'single']
+['cpu', 'expert', 'heft', 'm-etf', 'm-sct', 'm-topo', 'metis', 'pipeline', 'single']
 >>> place("cpu", OpGraph.build(["a"]), star_cluster()).tolist()
 [0]
 """
@@ -27,17 +32,26 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.placers._common import PlacementError, memory_account
 from postplace.placers.baechi import place_m_etf, place_m_sct, place_m_topo
-from postplace.placers.data_parallel import DataParallelResult, data_parallel_step_time
+from postplace.placers.data_parallel import (
+    DataParallelPlan,
+    DataParallelResult,
+    data_parallel_placement,
+    data_parallel_step_time,
+    simulate_data_parallel,
+)
 from postplace.placers.expert import place_expert
 from postplace.placers.heft import place_heft
 from postplace.placers.metis import place_metis
+from postplace.placers.pipeline import place_pipeline
 from postplace.placers.single import NoSingleDeviceFits, place_cpu, place_single
 
 __all__ = [
     "PLACERS",
+    "DataParallelPlan",
     "DataParallelResult",
     "NoSingleDeviceFits",
     "PlacementError",
+    "data_parallel_placement",
     "data_parallel_step_time",
     "memory_account",
     "place",
@@ -48,7 +62,9 @@ __all__ = [
     "place_m_sct",
     "place_m_topo",
     "place_metis",
+    "place_pipeline",
     "place_single",
+    "simulate_data_parallel",
 ]
 
 PLACERS: dict[str, Callable[..., np.ndarray]] = {
@@ -56,6 +72,7 @@ PLACERS: dict[str, Callable[..., np.ndarray]] = {
     "cpu": place_cpu,
     "expert": place_expert,
     "metis": place_metis,
+    "pipeline": place_pipeline,
     "heft": place_heft,
     "m-topo": place_m_topo,
     "m-etf": place_m_etf,

@@ -1,11 +1,21 @@
-"""Data parallelism over the GPUs: a different kind of parallelism from placement, estimated analytically.
+"""Data parallelism over the GPUs: the baseline most users would run instead of model parallelism.
 
-This is not a placer: it returns no op placement. Every GPU holds a whole replica of the model, runs
-the whole step on its share of the global batch, then the GPUs sum their gradients with a ring
-all-reduce. It is the baseline most users would run instead of model parallelism, so step times of
-placements are compared with it for the same global batch.
+Two figures, for two kinds of workload:
 
-Assumptions (each one a simplification, stated so results can be read with it):
+**Simulated, as a placement** (wherever the step can be traced as m micro-batches: a zoo model, a
+user's module). :func:`data_parallel_placement` puts micro-batch j on replica GPU ``j % k`` and each
+parameter, with its gradient sums and update, on one GPU (a sharded parameter server: every GPU sums
+and updates its share, and sends its updated share to the others, moving the bytes of a ring
+all-reduce). :func:`simulate_data_parallel` times that placement with the simulator, like any plan,
+and reports the memory real data parallelism needs: every replica holds the whole parameters,
+gradients and optimizer state (details in its docstring), so a replica that does not fit is OOM even
+where the sharded placement fits.
+
+**Estimated, analytically** (:func:`data_parallel_step_time`; for file workloads that cannot be
+traced again, and labelled as an estimate wherever it is shown). Every GPU holds a whole replica of
+the model, runs the whole step on its share of the global batch, then the GPUs sum their gradients
+with a ring all-reduce. Its assumptions, each one a simplification, stated so results can be read
+with it:
 
 * The batch is split evenly over k GPUs. An op's time on a GPU scales as ``(t - o) / k + o`` with
   ``o = min(launch overhead of the device, t)``: the work shrinks with the batch, the per-op launch
@@ -14,17 +24,21 @@ Assumptions (each one a simplification, stated so results can be read with it):
   for transfers to and from such CPU ops).
 * Compute time = the simulator's step time of each replica (all ops on its GPU, CPU-only ops on the
   CPU) under the scaled times; the slowest replica sets the pace.
-* Gradients are all-reduced after the whole backward pass (no overlap with it). The gradient bytes are
-  ``gradient_bytes`` if given, else the persistent bytes of the update-phase ops that hold any, else
-  (imported workloads) those of parameter nodes: source ops with zero time on every device, else every
-  op's persistent bytes (an overestimate; ``gradient_source`` says which).
+* Gradients are all-reduced after the whole backward pass (no overlap with it). The gradient bytes
+  (:func:`gradient_bytes`) are the parameters' own bytes, not their optimizer state: ``gradient_bytes``
+  if given, else the trained parameter ops of a traced graph (ops named ``param:...``: their output
+  bytes, or their persistent bytes / (1 + the graph's ``optimizer_slots``)), else the graph's
+  ``metadata["param_bytes"]``, else the persistent bytes of the update-phase ops that hold any, else
+  (imported workloads) those of parameter nodes: source ops with zero time on every device, else
+  every op's persistent bytes (an overestimate). ``gradient_source`` says which.
 * Ring all-reduce over the GPUs in device order: ``2 (k - 1)`` steps, each moving ``bytes / k`` over
   every hop of the ring at once; a step takes the slowest hop's ``latency + (bytes / k) * u / bandwidth``
   where ``u`` is how many ring hops share a link direction on that hop's route (1 on the K80 presets).
   With uniform hops this is ``2 (k - 1) / k * bytes / bandwidth + 2 (k - 1) * latency``.
 * Memory per GPU = parameter bytes on it + (single-device peak - parameter bytes) / k: parameters
-  (static graphs: parameter nodes' footprints; live graphs: all persistent bytes) are replicated whole,
-  activations shrink with the batch. OOM when that exceeds the GPU's capacity.
+  (static graphs: parameter nodes' footprints; live graphs: all persistent bytes, optimizer state
+  included) are replicated whole, activations shrink with the batch. OOM when that exceeds the GPU's
+  capacity.
 """
 
 from __future__ import annotations
@@ -39,7 +53,15 @@ from postplace.cost import CostModel, OpTimes, RooflineCostModel
 from postplace.graph import PHASES, OpGraph
 from postplace.placers._common import PlacementError, check_graph, devices_of_kind
 
-__all__ = ["DataParallelResult", "data_parallel_step_time", "gradient_bytes", "ring_allreduce_time"]
+__all__ = [
+    "DataParallelPlan",
+    "DataParallelResult",
+    "data_parallel_placement",
+    "data_parallel_step_time",
+    "gradient_bytes",
+    "ring_allreduce_time",
+    "simulate_data_parallel",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +95,17 @@ class _Table:
         return cluster.transfer_time(nbytes, a, b)
 
 
+def _traced_parameter_ops(graph: OpGraph) -> np.ndarray:
+    """Parameter ops of a traced graph: named ``param:...`` (or of op type ``parameter``)."""
+    return np.array([n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types,
+                                                                                  strict=True)], dtype=bool)
+
+
 def _parameter_ops(graph: OpGraph, times: np.ndarray) -> tuple[np.ndarray, str]:
+    """The ops holding parameters (whose persistent bytes may include optimizer state), and how found."""
+    traced = _traced_parameter_ops(graph)
+    if traced.any():
+        return traced, "parameter ops (param:...)"
     upd = (graph.phase == PHASES.index("update")) & (graph.persistent_bytes > 0)
     if upd.any():
         return upd, "update-phase ops"
@@ -85,11 +117,28 @@ def _parameter_ops(graph: OpGraph, times: np.ndarray) -> tuple[np.ndarray, str]:
     return graph.persistent_bytes > 0, "all persistent bytes (no parameter ops recognised: an overestimate)"
 
 
-def gradient_bytes(graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> tuple[float, str]:
-    """Bytes each GPU all-reduces per step, and where the figure comes from (module docstring)."""
-    times = (cost_model or RooflineCostModel()).op_times(graph, cluster).table
-    params, source = _parameter_ops(graph, times)
+def _gradient_bytes(graph: OpGraph, params: np.ndarray, source: str) -> tuple[float, str]:
+    """Bytes of the gradients of ``params`` (module docstring): the parameters' own bytes."""
+    if source.startswith("parameter ops"):
+        slots = int(graph.metadata.get("optimizer_slots", 0) or 0)
+        own = np.where(graph.output_bytes > 0, graph.output_bytes, graph.persistent_bytes / (1 + slots))
+        trained = params & (graph.persistent_bytes > own) if slots > 0 else params
+        if slots > 0 and not trained.any():  # no optimizer state anywhere: every parameter counts
+            trained = params
+        return float(own[trained].sum()), source + (", trained ones' own bytes" if slots > 0 else ", their bytes")
+    if "param_bytes" in graph.metadata:
+        return float(graph.metadata["param_bytes"]), "graph metadata param_bytes"
     return float(graph.persistent_bytes[params].sum()), source
+
+
+def gradient_bytes(graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> tuple[float, str]:
+    """Bytes each GPU all-reduces per step, and where the figure comes from (module docstring).
+
+    The parameters' own bytes, never their optimizer state (SGD's momentum doubles a traced
+    parameter op's persistent bytes; the gradient does not double).
+    """
+    times = (cost_model or RooflineCostModel()).op_times(graph, cluster).table
+    return _gradient_bytes(graph, *_parameter_ops(graph, times))
 
 
 def ring_allreduce_time(cluster: Cluster, gpus: list[int], nbytes: float) -> float:
@@ -176,7 +225,7 @@ def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: Cos
     compute = float(fast.evaluate(reps).step_time.max())
     params, source = _parameter_ops(graph, table)
     if gradient_bytes is None:
-        grad = float(graph.persistent_bytes[params].sum())
+        grad, source = _gradient_bytes(graph, params, source)
     else:
         grad, source = float(gradient_bytes), "given"
     allreduce = ring_allreduce_time(cluster, ids, grad)
@@ -192,4 +241,225 @@ def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: Cos
         step_time=compute + allreduce, compute_time=compute, allreduce_time=allreduce, gradient_bytes=grad,
         gradient_source=source, gpus=tuple(cluster.device_names[d] for d in ids), peak_mem=peak, capacity=cap,
         oom=bool(np.any(peak > cap)),
+    )
+
+
+# ------------------------------------------------------------------------- data parallelism as a placement
+def _replica_gpus(graph: OpGraph, cluster: Cluster, gpus, allowed) -> list[int]:
+    """The replica GPUs: ``gpus`` (default every GPU) less those no op may use under ``allowed``."""
+    ids = devices_of_kind(cluster, "gpu") if gpus is None else [
+        cluster.device_index(d) if isinstance(d, str) else int(d) for d in gpus]
+    if allowed is not None:
+        usable = np.asarray(allowed, dtype=bool).any(axis=0)
+        ids = [d for d in ids if usable[d]]
+    if not ids:
+        why = " that the pins and exclusions leave usable" if allowed is not None else ""
+        raise PlacementError(f"data-parallel: cluster '{cluster.name}' has no GPU{why} to replicate the model on")
+    return ids
+
+
+def _num_microbatches(graph: OpGraph, who: str) -> int:
+    mb = np.asarray(graph.microbatch)
+    if graph.num_ops == 0 or not (mb >= 0).any():
+        raise PlacementError(
+            f"{who}: graph '{graph.name}' has no micro-batches (every op is shared); trace the step with "
+            "microbatches=m (m > 1) so that micro-batch j can run on GPU j"
+        )
+    return int(mb.max()) + 1
+
+
+def data_parallel_placement(graph: OpGraph, cluster: Cluster, *, gpus: list | None = None,
+                            allowed: np.ndarray | None = None) -> np.ndarray:
+    """Data parallelism as a placement of a micro-batched step (op-level device ids).
+
+    Micro-batch j on replica GPU ``gpus[j % k]`` (``k`` replica GPUs); each parameter with its
+    gradient sums and update (its colocation set) on one GPU, parameters dealt out greedily, in program
+    order, to the replica GPU holding the fewest parameter bytes so far (a sharded parameter server:
+    every GPU sums and updates its share, so no single port carries every gradient, and the bytes moved
+    are those of a ring all-reduce). A colocation set that holds ops of a micro-batch goes with its
+    first such op's micro-batch (in traced graphs a batch-norm buffer goes with micro-batch 0). Ops that
+    may not run on a GPU go to the first CPU. Colocation sets stay whole, so on a graph traced with
+    micro-batch colocation ``module`` this is no data parallelism (:func:`simulate_data_parallel` refuses
+    such graphs); here it is still returned, as a start for a search.
+
+    Parameters
+    ----------
+    graph, cluster : OpGraph, Cluster
+        ``graph`` is a step traced as m micro-batches (``microbatch`` >= 0 on each micro-batch's ops).
+    gpus : list of str or int, optional
+        The replica GPUs, in order (default: every GPU of the cluster).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions). GPUs no op may use are left out
+        of the replicas; a colocation set whose data-parallel device it may not use moves to the first
+        replica GPU it may use, else to the first device it may use, so pins hold.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 device id per op.
+
+    Raises
+    ------
+    PlacementError
+        When the graph has no micro-batches, the cluster has no usable GPU, or an op may use no device.
+
+    Examples
+    --------
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.testing import star_cluster
+    >>> g = OpGraph.build(["p", "f0", "f1", "u"], [(0, 1), (0, 2), (1, 3), (2, 3)], microbatch=[-1, 0, 1, -1],
+    ...                   colocation=[0, -1, -1, 0], persistent_bytes=[8, 0, 0, 0])
+    >>> data_parallel_placement(g, star_cluster(("cpu", "gpu", "gpu"))).tolist()
+    [1, 1, 2, 1]
+    """
+    from postplace.cluster.placement import colocation_representative
+    from postplace.placers._common import allowed_matrix
+
+    _num_microbatches(graph, "data-parallel")
+    check_graph(graph, cluster, "data-parallel", allowed)
+    replicas = _replica_gpus(graph, cluster, gpus, allowed)
+    cpus = devices_of_kind(cluster, "cpu")
+    ok = allowed_matrix(graph, cluster, allowed)
+    rep = colocation_representative(graph)
+    mb = graph.microbatch
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    unit_mb: dict[int, int] = {}
+    for i in range(graph.num_ops):  # a unit with any micro-batch op goes with the first such op
+        if mb[i] >= 0:
+            unit_mb.setdefault(int(rep[i]), int(mb[i]))
+    load = dict.fromkeys(replicas, 0.0)
+    unit_dev: dict[int, int] = {}
+    for i in range(graph.num_ops):
+        r = int(rep[i])
+        if r not in unit_dev:
+            if not ok[r, replicas].any() and any(ok[r, c] for c in cpus):  # CPU-only ops: the first CPU
+                d = next(c for c in cpus if ok[r, c])
+            elif r in unit_mb:
+                d = replicas[unit_mb[r] % len(replicas)]
+            else:
+                d = min(replicas, key=lambda g: (load[g], g))
+            if not ok[r, d]:  # pins, exclusions, kinds: the first replica GPU it may use, else any device
+                among = [g for g in replicas if ok[r, g]]
+                d = among[0] if among else int(np.flatnonzero(ok[r])[0])
+            unit_dev[r] = d
+        dev[i] = unit_dev[r]
+        if r not in unit_mb and dev[i] in load:
+            load[dev[i]] += float(graph.persistent_bytes[i])
+    return dev
+
+
+@dataclass(frozen=True, eq=False)
+class DataParallelPlan:
+    """Data parallelism over ``gpus``, simulated as a placement (:func:`simulate_data_parallel`).
+
+    ``placement``: op-level device ids (the sharded placement the simulator timed).
+    ``step_time``: its simulated step time (seconds), or ``inf`` where ``oom`` (a plan that does not fit
+    is never a result); ``step_time_if_it_fit`` keeps the simulated figure either way.
+    ``peak_mem[k]`` / ``capacity[k]``: bytes per replica GPU (``gpus[k]``) with the whole state
+    replicated, and the GPU's capacity; ``sharded_peak_mem[D]``: the simulator's own peak per device
+    of the sharded placement. ``oom``: some replica GPU (or another device) is above its capacity.
+    ``microbatches``: m; ``note``: the assumptions, in one line.
+    """
+
+    placement: np.ndarray
+    step_time: float
+    step_time_if_it_fit: float
+    peak_mem: np.ndarray
+    capacity: np.ndarray
+    sharded_peak_mem: np.ndarray
+    oom: bool
+    gpus: tuple[str, ...]
+    microbatches: int
+    note: str
+    kind: str = "data-parallel (simulated placement)"
+
+
+def simulate_data_parallel(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
+                           allowed: np.ndarray | None = None, gpus: list | None = None) -> DataParallelPlan:
+    """Data parallelism over the GPUs for a step traced as m micro-batches, timed by the simulator.
+
+    The replica GPUs are ``gpus`` (default every GPU; those no op may use under ``allowed`` left out),
+    at most m of them (a GPU with no micro-batch would not be a replica). The placement is
+    :func:`data_parallel_placement`'s and the step time is the simulator's step time of it: micro-batch
+    j on GPU ``j % k``, the parameters sent from their owner to the other replicas, each gradient sent
+    to its parameter's owner, summed and applied there (a sharded parameter server moving the same
+    bytes as a ring all-reduce, in the simulator's network model).
+
+    Memory is that of real data parallelism, which replicates parameters, gradients and optimizer state
+    on every GPU, while the sharded placement only holds each GPU's share. Per replica GPU g:
+    ``simulated peak of g + (persistent bytes of all shared ops - those placed on g)``: the whole
+    persistent state (parameters, optimizer state, buffers) on every replica. The simulated peak already
+    holds the parameter copies g receives from the other owners; they stand in for DDP's full gradient
+    buffer, so the figure is below real data parallelism's by at most g's own share of the parameter
+    bytes (its own parameters' gradient buffer), never above it. ``oom`` when any replica GPU (or the
+    simulator on any other device) is above capacity; then ``step_time`` is ``inf`` and the simulated
+    time is kept in ``step_time_if_it_fit`` only.
+
+    Parameters
+    ----------
+    graph, cluster : OpGraph, Cluster
+    cost_model : CostModel, optional
+        Passed to the simulator (default: its roofline model).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool pins and exclusions (see :func:`data_parallel_placement`).
+    gpus : list of str or int, optional
+        The replica GPUs, in order.
+
+    Returns
+    -------
+    DataParallelPlan
+
+    Raises
+    ------
+    PlacementError
+        As :func:`data_parallel_placement`; when a colocation set holds ops of two micro-batches
+        (micro-batch colocation ``module``: data parallelism is no placement of that graph); or when
+        the simulator rejects the placement.
+
+    Examples
+    --------
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.testing import ConstantCostModel, star_cluster
+    >>> g = OpGraph.build(["p", "f0", "f1", "u"], [(0, 1), (0, 2), (1, 3), (2, 3)], microbatch=[-1, 0, 1, -1],
+    ...                   colocation=[0, -1, -1, 0], persistent_bytes=[8, 0, 0, 0])
+    >>> plan = simulate_data_parallel(g, star_cluster(("gpu", "gpu")), cost_model=ConstantCostModel(1.0))
+    >>> plan.step_time   # p, then f0 on gpu0 beside f1 on gpu1, then u: 1 + 1 + 1
+    3.0
+    >>> plan.sharded_peak_mem.tolist(), plan.peak_mem.tolist()   # gpu1 holds its own copy of p when replicated
+    ([8.0, 0.0], [8.0, 8.0])
+    """
+    from postplace.sim import Simulator
+
+    m = _num_microbatches(graph, "data-parallel")
+    mb = np.asarray(graph.microbatch)
+    for members in graph.colocation_sets:
+        own = np.unique(mb[members][mb[members] >= 0])
+        if own.size > 1:
+            raise PlacementError(
+                f"data-parallel: graph '{graph.name}' colocates micro-batches {own[0]} and {own[1]} "
+                f"(op '{graph.names[members[0]]}' and its set; colocation mode 'module'?), so micro-batch j cannot "
+                "run on GPU j; trace the step with micro-batch colocation 'none'"
+            )
+    ids = _replica_gpus(graph, cluster, gpus, allowed)[:m]
+    placement = data_parallel_placement(graph, cluster, gpus=ids, allowed=allowed)
+    res = Simulator(graph, cluster, cost_model=cost_model).evaluate_ops(placement[None])
+    if res.failed[0]:
+        raise PlacementError(f"data-parallel: the simulator rejected the placement: {res.reasons[0]}")
+    sharded = np.asarray(res.peak_mem[0], dtype=np.float64)
+    shared = (np.asarray(graph.microbatch) < 0) & (graph.persistent_bytes > 0)
+    total = float(graph.persistent_bytes[shared].sum())
+    peak = np.array([sharded[g] + total - float(graph.persistent_bytes[shared & (placement == g)].sum())
+                     for g in ids])
+    cap = np.asarray(cluster.capacity, dtype=np.float64)
+    others = np.ones(cluster.num_devices, dtype=bool)
+    others[ids] = False
+    oom = bool(np.any(peak > cap[ids]) or np.any(sharded[others] > cap[others]))
+    simulated = float(res.step_time[0])
+    note = (f"simulated placement of the {m}-micro-batch step on {len(ids)} GPU(s) (micro-batch j on GPU j mod "
+            f"{len(ids)}, parameters sharded, gradients sent to their owner); memory: parameters, gradients and "
+            "optimizer state replicated on every GPU")
+    return DataParallelPlan(
+        placement=placement, step_time=float("inf") if oom else simulated, step_time_if_it_fit=simulated,
+        peak_mem=peak, capacity=cap[ids], sharded_peak_mem=sharded, oom=oom,
+        gpus=tuple(cluster.device_names[g] for g in ids), microbatches=m, note=note,
     )

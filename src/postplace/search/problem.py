@@ -29,9 +29,23 @@ class Problem:
     placement, the search's or a one-shot placer's, must respect."""
 
 
+_COPY = re.compile(r"^mb\d+_")
+
+
+def pin_names(graph: OpGraph) -> list[str]:
+    """The names pins match: an op's own name, except that a micro-batch copy (``mb3_conv``) answers to
+    the name of the op it copies (``conv``) too, so a pattern means the same at every micro-batch count."""
+    mb = graph.microbatch
+    if mb is None:
+        return list(graph.names)
+    return [_COPY.sub("", n) if k >= 0 else n for n, k in zip(graph.names, mb, strict=True)]
+
+
 def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray:
-    """``REGEX=DEVICE`` specs -> device id per op (-1 where unpinned); the first matching spec wins."""
+    """``REGEX=DEVICE`` specs -> device id per op (-1 where unpinned); the first matching spec wins.
+    A pattern that names an op names all its micro-batch copies (:func:`pin_names`)."""
     pin = np.full(graph.num_ops, -1, dtype=np.int64)
+    names = pin_names(graph)
     for spec in specs:
         if "=" not in spec:
             raise PostplaceError(f"--pin '{spec}': write it as REGEX=DEVICE, e.g. --pin 'embedding.*=cpu'")
@@ -41,7 +55,8 @@ def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray
         except re.error as exc:
             raise PostplaceError(f"--pin '{spec}': bad regular expression ({exc})") from None
         d = cluster.device_index(device)
-        hits = [i for i, name in enumerate(graph.names) if pin[i] < 0 and rx.search(name)]
+        hits = [i for i, (name, own) in enumerate(zip(names, graph.names, strict=True))
+                if pin[i] < 0 and (rx.search(name) or rx.search(own))]  # fmt: skip
         if not hits:
             raise PostplaceError(f"--pin '{spec}': no op name matches '{pattern}'")
         pin[hits] = d

@@ -258,7 +258,7 @@ def cached_graph(
 
 def graph_factory(name: str, size: str = "full", optimizer: str = "sgd"):
     """``(m, colocation) -> cached_graph(name, size, optimizer, microbatches=m, colocation=...)``: the
-    graph factory :func:`postplace.search.microbatches.search_microbatches` takes."""
+    graph factory benchmarks and tests take."""
     spec(name)
 
     def graph_for(m: int, colocation: str):

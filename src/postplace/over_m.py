@@ -1,0 +1,253 @@
+"""The product's answer over micro-batch counts (DESIGN.md section 4c): one run folder, one answer.
+
+When the target can be traced again (a zoo model, a module with ``targets=``), ``place`` traces the
+step as m micro-batches for every m of :func:`microbatch_counts` (1, 2, 4... dividing the batch, up to
+twice the GPUs and at least 8) and, at every m, weighs the same candidates: the search's own best,
+data parallelism, the GPipe-style pipeline and the one-shot placers (``api.oneshot_candidates``).
+The answer is the fastest feasible of all of them, over every m, so it is never slower than any.
+
+The search budget goes where it pays, by successive halving over m (Jamieson and Talwalkar, 2016):
+round r gives an equal share ``B / R`` to the counts still in, split evenly; after each round the
+better half of them (by the best step time known at that m, search or candidate; ties to the smaller
+m) stays in, until one is left. With 4 counts and 2400 samples: 200 each, then 400 for two, then
+800 for one. Every count's search is an ordinary runner folder ``m{m}/`` (history, checkpoints), and
+``plans.json`` records which counts each round kept, as it decides, so a run stopped at any moment
+resumes to the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+__all__ = ["PLANS", "describe_plan", "halving_rounds", "microbatch_counts", "place_over_m"]
+
+PLANS = "plans.json"
+
+
+def microbatch_counts(batch: int, gpus: int) -> list[int]:
+    """Powers of two dividing ``batch``, up to ``max(8, 2 * gpus)``: enough for data parallelism over
+    every GPU and for a pipeline as deep as the GPUs with its bubble halved."""
+    cap = min(batch, max(8, 2 * gpus))
+    out, m = [], 1
+    while m <= cap:
+        if batch % m == 0:
+            out.append(m)
+        m *= 2
+    return out
+
+
+def halving_rounds(n: int) -> list[int]:
+    """How many counts each round of successive halving runs: ``[n, ceil(n/2), ..., 1]``."""
+    sizes = [n]
+    while sizes[-1] > 1:
+        sizes.append(math.ceil(sizes[-1] / 2))
+    return sizes
+
+
+def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | None = None) -> str:
+    """The plan in the words users use: "one device (gpu0)", "model parallel over 3 devices",
+    "data-parallel 4, 4 micro-batches", "pipeline of 2 stages, 8 micro-batches", "2 stages x
+    data-parallel 2, 8 micro-batches". A device counts for a micro-batch when it runs at least 5% of
+    that micro-batch's op time (``times``: seconds per op; default: every op weighs the same)."""
+    names = cluster.device_names
+    w = np.ones(graph.num_ops) if times is None else np.asarray(times, dtype=np.float64)
+    mb = np.asarray(graph.microbatch) if graph.microbatch is not None else np.full(graph.num_ops, -1)
+    m = int(mb.max()) + 1 if mb.size else 0
+
+    def used(mask) -> tuple[int, ...]:
+        load = np.bincount(placement[mask], weights=w[mask], minlength=cluster.num_devices)
+        total = load.sum()
+        if total <= 0:
+            return tuple(sorted(set(placement[mask].tolist())))
+        return tuple(int(d) for d in np.flatnonzero(load >= 0.05 * total))
+
+    if m <= 1:
+        devs = used(np.ones(graph.num_ops, dtype=bool))
+        if len(devs) == 1:
+            return f"one device ({names[devs[0]]})"
+        return f"model parallel over {len(devs)} devices ({', '.join(names[d] for d in devs)})"
+    sets = [used(mb == k) for k in range(m)]
+    distinct = sorted(set(sets))
+    stages = max(len(s) for s in sets)
+    replicas = len(distinct)
+    disjoint = sum(len(s) for s in distinct) == len(set().union(*distinct))
+    tail = f"{m} micro-batches"
+    if replicas == 1:
+        if stages == 1:
+            return f"one device ({names[distinct[0][0]]}), {tail}"
+        return f"pipeline of {stages} stages ({', '.join(names[d] for d in distinct[0])}), {tail}"
+    if not disjoint:
+        devs = sorted(set().union(*distinct))
+        return f"hybrid over {len(devs)} devices (up to {stages} per micro-batch), {tail}"
+    if stages == 1:
+        return f"data-parallel {replicas}, {tail}"
+    return f"{stages} stages x data-parallel {replicas}, {tail}"
+
+
+@dataclass
+class _Arm:
+    m: int
+    target: object
+    problem: object
+    warm_ops: np.ndarray | None
+    oneshot: list
+    folder: Path | None
+    result: object = None
+
+    def value(self) -> float:
+        best = [c.step_time_s for c in self.oneshot if c.feasible]
+        if self.result is not None and self.result.best_placement is not None:
+            best.append(self.result.best_step_time)
+        return min(best, default=math.inf)
+
+
+def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, resume: bool,
+                 progress: bool) -> object:  # fmt: skip
+    """Run the search over every count of ``targets`` (``{m: api.Target}``) by successive halving and
+    return the fastest feasible candidate of all as a :class:`postplace.api.PlaceResult`."""
+    from postplace import api
+    from postplace.search import Budget, make_problem, run
+    from postplace.search.runner import CHECKPOINT
+    from postplace.sim import Simulator
+
+    t0 = time.perf_counter()
+    counts = sorted(targets)
+    arms: dict[int, _Arm] = {}
+    for m in counts:  # every constraint and warm start is checked at every m before any search runs
+        tgt = targets[m]
+        try:
+            problem = make_problem(tgt.graph, cluster, groups=settings["groups"], pins=settings["pins"],
+                                   exclude=settings["exclude"], seed=settings["seed"])  # fmt: skip
+            warm = None if settings["warm_start"] is None else api.warm_start_ops(settings["warm_start"], problem)
+        except PostplaceError as exc:
+            raise PostplaceError(f"at {m} micro-batch{'es' if m > 1 else ''}: {exc}") from None
+        folder = None if out is None else out / f"m{m}"
+        arms[m] = _Arm(m, tgt, problem, warm, [], folder)
+    for arm in arms.values():
+        arm.oneshot = api.oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
+    budget = Budget.parse(settings["budget"])
+    sizes = halving_rounds(len(counts))
+    recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
+    meta = {"settings_checksum": api._checksum(settings)}
+    spent = dict.fromkeys(counts, 0.0)
+    alive = list(counts)
+    rounds: list[list[int]] = []
+    for r, size in enumerate(sizes):
+        if r < len(recorded):
+            alive = recorded[r]
+        else:
+            alive = sorted(sorted(alive, key=lambda m: (arms[m].value(), m))[:size])
+            if out is not None:
+                _write_plans(out, counts, [*rounds, alive])
+        rounds.append(alive)
+        for m in alive:
+            arm = arms[m]
+            if budget.samples is not None:
+                spent[m] += max(1, budget.samples // (len(sizes) * len(alive)))
+                share = Budget(samples=int(spent[m]))
+            else:
+                spent[m] += budget.seconds / (len(sizes) * len(alive))
+                share = Budget(seconds=spent[m])
+            strat = api._strategy(settings, arm.problem.space)
+            again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()
+            if progress:
+                print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", flush=True)
+            warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)
+            arm.result = run(strat, arm.problem.simulator, share, out_dir=arm.folder, resume=again, progress=progress,
+                             warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
+            if arm.result.interrupted:
+                raise KeyboardInterrupt
+    return _answer(settings, arms, rounds, cluster, out, t0, Simulator)
+
+
+def _answer(settings, arms: dict, rounds, cluster, out, t0, Simulator):
+    from postplace import api
+
+    pool = []  # (candidate, arm)
+    for m, arm in arms.items():
+        cands = ([api.search_candidate(arm.problem, arm.result)] if arm.result is not None else []) + arm.oneshot
+        for c in cands:
+            if m > 1 and c.name.startswith("single:"):
+                continue  # the same device as at m = 1, with the accumulation on top
+            pool.append((api.Candidate(f"{c.name} @m{m}", c.placement, c.step_time_s, c.feasible, c.note), arm))
+    feasible = [(c, a) for c, a in pool if c.feasible]
+    if not feasible:
+        raise PostplaceError(f"no feasible placement found at any micro-batch count ({', '.join(map(str, arms))}): "
+                             "every search sample, data parallelism, the pipeline and every placer is OOM or "
+                             "failed; try a larger --budget or a cluster with more memory")  # fmt: skip
+    best, arm = min(feasible, key=lambda ca: (ca[0].step_time_s, ca[1].m))  # ties: search first, then fewer m
+    searched = [a for a in arms.values() if a.result is not None and a.result.best_placement is not None]
+    top = min(searched, key=lambda a: (a.result.best_step_time, a.m)) if searched else arm
+    graph, problem = arm.target.graph, arm.problem
+    cm = problem.simulator.problem.cost_model
+    sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
+    result = top.result if top.result is not None else arm.result
+    summary = api._summary(settings, top.problem if top.result is not None else problem, problem.simulator, result,
+                           [c for c, _ in pool], best, sched, out, time.perf_counter() - t0)  # fmt: skip
+    one = arms.get(1)
+    single = next((c for c in (one.oneshot if one else []) if c.name.startswith("single:") and c.feasible), None)
+    summary.update({
+        "graph": graph.name, "microbatches": arm.m, "microbatch_colocation": settings["microbatch_colocation"],
+        "microbatch_counts": sorted(arms), "halving_rounds": rounds,
+        "search_microbatches": top.m if top.result is not None else None,
+        "samples": sum(a.result.samples for a in arms.values() if a.result is not None),
+        "samples_per_microbatches": {str(m): (a.result.samples if a.result else 0) for m, a in arms.items()},
+        "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
+                                  for m, a in arms.items()},
+        "plan": api._plan(graph, cluster, best.placement, cm),
+        # each count's bound holds for its own graph; the answer may come from any of them
+        "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),
+        "lower_bound_per_microbatches": {str(m): a.problem.simulator.lower_bound for m, a in arms.items()},
+        "single_device": single.name.split(":", 1)[1] if single else None,
+        "single_device_step_time_s": single.step_time_s if single else None,
+        "ratio_to_single_device": best.step_time_s / single.step_time_s if single else None,
+    })  # fmt: skip
+    lb = summary["lower_bound_s"]
+    summary["ratio_to_lower_bound"] = best.step_time_s / lb if lb > 0 else None
+    search_ops = None
+    if top.result is not None and top.result.best_placement is not None:
+        search_ops = top.problem.grouping.expand(top.result.best_placement)
+    res = api.PlaceResult(graph, cluster, best.placement, best.name, best.step_time_s, problem.simulator.name, result,
+                          search_ops if top is arm else None, [c for c, _ in pool], summary["lower_bound_s"], sched,
+                          summary, arm.target.traced, arm.target.spec)  # fmt: skip
+    if out is not None:
+        res.save(out)
+    return res
+
+
+def _write_plans(out: Path, counts: list[int], rounds: list[list[int]]) -> None:
+    tmp = out / (PLANS + ".tmp")
+    tmp.write_text(json.dumps({"format": "postplace-plans", "counts": counts, "rounds": rounds}))
+    tmp.replace(out / PLANS)
+
+
+def _read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int]]:
+    """The rounds a resumed run already decided, checked against the counts and the halving schedule."""
+    path = out / PLANS
+    if not path.exists():
+        return []
+    try:
+        d = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PostplaceError(f"{path}: damaged ({type(exc).__name__}); start a new run") from None
+    rounds = d.get("rounds") if isinstance(d, dict) else None
+    ok = isinstance(d, dict) and d.get("format") == "postplace-plans" and d.get("counts") == counts
+    ok = ok and isinstance(rounds, list) and len(rounds) <= len(sizes)
+    alive = counts
+    for r, kept in enumerate(rounds if ok else []):
+        if (not isinstance(kept, list) or len(kept) != sizes[r] or any(type(m) is not int for m in kept)
+                or not set(kept) <= set(alive) or kept != sorted(set(kept))):  # fmt: skip
+            ok = False
+            break
+        alive = kept
+    if not ok:
+        raise PostplaceError(f"{path}: not the rounds of this run (edited or damaged); start a new run")
+    return rounds

@@ -1,0 +1,146 @@
+"""The product's answer over micro-batch counts: candidates at every m, successive halving, one
+resumable run folder, the plan in words, and bad input refused before any search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import postplace
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.over_m import describe_plan, halving_rounds, microbatch_counts
+from postplace.placers.data_parallel import data_parallel_placement, simulate_data_parallel
+from postplace.sim import Simulator
+from postplace.zoo import cached_graph
+
+MODEL, CLUSTER = "gpt2", "k80x2"  # small size: batch 2, so m in {1, 2}
+
+
+def test_counts_are_powers_of_two_dividing_the_batch_up_to_twice_the_gpus():
+    assert microbatch_counts(32, 4) == [1, 2, 4, 8]
+    assert microbatch_counts(32, 8) == [1, 2, 4, 8, 16]
+    assert microbatch_counts(20, 4) == [1, 2, 4]
+    assert microbatch_counts(2, 4) == [1, 2]
+    assert microbatch_counts(7, 2) == [1]
+
+
+def test_halving_keeps_half_each_round_until_one():
+    assert halving_rounds(1) == [1]
+    assert halving_rounds(4) == [4, 2, 1]
+    assert halving_rounds(5) == [5, 3, 2, 1]
+
+
+def test_plan_words_for_data_parallelism_a_pipeline_and_a_hybrid():
+    # 4 micro-batches, each with two layers (a, b) on 4 GPUs; ops weigh the same
+    names, mb = [], []
+    for k in range(4):
+        names += [f"mb{k}_a", f"mb{k}_b"]
+        mb += [k, k]
+    g = OpGraph.build(names, [], microbatch=mb)
+    c = load_cluster("k80x4")
+    gpu = [c.device_index(f"gpu{i}") for i in range(4)]
+    dp = np.array([gpu[k] for k in range(4) for _ in "ab"])
+    pipe = np.array([gpu[j] for _ in range(4) for j in (0, 1)])
+    hybrid = np.array([gpu[2 * (k % 2) + j] for k in range(4) for j in (0, 1)])
+    assert describe_plan(g, c, dp) == "data-parallel 4, 4 micro-batches"
+    assert describe_plan(g, c, pipe) == "pipeline of 2 stages (gpu0, gpu1), 4 micro-batches"
+    assert describe_plan(g, c, hybrid) == "2 stages x data-parallel 2, 4 micro-batches"
+
+
+@pytest.fixture(scope="module")
+def answer(tmp_path_factory):
+    out = tmp_path_factory.mktemp("overm") / "run"
+    return postplace.place(MODEL, CLUSTER, size="small", budget=96, groups=32, out=out), out
+
+
+def test_default_place_answers_over_m_with_every_candidate_at_every_m(answer):
+    r, out = answer
+    s = r.summary
+    assert s["microbatch_counts"] == [1, 2]
+    names = set(s["candidates"])
+    for m in (1, 2):
+        assert {f"search @m{m}", f"pipeline @m{m}", f"metis @m{m}"} <= names
+    assert "data-parallel @m2" in names
+    feasible = [v for v in s["candidates"].values() if v is not None]
+    assert s["best_step_time_s"] == min(feasible)
+    # the data-parallel candidate is data parallelism simulated on the m = 2 graph, computed apart here
+    g2 = cached_graph(MODEL, "small", microbatches=2)
+    c = load_cluster(CLUSTER)
+    dp = simulate_data_parallel(g2, c)
+    assert not dp.oom
+    want = float(Simulator(g2, c).evaluate_ops(data_parallel_placement(g2, c)[None]).step_time[0])
+    assert s["candidates"]["data-parallel @m2"] == pytest.approx(want, rel=1e-12)
+    # every figure is the simulator's on placement.json, on the graph of the returned m
+    g = cached_graph(MODEL, "small", microbatches=s["microbatches"])
+    from postplace.cluster.placement import load_placement
+
+    ops = load_placement(out / "placement.json", g, c)
+    assert float(Simulator(g, c).evaluate_ops(ops[None]).step_time[0]) == pytest.approx(s["best_step_time_s"])
+    assert s["plan"] and s["returned"].endswith(f"@m{s['microbatches']}")
+    # the budget was split by halving: m's searches sum to the budget, and one count got more
+    per = s["samples_per_microbatches"]
+    assert sum(per.values()) == 96 and max(per.values()) > min(per.values())
+    assert json.loads((out / "plans.json").read_text())["rounds"][0] == [1, 2]
+
+
+def test_an_interrupted_run_resumes_to_the_same_answer(answer, tmp_path, monkeypatch):
+    r, _ = answer
+    import postplace.search as search
+
+    real, calls = search.run, []
+
+    def stop_on_third(*a, **k):  # the third search call (round 2) is interrupted before it starts
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "run", stop_on_third)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        postplace.place(MODEL, CLUSTER, size="small", budget=96, groups=32, out=out)
+    monkeypatch.setattr(search, "run", real)
+    again = postplace.resume(out)
+    assert again.summary["best_step_time_s"] == r.summary["best_step_time_s"]
+    assert again.summary["samples_per_microbatches"] == r.summary["samples_per_microbatches"]
+    assert np.array_equal(again.placement, r.placement)
+    with pytest.raises(PostplaceError, match="started with microbatches 'auto', not 2"):
+        postplace.resume(out, microbatches=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"microbatches": 3, "size": "full"}, "--microbatches 3 does not divide the batch of 8"),
+        ({"microbatches": 2, "pins": ["nothing_is_called_this=gpu0"]}, "no op name matches"),
+        ({"pins": ["nothing_is_called_this=gpu0"]}, "at 1 micro-batch: --pin"),
+        ({"warm_start": "WARM"}, "at 2 micro-batches: .*not in graph"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_search(kwargs, message, tmp_path, monkeypatch):
+    import postplace.search as search
+
+    def no_search(*a, **k):
+        raise AssertionError("a search ran")
+
+    monkeypatch.setattr(search, "run", no_search)
+    if kwargs.get("warm_start") == "WARM":  # a placement of the m = 1 graph, given to a run over m
+        g1 = cached_graph(MODEL, "small")
+        path = tmp_path / "m1.json"
+        path.write_text(json.dumps(dict.fromkeys(g1.names, "gpu0")))
+        kwargs = {**kwargs, "warm_start": str(path)}
+    kwargs = {"size": "small", **kwargs}
+    with pytest.raises(PostplaceError, match=message):
+        postplace.place(MODEL, CLUSTER, budget=48, groups=32, **kwargs)
+
+
+def test_microbatches_on_a_graph_file_is_refused(tmp_path):
+    g = OpGraph.build(["a", "b"], [(0, 1, 1e6)], flops=[1e9, 1e9], name="two")
+    with pytest.raises(PostplaceError, match="a graph file is one traced step"):
+        postplace.place(g, "k80x2", budget=8, microbatches=2)
+    with pytest.raises(PostplaceError, match="traces the step again"):
+        postplace.place(g, "k80x2", budget=8, microbatches="auto")
