@@ -19,7 +19,7 @@ import numpy as np
 
 from postplace.cluster import load_cluster
 from postplace.cluster.placement import single_device
-from postplace.compare import samples_to_within
+from postplace.comparison import samples_to_within
 from postplace.graph import load_graph
 from postplace.search import Budget, make_problem, make_strategy, run
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from postplace.cluster import load_cluster
-from postplace.compare import ALL, compare
+from postplace.comparison import ALL, compare
 from postplace.zoo import cached_graph
 
 HEURISTICS = ("single", "cpu", "expert", "metis", "heft", "m-topo", "m-etf", "m-sct")

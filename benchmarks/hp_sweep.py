@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from postplace.cluster import load_cluster
-from postplace.compare import _single_time
+from postplace.comparison import _single_time
 from postplace.search import Budget, make_problem, run
 from postplace.search.hierarchical import HierarchicalConfig, HierarchicalPlanner
 from postplace.zoo import cached_graph

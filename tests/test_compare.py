@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from postplace.compare import compare, parse_strategies
+from postplace.comparison import compare, parse_strategies
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.testing import star_cluster
@@ -77,7 +77,7 @@ def test_an_oom_placer_row_has_no_best_time(tmp_path):
 
 
 def test_samples_and_seconds_to_come_within_5_percent(tmp_path):
-    from postplace.compare import samples_to_within
+    from postplace.comparison import samples_to_within
 
     assert samples_to_within([9.0, 5.0, 4.1, 4.0]) == 3  # 4.1 <= 1.05 * 4.0, 5.0 is not
     assert samples_to_within([np.inf, np.inf]) is None and samples_to_within([]) is None

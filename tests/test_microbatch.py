@@ -209,7 +209,7 @@ def test_place_over_m_on_a_module_with_targets_splits_the_budget_by_halving_and_
     r = postplace.place(model, star_cluster(("gpu", "gpu")), inputs=(x,), loss_fn=lambda o, t: ((o - t) ** 2).mean(),
                         targets=(y,), budget=4 * 96, strategy="random", groups=16)  # fmt: skip
     s = r.summary
-    assert s["microbatch_counts"] == [1, 2, 4, 8]  # batch 64, 2 GPUs: up to max(8, 2 x 2)
+    assert s["microbatch_counts"] == [1, 2, 4, 8]  # batch 64, 2 GPUs: up to max(8, 2)
     # rounds of 4, 2, 1 counts, 384 / 3 = 128 samples a round: 32 each, then 64, then 128
     assert sorted(s["samples_per_microbatches"].values()) == [32, 32, 32 + 64, 32 + 64 + 128]
     assert s["halving_rounds"][0] == [1, 2, 4, 8] and len(s["halving_rounds"][1]) == 2
@@ -276,5 +276,5 @@ def test_place_searches_a_micro_batched_step_and_auto_returns_the_best_m(tmp_pat
     assert (tmp_path / "auto" / "m1" / "history.jsonl").exists() and (tmp_path / "auto" / "summary.json").exists()
     with pytest.raises(PostplaceError, match="--microbatches"):
         postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=0)
-    with pytest.raises(PostplaceError, match="simulation only"):
-        postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=2, evaluator="torch")
+    with pytest.raises(PostplaceError, match="in simulation: drop --evaluator torch"):
+        postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches="auto", evaluator="torch")

@@ -20,9 +20,10 @@ from postplace.zoo import cached_graph
 MODEL, CLUSTER = "gpt2", "k80x2"  # small size: batch 2, so m in {1, 2}
 
 
-def test_counts_are_powers_of_two_dividing_the_batch_up_to_twice_the_gpus():
+def test_counts_are_powers_of_two_dividing_the_batch_up_to_the_gpus_or_8():
     assert microbatch_counts(32, 4) == [1, 2, 4, 8]
-    assert microbatch_counts(32, 8) == [1, 2, 4, 8, 16]
+    assert microbatch_counts(32, 8) == [1, 2, 4, 8]
+    assert microbatch_counts(128, 16) == [1, 2, 4, 8, 16]
     assert microbatch_counts(20, 4) == [1, 2, 4]
     assert microbatch_counts(2, 4) == [1, 2]
     assert microbatch_counts(7, 2) == [1]
@@ -144,3 +145,49 @@ def test_microbatches_on_a_graph_file_is_refused(tmp_path):
         postplace.place(g, "k80x2", budget=8, microbatches=2)
     with pytest.raises(PostplaceError, match="traces the step again"):
         postplace.place(g, "k80x2", budget=8, microbatches="auto")
+
+
+def _cli_error(argv, capsys) -> str:
+    from postplace.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.argv", ["postplace", *argv])
+        with pytest.raises(SystemExit) as ex:
+            main()
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_larger_budget_in_one_line(answer, tmp_path,
+                                                                                              capsys):
+    import shutil
+
+    _, out = answer
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert "started with microbatches 'auto', not 2" in _cli_error(
+        ["place", "--resume", str(copy), "--microbatches", "2"], capsys)
+    assert "cannot be extended" in _cli_error(["place", "--resume", str(copy), "--budget", "500"], capsys)
+    plans = json.loads((copy / "plans.json").read_text())
+    plans["rounds"][1] = [1, 2]  # two counts kept where halving keeps one
+    (copy / "plans.json").write_text(json.dumps(plans))
+    assert "not the rounds of this run" in _cli_error(["place", "--resume", str(copy)], capsys)
+    (copy / "plans.json").write_bytes(b"\xff\xfe")
+    assert "plans.json: damaged" in _cli_error(["place", "--resume", str(copy)], capsys)
+
+
+def test_compare_on_a_zoo_model_simulates_data_parallelism_and_the_pipeline_over_m(tmp_path):
+    rep = postplace.compare(MODEL, CLUSTER, strategies="data-parallel,pipeline,single", budget=8, seeds=1,
+                            size="small", out=tmp_path / "cmp")  # fmt: skip
+    rows = {r["strategy"]: r for r in rep["rows"]}
+    g2, c = cached_graph(MODEL, "small", microbatches=2), load_cluster(CLUSTER)
+    assert rows["data-parallel"]["kind"] == "data-parallel (simulated)"
+    assert rows["data-parallel"]["best_step_time_s"] == pytest.approx(simulate_data_parallel(g2, c).step_time)
+    assert "m=2" in rows["data-parallel"]["note"]
+    from postplace.placers import place_pipeline
+
+    pipes = [float(Simulator(g, c).evaluate_ops(place_pipeline(g, c)[None]).step_time[0])
+             for g in (cached_graph(MODEL, "small"), g2)]
+    assert rows["pipeline"]["best_step_time_s"] == pytest.approx(min(pipes))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from postplace.cluster import load_cluster
-from postplace.compare import compare
+from postplace.comparison import compare
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.paper import PaperConfig, format_table, headline, reduction, run_paper

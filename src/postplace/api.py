@@ -33,6 +33,11 @@ from postplace.validate import make_folder
 __all__ = ["CANDIDATE_PLACERS", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
 
 CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
+QUADRATIC_PLACERS = ("m-etf", "m-sct")
+QUADRATIC_PLACER_MAX_OPS = 20_000
+"""Above this many ops m-ETF and m-SCT (ops x ready ops, and m-SCT's LP) take minutes: 20 s each on
+Inception-V3 at 16 micro-batches (17,693 ops) on 2 cores; they are left out with a note, as on the
+large micro-batch counts of big models, where the other candidates still run."""
 SETTINGS = "run.json"
 EVALUATORS = ("simulator", "torch")
 
@@ -266,7 +271,7 @@ def place(
     the same evaluator and under the same constraints, and returns the fastest feasible of them all
     (DESIGN.md section 4c). Where the step can be traced again (a zoo model, a module with
     ``targets``), this is done by default at every micro-batch count m = 1, 2, 4... dividing the batch
-    (up to twice the GPUs), the budget split by successive halving (:mod:`postplace.over_m`); the
+    (up to the number of GPUs or 8), the budget split by successive halving (:mod:`postplace.over_m`); the
     result names the m, the candidate and the plan (``summary["plan"]``, e.g. "data-parallel 4, 4
     micro-batches"). Every step time is for the same global batch.
 
@@ -347,7 +352,7 @@ def place(
     >>> r.search_best_step_time_s <= r.summary["single_device_step_time_s"]
     True
     """
-    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm, targets,
+    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm or ray, targets,
                               _batch_of(target, size, inputs))
     if m_mode == "auto":
         return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
@@ -362,6 +367,10 @@ def place(
                          exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
                          size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
     settings.update(microbatches=m_mode, microbatch_colocation=microbatch_colocation)
+    if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and (
+            evaluator != "simulator" or confirm or ray is not None):  # fmt: skip
+        settings["microbatch_note"] = ("one micro-batch count only: --evaluator torch, --confirm and --ray run one "
+                                       "search; m = 1 was placed (pin another with --microbatches M)")  # fmt: skip
     return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
                 confirm_k=confirm, ray=ray)  # fmt: skip
 
@@ -389,10 +398,10 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
             raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
                                  "or an nn.Module with targets=; a graph file is one traced step")  # fmt: skip
         if measured:
-            raise PostplaceError("--microbatches auto is searched in simulation: drop --evaluator torch / --confirm, "
-                                 "or pin a count with --microbatches M")  # fmt: skip
+            raise PostplaceError("--microbatches auto runs a search per count, in simulation: drop --evaluator "
+                                 "torch / --confirm / --ray, or pin a count with --microbatches M")  # fmt: skip
         return "auto"
-    _check_microbatches(microbatches, colocation, evaluator, confirm)
+    _check_microbatches(microbatches, colocation)
     if batch is not None and batch % int(microbatches):
         raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor "
                              "of it, or auto")  # fmt: skip
@@ -414,13 +423,17 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets)
     c, cluster_spec = _load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
-    targets_by_m = {1: first}
+    targets_by_m, skipped = {1: first}, {}
     for m in microbatch_counts(batch, gpus)[1:]:
-        targets_by_m[m] = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m,
-                                      microbatch_colocation=colocation, targets=targets)  # fmt: skip
+        try:
+            targets_by_m[m] = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m,
+                                          microbatch_colocation=colocation, targets=targets)  # fmt: skip
+        except PostplaceError as exc:  # e.g. batch norm over one sample per micro-batch: that m is left out
+            skipped[str(m)] = str(exc)
     settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
                          **kw)  # fmt: skip
     settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
+                    microbatch_skipped=skipped,
                     graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
     return _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
                        progress=progress)  # fmt: skip
@@ -681,7 +694,9 @@ def _measurer(settings: dict, tgt: Target, c, *, group_of_op=None):
         return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings["map_all_to"])
     spec = tgt.spec
     return TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=group_of_op,
-                                  device_map=settings["map_all_to"], graph=tgt.graph)  # fmt: skip
+                                  device_map=settings["map_all_to"], graph=tgt.graph,
+                                  microbatches=spec.get("microbatches", 1),
+                                  colocation=spec.get("microbatch_colocation", "none"))  # fmt: skip
 
 
 def warm_start_ops(spec: str, problem) -> np.ndarray:
@@ -792,15 +807,11 @@ def _plan(graph, c, placement, cost_model) -> str:
                                                                                        placement])
 
 
-def _check_microbatches(m, colocation: str, evaluator: str, confirm: int) -> None:
+def _check_microbatches(m, colocation: str) -> None:
     if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
         raise PostplaceError(f"--microbatches {m!r}: give a count (1, 2, 4...) or 'auto'")
     if colocation not in ("none", "module"):
         raise PostplaceError(f"--microbatch-colocation '{colocation}': use none or module")
-    if m > 1 and (evaluator != "simulator" or confirm):
-        raise PostplaceError("--microbatches above 1 is searched in simulation only for now: measuring a "
-                             "micro-batched placement (--evaluator torch, --confirm) is not wired yet; "
-                             "run it with `postplace train MODEL --microbatches m --placement FILE`")  # fmt: skip
 
 
 def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: str | None) -> None:
@@ -830,7 +841,8 @@ def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
         if tgt.spec.get("kind") != "zoo":
             raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
         factory = TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, group_of_op=gop,
-                                  device_map=settings["map_all_to"])  # fmt: skip
+                                  device_map=settings["map_all_to"], microbatches=tgt.spec.get("microbatches", 1),
+                                  colocation=tgt.spec.get("microbatch_colocation", "none"))  # fmt: skip
     else:
         factory = SimulatorFactory(problem.graph, c, group_of_op=gop, cost_model=problem.simulator.problem.cost_model)
     return RayEvaluator(factory, address=address)
@@ -846,7 +858,10 @@ def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: st
         from postplace.distributed import RayEvaluator, TorchZooFactory
 
         measurer = RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c,
-                                                device_map=settings["map_all_to"]), address=ray)  # fmt: skip
+                                                device_map=settings["map_all_to"],
+                                                microbatches=tgt.spec.get("microbatches", 1),
+                                                colocation=tgt.spec.get("microbatch_colocation", "none")),
+                                address=ray)  # fmt: skip
     else:
         measurer = _measurer(settings, tgt, c)
     try:
@@ -876,8 +891,8 @@ def search_candidate(problem, result) -> Candidate:
 
 def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
     """The warm start's own placement, data parallelism (a micro-batched graph: micro-batch k on GPU k,
-    judged OOM where the replicated state does not fit), the GPipe-style pipeline (best of 2, 4...
-    stages) and the memory-aware placers, each under the problem's pins and exclusions, judged by
+    judged OOM where the replicated state does not fit), the GPipe-style pipeline (the fastest of 2,
+    4... stages) and the memory-aware placers, each under the problem's pins and exclusions, judged by
     ``judge``; failed and OOM ones carry a note and no step time."""
     from postplace.placers import PlacementError
     from postplace.placers import place as run_placer
@@ -904,26 +919,16 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
                 named.append(("sharded data-parallel", dp.placement, ""))
             else:
                 named.append(("data-parallel", dp.placement, ""))
-    gpus = [d for d in range(c.num_devices) if c.devices[d].kind == "gpu" and allowed[:, d].any()]
     for name in CANDIDATE_PLACERS:
-        stage_counts = [s for s in (2, 4, 8, 16, 32) if s < len(gpus)] + [len(gpus)] if name == "pipeline" else [None]
-        options = []
-        for stages in stage_counts:
-            try:
-                kw = {"stages": stages} if stages is not None else {}
-                options.append((stages, run_placer(name, graph, c, cost_model=cm, allowed=allowed, **kw)))
-            except PlacementError as exc:
-                err = str(exc)
-        if not options:
-            named.append((name, None, err))
+        if name in QUADRATIC_PLACERS and graph.num_ops > QUADRATIC_PLACER_MAX_OPS:
+            named.append((name, None, f"skipped: {graph.num_ops} ops (its time grows with the square of the ops; "
+                                      f"it runs up to {QUADRATIC_PLACER_MAX_OPS})"))
             continue
-        if name == "pipeline" and len(options) > 1:
-            res = judge.evaluate_ops(np.stack([ops for _, ops in options]))
-            score = np.where(res.feasible, res.step_time, np.inf)
-            k = int(np.argmin(score))
-            named.append((name, options[k][1], ""))
+        try:
+            ops = run_placer(name, graph, c, cost_model=cm, allowed=allowed)
+        except PlacementError as exc:
+            named.append((name, None, str(exc)))
             continue
-        ops = options[0][1]
         if name == "single":
             name = "single:" + c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
         named.append((name, ops, ""))
@@ -981,31 +986,58 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
                     "peak_memory_bytes": "simulated", "busy_s": "simulated", "bytes_moved": "simulated"},
         "pins": settings["pins"], "exclude": settings["exclude"], "warm_start": settings["warm_start"],
         "map_all_to": settings["map_all_to"], "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
+        "target_spec": settings["target"], "microbatch_note": settings.get("microbatch_note"),
         "out": None if out is None else str(out),
     }  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ compare, apply
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
-            expert_split: str | None = None, size: str = "full", progress=None) -> dict:  # fmt: skip
+            expert_split: str | None = None, size: str = "full", progress=None,
+            microbatches: int = 1) -> dict:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     ``strategies``: a list of names or ``"all"`` / a comma-separated string. Search runs go to
     ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph, cluster, strategy,
     budget, seed and configuration all match. Writes ``out/compare.json`` and ``.csv``; returns the report.
+    ``microbatches``: compare on the step traced as that many micro-batches (a zoo model). For a zoo
+    model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch count
+    ``place`` weighs (their fastest that fits); for a graph file data parallelism is an analytic
+    estimate, labelled as one.
+
+    Examples
+    --------
+    >>> import postplace, tempfile
+    >>> rep = postplace.compare("gpt2", "k80x2", strategies="post,data-parallel", budget=48, seeds=1,
+    ...                         size="small", out=tempfile.mkdtemp())
+    >>> rows = {r["strategy"]: r for r in rep["rows"]}
+    >>> rows["data-parallel"]["kind"], "m=2" in rows["data-parallel"]["note"]
+    ('data-parallel (simulated)', True)
     """
-    from postplace.compare import compare as run_compare
-    from postplace.compare import parse_strategies
+    from postplace.comparison import compare as run_compare
+    from postplace.comparison import parse_strategies
 
     names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
     for label, v in (("budget", budget), ("seeds", seeds)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
             raise PostplaceError(f"--{label} {v!r}: give a positive integer")
-    tgt = load_target(target, size=size)
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...)")
+    batch = _batch_of(target, size, None)
+    if microbatches > 1 and batch is not None and batch % microbatches:
+        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
+                             "give a divisor of it")  # fmt: skip
+    tgt = load_target(target, size=size, microbatches=int(microbatches))
     c, _ = _load_cluster(cluster, tgt.graph)
+    retraced = None
+    if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
+        from postplace.over_m import microbatch_counts
+
+        gpus = sum(dv.kind == "gpu" for dv in c.devices)
+        retraced = {m: load_target(target, size=size, microbatches=m).graph for m in microbatch_counts(batch, gpus)}
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
-                         expert_split=expert_split)  # fmt: skip
+                         expert_split=expert_split, retraced=retraced)  # fmt: skip
     return {**report, "out": str(out)}
 
 
@@ -1033,10 +1065,13 @@ def apply(result: PlaceResult, model=None, *, device_map=None):
     from postplace.runtime.placed import apply as run_apply
 
     traced = result.traced
-    if traced is None and result.target_spec.get("kind") == "zoo":
-        from postplace.zoo import trace_model
+    ts = result.target_spec
+    if traced is None and ts.get("kind") == "zoo":
+        from postplace.runtime import apply_zoo
 
-        traced = trace_model(result.target_spec["name"], result.target_spec["size"])
+        return apply_zoo(ts["name"], ts["size"], result.placement, result.cluster,
+                         microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
+                         model=model, device_map=device_map)  # fmt: skip
     if traced is None:
         raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
                              "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip

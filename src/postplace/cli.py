@@ -258,6 +258,7 @@ def compare(
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
+    microbatches: Annotated[str, typer.Option("--microbatches", help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).")] = "1",
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
     import postplace.api as api
@@ -267,8 +268,11 @@ def compare(
             console.print(f"  running {name}...", highlight=False)
 
     try:
+        m = _microbatches(microbatches)
+        if m == "auto":
+            raise PostplaceError("compare --microbatches auto: compare runs one m; give a count (place weighs every m)")
         report = api.compare(target, cluster, strategies=strategies, budget=budget, seeds=seeds, out=out,
-                             expert_split=expert_split, size=size, progress=progress)  # fmt: skip
+                             expert_split=expert_split, size=size, progress=progress, microbatches=m)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}",
               file=sys.stderr)  # fmt: skip
@@ -295,7 +299,7 @@ def compare(
     console.print(t)
     single = report["single_device_step_time_s"]
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
-                  "* data parallelism splits the batch over the GPUs: a different kind of parallelism, not a placement",
+                  "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
                   highlight=False)
     console.print(f"wrote {out}/compare.json and compare.csv", highlight=False)
 
@@ -311,7 +315,7 @@ def train(
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
     optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
-    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (the placement is of that graph).")] = 1,
+    microbatches: Annotated[int | None, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (default: the m the placement file was made for).")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")] = "none",
 ) -> None:
     """Train a zoo model (random data) under a placement and print each step's measured time."""
@@ -473,7 +477,7 @@ def place(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
     ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
-    microbatches: Annotated[str | None, typer.Option("--microbatches", help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to 2x the GPUs) and answer over all; M pins the count.")] = None,
+    microbatches: Annotated[str | None, typer.Option("--microbatches", help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to the GPUs or 8) and answer over all; M pins the count.")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).")] = "none",
 ) -> None:
     """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
@@ -585,6 +589,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
         t.add_row(name, time_, ratio, note[:80])
     console.print(t)
+    if s.get("microbatch_note"):
+        console.print(f"note: {s['microbatch_note']}", highlight=False)
     if s.get("plan"):
         tried = ", ".join(f"m={m} {_ms(v)}" for m, v in (s.get("best_per_microbatches") or {}).items())
         console.print(f"plan: {s['plan']} ({s['returned']}); best per micro-batch count: {tried}", highlight=False)

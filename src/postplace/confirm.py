@@ -12,12 +12,14 @@ step time side by side and the Spearman rank correlation between the two (over t
 ran; NaN with fewer than 3).
 
 All placements here are op-level (a device id per op of the graph): the measuring evaluator must be
-built without a grouping (``group_of_op=None``).
+built without a grouping (``group_of_op=None``), on the same graph: for a step traced as m micro-batches,
+a measurer traced with the same m (``TorchEvaluator.for_zoo(..., microbatches=m, colocation=mode)``,
+``TorchZooFactory(..., microbatches=m, colocation=mode)``), which measures the whole accumulated step.
 
 Wiring ``place --confirm K --ray local|ADDRESS`` after the search (the CLI's part)::
 
     cands = candidates_from_run(out, simulator, k)          # or candidates_from_cache(state cache, ...)
-    factory = TorchZooFactory(model, size, cluster, device_map=map_all_to)
+    factory = TorchZooFactory(model, size, cluster, device_map=map_all_to, microbatches=m, colocation=mode)
     measurer = RayEvaluator(factory, address=ray) if ray else factory()
     result = confirm(simulator, measurer, cands)            # result.format() / result.to_dict()
 """
@@ -159,6 +161,16 @@ def confirm(simulator, measurer, candidates, *, single: bool = True, labels: lis
             seen[key] = len(rows_ops)
             rows_ops.append(p)
             names.append(labels[i] if labels else f"search #{i + 1}")
+    mg = getattr(measurer, "graph", None)
+    if mg is not None and tuple(mg.names) != tuple(simulator.graph.names):
+        from postplace.runtime.zoo_step import placement_microbatches
+
+        ms, mm = placement_microbatches(simulator.graph.names), placement_microbatches(mg.names)
+        raise PostplaceError(
+            f"confirm: the measuring evaluator runs graph '{mg.name}' ({mg.num_ops} ops, {mm} micro-batch(es)), "
+            f"the candidates are of '{simulator.graph.name}' ({num_ops} ops, {ms} micro-batch(es)); "
+            "build the measurer for the searched graph (same model, size and micro-batch count)"
+        )
     notes = []
     if single:
         try:

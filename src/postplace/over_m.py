@@ -2,7 +2,7 @@
 
 When the target can be traced again (a zoo model, a module with ``targets=``), ``place`` traces the
 step as m micro-batches for every m of :func:`microbatch_counts` (1, 2, 4... dividing the batch, up to
-twice the GPUs and at least 8) and, at every m, weighs the same candidates: the search's own best,
+the number of GPUs or 8, whichever is larger) and, at every m, weighs the same candidates: the search's own best,
 data parallelism, the GPipe-style pipeline and the one-shot placers (``api.oneshot_candidates``).
 The answer is the fastest feasible of all of them, over every m, so it is never slower than any.
 
@@ -33,9 +33,10 @@ PLANS = "plans.json"
 
 
 def microbatch_counts(batch: int, gpus: int) -> list[int]:
-    """Powers of two dividing ``batch``, up to ``max(8, 2 * gpus)``: enough for data parallelism over
-    every GPU and for a pipeline as deep as the GPUs with its bubble halved."""
-    cap = min(batch, max(8, 2 * gpus))
+    """Powers of two dividing ``batch``, up to ``max(8, gpus)``: data parallelism over every GPU, and
+    pipelines of up to 8 micro-batches on small machines. (Twice the GPUs would halve a deep
+    pipeline's bubble, but doubles the largest graph: 32 x Inception-V3 is 70,000 ops.)"""
+    cap = min(batch, max(8, gpus))
     out, m = [], 1
     while m <= cap:
         if batch % m == 0:
@@ -195,8 +196,10 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, Simulator):
     one = arms.get(1)
     single = next((c for c in (one.oneshot if one else []) if c.name.startswith("single:") and c.feasible), None)
     summary.update({
-        "graph": graph.name, "microbatches": arm.m, "microbatch_colocation": settings["microbatch_colocation"],
+        "graph": graph.name, "microbatches": arm.m, "target_spec": arm.target.spec,
+        "microbatch_colocation": settings["microbatch_colocation"],
         "microbatch_counts": sorted(arms), "halving_rounds": rounds,
+        "microbatch_skipped": settings.get("microbatch_skipped", {}),
         "search_microbatches": top.m if top.result is not None else None,
         "samples": sum(a.result.samples for a in arms.values() if a.result is not None),
         "samples_per_microbatches": {str(m): (a.result.samples if a.result else 0) for m, a in arms.items()},

@@ -4,7 +4,7 @@ Gao, Chen and Li (NeurIPS 2018) compare Post with its own ablations (cross-entro
 with policy gradient (REINFORCE) and the hierarchical planner (the RL state of the art then), and with
 hand-made placements, on Inception-V3, ResNet-50, RNNLM and NMT on one CPU plus 2 or 4 K80 GPUs, with
 about 2,400 sampled placements per search; they report up to 63.7% shorter training steps than the RL
-state of the art. :func:`run_paper` runs that grid here, one :func:`postplace.compare.compare` folder
+state of the art. :func:`run_paper` runs that grid here, one :func:`postplace.comparison.compare` folder
 per model x machine (so it resumes exactly as ``compare`` does: finished runs are read back, unfinished
 ones continue from their checkpoint), then writes the headline table (``paper.json``, ``paper.md``):
 Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine.
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from postplace.compare import PLACER_NAMES, compare
+from postplace.comparison import PLACER_NAMES, compare
 from postplace.errors import PostplaceError
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
@@ -103,6 +103,7 @@ def headline(report: dict, model: str, cluster: str) -> Headline:
     rivals["best heuristic"] = min(fits) if fits else None
     rivals["single"] = report.get("single_device_step_time_s")
     rivals["data-parallel"] = best("data-parallel")
+    rivals["pipeline"] = best("pipeline")
     hp_seeds = rows["hp"].get("seeds") if "hp" in rows else None
     return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals)
 
@@ -143,6 +144,19 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         if model not in graphs:
             graphs[model] = cached_graph(model, config.size)
         return graphs[model]
+
+    def retraced(model: str, cluster: str) -> dict:
+        """The step at every micro-batch count ``place`` weighs: the data-parallel and pipeline rows
+        are simulated on them (the search rows keep the paper's m = 1)."""
+        from postplace.over_m import microbatch_counts
+        from postplace.zoo import MODELS, spec
+
+        if model not in MODELS:
+            return None  # no step to trace again: data parallelism is the analytic estimate
+        batch = int(spec(model).config(config.size)["batch"])
+        gpus = sum(d.kind == "gpu" for d in clusters[cluster].devices)
+        return {k: graph(model) if k == 1 else cached_graph(model, config.size, microbatches=k)
+                for k in microbatch_counts(batch, gpus)}  # fmt: skip
 
     def tell(what: str) -> None:
         if progress:
@@ -186,10 +200,10 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         if collect:
             names, cfg = _finished(strategies, config, folder(m, c))
             missing[f"{m}-{c}"] = [s for s in strategies if s not in names]
-            rep = _assemble(graph(m), clusters[c], names, cfg, folder(m, c))
+            rep = _assemble(graph(m), clusters[c], names, cfg, folder(m, c), retraced(m, c))
         else:
             with _PairLock(folder(m, c), wait=True):
-                rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c))
+                rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c), retraced(m, c))
         reports[f"{m}-{c}"] = rep
         heads.append(headline(rep, m, c))
         done += 1
@@ -232,15 +246,17 @@ def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple
     return names, config
 
 
-def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path) -> dict:
+def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path,
+              retraced: dict | None) -> dict:
     """One pair's ``compare.json`` with every row: a single ``compare`` call where the planner has as
     many seeds and samples as the rest, else the planner's row (with its own seed count) merged into the others'."""
     same = config.planner_seeds == config.seeds and config.planner_budget == config.budget
     if "hp" not in strategies or same:  # else a shared call would find the planner's runs stale (other budget)
-        return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder)
+        return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder,
+                       retraced=retraced)  # fmt: skip
     hp = compare(graph, cluster, ["hp"], budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
     rest = [s for s in strategies if s != "hp"]
-    rep = compare(graph, cluster, rest, budget=config.budget, seeds=config.seeds, out=folder)
+    rep = compare(graph, cluster, rest, budget=config.budget, seeds=config.seeds, out=folder, retraced=retraced)
     rows = rep["rows"]
     rows.insert(strategies.index("hp"), hp["rows"][0])
     rep["hp_seeds"], rep["hp_budget_samples"] = config.planner_seeds, config.planner_budget
@@ -290,7 +306,7 @@ def _all_locked(pending: list, folder) -> bool:
 def _summary(heads: list[Headline]) -> dict:
     """Per rival: how many pairs Post beats it on, the median and the largest reduction."""
     out = {}
-    for rival in (*RIVALS, "best heuristic", "single", "data-parallel"):
+    for rival in (*RIVALS, "best heuristic", "single", "data-parallel", "pipeline"):
         vals = [h.reduction[rival] for h in heads if h.reduction.get(rival) is not None]
         if vals:
             out[rival] = {"pairs": len(vals), "post_faster": sum(v > 0 for v in vals),
@@ -305,7 +321,7 @@ def _pct(v: float | None) -> str:
 def format_table(data: dict) -> str:
     """The headline table as fixed-width text (also valid inside a Markdown code block)."""
     cfg = data["config"]
-    cols = [r for r in (*RIVALS, "best heuristic", "single", "data-parallel")
+    cols = [r for r in (*RIVALS, "best heuristic", "single", "data-parallel", "pipeline")
             if any(r in h["reduction"] for h in data["headline"])]  # fmt: skip
     lines = [
         f"Post's step-time reduction 1 - post/rival (median of {cfg['seeds']} seeds; {cfg['budget']} samples per "

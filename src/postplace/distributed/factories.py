@@ -40,7 +40,9 @@ class TorchZooFactory:
     """Builds :class:`postplace.runtime.evaluator.TorchEvaluator` for zoo model ``model`` at ``size``
     (traced in the actor, so only names travel). ``cluster``: a Cluster, preset name or file;
     ``device_map``: ``"cpu"`` (``--map-all-to cpu``) or logical name -> torch device; ``options``:
-    further keyword arguments of TorchEvaluator (``steps``, ``discard``, ``timeout``, ``threads``).
+    further keyword arguments of TorchEvaluator (``steps``, ``discard``, ``timeout``, ``threads``);
+    ``microbatches``/``colocation``: the step is traced as that many micro-batches (the placements are of
+    that graph; a measured step is the m micro-batches and one update).
 
     ``num_gpus`` is what each actor asks Ray for: the CUDA devices its logical devices map to (a
     ``k80x4`` placement needs 4 in one actor; Ray makes them ``cuda:0..3`` there), 0 when mapped to the
@@ -55,6 +57,8 @@ class TorchZooFactory:
     optimizer: str = "sgd"
     options: dict = field(default_factory=dict)
     gpus: float | None = None
+    microbatches: int = 1
+    colocation: str = "none"
 
     @property
     def num_gpus(self) -> float:
@@ -82,5 +86,7 @@ class TorchZooFactory:
             group_of_op=self.group_of_op,
             device_map=self.device_map,
             optimizer=self.optimizer,
+            microbatches=self.microbatches,
+            colocation=self.colocation,
             **self.options,
         )

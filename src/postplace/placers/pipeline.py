@@ -50,7 +50,7 @@ from postplace.placers._common import (
     units,
 )
 
-__all__ = ["pipeline_layers", "place_pipeline"]
+__all__ = ["pipeline_layers", "place_pipeline", "stage_counts"]
 
 _BLOCK = 256  # columns of the dynamic programme's (i, j) table computed at once
 
@@ -189,7 +189,8 @@ def place_pipeline(graph: OpGraph, cluster: Cluster, *, stages: int | None = Non
     ----------
     graph, cluster : OpGraph, Cluster
     stages : int, optional
-        Number of stages (default: one per device of ``devices``).
+        Number of stages (default: the fastest in the simulator of 2, 4, 8... stages below the number
+        of ``devices`` and one stage per device, fitting ones first: :func:`stage_counts`).
     devices : list of str or int, optional
         The stages' devices, stage s on ``devices[s]`` (default: the GPUs that the pins and exclusions
         leave usable, in device order, else every device); with ``stages`` < their number, the first
@@ -227,9 +228,26 @@ def place_pipeline(graph: OpGraph, cluster: Cluster, *, stages: int | None = Non
     [1, 1, 2, 2]
     """
     check_graph(graph, cluster, "pipeline", allowed)
-    n = graph.num_ops
     devs = _stage_devices(graph, cluster, devices, allowed)
-    S = len(devs) if stages is None else int(stages)
+    cost_model = cost_model or RooflineCostModel()
+    if stages is not None or len(devs) <= 2:
+        return _pipeline(graph, cluster, len(devs) if stages is None else stages, devs, cost_model, allowed)
+    options = [_pipeline(graph, cluster, s, devs, cost_model, allowed) for s in stage_counts(len(devs))]
+    from postplace.sim import Simulator
+
+    res = Simulator(graph, cluster, cost_model=cost_model).evaluate_ops(np.stack(options))
+    score = np.where(res.feasible, res.step_time, np.inf)
+    return options[int(np.argmin(score))] if np.isfinite(score).any() else options[-1]
+
+
+def stage_counts(devices: int) -> list[int]:
+    """The stage counts ``place_pipeline`` tries by default: 2, 4, 8... below ``devices``, and ``devices``."""
+    return [s for s in (2, 4, 8, 16, 32, 64) if s < devices] + [devices]
+
+
+def _pipeline(graph, cluster, stages, devs, cost_model, allowed) -> np.ndarray:
+    n = graph.num_ops
+    S = int(stages)
     if S < 1:
         raise PlacementError(f"pipeline: stages must be at least 1, not {stages}")
     if S > len(devs):
@@ -238,7 +256,6 @@ def place_pipeline(graph: OpGraph, cluster: Cluster, *, stages: int | None = Non
     devs = devs[:S]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    cost_model = cost_model or RooflineCostModel()
     table = np.array(cost_model.op_times(graph, cluster).table, dtype=np.float64)
     ok = allowed_matrix(graph, cluster, allowed)
     kind_ok = allowed_matrix(graph, cluster)

@@ -54,13 +54,33 @@ def _read_json(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------ graph and cluster
-def resolve_graph(record: dict, graph=None, size: str | None = None):
-    """The run's graph: the one given (an OpGraph, a file or a zoo name), the ``target`` recorded in
-    the summary, or a zoo graph whose name (``model-size``) the run recorded."""
+def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Path | None = None):
+    """The run's graph: the one given (an OpGraph, a file or a zoo name), the target the summary
+    records (``target_spec``: a zoo model at its micro-batch count, a file, or the ``graph.json`` a
+    module's run keeps), the ``target`` recorded, or a zoo graph whose name (``model-size``) the run
+    recorded."""
     from postplace.graph import OpGraph, load_graph
 
     if isinstance(graph, OpGraph):
         return graph
+    spec = record.get("target_spec")
+    if graph is None and isinstance(spec, dict):
+        m = record.get("microbatches", 1)
+        m = m if type(m) is int and m >= 1 else 1
+        kind = spec.get("kind")
+        if kind == "zoo" and isinstance(spec.get("name"), str) and isinstance(spec.get("size"), str):
+            from postplace.zoo import MODELS, SIZES, cached_graph
+
+            if spec["name"] in MODELS and spec["size"] in SIZES:
+                coloc = record.get("microbatch_colocation") if m > 1 else "none"
+                return cached_graph(spec["name"], spec["size"], microbatches=m,
+                                    colocation=coloc if coloc in ("none", "module") else "none")  # fmt: skip
+        if kind == "file" and isinstance(spec.get("path"), str) and Path(spec["path"]).is_file():
+            return load_graph(Path(spec["path"]))
+        if run_dir is not None:
+            for path in (run_dir / f"m{m}" / "graph.json", run_dir / "graph.json"):
+                if path.is_file():
+                    return load_graph(path)
     target = graph or record.get("target")
     size = size or record.get("size")
     if target is None:
@@ -349,7 +369,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     from postplace.cluster.placement import load_placement
 
     s = _read_json(run_dir / "summary.json")
-    g = resolve_graph(s, graph, size)
+    g = resolve_graph(s, graph, size, run_dir)
     c = resolve_cluster_for(s, g, cluster)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
@@ -357,15 +377,29 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
     ops = load_placement(run_dir / "placement.json", g, c)
     schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
-    history = read_history(run_dir / "history.jsonl")
     strategy = s.get("strategy", NOT_RECORDED)
-    curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0), "history": history,
-                                          "wall_time_s": s.get("wall_time_s"),
-                                          "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
+    counts = s.get("microbatch_counts")
+    if isinstance(counts, list) and all(type(m) is int for m in counts):  # one search per micro-batch count
+        curves = [curve_info(f"{strategy} m={m}", [{"seed": s.get("seed", 0),
+                                                     "history": read_history(run_dir / f"m{m}" / "history.jsonl"),
+                                                     "wall_time_s": None,
+                                                     "timing": read_timing(run_dir / f"m{m}" / TIMING)}])
+                  for m in counts if (run_dir / f"m{m}" / "history.jsonl").exists()]  # fmt: skip
+    else:
+        curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0),
+                                              "history": read_history(run_dir / "history.jsonl"),
+                                              "wall_time_s": s.get("wall_time_s"),
+                                              "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
     bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s")},
             {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s")},
             {"label": f"single device ({_get(s, 'single_device')})", "kind": "single",
              "best_s": s.get("single_device_step_time_s")}]  # fmt: skip
+    cands = s.get("candidates") if isinstance(s.get("candidates"), dict) else {}
+    for label, kind in (("data-parallel", "data-parallel"), ("pipeline", "placer")):
+        vals = {k: v for k, v in cands.items() if k.split(" @")[0] == label and isinstance(v, int | float)}
+        if vals:
+            k = min(vals, key=vals.get)
+            bars.append({"label": k, "kind": kind, "best_s": vals[k]})
     from postplace.search import make_problem
 
     groups = s.get("groups")
@@ -388,7 +422,8 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
                                      "lower_bound_s", "ratio_to_lower_bound", "ratio_to_single_device", "samples",
                                      "feasible_samples")}  # fmt: skip
     data = {
-        "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {_get(s, 'samples')} samples",
+        "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {_get(s, 'samples')} samples"
+                                  + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),
         "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars,
         "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": s.get("lower_bound_s")},
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),

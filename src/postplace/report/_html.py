@@ -26,7 +26,8 @@ FIGURE_TEXT = {
     "curves_wall": ("Learning curves against wall time", "One line per seed; log time axis."),
     "bars": ("Best step time per strategy",
              "Search rows: median over seeds with the min-max range; hatched: one-shot placers (//) and data "
-             "parallelism (xx, a different kind of parallelism, not a placement)."),
+             "parallelism (xx: micro-batch k on GPU k, simulated where the model can be traced again, else an "
+             "analytic estimate)."),
     "gantt": ("Schedule of the returned placement (simulated)",
               "One lane per device (ops coloured by phase) and one per port or link that carried a transfer "
               "(coloured by the phase of the op that produced the tensor)."),

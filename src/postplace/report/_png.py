@@ -146,7 +146,8 @@ def bar_chart(data: dict, folder: Path) -> dict:
 
     handles = [Patch(facecolor=KIND_STYLE[k][0], hatch=KIND_STYLE[k][1], edgecolor="black", label=label)
                for k, label in (("search", "search (median, range over seeds)"), ("placer", "one-shot placer"),
-                                ("data-parallel", "* data parallelism (not a placement)"), ("returned", "returned"))
+                                ("data-parallel", "* data parallelism (micro-batch k on GPU k)"),
+                                ("returned", "returned"))
                if any(b["kind"] == k for b in bars)]  # fmt: skip
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="lower right")
     ax.set_xlabel("best step time (ms)")

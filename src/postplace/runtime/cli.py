@@ -85,7 +85,7 @@ def cmd_train(
     optimizer: str = "sgd",
     seed: int = 0,
     threads: int | None = None,
-    microbatches: int = 1,
+    microbatches: int | None = None,
     colocation: str = "none",
 ) -> str:
     """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
@@ -100,7 +100,9 @@ def cmd_train(
     ``cpu -> cpu``, ``gpuK -> cuda:K``; ``threads``: torch's CPU threads for the run (default: as they
     are; on a machine shared with other jobs, 1 avoids threads waiting on each other at every small op);
     ``microbatches``/``colocation``: run the step traced as that many micro-batches (gradient
-    accumulation; the placement is of that graph, e.g. from ``postplace graph MODEL --microbatches m``).
+    accumulation; the placement is of that graph, e.g. from ``postplace graph MODEL --microbatches m`` or
+    a ``postplace place`` run over several m). ``microbatches=None``: as the placement file's op names
+    say (``mb0_...mb{m-1}_`` copies: m; none: 1); a count that disagrees with the file is one error line.
     """
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
@@ -119,14 +121,31 @@ def cmd_train(
         torch.set_num_threads(saved)
 
 
-def _train(model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, mb=1, coloc="none") -> str:
+def _file_microbatches(spec: str, mb: int | None) -> tuple[int, bool]:
+    """The micro-batch count to trace: ``mb`` checked against a placement file's op names, or read from
+    them when ``mb`` is None; and whether it was read from the file."""
+    from postplace.graph.opgraph import read_json
+    from postplace.runtime.zoo_step import check_placement_microbatches
+
+    if mb is not None and (isinstance(mb, bool) or mb < 1):
+        raise PostplaceError(f"--microbatches {mb}: give at least 1")
+    if spec.startswith("single:") or not Path(spec).is_file():
+        return (1 if mb is None else mb), False  # a missing file is reported where it is read
+    mapping = read_json(spec)
+    if not isinstance(mapping, dict):
+        raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+    return check_placement_microbatches(mapping, mb, spec), mb is None
+
+
+def _train(
+    model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, mb=None, coloc="none"
+) -> str:
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
-    from postplace.zoo import trace_model
+    from postplace.runtime.zoo_step import trace_zoo_step
 
     c = load_cluster(cluster) if cluster else None
-    if mb < 1:
-        raise PostplaceError(f"--microbatches {mb}: give at least 1")
+    mb, inferred = _file_microbatches(placement, mb)
     if map_all_to is not None:
         dmap = map_all_to
     else:
@@ -136,7 +155,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
                 raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
             k, v = entry.split("=", 1)
             dmap[k.strip()] = v.strip()
-    traced = trace_model(model, size, optimizer, microbatches=mb, colocation=coloc)
+    traced = trace_zoo_step(model, size, microbatches=mb, colocation=coloc, optimizer=optimizer)
     graph = traced.graph
     dev, names = _placement(placement, graph, c, mapped=True if map_all_to is not None else set(dmap))
     try:
@@ -150,8 +169,11 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, optim
         + ", ".join(f"{n} {k} ops" for n, k in step.summary["ops_per_device"].items())
         + f"; {step.summary['transfers']} transfer nodes ({step.summary['transfer_bytes'] / 2**20:.2f} MiB per step)",
         f"devices: {where}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads",
-        f"{'step':>5} {'loss':>10} {'time ms':>10}",
     ]
+    if mb > 1:
+        src = " (read from the placement's op names)" if inferred else ""
+        lines.append(f"each step: {mb} micro-batches{src}, gradients accumulated, one {optimizer} update")
+    lines.append(f"{'step':>5} {'loss':>10} {'time ms':>10}")
     times = []
     try:
         for k in range(steps):

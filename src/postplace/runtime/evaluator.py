@@ -4,6 +4,8 @@ The protocol is the hierarchical planner's (Mirhoseini et al., ICLR 2018): run `
 (default 10), discard the first ``discard`` (default 5) as warm-up, report the median of the rest.
 Every placement starts from the same parameters and zero optimizer state (each gets its own
 :class:`~postplace.runtime.placed.PlacedStep`), so results do not depend on the order of evaluation.
+A step traced as m micro-batches (``for_zoo(..., microbatches=m)``) is measured whole: one timed step
+is the m micro-batches' forward and backward passes and the one update (``extra["microbatches"]``).
 
 Failures never stop a batch:
 
@@ -94,22 +96,54 @@ class TorchEvaluator:
         device_map: str | Mapping[str, str] | None = None,
         optimizer: str = "sgd",
         graph=None,
+        microbatches: int | None = None,
+        colocation: str | None = None,
         **kwargs,
     ) -> TorchEvaluator:
         """Trace zoo model ``name`` at ``size`` and evaluate on ``cluster`` (a Cluster, preset name or
-        file). ``graph``: the OpGraph the search places; it must be the one traced now (same op names)."""
+        file). ``microbatches``/``colocation``: trace the step as that many micro-batches (gradient
+        accumulation; a measured step is the whole accumulated step: m micro-batches and one update);
+        default: as ``graph`` records them, else 1 and ``"none"``. ``graph``: the OpGraph the search
+        places; it must be the one traced now (same op names, same micro-batch count)."""
         from postplace.cluster import load_cluster
-        from postplace.zoo import trace_model
+        from postplace.runtime.zoo_step import trace_zoo_step
 
-        traced = trace_model(name, size, optimizer)
-        if graph is not None and tuple(graph.names) != tuple(traced.graph.names):
+        meta = dict(getattr(graph, "metadata", None) or {}) if graph is not None else {}
+        recorded = meta.get("microbatches")
+        if graph is not None and recorded is None:
+            from postplace.runtime.zoo_step import placement_microbatches
+
+            recorded = placement_microbatches(graph.names)
+        if microbatches is None:
+            microbatches = int(recorded) if recorded is not None else 1
+        elif recorded is not None and int(recorded) != microbatches:
             raise PostplaceError(
-                f"graph '{graph.name}' does not match zoo model '{name}' ({size}) as traced now; "
+                f"graph '{graph.name}' is a step of {recorded} micro-batch(es), but microbatches={microbatches} "
+                "was asked for; give the graph's micro-batch count"
+            )
+        rec_mode = meta.get("microbatch_colocation") if microbatches > 1 else None
+        if colocation is None:
+            colocation = str(rec_mode or "none") if microbatches > 1 else "none"
+        elif rec_mode is not None and colocation != rec_mode:
+            raise PostplaceError(
+                f"graph '{graph.name}' was traced with micro-batch colocation '{rec_mode}', but colocation="
+                f"'{colocation}' was asked for; give the graph's mode"
+            )
+        traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer)
+        if graph is not None and tuple(graph.names) != tuple(traced.graph.names):
+            mb = f" as {microbatches} micro-batches" if microbatches > 1 else ""
+            raise PostplaceError(
+                f"graph '{graph.name}' does not match zoo model '{name}' ({size}) as traced now{mb}; "
                 "re-create it with `postplace graph`"
             )
         if isinstance(cluster, str):
             cluster = load_cluster(cluster)
         return cls(traced, cluster, group_of_op=group_of_op, device_map=device_map, **kwargs)
+
+    @property
+    def microbatches(self) -> int:
+        """How many micro-batches one measured step runs (before its one update)."""
+        return int(getattr(self.traced, "microbatches", 1))
 
     @property
     def failure_step_time(self) -> float:
@@ -170,7 +204,12 @@ class TorchEvaluator:
                 gc.collect()
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-        extra = {"step_times": all_times, "peak_mem_measured": self._peak_measured(), "devices": self._devices()}
+        extra = {
+            "step_times": all_times,
+            "peak_mem_measured": self._peak_measured(),
+            "devices": self._devices(),
+            "microbatches": self.microbatches,
+        }
         return EvalResult(step, peak, oom, failed, reasons, self.name, extra=extra)
 
     def _devices(self) -> dict[str, str]:

@@ -357,6 +357,18 @@ FLAG_CASES = [
     (["paper", "--quick", "--collect", "--out", "no/such/paper"], True),
     (["clusters", "--json"], False),
     (["models"], False),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "2"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "auto"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "0"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "two"], True),
+    (["place", "gpt2", "--size", "small", "--cluster", CLUSTER, "--budget", "4", "--microbatches", "3"], True),
+    (["place", "gpt2", "--size", "small", "--cluster", CLUSTER, "--budget", "4", "--microbatch-colocation", "x"],
+     True),
+    (["place", "gpt2", "--size", "small", "--cluster", CLUSTER, "--budget", "4", "--pin", "nothing_is_this=gpu0"],
+     True),
+    (["compare", "gpt2", "--size", "small", "--cluster", CLUSTER, "--budget", "4", "--microbatches", "3"], True),
+    (["compare", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "2"], True),
+    (["compare", GRAPH, "--cluster", CLUSTER, "--budget", "4", "--microbatches", "auto"], True),
 ]
 
 

@@ -38,7 +38,7 @@ from postplace.search.runner import (
 from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
-PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "metis", "heft", "m-topo", "m-etf", "m-sct")
+PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
 SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post")
 ALL = PLACER_NAMES + SEARCH_NAMES
 
@@ -46,7 +46,7 @@ ALL = PLACER_NAMES + SEARCH_NAMES
 @dataclass
 class Row:
     strategy: str
-    kind: str  # "placer", "search", or "data-parallel (not a placement)"
+    kind: str  # "placer", "search", "data-parallel (simulated)" or "data-parallel (estimate)"
     best_step_time_s: float | None  # median over seeds for a search
     min_step_time_s: float | None = None
     max_step_time_s: float | None = None
@@ -70,8 +70,15 @@ def parse_strategies(text: str) -> list[str]:
 
 
 def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: int, seeds: int, out: Path,
-            progress=None, expert_split: str | None = None) -> dict:  # fmt: skip
-    """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report."""
+            progress=None, expert_split: str | None = None, retraced: dict | None = None) -> dict:  # fmt: skip
+    """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report.
+
+    ``retraced``: ``{m: OpGraph}``, the same step traced as m micro-batches, where the target can be
+    traced again. Then the ``data-parallel`` and ``pipeline`` rows are what a user would run: data
+    parallelism simulated as a placement of those graphs (micro-batch k on GPU k, OOM where the
+    replicated state does not fit) and the GPipe-style pipeline, each at its fastest m. Without them
+    (a graph file), ``data-parallel`` is the analytic estimate, labelled as one, and ``pipeline`` the
+    layer split of ``graph`` itself."""
     out = make_folder(out)
     problem = make_problem(graph, cluster)
     sim = problem.simulator
@@ -82,7 +89,11 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
         if progress:
             progress(name)
         t = time.perf_counter()
-        if name == "data-parallel":
+        if name == "data-parallel" and retraced:
+            rows.append(_yardstick_row("data-parallel", retraced, cluster))
+        elif name == "pipeline" and retraced:
+            rows.append(_yardstick_row("pipeline", retraced, cluster))
+        elif name == "data-parallel":
             rows.append(_data_parallel_row(graph, cluster))
         elif name in PLACER_NAMES:
             rows.append(_placer_row(name, graph, cluster, sim, expert_split))
@@ -140,17 +151,58 @@ def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
     return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()), wall_time_s=wall)
 
 
+def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
+    """Data parallelism or the pipeline at every m of ``retraced``, simulated; the fastest that fits."""
+    from postplace.placers import PlacementError, place_pipeline, simulate_data_parallel
+    from postplace.sim import Simulator
+
+    t = time.perf_counter()
+    best, notes = None, []
+    for m, g in sorted(retraced.items()):
+        sim = Simulator(g, cluster)
+        try:
+            if name == "data-parallel":
+                if m == 1:
+                    continue
+                dp = simulate_data_parallel(g, cluster)
+                ops, oom, peak = dp.placement, dp.oom, float(np.max(dp.peak_mem))
+            else:
+                ops = place_pipeline(g, cluster)
+                oom, peak = None, None
+        except PlacementError as exc:
+            notes.append(f"m={m}: {exc}")
+            continue
+        res = sim.evaluate_ops(ops[None])
+        oom = bool(res.oom[0]) if oom is None else oom
+        peak = float(res.peak_mem[0].max()) if peak is None else peak
+        if res.failed[0] or oom:
+            notes.append(f"m={m}: OOM" if oom else f"m={m}: {res.reasons[0]}")
+            continue
+        step = float(res.step_time[0])
+        if best is None or step < best[0]:
+            best = (step, m, peak)
+    kind = "data-parallel (simulated)" if name == "data-parallel" else "placer"
+    wall = time.perf_counter() - t
+    if best is None:
+        return Row(name, kind, None, oom_count=1, wall_time_s=wall,
+                   note="does not fit at any micro-batch count: " + "; ".join(notes))  # fmt: skip
+    step, m, peak = best
+    what = "micro-batch k on GPU k, replicated state" if name == "data-parallel" else "GPipe-style stages"
+    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall,
+               note=f"fastest at m={m} of {sorted(retraced)} ({what}), simulated")  # fmt: skip
+
+
 def _data_parallel_row(graph, cluster) -> Row:
     from postplace.placers import PlacementError, data_parallel_step_time
 
     try:
         r = data_parallel_step_time(graph, cluster)
     except PlacementError as exc:
-        return Row("data-parallel", "data-parallel (not a placement)", None, note=str(exc))
-    return Row("data-parallel", r.kind, r.step_time, r.step_time, r.step_time,
+        return Row("data-parallel", "data-parallel (estimate)", None, note=str(exc))
+    return Row("data-parallel", "data-parallel (estimate)", r.step_time, r.step_time, r.step_time,
                peak_memory_bytes=float(np.max(r.peak_mem)), oom_count=int(r.oom),
-               note=f"all-reduce {r.allreduce_time * 1e3:.2f} ms of {r.gradient_bytes / 1e6:.1f} MB "
-                    f"({r.gradient_source})")  # fmt: skip
+               note=f"analytic estimate (the graph cannot be traced again): all-reduce {r.allreduce_time * 1e3:.2f} "
+                    f"ms of {r.gradient_bytes / 1e6:.1f} MB ({r.gradient_source})")  # fmt: skip
 
 
 def run_key(graph, cluster, strategy, budget: int, seed: int) -> dict:

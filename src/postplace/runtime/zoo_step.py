@@ -1,0 +1,121 @@
+"""Placed steps of zoo models, traced as m micro-batches or one: what ``apply``, ``train`` and the
+measuring evaluator share.
+
+A placement of a step traced as m micro-batches (gradient accumulation: m forward + backward passes of
+loss / m, one update) names the ops of that graph: micro-batch k's copies of the forward and backward
+ops are called ``mb{k}_<name>``, the shared ops (parameters, buffers, optimizer state, the gradient
+sums and the update) keep their names. :func:`placement_microbatches` reads m back from those names
+(so a ``placement.json`` needs no header), :func:`check_placement_microbatches` turns a mismatch with
+the m asked for into one error line, and :func:`apply_zoo` traces a zoo model with the placement's m
+and builds its :class:`~postplace.runtime.placed.PlacedStep`; one call of that step runs the whole
+accumulated step (m micro-batches, one update).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+__all__ = ["apply_zoo", "check_placement_microbatches", "placement_microbatches", "trace_zoo_step"]
+
+_MB = re.compile(r"mb(\d+)_")
+
+
+def placement_microbatches(op_names: Iterable[str]) -> int:
+    """The micro-batch count the op names imply: 1 + the largest k of an ``mb{k}_`` prefix, 1 when no
+    name has one (a step traced as one micro-batch)."""
+    ks = [int(m.group(1)) for n in op_names if (m := _MB.match(n))]
+    return max(ks) + 1 if ks else 1
+
+
+def _describe(m: int) -> str:
+    if m == 1:
+        return "a step traced as one micro-batch (no mb0_... op names)"
+    return f"a step traced as {m} micro-batches (op names mb0_...mb{m - 1}_)"
+
+
+def check_placement_microbatches(op_names: Iterable[str], microbatches: int | None, source: str,
+                                 flag: str = "--microbatches") -> int:  # fmt: skip
+    """The micro-batch count of a placement's op names, checked against ``microbatches`` (None: any);
+    a mismatch is one :class:`PostplaceError` line that names both counts."""
+    found = placement_microbatches(op_names)
+    if microbatches is not None and found != microbatches:
+        raise PostplaceError(
+            f"{source} is a placement of {_describe(found)}, but {flag} {microbatches} was asked for; "
+            f"give {flag} {found}"
+        )
+    return found
+
+
+def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: str = "none",
+                   optimizer: str = "sgd", batch: int | None = None):  # fmt: skip
+    """:func:`postplace.zoo.trace_model` with the micro-batch request checked first (one-line errors)."""
+    from postplace.zoo import trace_model
+
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise PostplaceError(f"microbatches {microbatches!r}: give a count of 1 or more")
+    if colocation not in ("none", "module"):
+        raise PostplaceError(f"micro-batch colocation '{colocation}': use none or module")
+    return trace_model(name, size, optimizer, microbatches=int(microbatches), colocation=colocation, batch=batch)
+
+
+def apply_zoo(
+    name: str,
+    size: str,
+    placement,
+    cluster,
+    *,
+    microbatches: int = 1,
+    colocation: str = "none",
+    model=None,
+    device_map: str | Mapping[str, str] | None = None,
+    optimizer: str = "sgd",
+    batch: int | None = None,
+):
+    """The placed training step of zoo model ``name`` at ``size``, traced as ``microbatches`` micro-batches.
+
+    Args:
+        placement: op-level device ids ``int[num_ops]`` of that graph, or ``{op name: device name}``
+            (with a :class:`~postplace.cluster.Cluster`, a partial mapping is completed through
+            colocation and checked against the cluster's rules, as ``placement.json`` is read).
+        cluster: a Cluster, a preset name or cluster file, or a list of logical device names.
+        microbatches, colocation: how the placed graph was traced (a result's ``target_spec``
+            ``microbatches`` / ``microbatch_colocation``); a placement of another m is one error line.
+        model: the module whose parameters and buffers the step starts from (default: the freshly built
+            zoo model); it must have the zoo model's parameters.
+        device_map: logical device -> torch device; ``"cpu"`` runs every device on the CPU.
+        optimizer, batch: as for :func:`postplace.zoo.trace_model`.
+
+    Returns:
+        A :class:`~postplace.runtime.placed.PlacedStep`; each call runs the m micro-batches and one update.
+    """
+    from postplace.runtime.placed import apply
+
+    if isinstance(cluster, str):
+        from postplace.cluster import load_cluster
+
+        cluster = load_cluster(cluster)
+    what = f"placement for {name} ({size})"
+    if isinstance(placement, Mapping):
+        check_placement_microbatches(placement, microbatches, what, "microbatches")
+    traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer,
+                            batch=batch)  # fmt: skip
+    g = traced.graph
+    if isinstance(placement, Mapping):
+        if hasattr(cluster, "device_names"):
+            from postplace.cluster.placement import from_mapping
+
+            placement = from_mapping(g, cluster, dict(placement), source=what)
+    else:
+        placement = np.asarray(placement, dtype=np.int64).reshape(-1)
+        if placement.shape[0] != g.num_ops:
+            raise PostplaceError(
+                f"{what} has {placement.shape[0]} entries, but the step traced as {microbatches} micro-batch"
+                f"{'es' if microbatches != 1 else ''} has {g.num_ops} ops; give the micro-batch count the "
+                "placement was made for (a result's target_spec['microbatches'])"
+            )
+    return apply(model if model is not None else traced.model, traced, placement, cluster, device_map=device_map)
