@@ -14,7 +14,7 @@ run instead, each simulated on the same kind of graph:
 * ``single``: the fastest single device that fits; ``LB``: the m = 1 graph's lower bound.
 
 Medians over seeds (the one-shot rows do not depend on the seed). ``ok`` says whether the answer is at
-or below min(DP, pipe, placers) on every seed. ``gpt2-b32`` is GPT-2 at batch 32 (a module target,
+or below min(DP, pipe, placers) on every seed. ``gpt2-b64`` is GPT-2 at batch 64 (a module target,
 traced again by ``place``), where data parallelism does not fit 12 GB K80 dies.
 
     OMP_NUM_THREADS=1 python benchmarks/parallel_plans.py [--models resnet50,gpt2] [--clusters k80x4,dgx8]
@@ -46,10 +46,10 @@ def best_of(cands: dict, prefix: tuple[str, ...]) -> float:
 
 def target(model: str):
     """(target, keyword arguments of place) for a model name of this benchmark."""
-    if model == "gpt2-b32":
+    if model == "gpt2-b64":
         from postplace import zoo
 
-        net, inputs, loss = zoo.build("gpt2", "full", batch=32, init=False)
+        net, inputs, loss = zoo.build("gpt2", "full", batch=64, init=False)
         return net, {"inputs": inputs, "loss_fn": loss.fn, "targets": loss.targets}
     return model, {}
 
@@ -84,7 +84,7 @@ def row(model: str, cluster: str, budget: int, seeds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="inception_v3,resnet50,rnnlm,nmt2,nmt4,gpt2,gpt2-b32")
+    ap.add_argument("--models", default="inception_v3,resnet50,rnnlm,nmt2,nmt4,gpt2,gpt2-b64")
     ap.add_argument("--clusters", default="k80x2,k80x4,dgx8,dgx8x2,mixed")
     ap.add_argument("--budget", type=int, default=2400)
     ap.add_argument("--seeds", type=int, default=3)
@@ -96,7 +96,7 @@ def main() -> None:
           flush=True)  # fmt: skip
     for model in args.models.split(","):
         for cluster in args.clusters.split(","):
-            if model == "gpt2-b32" and cluster != "k80x4":
+            if model == "gpt2-b64" and cluster != "k80x4":
                 continue
             try:
                 r = row(model, cluster, args.budget, args.seeds)

@@ -191,3 +191,19 @@ def test_compare_on_a_zoo_model_simulates_data_parallelism_and_the_pipeline_over
     pipes = [float(Simulator(g, c).evaluate_ops(place_pipeline(g, c)[None]).step_time[0])
              for g in (cached_graph(MODEL, "small"), g2)]
     assert rows["pipeline"]["best_step_time_s"] == pytest.approx(min(pipes))
+
+
+def test_compare_and_place_folders_record_their_target_so_report_needs_no_flags(tmp_path):
+    from postplace.report import write_report
+
+    g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
+    g.save(tmp_path / "tiny.json")
+    postplace.compare(str(tmp_path / "tiny.json"), "k80x2", strategies="single,random", budget=8, seeds=1,
+                      out=tmp_path / "cmp")  # fmt: skip
+    postplace.place(g, "k80x2", budget=8, groups=None, out=tmp_path / "py")  # written from Python
+    postplace.compare(MODEL, CLUSTER, strategies="single,pipeline", budget=8, seeds=1, size="small",
+                      microbatches=2, out=tmp_path / "cmp2")  # fmt: skip
+    for folder in ("cmp", "py", "cmp2"):
+        assert write_report(tmp_path / folder).exists()
+    rep = json.loads((tmp_path / "cmp2" / "compare.json").read_text())
+    assert rep["graph"].endswith("mb2-none") and rep["target_spec"]["microbatches"] == 2

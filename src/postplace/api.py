@@ -1037,7 +1037,9 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
         retraced = {m: load_target(target, size=size, microbatches=m).graph for m in microbatch_counts(batch, gpus)}
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
-                         expert_split=expert_split, retraced=retraced)  # fmt: skip
+                         expert_split=expert_split, retraced=retraced, target_spec=tgt.spec)  # fmt: skip
+    if tgt.spec["kind"] in ("graph", "module"):  # kept beside the report, which draws the folder from it
+        tgt.graph.save(out / "graph.json")
     return {**report, "out": str(out)}
 
 

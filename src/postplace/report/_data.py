@@ -72,7 +72,7 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
             from postplace.zoo import MODELS, SIZES, cached_graph
 
             if spec["name"] in MODELS and spec["size"] in SIZES:
-                coloc = record.get("microbatch_colocation") if m > 1 else "none"
+                coloc = (record.get("microbatch_colocation") or spec.get("microbatch_colocation")) if m > 1 else "none"
                 return cached_graph(spec["name"], spec["size"], microbatches=m,
                                     colocation=coloc if coloc in ("none", "module") else "none")  # fmt: skip
         if kind == "file" and isinstance(spec.get("path"), str) and Path(spec["path"]).is_file():
@@ -436,7 +436,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
     from postplace.search.runner import TIMING, read_history, read_timing
 
     rep = _read_json(run_dir / "compare.json")
-    g = resolve_graph(rep, graph, size)
+    g = resolve_graph(rep, graph, size, run_dir)
     c = resolve_cluster_for(rep, g, cluster)
     rows = rep.get("rows", [])
     problem = make_problem(g, c)
