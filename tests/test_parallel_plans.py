@@ -119,7 +119,9 @@ def test_an_interrupted_run_resumes_to_the_same_answer(answer, tmp_path, monkeyp
         ({"microbatches": 3, "size": "full"}, "--microbatches 3 does not divide the batch of 8"),
         ({"microbatches": 2, "pins": ["nothing_is_called_this=gpu0"]}, "no op name matches"),
         ({"pins": ["nothing_is_called_this=gpu0"]}, "at 1 micro-batch: --pin"),
-        ({"warm_start": "WARM"}, "at 2 micro-batches: .*not in graph"),
+        ({"exclude": ["gpu9"]}, "at 1 micro-batch: .*no device 'gpu9'"),
+        ({"budget": 3}, "needs at least 4 samples"),
+        ({"warm_start": "WARM"}, "at 1 micro-batch: .*m1.json: placement splits a colocation set"),
     ],
 )
 def test_bad_input_is_one_line_before_any_search(kwargs, message, tmp_path, monkeypatch):
@@ -129,14 +131,18 @@ def test_bad_input_is_one_line_before_any_search(kwargs, message, tmp_path, monk
         raise AssertionError("a search ran")
 
     monkeypatch.setattr(search, "run", no_search)
-    if kwargs.get("warm_start") == "WARM":  # a placement of the m = 1 graph, given to a run over m
+    if kwargs.get("warm_start") == "WARM":  # an m = 1 placement that is invalid: refused before any search
         g1 = cached_graph(MODEL, "small")
+        doc = dict.fromkeys(g1.names, "gpu0")
+        doc[g1.names[-1]] = "gpu1"  # the last update op away from its parameter: a split colocation set
         path = tmp_path / "m1.json"
-        path.write_text(json.dumps(dict.fromkeys(g1.names, "gpu0")))
+        path.write_text(json.dumps(doc))
         kwargs = {**kwargs, "warm_start": str(path)}
-    kwargs = {"size": "small", **kwargs}
+    kwargs = {"size": "small", "budget": 48, **kwargs}
+    out = tmp_path / "run"
     with pytest.raises(PostplaceError, match=message):
-        postplace.place(MODEL, CLUSTER, budget=48, groups=32, **kwargs)
+        postplace.place(MODEL, CLUSTER, groups=32, out=out, **kwargs)
+    assert not out.exists()  # a bad flag writes nothing: the same command, corrected, starts afresh
 
 
 def test_microbatches_on_a_graph_file_is_refused(tmp_path):
@@ -207,3 +213,51 @@ def test_compare_and_place_folders_record_their_target_so_report_needs_no_flags(
         assert write_report(tmp_path / folder).exists()
     rep = json.loads((tmp_path / "cmp2" / "compare.json").read_text())
     assert rep["graph"].endswith("mb2-none") and rep["target_spec"]["microbatches"] == 2
+
+
+def test_a_warm_start_made_at_m_1_is_mapped_to_every_micro_batch_copy(tmp_path):
+    g1 = cached_graph(MODEL, "small")
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(dict.fromkeys(g1.names, "gpu1")))
+    r = postplace.place(MODEL, CLUSTER, size="small", budget=48, groups=32, warm_start=str(path))
+    g2, c = cached_graph(MODEL, "small", microbatches=2), load_cluster(CLUSTER)
+    on_gpu1 = np.full(g2.num_ops, c.device_index("gpu1"))
+    want = float(Simulator(g2, c).evaluate_ops(on_gpu1[None]).step_time[0])
+    assert r.summary["candidates"][f"warm-start:{path} @m2"] == pytest.approx(want)
+
+
+def test_data_parallelism_is_no_candidate_without_two_micro_batches_and_two_gpus():
+    r = postplace.place(MODEL, CLUSTER, size="small", budget=48, groups=32, exclude=["gpu1"])
+    names = r.summary["candidates"]
+    assert "data-parallel @m1" not in names and names["data-parallel @m2"] is None
+    assert "fewer than 2 GPUs" in r.summary["candidate_notes"]["data-parallel @m2"]
+
+
+def test_stale_searches_in_a_new_folder_and_confirm_on_a_run_over_m_are_refused(answer, tmp_path, capsys):
+    import shutil
+
+    _, out = answer
+    stale = tmp_path / "stale"
+    shutil.copytree(out, stale)
+    (stale / "run.json").unlink()
+    (stale / "plans.json").unlink()
+    assert "already holds a run" in _cli_error(["place", MODEL, "--size", "small", "--cluster", CLUSTER,
+                                                "--budget", "96", "--groups", "32", "--out", str(stale)], capsys)
+    assert "one micro-batch count" in _cli_error(["place", "--resume", str(out), "--confirm", "2"], capsys)
+
+
+def test_simulate_reads_the_micro_batch_count_from_the_placement_file(tmp_path, capsys):
+    from postplace.cli import main
+
+    r = postplace.place(MODEL, CLUSTER, size="small", budget=16, groups=32, microbatches=2, out=tmp_path / "m2")
+    argv = ["postplace", "simulate", MODEL, "--size", "small", "--cluster", CLUSTER, "--placement",
+            str(tmp_path / "m2" / "placement.json"), "--json"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.argv", argv)
+        try:
+            main()
+        except SystemExit as ex:
+            assert ex.code in (0, None)
+    got = json.loads(capsys.readouterr().out)
+    assert got["graph"].endswith("mb2-none")
+    assert got["step_time_s"] == pytest.approx(r.summary["best_step_time_s"])

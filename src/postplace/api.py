@@ -439,19 +439,28 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
                        progress=progress)  # fmt: skip
 
 
-def _run_over_m(settings, targets_by_m, c, *, out, resume, progress) -> PlaceResult:
+def _run_over_m(settings, targets_by_m, c, *, out, resume, progress, confirm=0, ray=None) -> PlaceResult:
     from postplace.over_m import place_over_m
+    from postplace.search.runner import CHECKPOINT
 
-    if out is not None:
-        if not resume and (out / SETTINGS).exists():
-            raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
+    if confirm or ray is not None:
+        raise PostplaceError("--confirm and --ray run one micro-batch count; this run answers over several: "
+                             "start a new run with --microbatches M")  # fmt: skip
+    if out is not None and not resume and ((out / SETTINGS).exists()
+                                           or any((out / f"m{m}" / CHECKPOINT).exists() for m in targets_by_m)):
+        raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
+
+    def start() -> None:  # once every count's constraints and warm start passed: a bad flag writes nothing
+        if out is None:
+            return
         make_folder(out)
         for m, t in targets_by_m.items():
             if t.spec["kind"] in ("graph", "module") and not (out / f"m{m}" / "graph.json").exists():
                 make_folder(out / f"m{m}")
                 t.graph.save(out / f"m{m}" / "graph.json")
         _write_settings(out, settings)
-    return place_over_m(settings, targets_by_m, c, out=out, resume=resume, progress=progress)
+
+    return place_over_m(settings, targets_by_m, c, out=out, resume=resume, progress=progress, start=start)
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
@@ -485,7 +494,7 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         if settings["budget"] != read_settings(out)["budget"]:
             raise PostplaceError(f"--budget {budget}: a run over several micro-batch counts splits its budget when it "
                                  "starts and cannot be extended; start a new run with the larger budget")  # fmt: skip
-        return _resume_over_m(out, settings, cluster, progress)
+        return _resume_over_m(out, settings, cluster, progress, confirm, ray)
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
@@ -510,7 +519,7 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
 
 
-def _resume_over_m(out: Path, settings: dict, cluster, progress: bool) -> PlaceResult:
+def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, ray) -> PlaceResult:
     spec, shas = settings["target"], settings.get("graph_shas")
     counts = settings.get("microbatch_counts")
     if (not isinstance(counts, list) or not counts or any(type(m) is not int or m < 1 for m in counts)
@@ -522,7 +531,9 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool) -> PlaceR
             tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
                               microbatch_colocation=settings["microbatch_colocation"])  # fmt: skip
         elif (out / f"m{m}" / "graph.json").exists():
-            tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, spec)
+            own = spec if m == 1 else {**spec, "microbatches": m,
+                                       "microbatch_colocation": settings["microbatch_colocation"]}  # fmt: skip
+            tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, own)
         else:
             raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
         if fingerprint(tgt.graph) != shas[str(m)]:
@@ -535,7 +546,7 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool) -> PlaceR
     c, _ = _load_cluster(cluster, targets_by_m[counts[0]].graph)
     if fingerprint(c) != settings["cluster_sha"]:
         raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
-    return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress)
+    return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm=confirm, ray=ray)
 
 
 def _resolved(value) -> str:
@@ -714,7 +725,12 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
     elif Path(spec).exists():
         from postplace.cluster.placement import load_placement
 
-        ops = load_placement(spec, graph, c)
+        try:
+            ops = load_placement(spec, graph, c)
+        except PostplaceError as exc:
+            if "is not in graph" not in str(exc):
+                raise
+            ops = _mapped_placement(spec, graph, c)  # made at another micro-batch count
     else:
         raise PostplaceError(f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, "
                              "or a placement JSON file")  # fmt: skip
@@ -724,6 +740,58 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
         raise PostplaceError(f"--warm-start {spec} puts op '{graph.names[i]}' on {c.device_names[ops[i]]}, which "
                              "--pin/--exclude (or its kinds) forbid; drop the warm start or the constraint")
     return ops
+
+
+def _mapped_placement(spec: str, graph, c) -> np.ndarray:
+    """A placement file made for the same step at another micro-batch count, mapped to ``graph``: an op
+    takes the device of the op of its own name, else of the op it copies (``mb3_conv`` -> ``conv``),
+    else of that op's copy in the file's micro-batch ``k mod m_file``; colocation sets follow their
+    first placed member, and an op still unplaced follows its first placed input, else its first
+    placed consumer, else the first device its kinds allow. Refused in one line where even that
+    leaves the placement invalid."""
+    import re
+
+    from postplace.cluster.placement import effective_kinds, invalid_reason
+    from postplace.search.problem import pin_names
+    from postplace.validate import read_json
+
+    d = read_json(spec)
+    if not isinstance(d, dict):
+        raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+    ks = [int(x.group(1)) for n in d if (x := re.match(r"^mb(\d+)_", str(n)))]
+    m_file = max(ks) + 1 if ks else 1
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    for i, (name, tmpl) in enumerate(zip(graph.names, pin_names(graph), strict=True)):
+        k = int(graph.microbatch[i])
+        got = d.get(name, d.get(tmpl, d.get(f"mb{k % m_file}_{tmpl}") if k >= 0 else None))
+        if isinstance(got, str) and got in c.device_names:
+            dev[i] = c.device_index(got)
+    for members in graph.colocation_sets:
+        placed = dev[members][dev[members] >= 0]
+        if placed.size:
+            dev[members] = placed[0]
+    kinds = effective_kinds(graph)
+    sets = {int(i): members for members in graph.colocation_sets for i in members}
+
+    def follow(i: int, neighbours) -> None:
+        placed = [int(dev[j]) for j in neighbours if dev[j] >= 0 and kinds[i] & c.kind_bits[dev[j]]]
+        if placed:
+            dev[sets.get(i, [i])] = placed[0]
+
+    for i in range(graph.num_ops):  # stored in program order: inputs come first
+        if dev[i] < 0:
+            follow(i, graph.edge_src[graph.in_edges[graph.in_ptr[i]:graph.in_ptr[i + 1]]])
+    for i in range(graph.num_ops - 1, -1, -1):  # sources no input placed (a micro-batch's labels): consumers
+        if dev[i] < 0:
+            follow(i, graph.edge_dst[graph.edge_src == i])
+    for i in np.flatnonzero(dev < 0):
+        ok = [e for e in range(c.num_devices) if kinds[i] & c.kind_bits[e]]
+        dev[sets.get(int(i), [i])] = ok[0] if ok else 0
+    reason = invalid_reason(graph, c, dev)
+    if reason:
+        raise PostplaceError(f"--warm-start {spec}: made for {m_file} micro-batch(es), it cannot be mapped to "
+                             f"'{graph.name}' ({reason}); pin that count with --microbatches {m_file}")  # fmt: skip
+    return dev
 
 
 def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, progress: bool, confirm_k: int = 0,
@@ -783,7 +851,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
     sched = op_sim.schedule(best.placement)
     summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0)
-    summary["plan"] = _plan(graph, c, best.placement, problem.simulator.problem.cost_model)
+    summary["plan"] = _plan(graph, c, best.placement, problem.simulator.problem.cost_model, best.name)
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()
         summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",
@@ -799,12 +867,15 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     return res
 
 
-def _plan(graph, c, placement, cost_model) -> str:
+def _plan(graph, c, placement, cost_model, returned: str = "") -> str:
     from postplace.over_m import describe_plan
 
     times = np.asarray(cost_model.op_times(graph, c).table, dtype=np.float64)
-    return describe_plan(graph, c, placement, np.where(np.isfinite(times), times, 0.0)[np.arange(graph.num_ops),
+    plan = describe_plan(graph, c, placement, np.where(np.isfinite(times), times, 0.0)[np.arange(graph.num_ops),
                                                                                        placement])
+    if returned.startswith("sharded data-parallel"):  # replicated state would not fit: not plain DDP
+        plan = plan.replace("data-parallel", "sharded data-parallel (each GPU holds its share of the state)")
+    return plan
 
 
 def _check_microbatches(m, colocation: str) -> None:
@@ -903,7 +974,7 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
     if warm_ops is not None:
         named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
     dp_oom = None
-    if graph.microbatch is not None and (np.asarray(graph.microbatch) >= 0).any():
+    if len(set(np.asarray(graph.microbatch).tolist()) - {-1}) >= 2:  # data parallelism needs micro-batches
         from postplace.placers.data_parallel import simulate_data_parallel
 
         try:
@@ -911,7 +982,9 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
         except PlacementError as exc:
             named.append(("data-parallel", None, str(exc)))
         else:
-            if dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
+            if len(set(dp.placement[np.asarray(graph.microbatch) >= 0].tolist())) < 2:
+                named.append(("data-parallel", None, "fewer than 2 GPUs left for replicas"))
+            elif dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
                 worst = int(np.argmax(dp.peak_mem - dp.capacity))
                 dp_oom = (f"OOM: replicated parameters, gradients and optimizer state need "
                           f"{dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} of {dp.capacity[worst] / 1e9:.2f} GB")
@@ -1034,7 +1107,12 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
         from postplace.over_m import microbatch_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)
-        retraced = {m: load_target(target, size=size, microbatches=m).graph for m in microbatch_counts(batch, gpus)}
+        retraced = {}
+        for m in microbatch_counts(batch, gpus):
+            try:
+                retraced[m] = load_target(target, size=size, microbatches=m).graph
+            except PostplaceError:  # e.g. batch norm over one sample per micro-batch: that m is left out
+                continue
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
                          expert_split=expert_split, retraced=retraced, target_spec=tgt.spec)  # fmt: skip

@@ -158,11 +158,21 @@ def simulate(
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
+    microbatches: Annotated[int | None, typer.Option("--microbatches", help="A zoo model's step as M micro-batches (default: the m a placement file's op names imply, else 1).")] = None,
+    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module.")] = "none",
 ) -> None:
     """Simulate one training step of a placement: step time, memory, transfers."""
+    from postplace.api import load_target as load
     from postplace.sim import Simulator
 
-    graph = load_target(target, size)
+    m = microbatches
+    if m is None and Path(placement).is_file() and not Path(target).exists():
+        from postplace.runtime.zoo_step import placement_microbatches
+        from postplace.validate import read_json
+
+        names = read_json(placement)
+        m = placement_microbatches(names) if isinstance(names, dict) else 1
+    graph = load(target, size=size, microbatches=m or 1, microbatch_colocation=microbatch_colocation).graph
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
     sim = Simulator(graph, c)
@@ -589,6 +599,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
         t.add_row(name, time_, ratio, note[:80])
     console.print(t)
+    for m, why in (s.get("microbatch_skipped") or {}).items():
+        console.print(f"note: m = {m} left out: {why}", highlight=False)
     if s.get("microbatch_note"):
         console.print(f"note: {s['microbatch_note']}", highlight=False)
     if s.get("plan"):

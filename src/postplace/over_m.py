@@ -110,17 +110,26 @@ class _Arm:
         return min(best, default=math.inf)
 
 
-def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, resume: bool,
-                 progress: bool) -> object:  # fmt: skip
+def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, resume: bool, progress: bool,
+                 start=None) -> object:  # fmt: skip
     """Run the search over every count of ``targets`` (``{m: api.Target}``) by successive halving and
-    return the fastest feasible candidate of all as a :class:`postplace.api.PlaceResult`."""
+    return the fastest feasible candidate of all as a :class:`postplace.api.PlaceResult`.
+    ``start()`` is called once every count's problem, constraints, warm start and strategy config
+    passed, before anything is searched (the caller writes the run folder's settings there)."""
     from postplace import api
     from postplace.search import Budget, make_problem, run
-    from postplace.search.runner import CHECKPOINT
+    from postplace.search.runner import CHECKPOINT, read_meta
     from postplace.sim import Simulator
 
     t0 = time.perf_counter()
     counts = sorted(targets)
+    budget = Budget.parse(settings["budget"])
+    sizes = halving_rounds(len(counts))
+    need = len(sizes) * len(counts)  # round 0 gives every count budget / (rounds x counts) samples
+    if budget.samples is not None and budget.samples < need:
+        raise PostplaceError(f"--budget {budget.samples}: halving over the micro-batch counts {counts} needs at "
+                             f"least {need} samples; give a larger --budget, or pin a count with --microbatches M")
+    checksum = api._checksum(settings)
     arms: dict[int, _Arm] = {}
     for m in counts:  # every constraint and warm start is checked at every m before any search runs
         tgt = targets[m]
@@ -128,16 +137,21 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
             problem = make_problem(tgt.graph, cluster, groups=settings["groups"], pins=settings["pins"],
                                    exclude=settings["exclude"], seed=settings["seed"])  # fmt: skip
             warm = None if settings["warm_start"] is None else api.warm_start_ops(settings["warm_start"], problem)
+            api._strategy(settings, problem.space)
         except PostplaceError as exc:
             raise PostplaceError(f"at {m} micro-batch{'es' if m > 1 else ''}: {exc}") from None
         folder = None if out is None else out / f"m{m}"
+        if resume and folder is not None and (folder / CHECKPOINT).exists():
+            if read_meta(folder).get("settings_checksum") != checksum:
+                raise PostplaceError(f"{folder}: written by another run (its settings differ from {out}/run.json); "
+                                     "start a new run")  # fmt: skip
         arms[m] = _Arm(m, tgt, problem, warm, [], folder)
+    if start is not None:
+        start()
     for arm in arms.values():
         arm.oneshot = api.oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
-    budget = Budget.parse(settings["budget"])
-    sizes = halving_rounds(len(counts))
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
-    meta = {"settings_checksum": api._checksum(settings)}
+    meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)
     alive = list(counts)
     rounds: list[list[int]] = []
@@ -152,7 +166,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
         for m in alive:
             arm = arms[m]
             if budget.samples is not None:
-                spent[m] += max(1, budget.samples // (len(sizes) * len(alive)))
+                spent[m] += budget.samples // (len(sizes) * len(alive))
                 share = Budget(samples=int(spent[m]))
             else:
                 spent[m] += budget.seconds / (len(sizes) * len(alive))
@@ -200,12 +214,17 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, Simulator):
         "microbatch_colocation": settings["microbatch_colocation"],
         "microbatch_counts": sorted(arms), "halving_rounds": rounds,
         "microbatch_skipped": settings.get("microbatch_skipped", {}),
-        "search_microbatches": top.m if top.result is not None else None,
+        "search_microbatches": top.m if top.result is not None and top.result.best_placement is not None else None,
         "samples": sum(a.result.samples for a in arms.values() if a.result is not None),
+        "feasible_samples": sum(a.result.feasible_samples for a in arms.values() if a.result is not None),
+        "evaluations": sum(a.result.evaluations for a in arms.values() if a.result is not None),
+        "wall_time_s": sum(a.result.wall_time_s for a in arms.values() if a.result is not None),
+        "groups": arm.problem.grouping.num_groups,
+        "groups_per_microbatches": {str(m): a.problem.grouping.num_groups for m, a in arms.items()},
         "samples_per_microbatches": {str(m): (a.result.samples if a.result else 0) for m, a in arms.items()},
         "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
                                   for m, a in arms.items()},
-        "plan": api._plan(graph, cluster, best.placement, cm),
+        "plan": api._plan(graph, cluster, best.placement, cm, best.name),
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),
         "lower_bound_per_microbatches": {str(m): a.problem.simulator.lower_bound for m, a in arms.items()},

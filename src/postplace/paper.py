@@ -155,8 +155,13 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
             return None  # no step to trace again: data parallelism is the analytic estimate
         batch = int(spec(model).config(config.size)["batch"])
         gpus = sum(d.kind == "gpu" for d in clusters[cluster].devices)
-        return {k: graph(model) if k == 1 else cached_graph(model, config.size, microbatches=k)
-                for k in microbatch_counts(batch, gpus)}  # fmt: skip
+        out = {1: graph(model)}
+        for k in microbatch_counts(batch, gpus)[1:]:
+            try:
+                out[k] = cached_graph(model, config.size, microbatches=k)
+            except PostplaceError:  # e.g. batch norm over one sample per micro-batch: that m is left out
+                continue
+        return out
 
     def tell(what: str) -> None:
         if progress:
