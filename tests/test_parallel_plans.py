@@ -261,3 +261,16 @@ def test_simulate_reads_the_micro_batch_count_from_the_placement_file(tmp_path, 
     got = json.loads(capsys.readouterr().out)
     assert got["graph"].endswith("mb2-none")
     assert got["step_time_s"] == pytest.approx(r.summary["best_step_time_s"])
+
+
+def test_the_counts_reach_the_first_m_whose_micro_batch_fits_beside_the_replicated_state():
+    from postplace.over_m import fitting_count
+    from postplace.testing import star_cluster
+
+    # a -> b: 'a' holds 10 bytes of state and makes a 100-byte activation that 'b' reads
+    g = OpGraph.build(["a", "b"], [(0, 1, 100.0)], flops=[1.0, 1.0], output_bytes=[100.0, 0.0],
+                      persistent_bytes=[10.0, 0.0])  # fmt: skip
+    for memory, want in ((200.0, 1), (60.0, 2), (40.0, 4), (25.0, 8), (9.0, 1 << 20)):
+        # room = memory - 10 of state; the 100-byte activation over m must fit it
+        assert fitting_count(g, star_cluster(("gpu", "gpu"), memory=memory)) == want, memory
+    assert microbatch_counts(64, 4, fits_at=16) == [1, 2, 4, 8, 16]

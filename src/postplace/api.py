@@ -411,7 +411,7 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
 def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
                   ray, map_all_to, **kw) -> PlaceResult:  # fmt: skip
     """Trace the step at every count of :func:`postplace.over_m.microbatch_counts` and answer over all."""
-    from postplace.over_m import microbatch_counts
+    from postplace.over_m import fitting_count, microbatch_counts
 
     if ray is not None:
         raise PostplaceError("--ray runs one search; over several micro-batch counts it is not wired: "
@@ -424,7 +424,7 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     c, cluster_spec = _load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
     targets_by_m, skipped = {1: first}, {}
-    for m in microbatch_counts(batch, gpus)[1:]:
+    for m in microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:]:
         try:
             targets_by_m[m] = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m,
                                           microbatch_colocation=colocation, targets=targets)  # fmt: skip

@@ -605,7 +605,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         console.print(f"note: {s['microbatch_note']}", highlight=False)
     if s.get("plan"):
         tried = ", ".join(f"m={m} {_ms(v)}" for m, v in (s.get("best_per_microbatches") or {}).items())
-        console.print(f"plan: {s['plan']} ({s['returned']}); best per micro-batch count: {tried}", highlight=False)
+        console.print(f"plan: {s['plan']} ({s['returned']})" + (f"; best per micro-batch count: {tried}" if tried else ""),
+                      highlight=False)  # fmt: skip
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:
         lb += f", returned / lower bound {s['ratio_to_lower_bound']:.3f}"

@@ -186,6 +186,9 @@ def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
             best = (step, m, peak)
     kind = "data-parallel (simulated)" if name == "data-parallel" else "placer"
     wall = time.perf_counter() - t
+    if name == "data-parallel" and max(retraced) < 2:
+        return Row(name, kind, None, wall_time_s=wall,
+                   note="no step of 2 or more micro-batches could be traced (e.g. batch norm over one sample)")
     if best is None:
         return Row(name, kind, None, oom_count=1, wall_time_s=wall,
                    note="does not fit at any micro-batch count: " + "; ".join(notes))  # fmt: skip

@@ -2,8 +2,9 @@
 
 When the target can be traced again (a zoo model, a module with ``targets=``), ``place`` traces the
 step as m micro-batches for every m of :func:`microbatch_counts` (1, 2, 4... dividing the batch, up to
-the number of GPUs or 8, whichever is larger) and, at every m, weighs the same candidates: the search's own best,
-data parallelism, the GPipe-style pipeline and the one-shot placers (``api.oneshot_candidates``).
+the number of GPUs or 8, whichever is larger, or further to the count where one micro-batch fits)
+and, at every m, weighs the same candidates: the search's own best, data parallelism, the
+GPipe-style pipeline and the one-shot placers (``api.oneshot_candidates``).
 The answer is the fastest feasible of all of them, over every m, so it is never slower than any.
 
 The search budget goes where it pays, by successive halving over m (Jamieson and Talwalkar, 2016):
@@ -27,22 +28,48 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["PLANS", "describe_plan", "halving_rounds", "microbatch_counts", "place_over_m"]
+__all__ = ["PLANS", "describe_plan", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m"]
 
 PLANS = "plans.json"
 
 
-def microbatch_counts(batch: int, gpus: int) -> list[int]:
-    """Powers of two dividing ``batch``, up to ``max(8, gpus)``: data parallelism over every GPU, and
-    pipelines of up to 8 micro-batches on small machines. (Twice the GPUs would halve a deep
-    pipeline's bubble, but doubles the largest graph: 32 x Inception-V3 is 70,000 ops.)"""
-    cap = min(batch, max(8, gpus))
+def microbatch_counts(batch: int, gpus: int, fits_at: int = 1) -> list[int]:
+    """Powers of two dividing ``batch``, up to ``max(8, gpus, fits_at)``: data parallelism over every
+    GPU, pipelines of up to 8 micro-batches on small machines, and enough micro-batches for one
+    micro-batch's activations to fit a GPU beside the whole replicated state (``fits_at``, from
+    :func:`fitting_count`). (Twice the GPUs would halve a deep pipeline's bubble, but doubles the
+    largest graph: 32 x Inception-V3 is 70,000 ops.)"""
+    cap = min(batch, max(8, gpus, fits_at))
     out, m = [], 1
     while m <= cap:
         if batch % m == 0:
             out.append(m)
         m *= 2
     return out
+
+
+def fitting_count(graph, cluster) -> int:
+    """The smallest power of two m for which one micro-batch's activations (the one-batch step's
+    peak on its first GPU, less the persistent bytes, over m) fit the smallest GPU beside the
+    persistent state and a gradient per parameter: where a step needs gradient accumulation to fit
+    at all (GPT-2 at batch 64 on 12 GB dies: 16), the counts must reach it. 1 without a GPU."""
+    from postplace.cluster.placement import single_device
+    from postplace.sim import Simulator
+
+    gpus = [d for d in range(cluster.num_devices) if cluster.devices[d].kind == "gpu"]
+    if not gpus:
+        return 1
+    ops = single_device(graph, cluster, cluster.device_names[gpus[0]])
+    peak = float(Simulator(graph, cluster).evaluate_ops(ops[None]).peak_mem[0, gpus[0]])
+    state = float(graph.persistent_bytes.sum()) + float(graph.metadata.get("param_bytes") or 0.0)
+    room = float(min(cluster.capacity[gpus])) - state
+    need = max(peak - float(graph.persistent_bytes.sum()), 0.0)
+    if room <= 0:
+        return 1 << 20  # the state alone does not fit: as many micro-batches as the batch allows
+    m = 1
+    while need / m > room:
+        m *= 2
+    return m
 
 
 def halving_rounds(n: int) -> list[int]:
