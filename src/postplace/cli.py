@@ -588,12 +588,12 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     t.add_column("note")
     best = s["best_step_time_s"]
     rows = [(f"returned placement ({s['returned']})", best, "", fig["best_step_time_s"])]
-    sample = f" (sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
+    at = f"m={s['search_microbatches']}, " if s.get("search_microbatches") else ""
+    sample = f" ({at}sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
     rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", ""),
                  fig["search_best_step_time_s"]))  # fmt: skip
-    for name, v in s["candidates"].items():
-        if name != "search":
-            rows.append((name, v, s["candidate_notes"].get(name, ""), fig["candidates"]))
+    for name, v, note in _candidate_rows(s):
+        rows.append((name, v, note, fig["candidates"]))
     for name, v, note, how in rows:
         time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
         ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
@@ -625,6 +625,25 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     if s["out"]:
         runs = "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)" if s.get("plan") and s.get("microbatch_counts") else "history.jsonl, timing.jsonl, checkpoint.json"
         console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}", highlight=False)
+
+
+def _candidate_rows(s: dict) -> list[tuple[str, float | None, str]]:
+    """The candidates of a summary as table rows; over several micro-batch counts, one row per kind of
+    candidate at its fastest m (every m's figure stays in summary.json)."""
+    notes = s["candidate_notes"]
+    if not s.get("microbatch_counts"):
+        return [(k, v, notes.get(k, "")) for k, v in s["candidates"].items() if k != "search"]
+    best: dict[str, tuple[str, float | None, str]] = {}
+    for key, v in s["candidates"].items():
+        name, _, m = key.rpartition(" @m")
+        if name == "search" or not name:
+            continue
+        kind = name.split(":")[0] if name.startswith("single:") else name
+        old = best.get(kind)
+        if old is None or (v is not None and (old[1] is None or v < old[1])):
+            note = notes.get(key, "") if v is None else f"m={m}"
+            best[kind] = (name if v is not None or old is None else old[0], v, note)
+    return list(best.values())
 
 
 def _positive_int(text: str, flag: str) -> int:
