@@ -11,43 +11,10 @@ Bandwidth 10 bytes/s, no latency: an activation (10 bytes) moves in 1 s, a param
 Every expected time is written as the sum that gives it.
 """
 
-import numpy as np
 
-from postplace.graph import OpGraph
 from postplace.testing import TableCostModel, star_cluster
+from tests.goldengraph import ACT, NAMES, PARAM, op, two_layer_two_microbatches
 from tests.simhelp import schedule_both
-
-ACT, PARAM = 10.0, 20.0
-NAMES = ["p1", "p2"]
-NAMES += [f"{op}_{k}" for k in (0, 1) for op in ("f1", "f2", "b2", "b1")]
-NAMES += ["a2", "a1", "u2", "u1"]
-TIME = {"p": 0, "f1": 1, "f2": 2, "b2": 2, "b1": 2, "a": 1, "u": 1}
-
-
-def op(name):
-    return NAMES.index(name)
-
-
-def two_layer_two_microbatches(output_bytes=None):
-    e = []
-    for k in (0, 1):
-        f1, f2, b2, b1 = (op(f"{x}_{k}") for x in ("f1", "f2", "b2", "b1"))
-        e += [(op("p1"), f1, PARAM), (op("p2"), f2, PARAM), (op("p2"), b2, PARAM)]
-        e += [(f1, f2, ACT), (f1, b1, ACT), (f2, b2, ACT)]
-        e += [(b2, b1, ACT, 0), (b2, op("a2"), PARAM, 1), (b1, op("a1"), PARAM)]  # b2: slot 0 dx, slot 1 grad
-    e += [(op("a2"), op("u2"), PARAM), (op("a1"), op("u1"), PARAM), (op("p2"), op("u2"), PARAM)]
-    e += [(op("p1"), op("u1"), PARAM)]
-    kind = [n.split("_")[0] if "_" in n else n[0] for n in NAMES]  # f1, f2, b2, b1, or p, a, u
-    mb = [int(n[-1]) if "_" in n else -1 for n in NAMES]
-    phase = {"p": "other", "f": "forward", "b": "backward", "a": "backward", "u": "update"}
-    return OpGraph.build(
-        NAMES,
-        e,
-        phase=[phase[n[0]] for n in NAMES],
-        microbatch=mb,
-        persistent_bytes=[PARAM if n[0] == "p" else 0 for n in NAMES],
-        output_bytes=output_bytes if output_bytes is not None else [0] * len(NAMES),
-    ), np.array([[TIME[k]] * 2 for k in kind], dtype=float)
 
 
 def at(sched, name):

@@ -24,43 +24,12 @@ from postplace.placers import (
 from postplace.placers.data_parallel import gradient_bytes
 from postplace.sim import Simulator
 from postplace.testing import TableCostModel, star_cluster
-
-ACT, PARAM = 10.0, 20.0
-NAMES = ["p1", "p2"]
-NAMES += [f"{op}_{k}" for k in (0, 1) for op in ("f1", "f2", "b2", "b1")]
-NAMES += ["a2", "a1", "u2", "u1"]
-TIME = {"p": 0, "f1": 1, "f2": 2, "b2": 2, "b1": 2, "a": 1, "u": 1}
-
-
-def op(name):
-    return NAMES.index(name)
-
-
-def layer_of(name):
-    return "a" if name in ("p1", "a1", "u1") or name.startswith(("f1", "b1")) else "b"
+from tests.goldengraph import NAMES, PARAM, layer_of, op, two_layer_two_microbatches
 
 
 def two_layers(columns=2):
-    e = []
-    for k in (0, 1):
-        f1, f2, b2, b1 = (op(f"{x}_{k}") for x in ("f1", "f2", "b2", "b1"))
-        e += [(op("p1"), f1, PARAM), (op("p2"), f2, PARAM), (op("p2"), b2, PARAM)]
-        e += [(f1, f2, ACT), (f1, b1, ACT), (f2, b2, ACT)]
-        e += [(b2, b1, ACT, 0), (b2, op("a2"), PARAM, 1), (b1, op("a1"), PARAM)]  # b2: slot 0 dx, slot 1 grad
-    e += [(op("a2"), op("u2"), PARAM), (op("a1"), op("u1"), PARAM), (op("p2"), op("u2"), PARAM)]
-    e += [(op("p1"), op("u1"), PARAM)]
-    kind = [n.split("_")[0] if "_" in n else n[0] for n in NAMES]
-    phase = {"p": "other", "f": "forward", "b": "backward", "a": "backward", "u": "update"}
-    coloc = {"p1": 0, "a1": 0, "u1": 0, "p2": 1, "a2": 1, "u2": 1}
-    g = OpGraph.build(
-        NAMES, e,
-        phase=[phase[n[0]] for n in NAMES],
-        microbatch=[int(n[-1]) if "_" in n else -1 for n in NAMES],
-        persistent_bytes=[PARAM if n[0] == "p" else 0 for n in NAMES],
-        colocation=[coloc.get(n, -1) for n in NAMES],
-        module=[layer_of(n) for n in NAMES],
-    )
-    return g, TableCostModel(np.array([[TIME[k]] * columns for k in kind], dtype=float))
+    g, table = two_layer_two_microbatches(parameter_sets=True, columns=columns)
+    return g, TableCostModel(table)
 
 
 def on(dev, *names):

@@ -16,6 +16,7 @@ from postplace.over_m import describe_plan, halving_rounds, microbatch_counts
 from postplace.placers.data_parallel import data_parallel_placement, simulate_data_parallel
 from postplace.sim import Simulator
 from postplace.zoo import cached_graph
+from tests.clihelp import cli_error
 
 MODEL, CLUSTER = "gpt2", "k80x2"  # small size: batch 2, so m in {1, 2}
 
@@ -153,19 +154,6 @@ def test_microbatches_on_a_graph_file_is_refused(tmp_path):
         postplace.place(g, "k80x2", budget=8, microbatches="auto")
 
 
-def _cli_error(argv, capsys) -> str:
-    from postplace.cli import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("sys.argv", ["postplace", *argv])
-        with pytest.raises(SystemExit) as ex:
-            main()
-    assert ex.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_larger_budget_in_one_line(answer, tmp_path,
                                                                                               capsys):
     import shutil
@@ -173,15 +161,15 @@ def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_larger_budget
     _, out = answer
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    assert "started with microbatches 'auto', not 2" in _cli_error(
+    assert "started with microbatches 'auto', not 2" in cli_error(
         ["place", "--resume", str(copy), "--microbatches", "2"], capsys)
-    assert "cannot be extended" in _cli_error(["place", "--resume", str(copy), "--budget", "500"], capsys)
+    assert "cannot be extended" in cli_error(["place", "--resume", str(copy), "--budget", "500"], capsys)
     plans = json.loads((copy / "plans.json").read_text())
     plans["rounds"][1] = [1, 2]  # two counts kept where halving keeps one
     (copy / "plans.json").write_text(json.dumps(plans))
-    assert "not the rounds of this run" in _cli_error(["place", "--resume", str(copy)], capsys)
+    assert "not the rounds of this run" in cli_error(["place", "--resume", str(copy)], capsys)
     (copy / "plans.json").write_bytes(b"\xff\xfe")
-    assert "plans.json: damaged" in _cli_error(["place", "--resume", str(copy)], capsys)
+    assert "plans.json: damaged" in cli_error(["place", "--resume", str(copy)], capsys)
 
 
 def test_compare_on_a_zoo_model_simulates_data_parallelism_and_the_pipeline_over_m(tmp_path):
@@ -241,9 +229,9 @@ def test_stale_searches_in_a_new_folder_and_confirm_on_a_run_over_m_are_refused(
     shutil.copytree(out, stale)
     (stale / "run.json").unlink()
     (stale / "plans.json").unlink()
-    assert "already holds a run" in _cli_error(["place", MODEL, "--size", "small", "--cluster", CLUSTER,
+    assert "already holds a run" in cli_error(["place", MODEL, "--size", "small", "--cluster", CLUSTER,
                                                 "--budget", "96", "--groups", "32", "--out", str(stale)], capsys)
-    assert "one micro-batch count" in _cli_error(["place", "--resume", str(out), "--confirm", "2"], capsys)
+    assert "one micro-batch count" in cli_error(["place", "--resume", str(out), "--confirm", "2"], capsys)
 
 
 def test_simulate_reads_the_micro_batch_count_from_the_placement_file(tmp_path, capsys):

@@ -13,6 +13,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph, load_graph
 from postplace.sim import Simulator
 from postplace.testing import fuzz
+from tests.clihelp import cli_error
 
 
 def one_line_error(fn, *match):
@@ -189,19 +190,6 @@ def test_a_valid_graph_round_trips_with_its_inplace_base(tmp_path):
     assert np.isfinite(Simulator(back, load_cluster("k80x4")).lower_bound)
 
 
-def _cli_error(argv, capsys) -> str:
-    from postplace.cli import main
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("sys.argv", ["postplace", *argv])
-        with pytest.raises(SystemExit) as ex:
-            main()
-    assert ex.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
 def test_an_out_path_that_is_a_file_is_one_error_for_every_command(tmp_path, capsys):
     fuzz.base_graph().save(tmp_path / "g.json")
     a_file = write(tmp_path, "notes.txt", "mine")
@@ -213,12 +201,12 @@ def test_an_out_path_that_is_a_file_is_one_error_for_every_command(tmp_path, cap
         ["paper", "--quick", "--out", str(a_file)],
         ["report", str(a_file)],
     ):
-        assert str(a_file) in _cli_error(argv, capsys), argv
+        assert str(a_file) in cli_error(argv, capsys), argv
     assert a_file.read_text() == "mine"
 
 
 def test_paper_collect_with_nothing_to_collect_is_an_error_and_writes_nothing(tmp_path, capsys):
-    assert "no runs under" in _cli_error(["paper", "--quick", "--collect", "--out", str(tmp_path / "typo")], capsys)
+    assert "no runs under" in cli_error(["paper", "--quick", "--collect", "--out", str(tmp_path / "typo")], capsys)
     assert not (tmp_path / "typo").exists()
 
 
@@ -226,4 +214,4 @@ def test_report_out_that_is_a_folder_is_an_error(tmp_path, capsys):
     from postplace.api import place
 
     place(fuzz.base_graph(), "k80x2", budget=4, out=tmp_path / "run")
-    assert "give the HTML file" in _cli_error(["report", str(tmp_path / "run"), "--out", str(tmp_path)], capsys)
+    assert "give the HTML file" in cli_error(["report", str(tmp_path / "run"), "--out", str(tmp_path)], capsys)
