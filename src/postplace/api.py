@@ -681,6 +681,11 @@ def _strategy(settings: dict, space):
     from postplace.search.config import build_config
 
     cfg = build_config(settings["strategy"], settings["config"], source="config")
+    init = getattr(cfg, "init", None)
+    units = space.allowed.shape[0]
+    if isinstance(init, list | tuple) and len(init) != units:
+        raise PostplaceError(f"config init: a start placement needs one device id per unit ({units} here), not "
+                             f"{len(init)}; use init=random or give {units} ids")  # fmt: skip
     try:
         return make_strategy(settings["strategy"], space, seed=settings["seed"], config=cfg)
     except (ValueError, ZeroDivisionError) as exc:

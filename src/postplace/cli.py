@@ -492,12 +492,16 @@ def place(
 ) -> None:
     """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
     import postplace.api as api
-    from postplace.search.config import parse_set, read_config_file
+    from postplace.search.config import build_config, parse_set, read_config_file
 
     overrides = {}
     if config is not None:
         overrides.update(read_config_file(config, strategy))
+        if resume is None:  # each value checked against its range, the error naming where it came from
+            build_config(strategy, read_config_file(config, strategy), source=f"--config {config}")
     overrides.update(parse_set(set_))
+    if set_ and resume is None:
+        build_config(strategy, parse_set(set_), source="--set")
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
     try:
         if resume is not None:

@@ -32,27 +32,34 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from postplace.search.config import ranged
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
 @dataclass(frozen=True)
 class AnnealConfig:
-    init: str | tuple[int, ...] = "random"
+    """Simulated annealing's settings; each field's range (``ranged``) is checked by
+    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+
+    init: str | tuple[int, ...] = ranged("random", "[0, inf)", "the start placement", choices=("random",))
     """Start placement: 'random' (each unit uniform over its allowed devices, ours: no heuristic gets
     an unfair head start, DESIGN.md section 4) or a tuple of G device ids. FlexFlow starts from data
-    parallelism or an expert strategy; pass such a placement here to do the same."""
-    temperature: float = 0.1
+    parallelism or an expert strategy; pass such a placement here to do the same. Device ids are
+    >= 0; their count and whether each unit may use its device are checked against the problem."""
+    temperature: float = ranged(0.1, "(0, inf)", "initial relative temperature")
     """Initial relative temperature T_0 (ours): a move 10% worse than the best seen is accepted with
-    probability 1/e at the start."""
-    cooling: float = 0.998
+    probability 1/e at the start. Above 0: the acceptance exponent divides by T."""
+    cooling: float = ranged(0.998, "(0, 1]", "factor on the temperature per decided proposal")
     """Multiplicative cooling per decided proposal (ours): T falls by about 100x over Post's budget of
-    2,400 samples (0.998**2400 = 0.008). 1.0 is FlexFlow's constant beta."""
-    min_temperature: float = 1e-4
+    2,400 samples (0.998**2400 = 0.008). 1.0 is FlexFlow's constant beta. In (0, 1]: above 1 would
+    heat the chain up, and 0 drops it to min_temperature after one proposal."""
+    min_temperature: float = ranged(1e-4, "(0, inf)", "floor of the temperature")
     """Floor of T (ours): keeps acceptance of equal-cost moves (delta 0, always accepted) and of tiny
-    worsenings possible, so the chain can still cross plateaus late."""
-    moves_per_ask: int = 1
+    worsenings possible, so the chain can still cross plateaus late. Above 0: T reaches 0 once
+    ``cooling**i`` underflows, and the acceptance exponent divides by T."""
+    moves_per_ask: int = ranged(1, "[1, inf)", "proposals per ask")
     """Proposals per ask (FlexFlow: 1, a strictly sequential chain). More gives the evaluator a batch
-    at the price of speculative proposals discarded after an acceptance."""
+    at the price of speculative proposals discarded after an acceptance. At least 1."""
 
 
 class AnnealStrategy:

@@ -1,21 +1,101 @@
 """Strategy configurations from the command line: ``--set KEY=VALUE`` and ``--config FILE.toml``.
 
 Every search strategy has one frozen config dataclass (:class:`PostConfig`, :class:`AnnealConfig`...).
-:func:`build_config` makes one from overrides, checking every value against its field's type: an
-unknown field, a value of the wrong type, NaN or infinity, or a negative number is one error line that
-names the field. ``--set`` values are text (``lr=0.05``, ``eps=none``, ``use_ce=false``); a TOML file
-gives typed values, either at the top level or under a ``[STRATEGY]`` table.
+Each of its fields (booleans aside) declares its range where its default is written, with
+:func:`ranged`: an interval for numbers (``"[1, inf)"``, ``"(0, 1]"``), the allowed words for text,
+and a short phrase saying what the field is. :func:`build_config` makes a config from overrides,
+checking every value against its field's type and range: an unknown field, a value of the wrong type,
+NaN or infinity, or a value outside the range is one error line that names the field and the range::
+
+    --set ce_every=0: ce_every must be an integer >= 1 (samples between cross-entropy steps)
+
+``--set`` values are text (``lr=0.05``, ``eps=none``, ``use_ce=false``); a TOML file gives typed
+values, either at the top level or under a ``[STRATEGY]`` table. A dict given to
+``postplace.place(config=...)`` and the config a run folder's ``run.json`` records go through
+:func:`build_config` too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import typing
 from pathlib import Path
 
 from postplace.errors import PostplaceError
+
+_INTERVAL = re.compile(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s\])]+)\s*([\])])\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a config field may take: numbers (or a tuple's items) in ``lo..hi`` (each end open
+    or closed), text in ``choices``; ``why`` says what the field is, for the error line."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_closed: bool = False
+    hi_closed: bool = False
+    choices: tuple[str, ...] = ()
+    why: str = ""
+
+    def holds(self, value) -> bool:
+        if isinstance(value, str):
+            return value in self.choices
+        if isinstance(value, tuple):
+            return all(self.holds(v) for v in value)
+        above = value >= self.lo if self.lo_closed else value > self.lo
+        below = value <= self.hi if self.hi_closed else value < self.hi
+        return above and below
+
+    def bounds(self) -> str:
+        """``>= 1``, ``> 0`` or ``in [0, 1)``."""
+        if self.hi == math.inf:
+            return f"{'>=' if self.lo_closed else '>'} {self.lo:g}"
+        return f"in {'[' if self.lo_closed else '('}{self.lo:g}, {self.hi:g}{']' if self.hi_closed else ')'}"
+
+    def describe(self, hint) -> str:
+        """What a value of a field of type ``hint`` must be: ``an integer >= 1``, ``none or a number in
+        [0, 1)``, ``one of 'a', 'b'``, ``'random' or a list of integers >= 0``."""
+        args = typing.get_args(hint)
+        options = [a for a in args if a is not type(None)] if args and typing.get_origin(hint) is not tuple else [hint]
+        parts = []
+        for typ in options:
+            if typ is str:
+                words = ", ".join(f"'{c}'" for c in self.choices)
+                parts.append(words if len(self.choices) == 1 or len(options) > 1 else f"one of {words}")
+            elif typ is int:
+                parts.append(f"an integer {self.bounds()}")
+            elif typ is float:
+                parts.append(f"a number {self.bounds()}")
+            elif typing.get_origin(typ) is tuple:
+                parts.append(f"a list of integers {self.bounds()}")
+        text = " or ".join(parts)
+        return f"none or {text}" if type(None) in args else text
+
+
+def ranged(default, interval: str | None = None, why: str = "", *, choices: tuple[str, ...] = ()):
+    """A config dataclass field with its default and its range: ``interval`` for numbers (and for each
+    item of a tuple), written ``"[1, inf)"`` or ``"(0, 1]"``; ``choices`` for text; ``why`` a phrase
+    saying what the field is (it ends the error line of a value out of range)."""
+    lo, hi, lo_closed, hi_closed = -math.inf, math.inf, False, False
+    if interval is not None:
+        m = _INTERVAL.fullmatch(interval)
+        if not m:
+            raise ValueError(f"interval {interval!r}: write it as '[lo, hi)', '(0, 1]', '[1, inf)'...")
+        lo, hi = float(m[2]), float(m[3])
+        lo_closed, hi_closed = m[1] == "[", m[4] == "]"
+    rng = Range(lo, hi, lo_closed, hi_closed, tuple(choices), why)
+    if not isinstance(default, bool | type(None)) and not rng.holds(default):
+        raise ValueError(f"default {default!r} is outside its own range")
+    return dataclasses.field(default=default, metadata={"range": rng})
+
+
+def field_range(cls, name: str) -> Range | None:
+    """The declared :class:`Range` of field ``name`` of config class ``cls`` (None for a boolean)."""
+    return {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("range")
 
 
 def config_class(strategy: str):
@@ -80,21 +160,35 @@ def build_config(strategy: str, overrides: dict | None = None, *, source: str = 
         if key not in fields:
             known = ", ".join(sorted(fields))
             raise PostplaceError(f"{source}: '{key}' is not a field of {cls.__name__}; its fields: {known}")
-        values[key] = _coerce(raw, hints[key], f"{source} {key}")
+        values[key] = _coerce(raw, hints[key], source, key, field_range(cls, key))
     return dataclasses.replace(base, **values)
 
 
-def _coerce(raw, hint, where: str):
+def _coerce(raw, hint, source: str, key: str, rng: Range | None):
+    """``raw`` as a value of type ``hint`` inside ``rng``: the first of the hint's types that reads it
+    and holds it in range (so ``--set init=0,1`` is a tuple, not the text '0,1'); else one error line,
+    the range's when some type could read it, the types' otherwise."""
+    where = f"{source} {key}"
     args = typing.get_args(hint)
     options = [a for a in args if a is not type(None)] if args else [hint]
     if type(None) in args and (raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))):
         return None
-    errors = []
+    errors, read = [], []
     for typ in options:
         try:
-            return _one(raw, typ, where)
+            value = _one(raw, typ, where)
         except PostplaceError as exc:
             errors.append(str(exc))
+            continue
+        if rng is None or rng.holds(value):
+            return value
+        read.append(value)
+    if read:
+        value = read[-1]
+        shown = (",".join(map(str, value)) if isinstance(value, tuple) else str(raw)
+                 if not isinstance(raw, str) or raw.isprintable() else repr(raw))  # fmt: skip
+        raise PostplaceError(f"{source} {key}={shown}: {key} must be {rng.describe(hint)}"
+                             + (f" ({rng.why})" if rng.why else ""))  # fmt: skip
     raise PostplaceError(errors[0] if len(errors) == 1 else f"{where}: {raw!r} is not a valid value "
                          f"({'; '.join(e.split(': ', 1)[-1] for e in errors)})")
 
@@ -107,13 +201,13 @@ def _one(raw, typ, where: str):
         if text and raw.lower() in ("true", "false"):
             return raw.lower() == "true"
         raise PostplaceError(f"{where}: {raw!r} is not a boolean (true or false)")
-    if typ is int:
-        if isinstance(raw, bool) or not (isinstance(raw, int) or (text and raw.strip().lstrip("-").isdigit())):
+    if typ is int:  # its sign and size are the field's range's to judge
+        if isinstance(raw, bool) or not (isinstance(raw, int) or (text and re.fullmatch(r"[+-]?[0-9]+", raw.strip()))):
             raise PostplaceError(f"{where}: {raw!r} is not an integer")
-        value = int(raw)
-        if value < 0:
-            raise PostplaceError(f"{where}: {value} is negative")
-        return value
+        try:
+            return int(raw)
+        except ValueError:  # more digits than Python converts
+            raise PostplaceError(f"{where}: {raw[:20]}... is not an integer of a sensible size") from None
     if typ is float:
         if isinstance(raw, bool):
             raise PostplaceError(f"{where}: {raw!r} is not a number")
@@ -123,8 +217,6 @@ def _one(raw, typ, where: str):
             raise PostplaceError(f"{where}: {raw!r} is not a number") from None
         if not math.isfinite(value):
             raise PostplaceError(f"{where}: {raw!r} is not a finite number")
-        if value < 0:
-            raise PostplaceError(f"{where}: {value} is negative")
         return value
     if typ is str:
         if not isinstance(raw, str):

@@ -70,41 +70,50 @@ import numpy as np
 import torch
 from torch import nn
 
+from postplace.search.config import ranged
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
 @dataclass(frozen=True)
 class HierarchicalConfig:
-    num_groups: int = 256
-    """Groups the grouper may use, at most the number of units (paper: 256 worked best)."""
-    grouper_hidden: int = 64
-    """Hidden size of the grouper's one hidden layer (paper: 64). Activation ReLU (ours; unstated)."""
-    placer_hidden: int = 256
-    """LSTM size of the placer's encoder and decoder (paper: 256)."""
-    device_embedding: int = 32
-    """Size of the decoder's embedding of the previous device (ours; unstated)."""
-    lr: float = 0.1
-    """Adam learning rate for both policies (paper: 0.1)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (paper: 1.0)."""
-    tanh_constant: float = 5.0
-    """C in C * tanh(u / T) on the logits (paper: 5.0, after Bello et al. 2016)."""
-    temperature: float = 10.0
-    """T in C * tanh(u / T) on the logits (paper: 10.0)."""
+    """The hierarchical planner's settings; each field's range (``ranged``) is checked by
+    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+
+    num_groups: int = ranged(256, "[1, inf)", "groups the grouper may use")
+    """Groups the grouper may use, at most the number of units (paper: 256 worked best). At least 1;
+    more than the units are cut to their number."""
+    grouper_hidden: int = ranged(64, "[1, inf)", "hidden size of the grouper")
+    """Hidden size of the grouper's one hidden layer (paper: 64). Activation ReLU (ours; unstated).
+    At least 1, as every layer size."""
+    placer_hidden: int = ranged(256, "[1, inf)", "LSTM size of the placer")
+    """LSTM size of the placer's encoder and decoder (paper: 256). At least 1."""
+    device_embedding: int = ranged(32, "[1, inf)", "size of the decoder's device embedding")
+    """Size of the decoder's embedding of the previous device (ours; unstated). At least 1."""
+    lr: float = ranged(0.1, "(0, inf)", "Adam learning rate")
+    """Adam learning rate for both policies (paper: 0.1). Above 0: at 0 nothing is learned."""
+    grad_clip: float = ranged(1.0, "(0, inf)", "largest global gradient norm")
+    """Clip the global gradient norm to this (paper: 1.0). Above 0: a norm of 0 zeroes every step."""
+    tanh_constant: float = ranged(5.0, "(0, inf)", "C in C tanh(u / T) on the logits")
+    """C in C * tanh(u / T) on the logits (paper: 5.0, after Bello et al. 2016). Above 0: at 0 every
+    logit is 0 and the policies stay uniform."""
+    temperature: float = ranged(10.0, "(0, inf)", "T in C tanh(u / T) on the logits")
+    """T in C * tanh(u / T) on the logits (paper: 10.0). Above 0: the logits are divided by T."""
     shape_grouper_logits: bool = True
     """Apply C tanh(u/T) to the grouper as well as the placer (ours: the paper does not say which)."""
-    groupings_per_ask: int = 1
-    """m: groupings sampled per update (paper: m = 1, its Eq. 4)."""
-    placements_per_grouping: int = 4
-    """k: placer samples per grouping (paper: k = 4, its Eq. 6). An ask returns m * k placements."""
-    baseline_decay: float = 0.9
-    """B <- decay * B + (1 - decay) * mean reward of the batch (ours; the paper says moving average)."""
-    noise_std: float = 0.5
+    groupings_per_ask: int = ranged(1, "[1, inf)", "groupings sampled per update")
+    """m: groupings sampled per update (paper: m = 1, its Eq. 4). At least 1."""
+    placements_per_grouping: int = ranged(4, "[1, inf)", "placer samples per grouping")
+    """k: placer samples per grouping (paper: k = 4, its Eq. 6). An ask returns m * k placements. At
+    least 1."""
+    baseline_decay: float = ranged(0.9, "[0, 1)", "weight of the old baseline in its moving average")
+    """B <- decay * B + (1 - decay) * mean reward of the batch (ours; the paper says moving average).
+    In [0, 1): an average only for decay in [0, 1], and at 1 the baseline never moves."""
+    noise_std: float = ranged(0.5, "[0, inf)", "std of the noise on the logits at the start")
     """Std of Gaussian noise on the shaped logits at the start (ours; the paper adds noise early on
-    without a magnitude)."""
-    noise_updates: int = 100
+    without a magnitude). At least 0 (0: no noise)."""
+    noise_updates: int = ranged(100, "[0, inf)", "updates over which the noise falls to zero")
     """Updates over which the noise falls linearly to zero (ours: 400 samples at m*k = 4, a sixth of
-    Post's 2,400-sample budget)."""
+    Post's 2,400-sample budget). At least 0 (0: no noise)."""
     group_adjacency: bool = True
     """Put the group's byte fractions to and from every group in its embedding (paper: an adjacency
     vector per group)."""

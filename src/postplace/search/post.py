@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from postplace.search.config import ranged
 from postplace.search.policy import (
     Adam,
     CategoricalPolicy,
@@ -56,34 +57,48 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 @dataclass(frozen=True)
 class PostConfig:
-    batch_size: int = 48
+    """Post's hyperparameters. Every field states its range (``ranged``), checked by
+    :func:`postplace.search.config.build_config` for ``--set``, ``--config``, a ``config`` dict and a
+    run folder's recorded config; the reason for each range is in the field's docstring."""
+
+    batch_size: int = ranged(48, "[1, inf)", "placements sampled per batch")
     """K: placements sampled per batch; PPO runs after every batch. The paper does not state K; chosen
     by the recorded sweep (benchmarks/sweep.py on zoo models, then small enumerated instances; see
-    benchmarks/RESULTS.md, 'Post's defaults')."""
-    ce_every: int = 480
-    """N: a cross-entropy step replaces PPO at every multiple of N samples (a multiple of K). Sweep."""
-    elite_fraction: float = 0.1
+    benchmarks/RESULTS.md, 'Post's defaults'). At least 1: a batch has a sample."""
+    ce_every: int = ranged(480, "[1, inf)", "samples between cross-entropy steps")
+    """N: a cross-entropy step replaces PPO at every multiple of N samples (a multiple of K). Sweep.
+    At least 1 (the step comes at multiples of N; 0 divides by zero)."""
+    elite_fraction: float = ranged(0.1, "(0, 1]", "share of the recent samples kept as the elite")
     """Share of the recent feasible samples kept as the elite: 10%, as in the paper. Infeasible samples
     never enter an elite beside a feasible one; when the window since the last CE step holds no
     feasible sample, the elite is this share of the window that overflows memory least (ours: the
-    paper is silent), and the step is skipped when no overflow tells them apart."""
-    eps: float | None = None
+    paper is silent), and the step is skipped when no overflow tells them apart. In (0, 1]: a share of
+    the samples (at least one sample is always kept); 1 fits all of them, more is no more."""
+    eps: float | None = ranged(None, "[0, 1)", "weight of uniform mixed in after a cross-entropy step")
     """Mixing weight of uniform-over-allowed after a CE step, so no allowed device reaches zero. None:
     ``min(eps_cap, eps_units / G)``, so that about ``eps_units`` units per sample are redrawn
     uniformly whatever the number of units G (a fixed eps redraws many units of a large graph, most of
-    them onto a slow CPU)."""
-    eps_units: float = 2.0
-    """With eps=None: expected number of units per sample redrawn uniformly after a CE step. Sweep."""
-    eps_cap: float = 0.25
-    """With eps=None: the largest eps used (small graphs). Chosen on small enumerated instances."""
-    lr: float = 0.1
-    """Adam learning rate on the logits (PPO steps). Sweep."""
-    ppo_epochs: int = 10
-    """Gradient steps per PPO update over one batch (the paper: 'several, e.g. 10')."""
-    clip: float = 0.1
+    them onto a slow CPU). In [0, 1): the step is ``(1 - eps) * elite frequencies + eps * uniform``, a
+    distribution only for eps <= 1 (above 1 it weighs the elite negatively, inverting the step);
+    eps = 1 throws the elite away, and eps = 0 is the unsmoothed cross-entropy method."""
+    eps_units: float = ranged(2.0, "[0, inf)", "units per sample redrawn uniformly after a cross-entropy step")
+    """With eps=None: expected number of units per sample redrawn uniformly after a CE step. Sweep.
+    At least 0 (an expected count); eps_cap bounds the eps it gives."""
+    eps_cap: float = ranged(0.25, "[0, 1)", "the largest eps used when eps is none")
+    """With eps=None: the largest eps used (small graphs). Chosen on small enumerated instances.
+    In [0, 1), as eps."""
+    lr: float = ranged(0.1, "(0, inf)", "Adam learning rate of the PPO steps")
+    """Adam learning rate on the logits (PPO steps). Sweep. Above 0: at 0 PPO learns nothing."""
+    ppo_epochs: int = ranged(10, "[1, inf)", "gradient steps per PPO update")
+    """Gradient steps per PPO update over one batch (the paper: 'several, e.g. 10'). At least 1 (to
+    switch PPO off, use_ppo=false)."""
+    clip: float = ranged(0.1, "(0, 1)", "PPO clip range of the probability ratio")
     """PPO clip range. 0.1 (Schulman et al. 2017 also use it) rather than 0.2: the same zoo score, and
-    100/100 instead of 93/100 optima reached on small enumerated instances (RESULTS.md)."""
-    init: str = "probe"
+    100/100 instead of 93/100 optima reached on small enumerated instances (RESULTS.md). In (0, 1): the
+    ratio of new to old probability is kept in [1 - clip, 1 + clip]; at 0 nearly every step after the
+    first is clipped away, and at 1 or more the lower end is <= 0, which no ratio reaches, so the
+    clip on samples with a negative advantage is gone."""
+    init: str = ranged("probe", why="start of the policy", choices=("uniform", "speed", "memory", "probe"))
     """'uniform' (the paper), 'speed' (every unit's home is the fastest device it may use, see
     speed_prior), 'memory' (homes fill the fewest fastest devices that hold the step, see
     memory_prior; the same as 'speed' when the step fits the fastest device) or 'probe': the first
@@ -91,27 +106,32 @@ class PostConfig:
     the memory fill, METIS partitions over 2..k comparable devices), and the best of them (feasible
     first, then least overflow, then fastest) becomes every unit's home (``start_name`` says which).
     Until they are told, the prior is 'memory'."""
-    anchor_weight: float = 0.7
+    anchor_weight: float = ranged(0.7, "[0, 1]", "prior probability on each unit's home device")
     """With init='speed' or 'memory': prior probability mass on each unit's home device. Sweep (0.5,
-    0.7, 0.9)."""
-    partition_units: float = 32.0
+    0.7, 0.9). In [0, 1]: a probability (the rest goes to the unit's other allowed devices, each of
+    which keeps at least 1e-6)."""
+    partition_units: float = ranged(32.0, "[0, inf)", "units per sample drawn away from a partition's homes")
     """With init='probe', when a METIS partition wins the probe: the expected number of units per
     sample drawn away from their home, ``min(0.5 G, partition_units)`` (the home's weight is
     ``1 - min(0.5, partition_units / G)``: 0.875 at 256 units, 0.5 up to 64). A partition is already a
     spread-out answer: exploring some units around it finds its improvements, while 30% of hundreds
     of units scattered at once rarely do. Chosen on zoo models (NMT-4 on k80x4: 1,443 ms at 4, 1,381
     at 32, 1,371 at 64; the memory-bound tuning cases: best at 4-32) and small enumerated instances
-    (0.5 is needed there: at 0.7 one 8-op instance was trapped next to its partition in 6 of 10 seeds)."""
-    probe_margin: float = 0.9
+    (0.5 is needed there: at 0.7 one 8-op instance was trapped next to its partition in 6 of 10 seeds).
+    At least 0: an expected count (the home keeps at least half the mass whatever its size)."""
+    probe_margin: float = ranged(0.9, "[0, 1]", "step-time ratio another start must beat the one-device start by")
     """With init='probe': another start replaces the one-device start ('fastest') only when the
     one-device placement is infeasible or the other scores below ``probe_margin`` times it. The
     one-device start is the one the sweep tuned; Post improves on it by up to about 10% by itself
-    (ResNet-50 0.92x, BERT-3 0.99x of one GPU), so a start only slightly faster than it is no gain."""
-    fill_fraction: float = 0.8
+    (ResNet-50 0.92x, BERT-3 0.99x of one GPU), so a start only slightly faster than it is no gain.
+    In [0, 1]: a ratio of step times; 1 takes any faster start, 0 keeps a feasible one-device start
+    always, and above 1 says no more than 1 (the best start is never slower than the one-device one)."""
+    fill_fraction: float = ranged(0.8, "(0, 1]", "share of each device's memory the memory fill may use")
     """With init='memory', when the step does not fit the fastest device: the share of each device's
     capacity the fill may use (the rest is room for tensors received from other devices and for the
     prior's spread). Chosen on zoo models at batch sizes that overflow one K80 (RESULTS.md,
-    'Memory-bound placement')."""
+    'Memory-bound placement'). In (0, 1]: a share of a capacity; above 1 fills devices past their
+    memory, and 0 holds nothing."""
     use_ce: bool = True
     """Run cross-entropy steps (False: the 'ppo' ablation)."""
     use_ppo: bool = True

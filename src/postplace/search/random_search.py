@@ -6,14 +6,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from postplace.search.config import ranged
 from postplace.search.policy import CategoricalPolicy
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state
 
 
 @dataclass(frozen=True)
 class RandomConfig:
-    batch_size: int = 24
-    """Placements per ask (any value gives the same samples for a seed: one stream of draws)."""
+    """Random search's one setting; its range (``ranged``) is checked by
+    :func:`postplace.search.config.build_config`."""
+
+    batch_size: int = ranged(24, "[1, inf)", "placements per ask")
+    """Placements per ask (any value gives the same samples for a seed: one stream of draws). At
+    least 1."""
 
 
 class RandomStrategy:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from postplace.search.config import ranged
 from postplace.search.policy import Adam, CategoricalPolicy, reinforce_gradient
 from postplace.search.post import initial_logits
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
@@ -20,19 +21,25 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 @dataclass(frozen=True)
 class ReinforceConfig:
-    batch_size: int = 48
-    """Placements per batch (the same K as Post, so the comparison is per sample)."""
-    lr: float = 0.1
-    """Adam learning rate on the logits."""
-    baseline_decay: float = 0.9
-    """Weight of the old baseline in the moving average (the hierarchical planner's 0.9 style)."""
-    init: str = "memory"
+    """REINFORCE's hyperparameters; each field's range (``ranged``) is checked by
+    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+
+    batch_size: int = ranged(48, "[1, inf)", "placements per batch")
+    """Placements per batch (the same K as Post, so the comparison is per sample). At least 1."""
+    lr: float = ranged(0.1, "(0, inf)", "Adam learning rate")
+    """Adam learning rate on the logits. Above 0: at 0 nothing is learned."""
+    baseline_decay: float = ranged(0.9, "[0, 1)", "weight of the old baseline in its moving average")
+    """Weight of the old baseline in the moving average (the hierarchical planner's 0.9 style). In
+    [0, 1): ``B <- d B + (1 - d) mean reward`` averages only for d in [0, 1], and at 1 the baseline
+    never moves from the first batch's mean, so once rewards improve every advantage is positive."""
+    init: str = ranged("memory", why="start of the policy", choices=("uniform", "speed", "memory"))
     """'uniform', 'speed' or 'memory': the same starts as Post's (its default 'memory'), for a fair
-    ablation."""
-    anchor_weight: float = 0.7
-    """Prior mass on each unit's home device with init='speed' or 'memory'."""
-    fill_fraction: float = 0.8
-    """With init='memory': as PostConfig.fill_fraction."""
+    ablation (Post's 'probe' start is Post's own)."""
+    anchor_weight: float = ranged(0.7, "[0, 1]", "prior probability on each unit's home device")
+    """Prior mass on each unit's home device with init='speed' or 'memory'. In [0, 1]: a probability,
+    as PostConfig.anchor_weight."""
+    fill_fraction: float = ranged(0.8, "(0, 1]", "share of each device's memory the memory fill may use")
+    """With init='memory': as PostConfig.fill_fraction, in (0, 1]."""
 
 
 class ReinforceStrategy:
