@@ -371,6 +371,9 @@ def place(
             evaluator != "simulator" or confirm or ray is not None):  # fmt: skip
         settings["microbatch_note"] = ("one micro-batch count only: --evaluator torch, --confirm and --ray run one "
                                        "search; m = 1 was placed (pin another with --microbatches M)")  # fmt: skip
+    elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
+        settings["microbatch_note"] = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to "
+                                       "weigh micro-batch counts, data parallelism and pipelines")  # fmt: skip
     return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
                 confirm_k=confirm, ray=ray)  # fmt: skip
 
