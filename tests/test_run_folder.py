@@ -112,25 +112,59 @@ def test_killed_before_the_first_checkpoint_starts_over(work):
     assert json.loads(r.stdout)["samples"] == 96 and len(lines(folder / "history.jsonl")) == 96
 
 
+# The interrupted run: the CLI with the runner's batch step wrapped so that, once ``at`` samples are done,
+# it writes ``ready`` and waits (sleeping) for the test's Ctrl-C. The run cannot finish before the signal,
+# however loaded the machine, and it is cut at the same sample every time.
+_BLOCKED_PLACE = """
+import pathlib, sys, time
+import postplace.search.runner as runner
+ready, at = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+one_batch, blocked = runner._one_batch, []
+
+def blocking(strategy, evaluator, state, history, placements):
+    one_batch(strategy, evaluator, state, history, placements)
+    if state.samples >= at and not blocked:
+        blocked.append(state.samples)
+        ready.write_text(str(state.samples))
+        while True:
+            time.sleep(0.5)
+
+runner._one_batch = blocking
+sys.argv = ["postplace", *sys.argv[3:]]
+from postplace.cli import main
+main()
+"""
+
+
 def test_ctrl_c_exits_non_zero_and_the_resumed_run_equals_an_uninterrupted_one(work):
-    args = [sys.executable, "-m", "postplace.cli", "place", "tiny.json", "-c", "k80x2", "--budget", "10000",
-            "--json", "--out"]  # fmt: skip
-    proc = subprocess.Popen([*args, str(work / "cut")], cwd=work / "a", stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    hist = work / "cut" / "history.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (hist.exists() and hist.stat().st_size > 40_000):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    budget, cut_at = 2000, 1000  # cut past a checkpoint (every 240 samples), between two of them
+    args = ["place", "tiny.json", "-c", "k80x2", "--budget", str(budget), "--json", "--no-report", "--out"]
+    ready = work / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_PLACE, str(ready), str(cut_at), *args, str(work / "cut")],
+                            cwd=work / "a", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), f"the run never reached sample {cut_at}: {proc.poll()=}"
+        assert proc.poll() is None  # blocked: it cannot have finished
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     assert not (work / "cut" / "placement.json").exists()  # an incomplete run writes no answer
-    resumed = run("place", "--resume", str(work / "cut"), "--json")
+    ck = json.loads((work / "cut" / "checkpoint.json").read_text())
+    assert 0 < ck["body"]["runner"]["samples"] < cut_at  # saved on Ctrl-C: the last batch before the cut
+    resumed = run("place", "--resume", str(work / "cut"), "--json", "--no-report")
     assert resumed.returncode == 0, resumed.stderr
-    whole = subprocess.run([*args, str(work / "whole")], cwd=work / "a", capture_output=True, text=True)
+    whole = run(*args, str(work / "whole"), cwd=work / "a")
+    assert whole.returncode == 0, whole.stderr
     a, b = json.loads(resumed.stdout), json.loads(whole.stdout)
-    assert a["samples"] == b["samples"] == 10000 and a["search_best_step_time_s"] == b["search_best_step_time_s"]
+    assert a["samples"] == b["samples"] == budget and a["search_best_step_time_s"] == b["search_best_step_time_s"]
     assert lines(work / "cut" / "history.jsonl") == lines(work / "whole" / "history.jsonl")
 
 

@@ -600,7 +600,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         rows.append((name, v, note, fig["candidates"]))
     for name, v, note, how in rows:
         time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
-        ratio = "-" if v is None or not kind else f"{v / best:.3f}x"  # never a measured time over a simulated one
+        # never a measured time over a simulated one, nor a ratio to a zero-time step
+        ratio = "-" if v is None or not kind or not best else f"{v / best:.3f}x"
         t.add_row(name, time_, ratio, note[:80])
     console.print(t)
     for m, why in (s.get("microbatch_skipped") or {}).items():

@@ -6,8 +6,9 @@ guess whether a number is finite, a flag positive, or a file text: a bad input n
 simulator, where it would end as a traceback, a hang (a NaN latency) or an infinite result.
 
 Rules: numbers are ``int``/``float`` but never ``bool`` (``true`` is not 1 here), finite, and within
-float range (``1e400`` in JSON is an error, not ``inf``); integers fit in 64 bits; text files are UTF-8;
-JSON may not nest deeper than Python can parse (a ``RecursionError`` becomes an error line).
+float range (``1e400`` in JSON is an error, not ``inf``); a graph's byte counts are at most ``MAX_BYTES``;
+integers fit in 64 bits; text files are UTF-8; JSON may not nest deeper than Python can parse (a
+``RecursionError`` becomes an error line).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ __all__ = [
 ]
 
 INT64_MAX = 2**63 - 1
+# The most bytes one tensor, edge or op may count: 1 EB, a million times the memory of a large machine.
+# Past it a file has the wrong unit or a corrupt number, and sums of such byte counts (and the times
+# made from them) overflow float range downstream, where METIS crashed the process on them.
+MAX_BYTES = 1e18
 
 
 def read_text(path: str | Path, what: str = "file") -> str:

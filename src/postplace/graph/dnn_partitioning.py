@@ -48,6 +48,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.graph.opgraph import KIND_BITS, Measurement, OpGraph, find_cycle, topological_order
+from postplace.validate import MAX_BYTES
 
 MS = 1e-3  # the files' latencies are milliseconds (the totals only make sense so)
 
@@ -91,7 +92,7 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
                 name,
                 _number(node, "fpgaLatency", where, who=who),
                 _number(node, "cpuLatency", where, who=who),
-                _number(node, "size", where, who=who),
+                _bytes(node, "size", where, who=who),
                 _flag(node, "supportedOnFpga", where, default=True, who=who),
                 _flag(node, "isBackwardNode", where, default=False, who=who),
                 color,
@@ -110,7 +111,7 @@ def import_workload(d: dict, *, source: str = "workload") -> OpGraph:
             ends.append(index_of_id[ident])
         src.append(ends[0])
         dst.append(ends[1])
-        ebytes.append(_number(e, "size", where, who=f" (edge {e['sourceId']} -> {e['destId']})"))
+        ebytes.append(_bytes(e, "size", where, who=f" (edge {e['sourceId']} -> {e['destId']})"))
 
     n = len(rows)
     backward = np.array([r[6] for r in rows], dtype=bool)
@@ -296,6 +297,16 @@ def _number(obj: dict, key: str, where: str, *, integer: bool = False, who: str 
             raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be an integer")
         return int(v)
     return float(v)
+
+
+def _bytes(obj: dict, key: str, where: str, *, who: str = "") -> float:
+    """A byte count: a finite non-negative number, at most ``MAX_BYTES`` (sums of larger ones leave float
+    range in the simulator and METIS)."""
+    v = _number(obj, key, where, who=who)
+    if v > MAX_BYTES:
+        raise PostplaceError(f"{where} field '{key}' is {v:g} bytes{who}, above the bound of {MAX_BYTES:g} bytes "
+                             "(1 EB); check the file's units")  # fmt: skip
+    return v
 
 
 def _slots(n: int, src: list[int], ebytes: list[float]) -> list[int]:

@@ -19,15 +19,12 @@ from D^n to D^G. The pass:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pymetis
 
+from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.graph.opgraph import OpGraph
 
 
@@ -119,57 +116,14 @@ def group_ops(
 
 
 def _metis(graph: OpGraph, unit: np.ndarray, n_units: int, weight: np.ndarray, parts: int, seed: int):
-    su, du = unit[graph.edge_src], unit[graph.edge_dst]
-    keep = su != du
-    su, du, w = su[keep], du[keep], graph.edge_bytes[keep]
     # symmetric adjacency with summed weights per unit pair
-    a = np.concatenate([su, du])
-    b = np.concatenate([du, su])
-    ww = np.concatenate([w, w])
-    key = a * n_units + b
-    uniq, inv = np.unique(key, return_inverse=True)
-    summed = np.bincount(inv, weights=ww)
-    a, b = uniq // n_units, uniq % n_units
-    xadj = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=n_units))])
+    xadj, adjncy, summed = symmetric_csr(unit[graph.edge_src], unit[graph.edge_dst], graph.edge_bytes, n_units)
     work = np.bincount(unit, weights=weight, minlength=n_units)
     # A unit heavier than one part's share cannot be balanced and makes METIS leave parts empty:
     # clip work at the share, and add a per-unit term so that light units still spread over parts.
     clipped = np.minimum(work, work.sum() / parts)
     balance = clipped / max(clipped.sum(), 1e-300) + 1.0 / n_units
-    with _quiet_fds():  # METIS prints its complaints straight to the C stdout/stderr
-        result = pymetis.part_graph(
-            parts,
-            pymetis.CSRAdjacency(xadj.astype(np.int64), b.astype(np.int64)),
-            vweights=_as_int_weights(balance, 1000),
-            eweights=_as_int_weights(summed, 1000),
-            recursive=True,
-            options=pymetis.Options(seed=seed),
-        )
-    return np.asarray(result.vertex_part, dtype=np.int64)
-
-
-@contextlib.contextmanager
-def _quiet_fds():
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
-
-
-def _as_int_weights(w: np.ndarray, scale: int) -> list[int]:
-    top = float(w.max()) if w.size else 0.0
-    if top <= 0:
-        return [1] * len(w)
-    return np.maximum(1, np.round(w / top * scale)).astype(np.int64).tolist()
+    return part_graph(parts, xadj, adjncy, vweights=balance, eweights=summed, scale=1000, recursive=True, seed=seed)
 
 
 def _split_by(ids: np.ndarray, classes: np.ndarray) -> np.ndarray:

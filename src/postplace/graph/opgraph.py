@@ -37,6 +37,7 @@ ALL_KINDS = 3
 MEMORY_MODES = ("live", "static")
 
 _OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "output_bytes", "persistent_bytes")
+_BYTE_FIELDS = ("bytes_accessed", "output_bytes", "persistent_bytes", "edges.bytes")  # at most MAX_BYTES
 
 
 class GraphError(PostplaceError):
@@ -282,14 +283,20 @@ class OpGraph:
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
         if bad.size:
             i = int(bad[0])
-            if per == "op":
-                who = f"op '{self.names[i]}'"
-            else:
-                who = f"edge {self.names[self.edge_src[i]]} -> {self.names[self.edge_dst[i]]}"
             raise GraphError(
-                f"graph '{self.name}': {who} field '{fname}' is {values[i]!r}; "
+                f"graph '{self.name}': {self._who(i, per)} field '{fname}' is {values[i]!r}; "
                 "costs must be finite non-negative numbers (seconds, bytes, FLOPs)"
             )
+        big = np.flatnonzero(values > v.MAX_BYTES) if fname in _BYTE_FIELDS else ()
+        if len(big):
+            i = int(big[0])
+            raise GraphError(f"graph '{self.name}': {self._who(i, per)} field '{fname}' is {values[i]:g} bytes, above "
+                             f"the bound of {v.MAX_BYTES:g} bytes (1 EB); check the file's units")  # fmt: skip
+
+    def _who(self, i: int, per: str) -> str:
+        if per == "op":
+            return f"op '{self.names[i]}'"
+        return f"edge {self.names[self.edge_src[i]]} -> {self.names[self.edge_dst[i]]}"
 
     def _check_edges(self) -> None:
         n = self.num_ops

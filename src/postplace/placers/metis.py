@@ -9,11 +9,11 @@ when no move makes a device fit, the placement is returned as it is and the simu
 from __future__ import annotations
 
 import numpy as np
-import pymetis
 
 from postplace.cluster import Cluster
 from postplace.cost import CostModel
 from postplace.graph import OpGraph
+from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.placers._common import check_graph, constrained_devices, op_time_table, units
 
 __all__ = ["place_metis"]
@@ -79,34 +79,14 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         ok = np.isfinite(times)
         mean = np.where(ok, times, 0.0).sum(axis=1) / np.maximum(ok.sum(axis=1), 1)
         work = np.bincount(unit_of_op, weights=mean, minlength=U)
-        vw = _ints(work)
-        su, du = unit_of_op[graph.edge_src], unit_of_op[graph.edge_dst]
-        cross = su != du
-        a, b = np.minimum(su, du)[cross], np.maximum(su, du)[cross]
-        w = graph.edge_bytes[cross]
-        key = a * U + b
-        uniq, inv = np.unique(key, return_inverse=True)
-        wsum = np.bincount(inv, weights=w)
-        ua, ub = uniq // U, uniq % U
-        ew = _ints(wsum)
-        xs = np.concatenate([ua, ub])
-        ys = np.concatenate([ub, ua])
-        ws = np.concatenate([ew, ew])
-        order = np.lexsort((ys, xs))
-        xs, ys, ws = xs[order], ys[order], ws[order]
-        xadj = np.searchsorted(xs, np.arange(U + 1))
+        xadj, adjncy, summed = symmetric_csr(unit_of_op[graph.edge_src], unit_of_op[graph.edge_dst],
+                                             graph.edge_bytes, U)  # fmt: skip
         common = allowed[:, devs].all(axis=1)
         rows = times[common][:, devs] if common.any() else np.where(allowed[:, devs], times[:, devs], 0.0)
-        speed = 1.0 / np.maximum(rows.sum(axis=0), 1e-300)
-        tpw = speed / speed.sum()
-        opts = pymetis.Options(seed=int(seed))
-        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
-            graph_arg = {"adjacency": pymetis.CSRAdjacency(xadj.tolist(), ys.tolist())}
-        else:
-            graph_arg = {"xadj": xadj.tolist(), "adjncy": ys.tolist()}
-        _, parts = pymetis.part_graph(len(devs), **graph_arg, vweights=vw.tolist(),
-                                      eweights=ws.tolist() if len(ws) else None, tpwgts=tpw.tolist(), options=opts)
-        unit_dev = np.array(devs, dtype=np.int64)[np.asarray(parts, dtype=np.int64)]
+        speed = 1.0 / np.maximum(rows.sum(axis=0), 1e-300)  # no time at all: the fastest there is
+        parts = part_graph(len(devs), xadj, adjncy, vweights=work, eweights=summed, tpwgts=speed, scale=_SCALE,
+                           seed=seed)  # fmt: skip
+        unit_dev = np.array(devs, dtype=np.int64)[parts]
     first = np.array([m[0] for m in members], dtype=np.int64)
     for u in np.flatnonzero(~allowed[first, unit_dev]):
         unit_dev[u] = int(np.flatnonzero(allowed[first[u]])[0])
@@ -114,13 +94,6 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     if repair:
         dev = _repair(graph, cluster, dev, unit_of_op, members, allowed[first], cost_model)
     return dev
-
-
-def _ints(x: np.ndarray) -> np.ndarray:
-    top = float(x.max()) if x.size else 0.0
-    if top <= 0:
-        return np.ones(len(x), dtype=np.int64)
-    return np.maximum(np.rint(x / top * _SCALE), 1).astype(np.int64)
 
 
 def _repair(graph, cluster, dev, unit_of_op, members, unit_allowed, cost_model) -> np.ndarray:

@@ -123,6 +123,9 @@ def _grid(n: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(1, n, MAX_POINTS)).astype(int))
 
 
+NO_FEASIBLE = "no feasible sample: every placement the search tried was OOM or failed"
+
+
 def _finite(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
@@ -170,6 +173,7 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
         "strategy": strategy, "seeds": [r["seed"] for r in runs], "x_samples": g.tolist(),
         "median_s": med, "min_s": lo, "max_s": hi, "seeds_with_feasible": count, "per_seed": per_seed,
         "wall_source": "recorded per sample" if recorded and runs else "estimated: run wall time x sample / samples",
+        "note": "" if any(v is not None for v in med) else NO_FEASIBLE,  # a curve the figures cannot draw
     }  # fmt: skip
 
 
@@ -391,7 +395,8 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
                                               "wall_time_s": s.get("wall_time_s"),
                                               "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
     bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s")},
-            {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s")},
+            {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s"),
+             "note": "" if s.get("search_best_step_time_s") is not None else NO_FEASIBLE},
             {"label": f"single device ({_get(s, 'single_device')})", "kind": "single",
              "best_s": s.get("single_device_step_time_s")}]  # fmt: skip
     cands = s.get("candidates") if isinstance(s.get("candidates"), dict) else {}
@@ -474,7 +479,9 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
     schedule, memory, sched = schedule_info(g, c, ops, source)
     bars = [{"label": r["strategy"], "kind": "data-parallel" if str(r.get("kind", "")).startswith("data-parallel")
              else r.get("kind"), "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
-             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0), "note": r.get("note", "")}
+             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0),
+             "note": r.get("note") or (NO_FEASIBLE if r.get("kind") == "search" and r.get("best_step_time_s") is None
+                                       else "")}
             for r in rows]  # fmt: skip
     search_names = [r["strategy"] for r in rows if r.get("kind") == "search"]
     prov = {

@@ -46,7 +46,7 @@ def _save(fig, folder: Path, name: str) -> dict:
 def _reference_lines(ax, lines: dict, *, vertical: bool = False) -> None:
     for key, label, style in (("single_device_s", "best single device", "--"), ("lower_bound_s", "lower bound", ":")):
         v = lines.get(key)
-        if isinstance(v, int | float):
+        if isinstance(v, int | float) and np.isfinite(v):
             (ax.axvline if vertical else ax.axhline)(v * 1e3, color="black", ls=style, lw=1, label=label)
 
 
@@ -55,41 +55,78 @@ def _colours(n: int):
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+def _nan_ms(values) -> np.ndarray:
+    """Seconds (None or inf where nothing fits yet) as milliseconds, NaN where there is no value."""
+    out = np.array([np.nan if v is None else v * 1e3 for v in values], dtype=float)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _no_feasible_note(ax, curves) -> None:
+    """Say which curves have no feasible sample (they draw nothing) inside the axes."""
+    empty = [c["strategy"] for c in curves if not np.isfinite(_nan_ms(c["median_s"])).any()]
+    if not empty:
+        return
+    who = "the search" if len(curves) == 1 else ", ".join(empty)
+    ax.text(0.5, 0.5, f"no feasible sample: every placement {who} tried was OOM or failed", ha="center",
+            va="center", fontsize=9, color="#C44E52", wrap=True, transform=ax.transAxes)  # fmt: skip
+
+
+def _legend(ax) -> None:
+    if ax.get_legend_handles_labels()[0]:  # an empty legend warns
+        ax.legend(fontsize=8, ncol=2)
+
+
 def learning_curves(data: dict, folder: Path) -> dict:
-    """Best-so-far step time against samples (median and range over seeds) and against wall time."""
+    """Best-so-far step time against samples (median and range over seeds) and against wall time. A
+    curve with no feasible sample draws nothing and is named in a note (never a failed report)."""
     plt = _plt()
     curves = data["curves"]
     figs = {}
     fig, ax = plt.subplots(figsize=(9, 5.2))
+    drawn = False
     for c, col in zip(curves, _colours(len(curves)), strict=True):
         x = np.array(c["x_samples"], dtype=float)
-        med = np.array([np.nan if v is None else v * 1e3 for v in c["median_s"]])
-        lo = np.array([np.nan if v is None else v * 1e3 for v in c["min_s"]])
-        hi = np.array([np.nan if v is None else v * 1e3 for v in c["max_s"]])
+        med, lo, hi = _nan_ms(c["median_s"]), _nan_ms(c["min_s"]), _nan_ms(c["max_s"])
         seeds = len(c["seeds"])
+        if not np.isfinite(med).any():
+            continue
         ax.step(x, med, where="post", color=col, lw=1.6, label=f"{c['strategy']} (median of {seeds})")
+        drawn = True
         if seeds > 1:
             ax.fill_between(x, lo, hi, step="post", color=col, alpha=0.18, lw=0)
     _reference_lines(ax, data["lines"])
+    _no_feasible_note(ax, curves)
+    if not drawn and any(c["x_samples"] for c in curves):  # the samples taken, though none fits
+        ax.set_xlim(0, max(c["x_samples"][-1] for c in curves if c["x_samples"]))
     ax.set_xlabel("samples")
     ax.set_ylabel("best step time so far (ms)")
     ax.set_title("learning curves: best feasible step time against samples (band: min-max over seeds)")
     _ylim_from_curves(ax, curves, data["lines"])
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    _legend(ax)
     fig.tight_layout()
     figs["curves_samples"] = _save(fig, folder, "curves_samples")
 
     fig, ax = plt.subplots(figsize=(9, 5.2))
+    drawn_x = []  # wall times of points drawn (a finite step time at a finite time)
     for c, col in zip(curves, _colours(len(curves)), strict=True):
-        for k, s in enumerate(c["per_seed"]):
-            x = np.array([np.nan if v is None else v for v in s["wall_s"]])
-            y = np.array([np.nan if v is None else v * 1e3 for v in s["best_s"]])
-            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85, label=c["strategy"] if k == 0 else None)
+        labelled = False
+        for s in c["per_seed"]:
+            x = np.array([np.nan if v is None else v for v in s["wall_s"]], dtype=float)
+            y = _nan_ms(s["best_s"])
+            ok = np.isfinite(x) & np.isfinite(y)
+            if not ok.any():
+                continue
+            drawn_x.extend(x[ok].tolist())
+            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85, label=None if labelled else c["strategy"])
+            labelled = True
     _reference_lines(ax, data["lines"])
-    if any(v is not None and v > 0 for c in curves for s in c["per_seed"] for v in s["wall_s"]):
+    _no_feasible_note(ax, curves)
+    log = any(v > 0 for v in drawn_x)  # a log axis with nothing positive on it cannot place its ticks
+    if log:
         ax.set_xscale("log")
-    ax.set_xlabel("wall time (s, log scale)")
+    ax.set_xlabel("wall time (s, log scale)" if log else "wall time (s)")
     ax.set_ylabel("best step time so far (ms)")
     src = {c["wall_source"] for c in curves}
     ax.set_title("learning curves against wall time, one line per seed" +
@@ -97,7 +134,7 @@ def learning_curves(data: dict, folder: Path) -> dict:
                  fontsize=10)  # fmt: skip
     _ylim_from_curves(ax, curves, data["lines"])
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    _legend(ax)
     fig.tight_layout()
     figs["curves_wall"] = _save(fig, folder, "curves_wall")
     return figs
@@ -108,17 +145,17 @@ def _ylim_from_curves(ax, curves, lines) -> None:
     (the first samples are often many times worse than the rest and would flatten every curve)."""
     vals = []
     for c in curves:
-        med = [v for v in c["median_s"] if v is not None]
+        med = [v for v in c["median_s"] if v is not None and np.isfinite(v)]
         if med:
             vals.append(med[min(len(med) - 1, len(med) // 20)])
             vals.append(min(med))
     lb = lines.get("lower_bound_s")
     single = lines.get("single_device_s")
-    extra = [v for v in (lb, single) if isinstance(v, int | float)]
+    extra = [v for v in (lb, single) if isinstance(v, int | float) and np.isfinite(v)]
     if not vals:
         return
     lo = min(vals + extra) * 1e3
-    hi = max(vals + ([single] if isinstance(single, int | float) else [])) * 1e3
+    hi = max(vals + ([single] if single in extra else [])) * 1e3
     pad = (hi - lo) * 0.08 or hi * 0.05 or 1.0
     ax.set_ylim(lo - pad, hi + pad)
 

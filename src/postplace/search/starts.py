@@ -20,9 +20,8 @@ from the best (``PostConfig.init = "probe"``).
 from __future__ import annotations
 
 import numpy as np
-import pymetis
 
-from postplace.graph.grouping import _quiet_fds
+from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.search.strategy import SearchSpace
 
 __all__ = ["candidate_homes", "device_preference", "home_devices", "partition_homes"]
@@ -112,22 +111,8 @@ def _unit_adjacency(space: SearchSpace):
     G = space.num_units
     if space.edges is None or not len(space.edges[0]):
         return np.zeros(G + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
-    src, dst, nbytes = (np.asarray(x) for x in space.edges)
-    keep = src != dst
-    a = np.concatenate([src[keep], dst[keep]]).astype(np.int64)
-    b = np.concatenate([dst[keep], src[keep]]).astype(np.int64)
-    w = np.concatenate([nbytes[keep], nbytes[keep]]).astype(np.float64)
-    uniq, inv = np.unique(a * G + b, return_inverse=True)
-    summed = np.bincount(inv, weights=w)
-    a, b = uniq // G, uniq % G
-    xadj = np.concatenate([[0], np.cumsum(np.bincount(a, minlength=G))]).astype(np.int64)
-    return xadj, b.astype(np.int64), summed
-
-
-def _int_weights(w: np.ndarray, scale: float) -> list[int]:
-    w = np.asarray(w, dtype=np.float64)
-    top = float(w.max()) if w.size else 0.0
-    return np.maximum(1, np.rint(w / top * scale) if top > 0 else np.ones_like(w)).astype(np.int64).tolist()
+    src, dst, nbytes = space.edges
+    return symmetric_csr(src, dst, nbytes, G)
 
 
 def partition_homes(space: SearchSpace, devices: np.ndarray, weight: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -141,15 +126,7 @@ def partition_homes(space: SearchSpace, devices: np.ndarray, weight: np.ndarray,
     xadj, adjncy, summed = _unit_adjacency(space)
     w = np.asarray(weight, dtype=np.float64)
     w = np.minimum(w, w.sum() / k) + w.sum() / k / max(space.num_units, 1) * 1e-3
-    args = {"vweights": _int_weights(w, 1e6), "options": pymetis.Options(seed=int(seed))}
-    if len(adjncy):
-        args["eweights"] = _int_weights(summed, 1e6)
-    with _quiet_fds():
-        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
-            res = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj.tolist(), adjncy.tolist()), **args)
-        else:
-            res = pymetis.part_graph(k, xadj=xadj.tolist(), adjncy=adjncy.tolist(), **args)
-    parts = np.asarray(res[1] if isinstance(res, tuple) else res.vertex_part, dtype=np.int64)
+    parts = part_graph(k, xadj, adjncy, vweights=w, eweights=summed, scale=1e6, seed=seed)
     home = np.asarray(devices, dtype=np.int64)[parts]
     ok = space.allowed[np.arange(space.num_units), home]
     return np.where(ok, home, base)
