@@ -94,3 +94,17 @@ def test_samples_and_seconds_to_come_within_5_percent(tmp_path):
     (run_dir / "timing.jsonl").unlink()  # a folder from before timing was recorded: samples, no seconds
     again = compare(graph(), c, ["random"], budget=64, seeds=1, out=tmp_path)["rows"][0]["per_seed"][0]
     assert again["samples_to_within_5pct"] == k and again["seconds_to_within_5pct"] is None
+
+
+def test_post_under_ce_every_says_it_ran_no_cross_entropy_step_and_placer_walls_are_not_zero(tmp_path):
+    from postplace.cli import _seconds
+    from postplace.cluster import load_cluster
+    from postplace.testing import fuzz
+
+    rep = compare(fuzz.base_graph(), load_cluster("k80x2"), ["metis", "ppo", "post"], budget=48, seeds=1,
+                  out=tmp_path)  # fmt: skip
+    rows = {r["strategy"]: r for r in rep["rows"]}
+    assert "no cross-entropy step ran" in rows["post"]["note"] and rows["ppo"]["note"] == ""
+    assert rows["post"]["best_step_time_s"] == rows["ppo"]["best_step_time_s"]  # the same run, as the note says
+    assert rows["metis"]["wall_time_s"] > 0 and _seconds(rows["metis"]["wall_time_s"]) != "0.0"
+    assert (_seconds(0.01234), _seconds(3.14159), _seconds(123.456)) == ("0.0123", "3.14", "123.5")

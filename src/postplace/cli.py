@@ -305,7 +305,7 @@ def compare(
                   "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
                   "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
                   "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
-                  str(r["oom_count"]), f"{r['wall_time_s']:.1f}", r["note"])
+                  str(r["oom_count"]), _seconds(r["wall_time_s"]), r["note"])
     console.print(t)
     single = report["single_device_step_time_s"]
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
@@ -630,6 +630,11 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     if s["out"]:
         runs = "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)" if s.get("plan") and s.get("microbatch_counts") else "history.jsonl, timing.jsonl, checkpoint.json"
         console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}", highlight=False)
+
+
+def _seconds(x: float) -> str:
+    """A wall time that a placer's milliseconds do not round to 0.0."""
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
 def _candidate_rows(s: dict) -> list[tuple[str, float | None, str]]:

@@ -302,5 +302,10 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         return Row(name, "search", None, oom_count=ooms, wall_time_s=statistics.median(walls), seeds=seeds,
                    note="no feasible placement sampled", per_seed=per_seed)  # fmt: skip
     med = statistics.median(bests)
+    cfg = getattr(strategy, "config", None)
+    note = ""
+    if getattr(cfg, "use_ce", False) and getattr(cfg, "use_ppo", False) and budget <= cfg.ce_every:
+        note = (f"no cross-entropy step ran: the budget ({budget}) is not above ce_every ({cfg.ce_every}), so this "
+                "run is PPO alone from its start")  # fmt: skip
     return Row(name, "search", med, min(bests), max(bests), peak_memory_bytes=max(peaks), oom_count=ooms,
-               wall_time_s=statistics.median(walls), seeds=seeds, per_seed=per_seed)  # fmt: skip
+               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed)  # fmt: skip
