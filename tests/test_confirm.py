@@ -109,7 +109,7 @@ def test_place_confirm_returns_the_fastest_measured_and_labels_every_figure(tmp_
     s = r.summary
     rows = s["confirm"]["candidates"]
     ran = [x for x in rows if x["measured_s"] is not None]
-    assert len(rows) == 3 and ran  # two search placements and the best single device
+    assert len(rows) == 3 and ran  # the two best candidates of the answer and the best single device
     fastest = min(ran, key=lambda x: x["measured_s"])
     assert r.returned == "confirmed:" + fastest["label"] and r.step_time_s == fastest["measured_s"]
     assert s["figures"]["best_step_time_s"] == "measured" and s["figures"]["search_best_step_time_s"] == "simulated"
@@ -136,3 +136,21 @@ def _tiny_graph_files(tmp_path):
     path = tmp_path / "g.json"
     tiny().graph.save(path)
     yield path
+
+
+def test_confirm_measures_the_best_candidates_of_the_answer_placers_included(tmp_path, torch_one_thread):
+    """Where one-shot placers beat the search in simulation, "confirm the simulator's best" measures them."""
+    import postplace
+
+    r = postplace.place("gpt2", "k80x2", size="small", budget=8, strategy="random", groups=6, out=tmp_path / "run",
+                        confirm=2, map_all_to="cpu", exclude=["cpu"])  # fmt: skip
+    s = r.summary
+    measured = [x for x in s["confirm"]["candidates"] if not x["label"].startswith("single:")]
+    pool = sorted(v for k, v in s["candidates"].items() if v is not None and not k.startswith("single:"))
+    # the two measured are the two best of the answer's candidates by simulated time (the search's best
+    # among them; its second-best sample can only be at or above its best)
+    assert sorted(x["simulated_s"] for x in measured)[0] == pytest.approx(pool[0])
+    assert max(x["simulated_s"] for x in measured) <= pool[1] + 1e-12
+    placers = [x["label"] for x in measured if not x["label"].startswith("search")]
+    if pool[0] < s["search_best_step_time_s"]:  # a placer beat the search: it is among those measured
+        assert placers and placers[0] in s["candidates"]

@@ -852,7 +852,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     best = min(feasible, key=lambda k: k.step_time_s)  # min keeps the first of equals: the search first
     confirmed = None
     if confirm_k:
-        confirmed = _confirm(confirm_k, settings, tgt, c, problem, out, ray)
+        confirmed = _confirm(confirm_k, settings, tgt, c, problem, out, ray, cands)
         best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
                          "measured by --confirm")  # fmt: skip
         judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
@@ -927,12 +927,31 @@ def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
     return RayEvaluator(factory, address=address)
 
 
-def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: str | None):
-    """Measure the search's ``k`` best distinct placements and the best single device; the fastest measured wins."""
+def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: str | None, answer=()):
+    """Measure the ``k`` best distinct candidates of the answer (the search's best placements from its
+    cache and the one-shot candidates ``answer``: placers, data parallelism, pipeline, warm start, by
+    simulated step time) and the best single device; the fastest measured wins."""
     from postplace.confirm import candidates_from_run
     from postplace.confirm import confirm as measure
 
-    cands = candidates_from_run(out, problem.simulator, k)
+    searched = candidates_from_run(out, problem.simulator, k)
+    pool = []  # (simulated step time, order, label, op placement)
+    if len(searched):
+        times = problem.simulator.evaluate_ops(searched).step_time
+        pool += [(float(t), i, f"search #{i + 1}", ops) for i, (t, ops) in enumerate(zip(times, searched, strict=True))]
+    pool += [(k_.step_time_s, len(pool) + j, k_.name, k_.placement) for j, k_ in enumerate(answer)
+             if k_.feasible and k_.name != "search" and not k_.name.startswith("single:")]  # fmt: skip
+    pool.sort(key=lambda x: (x[0], x[1]))
+    chosen, seen = [], set()
+    for _t, _i, label, ops in pool:
+        key = np.asarray(ops, dtype=np.int64).tobytes()
+        if key not in seen:
+            seen.add(key)
+            chosen.append((label, ops))
+        if len(chosen) == k:
+            break
+    cands = np.stack([ops for _, ops in chosen]) if chosen else np.zeros((0, tgt.graph.num_ops), dtype=np.int64)
+    labels = [label for label, _ in chosen]
     if ray is not None:  # a zoo model: _check_confirm refused a module before the search
         from postplace.distributed import RayEvaluator, TorchZooFactory
 
@@ -944,7 +963,7 @@ def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: st
     else:
         measurer = _measurer(settings, tgt, c)
     try:
-        return measure(problem.simulator, measurer, cands, allowed=problem.op_allowed)
+        return measure(problem.simulator, measurer, cands, allowed=problem.op_allowed, labels=labels or None)
     finally:
         if hasattr(measurer, "shutdown"):
             measurer.shutdown()
