@@ -209,3 +209,27 @@ def test_small_cnns_cannot_be_traced_as_micro_batches_of_one():
     assert spec("resnet50").config("small")["batch"] == 2
     with pytest.raises(PostplaceError, match="more than 1 value per channel"):
         apply_zoo("resnet50", "small", np.zeros(10, dtype=int), "k80x2", microbatches=2)
+
+
+def test_train_takes_the_size_and_model_the_placement_was_made_for(tmp_path, capsys):
+    """`place rnnlm` (full) then `train rnnlm --placement .../placement.json` trained the small model
+    and failed on op names; the run's summary.json says what the placement was made for."""
+    import json
+
+    import postplace
+    from postplace.runtime.cli import _size_for
+    from tests.clihelp import cli_error
+
+    out = tmp_path / "run"
+    postplace.place("gpt2", "k80x2", size="small", budget=8, strategy="random", groups=4, microbatches=1, out=out)
+    placement = str(out / "placement.json")
+    assert _size_for("gpt2", placement, None) == "small"
+    doc = json.loads((out / "summary.json").read_text())
+    doc["target_spec"]["size"] = "full"  # as a full-size run writes it
+    (out / "summary.json").write_text(json.dumps(doc))
+    assert _size_for("gpt2", placement, None) == "full"  # no --size: the run's
+    err = cli_error(["train", "gpt2", "--placement", placement, "--steps", "1", "--size", "small"], capsys)
+    assert "made for gpt2 at --size full" in err and "drop --size or give --size full" in err
+    err = cli_error(["train", "rnnlm", "--placement", placement, "--steps", "1"], capsys)
+    assert "made for zoo model 'gpt2'" in err
+    assert _size_for("gpt2", "single:cpu", None) == "small"

@@ -319,7 +319,7 @@ def train(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
     placement: Annotated[str, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE).")],
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: small or full (default: the size the placement's run was made for, else small).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,

@@ -73,12 +73,36 @@ def _random_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.randint(0, max(hi, 1), x.shape, generator=gen, dtype=x.dtype)
 
 
+def _size_for(model: str, placement: str, size: str | None) -> str:
+    """The zoo size to train: the one the placement was made for where its run folder says so (the
+    ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default small);
+    a ``size`` or model that disagrees with the run is one error line naming both."""
+    import json
+
+    summary = Path(placement).parent / "summary.json"
+    spec = None
+    if not placement.startswith("single:") and summary.is_file():
+        try:
+            spec = json.loads(summary.read_text()).get("target_spec")
+        except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+            spec = None
+    if isinstance(spec, dict) and spec.get("kind") == "zoo" and spec.get("size") in ("small", "full"):
+        if spec.get("name") != model:
+            raise PostplaceError(f"{placement} was made for zoo model '{spec.get('name')}' (its summary.json), not "
+                                 f"'{model}'; train {spec.get('name')}")  # fmt: skip
+        if size is not None and size != spec["size"]:
+            raise PostplaceError(f"{placement} was made for {model} at --size {spec['size']} (its summary.json), not "
+                                 f"--size {size}; drop --size or give --size {spec['size']}")  # fmt: skip
+        return spec["size"]
+    return "small" if size is None else size
+
+
 def cmd_train(
     model: str,
     placement: str,
     steps: int = 10,
     *,
-    size: str = "small",
+    size: str | None = None,
     cluster: str | None = None,
     map_all_to: str | None = None,
     device_map: Sequence[str] = (),
@@ -106,6 +130,7 @@ def cmd_train(
     """
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
+    size = _size_for(model, placement, size)
     if size not in ("small", "full"):
         raise PostplaceError(f"--size '{size}': use small or full")
     if threads is not None and threads < 1:
