@@ -262,3 +262,13 @@ def test_the_counts_reach_the_first_m_whose_micro_batch_fits_beside_the_replicat
         # room = memory - 10 of state; the 100-byte activation over m must fit it
         assert fitting_count(g, star_cluster(("gpu", "gpu"), memory=memory)) == want, memory
     assert microbatch_counts(64, 4, fits_at=16) == [1, 2, 4, 8, 16]
+
+
+def test_a_warm_start_at_the_same_m_with_an_unknown_op_is_refused_not_mapped(tmp_path):
+    g1 = cached_graph(MODEL, "small")
+    doc = dict.fromkeys(g1.names, "gpu0")
+    doc["no_such_op"] = "gpu1"  # a typo, not a copy made at another count
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PostplaceError, match="'no_such_op' is not in graph"):
+        postplace.place(MODEL, CLUSTER, size="small", budget=8, groups=32, microbatches=1, warm_start=str(path))

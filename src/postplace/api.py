@@ -404,7 +404,8 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
             raise PostplaceError("--microbatches auto runs a search per count, in simulation: drop --evaluator "
                                  "torch / --confirm / --ray, or pin a count with --microbatches M")  # fmt: skip
         return "auto"
-    _check_microbatches(microbatches, colocation)
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...) or 'auto'")
     if batch is not None and batch % int(microbatches):
         raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor "
                              "of it, or auto")  # fmt: skip
@@ -414,7 +415,7 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
 def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
                   ray, map_all_to, **kw) -> PlaceResult:  # fmt: skip
     """Trace the step at every count of :func:`postplace.over_m.microbatch_counts` and answer over all."""
-    from postplace.over_m import fitting_count, microbatch_counts
+    from postplace.over_m import fitting_count, microbatch_counts, trace_counts
 
     if ray is not None:
         raise PostplaceError("--ray runs one search; over several micro-batch counts it is not wired: "
@@ -426,13 +427,11 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets)
     c, cluster_spec = _load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
-    targets_by_m, skipped = {1: first}, {}
-    for m in microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:]:
-        try:
-            targets_by_m[m] = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m,
-                                          microbatch_colocation=colocation, targets=targets)  # fmt: skip
-        except PostplaceError as exc:  # e.g. batch norm over one sample per micro-batch: that m is left out
-            skipped[str(m)] = str(exc)
+    more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
+                                                       microbatches=m, microbatch_colocation=colocation,
+                                                       targets=targets),
+                                 microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
+    targets_by_m = {1: first, **more}
     settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
                          **kw)  # fmt: skip
     settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
@@ -512,14 +511,20 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         raise PostplaceError(f"{out}: the run was started from an in-memory graph; pass graph= to resume it")
     if fingerprint(tgt.graph) != settings["graph_sha"]:
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
+    c = _recorded_cluster(out, settings, cluster, tgt.graph)
+    return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+
+
+def _recorded_cluster(out: Path, settings: dict, cluster, graph):
+    """The cluster a run was started with (``cluster`` where it was in memory), checked against its fingerprint."""
     if cluster is None:
         if settings["cluster_spec"] is None:
             raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
         cluster = settings["cluster_spec"]
-    c, _ = _load_cluster(cluster, tgt.graph)
+    c, _ = _load_cluster(cluster, graph)
     if fingerprint(c) != settings["cluster_sha"]:
         raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
-    return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+    return c
 
 
 def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, ray) -> PlaceResult:
@@ -542,13 +547,7 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, 
         if fingerprint(tgt.graph) != shas[str(m)]:
             raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
         targets_by_m[m] = tgt
-    if cluster is None:
-        if settings["cluster_spec"] is None:
-            raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
-        cluster = settings["cluster_spec"]
-    c, _ = _load_cluster(cluster, targets_by_m[counts[0]].graph)
-    if fingerprint(c) != settings["cluster_sha"]:
-        raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
+    c = _recorded_cluster(out, settings, cluster, targets_by_m[counts[0]].graph)
     return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm=confirm, ray=ray)
 
 
@@ -731,14 +730,17 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
     elif spec in PLACERS:
         ops = run_placer(spec, graph, c, cost_model=problem.simulator.problem.cost_model, allowed=allowed)
     elif Path(spec).exists():
-        from postplace.cluster.placement import load_placement
+        from postplace.cluster.placement import from_mapping
+        from postplace.graph.microbatch_names import placement_microbatches
+        from postplace.validate import read_json
 
-        try:
-            ops = load_placement(spec, graph, c)
-        except PostplaceError as exc:
-            if "is not in graph" not in str(exc):
-                raise
-            ops = _mapped_placement(spec, graph, c)  # made at another micro-batch count
+        d = read_json(spec)
+        if not isinstance(d, dict):
+            raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+        if placement_microbatches(d) == placement_microbatches(graph.names):
+            ops = from_mapping(graph, c, d, source=str(spec))
+        else:  # made at another micro-batch count
+            ops = _mapped_placement(spec, d, graph, c)
     else:
         raise PostplaceError(f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, "
                              "or a placement JSON file")  # fmt: skip
@@ -750,24 +752,19 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
     return ops
 
 
-def _mapped_placement(spec: str, graph, c) -> np.ndarray:
-    """A placement file made for the same step at another micro-batch count, mapped to ``graph``: an op
-    takes the device of the op of its own name, else of the op it copies (``mb3_conv`` -> ``conv``),
-    else of that op's copy in the file's micro-batch ``k mod m_file``; colocation sets follow their
+def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
+    """A placement file ``spec`` (read: ``d``) made for the same step at another micro-batch count (its
+    op names say which), mapped to ``graph``: an op takes the device of the op of its own name, else of
+    the op it copies (``mb3_conv`` -> ``conv``), else of that op's copy in the file's micro-batch
+    ``k mod m_file``; colocation sets follow their
     first placed member, and an op still unplaced follows its first placed input, else its first
     placed consumer, else the first device its kinds allow. Refused in one line where even that
     leaves the placement invalid."""
-    import re
-
     from postplace.cluster.placement import effective_kinds, invalid_reason
+    from postplace.graph.microbatch_names import placement_microbatches
     from postplace.search.problem import pin_names
-    from postplace.validate import read_json
 
-    d = read_json(spec)
-    if not isinstance(d, dict):
-        raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
-    ks = [int(x.group(1)) for n in d if (x := re.match(r"^mb(\d+)_", str(n)))]
-    m_file = max(ks) + 1 if ks else 1
+    m_file = placement_microbatches(d)
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     for i, (name, tmpl) in enumerate(zip(graph.names, pin_names(graph), strict=True)):
         k = int(graph.microbatch[i])
@@ -886,13 +883,6 @@ def _plan(graph, c, placement, cost_model, returned: str = "") -> str:
     return plan
 
 
-def _check_microbatches(m, colocation: str) -> None:
-    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
-        raise PostplaceError(f"--microbatches {m!r}: give a count (1, 2, 4...) or 'auto'")
-    if colocation not in ("none", "module"):
-        raise PostplaceError(f"--microbatch-colocation '{colocation}': use none or module")
-
-
 def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: str | None) -> None:
     """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
@@ -1000,7 +990,6 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
     named: list[tuple[str, np.ndarray | None, str]] = []
     if warm_ops is not None:
         named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
-    dp_oom = None
     if len(set(np.asarray(graph.microbatch).tolist()) - {-1}) >= 2:  # data parallelism needs micro-batches
         from postplace.placers.data_parallel import simulate_data_parallel
 
@@ -1013,9 +1002,9 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
                 named.append(("data-parallel", None, "fewer than 2 GPUs left for replicas"))
             elif dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
                 worst = int(np.argmax(dp.peak_mem - dp.capacity))
-                dp_oom = (f"OOM: replicated parameters, gradients and optimizer state need "
-                          f"{dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} of {dp.capacity[worst] / 1e9:.2f} GB")
-                named.append(("data-parallel", None, dp_oom))
+                named.append(("data-parallel", None, f"OOM: replicated parameters, gradients and optimizer state "
+                                                     f"need {dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} "
+                                                     f"of {dp.capacity[worst] / 1e9:.2f} GB"))  # fmt: skip
                 named.append(("sharded data-parallel", dp.placement, ""))
             else:
                 named.append(("data-parallel", dp.placement, ""))
@@ -1131,15 +1120,11 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     c, _ = _load_cluster(cluster, tgt.graph)
     retraced = None
     if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
-        from postplace.over_m import microbatch_counts
+        from postplace.over_m import microbatch_counts, trace_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)
-        retraced = {}
-        for m in microbatch_counts(batch, gpus):
-            try:
-                retraced[m] = load_target(target, size=size, microbatches=m).graph
-            except PostplaceError:  # e.g. batch norm over one sample per micro-batch: that m is left out
-                continue
+        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m).graph,
+                                   microbatch_counts(batch, gpus))  # fmt: skip
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
                          expert_split=expert_split, retraced=retraced, target_spec=tgt.spec)  # fmt: skip

@@ -167,7 +167,7 @@ def simulate(
 
     m = microbatches
     if m is None and Path(placement).is_file() and not Path(target).exists():
-        from postplace.runtime.zoo_step import placement_microbatches
+        from postplace.graph.microbatch_names import placement_microbatches
         from postplace.validate import read_json
 
         names = read_json(placement)
@@ -652,7 +652,7 @@ def _candidate_rows(s: dict) -> list[tuple[str, float | None, str]]:
         old = best.get(kind)
         if old is None or (v is not None and (old[1] is None or v < old[1])):
             note = notes.get(key, "") if v is None else f"m={m}"
-            best[kind] = (name if v is not None or old is None else old[0], v, note)
+            best[kind] = (name, v, note)
     return list(best.values())
 
 

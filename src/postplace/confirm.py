@@ -163,7 +163,7 @@ def confirm(simulator, measurer, candidates, *, single: bool = True, labels: lis
             names.append(labels[i] if labels else f"search #{i + 1}")
     mg = getattr(measurer, "graph", None)
     if mg is not None and tuple(mg.names) != tuple(simulator.graph.names):
-        from postplace.runtime.zoo_step import placement_microbatches
+        from postplace.graph.microbatch_names import placement_microbatches
 
         ms, mm = placement_microbatches(simulator.graph.names), placement_microbatches(mg.names)
         raise PostplaceError(

@@ -28,7 +28,8 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["PLANS", "describe_plan", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m"]
+__all__ = ["PLANS", "describe_plan", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m",
+           "trace_counts"]
 
 PLANS = "plans.json"
 
@@ -46,6 +47,18 @@ def microbatch_counts(batch: int, gpus: int, fits_at: int = 1) -> list[int]:
             out.append(m)
         m *= 2
     return out
+
+
+def trace_counts(trace, counts) -> tuple[dict, dict[str, str]]:
+    """``({m: trace(m)}, {m: why})`` over ``counts``: a count whose step cannot be traced (a
+    :class:`PostplaceError`, e.g. batch norm over one sample per micro-batch) is left out, with its reason."""
+    traced, skipped = {}, {}
+    for m in counts:
+        try:
+            traced[m] = trace(m)
+        except PostplaceError as exc:
+            skipped[str(m)] = str(exc)
+    return traced, skipped
 
 
 def fitting_count(graph, cluster) -> int:
@@ -146,7 +159,6 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     from postplace import api
     from postplace.search import Budget, make_problem, run
     from postplace.search.runner import CHECKPOINT, read_meta
-    from postplace.sim import Simulator
 
     t0 = time.perf_counter()
     counts = sorted(targets)
@@ -207,11 +219,12 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
                              warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
             if arm.result.interrupted:
                 raise KeyboardInterrupt
-    return _answer(settings, arms, rounds, cluster, out, t0, Simulator)
+    return _answer(settings, arms, rounds, cluster, out, t0)
 
 
-def _answer(settings, arms: dict, rounds, cluster, out, t0, Simulator):
+def _answer(settings, arms: dict, rounds, cluster, out, t0):
     from postplace import api
+    from postplace.sim import Simulator
 
     pool = []  # (candidate, arm)
     for m, arm in arms.items():

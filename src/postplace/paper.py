@@ -148,20 +148,15 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     def retraced(model: str, cluster: str) -> dict:
         """The step at every micro-batch count ``place`` weighs: the data-parallel and pipeline rows
         are simulated on them (the search rows keep the paper's m = 1)."""
-        from postplace.over_m import microbatch_counts
+        from postplace.over_m import microbatch_counts, trace_counts
         from postplace.zoo import MODELS, spec
 
         if model not in MODELS:
             return None  # no step to trace again: data parallelism is the analytic estimate
         batch = int(spec(model).config(config.size)["batch"])
         gpus = sum(d.kind == "gpu" for d in clusters[cluster].devices)
-        out = {1: graph(model)}
-        for k in microbatch_counts(batch, gpus)[1:]:
-            try:
-                out[k] = cached_graph(model, config.size, microbatches=k)
-            except PostplaceError:  # e.g. batch norm over one sample per micro-batch: that m is left out
-                continue
-        return out
+        return trace_counts(lambda k: graph(model) if k == 1 else cached_graph(model, config.size, microbatches=k),
+                            microbatch_counts(batch, gpus))[0]  # fmt: skip
 
     def tell(what: str) -> None:
         if progress:

@@ -111,7 +111,7 @@ class TorchEvaluator:
         meta = dict(getattr(graph, "metadata", None) or {}) if graph is not None else {}
         recorded = meta.get("microbatches")
         if graph is not None and recorded is None:
-            from postplace.runtime.zoo_step import placement_microbatches
+            from postplace.graph.microbatch_names import placement_microbatches
 
             recorded = placement_microbatches(graph.names)
         if microbatches is None:

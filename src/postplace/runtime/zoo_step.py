@@ -13,23 +13,15 @@ accumulated step (m micro-batches, one update).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.graph.microbatch_names import placement_microbatches
 
 __all__ = ["apply_zoo", "check_placement_microbatches", "placement_microbatches", "trace_zoo_step"]
 
-_MB = re.compile(r"mb(\d+)_")
-
-
-def placement_microbatches(op_names: Iterable[str]) -> int:
-    """The micro-batch count the op names imply: 1 + the largest k of an ``mb{k}_`` prefix, 1 when no
-    name has one (a step traced as one micro-batch)."""
-    ks = [int(m.group(1)) for n in op_names if (m := _MB.match(n))]
-    return max(ks) + 1 if ks else 1
 
 
 def _describe(m: int) -> str:

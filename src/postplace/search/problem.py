@@ -13,6 +13,7 @@ from postplace.cost import CostModel, RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.graph.grouping import Grouping, group_ops
+from postplace.graph.microbatch_names import copied_name
 from postplace.search.strategy import SearchSpace
 from postplace.sim import Simulator
 
@@ -29,16 +30,13 @@ class Problem:
     placement, the search's or a one-shot placer's, must respect."""
 
 
-_COPY = re.compile(r"^mb\d+_")
-
-
 def pin_names(graph: OpGraph) -> list[str]:
     """The names pins match: an op's own name, except that a micro-batch copy (``mb3_conv``) answers to
     the name of the op it copies (``conv``) too, so a pattern means the same at every micro-batch count."""
     mb = graph.microbatch
     if mb is None:
         return list(graph.names)
-    return [_COPY.sub("", n) if k >= 0 else n for n, k in zip(graph.names, mb, strict=True)]
+    return [copied_name(n) if k >= 0 else n for n, k in zip(graph.names, mb, strict=True)]
 
 
 def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray:
