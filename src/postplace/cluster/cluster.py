@@ -24,12 +24,21 @@ import numpy as np
 
 from postplace import validate as v
 from postplace.errors import PostplaceError
-from postplace.graph.opgraph import DEVICE_KINDS, KIND_BITS
+from postplace.graph.opgraph import DEVICE_KINDS, KIND_BITS, PRECISIONS
+
+#: The optional per-precision peak fields of a device (``peak_flops`` itself is the FP32 peak).
+PRECISION_PEAK_FIELDS = {"bf16": "peak_flops_bf16", "fp16": "peak_flops_fp16"}
 
 
 @dataclass(frozen=True)
 class Device:
-    """One compute device. ``memory`` is the usable capacity: the spec figure minus ``reserve``."""
+    """One compute device. ``memory`` is the usable capacity: the spec figure minus ``reserve``.
+
+    ``peak_flops`` is the FP32 peak (FLOP/s); ``peak_flops_bf16`` and ``peak_flops_fp16`` are the
+    peaks for ops computed in bf16 and fp16 (dense tensor-core rates on GPUs that have them), or
+    None where the device cannot compute in that precision at all (no such units and no emulation
+    worth pricing): a graph with ops in it cannot be priced there.
+    """
 
     name: str
     kind: str
@@ -38,10 +47,21 @@ class Device:
     memory_bandwidth: float
     memory: float
     launch_overhead: float
+    peak_flops_bf16: float | None = None
+    peak_flops_fp16: float | None = None
 
     @property
     def kind_bit(self) -> int:
         return KIND_BITS[self.kind]
+
+    def peak_for(self, precision: str) -> float | None:
+        """Peak FLOP/s for ops computed in ``precision`` (a name from :data:`PRECISIONS`); None if the
+        device has no figure for it."""
+        if precision == "fp32":
+            return self.peak_flops
+        if precision not in PRECISION_PEAK_FIELDS:
+            raise PostplaceError(f"unknown precision '{precision}'; use one of {PRECISIONS}")
+        return getattr(self, PRECISION_PEAK_FIELDS[precision])
 
 
 @dataclass(frozen=True)
@@ -74,11 +94,13 @@ class Cluster:
         for d in self.devices:
             if d.kind not in DEVICE_KINDS:
                 raise PostplaceError(f"{where}: device '{d.name}' has kind '{d.kind}'; use one of {DEVICE_KINDS}")
-            for f in ("peak_flops", "memory_bandwidth", "memory"):
+            optional = [f for f in PRECISION_PEAK_FIELDS.values() if getattr(d, f) is not None]
+            for f in ("peak_flops", "memory_bandwidth", "memory", *optional):
                 val = getattr(d, f)
-                if not np.isfinite(val) or val <= 0:
+                if not _positive_number(val):
                     what = "usable memory (memory - reserve)" if f == "memory" else f"field '{f}'"
-                    raise PostplaceError(f"{where}: device '{d.name}' {what} is {val!r}; it must be positive")
+                    need = "positive" if _number(val) else "a positive number"
+                    raise PostplaceError(f"{where}: device '{d.name}' {what} is {val!r}; it must be {need}")
             if not np.isfinite(d.launch_overhead) or d.launch_overhead < 0:
                 raise PostplaceError(f"{where}: device '{d.name}' field 'launch_overhead' must be >= 0")
         for link in self.links:
@@ -221,6 +243,7 @@ class Cluster:
             return v.number(entry[key], f"{where} field '{key}'", **kw)
 
         devices = []
+        precision_fields = PRECISION_PEAK_FIELDS.values()  # optional: a device without one has no such units
         for k, entry in enumerate(tables("device")):
             where = f"{source}: device[{k}]"
             if "names" in entry:
@@ -249,6 +272,7 @@ class Cluster:
                         memory_bandwidth=num(entry, "memory_bandwidth", where, positive=True),
                         memory=spec_memory - reserve,
                         launch_overhead=num(entry, "launch_overhead", where, 0.0, minimum=0.0),
+                        **{f: num(entry, f, where, positive=True) for f in precision_fields if f in entry},
                     )
                 )
         switches = []
@@ -277,6 +301,14 @@ class Cluster:
             links=tuple(links),
             description=v.string(d.get("description", ""), f"{source}: field 'description'"),
         )
+
+
+def _number(x) -> bool:
+    return isinstance(x, int | float | np.number) and not isinstance(x, bool | np.bool_)
+
+
+def _positive_number(x) -> bool:
+    return _number(x) and bool(np.isfinite(x)) and x > 0
 
 
 def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[list[tuple[int, int]], list[str]]]:

@@ -13,7 +13,10 @@ from typing import Protocol
 import numpy as np
 
 from postplace.cluster import Cluster
+from postplace.cluster.cluster import PRECISION_PEAK_FIELDS
+from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
+from postplace.graph.opgraph import PRECISIONS
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +46,11 @@ class RooflineCostModel:
     the device's kind as a whole (a profiled file that does not name its hardware); else, only when
     ``allow_other_models`` is set, one measured on another model of the same kind (the source line
     says so); else the roofline ``max(FLOPs / peak, bytes / memory bandwidth)`` plus the device's
-    launch overhead. Overhead is never added to a measured time.
+    launch overhead, where ``peak`` is the device's peak for the precision the op computes in
+    (:meth:`~postplace.cluster.Device.peak_for`: ``peak_flops`` for fp32, ``peak_flops_bf16``,
+    ``peak_flops_fp16``). Overhead is never added to a measured time. An op with FLOPs that must be
+    estimated on a device with no peak for its precision is an error (:class:`PostplaceError`),
+    never a guess.
     """
 
     allow_other_models: bool = False
@@ -53,9 +60,13 @@ class RooflineCostModel:
         table = np.empty((n, D))
         measured = np.zeros((n, D), dtype=bool)
         sources = []
+        mixed = graph.precisions_used not in ((), ("fp32",))
         for d, dev in enumerate(cluster.devices):
+            peaks = np.array([np.nan if (pk := dev.peak_for(p)) is None else pk for p in PRECISIONS])
+            peak = peaks[graph.precision]  # NaN where the device has no peak for the op's precision
+            peak = np.where(graph.flops > 0, peak, 1.0)  # an op that computes nothing needs no units
             with np.errstate(over="ignore"):  # an overflow to inf is reported by the simulator's checks
-                roof = np.maximum(graph.flops / dev.peak_flops, graph.bytes_accessed / dev.memory_bandwidth)
+                roof = np.maximum(graph.flops / peak, graph.bytes_accessed / dev.memory_bandwidth)
             times = roof + dev.launch_overhead
             have = np.zeros(n, dtype=bool)
             used = []
@@ -65,9 +76,13 @@ class RooflineCostModel:
                     times = np.where(take, m.times, times)
                     have |= take
                     used.append(f"{int(take.sum())} measured ({m.key}: {m.provenance})")
-            if n - int(have.sum()):
-                used.append(f"{n - int(have.sum())} roofline estimates")
             allowed = (graph.allowed_kinds & dev.kind_bit) != 0
+            _check_peaks(graph, cluster, dev, peak, allowed & ~have)
+            if n - int(have.sum()):
+                prec = np.unique(graph.precision[~have & allowed & (graph.flops > 0)]) if mixed else ()
+                rates = ", ".join(f"{PRECISIONS[p]} at {peaks[p] / 1e12:.3g} TFLOP/s" for p in prec)
+                rates = f" ({rates})" if rates else ""
+                used.append(f"{n - int(have.sum())} roofline estimates{rates}")
             table[:, d] = np.where(allowed, times, np.inf)
             measured[:, d] = have & allowed
             sources.append(f"{dev.name} ({dev.model}): " + "; ".join(used or ["no ops"]))
@@ -84,6 +99,21 @@ class RooflineCostModel:
 
     def transfer_time(self, cluster: Cluster, nbytes: float, a: int, b: int) -> float:
         return cluster.transfer_time(nbytes, a, b)
+
+
+def _check_peaks(graph: OpGraph, cluster: Cluster, dev, peak: np.ndarray, estimated: np.ndarray) -> None:
+    """Raise if an op this device must price by roofline computes in a precision it has no peak for."""
+    missing = estimated & np.isnan(peak)
+    if not missing.any():
+        return
+    p = PRECISIONS[int(graph.precision[np.flatnonzero(missing)[0]])]
+    count = int((missing & (graph.precision == PRECISIONS.index(p))).sum())
+    field = PRECISION_PEAK_FIELDS[p]
+    have = " or ".join(q for q in PRECISIONS if dev.peak_for(q) is not None)
+    raise PostplaceError(
+        f"cluster '{cluster.name}': {dev.name} ({dev.model}) has no {p} units ({field} not given) for "
+        f"{count} {p} op(s) of graph '{graph.name}'; trace the step in {have}, or give {field} in the cluster file"
+    )
 
 
 @dataclass(frozen=True)

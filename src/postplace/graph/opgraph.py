@@ -11,6 +11,9 @@ with the same (src, slot) carry the same tensor (sent once per destination devic
 Measured times are kept per *device key*: a device model (``"K80"``) or a device kind (``"gpu"``),
 the latter meaning "any device of that kind" (what a profiled file that does not name its hardware
 gives). NaN in a measurement means "not measured for this op".
+
+Each op also says the precision it computes in (an index into :data:`PRECISIONS`): the cost model
+prices its FLOPs at the device's peak for that precision. Graphs and files that do not say are fp32.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ DEVICE_KINDS = ("cpu", "gpu")
 KIND_BITS = {"cpu": 1, "gpu": 2}
 ALL_KINDS = 3
 MEMORY_MODES = ("live", "static")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 _OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "output_bytes", "persistent_bytes")
 _BYTE_FIELDS = ("bytes_accessed", "output_bytes", "persistent_bytes", "edges.bytes")  # at most MAX_BYTES
@@ -68,9 +72,12 @@ class OpGraph:
     is the single source of an in-place op with one, else -1. ``microbatch`` (the micro-batch an op
     computes for, 0..m-1 in a step traced as m micro-batches; -1 for ops every micro-batch shares:
     parameters, buffers, gradient accumulation, the update, and for graphs that do not say),
-    ``module`` (the ``nn.Module`` path that issued the op, ``""`` where unknown). Per edge:
-    ``edge_src``, ``edge_dst``, ``edge_slot``, ``edge_bytes``. ``microbatch`` and ``module`` are
-    optional in the constructor and in graph files (older files load with -1 and ``""``).
+    ``module`` (the ``nn.Module`` path that issued the op, ``""`` where unknown), ``precision`` (the
+    dtype the op computes in, as an ``int8`` index into :data:`PRECISIONS`: 0 fp32, 1 bf16, 2 fp16;
+    names are accepted too). Per edge: ``edge_src``, ``edge_dst``, ``edge_slot``, ``edge_bytes``.
+    ``microbatch``, ``module`` and ``precision`` are optional in the constructor and in graph files
+    (older files load with -1, ``""`` and fp32; a file carries ``precision`` only when some op is not
+    fp32).
     """
 
     names: tuple[str, ...]
@@ -94,6 +101,7 @@ class OpGraph:
     inplace_base: np.ndarray | None = None
     microbatch: np.ndarray | None = None
     module: tuple[str, ...] = ()
+    precision: np.ndarray | None = None
 
     def __repr__(self) -> str:
         return (f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
@@ -106,6 +114,7 @@ class OpGraph:
         mb = np.full(n, -1) if self.microbatch is None else self.microbatch
         set_(self, "microbatch", _frozen(np.asarray(mb, dtype=np.int32)))
         set_(self, "module", tuple(str(x) for x in self.module) if len(self.module) else ("",) * n)
+        set_(self, "precision", _frozen(_precision_array(self.precision, n, self.names, self.name)))
         set_(self, "names", tuple(str(x) for x in self.names))
         set_(self, "op_types", tuple(str(x) for x in self.op_types))
         for f in _OP_FLOAT_FIELDS:
@@ -163,12 +172,14 @@ class OpGraph:
         metadata: dict | None = None,
         microbatch=None,
         module: Sequence[str] = (),
+        precision=None,
     ) -> OpGraph:
         """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
 
         ``edges`` holds ``(src, dst)``, ``(src, dst, bytes)`` or ``(src, dst, bytes, slot)`` tuples of
         op indices. ``phase`` may hold names from :data:`PHASES`; ``allowed_kinds`` may hold kind
-        names, lists of them, or bit masks.
+        names, lists of them, or bit masks; ``precision`` names from :data:`PRECISIONS` or their
+        indices (default: every op fp32).
 
         >>> g = OpGraph.build(["a", "b"], [(0, 1, 8.0)], flops=[2.0, 4.0])
         >>> g.num_ops, g.num_edges, float(g.flops.sum())
@@ -212,6 +223,7 @@ class OpGraph:
             metadata=metadata or {},
             microbatch=microbatch,
             module=tuple(module),
+            precision=precision,
         )
 
     # ----------------------------------------------------------------------------- invariants
@@ -220,7 +232,7 @@ class OpGraph:
         n = self.num_ops
         where = f"graph '{self.name}'"
         per_op = ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace", "inplace_base")
-        per_op += ("microbatch", "module")
+        per_op += ("microbatch", "module", "precision")
         for fname in per_op:
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
@@ -249,6 +261,12 @@ class OpGraph:
             raise GraphError(
                 f"{where}: op '{self.names[bad[0]]}' field 'allowed_kinds' is {self.allowed_kinds[bad[0]]}; "
                 "it must allow at least one of cpu (1), gpu (2)"
+            )
+        bad = np.flatnonzero((self.precision < 0) | (self.precision >= len(PRECISIONS)))
+        if bad.size:
+            raise GraphError(
+                f"{where}: op '{self.names[bad[0]]}' field 'precision' is {self.precision[bad[0]]}; "
+                f"use 0..{len(PRECISIONS) - 1} {PRECISIONS}"
             )
         bad = np.flatnonzero(self.colocation < -1)
         if bad.size:
@@ -396,6 +414,13 @@ class OpGraph:
     def allowed(self, i: int, kind: str) -> bool:
         return bool(self.allowed_kinds[i] & KIND_BITS[kind])
 
+    @cached_property
+    def precisions_used(self) -> tuple[str, ...]:
+        """Names of the precisions some op computes in, in :data:`PRECISIONS` order (``()`` for no ops)."""
+        present = np.zeros(len(PRECISIONS), dtype=bool)
+        present[self.precision] = True
+        return tuple(p for p, used in zip(PRECISIONS, present.tolist(), strict=True) if used)
+
     # ----------------------------------------------------------------------------- persistence
     def to_dict(self) -> dict:
         measured = [
@@ -407,27 +432,30 @@ class OpGraph:
             }
             for m in self.measured
         ]
+        ops = {
+            "name": list(self.names),
+            "op_type": list(self.op_types),
+            "flops": self.flops.tolist(),
+            "bytes_accessed": self.bytes_accessed.tolist(),
+            "output_bytes": self.output_bytes.tolist(),
+            "persistent_bytes": self.persistent_bytes.tolist(),
+            "colocation": self.colocation.tolist(),
+            "phase": [PHASES[p] for p in self.phase],
+            "allowed_kinds": _kinds_lists(self.allowed_kinds),
+            "inplace": self.inplace.tolist(),
+            "inplace_base": self.inplace_base.tolist(),
+            "microbatch": self.microbatch.tolist(),
+            "module": list(self.module),
+        }
+        if self.precision.any():  # an all-fp32 graph writes the file it always did
+            ops["precision"] = [PRECISIONS[p] for p in self.precision.tolist()]
         return {
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
             "memory_mode": self.memory_mode,
             "metadata": self.metadata,
-            "ops": {
-                "name": list(self.names),
-                "op_type": list(self.op_types),
-                "flops": self.flops.tolist(),
-                "bytes_accessed": self.bytes_accessed.tolist(),
-                "output_bytes": self.output_bytes.tolist(),
-                "persistent_bytes": self.persistent_bytes.tolist(),
-                "colocation": self.colocation.tolist(),
-                "phase": [PHASES[p] for p in self.phase],
-                "allowed_kinds": _kinds_lists(self.allowed_kinds),
-                "inplace": self.inplace.tolist(),
-                "inplace_base": self.inplace_base.tolist(),
-                "microbatch": self.microbatch.tolist(),
-                "module": list(self.module),
-            },
+            "ops": ops,
             "edges": {
                 "src": self.edge_src.tolist(),
                 "dst": self.edge_dst.tolist(),
@@ -491,6 +519,11 @@ class OpGraph:
                 else:
                     v.integer(x, where)
 
+            def precision(x, where):
+                v.string(x, where)
+                if x not in PRECISIONS:
+                    raise GraphError(f"{where} is '{x}'; use one of {PRECISIONS} (the dtype the op computes in)")
+
             src = ecol("src", True)
             slot = ecol("slot", True) if "slot" in edges else None
             measured = []
@@ -527,6 +560,7 @@ class OpGraph:
                 inplace_base=col("inplace_base", check=v.integer) if "inplace_base" in ops else None,
                 microbatch=col("microbatch", [-1] * n, v.integer),
                 module=col("module", [""] * n, v.string),
+                precision=[PRECISIONS.index(p) for p in col("precision", ["fp32"] * n, precision)],
                 edge_src=src,
                 edge_dst=ecol("dst", True),
                 edge_slot=slot if slot is not None else [0] * len(src),
@@ -617,6 +651,27 @@ def _sole_sources(n: int, inplace, src: np.ndarray, dst: np.ndarray) -> np.ndarr
     one = inplace & (count == 1)
     base[one] = first[one]
     return base
+
+
+def _precision_array(values, n: int, names, graph: str) -> np.ndarray:
+    """Per-op precision indices from None (all fp32), indices or names; an out-of-range index is kept
+    (as int64) for :meth:`OpGraph.validate` to report, an unknown name is reported here."""
+    if values is None:
+        return np.zeros(n, dtype=np.int8)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        idx = values.astype(np.int64)
+    else:
+        idx = np.empty(len(values), dtype=np.int64)
+        for k, p in enumerate(values):
+            if isinstance(p, str):
+                if p not in PRECISIONS:
+                    who = f"op '{names[k]}'" if k < len(names) else f"entry {k}"
+                    raise GraphError(f"graph '{graph}': {who} field 'precision' is '{p}'; use one of {PRECISIONS}")
+                idx[k] = PRECISIONS.index(p)
+            else:
+                idx[k] = int(p)
+    in_range = not idx.size or (idx.min() >= 0 and idx.max() < len(PRECISIONS))
+    return idx.astype(np.int8) if in_range else idx
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
