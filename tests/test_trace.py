@@ -52,7 +52,7 @@ def tiny(optimizer="sgd"):
     model = TinyNet()
     tokens = torch.randint(0, 20, (3, 7))
     y = torch.randint(0, 5, (3,))
-    return model, trace(model, tokens, lambda out: nn.functional.cross_entropy(out, y), optimizer)
+    return model, trace(model, tokens, nn.functional.cross_entropy, optimizer, targets=y)
 
 
 def test_module_outside_the_zoo_traces_to_a_valid_dag():
@@ -127,13 +127,14 @@ def test_bytes_and_inplace_updates():
     assert (g.bytes_accessed[real] > 0).all()
 
 
-@pytest.mark.parametrize("optimizer,slots", [("sgd", 1), ("adam", 2)])
-def test_persistent_bytes_are_parameters_and_optimizer_state(optimizer, slots):
+@pytest.mark.parametrize("optimizer,slots,step_bytes", [("sgd", 1, 0), ("adam", 2, 4), ("adamw", 2, 4)])
+def test_persistent_bytes_are_parameters_and_optimizer_state(optimizer, slots, step_bytes):
     model, tr = tiny(optimizer)
     g = tr.graph
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     params = np.array([t == "parameter" for t in g.op_types])
-    assert g.persistent_bytes[params].sum() == pbytes * (1 + slots)
+    # Adam's moments are two parameter-sized tensors, and its step count a float32 scalar per parameter
+    assert g.persistent_bytes[params].sum() == pbytes * (1 + slots) + step_bytes * len(list(model.parameters()))
     assert g.persistent_bytes[~params].sum() == 0  # TinyNet has no buffers; gradients are activations
     assert g.metadata["optimizer_slots"] == slots
 
@@ -250,7 +251,7 @@ def test_frozen_parameters_have_no_optimizer_state_and_no_update():
     model[0].requires_grad_(False)
     g = from_torch(model, torch.randn(3, 4), lambda o: o.sum(), optimizer="adam")
     frozen, trained = g.index("param:0.weight"), g.index("param:1.weight")
-    assert g.persistent_bytes[frozen] == 4 * 4 * 4 and g.persistent_bytes[trained] == 2 * 4 * 4 * 3
+    assert g.persistent_bytes[frozen] == 4 * 4 * 4 and g.persistent_bytes[trained] == 2 * 4 * 4 * 3 + 4  # + step
     assert g.colocation[frozen] == -1 or not np.any((g.colocation == g.colocation[frozen]) & (g.phase == UPD))
 
 

@@ -52,6 +52,7 @@ class _Ops:
         self.persist, self.phase, self.inplace, self.seq, self.param = [], [], [], [], []
         self.base: list[int] = []  # per op: the op whose output an in-place op writes (-1: none)
         self.mb, self.module, self.template, self.acc = [], [], [], []
+        self.precision: list[str] = []
         self.slot_bytes: dict[tuple[int, int], float] = {}
 
     def add(
@@ -71,6 +72,7 @@ class _Ops:
         module=None,
         template=None,
         acc=False,
+        precision="fp32",
     ) -> int:
         self.names.append(name)
         self.types.append(typ)
@@ -87,12 +89,16 @@ class _Ops:
         self.module.append(module)
         self.template.append(template)
         self.acc.append(acc)
+        self.precision.append(precision)
         return len(self.names) - 1
 
 
-def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_targets=0, colocation="none"):
+def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_targets=0, colocation="none"):
     """The OpGraph of fx graph ``gm`` (placeholders: parameters, buffers, optimizer state, then per
     micro-batch its inputs and ``n_targets`` targets), and the map fx node name -> op index (-1: dropped).
+
+    ``state_counts[k]``: how many optimizer state tensors parameter k has (0 when frozen); they follow
+    the buffers in parameter order and become the parameter op's slots 1, 2...
 
     ``meta["microbatches"]`` (default 1) says how many micro-batches ``gm`` holds
     (:mod:`postplace.graph.microbatch`); ``colocation`` is ``"none"`` (a layer's micro-batches are
@@ -100,7 +106,9 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
     original's set). ``root`` labels the ops the root module issues in ``OpGraph.module``."""
     n_p, n_b = len(pnames), len(bnames)
     m = int(meta.get("microbatches", 1))
-    n_own = (sum(1 for nd in gm.graph.nodes if nd.op == "placeholder") - n_p - n_b - n_p * slots) // m
+    n_state = sum(state_counts)
+    state_owner = [(k, 1 + j) for k, c in enumerate(state_counts) for j in range(c)]
+    n_own = (sum(1 for nd in gm.graph.nodes if nd.op == "placeholder") - n_p - n_b - n_state) // m
     seq_module: dict[tuple[int, int], str] = {}
     costs: dict[str, tuple] = {}  # template node -> (flops, read, out, slot bytes, type, in place)
 
@@ -125,13 +133,12 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
             placeholders += 1
             nbytes = tensor_bytes(val)
             if k < n_p:
-                trained = trains[k]  # a frozen parameter has no optimizer state
                 i = ops.add(
                     f"param:{pnames[k]}",
                     "parameter",
                     "other",
                     out=nbytes,
-                    persist=nbytes * (1 + slots * trained),
+                    persist=nbytes,  # its optimizer state is added as the state placeholders come
                     param=k,
                     module=pmodule(k),
                 )
@@ -143,12 +150,13 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
                     module=modlabel(bname.rpartition(".")[0]),
                 )
                 where[node.name] = (i, 0)
-            elif k < n_p + n_b + n_p * slots:
-                j = k - n_p - n_b
-                i = where[ph_names[j // slots]][0]
-                where[node.name] = (i, 1 + j % slots)
+            elif k < n_p + n_b + n_state:
+                owner, slot = state_owner[k - n_p - n_b]
+                i = where[ph_names[owner]][0]
+                ops.persist[i] += nbytes
+                where[node.name] = (i, slot)
             else:
-                mb, j = divmod(k - n_p - n_b - n_p * slots, n_own)
+                mb, j = divmod(k - n_p - n_b - n_state, n_own)
                 kind = f"input:{j}" if j < n_own - n_targets else f"target:{j - n_own + n_targets}"
                 i = ops.add(
                     f"mb{mb}_{kind}" if m > 1 else kind, "input", "forward", out=nbytes, mb=mb,
@@ -198,10 +206,11 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
                 [float(tensor_bytes(v)) for v in vals],
                 node.target.overloadpacket.__name__,
                 _is_inplace(node),
+                _precision([*vals, *(a.meta.get("val") for a in node.all_input_nodes)]),
             )
             if template is not None:
                 costs[template] = known
-        flops, read, out, slot_out, typ, inplace = known
+        flops, read, out, slot_out, typ, inplace, precision = known
         seq = custom.get("grad_fn") if phase == "backward" else node.meta.get("seq_nr")
         mb = custom.get("microbatch", 0 if phase in ("forward", "backward") else -1)
         if custom.get("accumulate") or phase == "update":
@@ -228,6 +237,7 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
             module=module,
             template=template,
             acc=bool(custom.get("accumulate")),
+            precision=precision,
         )
         where[node.name] = (i, 0)
         op_of_node[node.name] = i
@@ -266,8 +276,18 @@ def build_graph(gm, pnames, bnames, trains, slots, label, meta, *, root="", n_ta
         metadata=meta,
         microbatch=ops.mb,
         module=modules,
+        precision=ops.precision,
     )
     return graph, op_of_node
+
+
+def _precision(vals) -> str:
+    """The precision an op computes in: the lowest-precision floating dtype among its results and inputs
+    (a matmul autocast ran in bf16 reads and writes bf16; a cast to bf16 is priced as bf16 too)."""
+    dtypes = {v.dtype for v in vals if isinstance(v, torch.Tensor)}
+    if torch.bfloat16 in dtypes:
+        return "bf16"
+    return "fp16" if torch.float16 in dtypes else "fp32"
 
 
 def _fill_modules(mods, coloc, types) -> list[str]:

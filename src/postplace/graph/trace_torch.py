@@ -58,6 +58,7 @@ import contextlib
 import logging
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,15 +71,16 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from postplace.errors import PostplaceError
 from postplace.graph.fx_to_opgraph import build_graph
 from postplace.graph.microbatch import replicate_microbatches
+from postplace.graph.optimizers import StepOptimizer, resolve_optimizer
 from postplace.graph.opgraph import OpGraph
 
-__all__ = ["COLOCATION_MODES", "OPTIMIZERS", "Traced", "from_torch", "trace"]
+__all__ = ["COLOCATION_MODES", "PRECISION_DTYPES", "Traced", "from_torch", "trace"]
 
 #: how a layer's micro-batches are colocated (see :func:`from_torch`)
 COLOCATION_MODES = ("none", "module")
 
-#: optimizer name -> state tensors per parameter (SGD momentum buffer; Adam first and second moments)
-OPTIMIZERS = {"sgd": 1, "adam": 2}
+#: precision -> the dtype autocast runs the forward pass in (None: no autocast)
+PRECISION_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -92,10 +94,11 @@ class Traced:
     gm: torch.fx.GraphModule
     model: torch.nn.Module
     inputs: tuple
-    optimizer: str
+    optimizer: StepOptimizer
     op_of_node: dict[str, int] = field(default_factory=dict)
     microbatches: int = 1
     batch: tuple = ()  #: the whole batch (inputs, then targets) when traced with ``targets=``
+    precision: str = "fp32"
 
     def split_batch(self, tensors) -> tuple:
         """Placeholder-order step inputs from full-batch ``tensors`` (the inputs, then the targets when
@@ -109,7 +112,7 @@ class Traced:
         """Real tensors in placeholder order: copies of parameters and buffers, zero state, the inputs."""
         params = [p.detach().clone() for _, p in self.model.named_parameters()]
         bufs = [b.detach().clone() for _, b in self.model.named_buffers()]
-        state = [torch.zeros_like(p) for p in params for _ in range(OPTIMIZERS[self.optimizer])]
+        state = [t for i, p in enumerate(params) for t in self.optimizer.initial_state(i, p)]
         return [*params, *bufs, *state, *self.inputs]
 
 
@@ -117,19 +120,35 @@ def from_torch(
     model: torch.nn.Module,
     inputs,
     loss_fn: Callable,
-    optimizer: str = "sgd",
+    optimizer="sgd",
     *,
+    lr: float | None = None,
+    precision: str = "fp32",
     name: str | None = None,
     microbatches: int = 1,
     targets=None,
     microbatch_colocation: str = "none",
 ) -> OpGraph:
-    """The OpGraph of one training step of ``model`` on ``inputs``: ``loss_fn(model(*inputs))``,
-    its gradients, and an ``optimizer`` update (``"sgd"`` with momentum, or ``"adam"``).
+    """The OpGraph of one training step of ``model`` on ``inputs``: ``loss_fn(model(*inputs))``
+    (or ``loss_fn(model(*inputs), *targets)``), its gradients, and the ``optimizer``'s update.
 
-    ``inputs`` is a tensor or a tuple of tensors; ``loss_fn(outputs)`` returns a scalar tensor and may
-    close over real target tensors. Raises :class:`PostplaceError` (one line) if the step cannot be
-    traced, e.g. when control flow depends on tensor values.
+    ``inputs`` is a tensor or a tuple of tensors; ``loss_fn`` returns a scalar tensor. Give the labels
+    as ``targets=`` (a tensor or tuple of tensors) so that a placed step takes new ones each call,
+    ``step(inputs, targets)``; a ``loss_fn(outputs)`` that closes over them is traced with those
+    values baked in, and a warning says so. Raises :class:`PostplaceError` (one line) if the step
+    cannot be traced, e.g. when control flow depends on tensor values.
+
+    **Optimizer** (:mod:`postplace.graph.optimizers`): ``"sgd"`` (lr 0.1, momentum 0.9: the paper
+    zoo's default), ``"adam"``, ``"adamw"``, a ``torch.optim`` class, ``(class, kwargs)``, or a
+    factory ``params -> Optimizer``; ``lr`` overrides a name's or class's learning rate. The update
+    traced is torch.optim's own (SGD, Adam and AdamW), with its state (moments, step count) persistent.
+
+    **Precision**: ``"fp32"``, or ``"bf16"`` / ``"fp16"``: the forward pass and the loss run under
+    ``torch.autocast`` in that dtype (the CPU's autocast op lists: matmuls and convolutions in low
+    precision; losses in fp32), backward follows autograd, and parameters, gradients and optimizer
+    state stay fp32 (master weights). Each op records the precision it computes in, and the cost model
+    prices it at the device's peak for that precision. No loss scaling is traced: fp16 without a
+    ``GradScaler`` can underflow small gradients, as eager fp16 autocast without one does.
 
     **Micro-batches** (``microbatches=m > 1``, gradient accumulation): give the targets explicitly,
     ``targets=`` a tensor or tuple of tensors (``()`` for a loss without targets), and a
@@ -150,6 +169,8 @@ def from_torch(
         inputs,
         loss_fn,
         optimizer,
+        lr=lr,
+        precision=precision,
         name=name,
         microbatches=microbatches,
         targets=targets,
@@ -161,8 +182,10 @@ def trace(
     model: torch.nn.Module,
     inputs,
     loss_fn: Callable,
-    optimizer: str = "sgd",
+    optimizer="sgd",
     *,
+    lr: float | None = None,
+    precision: str = "fp32",
     name: str | None = None,
     metadata: dict | None = None,
     microbatches: int = 1,
@@ -170,8 +193,8 @@ def trace(
     microbatch_colocation: str = "none",
 ) -> Traced:
     """Like :func:`from_torch`, but also return the fx graph module and the node -> op map."""
-    if optimizer not in OPTIMIZERS:
-        raise PostplaceError(f"unknown optimizer '{optimizer}'; use one of {sorted(OPTIMIZERS)}")
+    if precision not in PRECISION_DTYPES:
+        raise PostplaceError(f"unknown precision {precision!r}; use one of {', '.join(PRECISION_DTYPES)}")
     inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
     label = name or type(model).__name__
     m = microbatches
@@ -204,18 +227,17 @@ def trace(
         )
     pnames = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
+    opt = resolve_optimizer(optimizer, [p for _, p in model.named_parameters()], lr=lr)
     n_inputs = len(inputs)
     per_mb = _split((*inputs, *(targets or ())), m, label)  # micro-batch 0's slices first
     own = len(per_mb) // m
-    step = _make_step(model, loss_fn, pnames, bnames, optimizer, n_inputs, targets is not None, m)
+    step = _make_step(model, loss_fn, pnames, bnames, opt, n_inputs, targets is not None, m, precision)
     fake = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
-    params = [
-        fake.from_tensor(p.detach()).requires_grad_(p.requires_grad) for _, p in model.named_parameters()
-    ]
-    bufs = [fake.from_tensor(b) for _, b in model.named_buffers()]
+    params = [_fake(fake, p.detach()).requires_grad_(p.requires_grad) for _, p in model.named_parameters()]
+    bufs = [_fake(fake, b) for _, b in model.named_buffers()]
     with fake:
-        state = [torch.empty_like(p) for p in params for _ in range(OPTIMIZERS[optimizer])]
-    args = [*params, *bufs, *state, *(fake.from_tensor(x) for x in per_mb[:own])]
+        state = [t for i, p in enumerate(params) for t in opt.initial_state(i, p)]
+    args = [*params, *bufs, *state, *(_fake(fake, x) for x in per_mb[:own])]
     t0 = time.perf_counter()
     try:
         # a lazy GraphModule writes its Python code only when first run: graph-only callers never pay
@@ -231,29 +253,55 @@ def trace(
     meta = {
         "source": "torch",
         "model": label,
-        "optimizer": optimizer,
-        "optimizer_slots": OPTIMIZERS[optimizer],
+        "optimizer": opt.describe(),
+        "optimizer_slots": opt.slots,
+        "precision": precision,
         "torch_version": torch.__version__,
         "trace_seconds": trace_s,
         "microbatches": m,
         "microbatch_colocation": microbatch_colocation,
         **(metadata or {}),
     }
-    trains = [p.requires_grad for _, p in model.named_parameters()]
     graph, op_of_node = build_graph(
         gm,
         pnames,
         bnames,
-        trains,
-        OPTIMIZERS[optimizer],
+        [len(opt.state_names(i)) for i in range(len(pnames))],
         label,
         meta,
         root=type(model).__name__,
         n_targets=len(targets or ()),
         colocation=microbatch_colocation,
     )
+    if targets is None and not getattr(loss_fn, "targets_are_fixed", False):
+        _warn_captured(graph, label)
     whole = (*inputs, *targets) if targets is not None else ()
-    return Traced(graph, gm, model, tuple(per_mb), optimizer, op_of_node, m, whole)
+    return Traced(graph, gm, model, tuple(per_mb), opt, op_of_node, m, whole, precision)
+
+
+def _fake(mode, t: torch.Tensor) -> torch.Tensor:
+    """A fake copy of ``t``; a meta tensor (a model too big to build for real) becomes a fake CPU
+    tensor, so CPU autocast applies to it and nothing is ever allocated."""
+    if t.is_meta:
+        with mode:
+            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+    return mode.from_tensor(t)
+
+
+def _warn_captured(graph: OpGraph, label: str) -> None:
+    consts = [n for n, t in zip(graph.names, graph.op_types, strict=True) if t == "constant"]
+    if consts:
+        warnings.warn(
+            f"{label}: the traced step reads {len(consts)} tensor(s) captured at trace time ({consts[0]}...), "
+            "e.g. targets the loss_fn closed over; every run of the placed step uses these same values. "
+            "Give the labels as targets=(y,) with a loss_fn(outputs, y) to pass new ones each step",
+            CapturedTensorWarning,
+            stacklevel=3,
+        )
+
+
+class CapturedTensorWarning(UserWarning):
+    """The traced step reads a tensor captured at trace time (a loss closed over its targets)."""
 
 
 def _split(tensors: tuple, m: int, label: str) -> list:
@@ -277,16 +325,19 @@ def _split(tensors: tuple, m: int, label: str) -> list:
 
 
 # ------------------------------------------------------------------------------------- the step
-def _make_step(model, loss_fn, pnames, bnames, optimizer, n_inputs=None, with_targets=False, m=1):
-    slots = OPTIMIZERS[optimizer]
+def _make_step(model, loss_fn, pnames, bnames, opt, n_inputs=None, with_targets=False, m=1, precision="fp32"):
     n_p, n_b = len(pnames), len(bnames)
+    counts = [len(opt.state_names(i)) for i in range(n_p)]
+    starts = [n_p + n_b + sum(counts[:i]) for i in range(n_p + 1)]
+    dtype = PRECISION_DTYPES[precision]
+    autocast = contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
 
     def step(flat):
         params, bufs = flat[:n_p], flat[n_p : n_p + n_b]
-        state, data = flat[n_p + n_b : n_p + n_b + n_p * slots], flat[n_p + n_b + n_p * slots :]
+        data = flat[starts[n_p] :]
         k = len(data) if n_inputs is None else n_inputs
         inputs, targets = data[:k], data[k:]
-        with fxt.annotate({"phase": "forward"}), _tag_modules(model):
+        with fxt.annotate({"phase": "forward"}), _tag_modules(model), autocast:
             out = functional_call(
                 model,
                 {**dict(zip(pnames, params, strict=True)), **dict(zip(bnames, bufs, strict=True))},
@@ -306,29 +357,12 @@ def _make_step(model, loss_fn, pnames, bnames, optimizer, n_inputs=None, with_ta
         with torch.no_grad():
             for i, p in enumerate(params):
                 g = next(grads) if p.requires_grad else None
-                if g is not None:
+                if g is not None and opt.group_of_param[i] >= 0:
                     with fxt.annotate({"phase": "update", "param": i}):
-                        _update(optimizer, p, g, state[i * slots : (i + 1) * slots])
+                        opt.update(i, p, g, list(flat[starts[i] : starts[i + 1]]))
         return loss
 
     return step
-
-
-def _update(optimizer: str, p, g, state) -> None:
-    """One optimizer step for one parameter, as torch.optim's single-tensor (``foreach=False``) code
-    does at steady state (state already exists): SGD lr 0.1, momentum 0.9; Adam lr 1e-3,
-    betas (0.9, 0.999), eps 1e-8, bias corrections of step 1000 (a Python number, not a tensor)."""
-    if optimizer == "sgd":
-        (buf,) = state
-        buf.mul_(0.9).add_(g)
-        p.add_(buf, alpha=-0.1)
-    else:
-        m, v = state
-        b1, b2, t = 0.9, 0.999, 1000
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (v.sqrt() / (1 - b2**t) ** 0.5).add_(1e-8)
-        p.addcdiv_(m, denom, value=-1e-3 / (1 - b1**t))
 
 
 @contextlib.contextmanager

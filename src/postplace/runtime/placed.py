@@ -381,7 +381,7 @@ def apply(
         for _ in range(10):
             loss = step()
     """
-    from postplace.graph.trace_torch import OPTIMIZERS, Traced
+    from postplace.graph.trace_torch import Traced
 
     if not isinstance(graph, Traced):
         raise PostplaceError(
@@ -392,25 +392,43 @@ def apply(
     names = _device_names(devices, placement, traced.graph.num_ops)
     op_device = _op_devices(traced.graph, placement, names)
     tdev = resolve_device_map(names, device_map)
+    _check_runnable(model, names, tdev, op_device)
     pnames = [n for n, _ in traced.model.named_parameters()]
     if [n for n, _ in model.named_parameters()] != pnames:
         raise PostplaceError("apply: the model's parameters are not the ones the step was traced with")
     gm, summary = placed_graph_module(traced.gm, traced.op_of_node, op_device, tdev)
     dev = node_devices(traced.gm, traced.op_of_node, op_device)
     ph = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    slots = OPTIMIZERS[traced.optimizer]
     params = [p.detach() for p in model.parameters()]
     bufs = [b.detach() for b in model.buffers()]
-    n_p, n_b = len(params), len(bufs)
     args = []
     for k, t in enumerate(params + bufs):
         args.append(t.to(tdev[dev[ph[k]]], copy=True))
-    for k in range(n_p * slots):
-        args.append(torch.zeros_like(params[k // slots], device=tdev[dev[ph[n_p + n_b + k]]]))
+    for i, p in enumerate(params):
+        for t in traced.optimizer.initial_state(i, p, device="meta"):
+            args.append(torch.zeros_like(t, device=tdev[dev[ph[len(args)]]]))
     n_persist = len(args)
     in_dev = tuple(tdev[dev[ph[k]]] for k in range(n_persist, len(ph)))
     summary = {**summary, "ops_per_device": dict(Counter(names[d] for d in op_device))}
     return PlacedStep(traced, gm, op_device, tuple(names), tuple(tdev), args, n_persist, in_dev, summary)
+
+
+def _check_runnable(model, names, tdev, op_device) -> None:
+    """One line, before anything is copied, for a step this machine cannot run."""
+    if any(p.is_meta for p in model.parameters()):
+        raise PostplaceError("apply: the model's parameters are on the meta device (a model traced without "
+                             "weights); build it with real weights to run the step")  # fmt: skip
+    used = sorted({int(d) for d in np.unique(op_device)})
+    cuda = [names[d] for d in used if tdev[d].type == "cuda"]
+    if cuda and not torch.cuda.is_available():
+        raise PostplaceError(f"apply: the placement puts ops on {', '.join(cuda)} (cuda), and this machine has "
+                             "no CUDA; to run every device on the CPU (for checking) pass device_map='cpu' "
+                             "(on the command line: --map-all-to cpu), or run it where the GPUs are")  # fmt: skip
+    count = torch.cuda.device_count() if cuda else 0
+    missing = [f"{names[d]} -> {tdev[d]}" for d in used if tdev[d].type == "cuda" and (tdev[d].index or 0) >= count]
+    if missing:
+        raise PostplaceError(f"apply: {missing[0]}, but this machine has {count} CUDA device(s); "
+                             "give a device_map onto the devices it has")  # fmt: skip
 
 
 def _device_names(devices, placement, n_ops) -> list[str]:

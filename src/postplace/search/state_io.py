@@ -86,8 +86,17 @@ def fingerprint(obj) -> str:
     """A short hash of an OpGraph or a Cluster: what a finished run may be reused for, or resumed with."""
     import dataclasses
 
-    data = obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    data = obj.to_dict() if hasattr(obj, "to_dict") else _without_none(dataclasses.asdict(obj))
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_none(data):
+    """Optional fields left out (a device with no bf16 peak) hash as they did before the field existed."""
+    if isinstance(data, dict):
+        return {k: _without_none(v) for k, v in data.items() if v is not None}
+    if isinstance(data, list | tuple):
+        return [_without_none(v) for v in data]
+    return data
 
 
 def _sha(data: bytes) -> str:
