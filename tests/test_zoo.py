@@ -88,7 +88,7 @@ def test_zoo_model_colocation(name):
 
 
 def test_models_list_names_sources_and_both_sizes():
-    assert set(zoo.MODELS) == {"inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4", "gpt2"}
+    assert set(zoo.MODELS) == {"inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4", "gpt2", "llama"}
     for spec in zoo.MODELS.values():
         assert spec.description and spec.source
         assert spec.config("small") != spec.config("full")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +40,10 @@ ClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full or small.")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")]
+OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's).")]
+LrOpt = Annotated[float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, or bf16 / fp16 (autocast, fp32 master weights).")]
 
 
 def load_target(target: str, size: str = "full") -> OpGraph:
@@ -232,21 +236,23 @@ def graph(
     name: Annotated[str, typer.Argument(help="Zoo model name (see `postplace models`).")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the graph file here.")] = None,
     size: SizeOpt = "full",
-    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+    optimizer: OptimizerOpt = "sgd",
     microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Trace the step as m micro-batches (gradient accumulation).")] = 1,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may go apart) or module (kept together).")] = "none",
+    lr: LrOpt = None,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Trace a zoo model's training step into a graph file (cached after the first time)."""
     from postplace.zoo.cli import cmd_graph
 
-    console.print(cmd_graph(name, size, out, optimizer, microbatches=microbatches,
-                            colocation=microbatch_colocation), highlight=False)
+    console.print(cmd_graph(name, size, out, optimizer, microbatches=microbatches, colocation=microbatch_colocation,
+                            lr=lr, precision=precision), highlight=False)
 
 
 @app.command()
 def profile(
     target: Annotated[str, typer.Argument(help="Zoo model name or a traced zoo graph file.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")] = "small",
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per op (the median is kept).")] = 5,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the measured graph here.")] = None,
 ) -> None:
@@ -269,6 +275,9 @@ def compare(
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     microbatches: Annotated[str, typer.Option("--microbatches", help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).")] = "1",
+    optimizer: OptimizerOpt = "sgd",
+    lr: LrOpt = None,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
     import postplace.api as api
@@ -282,7 +291,8 @@ def compare(
         if m == "auto":
             raise PostplaceError("compare --microbatches auto: compare runs one m; give a count (place weighs every m)")
         report = api.compare(target, cluster, strategies=strategies, budget=budget, seeds=seeds, out=out,
-                             expert_split=expert_split, size=size, progress=progress, microbatches=m)  # fmt: skip
+                             expert_split=expert_split, size=size, progress=progress, microbatches=m,
+                             optimizer=optimizer, lr=lr, precision=precision)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}",
               file=sys.stderr)  # fmt: skip
@@ -319,11 +329,13 @@ def train(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
     placement: Annotated[str, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE).")],
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: small or full (default: the size the placement's run was made for, else small).")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b) (default: the size the placement's run was made for, else small).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
-    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd (momentum) or adam.")] = "sgd",
+    optimizer: Annotated[str | None, typer.Option("--optimizer", help="sgd, adam or adamw (default: as the placement's run recorded, else sgd).")] = None,
+    lr: LrOpt = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16 (default: as the placement's run recorded, else fp32).")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
     microbatches: Annotated[int | None, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (default: the m the placement file was made for).")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")] = "none",
@@ -332,14 +344,14 @@ def train(
     from postplace.runtime.cli import cmd_train
 
     console.print(cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to,
-                            device_map=device or (), optimizer=optimizer, threads=threads,
+                            device_map=device or (), optimizer=optimizer, threads=threads, lr=lr, precision=precision,
                             microbatches=microbatches, colocation=microbatch_colocation), highlight=False)
 
 
 @app.command()
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: small or full.")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")] = "small",
     cluster_out: Annotated[Path, typer.Option("--cluster-out", help="Write the measured cluster TOML here.")] = Path("measured.toml"),
     graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here.")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
@@ -373,7 +385,7 @@ def report(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
     graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster, if not recorded.")] = None,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size, if not recorded.")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b), if not recorded.")] = None,
 ) -> None:
     """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
     from postplace.report import write_report
@@ -489,6 +501,9 @@ def place(
     ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
     microbatches: Annotated[str | None, typer.Option("--microbatches", help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to the GPUs or 8) and answer over all; M pins the count.")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).")] = "none",
+    optimizer: OptimizerOpt = "sgd",
+    lr: LrOpt = None,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
     import postplace.api as api
@@ -519,9 +534,12 @@ def place(
                 given["microbatches"] = _microbatches(microbatches)
             if _given(ctx, "microbatch_colocation"):
                 given["microbatch_colocation"] = microbatch_colocation
+            for flag in ("optimizer", "lr", "precision"):
+                if _given(ctx, flag):
+                    given[flag] = ctx.params[flag]
             explicit_budget = _given(ctx, "budget")
             result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
-                                confirm=confirm, ray=ray, **given)  # fmt: skip
+                                confirm=confirm, ray=ray, report=not no_report, **given)  # fmt: skip
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
@@ -534,13 +552,14 @@ def place(
                                config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
                                progress=_progress(as_json), confirm=confirm, ray=ray,
                                microbatches=None if microbatches is None else _microbatches(microbatches),
-                               microbatch_colocation=microbatch_colocation)  # fmt: skip
+                               microbatch_colocation=microbatch_colocation, optimizer=optimizer, lr=lr,
+                               precision=precision, report=not no_report)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
               file=sys.stderr)  # fmt: skip
         sys.exit(130)
-    if result.summary.get("out"):
-        _report_line(result.summary["out"], result.graph, result.cluster, skip=no_report)
+    if result.report is not None:  # stderr: stdout may be JSON
+        print(f"report: {result.report}", file=sys.stderr)
     if as_json:
         print(json.dumps(result.summary))
         return
@@ -585,7 +604,10 @@ def _print_place_table(s: dict, c: Cluster) -> None:
     kinds = {fig["best_step_time_s"], fig["search_best_step_time_s"], fig["candidates"]}
     kind = kinds.pop() if len(kinds) == 1 else None  # None: measured and simulated rows side by side
     title = f"({kind} step times)" if kind else "(each row says whether it was measured or simulated)"
-    t = Table(title=f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples {title}")
+    opt = s.get("optimizer")
+    step = (f", step: {opt['name']} lr {opt['groups'][0].get('lr'):g}" if isinstance(opt, dict) and opt.get("groups")
+            else "") + (f", {s['precision']}" if s.get("precision", "fp32") != "fp32" else "")  # fmt: skip
+    t = Table(title=f"{s['graph']} on {s['cluster']}{step}: {s['strategy']}, {s['samples']} samples {title}")
     t.add_column("")
     t.add_column(f"step time ({kind})" if kind else "step time", justify="right")
     t.add_column("vs returned" if kind else "", justify="right")
@@ -662,12 +684,18 @@ def _positive_int(text: str, flag: str) -> int:
     return int(text)
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library warning (no report drawn, a loss that captured its labels) as one line on stderr."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main() -> None:
     try:  # typer >= 0.24 carries its own copy of click's parser and exceptions
         from typer._click import exceptions as click_errors
     except ImportError:  # pragma: no cover - older typer on plain click
         from click import exceptions as click_errors
 
+    warnings.showwarning = _warning_line
     try:
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:

@@ -69,11 +69,14 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
         m = m if type(m) is int and m >= 1 else 1
         kind = spec.get("kind")
         if kind == "zoo" and isinstance(spec.get("name"), str) and isinstance(spec.get("size"), str):
-            from postplace.zoo import MODELS, SIZES, cached_graph
+            from postplace.zoo import MODELS, cached_graph, sizes
 
-            if spec["name"] in MODELS and spec["size"] in SIZES:
+            if spec["name"] in MODELS and spec["size"] in sizes(spec["name"]):
+                from postplace.graph.optimizers import optimizer_from_record
+
                 coloc = (record.get("microbatch_colocation") or spec.get("microbatch_colocation")) if m > 1 else "none"
-                return cached_graph(spec["name"], spec["size"], microbatches=m,
+                return cached_graph(spec["name"], spec["size"], optimizer_from_record(spec.get("optimizer", "sgd")),
+                                    precision=spec.get("precision", "fp32"), microbatches=m,
                                     colocation=coloc if coloc in ("none", "module") else "none")  # fmt: skip
         if kind == "file" and isinstance(spec.get("path"), str) and Path(spec["path"]).is_file():
             return load_graph(Path(spec["path"]))
@@ -86,9 +89,9 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
     if target is None:
         name = str(record.get("graph", ""))
         model, _, sz = name.rpartition("-")
-        from postplace.zoo import MODELS, SIZES
+        from postplace.zoo import MODELS, sizes
 
-        if model in MODELS and sz in SIZES:
+        if model in MODELS and sz in sizes(model):
             target, size = model, size or sz
         else:
             raise PostplaceError(f"the run does not record where its graph '{name}' came from; pass --graph TARGET")

@@ -73,10 +73,16 @@ def _random_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.randint(0, max(hi, 1), x.shape, generator=gen, dtype=x.dtype)
 
 
-def _size_for(model: str, placement: str, size: str | None) -> str:
-    """The zoo size to train: the one the placement was made for where its run folder says so (the
-    ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default small);
-    a ``size`` or model that disagrees with the run is one error line naming both."""
+def _sizes_of(model: str) -> tuple[str, ...]:
+    """The sizes zoo model ``model`` has (``small``, ``full`` for a name the zoo does not know: that
+    is reported where the model is built)."""
+    from postplace.zoo import MODELS, SIZES, sizes
+
+    return sizes(model) if model in MODELS else SIZES
+
+
+def _recorded_spec(placement: str) -> dict | None:
+    """The target a placement's run was made for (the ``summary.json`` beside a ``placement.json``)."""
     import json
 
     summary = Path(placement).parent / "summary.json"
@@ -86,7 +92,36 @@ def _size_for(model: str, placement: str, size: str | None) -> str:
             spec = json.loads(summary.read_text()).get("target_spec")
         except (OSError, ValueError, UnicodeDecodeError, AttributeError):
             spec = None
-    if isinstance(spec, dict) and spec.get("kind") == "zoo" and spec.get("size") in ("small", "full"):
+    return spec if isinstance(spec, dict) and spec.get("kind") == "zoo" else None
+
+
+def _step_for(placement: str, optimizer, lr, precision) -> dict:
+    """The optimizer and precision to train with: as the placement's run recorded them (a flag that
+    disagrees is one line), else the flags (default SGD, fp32)."""
+    from postplace.graph.optimizers import optimizer_from_record, optimizer_record
+
+    spec = _recorded_spec(placement) or {}
+    rec_opt, rec_prec = spec.get("optimizer"), spec.get("precision")
+    if rec_opt is not None and (optimizer is not None or lr is not None):
+        given = optimizer_record(optimizer or "sgd", lr)
+        if given != rec_opt:
+            raise PostplaceError(f"{placement} was made for the {rec_opt['name']} optimizer with "
+                                 f"{rec_opt['groups'][0]} (its summary.json), not {given['name']} with "
+                                 f"{given['groups'][0]}; drop --optimizer/--lr")  # fmt: skip
+    if rec_prec is not None and precision is not None and precision != rec_prec:
+        raise PostplaceError(f"{placement} was made for --precision {rec_prec} (its summary.json), not {precision}; "
+                             f"drop --precision or give {rec_prec}")  # fmt: skip
+    if rec_opt is not None:
+        return {"optimizer": optimizer_from_record(rec_opt), "lr": None, "precision": rec_prec or "fp32"}
+    return {"optimizer": optimizer or "sgd", "lr": lr, "precision": precision or rec_prec or "fp32"}
+
+
+def _size_for(model: str, placement: str, size: str | None) -> str:
+    """The zoo size to train: the one the placement was made for where its run folder says so (the
+    ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default small);
+    a ``size`` or model that disagrees with the run is one error line naming both."""
+    spec = _recorded_spec(placement)
+    if isinstance(spec, dict) and spec.get("kind") == "zoo" and spec.get("size") in _sizes_of(model):
         if spec.get("name") != model:
             raise PostplaceError(f"{placement} was made for zoo model '{spec.get('name')}' (its summary.json), not "
                                  f"'{model}'; train {spec.get('name')}")  # fmt: skip
@@ -106,11 +141,13 @@ def cmd_train(
     cluster: str | None = None,
     map_all_to: str | None = None,
     device_map: Sequence[str] = (),
-    optimizer: str = "sgd",
+    optimizer: str | None = None,
     seed: int = 0,
     threads: int | None = None,
     microbatches: int | None = None,
     colocation: str = "none",
+    lr: float | None = None,
+    precision: str | None = None,
 ) -> str:
     """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
     every step) under a placement and report each step's measured time and loss, the median of the
@@ -127,21 +164,23 @@ def cmd_train(
     accumulation; the placement is of that graph, e.g. from ``postplace graph MODEL --microbatches m`` or
     a ``postplace place`` run over several m). ``microbatches=None``: as the placement file's op names
     say (``mb0_...mb{m-1}_`` copies: m; none: 1); a count that disagrees with the file is one error line.
+    ``optimizer``/``lr``/``precision``: the step's update and autocast dtype; default as the
+    placement's run recorded them, else SGD (lr 0.1, momentum 0.9) in fp32.
     """
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
     size = _size_for(model, placement, size)
-    if size not in ("small", "full"):
-        raise PostplaceError(f"--size '{size}': use small or full")
+    if size not in _sizes_of(model):
+        raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
     if threads is not None and threads < 1:
         raise PostplaceError(f"--threads {threads}: give at least 1 thread")
     saved = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _train(
-            model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, microbatches, colocation
-        )
+        step = _step_for(placement, optimizer, lr, precision)
+        return _train(model, placement, steps, size, cluster, map_all_to, device_map, step, seed, microbatches,
+                      colocation)  # fmt: skip
     finally:
         torch.set_num_threads(saved)
 
@@ -162,9 +201,8 @@ def _file_microbatches(spec: str, mb: int | None) -> tuple[int, bool]:
     return check_placement_microbatches(mapping, mb, spec), mb is None
 
 
-def _train(
-    model, placement, steps, size, cluster, map_all_to, device_map, optimizer, seed, mb=None, coloc="none"
-) -> str:
+def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_kw, seed, mb=None,
+           coloc="none") -> str:  # fmt: skip
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
     from postplace.runtime.zoo_step import trace_zoo_step
@@ -180,7 +218,7 @@ def _train(
                 raise PostplaceError(f"--device '{entry}': write NAME=TORCH_DEVICE, e.g. gpu0=cuda:0")
             k, v = entry.split("=", 1)
             dmap[k.strip()] = v.strip()
-    traced = trace_zoo_step(model, size, microbatches=mb, colocation=coloc, optimizer=optimizer)
+    traced = trace_zoo_step(model, size, microbatches=mb, colocation=coloc, **step_kw)
     graph = traced.graph
     dev, names = _placement(placement, graph, c, mapped=True if map_all_to is not None else set(dmap))
     try:
@@ -197,7 +235,8 @@ def _train(
     ]
     if mb > 1:
         src = " (read from the placement's op names)" if inferred else ""
-        lines.append(f"each step: {mb} micro-batches{src}, gradients accumulated, one {optimizer} update")
+        lines.append(f"each step: {mb} micro-batches{src}, gradients accumulated, one {traced.optimizer.name} update")
+    lines.append(f"update: {traced.optimizer}; precision {traced.precision}")
     lines.append(f"{'step':>5} {'loss':>10} {'time ms':>10}")
     times = []
     try:
@@ -254,7 +293,7 @@ def cmd_calibrate(
     ``threads`` sets torch's CPU threads for all measurements (default: as they are).
     """
     from postplace.runtime import calibrate as cal
-    from postplace.zoo import MODELS, SIZES, trace_model
+    from postplace.zoo import MODELS, trace_model
 
     for m in (model, *score_on):
         if m not in MODELS:
@@ -262,8 +301,8 @@ def cmd_calibrate(
         if m not in cal.FIDELITY_CONFIGS:
             known = ", ".join(cal.FIDELITY_CONFIGS)
             raise PostplaceError(f"model '{m}' has no calibration configs; use one of {known}")
-    if size not in SIZES:
-        raise PostplaceError(f"--size '{size}': use one of {', '.join(SIZES)}")
+    if size not in _sizes_of(model):
+        raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
     if runs < 1:
         raise PostplaceError(f"--runs {runs}: give at least 1 timed run")
     if threads is not None and threads < 1:

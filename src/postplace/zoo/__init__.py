@@ -6,6 +6,9 @@ traces once and keeps the graph file under ``$POSTPLACE_CACHE`` (default ``~/.ca
 keyed by model, config, optimizer, torch version and the tracer's own source, so a change to any of
 them traces afresh. ``size="small"`` is a narrow, shallow version of the same architecture that
 traces in well under a second (for tests); ``"full"`` is the configuration the figures come from.
+A model may name more sizes (``sizes(name)`` lists them; ``llama`` has ``1b`` and ``7b``, ``full``
+being ``7b``); a size in its spec's ``meta_only`` is built on the meta device and never materialised:
+it is for tracing its graph, not for training.
 """
 
 from __future__ import annotations
@@ -19,27 +22,45 @@ from pathlib import Path
 from postplace.errors import PostplaceError
 
 __all__ = ["MODELS", "SIZES", "ModelSpec", "TargetLoss", "build", "cache_dir", "cached_graph", "graph_factory",
-           "trace_model"]
+           "sizes", "trace_model"]
 
+#: The sizes every zoo model has; :func:`sizes` gives one model's, extra named sizes included.
 SIZES = ("small", "full")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One zoo model: what it is, where each figure of its config comes from, both configs."""
+    """One zoo model: what it is, where each figure of its config comes from, its configs.
+
+    ``sizes`` holds extra named configs beside ``small`` and ``full`` (``full`` may equal one of
+    them); ``meta_only`` names the sizes too large to materialise: :func:`build` keeps those on the
+    meta device and refuses ``init=True``."""
 
     name: str
     description: str
     source: str
     full: dict
     small: dict = field(default_factory=dict)
+    sizes: dict[str, dict] = field(default_factory=dict)
+    meta_only: tuple[str, ...] = ()
+
+    def size_names(self) -> tuple[str, ...]:
+        return (*SIZES, *(s for s in self.sizes if s not in SIZES))
 
     def config(self, size: str) -> dict:
-        if size not in SIZES:
-            raise PostplaceError(f"unknown size '{size}' for model '{self.name}'; use one of {SIZES}")
-        return dict(self.full if size == "full" else self.small)
+        if size == "full":
+            return dict(self.full)
+        if size == "small":
+            return dict(self.small)
+        if size in self.sizes:
+            return dict(self.sizes[size])
+        raise PostplaceError(
+            f"unknown size '{size}' for model '{self.name}'; use one of {', '.join(self.size_names())}"
+        )
 
 
+_LLAMA_7B = dict(batch=8, seq=2048, vocab=32000, d=4096, layers=32, heads=32, kv_heads=32, ffn=11008, theta=10000.0)
+_LLAMA_1B = dict(batch=8, seq=2048, vocab=128256, d=2048, layers=16, heads=32, kv_heads=8, ffn=8192, theta=500000.0)
 _POST = "Post paper (Gao et al., NeurIPS 2018) Sec. 5: batch 32 for the CNNs, 4-layer RNNLM, 2/4-layer NMT"
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -89,6 +110,20 @@ MODELS: dict[str, ModelSpec] = {
             dict(batch=8, seq=1024, vocab=50257, d=768, layers=12, heads=12, context=1024),
             dict(batch=2, seq=16, vocab=50, d=32, layers=2, heads=4, context=16),
         ),
+        ModelSpec(
+            "llama",
+            "LLaMA-style decoder: RMSNorm, GQA with RoPE, SwiGLU, untied head",
+            "Touvron et al. 2023 (LLaMA, Sec. 2.2: RMSNorm, SwiGLU, rotary embeddings); 7b (= full): "
+            "Llama 2 7B (Touvron et al. 2023b: d 4096, 32 layers, 32 heads, no kv sharing, ffn 11008, "
+            "vocab 32000, RoPE theta 10000); 1b: Llama 3.2 1B's released config (d 2048, 16 layers, 32 "
+            "heads over 8 kv heads, ffn 8192, vocab 128256, theta 500000) with an untied output head "
+            "(1.50e9 parameters, not 1.24e9) and no rope scaling; seq 2048 and batch 8 are our choice; "
+            "1b and 7b are traced on the meta device, never materialised",
+            _LLAMA_7B,
+            dict(batch=2, seq=16, vocab=64, d=32, layers=2, heads=4, kv_heads=2, ffn=64, theta=10000.0),
+            {"1b": _LLAMA_1B, "7b": _LLAMA_7B},
+            meta_only=("full", "1b", "7b"),
+        ),
     )
 }
 
@@ -99,10 +134,17 @@ def spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
+def sizes(name: str) -> tuple[str, ...]:
+    """The sizes zoo model ``name`` has: ``small``, ``full``, then any it names besides."""
+    return spec(name).size_names()
+
+
 class TargetLoss:
     """A loss over a model's outputs and its targets: ``fn(outputs, *targets)``; calling it with the
     outputs alone uses the whole batch's ``targets`` (the one-batch contract of ``from_torch``), while
     ``fn`` and ``targets`` give the micro-batch contract (``from_torch(..., targets=...)``)."""
+
+    targets_are_fixed = True  #: the one-batch contract bakes these targets in on purpose: no warning
 
     def __init__(self, fn, *targets):
         self.fn, self.targets = fn, targets
@@ -129,14 +171,23 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
     ``[batch]`` or ``[batch, steps]``, so that micro-batches can split them). ``batch`` overrides the
     config's batch size. ``init=False`` leaves parameters and buffers uninitialised (built on the meta
     device, then given empty CPU storage): the same shapes for tracing a graph, without the seconds a
-    full-size model's random initialisation costs; never train such a model."""
+    full-size model's random initialisation costs; never train such a model. A size in the spec's
+    ``meta_only`` (llama's ``1b``, ``7b`` and ``full``) stays on the meta device, inputs and targets
+    included, whatever ``init`` says; ``init=True`` for it is refused."""
     import contextlib
 
     import torch
 
-    from postplace.zoo import seq, vision
+    from postplace.zoo import llama, seq, vision
 
-    cfg = spec(name).config(size)
+    s = spec(name)
+    cfg = s.config(size)
+    meta = size in s.meta_only
+    if meta and init:
+        raise PostplaceError(
+            f"{name} at size {size} is traced on the meta device and never materialised, so it has no weights "
+            "to initialise or train; build it with init=False for its graph, or train --size small"
+        )
     if batch is not None:
         cfg["batch"] = batch
     gen = torch.Generator().manual_seed(seed)
@@ -145,7 +196,21 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
     where = contextlib.nullcontext() if init else torch.device("meta")
 
     def ready(model):
-        return (model if init else model.to_empty(device="cpu")).train()
+        return (model if init or meta else model.to_empty(device="cpu")).train()
+
+    if name == "llama":
+        with where:
+            model = llama.Llama(
+                cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"],
+                context=cfg["seq"], theta=cfg["theta"],
+            )  # fmt: skip
+        shape = (b, cfg["seq"])
+        if meta:  # token values are never read: empty int64 tensors on the meta device
+            tokens, y = (torch.empty(shape, dtype=torch.int64, device="meta") for _ in range(2))
+        else:
+            tokens = torch.randint(0, cfg["vocab"], shape, generator=gen)
+            y = torch.randint(0, cfg["vocab"], shape, generator=gen)
+        return ready(model), (tokens,), TargetLoss(_ce_flat_targets, y)
 
     if name in ("inception_v3", "resnet50"):
         with where:
@@ -179,8 +244,10 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
 def trace_model(
     name: str,
     size: str = "full",
-    optimizer: str = "sgd",
+    optimizer="sgd",
     *,
+    lr: float | None = None,
+    precision: str = "fp32",
     microbatches: int = 1,
     colocation: str = "none",
     batch: int | None = None,
@@ -189,20 +256,25 @@ def trace_model(
     """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`.
     ``microbatches=m > 1`` traces the step as m micro-batches (see ``from_torch``); ``batch``
     overrides the config's batch size (not part of the graph cache, which keeps the config's);
-    ``init=False``: for the graph only (see :func:`build`)."""
+    ``init=False``: for the graph only (see :func:`build`). ``optimizer``, ``lr``, ``precision``: as
+    :func:`postplace.graph.from_torch` takes them. A ``meta_only`` size passes its targets
+    to the tracer as step inputs (``targets=``), never as tensors the loss closes over: the tracer
+    fakes inputs and parameters alike, while a closed-over meta tensor would stay on the meta device."""
     from postplace.graph.trace_torch import trace
 
     model, inputs, loss_fn = build(name, size, batch=batch, init=init)
     cfg = {**spec(name).config(size), **({"batch": batch} if batch is not None else {})}
     meta = {"zoo": {"name": name, "size": size, "config": _jsonable(cfg)}}
     label = f"{name}-{size}" if microbatches == 1 else f"{name}-{size}-mb{microbatches}-{colocation}"
-    if microbatches == 1:
-        return trace(model, inputs, loss_fn, optimizer, name=label, metadata=meta)
+    if microbatches == 1 and size not in spec(name).meta_only:
+        return trace(model, inputs, loss_fn, optimizer, lr=lr, precision=precision, name=label, metadata=meta)
     return trace(
         model,
         inputs,
         loss_fn.fn,
         optimizer,
+        lr=lr,
+        precision=precision,
         name=label,
         metadata=meta,
         microbatches=microbatches,
@@ -215,22 +287,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("POSTPLACE_CACHE") or Path.home() / ".cache" / "postplace")
 
 
-def cached_graph(
-    name: str, size: str = "full", optimizer: str = "sgd", *, microbatches: int = 1, colocation: str = "none"
-):
-    """The OpGraph of one zoo model, traced on first use and read from the cache after that
-    (keyed by the micro-batch count and colocation mode too)."""
+def cached_graph(name: str, size: str = "full", optimizer="sgd", *, lr: float | None = None, precision: str = "fp32",
+                 microbatches: int = 1, colocation: str = "none"):  # fmt: skip
+    """The OpGraph of one zoo model, traced on first use and read from the cache after that (keyed by
+    the optimizer and its hyperparameters, the precision, the micro-batch count and colocation mode
+    too). An optimizer factory has no key of its own: its graph is traced every time."""
     import torch
 
     from postplace.graph.opgraph import OpGraph
+    from postplace.graph.optimizers import optimizer_record
 
     cfg = spec(name).config(size)
+    record = optimizer_record(optimizer, lr)
+    trace_kw = dict(lr=lr, precision=precision, microbatches=microbatches, colocation=colocation, init=False)
+    if record is None:
+        return trace_model(name, size, optimizer, **trace_kw).graph
     key = json.dumps(
         {
             "name": name,
             "size": size,
             "config": _jsonable(cfg),
-            "optimizer": optimizer,
+            "optimizer": record,
+            "precision": precision,
             "torch": torch.__version__,
             "tracer": _tracer_digest(),
             "microbatches": microbatches,
@@ -239,13 +317,14 @@ def cached_graph(
         sort_keys=True,
     )
     mb = "" if microbatches == 1 else f"mb{microbatches}-{colocation}-"
-    path = cache_dir() / f"{name}-{size}-{optimizer}-{mb}{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    tag = record["name"] + ("" if precision == "fp32" else f"-{precision}")
+    path = cache_dir() / f"{name}-{size}-{tag}-{mb}{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.exists():
         try:
             return OpGraph.load(path)
         except PostplaceError:
             pass  # a damaged cache entry is traced again, never trusted
-    graph = trace_model(name, size, optimizer, microbatches=microbatches, colocation=colocation, init=False).graph
+    graph = trace_model(name, size, optimizer, **trace_kw).graph
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         graph.save(path)
@@ -256,13 +335,13 @@ def cached_graph(
     return graph
 
 
-def graph_factory(name: str, size: str = "full", optimizer: str = "sgd"):
-    """``(m, colocation) -> cached_graph(name, size, optimizer, microbatches=m, colocation=...)``: the
-    graph factory benchmarks and tests take."""
+def graph_factory(name: str, size: str = "full", optimizer="sgd", *, lr: float | None = None, precision: str = "fp32"):
+    """``(m, colocation) -> cached_graph(name, size, optimizer, ..., microbatches=m, colocation=...)``:
+    the graph factory benchmarks and tests take."""
     spec(name)
 
     def graph_for(m: int, colocation: str):
-        return cached_graph(name, size, optimizer, microbatches=m, colocation=colocation)
+        return cached_graph(name, size, optimizer, lr=lr, precision=precision, microbatches=m, colocation=colocation)
 
     return graph_for
 
@@ -274,6 +353,7 @@ def _tracer_digest() -> str:
         here / "__init__.py",
         here / "vision.py",
         here / "seq.py",
+        here / "llama.py",
         here.parent / "graph" / "trace_torch.py",
         here.parent / "graph" / "fx_to_opgraph.py",
         here.parent / "graph" / "microbatch.py",

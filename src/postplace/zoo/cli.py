@@ -53,6 +53,8 @@ def cmd_graph(
     *,
     microbatches: int = 1,
     colocation: str = "none",
+    lr: float | None = None,
+    precision: str = "fp32",
 ) -> str:
     """``postplace graph NAME``: trace (or read from the cache) a zoo model; write it to ``out``."""
     from postplace.graph.trace_torch import COLOCATION_MODES
@@ -63,7 +65,8 @@ def cmd_graph(
         raise PostplaceError(
             f"--microbatch-colocation '{colocation}' is not one of {', '.join(COLOCATION_MODES)}"
         )
-    graph = cached_graph(name, size, optimizer, microbatches=microbatches, colocation=colocation)
+    graph = cached_graph(name, size, optimizer, lr=lr, precision=precision, microbatches=microbatches,
+                         colocation=colocation)
     if out is not None:
         try:
             graph.save(out)
