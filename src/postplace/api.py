@@ -52,15 +52,19 @@ class Target:
     spec: dict
 
 
-def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer: str = "sgd",
-                microbatches: int = 1, microbatch_colocation: str = "none", targets=None) -> Target:  # fmt: skip
+def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer="sgd", lr: float | None = None,
+                precision: str = "fp32", microbatches: int = 1, microbatch_colocation: str = "none",
+                targets=None) -> Target:  # fmt: skip
     """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``).
 
     ``microbatches`` / ``microbatch_colocation``: the step traced as that many micro-batches (a zoo
-    model, or a module given ``targets``: its loss is then ``loss_fn(outputs, *targets)``)."""
+    model, or a module given ``targets``: its loss is then ``loss_fn(outputs, *targets)``).
+    ``optimizer``, ``lr``, ``precision``: the step traced (see :func:`postplace.graph.from_torch`); a
+    graph file or an OpGraph is already traced and takes only the defaults."""
     from postplace.graph import OpGraph, load_graph
 
     if isinstance(target, OpGraph) or (isinstance(target, str | Path) and Path(str(target)).exists()):
+        _untraced_step_options(optimizer, lr, precision)
         if microbatches != 1:
             raise PostplaceError(f"--microbatches {microbatches}: a graph file is one traced step and cannot be "
                                  "traced again as micro-batches; give a zoo model name or an nn.Module, or drop "
@@ -80,11 +84,12 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
             raise PostplaceError(f"'{text}' is not a file, and this build has no model zoo") from None
         if text not in zoo.MODELS:
             raise PostplaceError(f"'{text}' is neither a file nor a zoo model; the zoo has {', '.join(zoo.MODELS)}")
-        if microbatches == 1:
-            return Target(zoo.cached_graph(text, size), None, {"kind": "zoo", "name": text, "size": size})
-        graph = zoo.cached_graph(text, size, microbatches=microbatches, colocation=microbatch_colocation)
-        return Target(graph, None, {"kind": "zoo", "name": text, "size": size, "microbatches": microbatches,
-                                    "microbatch_colocation": microbatch_colocation})  # fmt: skip
+        graph = zoo.cached_graph(text, size, optimizer, lr=lr, precision=precision, microbatches=microbatches,
+                                 colocation=microbatch_colocation)  # fmt: skip
+        spec = {"kind": "zoo", "name": text, "size": size, **_step_spec(graph)}
+        if microbatches != 1:
+            spec.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
+        return Target(graph, None, spec)
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -100,13 +105,32 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
         kw = {} if targets is None else {"targets": targets}
         if microbatches != 1:
             kw.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
-        traced = trace(target, inputs, loss_fn, optimizer, **kw)
-        spec = {"kind": "module", "model": type(target).__name__}
+        traced = trace(target, inputs, loss_fn, optimizer, lr=lr, precision=precision, **kw)
+        spec = {"kind": "module", "model": type(target).__name__, **_step_spec(traced.graph)}
         if microbatches != 1:
             spec.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
         return Target(traced.graph, traced, spec)
     raise PostplaceError(f"target must be an OpGraph, a graph file, a zoo model name or an nn.Module, "
                          f"not a {type(target).__name__}")  # fmt: skip
+
+
+def _untraced_step_options(optimizer, lr, precision) -> None:
+    if (isinstance(optimizer, str) and optimizer.lower() == "sgd") and lr is None and precision == "fp32":
+        return
+    raise PostplaceError("--optimizer, --lr and --precision choose how a model's step is traced; a graph file "
+                         "is already traced: give a zoo model name or an nn.Module, or drop them")  # fmt: skip
+
+
+def _step_spec(graph) -> dict:
+    """The optimizer and precision a traced step was made with, as run.json records them."""
+    return {"optimizer": graph.metadata.get("optimizer", "sgd"), "precision": graph.metadata.get("precision", "fp32")}
+
+
+def _recorded_step(spec: dict) -> dict:
+    """``load_target`` keyword arguments that trace the recorded step again (older folders: SGD, fp32)."""
+    from postplace.graph.optimizers import optimizer_from_record
+
+    return {"optimizer": optimizer_from_record(spec.get("optimizer", "sgd")), "precision": spec.get("precision", "fp32")}
 
 
 def _batch_of(target, size: str, inputs) -> int | None:
@@ -174,6 +198,8 @@ class PlaceResult:
         The simulated schedule of the returned placement (``schedule.save_chrome_trace(path)``).
     summary : dict
         Every figure as JSON-able data (what ``summary.json`` holds).
+    report : pathlib.Path or None
+        The run folder's ``report.html``, when one was written.
     """
 
     graph: object
@@ -190,6 +216,7 @@ class PlaceResult:
     summary: dict
     traced: object | None = None
     target_spec: dict = field(default_factory=dict)
+    report: Path | None = None
 
     @property
     def search_best_step_time_s(self) -> float | None:
@@ -263,6 +290,10 @@ def place(
     microbatches: int | str | None = None,
     microbatch_colocation: str = "none",
     targets=None,
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    report: bool = True,
 ) -> PlaceResult:
     """Find a fast placement of one training step on a cluster.
 
@@ -300,7 +331,7 @@ def place(
         Simulate, or measure real steps (zoo models and modules only).
     out : str or path, optional
         The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``, ``checkpoint.json``
-        (+ npz), and at the end ``placement.json`` and ``summary.json``.
+        (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html`` (as the CLI writes it).
     config : dataclass, dict or str, optional
         The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
         overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
@@ -324,9 +355,23 @@ def place(
     microbatch_colocation : {"none", "module"}
         ``none``: a layer's micro-batches may go to different devices (data parallelism);
         ``module``: they stay together (pipelines only).
-    targets : tuple of tensors, optional
-        A module's labels, split with its inputs into micro-batches: the loss is
-        ``loss_fn(outputs, *targets)``. Without them a module is placed at m = 1 only.
+    targets : tensor or tuple of tensors, optional
+        A module's labels: the loss is ``loss_fn(outputs, *targets)``, they are split with the inputs
+        into micro-batches, and the placed step takes new ones each call (``step(inputs, targets)``).
+        Without them a module is placed at m = 1 only, and a loss that closed over its labels is
+        warned about (every step would train on those).
+    optimizer : str, torch.optim class, (class, kwargs) or factory
+        The update the step ends with (:mod:`postplace.graph.optimizers`): ``"sgd"`` (default: lr 0.1,
+        momentum 0.9, the paper zoo's), ``"adam"``, ``"adamw"``, ``torch.optim.AdamW``,
+        ``(torch.optim.AdamW, {"lr": 3e-4})``, or ``params -> Optimizer`` (param groups kept).
+        Its state (Adam's two moments) is memory the placement must fit.
+    lr : float, optional
+        The learning rate of a named optimizer or class.
+    precision : {"fp32", "bf16", "fp16"}
+        ``bf16``/``fp16``: the forward pass runs under ``torch.autocast`` in that dtype with fp32
+        master weights; each op is priced at its device's peak for the dtype it runs in.
+    report : bool
+        Write ``report.html`` into ``out`` (a report that cannot be drawn is a warning, never a failed run).
 
     Returns
     -------
@@ -359,9 +404,11 @@ def place(
                              exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
                              inputs=inputs, loss_fn=loss_fn, targets=targets, colocation=microbatch_colocation,
                              progress=progress, evaluator=evaluator, confirm=confirm, ray=ray,
-                             map_all_to=map_all_to)  # fmt: skip
+                             map_all_to=map_all_to, step={"optimizer": optimizer, "lr": lr, "precision": precision},
+                             report=report)  # fmt: skip
     tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m_mode,
-                      microbatch_colocation=microbatch_colocation, targets=targets)  # fmt: skip
+                      microbatch_colocation=microbatch_colocation, targets=targets, optimizer=optimizer, lr=lr,
+                      precision=precision)  # fmt: skip
     c, cluster_spec = _load_cluster(cluster, tgt.graph)
     settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
                          exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
@@ -374,8 +421,24 @@ def place(
     elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
         settings["microbatch_note"] = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to "
                                        "weigh micro-batch counts, data parallelism and pipelines")  # fmt: skip
-    return _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
-                confirm_k=confirm, ray=ray)  # fmt: skip
+    result = _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
+                  confirm_k=confirm, ray=ray)  # fmt: skip
+    return _with_report(result, out, report)
+
+
+def _with_report(result: PlaceResult, out, report: bool) -> PlaceResult:
+    """The run folder's report, drawn as the CLI draws it; one that cannot be drawn is a warning."""
+    if out is None or not report:
+        return result
+    import warnings
+
+    from postplace.report import write_report
+
+    try:
+        result.report = Path(write_report(Path(out), graph=result.graph, cluster=result.cluster))
+    except PostplaceError as exc:
+        warnings.warn(f"no report for {out}: {exc}", stacklevel=3)
+    return result
 
 
 def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, confirm, targets,
@@ -413,7 +476,7 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
 
 
 def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
-                  ray, map_all_to, **kw) -> PlaceResult:  # fmt: skip
+                  ray, map_all_to, step, report, **kw) -> PlaceResult:  # fmt: skip
     """Trace the step at every count of :func:`postplace.over_m.microbatch_counts` and answer over all."""
     from postplace.over_m import fitting_count, microbatch_counts, trace_counts
 
@@ -424,12 +487,12 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     if batch is None:
         raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
                              "pin a count with --microbatches M")  # fmt: skip
-    first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets)
+    first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets, **step)
     c, cluster_spec = _load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
     more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
                                                        microbatches=m, microbatch_colocation=colocation,
-                                                       targets=targets),
+                                                       targets=targets, **step),
                                  microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
     targets_by_m = {1: first, **more}
     settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
@@ -437,8 +500,9 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
                     microbatch_skipped=skipped,
                     graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
-    return _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
-                       progress=progress)  # fmt: skip
+    result = _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
+                         progress=progress)  # fmt: skip
+    return _with_report(result, out, report)
 
 
 def _run_over_m(settings, targets_by_m, c, *, out, resume, progress, confirm=0, ray=None) -> PlaceResult:
@@ -466,18 +530,22 @@ def _run_over_m(settings, targets_by_m, c, *, out, resume, progress, confirm=0, 
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
-           confirm: int = 0, ray: str | None = None, **given) -> PlaceResult:  # fmt: skip
+           confirm: int = 0, ray: str | None = None, report: bool = True, **given) -> PlaceResult:  # fmt: skip
     """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
 
     ``budget`` extends a finished run to that many samples (or seconds). Any other setting in ``given``
     (``strategy=``, ``seed=``...) must equal the recorded one, else it is an error that says so.
     ``graph`` / ``cluster`` are needed only for a run started from an in-memory object.
     A run killed before its first checkpoint starts over with the recorded settings.
+    ``report``: draw ``report.html`` at the end, as :func:`place` does.
     """
+    return _with_report(_resume(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
+
+
+def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
     from postplace.search import Budget
     from postplace.search.runner import CHECKPOINT
 
-    out = Path(out)
     settings = read_settings(out)
     _check_given(out, settings, given)
     if budget is not None:
@@ -501,7 +569,8 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
         tgt = load_target(spec["name"], size=spec["size"], microbatches=spec.get("microbatches", 1),
-                          microbatch_colocation=spec.get("microbatch_colocation", "none"))  # fmt: skip
+                          microbatch_colocation=spec.get("microbatch_colocation", "none"),
+                          **_recorded_step(spec))  # fmt: skip
     elif graph is not None:
         tgt = Target(graph, None, spec)
     elif (out / "graph.json").exists():
@@ -537,7 +606,7 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, 
     for m in counts:
         if spec["kind"] == "zoo":
             tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
-                              microbatch_colocation=settings["microbatch_colocation"])  # fmt: skip
+                              microbatch_colocation=settings["microbatch_colocation"], **_recorded_step(spec))  # fmt: skip
         elif (out / f"m{m}" / "graph.json").exists():
             own = spec if m == 1 else {**spec, "microbatches": m,
                                        "microbatch_colocation": settings["microbatch_colocation"]}  # fmt: skip
@@ -558,7 +627,16 @@ def _resolved(value) -> str:
 
 def _check_given(out: Path, settings: dict, given: dict) -> None:
     """Settings given again with --resume must equal the recorded ones (``budget`` aside)."""
+    if {"optimizer", "lr"} & set(given):
+        _check_same_optimizer(settings["target"].get("optimizer", "sgd"), given.pop("optimizer", None),
+                              given.pop("lr", None), f"--resume {out}: the run")  # fmt: skip
     for key, value in given.items():
+        if key == "precision":
+            recorded = settings["target"].get("precision", "fp32")
+            if value != recorded:
+                raise PostplaceError(f"--resume {out}: the run was started with precision {recorded}, not {value}; "
+                                     "drop the flag or start a new run")  # fmt: skip
+            continue
         if key == "config":
             cfg = _jsonable(dataclasses.asdict(_config(settings["strategy"], value)))
             for field_ in value:
@@ -911,7 +989,8 @@ def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
             raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
         factory = TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, group_of_op=gop,
                                   device_map=settings["map_all_to"], microbatches=tgt.spec.get("microbatches", 1),
-                                  colocation=tgt.spec.get("microbatch_colocation", "none"))  # fmt: skip
+                                  colocation=tgt.spec.get("microbatch_colocation", "none"),
+                                  **_recorded_step(tgt.spec))  # fmt: skip
     else:
         factory = SimulatorFactory(problem.graph, c, group_of_op=gop, cost_model=problem.simulator.problem.cost_model)
     return RayEvaluator(factory, address=address)
@@ -1076,6 +1155,7 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
         "pins": settings["pins"], "exclude": settings["exclude"], "warm_start": settings["warm_start"],
         "map_all_to": settings["map_all_to"], "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
         "target_spec": settings["target"], "microbatch_note": settings.get("microbatch_note"),
+        "optimizer": settings["target"].get("optimizer"), "precision": settings["target"].get("precision", "fp32"),
         "out": None if out is None else str(out),
     }  # fmt: skip
 
@@ -1083,7 +1163,7 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
 # ------------------------------------------------------------------------------------------ compare, apply
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
             expert_split: str | None = None, size: str = "full", progress=None,
-            microbatches: int = 1) -> dict:  # fmt: skip
+            microbatches: int = 1, optimizer="sgd", lr: float | None = None, precision: str = "fp32") -> dict:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     ``strategies``: a list of names or ``"all"`` / a comma-separated string. Search runs go to
@@ -1092,7 +1172,7 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     ``microbatches``: compare on the step traced as that many micro-batches (a zoo model). For a zoo
     model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch count
     ``place`` weighs (their fastest that fits); for a graph file data parallelism is an analytic
-    estimate, labelled as one.
+    estimate, labelled as one. ``optimizer``, ``lr``, ``precision``: the step traced, as :func:`place` takes them.
 
     Examples
     --------
@@ -1116,14 +1196,15 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     if microbatches > 1 and batch is not None and batch % microbatches:
         raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
                              "give a divisor of it")  # fmt: skip
-    tgt = load_target(target, size=size, microbatches=int(microbatches))
+    step = {"optimizer": optimizer, "lr": lr, "precision": precision}
+    tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
     c, _ = _load_cluster(cluster, tgt.graph)
     retraced = None
     if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
         from postplace.over_m import microbatch_counts, trace_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)
-        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m).graph,
+        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m, **step).graph,
                                    microbatch_counts(batch, gpus))  # fmt: skip
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
@@ -1147,25 +1228,49 @@ def default_compare_out(target, cluster) -> Path:
     return Path("runs") / f"compare-{_stem(target)}-{_stem(cluster)}"
 
 
-def apply(result: PlaceResult, model=None, *, device_map=None):
+def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, lr: float | None = None):
     """A placed training step (:class:`postplace.runtime.placed.PlacedStep`) for the returned placement.
 
     ``model``: the module the result was traced from (default: the one given to :func:`place`, or the
     zoo model for a zoo target). ``device_map``: logical device -> torch device (``"cpu"`` runs every
-    device on the CPU). Call the step to run one training step; it returns the loss.
+    device on the CPU). Call the step to run one training step, ``step(inputs, targets)`` for a module
+    placed with ``targets=`` (``step()`` reruns the traced batch); it returns the loss. The step
+    updates with the optimizer and precision the placement was made for; ``optimizer`` / ``lr``, when
+    given, must name that same optimizer (another one would hold other state: place again with it).
     """
     from postplace.runtime.placed import apply as run_apply
 
     traced = result.traced
     ts = result.target_spec
+    _check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
     if traced is None and ts.get("kind") == "zoo":
         from postplace.runtime import apply_zoo
 
         return apply_zoo(ts["name"], ts["size"], result.placement, result.cluster,
                          microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
-                         model=model, device_map=device_map)  # fmt: skip
+                         model=model, device_map=device_map, **_recorded_step(ts))  # fmt: skip
     if traced is None:
         raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
                              "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip
     return run_apply(model if model is not None else traced.model, traced, result.placement, result.cluster,
                      device_map=device_map)  # fmt: skip
+
+
+def _check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placement") -> None:
+    if optimizer is None and lr is None:
+        return
+    from postplace.graph.optimizers import optimizer_record
+
+    given = optimizer_record("sgd" if optimizer is None else optimizer, lr)
+    if not isinstance(recorded, dict):  # an older run folder: SGD at its defaults
+        recorded = optimizer_record(recorded)
+    if given is not None and given != recorded:
+        raise PostplaceError(f"{what} was made for {_optimizer_text(recorded)}, not {_optimizer_text(given)}; "
+                             "its memory and update differ: start again with that optimizer")  # fmt: skip
+
+
+def _optimizer_text(record) -> str:
+    if not isinstance(record, dict):
+        return str(record)
+    hp = record["groups"][0] if record.get("groups") else {}
+    return f"{record['name']} (lr {hp.get('lr')})"

@@ -202,7 +202,10 @@ def _resolve(target, size, optimizer):
                 f"graph '{target.name}' was imported, not traced from a model: there is no code to run, "
                 "so it cannot be profiled here; profile a zoo model or a torch model instead"
             )
-        traced = trace_model(zoo["name"], zoo["size"], target.metadata.get("optimizer", optimizer))
+        from postplace.graph.optimizers import optimizer_from_record
+
+        traced = trace_model(zoo["name"], zoo["size"], optimizer_from_record(target.metadata.get("optimizer", optimizer)),
+                             precision=target.metadata.get("precision", "fp32"))  # fmt: skip
         if traced.graph.names != target.names:
             raise PostplaceError(
                 f"graph '{target.name}' no longer matches zoo model '{zoo['name']}' as traced now "

@@ -54,7 +54,8 @@ class TorchZooFactory:
     cluster: object
     group_of_op: np.ndarray | None = None
     device_map: object | None = None
-    optimizer: str = "sgd"
+    optimizer: object = "sgd"  #: a name or (class, kwargs): what the actor traces the step with
+    precision: str = "fp32"
     options: dict = field(default_factory=dict)
     gpus: float | None = None
     microbatches: int = 1
@@ -86,6 +87,7 @@ class TorchZooFactory:
             group_of_op=self.group_of_op,
             device_map=self.device_map,
             optimizer=self.optimizer,
+            precision=self.precision,
             microbatches=self.microbatches,
             colocation=self.colocation,
             **self.options,

@@ -26,6 +26,7 @@ are not traced: the learning rate is a constant of the graph.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from torch.optim.sgd import sgd as sgd_update
 
 from postplace.errors import PostplaceError
 
-__all__ = ["NAMED", "StepOptimizer", "resolve_optimizer"]
+__all__ = ["NAMED", "StepOptimizer", "optimizer_from_record", "optimizer_record", "resolve_optimizer"]
 
 #: name -> (class, keyword arguments): the optimizers a name stands for
 NAMED: dict[str, tuple[type, dict]] = {
@@ -245,3 +246,32 @@ def _check(name: str, hp: dict, group: dict) -> None:
         raise PostplaceError(f"sgd with dampening={hp['dampening']} cannot be traced exactly: its first step "
                              "copies the gradient into the momentum buffer, which a graph that starts the "
                              "buffer at zero does only without dampening; use dampening=0")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- records
+def optimizer_record(optimizer, lr: float | None = None) -> dict | None:
+    """What ``optimizer`` (with ``lr``) resolves to for any model whose parameters form one group, as
+    :meth:`StepOptimizer.describe` writes it, without a model; None for a factory or a built optimizer
+    (their groups depend on the model). This is the key a cached zoo graph and a run folder keep."""
+    if isinstance(optimizer, StepOptimizer):
+        return optimizer.describe() if len(optimizer.groups) == 1 else None
+    if isinstance(optimizer, torch.optim.Optimizer) or (callable(optimizer) and not isinstance(optimizer, type)):
+        return None
+    probe = torch.nn.Parameter(torch.zeros(1))
+    return resolve_optimizer(optimizer, [probe], lr=lr).describe()
+
+
+def optimizer_from_record(record) -> tuple[type, dict] | str:
+    """The optimizer a run folder recorded (``describe()``'s dict, or an older folder's name), in a form
+    :func:`resolve_optimizer` takes again."""
+    if isinstance(record, str):
+        return record
+    try:
+        name, groups = record["name"], record["groups"]
+        (hp,) = groups
+        cls = NAMED[name][0]
+        accepted = inspect.signature(cls.__init__).parameters  # AdamW fixes decoupled_weight_decay itself
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in hp.items() if k in accepted}
+    except (KeyError, TypeError, ValueError):
+        raise PostplaceError(f"the recorded optimizer {record!r} is not one postplace wrote; start a new run") from None
+    return cls, kwargs

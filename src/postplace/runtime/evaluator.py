@@ -94,7 +94,8 @@ class TorchEvaluator:
         *,
         group_of_op: np.ndarray | None = None,
         device_map: str | Mapping[str, str] | None = None,
-        optimizer: str = "sgd",
+        optimizer=None,
+        precision: str | None = None,
         graph=None,
         microbatches: int | None = None,
         colocation: str | None = None,
@@ -104,7 +105,8 @@ class TorchEvaluator:
         file). ``microbatches``/``colocation``: trace the step as that many micro-batches (gradient
         accumulation; a measured step is the whole accumulated step: m micro-batches and one update);
         default: as ``graph`` records them, else 1 and ``"none"``. ``graph``: the OpGraph the search
-        places; it must be the one traced now (same op names, same micro-batch count)."""
+        places; it must be the one traced now (same op names, same micro-batch count). ``optimizer`` /
+        ``precision``: default as ``graph`` records them, else SGD and fp32."""
         from postplace.cluster import load_cluster
         from postplace.runtime.zoo_step import trace_zoo_step
 
@@ -129,7 +131,13 @@ class TorchEvaluator:
                 f"graph '{graph.name}' was traced with micro-batch colocation '{rec_mode}', but colocation="
                 f"'{colocation}' was asked for; give the graph's mode"
             )
-        traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer)
+        if optimizer is None:
+            from postplace.graph.optimizers import optimizer_from_record
+
+            optimizer = optimizer_from_record(meta.get("optimizer", "sgd"))
+        precision = precision or meta.get("precision", "fp32")
+        traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer,
+                                precision=precision)  # fmt: skip
         if graph is not None and tuple(graph.names) != tuple(traced.graph.names):
             mb = f" as {microbatches} micro-batches" if microbatches > 1 else ""
             raise PostplaceError(

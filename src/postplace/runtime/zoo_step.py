@@ -43,8 +43,8 @@ def check_placement_microbatches(op_names: Iterable[str], microbatches: int | No
     return found
 
 
-def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: str = "none",
-                   optimizer: str = "sgd", batch: int | None = None):  # fmt: skip
+def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: str = "none", optimizer="sgd",
+                   lr: float | None = None, precision: str = "fp32", batch: int | None = None):  # fmt: skip
     """:func:`postplace.zoo.trace_model` with the micro-batch request checked first (one-line errors)."""
     from postplace.zoo import trace_model
 
@@ -52,7 +52,8 @@ def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: s
         raise PostplaceError(f"microbatches {microbatches!r}: give a count of 1 or more")
     if colocation not in ("none", "module"):
         raise PostplaceError(f"micro-batch colocation '{colocation}': use none or module")
-    return trace_model(name, size, optimizer, microbatches=int(microbatches), colocation=colocation, batch=batch)
+    return trace_model(name, size, optimizer, lr=lr, precision=precision, microbatches=int(microbatches),
+                       colocation=colocation, batch=batch)  # fmt: skip
 
 
 def apply_zoo(
@@ -65,7 +66,9 @@ def apply_zoo(
     colocation: str = "none",
     model=None,
     device_map: str | Mapping[str, str] | None = None,
-    optimizer: str = "sgd",
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
     batch: int | None = None,
 ):
     """The placed training step of zoo model ``name`` at ``size``, traced as ``microbatches`` micro-batches.
@@ -80,7 +83,8 @@ def apply_zoo(
         model: the module whose parameters and buffers the step starts from (default: the freshly built
             zoo model); it must have the zoo model's parameters.
         device_map: logical device -> torch device; ``"cpu"`` runs every device on the CPU.
-        optimizer, batch: as for :func:`postplace.zoo.trace_model`.
+        optimizer, lr, precision, batch: as for :func:`postplace.zoo.trace_model` (a result's
+            ``target_spec`` records the optimizer and precision it was placed for).
 
     Returns:
         A :class:`~postplace.runtime.placed.PlacedStep`; each call runs the m micro-batches and one update.
@@ -95,7 +99,7 @@ def apply_zoo(
     if isinstance(placement, Mapping):
         check_placement_microbatches(placement, microbatches, what, "microbatches")
     traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer,
-                            batch=batch)  # fmt: skip
+                            lr=lr, precision=precision, batch=batch)  # fmt: skip
     g = traced.graph
     if isinstance(placement, Mapping):
         if hasattr(cluster, "device_names"):
