@@ -7,7 +7,8 @@ by successive halving) and what it costs:
 * ``trace CPU s``: CPU seconds to trace the step at m = 1 (cold: the graph cache is empty);
 * ``place wall s``: wall seconds of ``place``, tracing every count included (cold cache);
 * ``ops``: ops of the m = 1 graph; ``state GB``: its persistent bytes (parameters + AdamW's moments);
-* ``1 GPU``: the fastest single device, or ``OOM`` (the memory model decides, not a guess);
+* ``single``: the fastest single device that fits, and which (the memory model decides whether a GPU
+  holds the step, not a guess); ``1 GPU``: whether one GPU holds it;
 * ``answer``: the returned step time (simulated), its micro-batch count, the winning candidate and the plan;
 * ``DP``: data parallelism, the best over the counts (``OOM`` where replicated state does not fit).
 
@@ -51,8 +52,14 @@ def row(size: str, cluster: str, precision: str, budget: int) -> dict:
               "sharded data-parallel"))), default=math.inf)  # fmt: skip
     return {"size": size, "cluster": cluster, "precision": precision, "trace_cpu_s": trace_s, "place_wall_s": wall,
             "ops": ops, "state_gb": state / 1e9, "single_s": s.get("single_device_step_time_s"),
+            "single": s.get("single_device"), "gpu_fits": _gpu_fits(r),
             "answer_s": r.step_time_s, "m": s.get("microbatches"), "returned": r.returned, "plan": s.get("plan"),
             "dp_s": dp if math.isfinite(dp) else None, "counts": s.get("microbatch_counts")}  # fmt: skip
+
+
+def _gpu_fits(r) -> bool:
+    """Whether any single GPU candidate (``single:gpuK`` at any m) fits."""
+    return any(v is not None for k, v in r.summary["candidates"].items() if k.startswith("single:gpu"))
 
 
 def main() -> None:
@@ -64,8 +71,8 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     rows = []
-    head = (f"| size | cluster | precision | trace CPU s | place wall s | ops | state GB | 1 GPU ms | DP ms | answer ms "
-            f"| m | returned | plan |")  # fmt: skip
+    head = ("| size | cluster | precision | trace CPU s | place wall s | ops | state GB | 1 GPU | single ms | DP ms | answer ms "
+            "| m | returned | plan |")  # fmt: skip
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for size in a.sizes.split(","):
@@ -74,7 +81,8 @@ def main() -> None:
                 r = row(size, cluster, precision, a.budget)
                 rows.append(r)
                 print(f"| {size} | {cluster} | {precision} | {r['trace_cpu_s']:.1f} | {r['place_wall_s']:.0f} | "
-                      f"{r['ops']} | {r['state_gb']:.1f} | {ms(r['single_s'])} | {ms(r['dp_s'])} | "
+                      f"{r['ops']} | {r['state_gb']:.1f} | {'fits' if r['gpu_fits'] else 'OOM'} | "
+                      f"{ms(r['single_s'])} ({r['single']}) | {ms(r['dp_s'])} | "
                       f"{ms(r['answer_s'])} | {r['m']} | {r['returned']} | {r['plan']} |", flush=True)  # fmt: skip
     if a.json:
         with open(a.json, "w") as f:

@@ -130,7 +130,8 @@ def _recorded_step(spec: dict) -> dict:
     """``load_target`` keyword arguments that trace the recorded step again (older folders: SGD, fp32)."""
     from postplace.graph.optimizers import optimizer_from_record
 
-    return {"optimizer": optimizer_from_record(spec.get("optimizer", "sgd")), "precision": spec.get("precision", "fp32")}
+    return {"optimizer": optimizer_from_record(spec.get("optimizer", "sgd")),
+            "precision": spec.get("precision", "fp32")}
 
 
 def _batch_of(target, size: str, inputs) -> int | None:
@@ -606,7 +607,8 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, 
     for m in counts:
         if spec["kind"] == "zoo":
             tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
-                              microbatch_colocation=settings["microbatch_colocation"], **_recorded_step(spec))  # fmt: skip
+                              microbatch_colocation=settings["microbatch_colocation"],
+                              **_recorded_step(spec))  # fmt: skip
         elif (out / f"m{m}" / "graph.json").exists():
             own = spec if m == 1 else {**spec, "microbatches": m,
                                        "microbatch_colocation": settings["microbatch_colocation"]}  # fmt: skip
@@ -1163,7 +1165,8 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
 # ------------------------------------------------------------------------------------------ compare, apply
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
             expert_split: str | None = None, size: str = "full", progress=None,
-            microbatches: int = 1, optimizer="sgd", lr: float | None = None, precision: str = "fp32") -> dict:  # fmt: skip
+            microbatches: int = 1, optimizer="sgd", lr: float | None = None,
+            precision: str = "fp32") -> dict:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     ``strategies``: a list of names or ``"all"`` / a comma-separated string. Search runs go to

@@ -204,8 +204,8 @@ def _resolve(target, size, optimizer):
             )
         from postplace.graph.optimizers import optimizer_from_record
 
-        traced = trace_model(zoo["name"], zoo["size"], optimizer_from_record(target.metadata.get("optimizer", optimizer)),
-                             precision=target.metadata.get("precision", "fp32"))  # fmt: skip
+        recorded = optimizer_from_record(target.metadata.get("optimizer", optimizer))
+        traced = trace_model(zoo["name"], zoo["size"], recorded, precision=target.metadata.get("precision", "fp32"))
         if traced.graph.names != target.names:
             raise PostplaceError(
                 f"graph '{target.name}' no longer matches zoo model '{zoo['name']}' as traced now "

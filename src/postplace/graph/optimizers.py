@@ -98,8 +98,8 @@ class StepOptimizer:
         hp = self.groups[self.group_of_param[i]]
         if self.name == "sgd":
             sgd_update([p], [g], [state[0] if state else None], foreach=False, fused=False,
-                                weight_decay=hp["weight_decay"], momentum=hp["momentum"], lr=hp["lr"],
-                                dampening=hp["dampening"], nesterov=hp["nesterov"], maximize=hp["maximize"])  # fmt: skip
+                       weight_decay=hp["weight_decay"], momentum=hp["momentum"], lr=hp["lr"],
+                       dampening=hp["dampening"], nesterov=hp["nesterov"], maximize=hp["maximize"])  # fmt: skip
             return
         step, m, v, *vmax = state
         with _capturable_on_any_device():
@@ -214,8 +214,9 @@ def _from_factory(factory: Callable, trained: list[torch.Tensor]) -> torch.optim
     try:
         opt = factory(trained)
     except Exception as exc:  # noqa: BLE001 - the user's factory failing is one line
-        raise PostplaceError(f"the optimizer factory failed on the model's parameters: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None  # fmt: skip
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise PostplaceError(f"the optimizer factory failed on the model's parameters: {type(exc).__name__}: "
+                             f"{first}") from None  # fmt: skip
     if not isinstance(opt, torch.optim.Optimizer):
         raise PostplaceError(f"the optimizer factory returned a {type(opt).__name__}, not a torch.optim.Optimizer")
     return opt
@@ -229,7 +230,8 @@ def _plain(key: str, value, name: str):
     """A hyperparameter as a JSON-able Python value (a tensor learning rate becomes its float)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_meta:
-            raise PostplaceError(f"{name}: hyperparameter {key} is a tensor of shape {tuple(value.shape)}; give a number")
+            raise PostplaceError(f"{name}: hyperparameter {key} is a tensor of shape {tuple(value.shape)}; "
+                                 "give a number")
         value = value.item()
     if isinstance(value, tuple | list):
         return [_plain(key, v, name) for v in value]

@@ -71,8 +71,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from postplace.errors import PostplaceError
 from postplace.graph.fx_to_opgraph import build_graph
 from postplace.graph.microbatch import replicate_microbatches
-from postplace.graph.optimizers import StepOptimizer, resolve_optimizer
 from postplace.graph.opgraph import OpGraph
+from postplace.graph.optimizers import StepOptimizer, resolve_optimizer
 
 __all__ = ["COLOCATION_MODES", "PRECISION_DTYPES", "Traced", "from_torch", "trace"]
 
