@@ -9,6 +9,7 @@ import argparse
 import time
 
 from postplace.cost.profile import profile_cpu
+from postplace.zoo.cli import traced_step
 
 
 def main() -> None:
@@ -19,7 +20,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    graph, report = profile_cpu(args.model, size=args.size, runs=args.runs)
+    graph, report = profile_cpu(traced_step(args.model, args.size), runs=args.runs)
     print(f"{graph.name}: {graph.num_ops} ops")
     print(report.format(top=args.top))
     print(f"wall time {time.perf_counter() - t0:.1f} s; provenance: {graph.measured[-1].provenance}")

@@ -31,7 +31,9 @@ def test_profile_stores_per_op_medians_for_this_cpu():
 def test_profiling_a_zoo_graph_file_retraces_it(tmp_path):
     tr = trace_model("resnet50", "small")
     tr.graph.save(tmp_path / "r.json")
-    g, _ = profile_cpu(OpGraph.load(tmp_path / "r.json"), runs=1, warmup=0, peak_flops=1e10, mem_bw=1e10)
+    from postplace.zoo.cli import traced_step
+
+    g, _ = profile_cpu(traced_step(OpGraph.load(tmp_path / "r.json")), runs=1, warmup=0, peak_flops=1e10, mem_bw=1e10)
     assert g.measured[0].times.sum() > 0
 
 

@@ -27,12 +27,12 @@ from pathlib import Path
 
 from postplace.comparison import PLACER_NAMES, compare
 from postplace.errors import PostplaceError
+from postplace.report.markdown import COLUMNS, RIVALS, format_table
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
 CHEAP_SEARCH = ("random", "anneal", "reinforce", "ce", "ppo", "post-paper", "post")
 """Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s)."""
-RIVALS = ("post-paper", "ce", "ppo", "reinforce", "hp")
 HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
 """One-shot placers whose best (that fits) is the "best heuristic" column."""
 PAPER_CLAIM = 0.637
@@ -306,43 +306,9 @@ def _all_locked(pending: list, folder) -> bool:
 def _summary(heads: list[Headline]) -> dict:
     """Per rival: how many pairs Post beats it on, the median and the largest reduction."""
     out = {}
-    for rival in (*RIVALS, "best heuristic", "single", "data-parallel", "pipeline"):
+    for rival in COLUMNS:
         vals = [h.reduction[rival] for h in heads if h.reduction.get(rival) is not None]
         if vals:
             out[rival] = {"pairs": len(vals), "post_faster": sum(v > 0 for v in vals),
                           "median": statistics.median(vals), "max": max(vals), "min": min(vals)}  # fmt: skip
     return out
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:+.1f}%"
-
-
-def format_table(data: dict) -> str:
-    """The headline table as fixed-width text (also valid inside a Markdown code block)."""
-    cfg = data["config"]
-    cols = [r for r in (*RIVALS, "best heuristic", "single", "data-parallel", "pipeline")
-            if any(r in h["reduction"] for h in data["headline"])]  # fmt: skip
-    lines = [
-        f"Post's step-time reduction 1 - post/rival (median of {cfg['seeds']} seeds; {cfg['budget']} samples per "
-        f"search; hp {cfg['planner_budget']} samples x {cfg.get('planner_seeds', cfg['seeds'])} seeds; "
-        f"{cfg['size']} models; simulated)"
-        + ("; collected: finished runs only, see the last lines" if any((data.get("missing") or {}).values()) else ""),
-        f"{'model':<13} {'cluster':<7} {'post ms':>9} " + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols)
-        + "  hp seeds",
-    ]  # fmt: skip
-    for h in data["headline"]:
-        post = "-" if h["post_s"] is None else f"{h['post_s'] * 1e3:.2f}"
-        lines.append(f"{h['model']:<13} {h['cluster']:<7} {post:>9} "
-                     + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
-                     + f"  {h.get('hp_seeds') or '-':>8}")  # fmt: skip
-    rl = [s for s in ("hp", "reinforce") if s in data["summary"]]
-    for s in rl:
-        v = data["summary"][s]
-        claim = data["paper_claim"]["max_reduction_vs_rl"] * 100
-        lines.append(f"vs {s}: Post faster on {v['post_faster']}/{v['pairs']} pairs, median {_pct(v['median'])}, "
-                     f"largest {_pct(v['max'])}; the paper: up to {claim:.1f}% vs the RL state of the art")  # fmt: skip
-    for pair, names in (data.get("missing") or {}).items():
-        if names:
-            lines.append(f"{pair}: not finished, left out: {', '.join(names)}")
-    return "\n".join(lines)

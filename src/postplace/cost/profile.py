@@ -12,8 +12,11 @@ is from the measurement. ``peak`` and ``mem_bw`` default to what :func:`measure_
 here (a large matmul and a large copy), so the ratio shows how well FLOPs and bytes predict time,
 not how far a datasheet is from reality.
 
-An imported workload (a graph file with no model behind it) has no code to run: profiling it is a
-one-line :class:`PostplaceError`.
+It takes a traced step (:class:`~postplace.graph.trace_torch.Traced`): the code and tensors to run
+come with it. Turning a zoo model name, or a graph file traced from a zoo model, into one is the zoo's
+business (:func:`postplace.zoo.cli.traced_step`, what ``postplace profile`` does): the cost models know
+nothing of the zoo (DESIGN.md section 1). A bare graph has no code to run: profiling an imported
+workload (a graph file with no model behind it) is a one-line :class:`PostplaceError`.
 """
 
 from __future__ import annotations
@@ -116,28 +119,26 @@ class _TimingInterpreter(torch.fx.Interpreter):
 
 
 def profile_cpu(
-    target,
+    traced,
     *,
-    size: str = "small",
-    optimizer: str = "sgd",
     runs: int = 5,
     warmup: int = 1,
     peak_flops: float | None = None,
     mem_bw: float | None = None,
     threads: int | None = None,
 ) -> tuple[OpGraph, ProfileReport]:
-    """Profile a training step on this CPU; return the graph with a CPU measurement added, and a report.
+    """Profile a traced training step on this CPU; return its graph with a CPU measurement added, and a report.
 
-    ``target`` is a :class:`~postplace.graph.trace_torch.Traced`, a zoo model name (traced at
-    ``size`` with ``optimizer``), or an OpGraph traced from a zoo model (traced again from the config
-    it records). Any other OpGraph was imported and has nothing to run: :class:`PostplaceError`.
+    ``traced`` is a :class:`~postplace.graph.trace_torch.Traced` (:func:`postplace.graph.trace_torch.trace`
+    of a model; :func:`postplace.zoo.cli.traced_step` for a zoo model or a graph file traced from one).
+    Anything else, an OpGraph included, has no code to run here: :class:`PostplaceError` saying why.
     ``threads`` sets torch's intra-op threads while timing (default: leave them as they are); other
     processes competing for the cores inflate single calls, which the median over runs damps.
     """
     from postplace.graph.trace_torch import Traced
 
-    traced = _resolve(target, size, optimizer)
-    assert isinstance(traced, Traced)
+    if not isinstance(traced, Traced):
+        raise PostplaceError(_not_traced(traced))
     if runs < 1 or warmup < 0:
         raise PostplaceError(
             f"profile_cpu: runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})"
@@ -182,37 +183,25 @@ def _time_runs(traced, samples, runs, warmup) -> None:
                         samples[r - warmup, op] += t
 
 
-def _resolve(target, size, optimizer):
-    from postplace.graph.trace_torch import Traced
-    from postplace.zoo import MODELS, trace_model
-
-    if isinstance(target, Traced):
-        return target
-    if isinstance(target, str):
-        if target not in MODELS:
-            raise PostplaceError(
-                f"cannot profile '{target}': not a zoo model ({', '.join(MODELS)}); "
-                "for your own model, trace it with postplace.graph.trace_torch.trace and pass the result"
-            )
-        return trace_model(target, size, optimizer)
+def _not_traced(target) -> str:
+    """Why ``target`` cannot be profiled, and what to pass instead (one line)."""
     if isinstance(target, OpGraph):
         zoo = target.metadata.get("zoo")
         if not zoo:
-            raise PostplaceError(
+            return (
                 f"graph '{target.name}' was imported, not traced from a model: there is no code to run, "
                 "so it cannot be profiled here; profile a zoo model or a torch model instead"
             )
-        from postplace.graph.optimizers import optimizer_from_record
-
-        recorded = optimizer_from_record(target.metadata.get("optimizer", optimizer))
-        traced = trace_model(zoo["name"], zoo["size"], recorded, precision=target.metadata.get("precision", "fp32"))
-        if traced.graph.names != target.names:
-            raise PostplaceError(
-                f"graph '{target.name}' no longer matches zoo model '{zoo['name']}' as traced now "
-                "(the model or tracer changed); re-create the graph with `postplace graph`"
-            )
-        return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, measured=target.measured))
-    raise PostplaceError(f"cannot profile a {type(target).__name__}; pass a zoo model name or a traced model")
+        return (
+            f"graph '{target.name}' holds no code to run: trace zoo model '{zoo.get('name')}' again and pass "
+            "the traced step (postplace.zoo.cli.traced_step(graph); `postplace profile FILE` does it)"
+        )
+    if isinstance(target, str):
+        return (
+            f"cannot profile '{target}': pass a traced step (postplace.graph.trace_torch.trace of your model; "
+            f"for a zoo model postplace.zoo.cli.traced_step('{target}'), or `postplace profile {target}`)"
+        )
+    return f"cannot profile a {type(target).__name__}; pass a traced step (postplace.graph.trace_torch.Traced)"
 
 
 def _report(graph: OpGraph, times, key, runs, peak, bw) -> ProfileReport:

@@ -52,8 +52,8 @@ def write_report(run_dir, out=None, *, graph=None, cluster=None, size: str | Non
 
 
 def _write_paper(run_dir: Path, out: Path) -> Path:
-    from postplace.paper import format_table
     from postplace.report import _data, _html, _png
+    from postplace.report.markdown import format_table
 
     data = json.loads((run_dir / "paper.json").read_text())
     for h in data["headline"]:

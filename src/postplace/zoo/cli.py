@@ -1,18 +1,23 @@
 """What the zoo commands show, as plain functions returning text, so ``cli.py`` wires each in one line:
 ``postplace models`` -> :func:`cmd_models`, ``postplace graph NAME`` -> :func:`cmd_graph`,
 ``postplace profile TARGET`` -> :func:`cmd_profile`. Errors are :class:`PostplaceError` lines.
+
+:func:`traced_step` is the zoo's side of profiling: it turns a zoo model name, or a graph file traced
+from a zoo model, into the traced step that :func:`postplace.cost.profile.profile_cpu` times (the cost
+models know nothing of the zoo; the zoo passes them what they need, DESIGN.md section 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from postplace.errors import PostplaceError
 from postplace.graph import load_graph
 from postplace.graph.opgraph import PHASES, OpGraph
-from postplace.zoo import MODELS, cached_graph
+from postplace.zoo import MODELS, cached_graph, trace_model
 
-__all__ = ["cmd_graph", "cmd_models", "cmd_profile", "graph_summary"]
+__all__ = ["cmd_graph", "cmd_models", "cmd_profile", "graph_summary", "traced_step"]
 
 
 def graph_summary(graph: OpGraph) -> dict:
@@ -95,7 +100,38 @@ def cmd_profile(
     if runs < 1:  # before tracing, which takes seconds
         raise PostplaceError(f"--runs {runs}: give at least 1 timed run")
     what = target if target in MODELS else load_graph(target)
-    graph, report = profile_cpu(what, size=size, optimizer=optimizer, runs=runs)
+    graph, report = profile_cpu(traced_step(what, size, optimizer), runs=runs)
     if out is not None:
         graph.save(out)
     return report.format() + (f"\nmeasured graph written to {out}" if out is not None else "")
+
+
+def traced_step(target, size: str = "small", optimizer="sgd"):
+    """The traced step (:class:`~postplace.graph.trace_torch.Traced`) that profiling ``target`` times.
+
+    A zoo model name is traced at ``size`` with ``optimizer``; an OpGraph traced from a zoo model is
+    traced again from the model, size, optimizer and precision it records, keeping the measurements it
+    carries (:class:`PostplaceError` where the model or the tracer changed since). Anything else (a
+    :class:`Traced`, an imported graph) is returned as it is: :func:`postplace.cost.profile.profile_cpu`
+    runs the one and says why it cannot run the other.
+    """
+    if isinstance(target, str):
+        if target not in MODELS:
+            raise PostplaceError(
+                f"cannot profile '{target}': not a zoo model ({', '.join(MODELS)}); "
+                "for your own model, trace it with postplace.graph.trace_torch.trace and pass the result"
+            )
+        return trace_model(target, size, optimizer)
+    zoo = target.metadata.get("zoo") if isinstance(target, OpGraph) else None
+    if not zoo:
+        return target
+    from postplace.graph.optimizers import optimizer_from_record
+
+    recorded = optimizer_from_record(target.metadata.get("optimizer", optimizer))
+    traced = trace_model(zoo["name"], zoo["size"], recorded, precision=target.metadata.get("precision", "fp32"))
+    if traced.graph.names != target.names:
+        raise PostplaceError(
+            f"graph '{target.name}' no longer matches zoo model '{zoo['name']}' as traced now "
+            "(the model or tracer changed); re-create the graph with `postplace graph`"
+        )
+    return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, measured=target.measured))
