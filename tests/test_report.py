@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -50,6 +51,71 @@ def graph_file(tmp_path):
     return path
 
 
+class _Tables(HTMLParser):
+    """Every table of a page: rows of ``[tag, text, holds a nested table]`` cells; a nested table is a
+    table of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.stack = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            if self.stack and self.stack[-1]["rows"] and self.stack[-1]["rows"][-1]:
+                self.stack[-1]["rows"][-1][-1][2] = True
+            t = {"rows": [], "nested": bool(self.stack)}
+            self.stack.append(t)
+            self.tables.append(t)
+        elif tag == "tr" and self.stack:
+            self.stack[-1]["rows"].append([])
+        elif tag in ("th", "td") and self.stack:
+            self.stack[-1]["rows"][-1].append([tag, "", False])
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if self.stack and self.stack[-1]["rows"] and self.stack[-1]["rows"][-1]:
+            self.stack[-1]["rows"][-1][-1][1] += data
+
+
+def page_tables(page: str) -> list[dict]:
+    p = _Tables()
+    p.feed(page)
+    return p.tables
+
+
+def table_text(t: dict) -> list[list[str]]:
+    return [[c[1].strip() for c in row] for row in t["rows"]]
+
+
+def check_tables(page: str) -> None:
+    """Every column of every table has a header and a value in at least one row; every key of a
+    key-value table has a value."""
+    for t in page_tables(page):
+        rows = t["rows"]
+        assert rows
+        if len(rows[0]) > 1 and all(c[0] == "th" for c in rows[0]):  # a header row
+            for j, head in enumerate(rows[0]):
+                assert head[1].strip(), f"a column without a header: {table_text(t)[:3]}"
+                assert any(len(r) > j and (r[j][1].strip() or r[j][2]) for r in rows[1:]), (
+                    f"column '{head[1]}' is empty: {table_text(t)}"
+                )
+        else:  # key: value rows
+            for r in rows:
+                assert [c[0] for c in r] == ["th", "td"] and r[0][1].strip() and (r[1][1].strip() or r[1][2]), r
+
+
+def step_table(page: str) -> list[list[str]]:
+    return next(table_text(t) for t in page_tables(page) if table_text(t)[0][:2] == ["strategy", "kind"])
+
+
+def visible_text(page: str) -> str:
+    """The page without its embedded images (base64 can spell any word)."""
+    return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
+
+
 def check_page(folder, html_path, data):
     """The page is offline, holds every figure embedded, and every PNG is what report.json says."""
     from PIL import Image
@@ -68,6 +134,7 @@ def check_page(folder, html_path, data):
             assert im.format == "PNG" and im.size == (fig["width_px"], fig["height_px"])
             assert im.size[0] >= 600 and im.size[1] >= 250
     assert page.count("data:image/png;base64,") == len(FIGURES)
+    check_tables(page)
     trace = json.loads((folder / "trace.json").read_text())
     ops = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "transfer"]
     assert len(ops) == len(data["schedule"]["ops"]["device"])
@@ -113,6 +180,44 @@ def test_place_report(graph_file, tmp_path):
     assert {m["module"] for m in pm["modules"]} == {"l0", "l1"}
     assert data["provenance"]["evaluator"] == "simulator" and data["provenance"]["budget"] == "60 samples"
     assert data["provenance"]["versions"]["postplace"]
+    # issue 22 item 5: every candidate the CLI table and summary.json show is in the report, once each
+    page = out.read_text()
+    assert [c["key"] for c in data["candidates"]] == list(summary["candidates"])
+    rows = step_table(page)
+    labels = [r[0] for r in rows[1:]]
+    for key, v in summary["candidates"].items():
+        if key != "search":  # the search's own row is "post search best"
+            assert labels.count(key) == 1, (key, labels)
+            assert rows[1 + labels.index(key)][2] == ("-" if v is None else f"{v * 1e3:.3f}")
+    assert {"m-topo", "m-etf", "m-sct", "metis", "expert", "pipeline"} <= set(labels)
+    assert sum(cell.count("single device") for r in rows for cell in r) == 1  # not twice
+    assert len(labels) == len(set(labels))
+    # one seed: no "median" anywhere a person reads, nor a min-max range of one value
+    text = visible_text(page)
+    assert "median" not in text.lower() and "range" not in rows[0]
+    from postplace.report._png import bar_legend_labels, curve_label
+
+    assert not any("median" in x for x in bar_legend_labels(data) + [curve_label(c) for c in data["curves"]])
+    assert "search (best of 1 seed)" in bar_legend_labels(data)
+    # provenance: a table of readable values, the wall time to 3 significant digits, no raw JSON
+    wall = summary["wall_time_s"]
+    assert repr(wall) not in page and '{"' not in text
+    prov = {r[0]: r[1] for t in page_tables(page) if not t["nested"] for r in table_text(t) if len(r) == 2}
+    shown = prov["wall time"].removesuffix(" s")
+    assert prov["wall time"].endswith(" s") and float(shown) == float(f"{wall:.3g}")
+    assert len(shown.replace(".", "").lstrip("0")) == 3  # 3 significant digits, not 17
+    assert prov["seed"] == "0" and prov["strategies"] == "post"
+    # a candidate that failed shows its note (summary.json's candidate_notes) in the table and the chart data
+    summary["candidates"]["metis"] = None
+    summary["candidate_notes"]["metis"] = "OOM: does not fit"
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = write_report(run, graph=str(graph_file)).read_text()
+    check_tables(page)
+    rows = step_table(page)
+    metis = next(r for r in rows if r[0] == "metis")
+    assert metis[2] == "-" and metis[-1] == "OOM: does not fit" and rows[0][-1] == "note"
+    bars = json.loads((run / "report.json").read_text())["bars"]
+    assert {b["label"]: b["note"] for b in bars}["metis"] == "OOM: does not fit"
 
 
 def test_compare_report(tmp_path):
@@ -140,6 +245,34 @@ def test_compare_report(tmp_path):
     best = min(r["min_step_time_s"] for r in rep["rows"] if r["kind"] in ("search", "placer")
                and r["min_step_time_s"] is not None and not r["oom_count"])  # fmt: skip
     assert data["schedule"]["step_time_s"] == pytest.approx(best, rel=1e-12)
+    # two seeds: the search rows are medians with their range, and the page says so; the single device
+    # is its own row, not a second reference row
+    page = out.read_text()
+    rows = step_table(page)
+    assert rows[0][2] == "best ms (search: median of 2 seeds)" and rows[0][3].startswith("range ms")
+    assert [r[0] for r in rows[1:]] == names + ["lower bound"]
+    assert sum(cell.count("single device") for r in rows for cell in r) == 1
+    assert "median of 2 seeds" in visible_text(page)
+
+
+def test_one_seed_compare_report_says_no_median(tmp_path):
+    g, c = two_layer_graph(), load_cluster("k80x2")
+    compare(g, c, ["metis", "random"], budget=24, seeds=1, out=tmp_path)
+    out = write_report(tmp_path, graph=g)
+    data = json.loads((tmp_path / "report.json").read_text())
+    check_page(tmp_path, out, data)
+    page = out.read_text()
+    assert "median" not in visible_text(page).lower() and data["title"].endswith("x 1 seed")
+    rows = step_table(page)
+    assert rows[0][:3] == ["strategy", "kind", "best ms"] and not any(h.startswith("range") for h in rows[0])
+    assert "OOM seeds" not in rows[0]  # no OOM anywhere: no column of zeros
+    # no single-device row among the strategies: the reference row, once
+    assert [r[0] for r in rows[1:]] == ["metis", "random", "best single device", "lower bound"]
+    assert sum(cell.count("single device") for r in rows for cell in r) == 1
+    from postplace.report._png import bar_legend_labels, curve_label
+
+    assert [curve_label(cv) for cv in data["curves"]] == ["random"]
+    assert not any("median" in x for x in bar_legend_labels(data))
 
 
 def test_memory_over_time_peaks_and_sums():
@@ -239,3 +372,67 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     page = write_report(tmp_path)
     assert page.exists() and (tmp_path / "two-k80x2" / "report.html").exists()
     assert "two-k80x2/report.html" in page.read_text() and "https://" not in page.read_text()
+
+
+def deep_module_graph(layers: int = 8) -> OpGraph:
+    """A forward and backward chain through ``layers`` encoder layers, each with six modules five levels
+    deep (``enc.layers.3.attn.q``): 48 leaf modules, 16 at depth 4. A residual add per layer records no
+    module (``""``) and takes its input's."""
+    leaves = ["attn.q", "attn.k", "attn.v", "attn.o", "mlp.fc1", "mlp.fc2"]
+    fwd = []
+    for i in range(layers):
+        fwd += [(f"l{i}.{leaf}", f"enc.layers.{i}.{leaf}") for leaf in leaves] + [(f"l{i}.add", "")]
+    names = [n for n, _ in fwd] + ["loss"] + [f"g_{n}" for n, _ in reversed(fwd)]
+    module = [m for _, m in fwd] + ["(loss)"] + [m for _, m in reversed(fwd)]
+    phase = ["forward"] * len(fwd) + ["forward"] + ["backward"] * len(fwd)
+    n = len(names)
+    return OpGraph.build(names, [(i, i + 1, 1e5) for i in range(n - 1)], flops=[1e8] * n,
+                         bytes_accessed=[1e5] * n, output_bytes=[1e5] * n, phase=phase, module=module,
+                         name="deep")  # fmt: skip
+
+
+def test_placement_map_groups_by_module_path_to_a_readable_depth(tmp_path):
+    """Issue 22 item 6: the map follows OpGraph.module (kept by graph files) to the deepest level with
+    at most 40 rows, not to the first two levels of parameter names."""
+    from postplace.graph import load_graph
+    from postplace.report._data import MAP_MAX_ROWS, map_depth, op_modules, placement_map_info
+
+    g = deep_module_graph()
+    g.save(tmp_path / "deep.json")
+    loaded = load_graph(tmp_path / "deep.json")
+    assert loaded.module == g.module  # a saved graph keeps its module paths
+    c = load_cluster("k80x2")
+    ops = np.arange(loaded.num_ops) % c.num_devices
+    full, how = op_modules(loaded)
+    assert "OpGraph.module" in how and full[5] == full[6] == "enc.layers.0.mlp.fc2"
+    assert map_depth(full) == 4  # depth 5: 48 leaves + (loss) > 40 rows; depth 4: 17
+    pm = placement_map_info(loaded, c, ops)
+    mods = [m["module"] for m in pm["modules"]]
+    assert pm["depth"] == 4 and pm["max_depth"] == 5 and len(mods) <= MAP_MAX_ROWS
+    assert mods[:3] == ["enc.layers.0.attn", "enc.layers.0.mlp", "enc.layers.1.attn"] and mods[-1] == "(loss)"
+    assert len(mods) == 8 * 2 + 1
+    assert sum(sum(cnt.values()) for m in pm["modules"] for cnt in m["counts"].values()) == loaded.num_ops
+    assert sum(m["counts"]["backward"][d] for m in pm["modules"] for d in m["counts"].get("backward", {})) == 56
+    # a roomier map goes to the leaves; an explicit depth is honoured
+    assert placement_map_info(loaded, c, ops, max_rows=60)["depth"] == 5
+    assert len(placement_map_info(loaded, c, ops, max_rows=60)["modules"]) == 48 + 1
+    assert [m["module"] for m in placement_map_info(loaded, c, ops, depth=2)["modules"]] == ["enc.layers", "(loss)"]
+    # a graph with more layers than a map can show stops at the level above the layers
+    big = deep_module_graph(layers=30)
+    assert placement_map_info(big, c, np.zeros(big.num_ops, dtype=np.int64) + 1)["depth"] == 3
+
+
+def test_report_of_a_graph_file_with_module_paths(tmp_path):
+    """The whole path: a place run over a graph file with deep module paths draws its map by them."""
+    import postplace
+
+    g = deep_module_graph(layers=4)
+    g.save(tmp_path / "deep.json")
+    out = tmp_path / "run"
+    postplace.place(str(tmp_path / "deep.json"), "k80x2", strategy="random", budget=8, out=out, groups=None)
+    page = (out / "report.html").read_text()  # place writes it
+    data = json.loads((out / "report.json").read_text())
+    check_page(out, out / "report.html", data)
+    pm = data["placement_map"]
+    assert pm["depth"] == 5 and {"enc.layers.2.attn.q", "enc.layers.3.mlp.fc2"} <= {m["module"] for m in pm["modules"]}
+    assert "enc.layers.3.mlp.fc2" in page and "module depth 5 of 5" in page

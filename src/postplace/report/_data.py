@@ -252,23 +252,14 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
     return schedule, memory, sched
 
 
-def op_modules(graph) -> tuple[list[str], str]:
-    """A module (layer) name per op, from the graph alone, and how it was found.
+MAP_MAX_ROWS = 40
+"""The placement map's default size: the deepest module-path level that gives at most this many rows."""
 
-    Traced graphs: a parameter's module is its name's path (``param:layers.0.conv.weight`` ->
-    ``layers.0``, two levels); every op colocated with a parameter takes that module; the other ops
-    take the module of their first input that has one, in program order, else of their first
-    consumer. Graphs without parameters (imported layer graphs): the op's own name, less a ``grad``
-    suffix, so a layer and its gradient share a row.
-    """
+
+def _infer_modules(graph, mods: list[str | None]) -> list[str]:
+    """Fill the ops with no module: an op colocated with a labelled op takes its module; the others take
+    the module of their first labelled input, in program order, else of their first labelled consumer."""
     n = graph.num_ops
-    mods: list[str | None] = [None] * n
-    params = [i for i, name in enumerate(graph.names) if name.startswith(("param:", "buffer:"))]
-    if not params:
-        return [name.removesuffix("grad").removesuffix("_grad") for name in graph.names], "op names (layer graph)"
-    for i in params:
-        path = graph.names[i].split(":", 1)[1].rpartition(".")[0]
-        mods[i] = ".".join(path.split(".")[:2]) or "(root)"
     for members in graph.colocation_sets:
         known = [mods[i] for i in members if mods[i] is not None]
         if known:
@@ -290,24 +281,87 @@ def op_modules(graph) -> tuple[list[str], str]:
                 if m is not None:
                     mods[i] = m
                     break
-    return [m or "(other)" for m in mods], "parameter names, colocation and data edges"
+    return [m or "(other)" for m in mods]
 
 
-def placement_map_info(graph, cluster, ops: np.ndarray) -> dict:
-    """Op counts per (module, phase, device), modules in program order of their first op."""
+def op_modules(graph) -> tuple[list[str], str]:
+    """A full module path per op, from the graph alone, and where the paths came from.
+
+    A graph that records ``OpGraph.module`` (traced graphs, and graph files saved from them) gives each
+    op its own path; an op it leaves unlabelled (``""``) is filled as below. A graph without module paths
+    but with parameters: a parameter's module is its name's path (``param:layers.0.conv.weight`` ->
+    ``layers.0.conv``), ops colocated with it take that module, the other ops the module of their first
+    labelled input, in program order, else of their first labelled consumer. Graphs with neither
+    (imported layer graphs): the op's own name, less a ``grad`` suffix, so a layer and its gradient share
+    a row (those names are not dotted paths: :func:`module_at_depth` leaves them whole).
+    """
+    recorded = [m if m else None for m in graph.module]
+    if any(m is not None for m in recorded):
+        filled = sum(m is None for m in recorded)
+        how = "the module paths the graph records (OpGraph.module)"
+        if filled:
+            how += f"; {filled} unlabelled ops from colocation and data edges"
+        return _infer_modules(graph, recorded), how
+    params = [i for i, name in enumerate(graph.names) if name.startswith(("param:", "buffer:"))]
+    if not params:
+        return [name.removesuffix("grad").removesuffix("_grad") for name in graph.names], "op names (layer graph)"
+    mods: list[str | None] = [None] * graph.num_ops
+    for i in params:
+        mods[i] = graph.names[i].split(":", 1)[1].rpartition(".")[0] or "(root)"
+    return _infer_modules(graph, mods), "parameter names, colocation and data edges"
+
+
+def module_at_depth(path: str, depth: int | None) -> str:
+    """``path`` cut to its first ``depth`` dotted components (None: whole); a pseudo-module such as
+    ``(loss)`` stays whole."""
+    if depth is None or path.startswith("("):
+        return path
+    return ".".join(path.split(".")[:depth])
+
+
+def map_depth(paths, max_rows: int = MAP_MAX_ROWS) -> int:
+    """The placement map's module depth for these op paths: the level that gives the most rows, at most
+    ``max_rows`` of them (the shallowest such level, where a deeper one adds no row), and at least 1."""
+    paths = set(paths)
+    deepest = max((p.count(".") + 1 for p in paths if not p.startswith("(")), default=1)
+    best, best_rows = 1, len({module_at_depth(p, 1) for p in paths})
+    for d in range(2, deepest + 1):
+        rows = len({module_at_depth(p, d) for p in paths})
+        if rows > max_rows:
+            break
+        if rows > best_rows:
+            best, best_rows = d, rows
+    return best
+
+
+def placement_map_info(graph, cluster, ops: np.ndarray, depth: int | None = None,
+                       max_rows: int = MAP_MAX_ROWS) -> dict:  # fmt: skip
+    """Op counts per (module, phase, device), modules in program order of their first forward op (the
+    parameters come first in a traced graph), a module without one after them, in order of its first op.
+
+    Modules are the ops' paths (:func:`op_modules`) cut to ``depth`` dotted levels; the default is
+    :func:`map_depth`: the deepest level that keeps the map at most ``max_rows`` rows. A layer graph's
+    op names are never cut.
+    """
     from postplace.graph import PHASES
 
-    mods, how = op_modules(graph)
-    order: dict[str, int] = {}
+    full, how = op_modules(graph)
+    dotted = not how.startswith("op names")
+    if dotted and depth is None:
+        depth = map_depth(full, max_rows)
+    mods = [module_at_depth(m, depth) for m in full] if dotted else full
+    order: dict[str, tuple[int, int]] = {}  # (0, first forward op) before (1, first op) for the others
     counts: dict[str, dict[str, dict[str, int]]] = {}
     for i in range(graph.num_ops):
         m, ph, dev = mods[i], PHASES[graph.phase[i]], cluster.device_names[int(ops[i])]
-        order.setdefault(m, len(order))
+        order[m] = min(order.get(m, (2, 0)), (0 if ph == "forward" else 1, i))
         cell = counts.setdefault(m, {}).setdefault(ph, {})
         cell[dev] = cell.get(dev, 0) + 1
     phases = [p for p in PHASES if any(p in c for c in counts.values())]
     return {
         "devices": list(cluster.device_names), "phases": phases, "module_source": how,
+        "depth": depth if dotted else None,
+        "max_depth": max((m.count(".") + 1 for m in full if not m.startswith("(")), default=1) if dotted else None,
         "modules": [{"module": m, "counts": counts[m]} for m in sorted(order, key=order.get)],
         "ops_per_device": np.bincount(ops, minlength=cluster.num_devices).tolist(),
     }  # fmt: skip
@@ -372,6 +426,52 @@ def _cluster_info(cluster) -> dict:
 
 
 # ------------------------------------------------------------------------------ the two kinds
+def candidate_kind(name: str) -> str:
+    """The kind of a ``place`` candidate, from its name (``summary.json``'s ``candidates`` keys, less
+    any `` @mK``)."""
+    if name == "search":
+        return "search"
+    if name.startswith("single"):
+        return "single"
+    if name.endswith("data-parallel"):
+        return "data-parallel"
+    if name.startswith("warm-start"):
+        return "warm start"
+    return "placer"
+
+
+def candidate_info(cands: dict, notes: dict) -> list[dict]:
+    """Every candidate of a ``place`` summary, in its order: its key, name, micro-batch count (None
+    where the run searched one count), kind, step time and note."""
+    out = []
+    for key, v in cands.items():
+        name, sep, m = key.rpartition(" @m")
+        if not (sep and name and m.isdigit()):
+            name, m = key, None
+        out.append({"key": key, "name": name, "m": int(m) if m is not None else None, "kind": candidate_kind(name),
+                    "best_s": float(v) if isinstance(v, int | float) else None,
+                    "note": str(notes.get(key) or "")})  # fmt: skip
+    return out
+
+
+def best_per_candidate(candidates: list[dict]) -> list[dict]:
+    """One row per one-shot candidate (the search's own rows apart), at its fastest micro-batch count
+    where the run tried several (as the ``place`` table prints them): ``label`` (with `` @mK`` where it
+    applies), ``keys`` (every summary key of that candidate), kind, step time and note."""
+    rows: dict[str, dict] = {}
+    for c in candidates:
+        if c["kind"] == "search":
+            continue
+        group = "single" if c["kind"] == "single" else c["name"]
+        row = rows.setdefault(group, {"label": None, "keys": [], "kind": c["kind"], "best_s": None, "note": ""})
+        row["keys"].append(c["key"])
+        better = row["label"] is None or (c["best_s"] is not None and (row["best_s"] is None
+                                                                      or c["best_s"] < row["best_s"]))  # fmt: skip
+        if better:
+            row.update(label=c["key"], best_s=c["best_s"], note=c["note"])
+    return list(rows.values())
+
+
 def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.cluster.placement import load_placement
 
@@ -397,17 +497,21 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
                                               "history": read_history(run_dir / "history.jsonl"),
                                               "wall_time_s": s.get("wall_time_s"),
                                               "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
-    bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s")},
-            {"label": f"{strategy} search best", "kind": "search", "best_s": s.get("search_best_step_time_s"),
-             "note": "" if s.get("search_best_step_time_s") is not None else NO_FEASIBLE},
-            {"label": f"single device ({_get(s, 'single_device')})", "kind": "single",
-             "best_s": s.get("single_device_step_time_s")}]  # fmt: skip
     cands = s.get("candidates") if isinstance(s.get("candidates"), dict) else {}
-    for label, kind in (("data-parallel", "data-parallel"), ("pipeline", "placer")):
-        vals = {k: v for k, v in cands.items() if k.split(" @")[0] == label and isinstance(v, int | float)}
-        if vals:
-            k = min(vals, key=vals.get)
-            bars.append({"label": k, "kind": kind, "best_s": vals[k]})
+    notes = s.get("candidate_notes") if isinstance(s.get("candidate_notes"), dict) else {}
+    candidates = candidate_info(cands, notes)
+    search_note = notes.get("search") or notes.get(f"search @m{s.get('search_microbatches')}") or ""
+    search_at = f" @m{s['search_microbatches']}" if s.get("microbatch_counts") and s.get("search_microbatches") else ""
+    search_best = s.get("search_best_step_time_s")
+    bars = [{"label": f"returned ({_get(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s"),
+             "note": ""},
+            {"label": f"{strategy} search best{search_at}", "kind": "search", "best_s": search_best,
+             "note": search_note or ("" if search_best is not None else NO_FEASIBLE)}]  # fmt: skip
+    bars += [{"label": c["label"], "kind": c["kind"], "best_s": c["best_s"], "note": c["note"], "keys": c["keys"]}
+             for c in best_per_candidate(candidates)]  # fmt: skip
+    if not any(b["kind"] == "single" for b in bars) and s.get("single_device_step_time_s") is not None:
+        bars.append({"label": f"single:{_get(s, 'single_device')}", "kind": "single",
+                     "best_s": s.get("single_device_step_time_s"), "note": ""})  # fmt: skip
     from postplace.search import make_problem
 
     groups = s.get("groups")
@@ -421,7 +525,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "kind": "place", "graph": _graph_info(g), "cluster": _cluster_info(c),
         "strategies": [strategy], "strategy_configs": recorded_configs, "config_source": config_source,
         "budget": _budget_text(_get(s, "budget")), "samples": _get(s, "samples"),
-        "seeds": [s.get("seed", NOT_RECORDED)],
+        "seed": s.get("seed", NOT_RECORDED),
         "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
         "versions": versions(g),
@@ -432,7 +536,8 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     data = {
         "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {_get(s, 'samples')} samples"
                                   + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),
-        "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars,
+        "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars, "candidates": candidates,
+        "seeds": 1, "microbatch_counts": counts if isinstance(counts, list) else None,
         "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": s.get("lower_bound_s")},
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
     }  # fmt: skip
@@ -481,8 +586,9 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         raise PostplaceError(f"{run_dir}: no strategy found a feasible placement; nothing to draw")
     schedule, memory, sched = schedule_info(g, c, ops, source)
     bars = [{"label": r["strategy"], "kind": "data-parallel" if str(r.get("kind", "")).startswith("data-parallel")
-             else r.get("kind"), "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
-             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0),
+             else "single" if r["strategy"] == "single" else r.get("kind"),
+             "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
+             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0), "seeds": r.get("seeds"),
              "note": r.get("note") or (NO_FEASIBLE if r.get("kind") == "search" and r.get("best_step_time_s") is None
                                        else "")}
             for r in rows]  # fmt: skip
@@ -490,17 +596,19 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
     prov = {
         "kind": "compare", "graph": _graph_info(g), "cluster": _cluster_info(c),
         "strategies": [r["strategy"] for r in rows], "strategy_configs": strategy_configs(search_names, problem.space),
-        "config_source": "this code version's defaults", "budget": _get(rep, "budget_samples"),
+        "config_source": "this code version's defaults", "budget": _budget_text(_get(rep, "budget_samples")),
         "seeds": list(range(rep["seeds"])) if isinstance(rep.get("seeds"), int) else NOT_RECORDED,
         "groups": _get(rep, "groups"), "evaluator": _get(rep, "evaluator"),
         "wall_time_s": sum(float(r.get("wall_time_s") or 0) * (r.get("seeds") or 1) for r in rows),
-        "wall_time_note": "sum over rows of the median run's wall time x seeds",
+        "wall_time_note": ("sum over rows of each row's wall time" if rep.get("seeds") == 1
+                           else "sum over rows of the median run's wall time x seeds"),
         "versions": versions(g),
     }  # fmt: skip
     data = {
         "kind": "compare",
         "title": f"{g.name} on {c.name}: {len(rows)} strategies, {_get(rep, 'budget_samples')} samples x "
-                 f"{_get(rep, 'seeds')} seeds",
+                 f"{_get(rep, 'seeds')} seed{'' if rep.get('seeds') == 1 else 's'}",
+        "seeds": rep["seeds"] if isinstance(rep.get("seeds"), int) else None,
         "provenance": prov,
         "numbers": {"lower_bound_s": rep.get("lower_bound_s"), "single_device_step_time_s":
                     rep.get("single_device_step_time_s"),
@@ -510,6 +618,13 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
     }  # fmt: skip
     return data, sched
+
+
+def seeds_of(data: dict) -> int:
+    """The most seeds any strategy of a report's data ran (1 for a place run)."""
+    counts = [b.get("seeds") for b in data.get("bars", []) if isinstance(b.get("seeds"), int)]
+    counts += [len(c.get("seeds", [])) for c in data.get("curves", [])]
+    return max(counts + [int(data.get("seeds") or 1)])
 
 
 def stamp(data: dict) -> dict:

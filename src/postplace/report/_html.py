@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import html
-import json
+import math
 from pathlib import Path
+
+from postplace.report._data import seeds_of
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1250px; color: #222; }
@@ -18,6 +20,8 @@ figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .tag { background: #eef; border-radius: 3px; padding: 0 4px; font-size: 0.85em; }
 pre { background: #f7f7f7; padding: 0.6em; font-size: 0.8em; overflow-x: auto; }
+table.inner { font-size: 1em; margin: 0; } table.inner th { font-weight: 600; background: #fafafa; }
+th { background: #f3f3f3; } p.note { font-size: 0.85em; color: #555; margin-top: 0; }
 """
 
 FIGURE_TEXT = {
@@ -46,50 +50,184 @@ def _ms(v) -> str:
     return "-" if not isinstance(v, int | float) else f"{v * 1e3:.3f}"
 
 
-def _figure(folder: Path, name: str, fig: dict) -> str:
-    title, caption = FIGURE_TEXT.get(name, (name, ""))
-    b64 = base64.b64encode((folder / fig["file"]).read_bytes()).decode("ascii")
-    return (f'<figure id="fig-{esc(name)}"><h3>{esc(title)}</h3>'
-            f'<img alt="{esc(title)}" width="{fig["width_px"]}" height="{fig["height_px"]}" '
-            f'src="data:image/png;base64,{b64}">'
-            f'<figcaption>{esc(caption)} File: <a href="{esc(fig["file"])}">{esc(fig["file"])}</a></figcaption>'
-            "</figure>")  # fmt: skip
+def sig(v: float, n: int = 3) -> str:
+    """``v`` to ``n`` significant digits, in plain notation from 1e-4 to 1e9 (0.0351, 12.3, 45600)."""
+    if not math.isfinite(v) or v == 0:
+        return f"{v:g}"
+    mag = math.floor(math.log10(abs(v)))
+    if mag < -4 or mag >= 9:
+        return f"{v:.{n - 1}e}"
+    r = round(v, n - 1 - mag)
+    mag = math.floor(math.log10(abs(r)))  # 0.9996 rounds up to 1.00
+    return f"{r:.{max(n - 1 - mag, 0)}f}"
 
 
-def _kv_table(d: dict) -> str:
-    rows = []
-    for k, v in d.items():
-        if isinstance(v, dict | list):
-            v = json.dumps(v)
-        rows.append(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>")
-    return "<table>" + "".join(rows) + "</table>"
+def human_bytes(v: float) -> str:
+    """Bytes to 3 significant digits in B, kB, MB, GB or TB (decimal units, as the CLI prints GB)."""
+    if not v:
+        return "0 B"
+    for unit, scale in (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if abs(float(sig(v / scale))) < 1000:  # 999.6 B is 1.00 kB
+            return f"{v:.0f} B" if unit == "B" else f"{sig(v / scale)} {unit}"
+    return f"{sig(v / 1e12)} TB"
+
+
+def _flops(v: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(v) >= scale:
+            return f"{sig(v / scale)} {unit}"
+    return f"{sig(v)} FLOP"
+
+
+def percent(v: float) -> str:
+    return f"{v:.1f}%" if v >= 10 else f"{sig(v, 2)}%"
+
+
+def _label(key: str) -> str:
+    """A provenance key as a person reads it: ``wall_time_s`` -> ``wall time``."""
+    for suffix in ("_s", "_bytes"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def _scalar(key: str, v) -> str:
+    """One provenance value as text: seconds to 3 significant digits, bytes and FLOPs in units, other
+    floats to 4 significant digits."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v is None:
+        return "none"
+    if isinstance(v, int | float):
+        if key.endswith("_s"):
+            return f"{sig(float(v))} s"
+        if key.endswith("_bytes"):
+            return human_bytes(float(v))
+        if key.endswith("flops"):
+            return _flops(float(v))
+        return str(v) if isinstance(v, int) else _trim(sig(v, 4))
+    return str(v)
+
+
+def _trim(text: str) -> str:
+    """``0.1250`` -> ``0.125``, ``2.000`` -> ``2`` (a setting is read as written, not as a measurement)."""
+    return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
+
+
+def _is_scalar(v) -> bool:
+    return v is None or isinstance(v, bool | int | float | str)
+
+
+def _scalar_list(v) -> bool:
+    return isinstance(v, list | tuple) and len(v) <= 8 and all(_is_scalar(x) for x in v)
+
+
+def _inline(key: str, v) -> str:
+    return "[" + ", ".join(_scalar(key, x) for x in v) + "]" if isinstance(v, list | tuple) else _scalar(key, v)
+
+
+def _value_html(key: str, v) -> str:
+    """A provenance value as HTML: scalars as text, a list of scalars joined, a small dict of scalars as
+    ``key: value`` pairs on one line, a list of dicts as a table, any other dict as a nested table."""
+    if _is_scalar(v):
+        return esc(_scalar(key, v))
+    if isinstance(v, list | tuple):
+        if key == "seeds" and v and all(_is_scalar(x) for x in v):
+            return esc(f"{len(v)} ({', '.join(str(x) for x in v)})")
+        if all(_is_scalar(x) for x in v):
+            return esc(", ".join(_scalar(key, x) for x in v)) if v else "none"
+        if all(isinstance(x, dict) for x in v):
+            cols = list(dict.fromkeys(k for x in v for k in x))
+            head = "".join(f"<th>{esc(_label(k))}</th>" for k in cols)
+            body = "".join("<tr>" + "".join(f"<td>{_value_html(k, x.get(k))}</td>" for k in cols) + "</tr>" for x in v)
+            return f"<table class=inner><tr>{head}</tr>{body}</table>"
+        return esc(", ".join(str(x) for x in v))
+    if isinstance(v, dict):
+        if not v:
+            return "none"
+        if len(v) <= 10 and all(_is_scalar(x) or _scalar_list(x) for x in v.values()):
+            return esc(", ".join(f"{_label(k)}: {_inline(k, x)}" for k, x in v.items()))
+        return kv_table(v, inner=True)
+    return esc(v)
+
+
+def kv_table(d: dict, *, inner: bool = False) -> str:
+    """A dict as a two-column table, one ``key | value`` row per entry (:func:`_value_html`)."""
+    rows = "".join(f"<tr><th>{esc(_label(k))}</th><td>{_value_html(k, v)}</td></tr>" for k, v in d.items())
+    return f"<table{' class=inner' if inner else ''}>{rows}</table>"
+
+
+def table(headers: list[str], rows: list[list[str]], num: set[int] = frozenset()) -> str:
+    """An HTML table of text cells; a column none of whose cells holds anything is left out (so every
+    column shown has a header and a value). ``num``: indices of right-aligned numeric columns."""
+    keep = [j for j in range(len(headers)) if any(r[j] not in ("", None) for r in rows)]
+    out = ["<table><tr>" + "".join(f"<th>{esc(headers[j])}</th>" for j in keep) + "</tr>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td{' class=num' if j in num else ''}>{esc(r[j])}</td>" for j in keep)
+                   + "</tr>")  # fmt: skip
+    out.append("</table>")
+    return "".join(out)
+
+
+KIND_TEXT = {"returned": "returned", "search": "search", "placer": "one-shot placer", "single": "single device",
+             "data-parallel": "data parallelism", "warm start": "warm start", "bound": "reference"}  # fmt: skip
 
 
 def _bars_table(data: dict) -> str:
     lines = data["lines"]
     single, lb = lines.get("single_device_s"), lines.get("lower_bound_s")
-    out = ["<table><tr><th>strategy</th><th>kind</th><th>best ms</th><th>range ms</th><th>/single</th>"
-           "<th>/LB</th><th>OOM</th><th>note</th></tr>"]  # fmt: skip
-    for b in data["bars"]:
+    n_seeds = seeds_of(data)
+    rows = list(data["bars"])
+    if not any(b["kind"] == "single" for b in rows) and isinstance(single, int | float):
+        rows.append({"label": "best single device", "kind": "bound", "best_s": single, "note": ""})
+    if isinstance(lb, int | float):
+        rows.append({"label": "lower bound", "kind": "bound", "best_s": lb, "note": ""})
+    any_oom = any(b.get("oom") for b in rows)
+    body = []
+    for b in rows:
         v = b.get("best_s")
-        rng = "" if b.get("min_s") is None or b["kind"] != "search" else f"{_ms(b['min_s'])} - {_ms(b['max_s'])}"
+        many = b["kind"] == "search" and (b.get("seeds") or 1) > 1 and b.get("min_s") is not None
+        rng = f"{_ms(b['min_s'])} - {_ms(b['max_s'])}" if many else ""
         r1 = f"{v / single:.3f}" if isinstance(v, int | float) and isinstance(single, int | float) and single else "-"
         r2 = f"{v / lb:.3f}" if isinstance(v, int | float) and isinstance(lb, int | float) and lb else "-"
-        out.append(f"<tr><td>{esc(b['label'])}</td><td>{esc(b['kind'])}</td><td class=num>{_ms(v)}</td>"
-                   f"<td class=num>{rng}</td><td class=num>{r1}</td><td class=num>{r2}</td>"
-                   f"<td class=num>{esc(b.get('oom', ''))}</td><td>{esc(b.get('note', ''))}</td></tr>")  # fmt: skip
-    out.append(f"<tr><td>best single device</td><td>reference</td><td class=num>{_ms(single)}</td>"
-               "<td></td><td></td><td></td><td></td><td></td></tr>")  # fmt: skip
-    out.append(f"<tr><td>lower bound</td><td>reference</td><td class=num>{_ms(lb)}</td>"
-               "<td></td><td></td><td></td><td></td><td></td></tr></table>")  # fmt: skip
-    return "".join(out)
+        oom = str(b.get("oom") or 0) if any_oom and b["kind"] != "bound" else ""
+        body.append([b["label"], KIND_TEXT.get(b["kind"], b["kind"]), _ms(v), rng, r1, r2, oom, b.get("note", "")])
+    best = f"best ms (search: median of {n_seeds} seeds)" if n_seeds > 1 else "best ms"
+    headers = ["strategy", "kind", best, f"range ms (min - max over {n_seeds} seeds)", "/ single", "/ LB",
+               "OOM seeds", "note"]  # fmt: skip
+    return table(headers, body, num={2, 3, 4, 5, 6})
+
+
+def _by_m_table(data: dict) -> str:
+    """A place run over several micro-batch counts: every candidate's step time at each count."""
+    cands = [c for c in data.get("candidates", []) if c["m"] is not None]
+    ms = sorted({c["m"] for c in cands})
+    if len(ms) < 2:
+        return ""
+    names = list(dict.fromkeys(c["name"] for c in cands))
+    at = {(c["name"], c["m"]): c for c in cands}
+    body = []
+    for name in names:
+        row = [name]
+        for m in ms:
+            c = at.get((name, m))
+            if c is None:
+                row.append("not tried")
+            elif c["best_s"] is None:
+                row.append((c["note"] or "none")[:40])
+            else:
+                row.append(_ms(c["best_s"]))
+        body.append(row)
+    return ("<p>Every candidate at each micro-batch count m (ms; the table above keeps each one's fastest m; "
+            "summary.json holds them all):</p>"
+            + table(["candidate"] + [f"m={m} ms" for m in ms], body, num=set(range(1, len(ms) + 1))))  # fmt: skip
 
 
 def _map_table(pm: dict) -> str:
     phases = pm["phases"]
-    out = ["<table><tr><th>module</th>" + "".join(f"<th>{esc(p)}</th>" for p in phases) + "</tr>"]
+    body = []
     for r in pm["modules"]:
-        cells = []
+        cells = [r["module"]]
         for p in phases:
             cnt = r["counts"].get(p)
             if not cnt:
@@ -98,26 +236,69 @@ def _map_table(pm: dict) -> str:
                 cells.append(next(iter(cnt)))
             else:
                 cells.append(" / ".join(f"{d} {k}" for d, k in sorted(cnt.items())))
-        out.append(f"<tr><td>{esc(r['module'])}</td>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
-    out.append("</table>")
-    return "".join(out)
+        body.append(cells)
+    return table(["module"] + phases, body)
 
 
 def _memory_table(m: dict) -> str:
-    out = ["<table><tr><th>device</th><th>peak GB</th><th>capacity GB</th><th>used</th><th></th></tr>"]
+    body = []
     for d, p, c in zip(m["devices"], m["peak_bytes"], m["capacity_bytes"], strict=True):
-        out.append(f"<tr><td>{esc(d)}</td><td class=num>{p / 1e9:.3f}</td><td class=num>{c / 1e9:.3f}</td>"
-                   f"<td class=num>{p / c * 100:.1f}%</td>"
-                   f"<td>{'OOM' if d in m['oom_devices'] else ''}</td></tr>")  # fmt: skip
-    return "".join(out) + "</table>"
+        body.append([d, human_bytes(p), human_bytes(c), percent(p / c * 100) if c else "-",
+                     "OOM" if d in m["oom_devices"] else ""])  # fmt: skip
+    return table(["device", "peak", "capacity", "used", "OOM"], body, num={1, 2, 3})
+
+
+def _figure(folder: Path, name: str, fig: dict, text: dict | None = None) -> str:
+    title, caption = (text or FIGURE_TEXT).get(name, (name, ""))
+    b64 = base64.b64encode((folder / fig["file"]).read_bytes()).decode("ascii")
+    return (f'<figure id="fig-{esc(name)}"><h3>{esc(title)}</h3>'
+            f'<img alt="{esc(title)}" width="{fig["width_px"]}" height="{fig["height_px"]}" '
+            f'src="data:image/png;base64,{b64}">'
+            f'<figcaption>{esc(caption)} File: <a href="{esc(fig["file"])}">{esc(fig["file"])}</a></figcaption>'
+            "</figure>")  # fmt: skip
+
+
+def captions(data: dict) -> dict:
+    """The figures' titles and captions, worded for the report's number of seeds."""
+    text = dict(FIGURE_TEXT)
+    kinds = {b["kind"] for b in data.get("bars", [])}
+    hatched = [what for kind, what in (("placer", "one-shot placers (//)"),
+                                       ("data-parallel", "data parallelism (xx: micro-batch k on GPU k, simulated "
+                                                         "where the model can be traced again, else an analytic "
+                                                         "estimate)"), ("warm start", "the warm start (..)"))
+               if kind in kinds]  # fmt: skip
+    n = seeds_of(data)
+    bars = "Search rows: " + (f"median over {n} seeds with the min-max range" if n > 1 else "the best of one seed")
+    bars += ("; hatched: " + " and ".join(hatched) if hatched else "") + ". Labels: step time in ms."
+    text["bars"] = (text["bars"][0], bars)
+    if n == 1:
+        text["curves_samples"] = ("Learning curves against samples", "Best feasible step time found so far (one seed).")
+        text["curves_wall"] = ("Learning curves against wall time", "Log time axis.")
+    return text
+
+
+def _map_text(pm: dict) -> str:
+    depth = ""
+    if pm.get("depth") is not None:
+        depth = (f", grouped at module depth {pm['depth']} of {pm['max_depth']} (paths cut to their first "
+                 f"{pm['depth']} dotted levels, the deepest that keeps the map readable)")  # fmt: skip
+    return (
+        f"<p>Module of each op from {esc(pm['module_source'])}{esc(depth)}; a cell names the device, or the op "
+        "count per device where a module is split.</p>"
+    )
 
 
 def render_html(data: dict, folder: Path) -> str:
     """The page of a place or compare report (figures already written into ``folder``)."""
     figs = data["figures"]
+    text = captions(data)
     prov = dict(data["provenance"])
     configs = prov.pop("strategy_configs", {})
     s = data["schedule"]
+
+    def figure(name):
+        return _figure(folder, name, figs[name], text)
+
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>postplace report: {esc(data['title'])}</title><style>{CSS}</style></head><body>",
@@ -128,22 +309,16 @@ def render_html(data: dict, folder: Path) -> str:
         '<a href="report.json">report.json</a>; Chrome trace (opens in Perfetto): '
         '<a href="trace.json">trace.json</a>.</p>',
         "<h2>Step times</h2>", _bars_table(data),
-        _figure(folder, "bars", figs["bars"]),
-        "<h2>Learning curves</h2>",
-        _figure(folder, "curves_samples", figs["curves_samples"]),
-        _figure(folder, "curves_wall", figs["curves_wall"]),
-        "<h2>Schedule</h2>", _figure(folder, "gantt", figs["gantt"]),
-        "<h2>Memory</h2>", _memory_table(data["memory"]),
-        _figure(folder, "memory_peak", figs["memory_peak"]),
-        _figure(folder, "memory_time", figs["memory_time"]),
-        "<h2>Placement map</h2>",
-        f"<p>Module of each op from {esc(data['placement_map']['module_source'])}; a cell names the device, or the "
-        "op count per device where a module is split.</p>",
-        _figure(folder, "placement_map", figs["placement_map"]),
+        "<p class=note>/ single: the step time over the best single device's; / LB: over the lower bound.</p>",
+        _by_m_table(data),
+        figure("bars"),
+        "<h2>Learning curves</h2>", figure("curves_samples"), figure("curves_wall"),
+        "<h2>Schedule</h2>", figure("gantt"),
+        "<h2>Memory</h2>", _memory_table(data["memory"]), figure("memory_peak"), figure("memory_time"),
+        "<h2>Placement map</h2>", _map_text(data["placement_map"]), figure("placement_map"),
         _map_table(data["placement_map"]),
-        "<h2>Provenance</h2>", _kv_table(prov),
-        "<details><summary>strategy configurations</summary><pre>" + esc(json.dumps(configs, indent=1))
-        + "</pre></details>",
+        "<h2>Provenance</h2>", kv_table(prov),
+        "<details><summary>strategy configurations</summary>" + kv_table(configs) + "</details>",
         f"<p>Report written {esc(data['created_utc'])} by postplace report.</p></body></html>",
     ]  # fmt: skip
     return "\n".join(parts)
@@ -163,7 +338,7 @@ def render_paper_html(data: dict, folder: Path, table_text: str) -> str:
         "<h2>Headline</h2><pre>" + esc(table_text) + "</pre>",
         _figure(folder, "paper_reductions", fig),
         "<h2>Each model and machine</h2><ul>" + links + "</ul>",
-        "<h2>Provenance</h2>", _kv_table({**cfg, "wall_time_s (last call)": data.get("wall_time_s_this_call"),
+        "<h2>Provenance</h2>", kv_table({**cfg, "wall_time_of_the_last_call_s": data.get("wall_time_s_this_call"),
                                           "versions": data.get("versions", {})}),
         f"<p>Data: <a href=\"paper.json\">paper.json</a>. Written {esc(data.get('created_utc', ''))}.</p>",
         "</body></html>",

@@ -18,7 +18,10 @@ KIND_STYLE = {  # bar colour and hatch per kind of row
     "data-parallel": ("#E1A340", "xx"),
     "returned": ("#55A868", ""),
     "single": ("#9A9A9A", ""),
+    "warm start": ("#8172B2", ".."),
 }
+LEGEND_KINDS = ("search", "placer", "data-parallel", "returned", "single", "warm start")
+"""The bar chart's legend order."""
 MAX_MAP_ROWS = 60
 
 
@@ -77,6 +80,12 @@ def _legend(ax) -> None:
         ax.legend(fontsize=8, ncol=2)
 
 
+def curve_label(c: dict) -> str:
+    """A learning curve's legend entry: the strategy, and the median's seed count where there are several."""
+    n = len(c["seeds"])
+    return f"{c['strategy']} (median of {n} seeds)" if n > 1 else c["strategy"]
+
+
 def learning_curves(data: dict, folder: Path) -> dict:
     """Best-so-far step time against samples (median and range over seeds) and against wall time. A
     curve with no feasible sample draws nothing and is named in a note (never a failed report)."""
@@ -91,7 +100,7 @@ def learning_curves(data: dict, folder: Path) -> dict:
         seeds = len(c["seeds"])
         if not np.isfinite(med).any():
             continue
-        ax.step(x, med, where="post", color=col, lw=1.6, label=f"{c['strategy']} (median of {seeds})")
+        ax.step(x, med, where="post", color=col, lw=1.6, label=curve_label(c))
         drawn = True
         if seeds > 1:
             ax.fill_between(x, lo, hi, step="post", color=col, alpha=0.18, lw=0)
@@ -101,7 +110,9 @@ def learning_curves(data: dict, folder: Path) -> dict:
         ax.set_xlim(0, max(c["x_samples"][-1] for c in curves if c["x_samples"]))
     ax.set_xlabel("samples")
     ax.set_ylabel("best step time so far (ms)")
-    ax.set_title("learning curves: best feasible step time against samples (band: min-max over seeds)")
+    many = any(len(c["seeds"]) > 1 for c in curves)
+    ax.set_title("learning curves: best feasible step time against samples"
+                 + (" (line: median, band: min-max over seeds)" if many else ""))  # fmt: skip
     _ylim_from_curves(ax, curves, data["lines"])
     ax.grid(alpha=0.3)
     _legend(ax)
@@ -129,7 +140,7 @@ def learning_curves(data: dict, folder: Path) -> dict:
     ax.set_xlabel("wall time (s, log scale)" if log else "wall time (s)")
     ax.set_ylabel("best step time so far (ms)")
     src = {c["wall_source"] for c in curves}
-    ax.set_title("learning curves against wall time, one line per seed" +
+    ax.set_title("learning curves against wall time" + (", one line per seed" if many else "") +
                  (" (time estimated from each run's total)" if any(s.startswith("estimated") for s in src) else ""),
                  fontsize=10)  # fmt: skip
     _ylim_from_curves(ax, curves, data["lines"])
@@ -160,37 +171,70 @@ def _ylim_from_curves(ax, curves, lines) -> None:
     ax.set_ylim(lo - pad, hi + pad)
 
 
+def bar_legend_labels(data: dict) -> list[str]:
+    """The bar chart's legend: the kinds of bar drawn, then the reference lines with their values."""
+    from postplace.report._data import seeds_of
+
+    n = seeds_of(data)
+    search = f"search (median of {n} seeds, bar: min-max)" if n > 1 else "search (best of 1 seed)"
+    text = {"search": search, "placer": "one-shot placer",
+            "data-parallel": "* data parallelism (micro-batch k on GPU k)", "returned": "returned",
+            "single": "single device", "warm start": "warm start"}  # fmt: skip
+    out = [text[k] for k in LEGEND_KINDS if any(b["kind"] == k for b in data["bars"])]
+    for key, label in (("single_device_s", "best single device"), ("lower_bound_s", "lower bound")):
+        v = data["lines"].get(key)
+        if isinstance(v, int | float) and np.isfinite(v):
+            out.append(f"{label} {v * 1e3:.3g} ms")
+    return out
+
+
 def bar_chart(data: dict, folder: Path) -> dict:
-    """Best step time per strategy, one-shot placers and data parallelism marked, single and LB lines."""
+    """Best step time per strategy, each bar labelled with its value; one-shot placers and data
+    parallelism hatched; the best single device and the lower bound as vertical lines. The legend sits
+    below the axes, so it hides no bar and no label."""
     plt = _plt()
-    bars = [b for b in data["bars"]]
-    fig, ax = plt.subplots(figsize=(9, max(2.6, 0.36 * len(bars) + 1.4)))
+    bars = list(data["bars"])
+    fig, ax = plt.subplots(figsize=(9, max(2.6, 0.36 * len(bars) + 1.4) + 0.8))
     y = np.arange(len(bars))[::-1]
+    top = max([_ms(b["best_s"]) for b in bars if b.get("best_s") is not None]
+              + [_ms(b["max_s"]) for b in bars if b.get("max_s") is not None and b["kind"] == "search"]
+              + [v * 1e3 for v in data["lines"].values() if isinstance(v, int | float) and np.isfinite(v)],
+              default=1.0)  # fmt: skip
     for yi, b in zip(y, bars, strict=True):
         colour, hatch = KIND_STYLE.get(b["kind"], ("#4C72B0", ""))
         v = _ms(b.get("best_s"))
         if v is None:
-            ax.text(0, yi, "  none (no feasible placement)", va="center", fontsize=8)
+            why = (b.get("note") or "no feasible placement").split(":")[0][:40]
+            ax.text(0, yi, f"  none ({why})", va="center", fontsize=8)
             continue
         xerr = None
-        if b.get("min_s") is not None and b.get("max_s") is not None and b["kind"] == "search":
+        if (
+            b.get("min_s") is not None
+            and b.get("max_s") is not None
+            and b["kind"] == "search"
+            and (b.get("seeds") or 1) > 1
+        ):
             xerr = [[v - b["min_s"] * 1e3], [b["max_s"] * 1e3 - v]]
         ax.barh(yi, v, color=colour, hatch=hatch, edgecolor="black", lw=0.5, xerr=xerr, capsize=3)
-        ax.text(v, yi, f" {v:.3g}" + (" OOM" if b.get("oom") else ""), va="center", fontsize=8)
+        end = b["max_s"] * 1e3 if xerr is not None else v
+        ax.text(end + top * 0.01, yi, f"{v:.3g}" + (" OOM" if b.get("oom") else ""), va="center", fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8})  # fmt: skip
     ax.set_yticks(y, [b["label"] + (" *" if b["kind"] == "data-parallel" else "") for b in bars], fontsize=9)
+    ax.set_xlim(0, top * 1.12)
     _reference_lines(ax, data["lines"], vertical=True)
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=KIND_STYLE[k][0], hatch=KIND_STYLE[k][1], edgecolor="black", label=label)
-               for k, label in (("search", "search (median, range over seeds)"), ("placer", "one-shot placer"),
-                                ("data-parallel", "* data parallelism (micro-batch k on GPU k)"),
-                                ("returned", "returned"))
-               if any(b["kind"] == k for b in bars)]  # fmt: skip
-    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="lower right")
+    labels = bar_legend_labels(data)
+    kinds = [k for k in LEGEND_KINDS if any(b["kind"] == k for b in bars)]  # as bar_legend_labels names them
+    handles = [Patch(facecolor=KIND_STYLE.get(k, ("#4C72B0", ""))[0], hatch=KIND_STYLE.get(k, ("", ""))[1],
+                     edgecolor="black") for k in kinds]  # fmt: skip
+    handles += ax.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, labels=labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     ax.set_xlabel("best step time (ms)")
     ax.set_title("best step time per strategy (shorter is better)")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    rows = (len(labels) + 2) // 3
+    fig.tight_layout(rect=(0, 0.04 + 0.2 * rows / fig.get_size_inches()[1], 1, 1))
     return {"bars": _save(fig, folder, "bars")}
 
 
@@ -236,6 +280,8 @@ def gantt(data: dict, folder: Path) -> dict:
 
 def memory(data: dict, folder: Path) -> dict:
     """Peak memory per device against capacity, and memory over time for the returned placement."""
+    from postplace.report._html import human_bytes, percent
+
     plt = _plt()
     m = data["memory"]
     figs = {}
@@ -248,7 +294,7 @@ def memory(data: dict, folder: Path) -> dict:
     ax.bar(x, peak, color=colours, label="peak")
     ax.scatter(x, cap, marker="_", s=900, color="black", label="capacity", zorder=3)
     for xi, p, c in zip(x, peak, cap, strict=True):
-        ax.text(xi, p, f"{p:.3g} GB\n{p / c * 100:.1f}%", ha="center", va="bottom", fontsize=8)
+        ax.text(xi, p, f"{human_bytes(p * 1e9)}\n{percent(p / c * 100)}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, devs)
     ax.set_ylabel("GB")
     ax.set_yscale("log")
@@ -293,6 +339,11 @@ def map_rows(pm: dict) -> list[dict]:
     return rows[:MAX_MAP_ROWS]
 
 
+def _short(label: str, width: int = 36) -> str:
+    """A module path that fits the map's margin: its middle elided, its start and last levels kept."""
+    return label if len(label) <= width else label[: width // 2 - 1] + "..." + label[-(width // 2 - 2) :]
+
+
 def placement_map(data: dict, folder: Path) -> dict:
     """Which module (layer) ran on which device, one panel per phase: op counts per device."""
     plt = _plt()
@@ -313,7 +364,7 @@ def placement_map(data: dict, folder: Path) -> dict:
             left += cnt
         ax.set_title(ph, fontsize=10)
         ax.set_xlabel("ops")
-    axes[0][0].set_yticks(y, [r["module"][:28] for r in rows], fontsize=7)
+    axes[0][0].set_yticks(y, [_short(r["module"]) for r in rows], fontsize=7)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours]
     fig.legend(handles, devs, loc="upper right", fontsize=8, ncol=len(devs))
     fig.suptitle("placement map: ops of each module per device, by phase", fontsize=10, x=0.35)
