@@ -321,7 +321,8 @@ def compare(
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
                   "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
                   highlight=False)
-    console.print(f"wrote {out}/compare.json and compare.csv", highlight=False)
+    drawn = not no_report and (out / "report.html").is_file()
+    console.print(f"wrote {out}/compare.json, compare.csv" + (f", {_REPORT_FILES}" if drawn else ""), highlight=False)
 
 
 @app.command()
@@ -563,7 +564,7 @@ def place(
     if as_json:
         print(json.dumps(result.summary))
         return
-    _print_place_table(result.summary, result.cluster)
+    _print_place_table(result.summary, result.cluster, drawn=result.report is not None)
     if "confirm" in result.summary:
         console.print(_confirm_table(result.summary["confirm"]), highlight=False)
 
@@ -599,7 +600,10 @@ def _progress(as_json: bool) -> bool:
     return not as_json and sys.stderr.isatty()
 
 
-def _print_place_table(s: dict, c: Cluster) -> None:
+_REPORT_FILES = "report.html (with report.json, trace.json and the PNG figures beside it)"
+
+
+def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     fig = s["figures"]
     kinds = {fig["best_step_time_s"], fig["search_best_step_time_s"], fig["candidates"]}
     kind = kinds.pop() if len(kinds) == 1 else None  # None: measured and simulated rows side by side
@@ -651,7 +655,8 @@ def _print_place_table(s: dict, c: Cluster) -> None:
         console.print(f"measured with every device mapped to torch device {s['map_all_to']}", highlight=False)
     if s["out"]:
         runs = "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)" if s.get("plan") and s.get("microbatch_counts") else "history.jsonl, timing.jsonl, checkpoint.json"
-        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}", highlight=False)
+        report = f", {_REPORT_FILES}" if drawn else ""
+        console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}{report}", highlight=False)
 
 
 def _seconds(x: float) -> str:
