@@ -1,9 +1,20 @@
-import os
 from pathlib import Path
 
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dnn-partitioning"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "shared_data: reads the shared profiled workloads (the shared_data fixture)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that takes the ``shared_data`` fixture is marked ``shared_data``, so a checkout
+    without ``../shared`` runs the rest by choice: ``python -m pytest -m "not shared_data"``."""
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.shared_data)
 
 
 @pytest.fixture
@@ -19,9 +30,11 @@ def torch_one_thread():
 
 @pytest.fixture
 def shared_data() -> Path:
-    """The shared profiled workloads; skipped where absent, but a failure under CI (where they must be)."""
+    """The shared profiled workloads (external test inputs, DESIGN.md section 6), beside the clone.
+
+    Where they are absent the tests that read them skip, everywhere alike (the project's rule for
+    ``../shared``; no setting turns the skip into something else), and the skip says which folder is
+    missing; ``-m "not shared_data"`` leaves them out on purpose."""
     if not SHARED.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{SHARED} is missing under CI, where shared/ is always beside the clone")
-        pytest.skip(f"{SHARED} not present")
+        pytest.skip(f"{SHARED} is absent: these tests read the shared profiled workloads")
     return SHARED

@@ -112,7 +112,10 @@ def test_place_json_and_resume(graph_file, tmp_path):
         assert key in s
     assert s["samples"] == 96 and s["evaluator"] == "simulator" and s["strategy"] == "post"
     assert s["best_step_time_s"] <= s["single_device_step_time_s"] and s["best_step_time_s"] >= s["lower_bound_s"]
-    assert s["best_step_time_s"] == min(s["search_best_step_time_s"], s["single_device_step_time_s"])
+    # the answer is the fastest of every candidate (DESIGN.md 4c: search, single device, pipeline, placers)
+    assert {"search", "single:gpu0", "pipeline", "m-etf", "metis"} <= set(s["candidates"])
+    assert s["best_step_time_s"] == min(v for v in s["candidates"].values() if v is not None)
+    assert s["candidates"][s["returned"]] == s["best_step_time_s"]
     placement = json.loads((out / "placement.json").read_text())
     assert set(placement) == {"a", "b", "c"}
     # the written placement is readable by `simulate` and gives the same step time
@@ -125,6 +128,30 @@ def test_place_json_and_resume(graph_file, tmp_path):
     assert json.loads(r3.stdout)["best_step_time_s"] == s["best_step_time_s"]
     # starting again into the same folder is refused with one line
     assert_one_error_line(run("place", str(graph_file), "-c", "k80x2", "--out", str(out)), "--resume")
+
+
+def test_place_returns_a_placer_that_beats_the_search_and_the_single_device(tmp_path):
+    """A fork a -> (b, c) -> d with two heavy branches on k80x2. With one sample the search has only
+    probed one device, so the answer must come from a one-shot placer that puts b and c on the two GPUs
+    (a wrong rule, such as the best of the search and the single device, returns the slower one)."""
+    g = OpGraph.build(["a", "b", "c", "d"], [(0, 1, 1e6), (0, 2, 1e6), (1, 3, 1e6), (2, 3, 1e6)],
+                      flops=[1e8, 2e10, 2e10, 1e8], output_bytes=[1e6] * 4, name="fork")  # fmt: skip
+    g.save(tmp_path / "fork.json")
+    r = run("place", str(tmp_path / "fork.json"), "-c", "k80x2", "--budget", "1", "--groups", "none",
+            "--out", str(tmp_path / "run"), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    cands = s["candidates"]
+    assert len(cands) > 2 and s["returned"] not in ("search", "single:gpu0")
+    assert s["best_step_time_s"] == cands[s["returned"]] == min(v for v in cands.values() if v is not None)
+    # K80 die: 2.8e12 FLOP/s, 10 us launch per op; gpu0 -> gpu1: 5 + 5 us latency, 15.75 GB/s (the preset)
+    flop, launch = 2.8e12, 1e-5
+    single = (1e8 + 2e10 + 2e10 + 1e8) / flop + 4 * launch
+    # a and b on one GPU, c and d on the other: a, a's output sent, c, d (b and its send overlap c)
+    split = (1e8 + 2e10 + 1e8) / flop + 3 * launch + (5e-6 + 5e-6 + 1e6 / 1.575e10)
+    assert s["single_device_step_time_s"] == pytest.approx(single, rel=1e-12)
+    assert s["best_step_time_s"] == pytest.approx(split, rel=1e-12)
+    assert s["search_best_step_time_s"] > s["best_step_time_s"]  # the one-sample search did not find it
 
 
 def test_place_bad_budget(graph_file, tmp_path):

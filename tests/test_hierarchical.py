@@ -137,10 +137,20 @@ def test_default_features_and_paper_config():
     assert f[2, 1 + 1] == 5.0  # gpu0 is not allowed for op2: the "very slow" cap
     bare = SearchSpace(space.allowed, space.failure_step_time)  # no times, no edges
     assert np.all(np.isfinite(default_features(bare)))
+    # every number Mirhoseini et al. (ICLR 2018) report, written here from the paper, field by field
     paper = HierarchicalConfig.paper()
-    assert paper == HierarchicalConfig()
-    assert (paper.lr, paper.grad_clip, paper.tanh_constant, paper.temperature) == (0.1, 1.0, 5.0, 10.0)
-    assert (paper.num_groups, paper.grouper_hidden, paper.placer_hidden) == (256, 64, 256)
+    from_the_paper = {
+        "lr": 0.1,  # Adam, fixed learning rate 0.1
+        "grad_clip": 1.0,  # gradient clipping of norm 1.0
+        "tanh_constant": 5.0,  # C = 5.0
+        "temperature": 10.0,  # T = 10.0
+        "groupings_per_ask": 1,  # m = 1 Grouper samples (its Eq. 4)
+        "placements_per_grouping": 4,  # k = 4 Placer samples (its Eq. 6)
+        "num_groups": 256,  # the best of the group counts it tried
+        "grouper_hidden": 64,  # the Grouper's feed-forward hidden size
+        "placer_hidden": 256,  # the Placer's LSTM size
+    }
+    assert {k: getattr(paper, k) for k in from_the_paper} == from_the_paper
     s = HierarchicalPlanner(space, seed=0)  # the paper's sizes, with fewer units than groups
     assert s.num_groups == space.num_units
     assert s.ask(8).shape == (4, space.num_units)

@@ -159,23 +159,29 @@ def test_train_command_runs_a_micro_batched_step(tmp_path):
 
 
 # ------------------------------------------------------------------------------ memory
-def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
-    """An MLP whose batch-256 step fits no single device at any m (parameters, momentum and the whole
-    step's live tensors), nor a two-stage pipeline at m = 1 (each stage holds its half of the whole
-    batch's activations), but fits the two-stage pipeline at m = 4 (a quarter of the batch per
-    micro-batch); more micro-batches in flight (m = 8) hold more again. Stages split by
-    ``OpGraph.module``: blocks 0-1 (and the inputs) on gpu0, blocks 2-3 (and the loss) on gpu1."""
-    from postplace.sim import Simulator
-    from postplace.testing import star_cluster
-
+def deep_mlp():
+    """Four Linear(128, 128) + ReLU blocks, a batch of 256, an MSE loss: its step holds about 1.5-1.8 MB
+    on one device (parameters, momentum, the live activations), depending on m."""
     torch.manual_seed(0)
     h, b = 128, 256
     model = nn.Sequential(*[nn.Sequential(nn.Linear(h, h), nn.ReLU()) for _ in range(4)]).train()
-    x, y = torch.randn(b, h), torch.randn(b, h)
+    return model, torch.randn(b, h), torch.randn(b, h)
 
-    def mse(out, t):
-        return ((out - t) ** 2).mean()
 
+def mse(out, t):
+    return ((out - t) ** 2).mean()
+
+
+def test_a_two_stage_pipeline_holds_less_than_one_device_and_more_micro_batches_in_flight_hold_more():
+    """The simulator's memory of a hand-made two-stage pipeline of the MLP (stages split by
+    ``OpGraph.module``: blocks 0-1 and the inputs on gpu0, blocks 2-3 and the loss on gpu1): a capacity
+    exists that no single device meets at any m, nor the pipeline at m = 1 (each stage holds its half of
+    the whole batch's activations), but the pipeline at m = 4 does (a quarter of the batch per
+    micro-batch); m = 8 holds more again (more micro-batches in flight), and m = 4 overlaps the stages."""
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = deep_mlp()
     big = star_cluster(("gpu", "gpu"), bandwidth=1e10)
     peaks, times = {}, {}
     for m in (1, 2, 4, 8):
@@ -196,6 +202,57 @@ def test_a_step_too_big_for_one_device_fits_as_a_pipeline_of_micro_batches():
         stage = np.array([1 if mod.split(".")[0] in ("2", "3", "(loss)") else 0 for mod in g.module])
         r = Simulator(g, small).evaluate_ops(np.stack([np.zeros(g.num_ops, dtype=int), stage]))
         assert r.oom.tolist() == want, m
+
+
+def test_place_spreads_a_step_that_no_single_device_holds_and_fits_every_device(tmp_path):
+    """``postplace.place`` on two GPUs (a cluster file) each of 3/4 of the least the MLP's step needs on
+    one device at any micro-batch count: the single device is reported infeasible, and the answer is a
+    placement over both GPUs whose simulated peak fits each of them."""
+    import postplace
+    from postplace.sim import Simulator
+    from postplace.testing import star_cluster
+
+    model, x, y = deep_mlp()
+    counts = (1, 2, 4, 8)  # what place tries: powers of two dividing the batch of 256, up to max(8, 2 GPUs)
+    graphs = {m: trace(model, (x,), mse, targets=(y,), microbatches=m).graph for m in counts}
+    roomy = star_cluster(("gpu",))
+    need = min(Simulator(g, roomy).evaluate_ops(np.zeros((1, g.num_ops), dtype=int)).peak_mem[0, 0]
+               for g in graphs.values())  # fmt: skip
+    capacity = 0.75 * float(need)
+    (tmp_path / "two.toml").write_text(f"""name = "two-small-gpus"
+[[device]]
+names = ["gpu0", "gpu1"]
+kind = "gpu"
+peak_flops = 1e13
+memory_bandwidth = 1e12
+memory = {capacity!r}
+launch_overhead = 1e-5
+[[switch]]
+name = "hub"
+[[link]]
+a = "gpu0"
+b = "hub"
+bandwidth = 1e10
+[[link]]
+a = "gpu1"
+b = "hub"
+bandwidth = 1e10
+""")
+    r = postplace.place(model, tmp_path / "two.toml", inputs=(x,), loss_fn=mse, targets=(y,), budget=48, groups=16)
+    s = r.summary
+    assert s["microbatch_counts"] == list(counts)
+    assert s["single_device"] is None and s["single_device_step_time_s"] is None
+    singles = {k: v for k, v in s["candidates"].items() if k.startswith("single")}
+    assert singles and all(v is None for v in singles.values())  # OOM at every m
+    assert any(k.startswith(("data-parallel @m", "sharded data-parallel @m")) for k in s["candidates"])
+    assert s["best_step_time_s"] == min(v for v in s["candidates"].values() if v is not None)
+    assert set(r.mapping().values()) == {"gpu0", "gpu1"}
+    g = graphs[s["microbatches"]]
+    assert r.graph.num_ops == g.num_ops
+    again = Simulator(r.graph, r.cluster).evaluate_ops(r.placement[None])
+    assert not again.oom[0] and np.all(again.peak_mem[0] <= capacity)
+    assert again.step_time[0] == pytest.approx(r.step_time_s)
+    assert sorted(s["peak_memory_bytes"].values()) == sorted(again.peak_mem[0].tolist())
 
 
 # ------------------------------------------------------------------------------ search over m

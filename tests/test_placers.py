@@ -244,20 +244,52 @@ def instances(draw):
     return graph, star_cluster(("cpu", "gpu", "gpu"), memory=memory), TableCostModel(table)
 
 
+def unit_bytes(graph):
+    """Per colocation unit: (the most the placers' memory account can charge for it on any device, its
+    persistent bytes, whether it may use a GPU). The most: its persistent bytes, in live mode plus its
+    outputs (in-place ones excepted) and every distinct tensor it reads from outside the unit."""
+    from postplace.cluster.placement import colocation_representative
+
+    rep = colocation_representative(graph)
+    gpu_ok = (graph.allowed_kinds & 2) != 0
+    out = []
+    for r in np.unique(rep):
+        members = np.flatnonzero(rep == r)
+        charge = persistent = float(graph.persistent_bytes[members].sum())
+        if graph.memory_mode == "live":
+            charge += float(np.where(graph.inplace, 0.0, graph.output_bytes)[members].sum())
+            read = {(int(graph.edge_src[e]), int(graph.edge_slot[e])): float(graph.edge_bytes[e])
+                    for e in range(graph.num_edges) if rep[graph.edge_dst[e]] == r and rep[graph.edge_src[e]] != r}
+            charge += sum(read.values())
+        out.append((charge, persistent, bool(gpu_ok[members].all())))
+    return out
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(), st.sampled_from(["m-topo", "m-etf", "m-sct"]), st.sampled_from(["checked", "conservative"]))
 def test_memory_aware_placements_are_feasible_in_the_simulator(inst, name, memory):
-    graph, cluster, cost = inst
-    try:
-        dev = place(name, graph, cluster, cost_model=cost, memory=memory)
-    except PlacementError:
-        return  # the placer said it could not fit the graph; it never claims an infeasible placement
+    """Two capacities per instance where the answer is known beforehand. (1) The least with which a
+    placement under the guaranteed account cannot get stuck: CPU-only units all fit the CPU, and the GPU
+    units (which these placers put on the two GPUs only) total T with the largest c, T + c <= 2 x capacity
+    (a unit that fits neither GPU would leave both above capacity - c, so T - c > 2 (capacity - c)): the
+    placer must return a placement, and it must fit. (2) Below the largest unit's persistent bytes (what
+    it holds on any device, whatever is freed): the placer must raise."""
+    graph, _, cost = inst
+    units = unit_bytes(graph)
+    gpu = [c for c, _, ok in units if ok]
+    need = max(sum(c for c, _, ok in units if not ok), (sum(gpu) + max(gpu, default=0.0)) / 2, 1.0)
+    cluster = star_cluster(("cpu", "gpu", "gpu"), memory=need)
+    dev = place(name, graph, cluster, cost_model=cost, memory=memory)
     assert invalid_reason(graph, cluster, dev) is None
     res = Simulator(graph, cluster, cost_model=cost).evaluate(dev[None])
     assert not res.oom[0]
     assert np.all(res.peak_mem[0] <= memory_account(graph, cluster, dev) + 1e-9)
     if memory == "conservative":  # the guaranteed account itself fits
         assert np.all(memory_account(graph, cluster, dev) <= cluster.capacity)
+    largest = max(p for _, p, _ in units)
+    if largest > 0:
+        with pytest.raises(PlacementError, match="fits on no device"):
+            place(name, graph, star_cluster(("cpu", "gpu", "gpu"), memory=largest / 2), cost_model=cost, memory=memory)
 
 
 @pytest.mark.parametrize("name", ["m-topo", "m-etf", "m-sct"])

@@ -173,11 +173,20 @@ def test_cmd_train_prints_every_step(tmp_path):
         cmd_train("rnnlm", str(tmp_path / "partial.json"), 1)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cmd_train_on_missing_gpus_says_to_map_them():
+def test_cmd_train_on_missing_gpus_says_what_is_missing():
+    """Without CUDA, gpu0 is missing and the one line says to map it onto the CPU; with k CUDA devices,
+    gpuk (default map: cuda:k) is missing and the one line says how many there are."""
+    k = torch.cuda.device_count() if torch.cuda.is_available() else 0  # the first CUDA index not present
+    if k >= 16:
+        pytest.skip("no preset names a 17th GPU")
     with pytest.raises(PostplaceError) as err:
-        cmd_train("gpt2", "single:gpu0", 1, cluster="k80x2")
-    assert "\n" not in str(err.value) and "--map-all-to cpu" in str(err.value)
+        cmd_train("gpt2", f"single:gpu{k}", 1, cluster="dgx8x2")  # gpu0..gpu15
+    msg = str(err.value)
+    assert "\n" not in msg
+    if torch.cuda.is_available():
+        assert f"gpu{k} -> cuda:{k}, but this machine has {k} CUDA device(s)" in msg
+    else:
+        assert "gpu0 (cuda), and this machine has no CUDA" in msg and "--map-all-to cpu" in msg
 
 
 def test_two_logical_devices_measure_a_split_and_score_it():

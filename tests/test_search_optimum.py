@@ -20,7 +20,11 @@ def optimum(problem):
 
 
 def random_dag_instance(seed: int):
-    """8 ops with branches and joins, CPU 4-8x slower than the GPUs, transfers worth avoiding."""
+    """8 ops with branches and joins, CPU 4-8x slower than the GPUs, transfers worth avoiding.
+
+    Seeds 0..9 are the instances Post's defaults were tuned on (benchmarks/RESULTS.md, "Post's
+    defaults"), so no test here measures Post on them: that would be in-sample. The held-out instances
+    below are the test; this generator stays for the record of what was tuned on."""
     rng = np.random.default_rng(seed)
     out_bytes = rng.integers(1, 4, 8).astype(float)
     edges = [(i, j, out_bytes[i]) for j in range(1, 8) for i in range(j) if rng.random() < 0.3]
@@ -39,18 +43,6 @@ def needle_instance():
     table[np.arange(8), fast] = 1.0
     g = OpGraph.build([f"op{i}" for i in range(8)], name="needle")
     return make_problem(g, star_cluster(KINDS), groups=None, cost_model=TableCostModel(table))
-
-
-@pytest.mark.parametrize("instance", [0, 1, 2])
-def test_post_reaches_the_optimum_in_8_of_10_seeds(instance):
-    problem = random_dag_instance(instance)
-    best, _ = optimum(problem)
-    hits = sum(
-        run(make_strategy("post", problem.space, seed=s), problem.simulator, Budget(samples=BUDGET)).best_step_time
-        <= best * 1.01
-        for s in range(10)
-    )
-    assert hits >= 8, f"post reached the optimum {best} in {hits}/10 seeds"
 
 
 def test_random_search_does_measurably_worse_where_the_optimum_is_a_needle():

@@ -251,8 +251,9 @@ class TorchEvaluator:
 
     def _peak_measured(self) -> list[bool]:
         devs = self.torch_devices
-        cuda = torch.cuda.is_available()
-        return [d.type == "cuda" and cuda and sum(1 for e in devs if e == d) == 1 for d in devs]
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # a cuda:K this machine lacks has no allocator to read: its placements fail with their own reason
+        return [d.type == "cuda" and (d.index or 0) < count and sum(1 for e in devs if e == d) == 1 for d in devs]
 
     def _peaks(self) -> np.ndarray:
         return np.array(
