@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,12 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "dnn-p
 
 
 def pytest_configure(config):
+    # One torch thread in the suite and in the CLIs it starts: on a shared 2-core machine two threads
+    # wait on each other at every small op (hp's contract took 138 s with two, 4 s with one)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
     config.addinivalue_line("markers", "shared_data: reads the shared profiled workloads (the shared_data fixture)")
 
 

@@ -7,6 +7,9 @@ from postplace.search import STRATEGIES, make_strategy
 from postplace.search.strategy import SearchSpace
 from postplace.testing.contracts import check_cross_entropy_step, check_strategy_contract
 
+# hp's networks run in torch: with two threads on a shared 2-core machine its contract took 138 s, with one 4 s
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
 ALLOWED = np.array([[True, True, True], [True, False, True], [False, True, False], [True, True, True]] * 3)
 SPACE = SearchSpace(allowed=ALLOWED, failure_step_time=1e3, unit_time=np.where(ALLOWED, 1.0, np.inf),
                     device_names=("cpu", "gpu0", "gpu1"), device_kinds=("cpu", "gpu", "gpu"))  # fmt: skip
