@@ -15,7 +15,7 @@ from pathlib import Path
 
 from PIL import Image
 
-CROPS = {"report-top.png": (0, 1500), "report-curves.png": (1200, 2450), "report-gantt.png": (2480, 3900)}
+CROPS = {"report-top.png": (0, 1310), "report-curves.png": (1300, 1990), "report-gantt.png": (2530, 3600)}
 
 
 def main() -> None:
