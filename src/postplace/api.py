@@ -55,12 +55,46 @@ class Target:
 def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer="sgd", lr: float | None = None,
                 precision: str = "fp32", microbatches: int = 1, microbatch_colocation: str = "none",
                 targets=None) -> Target:  # fmt: skip
-    """An :class:`OpGraph`, a graph file, a zoo model name, or an ``nn.Module`` (with ``inputs`` and ``loss_fn``).
+    """Load what :func:`place` places: an :class:`OpGraph`, a graph file, a zoo model name or an ``nn.Module``.
 
-    ``microbatches`` / ``microbatch_colocation``: the step traced as that many micro-batches (a zoo
-    model, or a module given ``targets``: its loss is then ``loss_fn(outputs, *targets)``).
-    ``optimizer``, ``lr``, ``precision``: the step traced (see :func:`postplace.graph.from_torch`); a
-    graph file or an OpGraph is already traced and takes only the defaults."""
+    Parameters
+    ----------
+    target : OpGraph, str, path or torch.nn.Module
+        A graph, a graph file, a zoo model name, or a module (with ``inputs`` and ``loss_fn``), which is traced.
+    size : str
+        Zoo model size (``full`` or ``small``).
+    inputs, loss_fn
+        A module's example batch and its loss (outputs -> scalar loss); needed for a module only.
+    optimizer, lr, precision
+        The step traced (see :func:`postplace.graph.from_torch`); a graph file or an OpGraph is already
+        traced and takes only the defaults (``"sgd"``, None, ``"fp32"``).
+    microbatches, microbatch_colocation
+        The step traced as that many micro-batches (a zoo model, or a module given ``targets``); a graph
+        file or an OpGraph takes only 1.
+    targets : tensor or tuple of tensors, optional
+        A module's labels: its loss is then ``loss_fn(outputs, *targets)``.
+
+    Returns
+    -------
+    Target
+        ``graph`` (the OpGraph), ``traced`` (the traced step of a module, else None) and ``spec`` (how to
+        load it again, as ``run.json`` records it).
+
+    Raises
+    ------
+    PostplaceError
+        A path that is no file, a name the zoo lacks, a module without ``inputs`` / ``loss_fn`` (or
+        split into micro-batches without ``targets``), step options or micro-batches given with a graph,
+        a step that cannot be traced, or a target of another type.
+
+    Examples
+    --------
+    >>> from postplace import load_target
+    >>> from postplace.graph import OpGraph
+    >>> t = load_target(OpGraph.build(["a", "b"], [(0, 1, 1e6)], flops=[1e9, 1e9]))
+    >>> t.spec, t.traced, t.graph.num_ops
+    ({'kind': 'graph'}, None, 2)
+    """
     from postplace.graph import OpGraph, load_graph
 
     if isinstance(target, OpGraph) or (isinstance(target, str | Path) and Path(str(target)).exists()):
@@ -179,18 +213,26 @@ class Candidate:
 class PlaceResult:
     """What :func:`place` returns: the placement, where it came from, and every figure behind the choice.
 
-    Attributes
+    :func:`place` and :func:`resume` build it; its fields are read, not passed.
+
+    Parameters
     ----------
+    graph : postplace.graph.OpGraph
+        The graph that was placed (for a zoo model or a module: its traced step).
+    cluster : postplace.cluster.Cluster
+        The cluster it was placed on.
     placement : numpy.ndarray
         int64 device id per op of ``graph`` (the returned placement).
     returned : str
         Where it came from: ``"search"``, ``"warm-start:NAME"``, or a placer (``"single:gpu0"``, ``"m-etf"``...).
     step_time_s : float
         Its step time by ``evaluator`` (``"simulator"``: simulated; ``"torch"``: measured).
+    evaluator : str
+        The name of the evaluator behind ``step_time_s``: ``"simulator"`` or ``"torch"``.
     search : postplace.search.SearchResult
         The search's own result (its best over its units, samples, curve).
-    search_best_step_time_s : float or None
-        The search's own best, whatever was returned (None when it sampled nothing feasible).
+    search_placement : numpy.ndarray or None
+        The search's own best, expanded to one device per op (None when it sampled nothing feasible).
     candidates : list of Candidate
         Every candidate with its step time (None where it failed or ran out of memory) and a note.
     lower_bound_s : float
@@ -199,8 +241,18 @@ class PlaceResult:
         The simulated schedule of the returned placement (``schedule.save_chrome_trace(path)``).
     summary : dict
         Every figure as JSON-able data (what ``summary.json`` holds).
+    traced : object or None
+        The traced step (:func:`postplace.graph.trace_torch.trace`) when the target was an ``nn.Module``:
+        what :func:`apply` runs. None otherwise.
+    target_spec : dict
+        How the target was loaded, as ``run.json`` records it (``{"kind": "zoo", "name": ...}``).
     report : pathlib.Path or None
         The run folder's ``report.html``, when one was written.
+
+    Attributes
+    ----------
+    search_best_step_time_s : float or None
+        The search's own best, whatever was returned (None when it sampled nothing feasible).
     """
 
     graph: object
@@ -221,19 +273,48 @@ class PlaceResult:
 
     @property
     def search_best_step_time_s(self) -> float | None:
+        """The search's own best step time, whatever was returned (None when it sampled nothing feasible)."""
         return self.summary["search_best_step_time_s"]
 
     def mapping(self) -> dict[str, str]:
-        """``{op name: device name}`` of the returned placement."""
+        """``{op name: device name}`` of the returned placement.
+
+        Returns
+        -------
+        dict of str to str
+            Each op's name and the name of the device it runs on.
+        """
         from postplace.cluster.placement import to_mapping
 
         return to_mapping(self.graph, self.cluster, self.placement)
 
     def to_json(self) -> str:
+        """The summary as indented JSON (what ``summary.json`` holds).
+
+        Returns
+        -------
+        str
+        """
         return json.dumps(self.summary, indent=1)
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``placement.json`` and ``summary.json`` into ``folder``; returns the folder."""
+        """Write ``placement.json`` and ``summary.json`` into ``folder``; returns the folder.
+
+        Parameters
+        ----------
+        folder : str or path
+            Created when missing.
+
+        Returns
+        -------
+        pathlib.Path
+            The folder.
+
+        Raises
+        ------
+        PostplaceError
+            When ``folder`` cannot be created (a file stands there, no permission).
+        """
         from postplace.cluster.placement import save_placement
 
         folder = make_folder(folder, "save folder")
@@ -395,7 +476,14 @@ def place(
     PlaceResult('tiny' on 'k80x2': search, 2.173 ms simulated)
     >>> r.mapping()
     {'a': 'gpu0', 'b': 'gpu0', 'c': 'gpu0'}
-    >>> r.search_best_step_time_s <= r.summary["single_device_step_time_s"]
+
+    A chain gains nothing from a second GPU: the step time is one K80 die's 6 GFLOP at its peak, plus its
+    launch overhead for each of the 3 ops:
+
+    >>> gpu = r.cluster.devices[r.cluster.device_index("gpu0")]
+    >>> (gpu.peak_flops, gpu.launch_overhead)
+    (2800000000000.0, 1e-05)
+    >>> abs(r.step_time_s - ((1e9 + 4e9 + 1e9) / 2.8e12 + 3 * 1e-5)) < 1e-15
     True
     """
     m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm or ray, targets,
@@ -534,11 +622,52 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
            confirm: int = 0, ray: str | None = None, report: bool = True, **given) -> PlaceResult:  # fmt: skip
     """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
 
-    ``budget`` extends a finished run to that many samples (or seconds). Any other setting in ``given``
-    (``strategy=``, ``seed=``...) must equal the recorded one, else it is an error that says so.
-    ``graph`` / ``cluster`` are needed only for a run started from an in-memory object.
     A run killed before its first checkpoint starts over with the recorded settings.
-    ``report``: draw ``report.html`` at the end, as :func:`place` does.
+
+    Parameters
+    ----------
+    out : str or path
+        The run folder :func:`place` wrote (its ``run.json``).
+    budget : int or str, optional
+        Extend a finished run to that many samples (or seconds); never fewer samples than it holds.
+        A run over several micro-batch counts splits its budget when it starts and cannot be extended.
+    graph, cluster : optional
+        Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
+    progress : bool
+        Show a progress bar.
+    confirm : int
+        Measure the K best candidates for real, as :func:`place` does.
+    ray : str, optional
+        ``"local"`` or a Ray address, as :func:`place` takes it.
+    report : bool
+        Draw ``report.html`` at the end, as :func:`place` does.
+    **given
+        Any other setting of :func:`place` (``strategy=``, ``seed=``...): it must equal the recorded one.
+
+    Returns
+    -------
+    PlaceResult
+        As :func:`place` returns it, over every sample of the run.
+
+    Raises
+    ------
+    PostplaceError
+        When ``out`` is not a run folder (or its ``run.json`` or checkpoint is damaged, edited or from
+        another run), a given setting differs from the recorded one, ``budget`` is below the samples
+        already taken, or the graph or cluster is not the one the run was started with.
+
+    Examples
+    --------
+    >>> import postplace, tempfile
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
+    >>> out = tempfile.mkdtemp()
+    >>> r = postplace.place(g, "k80x2", budget=48, groups=None, out=out, report=False)
+    >>> r.summary["samples"]
+    48
+    >>> r = postplace.resume(out, budget=96, report=False)
+    >>> r.summary["samples"], r.returned
+    (96, 'search')
     """
     return _with_report(_resume(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
 
@@ -549,6 +678,8 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
 
     settings = read_settings(out)
     _check_given(out, settings, given)
+    if settings.get("microbatches") != "auto" and (out / CHECKPOINT).exists():
+        _check_checkpoint_settings(out, settings)
     if budget is not None:
         new = Budget.parse(budget)
         old = Budget.parse(settings["budget"])
@@ -558,7 +689,8 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
             done = checkpoint_samples(out)
             if new.samples < done:
                 raise PostplaceError(f"--budget {budget}: the run in {out} already has {done} samples")
-        if new != old:
+        if new != old:  # the old budget is kept: a checkpoint from before the extension still belongs here
+            settings["budgets_before"] = [*settings.get("budgets_before", []), settings["budget"]]
             settings["budget"] = _budget_text(new)
     spec = settings["target"]
     if settings.get("microbatches") == "auto":
@@ -583,6 +715,28 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
     return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+
+
+def _check_checkpoint_settings(out: Path, settings: dict) -> None:
+    """The checkpoint was written under these settings (its ``settings_checksum``), or under the same
+    ones before a budget extension (``budgets_before``): a checkpoint of another seed, grouping or
+    strategy would be continued as if it were this run's."""
+    from postplace.search.runner import CHECKPOINT, read_meta
+
+    meta = read_meta(out)
+    want = meta.get("settings_checksum") if isinstance(meta, dict) else meta
+    if want is None:  # a folder from before checkpoints recorded it
+        return
+    before = settings.get("budgets_before", [])
+    accepted = {_checksum(settings)}
+    for k, b in enumerate(before):
+        older = {**settings, "budget": b, "budgets_before": before[:k]}
+        if not k:
+            older.pop("budgets_before")
+        accepted.add(_checksum(older))
+    if want not in accepted:
+        raise PostplaceError(f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
+                             "them edited, or copied from another run); start a new run")  # fmt: skip
 
 
 def _recorded_cluster(out: Path, settings: dict, cluster, graph):
@@ -689,7 +843,140 @@ def read_settings(out: str | Path) -> dict:
     body = {k: v for k, v in s.items() if k != "checksum"}
     if _checksum(body) != s["checksum"]:
         raise PostplaceError(f"{path}: its checksum does not match its content (edited or damaged); start a new run")
+    _check_settings(path, body)
     return body
+
+
+def _check_settings(path: Path, s: dict) -> None:
+    """Every field of a run's settings as if it came from the command line: type, range, and agreement
+    between fields. A checksum proves only that the file is whole, not that an edit made sense."""
+    from postplace import validate
+    from postplace.graph.opgraph import PRECISIONS
+
+    def bad(key: str, why: str):
+        shown = json.dumps(_get_path(s, key), default=str)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return PostplaceError(f"{path}: field '{key}' is {shown}; {why} (edited or damaged); start a new run")
+
+    def text(key: str, *, optional: bool = False, choices=None) -> None:
+        v = _get_path(s, key)
+        if v is None and optional:
+            return
+        if not isinstance(v, str) or not v:
+            raise bad(key, "it must be a non-empty string" + (" or null" if optional else ""))
+        if choices is not None and v not in choices:
+            raise bad(key, f"it must be one of {', '.join(map(str, choices))}")
+
+    def integer(key: str, minimum: int) -> None:
+        v = _get_path(s, key)
+        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= validate.INT64_MAX:
+            raise bad(key, f"it must be an integer >= {minimum}")
+
+    if s.get("version", 1) != 1 or type(s.get("version", 1)) is not int:  # absent: a folder from before it
+        raise bad("version", "this postplace reads version 1")
+    target = s["target"]
+    if not isinstance(target, dict):
+        raise bad("target", "it must be an object saying what was placed")
+    text("target.kind", choices=("file", "zoo", "graph", "module"))
+    kind = target["kind"]
+    if kind == "file":
+        text("target.path")
+    if kind == "zoo":
+        text("target.name")
+        text("target.size")
+    if "optimizer" in target:
+        _check_optimizer_record(target["optimizer"], bad)
+    if "precision" in target:
+        text("target.precision", choices=PRECISIONS)
+    for key in ("graph", "cluster", "size"):
+        if key in s and not isinstance(s[key], str):
+            raise bad(key, "it must be a string")
+    for key in ("graph_sha", "cluster_sha"):
+        v = s[key]
+        if not isinstance(v, str) or len(v) != 16 or any(c not in "0123456789abcdef" for c in v):
+            raise bad(key, "it must be 16 hexadecimal digits")
+    text("cluster_spec", optional=True)
+    text("strategy")
+    if not isinstance(s["budget"], str):
+        raise bad("budget", "it must be a budget as text (2400, 60s)")
+    try:
+        from postplace.search import Budget
+
+        budget = Budget.parse(s["budget"])
+    except PostplaceError:
+        raise bad("budget", "it must be a number of samples (2400) or a time (60s)") from None
+    if budget.samples is not None and budget.samples > validate.INT64_MAX:
+        raise bad("budget", "it must fit 64 bits")
+    integer("seed", 0)
+    if s["groups"] is not None:
+        integer("groups", 1)
+    for key in ("pins", "exclude"):
+        if not isinstance(s[key], list) or not all(isinstance(x, str) and x for x in s[key]):
+            raise bad(key, "it must be a list of strings")
+    text("warm_start", optional=True)
+    text("evaluator", choices=EVALUATORS)
+    text("map_all_to", optional=True)
+    if not isinstance(s["config"], dict):
+        raise bad("config", "it must be an object of the strategy's config fields")
+    if s.get("microbatch_note") is not None and not isinstance(s["microbatch_note"], str):
+        raise bad("microbatch_note", "it must be text or null")
+    if "microbatch_colocation" in s:
+        text("microbatch_colocation", choices=("none", "module"))
+    if "microbatch_colocation" in target:
+        text("target.microbatch_colocation", choices=("none", "module"))
+    spec_m = target.get("microbatches", 1)
+    if isinstance(spec_m, bool) or not isinstance(spec_m, int) or spec_m < 1:
+        raise bad("target.microbatches", "it must be an integer >= 1")
+    m = s.get("microbatches", spec_m)
+    if m == "auto":
+        if kind in ("file", "graph") or "microbatches" in target:
+            raise bad("microbatches", f"a run over micro-batch counts needs a target traced again, not a '{kind}' one")
+        counts, shas, skipped = s.get("microbatch_counts"), s.get("graph_shas"), s.get("microbatch_skipped", {})
+        if (not isinstance(counts, list) or not counts or any(type(k) is not int or k < 1 for k in counts)
+                or counts != sorted(set(counts)) or counts[0] != 1
+                or any(k & (k - 1) or k > 1 << 20 for k in counts)):  # fmt: skip
+            raise bad("microbatch_counts", "it must be the counts 1, 2, 4... the run traced, in order")
+        if (not isinstance(shas, dict) or sorted(shas) != sorted(str(k) for k in counts)
+                or not all(isinstance(v, str) for v in shas.values())):  # fmt: skip
+            raise bad("graph_shas", "it must hold one graph fingerprint per micro-batch count")
+        if not isinstance(skipped, dict) or not all(isinstance(v, str) for v in skipped.values()):
+            raise bad("microbatch_skipped", "it must map counts to the reason each was left out")
+    elif isinstance(m, bool) or not isinstance(m, int) or m != spec_m:
+        raise bad("microbatches", f"it must be 'auto' or the count the target was traced at ({spec_m})")
+    elif "microbatch_counts" in s or "graph_shas" in s:
+        raise bad("microbatches", "a run with micro-batch counts records 'auto'")
+    before = s.get("budgets_before", [])
+    if not isinstance(before, list) or not all(isinstance(b, str) for b in before):
+        raise bad("budgets_before", "it must be a list of budgets as text")
+
+
+def _check_optimizer_record(record, bad) -> None:
+    """The optimizer a zoo or module run recorded: a name, or ``{"name", "groups": [{hyperparameters}]}``
+    whose numbers are finite."""
+    import math
+
+    names = ("sgd", "adam", "adamw")
+    if isinstance(record, str):
+        if record.lower() not in names:
+            raise bad("target.optimizer", f"it must be one of {', '.join(names)}")
+        return
+    ok = isinstance(record, dict) and record.get("name") in names and isinstance(record.get("groups"), list) \
+        and len(record["groups"]) == 1 and isinstance(record["groups"][0], dict)  # fmt: skip
+
+    def finite(v) -> bool:
+        if isinstance(v, list):
+            return all(finite(x) for x in v)
+        return isinstance(v, bool) or (isinstance(v, int | float) and math.isfinite(v) and v >= 0)
+
+    if not ok or not all(isinstance(k, str) and finite(v) for k, v in record["groups"][0].items()):
+        raise bad("target.optimizer", "it must be the optimizer postplace recorded (a name, or its finite, "
+                                      "non-negative hyperparameters)")  # fmt: skip
+
+
+def _get_path(d, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
 
 
 def _checksum(body: dict) -> str:
@@ -1169,13 +1456,51 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
             precision: str = "fp32") -> dict:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
-    ``strategies``: a list of names or ``"all"`` / a comma-separated string. Search runs go to
-    ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph, cluster, strategy,
-    budget, seed and configuration all match. Writes ``out/compare.json`` and ``.csv``; returns the report.
-    ``microbatches``: compare on the step traced as that many micro-batches (a zoo model). For a zoo
-    model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch count
-    ``place`` weighs (their fastest that fits); for a graph file data parallelism is an analytic
-    estimate, labelled as one. ``optimizer``, ``lr``, ``precision``: the step traced, as :func:`place` takes them.
+    Search runs go to ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph,
+    cluster, strategy, budget, seed and configuration all match. Writes ``out/compare.json`` and
+    ``.csv``; returns the report. Every row is simulated.
+
+    Parameters
+    ----------
+    target : OpGraph, str or path
+        A graph, a graph file or a zoo model name, as :func:`place` takes them.
+    cluster : str, path or Cluster
+        A preset name, a cluster TOML file, or a Cluster.
+    strategies : str or list of str
+        A list of names, a comma-separated string, or ``"all"`` (every placer and search strategy).
+    budget : int
+        Samples of each search run (>= 1).
+    seeds : int
+        Search runs per strategy, seeds 0 .. seeds - 1 (>= 1); a search row reports their median.
+    out : str or path, optional
+        The folder (default ``runs/compare-<target>-<cluster>``).
+    expert_split : str, optional
+        A dnn-partitioning expert split file for the ``expert`` row (see
+        :func:`postplace.placers.place_expert`); without it, the layer-wise split.
+    size : str
+        Zoo model size (``full`` or ``small``).
+    progress : callable, optional
+        Called with each strategy's name before it runs.
+    microbatches : int
+        Compare on the step traced as that many micro-batches (a zoo model; it must divide the batch).
+        For a zoo model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch
+        count ``place`` weighs (their fastest that fits); for a graph file data parallelism is an
+        analytic estimate, labelled as one.
+    optimizer, lr, precision
+        The step traced, as :func:`place` takes them.
+
+    Returns
+    -------
+    dict
+        The report ``compare.json`` holds (``rows``: one dict per strategy with its ``kind``,
+        ``best_step_time_s``, ratios and ``note``; the lower bound, the single-device time...), and
+        ``out``, the folder.
+
+    Raises
+    ------
+    PostplaceError
+        An unknown strategy, a budget, seed count or micro-batch count that is not a positive integer
+        (or does not divide the batch), or a target or cluster that cannot be loaded.
 
     Examples
     --------
@@ -1234,12 +1559,49 @@ def default_compare_out(target, cluster) -> Path:
 def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, lr: float | None = None):
     """A placed training step (:class:`postplace.runtime.placed.PlacedStep`) for the returned placement.
 
-    ``model``: the module the result was traced from (default: the one given to :func:`place`, or the
-    zoo model for a zoo target). ``device_map``: logical device -> torch device (``"cpu"`` runs every
-    device on the CPU). Call the step to run one training step, ``step(inputs, targets)`` for a module
-    placed with ``targets=`` (``step()`` reruns the traced batch); it returns the loss. The step
-    updates with the optimizer and precision the placement was made for; ``optimizer`` / ``lr``, when
-    given, must name that same optimizer (another one would hold other state: place again with it).
+    Call the step to run one training step, ``step(inputs, targets)`` for a module placed with
+    ``targets=`` (``step()`` reruns the traced batch); it returns the loss. The step updates with the
+    optimizer and precision the placement was made for.
+
+    Parameters
+    ----------
+    result : PlaceResult
+        What :func:`place` (or :func:`resume`) returned for a module or a zoo model.
+    model : torch.nn.Module, optional
+        The module the result was traced from, whose current weights the step starts from (default:
+        the one given to :func:`place`, or the zoo model for a zoo target).
+    device_map : str or dict, optional
+        Logical device -> torch device (default ``cpu -> cpu``, ``gpuK -> cuda:K``); ``"cpu"`` runs
+        every device on the CPU, with the transfers still in place as copies.
+    optimizer, lr : optional
+        When given, they must name the optimizer the placement was made for (another one would hold
+        other state: place again with it).
+
+    Returns
+    -------
+    postplace.runtime.PlacedStep
+        One training step with its own parameters, buffers and optimizer state.
+
+    Raises
+    ------
+    PostplaceError
+        For a result with no code to run (a graph or a graph file), another optimizer, a device map
+        this machine cannot run (CUDA devices it lacks), or a model with other parameters.
+
+    Examples
+    --------
+    >>> import postplace, torch
+    >>> _ = torch.manual_seed(0)
+    >>> model = torch.nn.Linear(4, 2)
+    >>> x, y = torch.randn(8, 4), torch.randn(8, 2)
+    >>> result = postplace.place(model, "k80x2", inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss,
+    ...                          budget=48, microbatches=1)
+    >>> step = postplace.apply(result, device_map="cpu")
+    >>> loss = step(x, y)
+    >>> loss.shape, loss.dtype
+    (torch.Size([]), torch.float32)
+    >>> bool(step(x, y) < loss)  # the step trained the placed copy of the weights
+    True
     """
     from postplace.runtime.placed import apply as run_apply
 

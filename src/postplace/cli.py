@@ -169,6 +169,8 @@ def simulate(
     from postplace.api import load_target as load
     from postplace.sim import Simulator
 
+    if microbatches is not None and microbatches < 1:
+        raise PostplaceError(f"--microbatches {microbatches}: give a count (1, 2, 4...) that divides the batch")
     m = microbatches
     if m is None and Path(placement).is_file() and not Path(target).exists():
         from postplace.graph.microbatch_names import placement_microbatches
@@ -519,6 +521,10 @@ def place(
     if set_ and resume is None:
         build_config(strategy, parse_set(set_), source="--set")
     n_groups = None if groups == "none" else _positive_int(groups, "--groups")
+    if ray is not None and ray not in ("local", "auto"):
+        from postplace.distributed.ray_evaluator import parse_address
+
+        parse_address(ray)  # a malformed address is one line before anything is traced
     try:
         if resume is not None:
             if out is not None and out.resolve() != resume.resolve():

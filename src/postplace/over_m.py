@@ -181,7 +181,8 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
             raise PostplaceError(f"at {m} micro-batch{'es' if m > 1 else ''}: {exc}") from None
         folder = None if out is None else out / f"m{m}"
         if resume and folder is not None and (folder / CHECKPOINT).exists():
-            if read_meta(folder).get("settings_checksum") != checksum:
+            meta = read_meta(folder)
+            if not isinstance(meta, dict) or meta.get("settings_checksum") != checksum:
                 raise PostplaceError(f"{folder}: written by another run (its settings differ from {out}/run.json); "
                                      "start a new run")  # fmt: skip
         arms[m] = _Arm(m, tgt, problem, warm, [], folder)
@@ -301,7 +302,9 @@ def _read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise PostplaceError(f"{path}: damaged ({type(exc).__name__}); start a new run") from None
     rounds = d.get("rounds") if isinstance(d, dict) else None
-    ok = isinstance(d, dict) and d.get("format") == "postplace-plans" and d.get("counts") == counts
+    recorded = d.get("counts") if isinstance(d, dict) else None
+    ok = isinstance(d, dict) and d.get("format") == "postplace-plans" and isinstance(recorded, list)
+    ok = ok and [type(m) for m in recorded] == [int] * len(counts) and recorded == counts  # 2.0, true: not counts
     ok = ok and isinstance(rounds, list) and len(rounds) <= len(sizes)
     alive = counts
     for r, kept in enumerate(rounds if ok else []):

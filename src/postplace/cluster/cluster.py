@@ -34,10 +34,26 @@ PRECISION_PEAK_FIELDS = {"bf16": "peak_flops_bf16", "fp16": "peak_flops_fp16"}
 class Device:
     """One compute device. ``memory`` is the usable capacity: the spec figure minus ``reserve``.
 
-    ``peak_flops`` is the FP32 peak (FLOP/s); ``peak_flops_bf16`` and ``peak_flops_fp16`` are the
-    peaks for ops computed in bf16 and fp16 (dense tensor-core rates on GPUs that have them), or
-    None where the device cannot compute in that precision at all (no such units and no emulation
-    worth pricing): a graph with ops in it cannot be priced there.
+    Parameters
+    ----------
+    name : str
+        Its unique name in the cluster (``cpu``, ``gpu0``...).
+    kind : {"cpu", "gpu"}
+        Its kind, one of :data:`postplace.graph.DEVICE_KINDS`.
+    model : str
+        The hardware model (``"K80"``), the key measured op times are looked up by.
+    peak_flops : float
+        The FP32 peak (FLOP/s).
+    memory_bandwidth : float
+        Bytes/s of its memory.
+    memory : float
+        Usable bytes: a cluster file's ``memory`` minus its ``reserve``.
+    launch_overhead : float
+        Seconds added to every op run on it (kernel launch, framework dispatch).
+    peak_flops_bf16, peak_flops_fp16 : float, optional
+        The peaks for ops computed in bf16 and fp16 (dense tensor-core rates on GPUs that have them),
+        or None where the device cannot compute in that precision at all (no such units and no
+        emulation worth pricing): a graph with ops in it cannot be priced there.
     """
 
     name: str
@@ -52,11 +68,26 @@ class Device:
 
     @property
     def kind_bit(self) -> int:
+        """Its kind's bit in an op's ``allowed_kinds`` mask (1 cpu, 2 gpu)."""
         return KIND_BITS[self.kind]
 
     def peak_for(self, precision: str) -> float | None:
-        """Peak FLOP/s for ops computed in ``precision`` (a name from :data:`PRECISIONS`); None if the
-        device has no figure for it."""
+        """Peak FLOP/s for ops computed in ``precision``; None if the device has no figure for it.
+
+        Parameters
+        ----------
+        precision : {"fp32", "bf16", "fp16"}
+            A name from :data:`postplace.graph.opgraph.PRECISIONS`.
+
+        Returns
+        -------
+        float or None
+
+        Raises
+        ------
+        PostplaceError
+            For an unknown precision.
+        """
         if precision == "fp32":
             return self.peak_flops
         if precision not in PRECISION_PEAK_FIELDS:
@@ -66,6 +97,18 @@ class Device:
 
 @dataclass(frozen=True)
 class Link:
+    """One full-duplex link between two nodes (devices or switches); each direction is its own resource.
+
+    Parameters
+    ----------
+    a, b : str
+        The names of the nodes it joins.
+    bandwidth : float
+        Bytes/s in each direction.
+    latency : float
+        Seconds added to every transfer that crosses it.
+    """
+
     a: str
     b: str
     bandwidth: float
@@ -74,7 +117,39 @@ class Link:
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
-    """Devices (``cpu``, ``gpu0``, ...), switches and links, with routes precomputed as arrays."""
+    """Devices (``cpu``, ``gpu0``, ...), switches and links, with routes precomputed as arrays.
+
+    Load one with :func:`load_cluster` (a preset or a TOML file) or build one from its parts; it is
+    checked on construction, and the routes between every pair of devices are computed then.
+
+    Parameters
+    ----------
+    name : str
+        The cluster's name.
+    devices : tuple of Device
+        At least one; device ``k`` is device id ``k`` of a placement.
+    switches : tuple of str
+        Names of nodes that forward transfers but compute nothing (PCIe switches, NVSwitch fabrics).
+    links : tuple of Link
+        The links joining devices and switches.
+    description : str
+        Free text.
+
+    Raises
+    ------
+    PostplaceError
+        When there is no device, a name is used twice, a device has an unknown kind or a figure that is
+        not a positive number, a link names an unknown node or has no positive bandwidth, or two
+        devices have no route between them.
+
+    Examples
+    --------
+    >>> from postplace.cluster import Cluster, Device, Link
+    >>> gpu = dict(kind="gpu", model="T", peak_flops=1e12, memory_bandwidth=1e11, memory=8e9, launch_overhead=0.0)
+    >>> c = Cluster("two", (Device("gpu0", **gpu), Device("gpu1", **gpu)), (), (Link("gpu0", "gpu1", 1e9, 1e-6),))
+    >>> c.device_names, c.transfer_time(1e6, 0, 1)
+    (('gpu0', 'gpu1'), 0.001001)
+    """
 
     name: str
     devices: tuple[Device, ...]
@@ -118,13 +193,30 @@ class Cluster:
 
     @property
     def num_devices(self) -> int:
+        """The number of devices (switches are not devices)."""
         return len(self.devices)
 
     @cached_property
     def device_names(self) -> tuple[str, ...]:
+        """The devices' names, in device id order."""
         return tuple(d.name for d in self.devices)
 
     def device_index(self, name: str) -> int:
+        """The device id of the device called ``name``.
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        PostplaceError
+            When the cluster has no such device.
+        """
         try:
             return self.device_names.index(name)
         except ValueError:
@@ -134,10 +226,12 @@ class Cluster:
 
     @cached_property
     def kind_bits(self) -> np.ndarray:
+        """Each device's kind bit (``uint8[D]``), to test against an op's ``allowed_kinds``."""
         return np.array([d.kind_bit for d in self.devices], dtype=np.uint8)
 
     @cached_property
     def capacity(self) -> np.ndarray:
+        """Usable memory per device in bytes (``float64[D]``)."""
         return np.array([d.memory for d in self.devices], dtype=np.float64)
 
     @property
@@ -166,11 +260,35 @@ class Cluster:
         return self._routes[3]
 
     def route(self, a: int, b: int) -> list[str]:
-        """The nodes a transfer from device ``a`` to device ``b`` passes through, ends included."""
+        """The nodes a transfer from device ``a`` to device ``b`` passes through, ends included.
+
+        Parameters
+        ----------
+        a, b : int
+            Device ids.
+
+        Returns
+        -------
+        list of str
+            Node names (devices and switches), from ``a`` to ``b``.
+        """
         return self._paths[(a, b)]
 
     def transfer_time(self, nbytes: float, a: int, b: int) -> float:
-        """Seconds to move ``nbytes`` from device ``a`` to device ``b`` with the route to itself."""
+        """Seconds to move ``nbytes`` from device ``a`` to device ``b`` with the route to itself.
+
+        The route's summed link latency plus ``nbytes`` over its bottleneck bandwidth; 0 when ``a == b``.
+
+        Parameters
+        ----------
+        nbytes : float
+        a, b : int
+            Device ids.
+
+        Returns
+        -------
+        float
+        """
         if a == b:
             return 0.0
         return float(self.latency[a, b] + nbytes / self.bandwidth[a, b])
@@ -216,12 +334,50 @@ class Cluster:
     # ------------------------------------------------------------------------------ loading
     @classmethod
     def from_toml(cls, path: str | Path) -> Cluster:
+        """Read a cluster TOML file (see :meth:`from_toml_text`).
+
+        Parameters
+        ----------
+        path : str or path
+
+        Returns
+        -------
+        Cluster
+
+        Raises
+        ------
+        PostplaceError
+            When the file cannot be read or is not a valid cluster.
+        """
         return cls.from_toml_text(v.read_text(path, "cluster file"), source=str(path))
 
     @classmethod
     def from_toml_text(cls, text: str, *, source: str = "cluster") -> Cluster:
-        """Parse a cluster TOML strictly: numbers are finite numbers (``nan``, ``inf``, strings and
-        booleans are errors), names are strings, every table has the fields it needs."""
+        """Parse a cluster TOML strictly: numbers are finite numbers, names strings, tables complete.
+
+        ``nan``, ``inf``, strings and booleans are errors where a number is needed, and every table has
+        the fields it needs.
+
+        Parameters
+        ----------
+        text : str
+            TOML with ``[[device]]`` (``name`` or ``names``, ``kind``, ``peak_flops``,
+            ``memory_bandwidth``, ``memory``; optional ``model``, ``reserve``, ``launch_overhead``,
+            ``peak_flops_bf16``, ``peak_flops_fp16``), optional ``[[switch]]`` (``name``) and
+            ``[[link]]`` (``a``, ``b``, ``bandwidth``; optional ``latency``) entries, and optional
+            ``name`` and ``description``.
+        source : str
+            What the errors call the text (a file name); also the default name (its stem).
+
+        Returns
+        -------
+        Cluster
+
+        Raises
+        ------
+        PostplaceError
+            One line naming the entry and field at fault.
+        """
         try:
             d = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -374,12 +530,46 @@ def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[li
 
 # ---------------------------------------------------------------------------------- presets
 def preset_names() -> list[str]:
+    """The names of the shipped cluster presets, sorted.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> from postplace.cluster import preset_names
+    >>> "k80x2" in preset_names()
+    True
+    """
     return sorted(p.name.removesuffix(".toml") for p in resources.files("postplace.cluster.presets").iterdir()
                   if p.name.endswith(".toml"))
 
 
 def load_cluster(spec: str | Path) -> Cluster:
-    """A cluster from a TOML file path, else from a preset name."""
+    """A cluster from a TOML file path, else from a preset name.
+
+    Parameters
+    ----------
+    spec : str or path
+        A path ending in ``.toml`` or naming a file that exists, else a name from :func:`preset_names`.
+
+    Returns
+    -------
+    Cluster
+
+    Raises
+    ------
+    PostplaceError
+        For a missing file, an unknown preset, or a file that is not a valid cluster.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> c = load_cluster("k80x2")
+    >>> c.device_names, c.route(1, 2)
+    (('cpu', 'gpu0', 'gpu1'), ['gpu0', 'board0', 'gpu1'])
+    """
     path = Path(spec)
     if path.suffix == ".toml" or path.exists():
         if not path.exists():

@@ -28,6 +28,10 @@ from postplace.errors import PostplaceError
 from postplace.graph.opgraph import OpGraph
 
 PREFIX = "workload:"
+MAX_DEVICES = 128
+"""The most devices a workload's own machine may have: a cluster's routes take time cubic in its
+devices (256 take seconds, 512 over a minute), and dnn-partitioning machines have a handful. A file
+claiming a million accelerators is refused at once instead of hanging."""
 
 
 def resolve_cluster(spec: str, graph: OpGraph) -> Cluster:
@@ -49,7 +53,18 @@ def workload_machine(graph: OpGraph) -> dict | None:
     keys = ("max_accelerators", "max_size_per_accelerator", "max_cpus")
     if not any(m.get(k) is not None for k in keys):
         return None
-    return {k: m.get(k) for k in keys}
+    from postplace import validate
+
+    out = {}
+    for k in keys:  # a graph file's metadata is the user's to edit: checked as the importer checks the file
+        value, where = m.get(k), f"graph '{graph.name}': metadata field '{k}'"
+        if value is None:
+            out[k] = None
+        elif k == "max_size_per_accelerator":
+            out[k] = validate.number(value, where, positive=True)
+        else:
+            out[k] = validate.integer(value, where, minimum=0)
+    return out
 
 
 def cluster_from_workload(graph: OpGraph, base: Cluster) -> Cluster:
@@ -68,6 +83,11 @@ def cluster_from_workload(graph: OpGraph, base: Cluster) -> Cluster:
         raise PostplaceError(f"cluster '{base.name}' has no GPU to copy for the workload's {n_gpu} accelerators")
     if n_cpu and not cpus:
         raise PostplaceError(f"cluster '{base.name}' has no CPU to copy for the workload's {n_cpu} CPUs")
+    if n_gpu + n_cpu > MAX_DEVICES:
+        raise PostplaceError(f"graph '{graph.name}': the workload's machine has {n_gpu} accelerators and {n_cpu} "
+                             f"CPU(s); --cluster workload:PRESET builds machines of up to {MAX_DEVICES} devices "
+                             "(routes between every pair of devices are computed): give a cluster TOML file or "
+                             "a preset instead")  # fmt: skip
     if n_gpu + n_cpu == 0:
         raise PostplaceError(f"graph '{graph.name}': the workload's machine has no device (maxFPGAs and maxCPUs are 0)")
     memory = machine["max_size_per_accelerator"]

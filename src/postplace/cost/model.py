@@ -23,8 +23,16 @@ from postplace.graph.opgraph import PRECISIONS
 class OpTimes:
     """``table[i, d]``: seconds op i takes on device d (inf where the op may not run there).
 
-    ``measured[i, d]`` says whether the time came from a measurement; ``sources[d]`` says in one line
-    where device d's times came from, so no number hides whether it was measured or estimated.
+    What :meth:`CostModel.op_times` returns, so no number hides whether it was measured or estimated.
+
+    Parameters
+    ----------
+    table : numpy.ndarray
+        ``float64[n_ops, D]``: seconds op i takes on device d (inf where the op may not run there).
+    measured : numpy.ndarray
+        ``bool[n_ops, D]``: whether the time came from a measurement.
+    sources : tuple of str
+        Per device, one line saying where its times came from.
     """
 
     table: np.ndarray
@@ -33,14 +41,47 @@ class OpTimes:
 
 
 class CostModel(Protocol):
-    def op_times(self, graph: OpGraph, cluster: Cluster) -> OpTimes: ...
+    """What a cost model provides: an op time table, and the time of a transfer between two devices.
 
-    def transfer_time(self, cluster: Cluster, nbytes: float, a: int, b: int) -> float: ...
+    Any object with these two methods is one (:class:`RooflineCostModel` is the default); pass it as
+    ``cost_model=`` to the simulator, the placers and :func:`postplace.search.make_problem`.
+    """
+
+    def op_times(self, graph: OpGraph, cluster: Cluster) -> OpTimes:
+        """Seconds every op of ``graph`` takes on every device of ``cluster``.
+
+        Parameters
+        ----------
+        graph : OpGraph
+        cluster : Cluster
+
+        Returns
+        -------
+        OpTimes
+            Built once per graph and cluster; inf where an op may not run on a device.
+        """
+        ...
+
+    def transfer_time(self, cluster: Cluster, nbytes: float, a: int, b: int) -> float:
+        """Seconds to move ``nbytes`` from device ``a`` to device ``b`` of ``cluster``.
+
+        Parameters
+        ----------
+        cluster : Cluster
+        nbytes : float
+        a, b : int
+            Device ids.
+
+        Returns
+        -------
+        float
+        """
+        ...
 
 
 @dataclass(frozen=True)
 class RooflineCostModel:
-    """The default cost model.
+    """The default cost model: measured op times where the graph has them, roofline estimates elsewhere.
 
     For each op and device: the graph's measured time for that device's model; else one measured for
     the device's kind as a whole (a profiled file that does not name its hardware); else, only when
@@ -48,14 +89,53 @@ class RooflineCostModel:
     says so); else the roofline ``max(FLOPs / peak, bytes / memory bandwidth)`` plus the device's
     launch overhead, where ``peak`` is the device's peak for the precision the op computes in
     (:meth:`~postplace.cluster.Device.peak_for`: ``peak_flops`` for fp32, ``peak_flops_bf16``,
-    ``peak_flops_fp16``). Overhead is never added to a measured time. An op with FLOPs that must be
-    estimated on a device with no peak for its precision is an error (:class:`PostplaceError`),
-    never a guess.
+    ``peak_flops_fp16``). Overhead is never added to a measured time. A transfer takes the cluster's
+    :meth:`~postplace.cluster.Cluster.transfer_time`.
+
+    Parameters
+    ----------
+    allow_other_models : bool
+        Borrow a time measured on another model of the same kind where the device's own model and
+        kind have none.
+
+    Raises
+    ------
+    PostplaceError
+        From :meth:`op_times`: an op with FLOPs that must be estimated on a device with no peak for its
+        precision is an error, never a guess.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.cost import RooflineCostModel
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["a", "b"], [(0, 1, 1e6)], flops=[2.8e9, 0.0], allowed_kinds=["gpu", ["cpu", "gpu"]])
+    >>> t = RooflineCostModel().op_times(g, load_cluster("k80x2"))  # devices cpu, gpu0, gpu1
+    >>> t.table.round(6).tolist()  # a: 2.8 GFLOP at a K80 die's 2.8 TFLOP/s + 10 us launch; not on the CPU
+    [[inf, 0.00101, 0.00101], [5e-06, 1e-05, 1e-05]]
+    >>> t.sources[1]
+    'gpu0 (K80): 2 roofline estimates'
     """
 
     allow_other_models: bool = False
 
     def op_times(self, graph: OpGraph, cluster: Cluster) -> OpTimes:
+        """Seconds every op of ``graph`` takes on every device of ``cluster`` (see the class).
+
+        Parameters
+        ----------
+        graph : OpGraph
+        cluster : Cluster
+
+        Returns
+        -------
+        OpTimes
+
+        Raises
+        ------
+        PostplaceError
+            When an op must be estimated on a device with no peak for its precision.
+        """
         n, D = graph.num_ops, cluster.num_devices
         table = np.empty((n, D))
         measured = np.zeros((n, D), dtype=bool)
@@ -98,6 +178,19 @@ class RooflineCostModel:
         return exact + kind + other
 
     def transfer_time(self, cluster: Cluster, nbytes: float, a: int, b: int) -> float:
+        """Seconds to move ``nbytes`` from device ``a`` to ``b``: :meth:`Cluster.transfer_time`.
+
+        Parameters
+        ----------
+        cluster : Cluster
+        nbytes : float
+        a, b : int
+            Device ids.
+
+        Returns
+        -------
+        float
+        """
         return cluster.transfer_time(nbytes, a, b)
 
 

@@ -20,7 +20,27 @@ class SimulatorFactory:
     """Builds :class:`postplace.sim.Simulator` ``(graph, cluster, cost_model=, group_of_op=)``.
 
     The graph and cluster are plain arrays and dataclasses, so they pickle; each actor compiles (or
-    loads from numba's cache) the simulator's kernel once.
+    loads from numba's cache) the simulator's kernel once. Call it (``factory()``) to build the simulator.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    group_of_op : numpy.ndarray, optional
+        As :class:`~postplace.sim.Simulator` takes it.
+    cost_model : CostModel, optional
+        As :class:`~postplace.sim.Simulator` takes it (it must pickle).
+    num_gpus : float
+        What each actor asks Ray for (0: the simulator needs no GPU).
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.distributed import SimulatorFactory
+    >>> from postplace.graph import OpGraph
+    >>> sim = SimulatorFactory(OpGraph.build(["a"], flops=[1e9]), load_cluster("k80x2"))()
+    >>> sim.name, sim.evaluate([[1]]).feasible.tolist()
+    ('simulator', [True])
     """
 
     graph: object
@@ -37,16 +57,34 @@ class SimulatorFactory:
 
 @dataclass(frozen=True, eq=False)
 class TorchZooFactory:
-    """Builds :class:`postplace.runtime.evaluator.TorchEvaluator` for zoo model ``model`` at ``size``
-    (traced in the actor, so only names travel). ``cluster``: a Cluster, preset name or file;
-    ``device_map``: ``"cpu"`` (``--map-all-to cpu``) or logical name -> torch device; ``options``:
-    further keyword arguments of TorchEvaluator (``steps``, ``discard``, ``timeout``, ``threads``);
-    ``microbatches``/``colocation``: the step is traced as that many micro-batches (the placements are of
-    that graph; a measured step is the m micro-batches and one update).
+    """Builds :class:`postplace.runtime.evaluator.TorchEvaluator` for zoo model ``model`` at ``size``.
 
-    ``num_gpus`` is what each actor asks Ray for: the CUDA devices its logical devices map to (a
-    ``k80x4`` placement needs 4 in one actor; Ray makes them ``cuda:0..3`` there), 0 when mapped to the
-    CPU (``device_map="cpu"``: it never waits for a GPU).
+    The step is traced in the actor, so only names travel. Call it (``factory()``) to build the
+    evaluator. ``num_gpus`` is what each actor asks Ray for: the CUDA devices its logical devices map
+    to (a ``k80x4`` placement needs 4 in one actor; Ray makes them ``cuda:0..3`` there), 0 when mapped
+    to the CPU (``device_map="cpu"``: it never waits for a GPU).
+
+    Parameters
+    ----------
+    model, size : str
+        The zoo model and its size.
+    cluster : Cluster, str or path
+        A Cluster, preset name or file.
+    group_of_op : numpy.ndarray, optional
+        Placements are then over groups.
+    device_map : str or mapping, optional
+        ``"cpu"`` (``--map-all-to cpu``) or logical name -> torch device.
+    optimizer : str or (class, kwargs)
+        What the actor traces the step with.
+    precision : str
+        ``fp32``, ``bf16`` or ``fp16``.
+    options : dict
+        Further keyword arguments of TorchEvaluator (``steps``, ``discard``, ``timeout``, ``threads``).
+    gpus : float, optional
+        Overrides the GPUs each actor asks for (``num_gpus``).
+    microbatches, colocation
+        The step is traced as that many micro-batches (the placements are of that graph; a measured
+        step is the m micro-batches and one update).
     """
 
     model: str

@@ -46,7 +46,18 @@ class EvaluatorLost(PostplaceError):
 
 
 def require_ray():
-    """The ``ray`` module, or one clear error saying how to install it."""
+    """The ``ray`` module, or one clear error saying how to install it.
+
+    Returns
+    -------
+    module
+        ``ray``, imported.
+
+    Raises
+    ------
+    PostplaceError
+        When Ray is not installed (the line says how to install it).
+    """
     try:
         import ray
     except ImportError:
@@ -57,13 +68,33 @@ def require_ray():
 def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
     """Start or join Ray unless it is running already; True when this call started it.
 
-    ``"local"`` (or None) starts a one-machine cluster with ``num_cpus`` (default: the cores this
-    process may use) and no dashboard; anything else is the address of a running cluster (``ray start
-    --head`` prints it; ``"auto"`` finds one on this machine).
+    Parameters
+    ----------
+    address : str or None
+        ``"local"`` (or None) starts a one-machine cluster with ``num_cpus`` and no dashboard; anything
+        else is the address of a running cluster (``ray start --head`` prints it; ``"auto"`` finds one
+        on this machine).
+    num_cpus : int, optional
+        CPUs of a local cluster (default: the cores this process may use).
+    num_gpus : int, optional
+        GPUs of a local cluster (default: Ray's detection).
+
+    Returns
+    -------
+    bool
+        True when this call started (or joined) Ray, False when it was running already.
+
+    Raises
+    ------
+    PostplaceError
+        When Ray is not installed, the address is malformed or nothing answers there, or Ray fails to
+        start or join.
     """
     ray = require_ray()
     if ray.is_initialized():
         return False
+    if address not in (None, "local", "auto"):
+        check_address(address)
     try:
         if address in (None, "local"):
             ray.init(num_cpus=num_cpus or _cores(), num_gpus=num_gpus, include_dashboard=False)
@@ -73,6 +104,45 @@ def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_
         where = "a local Ray cluster" if address in (None, "local") else f"the Ray cluster at '{address}'"
         raise PostplaceError(f"--ray: could not start or join {where}: {_first_line(exc)}") from None
     return True
+
+
+CONNECT_TIMEOUT_S = 3.0
+"""How long :func:`check_address` waits for a Ray cluster's port to answer: joining an address nothing
+listens at would otherwise retry for minutes."""
+
+
+def parse_address(address) -> tuple[str, int]:
+    """``(host, port)`` of a Ray address (``HOST:PORT``, ``ray://HOST:PORT``, ``[IPv6]:PORT``), or one
+    error line saying what a valid one looks like."""
+    hint = "give 'local', 'auto' or a running cluster's HOST:PORT (ray start --head prints it)"
+    if not isinstance(address, str) or not address.strip():
+        raise PostplaceError(f"--ray {address!r}: empty address; {hint}")
+    text = address.strip()
+    for scheme in ("ray://", "http://", "https://"):
+        if text.startswith(scheme):
+            text = text[len(scheme):]
+            break
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host) \
+            or (":" in host and not address.strip().split("//")[-1].startswith("[")):  # fmt: skip
+        raise PostplaceError(f"--ray '{address}': not an address of the form HOST:PORT (port 1-65535); {hint}")
+    return host, int(port)
+
+
+def check_address(address, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """One error line, in seconds, when nothing accepts connections at the Ray address ``address``."""
+    import socket
+
+    host, port = parse_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else (exc.strerror or str(exc))
+        raise PostplaceError(f"--ray '{address}': no Ray cluster answers at {host}:{port} ({why}); start one with "
+                             "ray start --head, or use --ray local") from None  # fmt: skip
 
 
 class _Worker:
@@ -97,16 +167,33 @@ class _Worker:
 class RayEvaluator:
     """An Evaluator whose placements are evaluated by Ray actors (see the module docstring).
 
-    Args:
-        factory: zero-argument picklable callable building the evaluator in each actor
-            (:class:`~postplace.distributed.SimulatorFactory`, :class:`~postplace.distributed.TorchZooFactory`).
-        actors: pool size (default: as many as the cluster's CPUs, or GPUs when each actor needs one).
-        address: ``"local"`` or a cluster address, used when Ray is not running yet (:func:`init_ray`).
-        num_cpus: CPUs each actor reserves (default 1).
-        num_gpus: GPUs each actor reserves (default: the factory's ``num_gpus``, else 0).
-        max_retries: further tries of a chunk whose actor died.
-        max_replacements: fresh actors started in place of dead ones, over the evaluator's life.
-        chunks_per_actor: chunks per live actor per batch (more: finer balance, more overhead).
+    Use it as a context manager, or call :meth:`shutdown`, to free the actors.
+
+    Parameters
+    ----------
+    factory : callable
+        Zero-argument picklable callable building the evaluator in each actor
+        (:class:`~postplace.distributed.SimulatorFactory`, :class:`~postplace.distributed.TorchZooFactory`).
+    actors : int, optional
+        Pool size (default: as many as the cluster's CPUs, or GPUs when each actor needs one).
+    address : str or None
+        ``"local"`` or a cluster address, used when Ray is not running yet (:func:`init_ray`).
+    num_cpus : float
+        CPUs each actor reserves (default 1).
+    num_gpus : float, optional
+        GPUs each actor reserves (default: the factory's ``num_gpus``, else 0).
+    max_retries : int
+        Further tries of a chunk whose actor died.
+    max_replacements : int, optional
+        Fresh actors started in place of dead ones, over the evaluator's life (default: twice the pool).
+    chunks_per_actor : int
+        Chunks per live actor per batch (more: finer balance, more overhead).
+
+    Raises
+    ------
+    PostplaceError
+        When Ray is not installed or cannot start, ``actors`` is below 1, or the Ray cluster has too
+        few CPUs or GPUs for the pool. :class:`EvaluatorLost` (from :meth:`evaluate`) when every actor died.
     """
 
     def __init__(
@@ -165,6 +252,7 @@ class RayEvaluator:
 
     @property
     def num_actors(self) -> int:
+        """Actors in the pool now."""
         return len(self._actors)
 
     def _lose(self, actor) -> None:
@@ -189,7 +277,22 @@ class RayEvaluator:
 
     # ------------------------------------------------------------------------------ evaluation
     def evaluate(self, placements: np.ndarray) -> EvalResult:
-        """Evaluate ``placements`` on the actors; the result is in the placements' order."""
+        """Evaluate ``placements`` on the actors; the result is in the placements' order.
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[units]`` or ``int[n, units]``, as the factory's evaluator takes them.
+
+        Returns
+        -------
+        EvalResult
+
+        Raises
+        ------
+        EvaluatorLost
+            When every actor is gone, or one chunk's actors died more than ``max_retries`` times.
+        """
         ray = self._ray
         placements = np.ascontiguousarray(np.atleast_2d(np.asarray(placements, dtype=np.int64)))
         n = len(placements)
@@ -259,8 +362,38 @@ class RayEvaluator:
 
 
 def merge_results(parts: list[EvalResult], n: int) -> EvalResult:
-    """One EvalResult from consecutive parts: arrays concatenated; in ``extra``, a list with one entry per
-    row is concatenated, anything else is taken from the first part."""
+    """One EvalResult from consecutive parts: arrays concatenated, in order.
+
+    In ``extra``, a list with one entry per row is concatenated; anything else is taken from the
+    first part.
+
+    Parameters
+    ----------
+    parts : list of EvalResult
+        The results of consecutive chunks of one batch.
+    n : int
+        The batch's number of placements.
+
+    Returns
+    -------
+    EvalResult
+
+    Raises
+    ------
+    AssertionError
+        When a part is missing or the parts do not hold ``n`` rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.distributed import merge_results
+    >>> from postplace.sim import EvalResult
+    >>> def part(t):
+    ...     k = len(t)
+    ...     return EvalResult(np.array(t), np.zeros((k, 2)), np.zeros(k, bool), np.zeros(k, bool), [None] * k, "x")
+    >>> merge_results([part([1.0, 2.0]), part([3.0])], 3).step_time.tolist()
+    [1.0, 2.0, 3.0]
+    """
     assert all(p is not None for p in parts)
     rows = [len(p.step_time) for p in parts]
     if sum(rows) != n:

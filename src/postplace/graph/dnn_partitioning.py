@@ -48,7 +48,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.graph.opgraph import KIND_BITS, Measurement, OpGraph, find_cycle, topological_order
-from postplace.validate import MAX_BYTES
+from postplace.validate import INT64_MAX, MAX_BYTES
 
 MS = 1e-3  # the files' latencies are milliseconds (the totals only make sense so)
 
@@ -267,7 +267,12 @@ def _machine(d: dict, source: str) -> dict:
         ("maxFPGAs", "max_accelerators", True),
         ("maxCPUs", "max_cpus", True),
     ):
-        out[name] = None if d.get(key) is None else _number(d, key, source, integer=integer)
+        if d.get(key) is None:
+            out[name] = None
+        elif integer:
+            out[name] = _number(d, key, source, integer=True)
+        else:
+            out[name] = _bytes(d, key, source)
     if out["max_size_per_accelerator"] == 0:
         raise PostplaceError(f"{source} field 'maxSizePerFPGA' is 0; it must be a positive number of bytes")
     return out
@@ -290,6 +295,9 @@ def _number(obj: dict, key: str, where: str, *, integer: bool = False, who: str 
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a number")
+    if isinstance(v, int) and abs(v) > INT64_MAX:  # numpy cannot hold it, nor float precisely
+        raise PostplaceError(f"{where} field '{key}' is {str(v)[:20]}... ({len(str(v))} digits){who}; it is too large "
+                             "for a 64-bit integer: check the file")  # fmt: skip
     if not np.isfinite(v) or v < 0:
         raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a finite non-negative number")
     if integer:
@@ -326,7 +334,10 @@ def _exact_ratio(cpu: np.ndarray, gpu: np.ndarray) -> float | None:
     nz = gpu > 0
     if not nz.any() or np.any(cpu[~nz] != 0):
         return None
-    r = cpu[nz] / gpu[nz]
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e308 ms over 1 ms: not a ratio anyone wrote
+        r = cpu[nz] / gpu[nz]
+    if not np.isfinite(r).all():
+        return None
     return float(np.round(r[0], 6)) if np.allclose(r, r[0], rtol=1e-9) else None
 
 

@@ -50,7 +50,19 @@ class GraphError(PostplaceError):
 
 @dataclass(frozen=True, eq=False)
 class Measurement:
-    """Measured op times for one device key (a device model, or a kind meaning any of that kind)."""
+    """Measured op times for one device key (a device model, or a kind meaning any of that kind).
+
+    Parameters
+    ----------
+    key : str
+        A device model (``"K80"``) or a device kind (``"gpu"``: any device of that kind).
+    kind : str
+        The device kind the times are for, one of :data:`DEVICE_KINDS`.
+    times : array of float
+        Seconds per op of the graph; NaN where the op was not measured.
+    provenance : str
+        Where the times come from (the file and column, the profiling run).
+    """
 
     key: str
     kind: str
@@ -62,22 +74,72 @@ class Measurement:
 class OpGraph:
     """The ops and data edges of one training step. Built once, never mutated; validated on build.
 
-    Per op: ``names``, ``op_types``, ``flops``, ``bytes_accessed`` (read + written), ``output_bytes``,
-    ``persistent_bytes`` (parameters and optimizer state; in ``static`` memory mode, the op's whole
-    footprint), ``colocation`` (ops sharing an id >= 0 must share a device; -1 = unconstrained),
-    ``phase`` (index into :data:`PHASES`), ``allowed_kinds`` (bit mask over :data:`DEVICE_KINDS`),
-    ``inplace`` (the output aliases an input and allocates nothing), ``inplace_base`` (for an
-    in-place op, the op whose output tensor it writes, fed to it by an edge; -1 when not in place or
-    not known, and then the simulator treats every input of the op as possibly written). Left out, it
-    is the single source of an in-place op with one, else -1. ``microbatch`` (the micro-batch an op
-    computes for, 0..m-1 in a step traced as m micro-batches; -1 for ops every micro-batch shares:
-    parameters, buffers, gradient accumulation, the update, and for graphs that do not say),
-    ``module`` (the ``nn.Module`` path that issued the op, ``""`` where unknown), ``precision`` (the
-    dtype the op computes in, as an ``int8`` index into :data:`PRECISIONS`: 0 fp32, 1 bf16, 2 fp16;
-    names are accepted too). Per edge: ``edge_src``, ``edge_dst``, ``edge_slot``, ``edge_bytes``.
-    ``microbatch``, ``module`` and ``precision`` are optional in the constructor and in graph files
-    (older files load with -1, ``""`` and fp32; a file carries ``precision`` only when some op is not
-    fp32).
+    Build one from plain lists with :meth:`build` (every per-op field optional), read one with
+    :meth:`load` or :func:`postplace.graph.load_graph`, or trace one with
+    :func:`postplace.graph.from_torch`. The constructor takes the arrays below; ``microbatch``,
+    ``module`` and ``precision`` are optional in it and in graph files (older files load with -1,
+    ``""`` and fp32; a file carries ``precision`` only when some op is not fp32).
+
+    Parameters
+    ----------
+    names : sequence of str
+        Per op: its unique name. Ops are in program order, a topological order.
+    op_types : sequence of str
+        Per op: its type (``"matmul"``, ``"op"``...).
+    flops, bytes_accessed, output_bytes : array of float
+        Per op: FLOPs, bytes read + written, and bytes of its output.
+    persistent_bytes : array of float
+        Per op: parameters and optimizer state it keeps (in ``static`` memory mode, the op's whole footprint).
+    colocation : array of int
+        Per op: ops sharing an id >= 0 must share a device; -1 = unconstrained.
+    phase : array of int
+        Per op: an index into :data:`PHASES`.
+    allowed_kinds : array of int
+        Per op: a bit mask over :data:`DEVICE_KINDS` (1 cpu, 2 gpu, 3 either).
+    inplace : array of bool
+        Per op: the output aliases an input and allocates nothing.
+    edge_src, edge_dst, edge_slot, edge_bytes : array
+        Per edge: source op, destination op, which output of the source it carries, and its bytes.
+        Edges are stored sorted by (src, dst, slot).
+    memory_mode : {"live", "static"}
+        ``live``: an op's output is allocated when it runs (unless in place) and freed after its
+        consumers; ``static``: only ``persistent_bytes`` count.
+    measured : tuple of Measurement
+        Measured op times, one per device key.
+    name : str
+        The graph's name.
+    metadata : dict
+        Free-form facts about the step (its optimizer, precision, parameter bytes...).
+    inplace_base : array of int, optional
+        For an in-place op, the op whose output tensor it writes, fed to it by an edge; -1 when not in
+        place or not known, and then the simulator treats every input of the op as possibly written.
+        Left out, it is the single source of an in-place op with one, else -1.
+    microbatch : array of int, optional
+        The micro-batch an op computes for, 0..m-1 in a step traced as m micro-batches; -1 for ops
+        every micro-batch shares (parameters, buffers, gradient accumulation, the update) and for
+        graphs that do not say.
+    module : sequence of str, optional
+        The ``nn.Module`` path that issued each op, ``""`` where unknown.
+    precision : array of int or sequence of str, optional
+        The dtype each op computes in, as an ``int8`` index into :data:`PRECISIONS` (0 fp32, 1 bf16,
+        2 fp16); names are accepted too. Default: every op fp32.
+
+    Raises
+    ------
+    GraphError
+        When an invariant is broken (see :meth:`validate`): fields of other lengths, duplicate names,
+        negative or non-finite costs, edges that go backwards or out of range, colocated ops that
+        allow no common device kind...
+
+    Examples
+    --------
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["x", "w", "y"], [(0, 2, 4e6), (1, 2, 4e6)], flops=[0.0, 0.0, 2e9],
+    ...                   persistent_bytes=[0.0, 4e6, 0.0], phase=["forward", "forward", "forward"])
+    >>> g
+    OpGraph('graph': 3 ops, 2 edges, 2e+09 FLOPs, 0.004 GB persistent, memory mode live)
+    >>> g.index("y"), g.in_ptr.tolist()
+    (2, [0, 0, 0, 2])
     """
 
     names: tuple[str, ...]
@@ -176,11 +238,35 @@ class OpGraph:
     ) -> OpGraph:
         """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
 
-        ``edges`` holds ``(src, dst)``, ``(src, dst, bytes)`` or ``(src, dst, bytes, slot)`` tuples of
-        op indices. ``phase`` may hold names from :data:`PHASES`; ``allowed_kinds`` may hold kind
-        names, lists of them, or bit masks; ``precision`` names from :data:`PRECISIONS` or their
-        indices (default: every op fp32).
+        Parameters
+        ----------
+        names : sequence of str
+            The ops' unique names, in program order.
+        edges : sequence of tuple
+            ``(src, dst)``, ``(src, dst, bytes)`` or ``(src, dst, bytes, slot)`` tuples of op indices
+            (bytes default to 0, slot to 0).
+        op_types, flops, bytes_accessed, output_bytes, persistent_bytes, colocation, inplace, inplace_base
+            Per op, as the class takes them (default: ``"op"``, zeros, -1, False, and the sole source).
+        phase : sequence of str or int, optional
+            Names from :data:`PHASES` or their indices (default: every op ``forward``).
+        allowed_kinds : sequence, optional
+            Kind names, lists of them, or bit masks (default: any kind).
+        memory_mode, measured, name, metadata, microbatch, module
+            As the class takes them.
+        precision : sequence, optional
+            Names from :data:`PRECISIONS` or their indices (default: every op fp32).
 
+        Returns
+        -------
+        OpGraph
+
+        Raises
+        ------
+        GraphError
+            When the graph breaks an invariant (unknown kind names included).
+
+        Examples
+        --------
         >>> g = OpGraph.build(["a", "b"], [(0, 1, 8.0)], flops=[2.0, 4.0])
         >>> g.num_ops, g.num_edges, float(g.flops.sum())
         (2, 1, 6.0)
@@ -365,10 +451,12 @@ class OpGraph:
     # ----------------------------------------------------------------------------- views
     @property
     def num_ops(self) -> int:
+        """The number of ops."""
         return len(self.names)
 
     @property
     def num_edges(self) -> int:
+        """The number of edges."""
         return len(self.edge_src)
 
     @cached_property
@@ -383,6 +471,7 @@ class OpGraph:
 
     @cached_property
     def in_ptr(self) -> np.ndarray:
+        """CSR row pointer over :attr:`in_edges`: in-edges of op i are ``in_edges[in_ptr[i]:in_ptr[i+1]]``."""
         sorted_dst = self.edge_dst[self.in_edges]
         return _frozen(np.searchsorted(sorted_dst, np.arange(self.num_ops + 1)).astype(np.int64))
 
@@ -401,7 +490,21 @@ class OpGraph:
         return groups
 
     def index(self, name: str) -> int:
-        """Index of the op called ``name``."""
+        """Index of the op called ``name``.
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        GraphError
+            When the graph has no such op.
+        """
         try:
             return self._index[name]
         except KeyError:
@@ -412,6 +515,7 @@ class OpGraph:
         return {nm: i for i, nm in enumerate(self.names)}
 
     def allowed(self, i: int, kind: str) -> bool:
+        """Whether op ``i`` may run on a device of ``kind`` (``"cpu"`` or ``"gpu"``)."""
         return bool(self.allowed_kinds[i] & KIND_BITS[kind])
 
     @cached_property
@@ -423,6 +527,7 @@ class OpGraph:
 
     # ----------------------------------------------------------------------------- persistence
     def to_dict(self) -> dict:
+        """The graph as JSON-able data (what :meth:`save` writes; :meth:`from_dict` reads it back)."""
         measured = [
             {
                 "key": m.key,
@@ -579,7 +684,18 @@ class OpGraph:
             raise GraphError(f"{source}: malformed graph file ({type(exc).__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
-        """Write the graph as one versioned JSON file (atomically: a crash never leaves half a file)."""
+        """Write the graph as one versioned JSON file (atomically: a crash never leaves half a file).
+
+        Parameters
+        ----------
+        path : str or path
+            The file to write (replaced when it exists).
+
+        Raises
+        ------
+        PostplaceError
+            When the file cannot be written.
+        """
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         try:
@@ -591,7 +707,21 @@ class OpGraph:
 
     @classmethod
     def load(cls, path: str | Path) -> OpGraph:
-        """Read a graph written by :meth:`save`."""
+        """Read a graph written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or path
+
+        Returns
+        -------
+        OpGraph
+
+        Raises
+        ------
+        PostplaceError
+            When the file is missing, is not JSON, or is not a valid postplace graph file.
+        """
         d = read_json(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise GraphError(f"{path}: not a postplace graph file (no \"format\": \"{FORMAT}\")")
@@ -683,7 +813,25 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def topological_order(n: int, src: Sequence[int], dst: Sequence[int]) -> list[int] | None:
     """Kahn's order that always takes the lowest-index ready node (keeps the given order where it can).
 
-    Returns None if the graph has a cycle.
+    Parameters
+    ----------
+    n : int
+        The number of nodes, 0..n-1.
+    src, dst : sequence of int
+        The edges, ``src[k] -> dst[k]``.
+
+    Returns
+    -------
+    list of int or None
+        The nodes in a topological order; None if the graph has a cycle.
+
+    Examples
+    --------
+    >>> from postplace.graph import topological_order
+    >>> topological_order(3, [2, 0], [1, 2])
+    [0, 2, 1]
+    >>> topological_order(2, [0, 1], [1, 0]) is None
+    True
     """
     succ: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n

@@ -129,40 +129,66 @@ def from_torch(
     targets=None,
     microbatch_colocation: str = "none",
 ) -> OpGraph:
-    """The OpGraph of one training step of ``model`` on ``inputs``: ``loss_fn(model(*inputs))``
-    (or ``loss_fn(model(*inputs), *targets)``), its gradients, and the ``optimizer``'s update.
+    """The OpGraph of one training step of ``model``: forward, loss, gradients and the optimizer's update.
 
-    ``inputs`` is a tensor or a tuple of tensors; ``loss_fn`` returns a scalar tensor. Give the labels
-    as ``targets=`` (a tensor or tuple of tensors) so that a placed step takes new ones each call,
-    ``step(inputs, targets)``; a ``loss_fn(outputs)`` that closes over them is traced with those
-    values baked in, and a warning says so. Raises :class:`PostplaceError` (one line) if the step
-    cannot be traced, e.g. when control flow depends on tensor values.
+    The step is ``loss_fn(model(*inputs))`` (or ``loss_fn(model(*inputs), *targets)``), its gradients,
+    and the ``optimizer``'s update, traced with fake tensors (nothing is computed).
 
-    **Optimizer** (:mod:`postplace.graph.optimizers`): ``"sgd"`` (lr 0.1, momentum 0.9: the paper
-    zoo's default), ``"adam"``, ``"adamw"``, a ``torch.optim`` class, ``(class, kwargs)``, or a
-    factory ``params -> Optimizer``; ``lr`` overrides a name's or class's learning rate. The update
-    traced is torch.optim's own (SGD, Adam and AdamW), with its state (moments, step count) persistent.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; at least one parameter must require grad.
+    inputs : tensor or tuple of tensors
+        An example batch.
+    loss_fn : callable
+        ``outputs -> scalar tensor`` (or ``(outputs, *targets) -> scalar tensor`` with ``targets``).
+    optimizer : str, torch.optim class, (class, kwargs) or factory
+        The update (:mod:`postplace.graph.optimizers`): ``"sgd"`` (lr 0.1, momentum 0.9: the paper
+        zoo's default), ``"adam"``, ``"adamw"``, a ``torch.optim`` class, ``(class, kwargs)``, or a
+        factory ``params -> Optimizer``. The update traced is torch.optim's own (SGD, Adam and AdamW),
+        with its state (moments, step count) persistent.
+    lr : float, optional
+        Overrides a name's or class's learning rate.
+    precision : {"fp32", "bf16", "fp16"}
+        ``"bf16"`` / ``"fp16"``: the forward pass and the loss run under ``torch.autocast`` in that
+        dtype (the CPU's autocast op lists: matmuls and convolutions in low precision; losses in fp32),
+        backward follows autograd, and parameters, gradients and optimizer state stay fp32 (master
+        weights). Each op records the precision it computes in, and the cost model prices it at the
+        device's peak for that precision. No loss scaling is traced: fp16 without a ``GradScaler`` can
+        underflow small gradients, as eager fp16 autocast without one does.
+    name : str, optional
+        The graph's name (default: the model's class name).
+    microbatches : int
+        ``m > 1``: gradient accumulation over m micro-batches (needs ``targets``). Every input and
+        target is cut into m equal slices along dim 0 (the batch size must divide by m); micro-batch
+        k's loss is ``loss_fn(model(*inputs_k), *targets_k) / m``, so with a mean-reduced loss the
+        summed gradient is the mean gradient over the whole batch, and the step returns the sum of
+        the m scaled losses (the mean of the micro-batch losses). Forward and backward run once per
+        micro-batch in order, gradients are summed in program order, and the optimizer updates once.
+        What differs from one full-batch step: batch statistics are per micro-batch (batch norm
+        normalises each micro-batch by its own mean and variance, and its running statistics are
+        updated m times, with the momentum applied m times), exactly as eager gradient accumulation
+        does. See :mod:`postplace.graph.microbatch`.
+    targets : tensor or tuple of tensors, optional
+        The labels (``()`` for a loss without targets), so that a placed step takes new ones each
+        call, ``step(inputs, targets)``; a ``loss_fn(outputs)`` that closes over them is traced with
+        those values baked in, and a warning says so.
+    microbatch_colocation : {"none", "module"}
+        ``"none"``: the search may put one layer's micro-batches on different devices (data
+        parallelism is a placement); ``"module"``: every micro-batch's ops of a layer are colocated
+        (pure pipelines).
 
-    **Precision**: ``"fp32"``, or ``"bf16"`` / ``"fp16"``: the forward pass and the loss run under
-    ``torch.autocast`` in that dtype (the CPU's autocast op lists: matmuls and convolutions in low
-    precision; losses in fp32), backward follows autograd, and parameters, gradients and optimizer
-    state stay fp32 (master weights). Each op records the precision it computes in, and the cost model
-    prices it at the device's peak for that precision. No loss scaling is traced: fp16 without a
-    ``GradScaler`` can underflow small gradients, as eager fp16 autocast without one does.
+    Returns
+    -------
+    OpGraph
+        The step's ops and edges, with its optimizer, precision and parameter bytes in ``metadata``.
 
-    **Micro-batches** (``microbatches=m > 1``, gradient accumulation): give the targets explicitly,
-    ``targets=`` a tensor or tuple of tensors (``()`` for a loss without targets), and a
-    ``loss_fn(outputs, *targets)``. Every input and target is cut into m equal slices along dim 0
-    (the batch size must divide by m); micro-batch k's loss is ``loss_fn(model(*inputs_k),
-    *targets_k) / m``, so with a mean-reduced loss the summed gradient is the mean gradient over the
-    whole batch, and the step returns the sum of the m scaled losses (the mean of the micro-batch
-    losses). Forward and backward run once per micro-batch in order, gradients are summed in program
-    order, and the optimizer updates once. What differs from one full-batch step: batch statistics
-    are per micro-batch (batch norm normalises each micro-batch by its own mean and variance, and its
-    running statistics are updated m times, with the momentum applied m times), exactly as eager
-    gradient accumulation does. ``microbatch_colocation``: ``"none"`` (the search may put one layer's
-    micro-batches on different devices: data parallelism is a placement) or ``"module"`` (every
-    micro-batch's ops of a layer are colocated: pure pipelines). See :mod:`postplace.graph.microbatch`.
+    Raises
+    ------
+    PostplaceError
+        One line, if the step cannot be traced (e.g. when control flow depends on tensor values), or
+        for inputs or targets that are not tensors, no trainable parameter, an unknown precision or
+        colocation mode, or micro-batches without targets.
     """
     return trace(
         model,

@@ -81,7 +81,37 @@ PLACERS: dict[str, Callable[..., np.ndarray]] = {
 
 
 def place(name: str, graph: OpGraph, cluster: Cluster, **kw) -> np.ndarray:
-    """Run the placer called ``name`` (a key of :data:`PLACERS`) with keyword arguments ``kw``."""
+    """Run the placer called ``name`` (a key of :data:`PLACERS`) with keyword arguments ``kw``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`PLACERS`.
+    graph : OpGraph
+    cluster : Cluster
+    **kw
+        The placer's own keyword arguments (``cost_model``, ``seed``, ``allowed``...).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64[n_ops]``: a device id per op.
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown name, and whatever the placer raises (:class:`PlacementError` and
+        :class:`NoSingleDeviceFits` are PostplaceErrors).
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.placers import place
+    >>> g = OpGraph.build(["a", "b"], [(0, 1, 1e6)], flops=[1e9, 1e9])
+    >>> place("single", g, load_cluster("k80x2")).tolist()
+    [1, 1]
+    """
     try:
         fn = PLACERS[name]
     except KeyError:

@@ -178,6 +178,28 @@ def memory_account(graph: OpGraph, cluster: Cluster, dev: np.ndarray) -> np.ndar
     """Bytes per device of a complete placement under the conservative account (module docstring).
 
     Never below the simulator's peak; equal to it for ``static`` graphs.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    dev : numpy.ndarray
+        ``int[n_ops]``: a device id per op.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64[D]``: every op's persistent bytes on its device, and in ``live`` memory mode also
+        every output allocated there and every tensor received there (once per device).
+
+    Examples
+    --------
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.placers import memory_account
+    >>> from postplace.testing import star_cluster
+    >>> g = OpGraph.build(["a", "b"], [(0, 1, 8.0)], output_bytes=[8.0, 4.0], persistent_bytes=[100.0, 0.0])
+    >>> memory_account(g, star_cluster(("gpu", "gpu")), [0, 1]).tolist()
+    [108.0, 12.0]
     """
     dev = np.asarray(dev, dtype=np.int64)
     used = np.bincount(dev, weights=graph.persistent_bytes, minlength=cluster.num_devices).astype(np.float64)

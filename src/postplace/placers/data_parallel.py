@@ -68,8 +68,31 @@ __all__ = [
 class DataParallelResult:
     """Estimated step of data parallelism over ``gpus`` (NOT a placement: no op-to-device map).
 
-    ``step_time = compute_time + allreduce_time`` (seconds); ``peak_mem[k]`` bytes per GPU and
-    ``oom`` when any exceeds its ``capacity``; ``gradient_bytes`` and where they came from.
+    What :func:`data_parallel_step_time` returns.
+
+    Parameters
+    ----------
+    step_time : float
+        ``compute_time + allreduce_time`` (seconds).
+    compute_time : float
+        Seconds the slowest replica takes for its share of the batch (every op time over k, its
+        launch overhead kept whole).
+    allreduce_time : float
+        Seconds of the ring all-reduce of the gradients.
+    gradient_bytes : float
+        Bytes all-reduced per step.
+    gradient_source : str
+        Where ``gradient_bytes`` came from (``"given"``, or how the graph's parameters were recognised).
+    gpus : tuple of str
+        The replicas' GPUs, in ring order.
+    peak_mem : numpy.ndarray
+        ``[k]``: bytes per replica GPU.
+    capacity : numpy.ndarray
+        ``[k]``: each replica GPU's usable memory.
+    oom : bool
+        Some replica's ``peak_mem`` exceeds its ``capacity``.
+    kind : str
+        ``"data-parallel (not a placement)"``, so no table mistakes it for one.
     """
 
     step_time: float
@@ -352,13 +375,31 @@ def data_parallel_placement(graph: OpGraph, cluster: Cluster, *, gpus: list | No
 class DataParallelPlan:
     """Data parallelism over ``gpus``, simulated as a placement (:func:`simulate_data_parallel`).
 
-    ``placement``: op-level device ids (the sharded placement the simulator timed).
-    ``step_time``: its simulated step time (seconds), or ``inf`` where ``oom`` (a plan that does not fit
-    is never a result); ``step_time_if_it_fit`` keeps the simulated figure either way.
-    ``peak_mem[k]`` / ``capacity[k]``: bytes per replica GPU (``gpus[k]``) with the whole state
-    replicated, and the GPU's capacity; ``sharded_peak_mem[D]``: the simulator's own peak per device
-    of the sharded placement. ``oom``: some replica GPU (or another device) is above its capacity.
-    ``microbatches``: m; ``note``: the assumptions, in one line.
+    Parameters
+    ----------
+    placement : numpy.ndarray
+        Op-level device ids (the sharded placement the simulator timed).
+    step_time : float
+        Its simulated step time (seconds), or ``inf`` where ``oom`` (a plan that does not fit is never
+        a result).
+    step_time_if_it_fit : float
+        The simulated step time either way.
+    peak_mem : numpy.ndarray
+        ``[k]``: bytes per replica GPU (``gpus[k]``) with the whole state replicated.
+    capacity : numpy.ndarray
+        ``[k]``: each replica GPU's capacity.
+    sharded_peak_mem : numpy.ndarray
+        ``[D]``: the simulator's own peak per device of the sharded placement.
+    oom : bool
+        Some replica GPU (or another device) is above its capacity.
+    gpus : tuple of str
+        The replica GPUs.
+    microbatches : int
+        m, the micro-batches the step was traced as.
+    note : str
+        The assumptions, in one line.
+    kind : str
+        ``"data-parallel (simulated placement)"``.
     """
 
     placement: np.ndarray

@@ -98,10 +98,26 @@ def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None 
     No memory check: this is the plain "CPU only" baseline, whose step time the Post paper and
     Mirhoseini et al. (ICML 2017) report.
 
+    Parameters
+    ----------
+    graph, cluster : OpGraph, Cluster
+    cost_model : CostModel, optional
+        Unused (nothing is timed); accepted so every placer has the same signature.
+    seed : int
+        Unused (the placer is deterministic).
+    allowed : numpy.ndarray, optional
+        ``[n_ops, D]`` bool: the user's constraints (pins, exclusions). A CPU no op may use is skipped;
+        an op that may not use the CPU goes to the first device it may use.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 device id per op.
+
     Raises
     ------
     PlacementError
-        When the cluster has no CPU.
+        When the cluster has no CPU (left after the constraints), or an op may run on no device.
 
     Examples
     --------

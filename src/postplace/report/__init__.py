@@ -25,11 +25,26 @@ __all__ = ["build_report_data", "run_kind", "write_report"]
 def write_report(run_dir, out=None, *, graph=None, cluster=None, size: str | None = None) -> Path:
     """Write the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path.
 
-    Args:
-        run_dir: a folder written by ``postplace place``, ``compare`` or ``paper``.
-        out: the HTML file; the figures, ``report.json`` and ``trace.json`` go into its folder.
-        graph, cluster, size: the run's graph (an OpGraph, a file or a zoo name) and cluster (a
-            Cluster or a name), where the folder does not record them.
+    Parameters
+    ----------
+    run_dir : str or path
+        A folder written by ``postplace place``, ``compare`` or ``paper``.
+    out : str or path, optional
+        The HTML file; the figures, ``report.json`` and ``trace.json`` go into its folder.
+    graph, cluster, size : optional
+        The run's graph (an OpGraph, a file or a zoo name, with the zoo ``size``) and cluster (a
+        Cluster or a name), where the folder does not record them.
+
+    Returns
+    -------
+    pathlib.Path
+        The HTML file written.
+
+    Raises
+    ------
+    PostplaceError
+        When ``run_dir`` is not a folder of a run, ``out`` is a folder, a file of the run cannot be
+        read, or the run's graph or cluster cannot be found.
     """
     from postplace.report import _html, _png
 

@@ -30,7 +30,34 @@ REPORT_VERSION = 1
 
 # ------------------------------------------------------------------------------ the folder
 def run_kind(run_dir: Path) -> str:
-    """``place``, ``compare`` or ``paper``, from the files in the folder."""
+    """``place``, ``compare`` or ``paper``, from the files in the folder.
+
+    Parameters
+    ----------
+    run_dir : path
+        The run folder.
+
+    Returns
+    -------
+    str
+        ``"paper"`` if it holds ``paper.json``, else ``"compare"`` for ``compare.json``, else
+        ``"place"`` for ``summary.json``.
+
+    Raises
+    ------
+    PostplaceError
+        When it holds none of them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from postplace.report import run_kind
+    >>> run = Path(tempfile.mkdtemp())
+    >>> _ = (run / "summary.json").write_text("{}")
+    >>> run_kind(run)
+    'place'
+    """
     if (run_dir / "paper.json").exists():
         return "paper"
     if (run_dir / "compare.json").exists():
@@ -634,7 +661,28 @@ def stamp(data: dict) -> dict:
 
 
 def build_report_data_for(run_dir, *, graph=None, cluster=None, size: str | None = None) -> tuple[dict, object]:
-    """(report data, the re-simulated Schedule) of a ``place`` or ``compare`` folder."""
+    """(report data, the re-simulated Schedule) of a ``place`` or ``compare`` folder.
+
+    Parameters
+    ----------
+    run_dir : str or path
+        A folder written by ``postplace place`` or ``compare``.
+    graph, cluster, size : optional
+        As :func:`postplace.report.write_report` takes them.
+
+    Returns
+    -------
+    tuple
+        ``(data, schedule)``: the JSON-able data the report draws, and the
+        :class:`~postplace.sim.Schedule`, simulated again, of the placement it draws (a ``place``
+        run's returned one; a comparison's fastest search run or one-shot placer).
+
+    Raises
+    ------
+    PostplaceError
+        For a paper folder or a folder of no run, a damaged file, a graph or cluster that cannot be
+        found, or a comparison with no feasible placement to draw.
+    """
     run_dir = Path(run_dir)
     kind = run_kind(run_dir)
     if kind == "paper":

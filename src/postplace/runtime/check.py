@@ -29,7 +29,22 @@ def _key(t: torch.Tensor):
 
 
 class LogicalDeviceCheck(TorchDispatchMode):
-    """Storage -> logical device tags; ``current`` is the device of the op being run (None: no check)."""
+    """Storage -> logical device tags; ``current`` is the device of the op being run (None: no check).
+
+    A ``TorchDispatchMode`` that takes no arguments; :func:`run_with_check` drives it (see
+    :meth:`postplace.runtime.PlacedStep.run_checked`).
+
+    Attributes
+    ----------
+    tags : dict
+        Storage key -> the logical device id it lives on.
+    current : int or None
+        The logical device of the node being run (None: no check).
+    node : str
+        The name of the node being run.
+    violations : list of str
+        Every aten call that read a tensor of another logical device (or an untagged one).
+    """
 
     def __init__(self):
         super().__init__()
@@ -39,6 +54,7 @@ class LogicalDeviceCheck(TorchDispatchMode):
         self.violations: list[str] = []
 
     def tag(self, value, device: int) -> None:
+        """Record that every tensor in ``value`` (nested lists and tuples too) lives on logical ``device``."""
         for t in tree_flatten(value)[0]:
             if isinstance(t, torch.Tensor) and _key(t) is not None:
                 self.tags[_key(t)] = device

@@ -48,15 +48,31 @@ class _Timeout(Exception):
 class TorchEvaluator:
     """Evaluates placements of a traced step by running them (see module docstring).
 
-    Args:
-        traced: the :class:`~postplace.graph.trace_torch.Traced` step.
-        cluster: a :class:`~postplace.cluster.Cluster` (placements are checked against its rules) or a
-            list of logical device names.
-        group_of_op: int array over ops; placements are then over groups (as the Simulator takes them).
-        device_map: logical name -> torch device, or ``"cpu"`` for everything on the CPU.
-        steps, discard: steps per placement and how many of the first are not timed.
-        timeout: seconds per placement.
-        threads: torch's CPU threads while measuring (default: as they are).
+    An :class:`~postplace.sim.Evaluator` (``name`` ``"torch"``); :meth:`for_zoo` traces a zoo model
+    and makes one.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The traced step.
+    cluster : Cluster or list of str
+        A :class:`~postplace.cluster.Cluster` (placements are checked against its rules) or a list of
+        logical device names.
+    group_of_op : numpy.ndarray, optional
+        Int array over ops; placements are then over groups (as the Simulator takes them).
+    device_map : str or mapping, optional
+        Logical name -> torch device, or ``"cpu"`` for everything on the CPU.
+    steps, discard : int
+        Steps per placement (default 10) and how many of the first are not timed (default 5).
+    timeout : float
+        Seconds per placement.
+    threads : int, optional
+        Torch's CPU threads while measuring (default: as they are).
+
+    Raises
+    ------
+    PostplaceError
+        When ``steps`` does not exceed ``discard`` >= 0, or the device map is bad.
     """
 
     name = "torch"
@@ -101,12 +117,38 @@ class TorchEvaluator:
         colocation: str | None = None,
         **kwargs,
     ) -> TorchEvaluator:
-        """Trace zoo model ``name`` at ``size`` and evaluate on ``cluster`` (a Cluster, preset name or
-        file). ``microbatches``/``colocation``: trace the step as that many micro-batches (gradient
-        accumulation; a measured step is the whole accumulated step: m micro-batches and one update);
-        default: as ``graph`` records them, else 1 and ``"none"``. ``graph``: the OpGraph the search
-        places; it must be the one traced now (same op names, same micro-batch count). ``optimizer`` /
-        ``precision``: default as ``graph`` records them, else SGD and fp32."""
+        """Trace zoo model ``name`` at ``size`` and evaluate on ``cluster``.
+
+        Parameters
+        ----------
+        name, size : str
+            The zoo model and its size.
+        cluster : Cluster, str or path
+            A Cluster, preset name or cluster file.
+        group_of_op, device_map
+            As the constructor takes them.
+        optimizer, precision : optional
+            Default as ``graph`` records them, else SGD and fp32.
+        graph : OpGraph, optional
+            The OpGraph the search places; it must be the one traced now (same op names, same
+            micro-batch count).
+        microbatches, colocation : optional
+            Trace the step as that many micro-batches (gradient accumulation; a measured step is the
+            whole accumulated step: m micro-batches and one update); default: as ``graph`` records
+            them, else 1 and ``"none"``.
+        **kwargs
+            The constructor's other arguments (``steps``, ``discard``, ``timeout``, ``threads``).
+
+        Returns
+        -------
+        TorchEvaluator
+
+        Raises
+        ------
+        PostplaceError
+            When ``microbatches`` or ``colocation`` differ from what ``graph`` records, or ``graph``
+            is not the step traced now.
+        """
         from postplace.cluster import load_cluster
         from postplace.runtime.zoo_step import trace_zoo_step
 
@@ -161,10 +203,23 @@ class TorchEvaluator:
 
     # ------------------------------------------------------------------------------ evaluation
     def expand(self, placements: np.ndarray) -> np.ndarray:
+        """Op-level device ids ``[n, num_ops]`` from group-level (or op-level) placements."""
         return expand_placements(placements, self.group_of_op, self.graph.num_ops)
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
-        """Run placements over groups (or over ops when there is no grouping), one after another."""
+        """Run placements over groups (or over ops when there is no grouping), one after another.
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[units]`` or ``int[n, units]``.
+
+        Returns
+        -------
+        EvalResult
+            Measured step times (the median of the timed steps); OOM, failures and timeouts marked,
+            never raised.
+        """
         saved = torch.get_num_threads()
         if self.threads is not None:
             torch.set_num_threads(self.threads)

@@ -59,7 +59,29 @@ def transfer(value, device):
 
 
 def default_device_map(names: Sequence[str]) -> dict[str, str]:
-    """``cpu`` -> ``cpu``, ``gpuK`` -> ``cuda:K``; anything else must be given explicitly."""
+    """The default torch device of each logical device: ``cpu`` -> ``cpu``, ``gpuK`` -> ``cuda:K``.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Logical device names (a cluster's ``device_names``).
+
+    Returns
+    -------
+    dict of str to str
+        Logical name -> torch device string.
+
+    Raises
+    ------
+    PostplaceError
+        For a name with no default (anything else must be given explicitly).
+
+    Examples
+    --------
+    >>> from postplace.runtime import default_device_map
+    >>> default_device_map(["cpu", "gpu0", "gpu1"])
+    {'cpu': 'cpu', 'gpu0': 'cuda:0', 'gpu1': 'cuda:1'}
+    """
     out = {}
     for n in names:
         if n == "cpu" or n.startswith("cpu"):
@@ -72,8 +94,35 @@ def default_device_map(names: Sequence[str]) -> dict[str, str]:
 
 
 def resolve_device_map(names: Sequence[str], device_map: str | Mapping[str, str] | None) -> list[torch.device]:
-    """One torch device per logical device: ``None`` = defaults, a string = every device there,
-    a mapping = those entries over the defaults."""
+    """One torch device per logical device, from a device map over the defaults.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Logical device names.
+    device_map : str, mapping or None
+        None: :func:`default_device_map`; a string: every logical device there (``"cpu"``); a
+        mapping: those entries over the defaults.
+
+    Returns
+    -------
+    list of torch.device
+        In the order of ``names``.
+
+    Raises
+    ------
+    PostplaceError
+        For a mapping that names an unknown logical device, a value that is not a torch device, or a
+        name with no default.
+
+    Examples
+    --------
+    >>> from postplace.runtime import resolve_device_map
+    >>> resolve_device_map(["cpu", "gpu0"], "cpu")
+    [device(type='cpu'), device(type='cpu')]
+    >>> resolve_device_map(["cpu", "gpu0"], {"gpu0": "cuda:1"})
+    [device(type='cpu'), device(type='cuda', index=1)]
+    """
     if isinstance(device_map, str):
         chosen = {n: device_map for n in names}
     else:
@@ -273,7 +322,34 @@ class PlacedStep:
 
     Call it (``step()`` or ``step(*new_inputs)``) to run one step: it returns the loss tensor (on the
     device of the loss op). A step traced as m micro-batches takes the full batch (inputs, then
-    targets) and cuts it into micro-batches itself. ``parameters()`` / ``buffers()`` give the current values by name.
+    targets) and cuts it into micro-batches itself. ``parameters()`` / ``buffers()`` give the current
+    values by name. :func:`apply` (or :func:`postplace.apply`) builds it; its fields are not passed by hand.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The traced step it runs.
+    gm : torch.fx.GraphModule
+        The placed graph module (:func:`placed_graph_module`).
+    op_device : numpy.ndarray
+        ``int64[num_ops]``: each op's logical device id.
+    device_names : tuple of str
+        The logical devices.
+    torch_devices : tuple of torch.device
+        The torch device of each logical device.
+    args : list
+        Placeholder values: parameters, buffers, optimizer state (inputs appended per call).
+    n_persistent : int
+        How many of ``args`` persist across steps.
+    input_devices : tuple of torch.device
+        Where each step input is copied to.
+    summary : dict
+        What the placing did (transfers, write-backs, ops per device).
+
+    Raises
+    ------
+    PostplaceError
+        When called with another number of inputs than the step was traced with.
     """
 
     traced: object
@@ -296,16 +372,34 @@ class PlacedStep:
 
     # ---------------------------------------------------------------------- state
     def parameters(self) -> dict[str, torch.Tensor]:
+        """The current parameters by name, on their devices.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+        """
         names = [n for n, _ in self.traced.model.named_parameters()]
         return dict(zip(names, self.args[: len(names)], strict=True))
 
     def buffers(self) -> dict[str, torch.Tensor]:
+        """The current buffers (e.g. batch norm's running statistics) by name, on their devices.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+        """
         p = len(list(self.traced.model.parameters()))
         names = [n for n, _ in self.traced.model.named_buffers()]
         return dict(zip(names, self.args[p : p + len(names)], strict=True))
 
     def copy_to_model(self, model: torch.nn.Module | None = None) -> None:
-        """Write the trained parameters and buffers back into ``model`` (default: the traced one)."""
+        """Write the trained parameters and buffers back into ``model`` (default: the traced one).
+
+        Parameters
+        ----------
+        model : torch.nn.Module, optional
+            A module with the traced one's parameter and buffer names.
+        """
         model = model or self.traced.model
         with torch.no_grad():
             for name, t in {**self.parameters(), **self.buffers()}.items():
@@ -320,8 +414,19 @@ class PlacedStep:
 
     # ---------------------------------------------------------------------- checking
     def run_checked(self, *inputs):
-        """Run one step node by node under :class:`~postplace.runtime.check.LogicalDeviceCheck`;
-        returns ``(loss, violations)``: every op that read a tensor of another logical device."""
+        """Run one step node by node under :class:`~postplace.runtime.check.LogicalDeviceCheck`.
+
+        Parameters
+        ----------
+        *inputs : torch.Tensor
+            As for a call of the step (none: the traced batch).
+
+        Returns
+        -------
+        tuple
+            ``(loss, violations)``: the loss and every op that read a tensor of another logical device
+            (a list of str; empty when the placement's transfers are complete).
+        """
         from postplace.runtime.check import LogicalDeviceCheck, run_with_check
 
         xs = self.traced.split_batch(inputs)
@@ -333,11 +438,27 @@ class PlacedStep:
 
     # ---------------------------------------------------------------------- reporting
     def module_report(self) -> list[dict]:
-        """Where each module ran, per phase: ``[{module, phase, devices: {name: op count}}]``."""
+        """Where each module ran, per phase: ``[{module, phase, devices: {name: op count}}]``.
+
+        Returns
+        -------
+        list of dict
+        """
         rows = module_placement(self.traced, self.op_device, self.device_names)
         return rows
 
     def format_module_report(self, depth: int | None = None) -> str:
+        """:meth:`module_report` as text: one line per module, its device per phase.
+
+        Parameters
+        ----------
+        depth : int, optional
+            Cut module paths to their first ``depth`` names, counting submodules with them.
+
+        Returns
+        -------
+        str
+        """
         return format_module_report(self.module_report(), depth)
 
 
@@ -361,20 +482,36 @@ def apply(
 ) -> PlacedStep:
     """A training-step callable that runs ``graph``'s traced step under ``placement``.
 
-    Args:
-        model: the model the step was traced from; its current parameters and buffers are copied to
-            their devices (the model itself is not changed; see :meth:`PlacedStep.copy_to_model`).
-        graph: a :class:`~postplace.graph.trace_torch.Traced` (from ``trace(model, inputs, loss_fn)``).
-        placement: op-level device ids ``int[num_ops]``, or ``{op name: device name}``.
-        devices: the logical device names (a :class:`~postplace.cluster.Cluster` or a list of names);
-            default: the names in ``placement`` when it is a mapping, else ``cpu, gpu0, gpu1...``.
-        device_map: logical name -> torch device (see :func:`resolve_device_map`); ``"cpu"`` puts every
-            device on the CPU.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model the step was traced from; its current parameters and buffers are copied to their
+        devices (the model itself is not changed; see :meth:`PlacedStep.copy_to_model`).
+    graph : postplace.graph.trace_torch.Traced
+        The traced step (from ``trace(model, inputs, loss_fn)``).
+    placement : array of int or dict
+        Op-level device ids ``int[num_ops]``, or ``{op name: device name}``.
+    devices : Cluster or list of str, optional
+        The logical device names; default: the names in ``placement`` when it is a mapping, else
+        ``cpu, gpu0, gpu1...``.
+    device_map : str or mapping, optional
+        Logical name -> torch device (see :func:`resolve_device_map`); ``"cpu"`` puts every device on
+        the CPU.
 
-    Returns:
-        A :class:`PlacedStep`.
+    Returns
+    -------
+    PlacedStep
 
-    Example::
+    Raises
+    ------
+    PostplaceError
+        When ``graph`` is not a traced step, the placement does not match it (length, unknown ops or
+        devices, an op without a device), the device map is bad, the model's parameters are not the
+        traced ones (or are on the meta device), or the placement needs CUDA devices this machine lacks.
+
+    Examples
+    --------
+    A sketch (:func:`postplace.apply` has a runnable example)::
 
         traced = trace(model, inputs, loss_fn)
         step = apply(model, traced, placement, cluster, device_map="cpu")

@@ -73,21 +73,38 @@ def apply_zoo(
 ):
     """The placed training step of zoo model ``name`` at ``size``, traced as ``microbatches`` micro-batches.
 
-    Args:
-        placement: op-level device ids ``int[num_ops]`` of that graph, or ``{op name: device name}``
-            (with a :class:`~postplace.cluster.Cluster`, a partial mapping is completed through
-            colocation and checked against the cluster's rules, as ``placement.json`` is read).
-        cluster: a Cluster, a preset name or cluster file, or a list of logical device names.
-        microbatches, colocation: how the placed graph was traced (a result's ``target_spec``
-            ``microbatches`` / ``microbatch_colocation``); a placement of another m is one error line.
-        model: the module whose parameters and buffers the step starts from (default: the freshly built
-            zoo model); it must have the zoo model's parameters.
-        device_map: logical device -> torch device; ``"cpu"`` runs every device on the CPU.
-        optimizer, lr, precision, batch: as for :func:`postplace.zoo.trace_model` (a result's
-            ``target_spec`` records the optimizer and precision it was placed for).
+    Parameters
+    ----------
+    name, size : str
+        The zoo model and its size.
+    placement : array of int or dict
+        Op-level device ids ``int[num_ops]`` of that graph, or ``{op name: device name}`` (with a
+        :class:`~postplace.cluster.Cluster`, a partial mapping is completed through colocation and
+        checked against the cluster's rules, as ``placement.json`` is read).
+    cluster : Cluster, str, path or list of str
+        A Cluster, a preset name or cluster file, or a list of logical device names.
+    microbatches, colocation
+        How the placed graph was traced (a result's ``target_spec`` ``microbatches`` /
+        ``microbatch_colocation``); a placement of another m is one error line.
+    model : torch.nn.Module, optional
+        The module whose parameters and buffers the step starts from (default: the freshly built zoo
+        model); it must have the zoo model's parameters.
+    device_map : str or mapping, optional
+        Logical device -> torch device; ``"cpu"`` runs every device on the CPU.
+    optimizer, lr, precision, batch
+        As for :func:`postplace.zoo.trace_model` (a result's ``target_spec`` records the optimizer and
+        precision it was placed for).
 
-    Returns:
-        A :class:`~postplace.runtime.placed.PlacedStep`; each call runs the m micro-batches and one update.
+    Returns
+    -------
+    postplace.runtime.placed.PlacedStep
+        Each call runs the m micro-batches and one update.
+
+    Raises
+    ------
+    PostplaceError
+        When the placement is for another micro-batch count or does not fit the traced graph, and
+        whatever :func:`postplace.runtime.apply` raises.
     """
     from postplace.runtime.placed import apply
 

@@ -27,7 +27,38 @@ def _hierarchical():
 
 
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:
-    """A strategy by name; ``post`` with ``config="paper"`` gives the paper's uniform start."""
+    """A strategy by name; ``post`` with ``config="paper"`` gives the paper's uniform start.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`STRATEGIES` (``post``, ``ce``, ``ppo``, ``reinforce``, ``random``, ``anneal``,
+        ``hp``) or ``post-paper``.
+    space : SearchSpace
+        What the strategy places (``make_problem(...).space``).
+    seed : int
+        Seed of the strategy's random generator.
+    config : dataclass or str, optional
+        The strategy's config (e.g. :class:`PostConfig`); ``"paper"`` for Post's paper setting (any
+        other string is ignored). None: the strategy's defaults.
+
+    Returns
+    -------
+    Strategy
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown name.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.search import SearchSpace, make_strategy
+    >>> space = SearchSpace(np.ones((3, 2), dtype=bool), failure_step_time=10.0)
+    >>> make_strategy("post", space, config="paper").name, make_strategy("anneal", space).name
+    ('post-paper', 'anneal')
+    """
     from postplace.errors import PostplaceError
 
     if name == "post-paper" or (name == "post" and config == "paper"):

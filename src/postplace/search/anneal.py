@@ -38,8 +38,31 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 @dataclass(frozen=True)
 class AnnealConfig:
-    """Simulated annealing's settings; each field's range (``ranged``) is checked by
-    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+    """Simulated annealing's settings, each with its range.
+
+    Each field's range (``ranged``) is checked by :func:`postplace.search.config.build_config`, and
+    its reason is in the field's docstring.
+
+    Parameters
+    ----------
+    init : "random" or tuple of int
+        The start placement: ``"random"`` (default; each unit uniform over its allowed devices) or a
+        tuple of G device ids.
+    temperature : float
+        Initial relative temperature T_0 (default 0.1, > 0).
+    cooling : float
+        Factor on the temperature per decided proposal (default 0.998, in (0, 1]).
+    min_temperature : float
+        Floor of the temperature (default 1e-4, > 0).
+    moves_per_ask : int
+        Proposals per ask (default 1, >= 1).
+
+    Examples
+    --------
+    >>> from postplace.search import AnnealConfig
+    >>> AnnealConfig(init=(1, 1, 2), cooling=1.0).cooling
+    1.0
+    """
 
     init: str | tuple[int, ...] = ranged("random", "[0, inf)", "the start placement", choices=("random",))
     """Start placement: 'random' (each unit uniform over its allowed devices, ours: no heuristic gets
@@ -65,6 +88,25 @@ class AnnealConfig:
 class AnnealStrategy:
     """Simulated annealing (Metropolis MCMC) over placements; see the module docstring.
 
+    Follows the :class:`postplace.search.Strategy` ask/tell contract; :func:`postplace.search.run`
+    drives it.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    seed : int
+        Seed of its random generator.
+    config : AnnealConfig, optional
+        Default ``AnnealConfig()``.
+
+    Raises
+    ------
+    ValueError
+        At the first :meth:`ask`, when ``config.init`` is not ``"random"`` nor a placement of the
+        space's units on devices they may use.
+
+    Examples
+    --------
     >>> space = SearchSpace(np.ones((4, 2), dtype=bool), failure_step_time=100.0)
     >>> s = AnnealStrategy(space, seed=0)
     >>> p = s.ask(8)            # the first ask returns the start placement
@@ -98,6 +140,7 @@ class AnnealStrategy:
     # ------------------------------------------------------------------------------ helpers
     @property
     def temperature(self) -> float:
+        """The current temperature: ``max(min_temperature, temperature * cooling ** decided)``."""
         c = self.config
         return max(c.min_temperature, c.temperature * c.cooling**self.decided)
 
@@ -126,6 +169,7 @@ class AnnealStrategy:
 
     # ------------------------------------------------------------------------------ ask / tell
     def ask(self, max_n: int) -> np.ndarray:
+        """The start placement first; then up to ``moves_per_ask`` single-unit moves (:meth:`Strategy.ask`)."""
         if self.current is None:
             return self._start()[None, :]
         k = max(1, min(self.config.moves_per_ask, max_n))
@@ -134,6 +178,7 @@ class AnnealStrategy:
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
     ) -> None:
+        """Accept or reject the proposals in order, Metropolis's rule (:meth:`Strategy.tell`)."""
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         feasible = np.asarray(feasible, dtype=bool)
         s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
@@ -157,6 +202,7 @@ class AnnealStrategy:
 
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
+        """The chain, its scores, counters, config and random generator, as JSON-able data."""
         cfg = asdict(self.config)
         if not isinstance(cfg["init"], str):
             cfg["init"] = [int(x) for x in cfg["init"]]
@@ -172,6 +218,7 @@ class AnnealStrategy:
         }  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a state :meth:`state_dict` returned."""
         cfg = dict(state["config"])
         if not isinstance(cfg["init"], str):
             cfg["init"] = tuple(int(x) for x in cfg["init"])

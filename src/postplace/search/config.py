@@ -93,6 +93,26 @@ def ranged(default, interval: str | None = None, why: str = "", *, choices: tupl
     return dataclasses.field(default=default, metadata={"range": rng})
 
 
+LIMITS: dict[str, dict[str, float]] = {
+    "PostConfig": {"batch_size": 10**6, "ppo_epochs": 10**4},
+    "ReinforceConfig": {"batch_size": 10**6},
+    "RandomConfig": {"batch_size": 10**6},
+    "AnnealConfig": {"moves_per_ask": 10**6},
+    "HierarchicalConfig": {"num_groups": 10**6, "grouper_hidden": 4096, "placer_hidden": 4096,
+                           "device_embedding": 4096, "groupings_per_ask": 10**4, "placements_per_grouping": 10**4,
+                           "lr": 1e3, "tanh_constant": 1e3, "noise_std": 1e3},
+}  # fmt: skip
+"""Upper bounds on fields whose declared range is open above, past which a value cannot be meant: it
+allocates more memory than a machine has (a 10^20-unit hidden layer), runs for ever (10^20 PPO
+epochs per batch) or overflows the float32 the hierarchical planner trains in (lr 1e300). A value
+above one is an error line naming the bound, as a value outside the range is."""
+
+
+def field_limit(cls, name: str) -> float | None:
+    """The upper bound :data:`LIMITS` puts on field ``name`` of config class ``cls`` (None: its range only)."""
+    return LIMITS.get(cls.__name__, {}).get(name)
+
+
 def field_range(cls, name: str) -> Range | None:
     """The declared :class:`Range` of field ``name`` of config class ``cls`` (None for a boolean)."""
     return {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("range")
@@ -145,6 +165,14 @@ def read_config_file(path: str | Path, strategy: str) -> dict:
     table = data.get(strategy, data)
     if not isinstance(table, dict):
         raise PostplaceError(f"--config {path}: [{strategy}] must be a table of config fields")
+    from postplace.search import STRATEGIES
+
+    own = table is not data  # inside [strategy] every table is a mistake; at the top, other strategies' tables
+    for k, v in table.items():
+        if isinstance(v, dict) and (own or k not in (*STRATEGIES, "post-paper")):
+            where = f"[{strategy}.{k}]" if own else f"[{k}]"
+            raise PostplaceError(f"--config {path}: {where} is a table, not a config field of '{strategy}'; write "
+                                 f"its fields as KEY = VALUE under [{strategy}] or at the top of the file")  # fmt: skip
     return {k: v for k, v in table.items() if not isinstance(v, dict)}
 
 
@@ -161,6 +189,13 @@ def build_config(strategy: str, overrides: dict | None = None, *, source: str = 
             known = ", ".join(sorted(fields))
             raise PostplaceError(f"{source}: '{key}' is not a field of {cls.__name__}; its fields: {known}")
         values[key] = _coerce(raw, hints[key], source, key, field_range(cls, key))
+        limit = field_limit(cls, key)
+        if limit is not None and isinstance(values[key], int | float) and values[key] > limit:
+            rng = field_range(cls, key)
+            shown = raw if isinstance(raw, str) and len(raw) <= 24 else f"{values[key]:.3g}"
+            raise PostplaceError(f"{source} {key}={shown}: {key} must be at most {limit:g}"
+                                 + (f" ({rng.why})" if rng is not None and rng.why else "")
+                                 + "; larger values exhaust memory or time")  # fmt: skip
     return dataclasses.replace(base, **values)
 
 

@@ -57,9 +57,54 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 @dataclass(frozen=True)
 class PostConfig:
-    """Post's hyperparameters. Every field states its range (``ranged``), checked by
-    :func:`postplace.search.config.build_config` for ``--set``, ``--config``, a ``config`` dict and a
-    run folder's recorded config; the reason for each range is in the field's docstring."""
+    """Post's hyperparameters, each with its range; the defaults are the recorded sweep's choice.
+
+    Every field states its range (``ranged``), checked by :func:`postplace.search.config.build_config`
+    for ``--set``, ``--config``, a ``config`` dict and a run folder's recorded config; the reason for
+    each default and range is in the field's docstring.
+
+    Parameters
+    ----------
+    batch_size : int
+        K, placements sampled per batch; PPO runs after every batch (default 48, >= 1).
+    ce_every : int
+        N, samples between cross-entropy steps, a multiple of ``batch_size`` (default 480, >= 1).
+    elite_fraction : float
+        Share of the recent feasible samples kept as the elite (default 0.1, in (0, 1]).
+    eps : float or None
+        Weight of uniform over the allowed devices mixed in after a cross-entropy step (in [0, 1));
+        None (default): ``min(eps_cap, eps_units / G)``.
+    eps_units : float
+        With ``eps=None``: units per sample redrawn uniformly after a cross-entropy step (default 2, >= 0).
+    eps_cap : float
+        With ``eps=None``: the largest eps used (default 0.25, in [0, 1)).
+    lr : float
+        Adam learning rate on the logits in the PPO steps (default 0.1, > 0).
+    ppo_epochs : int
+        Gradient steps per PPO update (default 10, >= 1).
+    clip : float
+        PPO clip range of the probability ratio (default 0.1, in (0, 1)).
+    init : {"probe", "uniform", "speed", "memory"}
+        The policy's start (default ``"probe"``; ``"uniform"`` is the paper's).
+    anchor_weight : float
+        Prior probability on each unit's home device (default 0.7, in [0, 1]).
+    partition_units : float
+        With ``init="probe"``, when a METIS partition wins the probe: units per sample drawn away from
+        their home (default 32, >= 0).
+    probe_margin : float
+        With ``init="probe"``: the step-time ratio another start must beat the one-device start by
+        (default 0.9, in [0, 1]).
+    fill_fraction : float
+        Share of each device's memory the memory fill may use (default 0.8, in (0, 1]).
+    use_ce, use_ppo : bool
+        Run the cross-entropy steps, the PPO steps (False: the ``ppo``, ``ce`` ablations).
+
+    Examples
+    --------
+    >>> from postplace.search import PostConfig
+    >>> PostConfig().batch_size, PostConfig.paper().init
+    (48, 'uniform')
+    """
 
     batch_size: int = ranged(48, "[1, inf)", "placements sampled per batch")
     """K: placements sampled per batch; PPO runs after every batch. The paper does not state K; chosen
@@ -139,7 +184,12 @@ class PostConfig:
 
     @classmethod
     def paper(cls) -> PostConfig:
-        """The paper's setting: uniform start."""
+        """The paper's setting: uniform start.
+
+        Returns
+        -------
+        PostConfig
+        """
         return cls(init="uniform")
 
 
@@ -189,6 +239,36 @@ def initial_logits(space: SearchSpace, init: str, anchor_weight: float, fill_fra
 
 
 class PostStrategy:
+    """Post: cross-entropy steps interleaved with PPO over a per-unit softmax policy; see the module docstring.
+
+    Follows the :class:`postplace.search.Strategy` ask/tell contract; :func:`postplace.search.run`
+    drives it.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    seed : int
+        Seed of its random generator.
+    config : PostConfig, optional
+        Default ``PostConfig()``; :meth:`PostConfig.paper` for the paper's uniform start.
+
+    Raises
+    ------
+    ValueError
+        When ``config.ce_every`` is not a multiple of ``config.batch_size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.search import PostConfig, PostStrategy, SearchSpace
+    >>> space = SearchSpace(np.ones((3, 2), dtype=bool), failure_step_time=10.0)
+    >>> s = PostStrategy(space, seed=0, config=PostConfig(init="uniform", batch_size=4, ce_every=8))
+    >>> p = s.ask(100)
+    >>> p.shape
+    (4, 3)
+    >>> s.tell(p, np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4, dtype=bool))
+    """
+
     name = "post"
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None):
@@ -214,6 +294,10 @@ class PostStrategy:
 
     # ---------------------------------------------------------------------------- ask / tell
     def ask(self, max_n: int) -> np.ndarray:
+        """The probe's candidate homes first, then up to ``batch_size`` samples of the policy (:meth:`Strategy.ask`).
+
+        A batch never crosses a cross-entropy boundary.
+        """
         done = len(self._candidate_scores)
         if done < len(self._candidates):  # init='probe': the candidate homes first
             k = max(1, min(max_n, len(self._candidates) - done))
@@ -229,6 +313,10 @@ class PostStrategy:
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
     ) -> None:
+        """Learn from a batch: a cross-entropy step at every ``ce_every`` samples, else PPO (:meth:`Strategy.tell`).
+
+        The probe's candidate homes, when told, only choose the start.
+        """
         cfg = self.config
         score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time,
                        overflow, self.space.overflow_scale)  # fmt: skip
@@ -297,6 +385,7 @@ class PostStrategy:
 
     @property
     def eps(self) -> float:
+        """The uniform weight of the cross-entropy step: ``eps``, else ``min(eps_cap, eps_units / G)``."""
         cfg = self.config
         return cfg.eps if cfg.eps is not None else min(cfg.eps_cap, cfg.eps_units / self.space.num_units)
 
@@ -305,6 +394,7 @@ class PostStrategy:
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
+        """The policy's logits, Adam's moments, the random generator and the samples since the last CE step."""
         return {
             "name": self.name,
             "config": asdict(self.config),
@@ -319,6 +409,7 @@ class PostStrategy:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a state :meth:`state_dict` returned."""
         self.config = replace(self.config, **state["config"])
         self.policy.logits = state["logits"].copy()
         self.adam.load_state_dict(state["adam"])

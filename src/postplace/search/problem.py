@@ -20,6 +20,25 @@ from postplace.sim import Simulator
 
 @dataclass(frozen=True, eq=False)
 class Problem:
+    """A graph on a cluster, grouped into placement units, with its simulator and search space.
+
+    What :func:`make_problem` returns and a search runs on.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    grouping : postplace.graph.grouping.Grouping
+        Each op's unit (``group_of_op``); ``expand`` / ``collapse`` turn unit-level placements into
+        op-level ones and back.
+    simulator : postplace.sim.Simulator
+        Over the groups (``group_of_op`` set).
+    space : SearchSpace
+        What a strategy may know: allowed devices per unit, unit times, the failing score, memory.
+    op_allowed : numpy.ndarray, optional
+        ``bool[n_ops, D]``: op i may go on device d (kinds, pins and exclusions).
+    """
+
     graph: OpGraph
     cluster: Cluster
     grouping: Grouping
@@ -71,7 +90,49 @@ def make_problem(
     cost_model: CostModel | None = None,
     seed: int = 0,
 ) -> Problem:
-    """Group the graph and derive the search space (allowed devices per group, times, failing score)."""
+    """Group the graph and derive the search space (allowed devices per group, times, failing score).
+
+    Ops of different effective kinds or pins never share a group, and a colocation set follows any
+    pin on one of its members.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    groups : int or None
+        About how many units to place (METIS over colocation units, weighted by op time); None: one
+        unit per colocation set or unconstrained op.
+    pins : sequence of str
+        ``"REGEX=DEVICE"``: ops whose name matches go on DEVICE (the first matching pin wins; a
+        pattern also names every micro-batch copy of an op).
+    exclude : sequence of str
+        Devices no op may use.
+    cost_model : CostModel, optional
+        Default :class:`postplace.cost.RooflineCostModel`.
+    seed : int
+        The grouping's random seed.
+
+    Returns
+    -------
+    Problem
+
+    Raises
+    ------
+    PostplaceError
+        For a malformed pin, a pattern no op matches, an unknown device, colocated ops pinned apart,
+        excluding every device, or an op left with no device.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.search import make_problem
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9],
+    ...                   allowed_kinds=["cpu", "gpu", "gpu"])
+    >>> p = make_problem(g, load_cluster("k80x2"), groups=None, pins=["^c$=gpu1"])
+    >>> p.space.device_names, p.space.allowed.astype(int).tolist()
+    (('cpu', 'gpu0', 'gpu1'), [[1, 0, 0], [0, 1, 1], [0, 0, 1]])
+    """
     pin = parse_pins(list(pins), graph, cluster)
     excluded = {cluster.device_index(d) for d in exclude}
     if len(excluded) == cluster.num_devices:

@@ -46,28 +46,97 @@ HISTORY = "history.jsonl"
 TIMING = "timing.jsonl"
 
 
+MAX_BUDGET_SAMPLES = 10**12
+"""The most samples a budget may ask for: far past any search (a million a second for ten days), and
+within the 64-bit counts of a checkpoint."""
+MAX_BUDGET_SECONDS = 366 * 86400.0
+
+
 @dataclass(frozen=True)
 class Budget:
+    """How long a search runs: a number of samples, or seconds of wall-clock time.
+
+    Parameters
+    ----------
+    samples : int, optional
+        Stop after this many samples (the last batch is capped to it).
+    seconds : float, optional
+        Stop at the first batch that ends after this many seconds (used when ``samples`` is None).
+
+    Examples
+    --------
+    >>> from postplace.search import Budget
+    >>> Budget.parse(2400), Budget.parse("5m").describe()
+    (Budget(samples=2400, seconds=None), '300 s')
+    """
+
     samples: int | None = None
     seconds: float | None = None
 
     @classmethod
     def parse(cls, text: str | int) -> Budget:
-        """``2400`` (samples) or ``60s`` / ``5m`` (wall-clock time)."""
+        """``2400`` (samples) or ``60s`` / ``5m`` (wall-clock time).
+
+        Parameters
+        ----------
+        text : str or int
+            A positive whole number of samples, or a number followed by ``s`` or ``m``.
+
+        Returns
+        -------
+        Budget
+
+        Raises
+        ------
+        PostplaceError
+            For anything else (``0``, ``-5``, ``"1h"``).
+        """
         s = str(text).strip()
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([sm])", s)
-        if m:
-            return cls(seconds=float(m.group(1)) * (60 if m.group(2) == "m" else 1))
-        if s.isdigit() and int(s) > 0:
+        m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([sm])", s)  # ASCII digits: '²'.isdigit() is true
+        if m and len(m.group(1)) <= 30:
+            seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+            if seconds <= MAX_BUDGET_SECONDS:
+                return cls(seconds=seconds)
+        elif re.fullmatch(r"[0-9]+", s) and 0 < int(s[:30]) <= MAX_BUDGET_SAMPLES and len(s) <= 30:
             return cls(samples=int(s))
-        raise PostplaceError(f"--budget '{text}': give a number of samples (2400) or a time (60s, 5m)")
+        if m or re.fullmatch(r"[0-9]+", s):
+            raise PostplaceError(f"--budget '{str(text)[:40]}': at most {MAX_BUDGET_SAMPLES:,} samples or "
+                                 f"{MAX_BUDGET_SECONDS:g} s (a year), and at least 1 sample")  # fmt: skip
+        raise PostplaceError(f"--budget '{str(text)[:40]}': give a number of samples (2400) or a time (60s, 5m)")
 
     def describe(self) -> str:
+        """``"2400 samples"`` or ``"60 s"``."""
         return f"{self.samples} samples" if self.samples is not None else f"{self.seconds:g} s"
 
 
 @dataclass
 class SearchResult:
+    """What :func:`run` returns: the best feasible placement found, and how the search got there.
+
+    Parameters
+    ----------
+    best_placement : numpy.ndarray or None
+        Over the strategy's units; None when nothing feasible was found.
+    best_step_time : float
+        Its step time (inf when nothing feasible was found).
+    best_sample : int
+        The index of the sample that found it (-1: none).
+    samples : int
+        Samples taken (those of a resumed run's earlier part included).
+    feasible_samples : int
+        Samples that were neither OOM nor failed.
+    evaluations : int
+        Placements the evaluator was called on (a placement seen before comes from the cache).
+    wall_time_s : float
+        Seconds the search ran, a resumed run's earlier part included.
+    curve : list of float
+        The best feasible step time after each sample (inf before the first).
+    evaluator : str
+        The evaluator's name.
+    interrupted : bool
+        The run stopped on Ctrl-C (its folder then resumes).
+    """
+
     best_placement: np.ndarray | None  # over the strategy's units; None when nothing feasible was found
     best_step_time: float
     best_sample: int
@@ -99,8 +168,50 @@ def run(
 ) -> SearchResult:
     """Drive ``strategy`` against ``evaluator`` until ``budget`` is spent; see the module docstring.
 
-    ``space``: the :class:`SearchSpace` whose ``allowed`` every placement must respect (default: the
-    strategy's ``space`` attribute, if it has one).
+    Parameters
+    ----------
+    strategy : Strategy
+        Asked for placements and told their results.
+    evaluator : Evaluator
+        Evaluates each batch (a placement seen before is not evaluated again).
+    budget : Budget
+    out_dir : str or path, optional
+        The run folder: ``history.jsonl``, ``timing.jsonl`` and checkpoints. None: nothing is written.
+    resume : bool
+        Continue the run in ``out_dir`` from its last checkpoint (``budget`` may extend it).
+    checkpoint_every : int
+        Samples between checkpoints (one is also written at the end and on Ctrl-C).
+    progress : bool
+        Show a progress bar.
+    warm_start : numpy.ndarray, optional
+        A placement over the units evaluated first (in a run that has no samples yet).
+    meta : dict, optional
+        Recorded with every checkpoint.
+    space : SearchSpace, optional
+        The space whose ``allowed`` every placement must respect (default: the strategy's ``space``
+        attribute, if it has one).
+
+    Returns
+    -------
+    SearchResult
+        ``interrupted`` is set when the run stopped on Ctrl-C.
+
+    Raises
+    ------
+    PostplaceError
+        When ``out_dir`` already holds a run and ``resume`` is not set, its checkpoint is missing or
+        damaged, or a placement (the strategy's or the warm start) uses a device its unit may not.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.search import Budget, make_problem, make_strategy, run
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9])
+    >>> p = make_problem(g, load_cluster("k80x2"), groups=None)
+    >>> r = run(make_strategy("random", p.space, seed=0), p.simulator, Budget(samples=32))
+    >>> r.samples, r.evaluations <= r.samples, r.best_step_time >= p.simulator.lower_bound
+    (32, True, True)
     """
     out = Path(out_dir) if out_dir is not None else None
     allowed = getattr(space if space is not None else getattr(strategy, "space", None), "allowed", None)
@@ -108,7 +219,7 @@ def run(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if resume:
-            state = _RunState.load(out, strategy)
+            state = _RunState.load(out, strategy, allowed)
         elif (out / CHECKPOINT).exists():
             raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
         else:
@@ -273,25 +384,15 @@ class _RunState:
         }
 
     @classmethod
-    def load(cls, out: Path, strategy) -> _RunState:
+    def load(cls, out: Path, strategy, allowed: np.ndarray | None = None) -> _RunState:
+        """The state a checkpoint saved, every field checked (type, range, shape, agreement with the
+        cache, the search space ``allowed`` and the strategy), and the history cut to what it covers."""
         path = out / CHECKPOINT
         if not path.exists():
             raise PostplaceError(f"{out}: no {CHECKPOINT} to resume from; start a new run with --out {out}")
         snap = load_state(path)
-        try:
-            runner = snap["runner"]
-            state = cls(**{k: v for k, v in runner.items() if k in cls.__dataclass_fields__})
-            keys = snap["cache_keys"]
-            state.cache = {k.tobytes(): (float(t), bool(o), bool(f), r, float(x)) for k, t, o, f, r, x in zip(
-                keys, snap["cache_step"], snap["cache_oom"], snap["cache_failed"], snap["cache_reasons"],
-                snap["cache_overflow"], strict=True)}
-            state.curve = [float(x) for x in snap["curve"]][: state.samples]
-            if state.best_placement is not None:
-                state.best_placement = np.asarray(state.best_placement, dtype=np.int64)
-            strategy.load_state_dict(snap["strategy"])
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise PostplaceError(f"{path}: a checkpoint of another kind of run ({type(exc).__name__}: {exc}); "
-                                 "resume it with the strategy that wrote it, or start a new run") from None
+        state = _checked_state(cls, path, snap, allowed)
+        _load_strategy(path, strategy, snap.get("strategy"), allowed)
         hist = out / HISTORY
         size = hist.stat().st_size if hist.exists() else -1
         if size < state.history_bytes:
@@ -301,11 +402,243 @@ class _RunState:
         if want is not None and _history_digest(hist, state.history_bytes) != want:
             raise PostplaceError(f"{hist}: its first {state.history_bytes} bytes are not the ones the checkpoint "
                                  "recorded: the run folder is damaged; start a new run")  # fmt: skip
+        lines = _count_lines(hist, state.history_bytes)
+        if lines != state.samples:
+            raise PostplaceError(f"{hist}: {lines} lines where the checkpoint covers {state.samples} samples: the run "
+                                 "folder is damaged; start a new run")  # fmt: skip
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
         if (out / TIMING).exists():
             _keep_timing(out / TIMING, state.samples)
         return state
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None) -> _RunState:
+    """A :class:`_RunState` from a checkpoint's data, or one error line naming what does not hold."""
+
+    def bad(what: str) -> PostplaceError:
+        return PostplaceError(f"{path}: {what} (edited or damaged); start a new run")
+
+    if not isinstance(snap, dict) or not isinstance(snap.get("runner"), dict):
+        raise bad("not a search checkpoint (no runner state)")
+    runner = snap["runner"]
+
+    def count(key: str, hi: int = _INT64_MAX) -> int:
+        v = runner.get(key, 0)
+        if type(v) is not int or not 0 <= v <= hi:
+            raise bad(f"runner '{key}' is {str(v)[:40]}, not an integer in [0, {hi}]")
+        return v
+
+    def real(key: str, *, finite: bool, hi: float = np.inf) -> float:
+        v = runner.get(key, 0.0)
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and not np.isnan(v) and v >= 0
+        if not ok or (finite and not np.isfinite(v)) or (np.isfinite(hi) and v > hi):
+            raise bad(f"runner '{key}' is {str(v)[:40]}, not a {'finite ' if finite else ''}number >= 0"
+                      + (f" and <= {hi:g}" if np.isfinite(hi) else ""))  # fmt: skip
+        return float(v)
+
+    samples = count("samples")
+    state = cls(samples=samples, feasible=count("feasible", samples), evaluations=count("evaluations", samples),
+                checkpointed=count("checkpointed", samples), history_bytes=count("history_bytes"),
+                best_step_time=real("best_step_time", finite=False), elapsed=real("elapsed", finite=True, hi=1e9),
+                last_batch_mean=real("last_batch_mean", finite=False))  # fmt: skip
+    best_sample = runner.get("best_sample", -1)
+    if type(best_sample) is not int or not -1 <= best_sample < max(samples, 1):
+        raise bad(f"runner 'best_sample' is {str(best_sample)[:40]}, not a sample of the run")
+    state.best_sample = best_sample
+    # the cache: one row per placement evaluated
+    arrays = {k: snap.get(k) for k in ("cache_keys", "cache_step", "cache_oom", "cache_failed", "cache_overflow")}
+    if not all(isinstance(a, np.ndarray) for a in arrays.values()):
+        raise bad("its cache is not arrays")
+    keys = arrays["cache_keys"]
+    n = len(keys) if keys.ndim else -1
+    kinds = {"cache_keys": "u", "cache_step": "f", "cache_oom": "b", "cache_failed": "b", "cache_overflow": "f"}
+    for k, a in arrays.items():
+        if a.dtype.kind != kinds[k] or a.shape[:1] != (n,) or a.ndim != (2 if k == "cache_keys" else 1):
+            raise bad(f"its {k} has shape {a.shape} and type {a.dtype}; the cache has {max(n, 0)} rows")
+    reasons = snap.get("cache_reasons")
+    if not isinstance(reasons, list) or len(reasons) != n or not all(r is None or isinstance(r, str) for r in reasons):
+        raise bad("its cache_reasons are not one text (or null) per cached placement")
+    if n != state.evaluations:
+        raise bad(f"its cache holds {n} placements where the runner evaluated {state.evaluations}")
+    step, oom, failed = arrays["cache_step"], arrays["cache_oom"], arrays["cache_failed"]
+    over = arrays["cache_overflow"]
+    if np.isnan(step).any() or (step < 0).any() or np.isnan(over).any() or (over < 0).any():
+        raise bad("its cached step times or overflows are negative or NaN")
+    ok = ~(oom | failed)
+    if not np.isfinite(step[ok]).all():
+        raise bad("a feasible cached placement has an infinite step time")
+    width = keys.shape[1]
+    if width % 8:
+        raise bad(f"its cached placements are {width} bytes, not whole int64 device ids")
+    placements = np.ascontiguousarray(keys).view(np.int64).reshape(n, width // 8)
+    if allowed is not None:
+        G, D = allowed.shape
+        if n and placements.shape[1] != G:
+            raise bad(f"its cached placements have {placements.shape[1]} units; the search has {G}")
+        if ((placements < 0) | (placements >= D)).any() or not allowed[np.arange(G)[None, :], placements].all():
+            raise bad("a cached placement puts a unit on a device it may not use (its kinds, --pin, --exclude)")
+    state.cache = {k.tobytes(): (float(t), bool(o), bool(f), r, float(x))
+                   for k, t, o, f, r, x in zip(keys, step, oom, failed, reasons, over, strict=True)}  # fmt: skip
+    # the best so far: the fastest feasible placement of the cache
+    best = runner.get("best_placement")
+    fastest = float(step[ok].min()) if ok.any() else float("inf")
+    if best is None:
+        if ok.any() or np.isfinite(state.best_step_time):
+            raise bad("its runner has no best placement while the cache holds a feasible one")
+    else:
+        try:
+            best = np.asarray(best)
+        except (ValueError, TypeError):
+            raise bad("its best placement is not an array of device ids") from None
+        if best.dtype.kind not in "iu" or best.ndim != 1 or best.shape[0] != placements.shape[1]:
+            raise bad(f"its best placement has shape {best.shape} and type {best.dtype}, not one device id per unit")
+        best = best.astype(np.int64)
+        entry = state.cache.get(best.tobytes())
+        if entry is None or entry[1] or entry[2] or entry[0] != state.best_step_time or entry[0] != fastest:
+            raise bad("its best placement and step time are not the fastest feasible placement of its cache")
+        state.best_placement = best
+    curve = snap.get("curve")
+    if not isinstance(curve, np.ndarray) or curve.dtype.kind != "f" or curve.shape != (samples,) or \
+            np.isnan(curve).any() or (samples and (np.diff(curve) > 0).any()):  # fmt: skip
+        raise bad(f"its curve is not {samples} best-so-far step times")
+    if samples and curve[-1] != state.best_step_time:
+        raise bad("its curve does not end at its best step time")
+    state.curve = [float(x) for x in curve]
+    if state.feasible > samples or (state.feasible and best is None):
+        raise bad("its feasible sample count disagrees with its cache")
+    meta = snap.get("meta", {})
+    if not isinstance(meta, dict):
+        raise bad("its meta is not an object")
+    digest = snap.get("history_digest")
+    if digest is not None and not isinstance(digest, str):
+        raise bad("its history digest is not text")
+    return state
+
+
+def _load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> None:
+    """Restore the strategy's state: its structure must be the one this strategy (with this run's
+    config, on this search space) writes, and a copy of the restored strategy must ask for valid
+    placements; else one error line."""
+    import copy
+
+    def bad(what: str) -> PostplaceError:
+        return PostplaceError(f"{path}: {what}; resume it with the settings that wrote it, or start a new run")
+
+    fresh = strategy.state_dict()
+    why = _unlike(fresh, saved, "strategy")
+    if not why and isinstance(fresh, dict) and "name" in fresh and saved.get("name") != fresh["name"]:
+        why = f"it is the state of strategy '{str(saved.get('name'))[:30]}', not '{fresh['name']}'"
+    if not why and allowed is not None:
+        why = _bad_arrays(saved, "strategy", allowed)
+    if why:
+        raise bad(f"the strategy state does not fit this run ({why})")
+    try:
+        strategy.load_state_dict(saved)
+        space = getattr(strategy, "space", None)
+        probe = copy.deepcopy(strategy, {} if space is None else {id(space): space})
+        placements = np.atleast_2d(np.asarray(probe.ask(1), dtype=np.int64))
+        _check_allowed(placements, allowed, "the restored strategy")
+    except PostplaceError as exc:
+        raise bad(f"the restored strategy does not work ({exc})") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, ZeroDivisionError,
+            FloatingPointError, RuntimeError) as exc:  # fmt: skip
+        raise bad(f"a checkpoint of another kind of run ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _unlike(fresh, saved, where: str) -> str:
+    """Why ``saved`` does not have the structure of ``fresh`` (a strategy's state now): '' when it does.
+    Dicts need the same keys (a saved one may lack some), arrays the same dtype kind and shape (and
+    finite values where the fresh ones are), scalars the same type; the config must be equal; lists
+    are compared item by item when both have the same length."""
+    if isinstance(fresh, dict):
+        if not isinstance(saved, dict):
+            return f"{where} is not an object"
+        extra = set(saved) - set(fresh)
+        if fresh and extra:  # an empty dict now (an optimizer's state before its first step) is open
+            return f"{where} has unknown fields {sorted(map(str, extra))[:3]}"
+        if where == "strategy.config" and _plain(saved) != _plain(fresh):
+            return "its config differs from the run's"
+        return next((w for k in saved if k in fresh and (w := _unlike(fresh[k], saved[k], f"{where}.{k}"))), "")
+    if isinstance(fresh, np.ndarray):
+        if not isinstance(saved, np.ndarray) or saved.dtype.kind != fresh.dtype.kind or (
+                fresh.ndim and saved.shape != fresh.shape):  # fmt: skip
+            return f"{where} is not a {fresh.dtype} array of shape {fresh.shape}"
+        if fresh.dtype.kind == "f" and np.isfinite(fresh).all() and not np.isfinite(saved).all():
+            return f"{where} holds NaN or infinite values"
+        return ""
+    if isinstance(fresh, list | tuple):
+        if not isinstance(saved, list | tuple):
+            return f"{where} is not a list"
+        if len(fresh) == len(saved):
+            return next((w for k, (a, b) in enumerate(zip(fresh, saved, strict=True))
+                         if (w := _unlike(a, b, f"{where}.{k}"))), "")  # fmt: skip
+        return ""
+    if fresh is None:
+        return ""
+    if isinstance(fresh, bool) or isinstance(fresh, str):
+        return "" if type(saved) is type(fresh) else f"{where} is {str(saved)[:30]!r}, not a {type(fresh).__name__}"
+    if isinstance(fresh, int):
+        ok = type(saved) is int and (saved >= 0 or fresh < 0)
+        return "" if ok else f"{where} is {str(saved)[:30]!r}, not a count"
+    if isinstance(fresh, float):
+        ok = isinstance(saved, int | float) and not isinstance(saved, bool) and not np.isnan(saved)
+        return "" if ok else f"{where} is {str(saved)[:30]!r}, not a number"
+    return ""
+
+
+def _bad_arrays(saved, where: str, allowed: np.ndarray) -> str:
+    """Why the arrays of a strategy's saved state cannot be its own: '' when they can. Arrays hold
+    numbers (no text, no NaN); an integer array of one row per placement over the search's units holds
+    device ids each unit may use; parallel lists (a list of lists of arrays, as the batches a strategy
+    keeps: placements, scores, feasibility) agree on every batch's length."""
+    G, D = allowed.shape
+    if isinstance(saved, np.ndarray):
+        if saved.dtype.kind not in "biuf":
+            return f"{where} holds {saved.dtype} values, not numbers"
+        if saved.dtype.kind == "f" and np.isnan(saved).any():
+            return f"{where} holds NaN"
+        if saved.dtype.kind in "iu" and saved.ndim == 2 and saved.shape[1] == G and saved.size:
+            if ((saved < 0) | (saved >= D)).any() or not allowed[np.arange(G)[None, :], saved].all():
+                return f"{where} puts a unit on a device it may not use"
+        return ""
+    if isinstance(saved, dict):
+        return next((w for k, v in saved.items() if (w := _bad_arrays(v, f"{where}.{k}", allowed))), "")
+    if isinstance(saved, list | tuple):
+        why = next((w for k, v in enumerate(saved) if (w := _bad_arrays(v, f"{where}.{k}", allowed))), "")
+        if why:
+            return why
+        rows = [x for x in saved if isinstance(x, list | tuple) and x and all(isinstance(a, np.ndarray) for a in x)]
+        if len(rows) >= 2 and len(rows) == len(saved) and len({len(x) for x in rows}) == 1:
+            for k in range(len(rows[0])):
+                if len({a.shape[0] if a.ndim else -1 for a in (x[k] for x in rows)}) != 1:
+                    return f"{where}: the lists' item {k} differ in length"
+        return ""
+    return ""
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _count_lines(path: Path, size: int) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
 
 
 def _keep_timing(path: Path, samples: int) -> None:
@@ -327,10 +660,9 @@ def read_timing(path: str | Path) -> list[dict]:
         try:
             row = json.loads(line)
             n, t = row["samples"], row["time_s"]
-        except (json.JSONDecodeError, TypeError, KeyError):
+        except (json.JSONDecodeError, TypeError, KeyError, IndexError, RecursionError):
             continue
-        if isinstance(n, int) and not isinstance(n, bool) and n > last and isinstance(t, int | float) \
-                and not isinstance(t, bool) and np.isfinite(t) and t >= 0:  # fmt: skip
+        if type(n) is int and last < n <= _INT64_MAX and type(t) in (int, float) and abs(t) <= 1e300 and t >= 0:
             rows.append({"samples": n, "time_s": float(t)})
             last = n
     return rows
@@ -347,8 +679,10 @@ def sample_times(timing: list[dict], n: int) -> np.ndarray | None:
 
 
 def read_history(path: str | Path) -> list[dict]:
-    """The lines of a ``history.jsonl`` (a torn last line, from a kill mid-write, is skipped); [] when
-    there is no such file."""
+    """The well-formed lines of a ``history.jsonl``; [] when there is no such file. A torn last line (a
+    kill mid-write) is skipped, and so is any line that is not a sample: not an object, or whose
+    ``step_time_s`` is not a finite number >= 0, or whose ``oom`` / ``failed`` is not true or false
+    (the file is a record read by people and reports, never state)."""
     path = Path(path)
     if not path.exists():
         return []
@@ -357,12 +691,30 @@ def read_history(path: str | Path) -> list[dict]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
+    except OSError as exc:
+        raise PostplaceError(f"{path}: cannot read the history ({exc.strerror or exc})") from None
     for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             continue
+        if _sample_row(row):
+            rows.append(row)
     return rows
+
+
+def _sample_row(row) -> bool:
+    if not isinstance(row, dict):
+        return False
+    t = row.get("step_time_s")
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        return False
+    try:
+        if not (np.isfinite(float(t)) and t >= 0):
+            return False
+    except OverflowError:
+        return False
+    return all(isinstance(row.get(k, False), bool) for k in ("oom", "failed", "cached"))
 
 
 def best_so_far(history: list[dict]) -> np.ndarray:
@@ -413,12 +765,24 @@ def _history_digest(path: Path, size: int) -> str:
 
 def checkpoint_samples(out: str | Path) -> int:
     """How many samples the checkpoint in run folder ``out`` covers."""
-    return int(load_state(Path(out) / CHECKPOINT)["runner"]["samples"])
+    path = Path(out) / CHECKPOINT
+    snap = load_state(path)
+    runner = snap.get("runner") if isinstance(snap, dict) else None
+    n = runner.get("samples") if isinstance(runner, dict) else None
+    if type(n) is not int or n < 0:
+        raise PostplaceError(f"{path}: no sample count (edited or damaged); start a new run")
+    return n
 
 
 def read_meta(out: str | Path) -> dict:
     """The ``meta`` dict a run folder's checkpoint was saved with."""
-    return load_state(Path(out) / CHECKPOINT).get("meta", {})
+    path = Path(out) / CHECKPOINT
+    snap = load_state(path)
+    meta = snap.get("meta", {}) if isinstance(snap, dict) else None
+    if not isinstance(meta, dict):
+        raise PostplaceError(f"{path}: not a search checkpoint (its meta is not an object; edited or damaged); "
+                             "start a new run")  # fmt: skip
+    return meta
 
 
 class _Progress:

@@ -19,18 +19,43 @@ import numpy as np
 class SearchSpace:
     """What a strategy may know about the problem: units, devices, and what is allowed where.
 
-    ``allowed[g, d]``: unit g may go on device d (kinds, pins and exclusions already applied; every row
-    has at least one True). ``unit_time[g, d]``: summed op time of unit g on device d (inf where not
-    allowed), for strategies that start from device-aware priors. ``failure_step_time``: the score an
-    OOM or failed placement gets, proven above every feasible step time. ``features``: optional per-unit
-    feature rows (op-type counts, sizes) for learned placers such as the hierarchical planner.
-    ``edges``: optional (src unit, dst unit, bytes) arrays of the unit graph.
+    :func:`postplace.search.make_problem` builds one (``problem.space``); a strategy is made over it.
+    The memory fields (all optional) serve strategies that start from a memory-aware prior.
 
-    Memory, for strategies that start from a memory-aware prior (all optional): ``unit_bytes[g]``, the
-    bytes unit g adds to the device it runs on (persistent bytes plus its share of the activations
-    live at the peak, estimated by :func:`postplace.search.problem.make_problem`); ``capacity[d]``,
-    device d's usable memory; ``unit_position[g]``, where unit g sits in program order (0 = first,
-    1 = last; the position of its first op), so a prior can fill devices in program order.
+    Parameters
+    ----------
+    allowed : numpy.ndarray
+        ``bool[G, D]``: unit g may go on device d (kinds, pins and exclusions already applied; every
+        row has at least one True).
+    failure_step_time : float
+        The score an OOM or failed placement gets, proven above every feasible step time.
+    unit_time : numpy.ndarray, optional
+        ``float[G, D]``: summed op time of unit g on device d (inf where not allowed), for strategies
+        that start from device-aware priors.
+    device_names, device_kinds : tuple of str
+        Per device, its name and kind.
+    features : numpy.ndarray, optional
+        Per-unit feature rows (op-type counts, sizes) for learned placers such as the hierarchical planner.
+    edges : tuple of numpy.ndarray, optional
+        ``(src unit, dst unit, bytes)`` arrays of the unit graph.
+    unit_bytes : numpy.ndarray, optional
+        ``[G]``: the bytes unit g adds to the device it runs on (persistent bytes plus its share of the
+        activations live at the peak, estimated by :func:`postplace.search.problem.make_problem`).
+    capacity : numpy.ndarray, optional
+        ``[D]``: device d's usable memory.
+    unit_position : numpy.ndarray, optional
+        ``[G]``: where unit g sits in program order (0 = first, 1 = last; the position of its first
+        op), so a prior can fill devices in program order.
+    extra : dict
+        Anything else a strategy may use.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.search import SearchSpace
+    >>> space = SearchSpace(np.array([[True, False], [True, True]]), failure_step_time=1.0)
+    >>> space.num_units, space.num_devices, space.overflow_scale
+    (2, 2, 1000000000.0)
     """
 
     allowed: np.ndarray
@@ -47,10 +72,12 @@ class SearchSpace:
 
     @property
     def num_units(self) -> int:
+        """G, the number of placement units (groups)."""
         return self.allowed.shape[0]
 
     @property
     def num_devices(self) -> int:
+        """D, the number of devices."""
         return self.allowed.shape[1]
 
     @property
@@ -61,26 +88,74 @@ class SearchSpace:
 
 
 class Strategy(Protocol):
-    """``ask(max_n)`` returns between 1 and ``max_n`` placements, as many as the strategy wants next
-    (so results never depend on how an evaluator batches); ``tell`` gets exactly those placements back
-    with their results, in the same order.
+    """The ask/tell contract of a search strategy: propose placements, learn from their results.
 
-    ``overflow[k]`` (optional, bytes) says how far each sample overflows memory: the bytes above
-    capacity summed over devices (0 for a sample that fits, inf for one that failed for another
-    reason). The runner computes it from the evaluator's peak memory and the cluster's capacity and
-    passes it as the fourth argument; a strategy that gets None knows only feasible or not."""
+    ``ask(max_n)`` returns between 1 and ``max_n`` placements, as many as the strategy wants next
+    (so results never depend on how an evaluator batches); ``tell`` gets exactly those placements back
+    with their results, in the same order. :func:`postplace.search.make_strategy` makes one by name,
+    and :func:`postplace.search.run` drives it.
+
+    Attributes
+    ----------
+    name : str
+        The strategy's name, recorded in run folders.
+    """
 
     name: str
 
-    def ask(self, max_n: int) -> np.ndarray: ...
+    def ask(self, max_n: int) -> np.ndarray:
+        """The placements the strategy wants evaluated next.
+
+        Parameters
+        ----------
+        max_n : int
+            At most this many (>= 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int[k, G]`` with ``1 <= k <= max_n``: a device id per unit.
+        """
+        ...
 
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
-    ) -> None: ...
+    ) -> None:
+        """Learn from the results of the placements the last :meth:`ask` returned, in the same order.
 
-    def state_dict(self) -> dict: ...
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[k, G]``, as asked.
+        step_time : numpy.ndarray
+            ``float[k]``: each one's step time.
+        feasible : numpy.ndarray
+            ``bool[k]``: neither OOM nor failed.
+        overflow : numpy.ndarray, optional
+            ``float[k]``: how far each sample overflows memory, the bytes above capacity summed over
+            devices (0 for a sample that fits, inf for one that failed for another reason). The runner
+            computes it from the evaluator's peak memory and the cluster's capacity; a strategy that
+            gets None knows only feasible or not.
+        """
+        ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def state_dict(self) -> dict:
+        """The strategy's whole state (its random generator included), for a run to resume exactly.
+
+        Returns
+        -------
+        dict
+        """
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state :meth:`state_dict` returned.
+
+        Parameters
+        ----------
+        state : dict
+        """
+        ...
 
 
 def scores(
@@ -98,6 +173,31 @@ def scores(
     above every feasible one, and among themselves ordered by how far they overflow, so a strategy
     learns to move towards placements that fit. A failed sample (``x`` = inf) scores twice the
     failing time, the worst there is.
+
+    Parameters
+    ----------
+    step_time : numpy.ndarray
+        ``float[k]``: the samples' step times.
+    feasible : numpy.ndarray
+        ``bool[k]``.
+    failure_step_time : float
+        The space's :attr:`SearchSpace.failure_step_time`.
+    overflow : numpy.ndarray, optional
+        ``float[k]``: bytes above capacity summed over devices (inf for a failed sample).
+    overflow_scale : float
+        The overflow in bytes that scores ``1.5 * failure_step_time``, halfway to a failed sample's
+        score (:attr:`SearchSpace.overflow_scale`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float[k]``: lower is better.
+
+    Examples
+    --------
+    >>> from postplace.search import scores
+    >>> scores([1.0, 2.0, 3.0, 4.0], [True, False, False, False], 10.0, [0.0, 0.0, 1e9, float("inf")]).tolist()
+    [1.0, 10.0, 15.0, 20.0]
     """
     feasible = np.asarray(feasible, dtype=bool)
     fail = np.full(np.shape(feasible), float(failure_step_time))

@@ -63,10 +63,45 @@ def work_bound(p: SimProblem) -> float:
 
 
 def lower_bound(p: SimProblem) -> float:
+    """Seconds no placement's step can beat: the larger of the critical path and the work bound.
+
+    See the module docstring for the two bounds.
+
+    Parameters
+    ----------
+    p : SimProblem
+        The graph, cluster and op times (:meth:`SimProblem.build`, or a Simulator's ``problem``).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.sim import SimProblem, lower_bound
+    >>> g = OpGraph.build(["a", "b"], flops=[2.8e9, 2.8e9], allowed_kinds=["gpu", "gpu"])
+    >>> round(lower_bound(SimProblem.build(g, load_cluster("k80x2"))), 6)  # 1 ms + 10 us each, one per GPU
+    0.00101
+    """
     return max(critical_path(p), work_bound(p))
 
 
 def failure_step_time(p: SimProblem) -> float:
+    """A score strictly above the step time of any feasible placement, for OOM and failed ones.
+
+    Twice the sum of every op's time on its slowest allowed device and every edge's transfer at the
+    largest latency and lowest bandwidth of any route, plus one second.
+
+    Parameters
+    ----------
+    p : SimProblem
+
+    Returns
+    -------
+    float
+    """
     t = p.op_time
     slowest = np.where(np.isfinite(t), t, -np.inf).max(axis=1)
     off = ~np.eye(p.num_devices, dtype=bool)

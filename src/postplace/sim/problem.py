@@ -14,7 +14,45 @@ from postplace.graph import OpGraph
 
 @dataclass(frozen=True, eq=False)
 class SimProblem:
-    """Everything the simulation kernels need, as flat arrays (numba reads these directly)."""
+    """Everything the simulation kernels need, as flat arrays (numba reads these directly).
+
+    Build one with :meth:`build`; the fields are copies or views of the graph's, the cluster's and the
+    cost model's arrays.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    cost_model : CostModel
+    op_times : OpTimes
+        The cost model's table with its provenance.
+    op_time : numpy.ndarray
+        ``float64[n, D]``: seconds op i takes on device d (inf where it may not run).
+    alloc_bytes : numpy.ndarray
+        ``float64[n]``: bytes an op's output allocates in live memory mode (0 if in place, or in static mode).
+    persistent : numpy.ndarray
+        ``float64[n]``: bytes an op keeps on its device for the whole step.
+    live_mode : bool
+        The graph's memory mode is ``live``.
+    out_ptr, edge_dst, edge_slot, edge_bytes, edge_src : numpy.ndarray
+        The edges in CSR order by source (:attr:`OpGraph.out_ptr`).
+    in_ptr, in_edges : numpy.ndarray
+        The edges by destination (:attr:`OpGraph.in_ptr`, :attr:`OpGraph.in_edges`).
+    edge_alias : numpy.ndarray
+        ``bool[E]``: the edge feeds an in-place op the tensor it writes (live mode only).
+    indegree : numpy.ndarray
+        Per op, its number of in-edges.
+    num_slots : int
+        One more than the largest output slot (1 for a graph without edges).
+    latency, bandwidth : numpy.ndarray
+        ``float64[D, D]``: the route a -> b's summed latency and bottleneck bandwidth.
+    route_ptr, route_res : numpy.ndarray
+        The resources each transfer a -> b holds (:attr:`Cluster.route_resources`).
+    num_resources : int
+        Ports and link directions (:attr:`Cluster.num_resources`).
+    capacity : numpy.ndarray
+        ``float64[D]``: usable memory per device.
+    """
 
     graph: OpGraph
     cluster: Cluster
@@ -43,6 +81,25 @@ class SimProblem:
 
     @classmethod
     def build(cls, graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> SimProblem:
+        """The arrays for ``graph`` on ``cluster``, op times from ``cost_model``.
+
+        Parameters
+        ----------
+        graph : OpGraph
+        cluster : Cluster
+        cost_model : CostModel, optional
+            Default :class:`postplace.cost.RooflineCostModel`.
+
+        Returns
+        -------
+        SimProblem
+
+        Raises
+        ------
+        PostplaceError
+            When step times could not be finite: an op no device of the cluster may run, or an op or
+            transfer time that overflows.
+        """
         cost_model = cost_model or RooflineCostModel()
         times = cost_model.op_times(graph, cluster)
         _check_finite(graph, cluster, times.table)
@@ -79,10 +136,12 @@ class SimProblem:
 
     @property
     def num_ops(self) -> int:
+        """The graph's number of ops."""
         return self.graph.num_ops
 
     @property
     def num_devices(self) -> int:
+        """The cluster's number of devices."""
         return self.cluster.num_devices
 
 

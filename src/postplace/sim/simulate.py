@@ -22,12 +22,36 @@ from postplace.sim.trace import Schedule
 
 @dataclass(frozen=True, eq=False)
 class EvalResult:
-    """Results for ``n`` placements on ``D`` devices.
+    """Results for ``n`` placements on ``D`` devices, as every evaluator returns them.
 
-    ``step_time[n]`` (seconds; inf where ``failed``), ``peak_mem[n, D]`` (bytes), ``oom[n]`` (some
-    device's peak exceeds its capacity: the step time is still reported, and such a placement must
-    never be called best), ``failed[n]`` with ``reasons[n]`` (None where it did not fail), and the
-    name of the evaluator, so no number hides whether it was simulated or measured.
+    It carries the name of the evaluator, so no number hides whether it was simulated or measured.
+
+    Parameters
+    ----------
+    step_time : numpy.ndarray
+        ``float64[n]``: seconds per step; inf where ``failed``.
+    peak_mem : numpy.ndarray
+        ``float64[n, D]``: each device's peak memory in bytes.
+    oom : numpy.ndarray
+        ``bool[n]``: some device's peak exceeds its capacity. The step time is still reported, and
+        such a placement must never be called best.
+    failed : numpy.ndarray
+        ``bool[n]``: the placement could not be evaluated (invalid, or the run failed).
+    reasons : list of str or None
+        Why each placement failed; None where it did not fail.
+    evaluator : str
+        The evaluator's name (``"simulator"``, ``"torch"``...).
+    busy : numpy.ndarray, optional
+        ``float64[n, D]``: seconds each device computes (the simulator's).
+    bytes_moved : numpy.ndarray, optional
+        ``float64[n]``: bytes transferred between devices (the simulator's).
+    extra : dict
+        Anything else an evaluator reports.
+
+    Attributes
+    ----------
+    feasible : numpy.ndarray
+        ``bool[n]``: neither OOM nor failed.
     """
 
     step_time: np.ndarray
@@ -42,6 +66,7 @@ class EvalResult:
 
     @property
     def feasible(self) -> np.ndarray:
+        """``bool[n]``: neither OOM nor failed."""
         return ~self.oom & ~self.failed
 
 
@@ -56,17 +81,69 @@ def expand_placements(placements: np.ndarray, group_of_op: np.ndarray | None, nu
 
 
 class Evaluator(Protocol):
+    """What the search runner drives: anything with a ``name`` and an ``evaluate`` method.
+
+    :class:`Simulator` is the default; :class:`postplace.runtime.TorchEvaluator` measures real steps
+    and :class:`postplace.distributed.RayEvaluator` spreads either over Ray actors.
+
+    Attributes
+    ----------
+    name : str
+        Recorded with every result (``"simulator"``, ``"torch"``...).
+    """
+
     name: str
 
-    def evaluate(self, placements: np.ndarray) -> EvalResult: ...
+    def evaluate(self, placements: np.ndarray) -> EvalResult:
+        """Evaluate a batch of placements.
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[n, units]``: a device id per unit (group or op) for each of ``n`` placements.
+
+        Returns
+        -------
+        EvalResult
+        """
+        ...
 
 
 class Simulator:
     """Evaluates placements of ``graph`` on ``cluster`` by simulation.
 
-    ``group_of_op`` (int array over ops) makes placements arrays over groups; without it they are over
-    ops. Placements that put an op on a kind of device it may not use, split a colocation set or name a
+    Placements that put an op on a kind of device it may not use, split a colocation set or name a
     device that does not exist come back ``failed`` with the reason; the others are simulated.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    cost_model : CostModel, optional
+        Default :class:`postplace.cost.RooflineCostModel`.
+    group_of_op : numpy.ndarray, optional
+        An int array over ops (the group of each op): placements are then arrays over groups; without
+        it they are over ops.
+
+    Raises
+    ------
+    PostplaceError
+        When the graph cannot be priced on the cluster: an op no device may run, a step time that
+        would not be finite, an op in a precision a device has no peak for.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.sim import Simulator
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9])
+    >>> sim = Simulator(g, load_cluster("k80x2"))  # devices cpu, gpu0, gpu1
+    >>> r = sim.evaluate(np.array([[1, 1, 1], [1, 2, 1], [1, 1, 5]]))
+    >>> r.step_time.round(6).tolist(), r.bytes_moved.tolist(), r.reasons[2]
+    ([0.002173, 0.00232, inf], [0.0, 2000000.0, 0.0], "op 'c' has device id 5; ids are 0..2")
+    >>> round(sim.lower_bound, 6)  # the whole chain on one GPU is optimal here
+    0.002173
     """
 
     name = "simulator"
@@ -90,12 +167,14 @@ class Simulator:
     # ------------------------------------------------------------------------------ bounds
     @property
     def lower_bound(self) -> float:
+        """Seconds no placement's step can beat (:func:`postplace.sim.lower_bound`; computed once)."""
         if self._lower_bound is None:
             self._lower_bound = bounds.lower_bound(self.problem)
         return self._lower_bound
 
     @property
     def failure_step_time(self) -> float:
+        """A step time above any feasible placement's (:func:`postplace.sim.failure_step_time`)."""
         return bounds.failure_step_time(self.problem)
 
     @property
@@ -105,15 +184,46 @@ class Simulator:
 
     # ------------------------------------------------------------------------------ evaluation
     def expand(self, placements: np.ndarray) -> np.ndarray:
-        """Op-level device ids from group-level (or op-level) placements, shape ``[n, num_ops]``."""
+        """Op-level device ids from group-level (or op-level) placements, shape ``[n, num_ops]``.
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[units]`` or ``int[n, units]``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int64[n, num_ops]``.
+        """
         return expand_placements(placements, self.group_of_op, self.graph.num_ops)
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
-        """Simulate placements over groups (or over ops when there is no grouping)."""
+        """Simulate placements over groups (or over ops when there is no grouping).
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int[units]`` or ``int[n, units]``: a device id per group (or per op).
+
+        Returns
+        -------
+        EvalResult
+        """
         return self.evaluate_ops(self.expand(placements))
 
     def evaluate_ops(self, op_placements: np.ndarray) -> EvalResult:
-        """Simulate op-level placements ``[n, num_ops]``, whatever the grouping."""
+        """Simulate op-level placements ``[n, num_ops]``, whatever the grouping.
+
+        Parameters
+        ----------
+        op_placements : numpy.ndarray
+            ``int[num_ops]`` or ``int[n, num_ops]``.
+
+        Returns
+        -------
+        EvalResult
+        """
         ops = np.ascontiguousarray(np.atleast_2d(np.asarray(op_placements, dtype=np.int64)))
         n, D = ops.shape[0], self.cluster.num_devices
         failed = self._invalid_rows(ops)
@@ -151,7 +261,22 @@ class Simulator:
         return makespan, peak, busy, moved
 
     def schedule(self, placement: np.ndarray) -> Schedule:
-        """The full schedule of one placement (op-level or group-level, as :meth:`evaluate` takes)."""
+        """The full schedule of one placement (op-level or group-level, as :meth:`evaluate` takes).
+
+        Parameters
+        ----------
+        placement : numpy.ndarray
+            One placement, as :meth:`evaluate` takes it.
+
+        Returns
+        -------
+        Schedule
+
+        Raises
+        ------
+        ValueError
+            When the placement is invalid (the reason :meth:`evaluate` would give).
+        """
         dev = np.ascontiguousarray(self.expand(placement)[0])
         reason = invalid_reason(self.graph, self.cluster, dev)
         if reason:

@@ -15,7 +15,38 @@ from postplace.graph import PHASES, OpGraph
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """Every op's (device, start, end) and every transfer's (src op, slot, from, to, bytes, start, end)."""
+    """Every op's (device, start, end) and every transfer's (src op, slot, from, to, bytes, start, end).
+
+    What :meth:`postplace.sim.Simulator.schedule` returns for one placement; times are seconds from
+    the start of the step.
+
+    Parameters
+    ----------
+    graph : OpGraph
+    cluster : Cluster
+    device : numpy.ndarray
+        ``int64[num_ops]``: each op's device id.
+    op_start, op_end : numpy.ndarray
+        ``float64[num_ops]``: when each op starts and ends.
+    transfers : list of tuple
+        ``(src op, slot, from device, to device, bytes, start, end)`` for every transfer.
+    step_time : float
+        The step's makespan.
+    peak_memory : numpy.ndarray
+        ``float64[D]``: each device's peak memory in bytes.
+    busy : numpy.ndarray
+        ``float64[D]``: seconds each device computes.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> from postplace.graph import OpGraph
+    >>> from postplace.sim import Simulator
+    >>> g = OpGraph.build(["a", "b"], [(0, 1, 1e6)], flops=[1e9, 1e9])
+    >>> s = Simulator(g, load_cluster("k80x2")).schedule([1, 2])
+    >>> [(op, dev) for op, dev, start, end in s.rows()], len(s.transfers), s.transfers[0][4]
+    ([('a', 'gpu0'), ('b', 'gpu1')], 1, 1000000.0)
+    """
 
     graph: OpGraph
     cluster: Cluster
@@ -28,7 +59,12 @@ class Schedule:
     busy: np.ndarray
 
     def rows(self) -> list[tuple[str, str, float, float]]:
-        """(op name, device name, start, end) in program order."""
+        """(op name, device name, start, end) in program order.
+
+        Returns
+        -------
+        list of tuple
+        """
         names = self.cluster.device_names
         return [
             (self.graph.names[i], names[self.device[i]], float(self.op_start[i]), float(self.op_end[i]))
@@ -36,7 +72,13 @@ class Schedule:
         ]
 
     def chrome_trace(self) -> dict:
-        """Trace-event JSON: one process per device, a compute track and a track per incoming link."""
+        """Trace-event JSON: one process per device, a compute track and a track per incoming link.
+
+        Returns
+        -------
+        dict
+            ``{"traceEvents": [...], ...}``, times in microseconds.
+        """
         us = 1e6
         events = []
         for d, name in enumerate(self.cluster.device_names):
@@ -64,6 +106,17 @@ class Schedule:
                 "otherData": {"evaluator": "simulator", "step_time_s": self.step_time}}
 
     def save_chrome_trace(self, path: str | Path) -> None:
+        """Write :meth:`chrome_trace` as JSON (open it in Perfetto or chrome://tracing).
+
+        Parameters
+        ----------
+        path : str or path
+
+        Raises
+        ------
+        PostplaceError
+            When the file cannot be written.
+        """
         try:
             Path(path).write_text(json.dumps(self.chrome_trace()))
         except OSError as exc:

@@ -32,9 +32,30 @@ SIZES = ("small", "full")
 class ModelSpec:
     """One zoo model: what it is, where each figure of its config comes from, its configs.
 
-    ``sizes`` holds extra named configs beside ``small`` and ``full`` (``full`` may equal one of
-    them); ``meta_only`` names the sizes too large to materialise: :func:`build` keeps those on the
-    meta device and refuses ``init=True``."""
+    Parameters
+    ----------
+    name : str
+        Its key in :data:`MODELS`.
+    description : str
+        What the model is, in one line.
+    source : str
+        Where each figure of its config comes from (papers, released configs, our choices).
+    full : dict
+        The configuration the figures come from (batch, sizes, layers...).
+    small : dict
+        A narrow, shallow version of the same architecture that traces in well under a second.
+    sizes : dict of str to dict
+        Extra named configs beside ``small`` and ``full`` (``full`` may equal one of them).
+    meta_only : tuple of str
+        The sizes too large to materialise: :func:`build` keeps those on the meta device and refuses
+        ``init=True``.
+
+    Examples
+    --------
+    >>> from postplace.zoo import MODELS
+    >>> MODELS["gpt2"].config("small")["layers"], MODELS["llama"].size_names()
+    (2, ('small', 'full', '1b', '7b'))
+    """
 
     name: str
     description: str
@@ -45,9 +66,26 @@ class ModelSpec:
     meta_only: tuple[str, ...] = ()
 
     def size_names(self) -> tuple[str, ...]:
+        """``small``, ``full``, then the extra sizes."""
         return (*SIZES, *(s for s in self.sizes if s not in SIZES))
 
     def config(self, size: str) -> dict:
+        """A copy of the config of ``size``.
+
+        Parameters
+        ----------
+        size : str
+            One of :meth:`size_names`.
+
+        Returns
+        -------
+        dict
+
+        Raises
+        ------
+        PostplaceError
+            For an unknown size.
+        """
         if size == "full":
             return dict(self.full)
         if size == "small":
@@ -135,14 +173,53 @@ def spec(name: str) -> ModelSpec:
 
 
 def sizes(name: str) -> tuple[str, ...]:
-    """The sizes zoo model ``name`` has: ``small``, ``full``, then any it names besides."""
+    """The sizes zoo model ``name`` has: ``small``, ``full``, then any it names besides.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`MODELS`.
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown model.
+
+    Examples
+    --------
+    >>> from postplace.zoo import sizes
+    >>> sizes("gpt2"), sizes("llama")
+    (('small', 'full'), ('small', 'full', '1b', '7b'))
+    """
     return spec(name).size_names()
 
 
 class TargetLoss:
-    """A loss over a model's outputs and its targets: ``fn(outputs, *targets)``; calling it with the
-    outputs alone uses the whole batch's ``targets`` (the one-batch contract of ``from_torch``), while
-    ``fn`` and ``targets`` give the micro-batch contract (``from_torch(..., targets=...)``)."""
+    """A loss over a model's outputs and its targets: ``fn(outputs, *targets)``.
+
+    Calling it with the outputs alone uses the whole batch's ``targets`` (the one-batch contract of
+    ``from_torch``), while ``fn`` and ``targets`` give the micro-batch contract
+    (``from_torch(..., targets=...)``).
+
+    Parameters
+    ----------
+    fn : callable
+        ``(outputs, *targets) -> scalar loss``.
+    *targets : torch.Tensor
+        The whole batch's targets.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from postplace.zoo import TargetLoss
+    >>> loss = TargetLoss(torch.nn.functional.mse_loss, torch.ones(2))
+    >>> loss(torch.zeros(2)).item(), len(loss.targets)
+    (1.0, 1)
+    """
 
     targets_are_fixed = True  #: the one-batch contract bakes these targets in on purpose: no warning
 
@@ -166,14 +243,47 @@ def _ce_flat_targets(out, y):
 
 
 def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = None, init: bool = True):
-    """``(model, inputs, loss_fn)`` for one zoo model: a freshly initialised model in training mode,
-    a random batch, and a cross-entropy :class:`TargetLoss` over random targets (per-sample targets,
-    ``[batch]`` or ``[batch, steps]``, so that micro-batches can split them). ``batch`` overrides the
-    config's batch size. ``init=False`` leaves parameters and buffers uninitialised (built on the meta
-    device, then given empty CPU storage): the same shapes for tracing a graph, without the seconds a
-    full-size model's random initialisation costs; never train such a model. A size in the spec's
-    ``meta_only`` (llama's ``1b``, ``7b`` and ``full``) stays on the meta device, inputs and targets
-    included, whatever ``init`` says; ``init=True`` for it is refused."""
+    """``(model, inputs, loss_fn)`` for one zoo model, ready for :func:`postplace.graph.from_torch`.
+
+    A freshly initialised model in training mode, a random batch, and a cross-entropy
+    :class:`TargetLoss` over random targets (per-sample targets, ``[batch]`` or ``[batch, steps]``, so
+    that micro-batches can split them).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`MODELS`.
+    size : str
+        One of :func:`sizes`.
+    seed : int
+        Seed of the initialisation and of the random batch.
+    batch : int, optional
+        Overrides the config's batch size.
+    init : bool
+        False leaves parameters and buffers uninitialised (built on the meta device, then given empty
+        CPU storage): the same shapes for tracing a graph, without the seconds a full-size model's
+        random initialisation costs; never train such a model. A size in the spec's ``meta_only``
+        (llama's ``1b``, ``7b`` and ``full``) stays on the meta device, inputs and targets included,
+        whatever ``init`` says; ``init=True`` for it is refused.
+
+    Returns
+    -------
+    tuple
+        ``(model, inputs, loss_fn)``: a ``torch.nn.Module``, a tuple of input tensors, and a
+        :class:`TargetLoss`.
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown model or size, or ``init=True`` for a ``meta_only`` size.
+
+    Examples
+    --------
+    >>> from postplace.zoo import build
+    >>> model, inputs, loss_fn = build("gpt2", "small")
+    >>> type(model).__name__, tuple(inputs[0].shape), loss_fn(model(*inputs)).dim()
+    ('GPT2', (2, 16), 0)
+    """
     import contextlib
 
     import torch
@@ -254,12 +364,37 @@ def trace_model(
     init: bool = True,
 ):
     """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`.
-    ``microbatches=m > 1`` traces the step as m micro-batches (see ``from_torch``); ``batch``
-    overrides the config's batch size (not part of the graph cache, which keeps the config's);
-    ``init=False``: for the graph only (see :func:`build`). ``optimizer``, ``lr``, ``precision``: as
-    :func:`postplace.graph.from_torch` takes them. A ``meta_only`` size passes its targets
-    to the tracer as step inputs (``targets=``), never as tensors the loss closes over: the tracer
-    fakes inputs and parameters alike, while a closed-over meta tensor would stay on the meta device."""
+
+    A ``meta_only`` size passes its targets to the tracer as step inputs (``targets=``), never as
+    tensors the loss closes over: the tracer fakes inputs and parameters alike, while a closed-over
+    meta tensor would stay on the meta device.
+
+    Parameters
+    ----------
+    name, size : str
+        The zoo model and its size.
+    optimizer, lr, precision
+        As :func:`postplace.graph.from_torch` takes them.
+    microbatches : int
+        ``m > 1`` traces the step as m micro-batches (see ``from_torch``).
+    colocation : {"none", "module"}
+        The micro-batch colocation mode (with ``microbatches > 1``).
+    batch : int, optional
+        Overrides the config's batch size (not part of the graph cache, which keeps the config's).
+    init : bool
+        False: for the graph only (see :func:`build`).
+
+    Returns
+    -------
+    postplace.graph.trace_torch.Traced
+        The traced step (its ``graph`` is named ``name-size``, with ``-mbM-colocation`` for m > 1).
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown model or size, or a step that cannot be traced (see :func:`build` and
+        :func:`postplace.graph.from_torch`).
+    """
     from postplace.graph.trace_torch import trace
 
     model, inputs, loss_fn = build(name, size, batch=batch, init=init)
@@ -284,14 +419,45 @@ def trace_model(
 
 
 def cache_dir() -> Path:
+    """The folder :func:`cached_graph` keeps traced graphs in: ``$POSTPLACE_CACHE``, else ``~/.cache/postplace``.
+
+    Returns
+    -------
+    pathlib.Path
+    """
     return Path(os.environ.get("POSTPLACE_CACHE") or Path.home() / ".cache" / "postplace")
 
 
 def cached_graph(name: str, size: str = "full", optimizer="sgd", *, lr: float | None = None, precision: str = "fp32",
                  microbatches: int = 1, colocation: str = "none"):  # fmt: skip
-    """The OpGraph of one zoo model, traced on first use and read from the cache after that (keyed by
-    the optimizer and its hyperparameters, the precision, the micro-batch count and colocation mode
-    too). An optimizer factory has no key of its own: its graph is traced every time."""
+    """The OpGraph of one zoo model, traced on first use and read from the cache after that.
+
+    The cache (:func:`cache_dir`) is keyed by model, config, torch version and the tracer's source,
+    and by the optimizer and its hyperparameters, the precision, the micro-batch count and colocation
+    mode too. An optimizer factory has no key of its own: its graph is traced every time. A damaged
+    cache entry is traced again, never trusted.
+
+    Parameters
+    ----------
+    name, size : str
+        The zoo model and its size.
+    optimizer, lr, precision
+        As :func:`postplace.graph.from_torch` takes them.
+    microbatches : int
+        Trace the step as that many micro-batches.
+    colocation : {"none", "module"}
+        The micro-batch colocation mode.
+
+    Returns
+    -------
+    OpGraph
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown model or size, a step that cannot be traced, or a cache folder that cannot be
+        written (set ``POSTPLACE_CACHE``).
+    """
     import torch
 
     from postplace.graph.opgraph import OpGraph
@@ -336,8 +502,28 @@ def cached_graph(name: str, size: str = "full", optimizer="sgd", *, lr: float | 
 
 
 def graph_factory(name: str, size: str = "full", optimizer="sgd", *, lr: float | None = None, precision: str = "fp32"):
-    """``(m, colocation) -> cached_graph(name, size, optimizer, ..., microbatches=m, colocation=...)``:
-    the graph factory benchmarks and tests take."""
+    """A function ``(m, colocation) -> OpGraph``: the zoo model's step traced as m micro-batches.
+
+    It calls ``cached_graph(name, size, optimizer, ..., microbatches=m, colocation=...)``: the graph
+    factory benchmarks and tests take.
+
+    Parameters
+    ----------
+    name, size : str
+        The zoo model and its size.
+    optimizer, lr, precision
+        As :func:`cached_graph` takes them.
+
+    Returns
+    -------
+    callable
+        ``graph_for(m, colocation) -> OpGraph``.
+
+    Raises
+    ------
+    PostplaceError
+        For an unknown model (at once; an unknown size when the factory is called).
+    """
     spec(name)
 
     def graph_for(m: int, colocation: str):
