@@ -1008,6 +1008,7 @@ def run_edit_pool() -> list[Case]:
         for path, value in SUMMARY:
             pool.append(_resume_case(t, [Edit("summary.json", "set", path, value)], False, "report"))
         for path, value, must in PLACEMENT_EDITS:
+            must = must and not (t == "zoo" and value == DELETE)  # the zoo graph has no 'conv': nothing deleted
             pool.append(_resume_case(t, [Edit("placement.json", "set", path, value)], must, "report"))
             pool.append(_resume_case(t, [Edit("placement.json", "set", path, value)], False))
         files = ["run.json", f"{d}checkpoint.json", f"{d}checkpoint-*.npz", f"{d}history.jsonl", f"{d}timing.jsonl",
