@@ -162,10 +162,9 @@ def _step_spec(graph) -> dict:
 
 def _recorded_step(spec: dict) -> dict:
     """``load_target`` keyword arguments that trace the recorded step again (older folders: SGD, fp32)."""
-    from postplace.graph.optimizers import optimizer_from_record
+    from postplace.graph.optimizers import recorded_step
 
-    return {"optimizer": optimizer_from_record(spec.get("optimizer", "sgd")),
-            "precision": spec.get("precision", "fp32")}
+    return recorded_step(spec)
 
 
 def _batch_of(target, size: str, inputs) -> int | None:
@@ -1622,14 +1621,11 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
 
 
 def _check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placement") -> None:
-    if optimizer is None and lr is None:
-        return
-    from postplace.graph.optimizers import optimizer_record
+    from postplace.graph.optimizers import optimizer_mismatch
 
-    given = optimizer_record("sgd" if optimizer is None else optimizer, lr)
-    if not isinstance(recorded, dict):  # an older run folder: SGD at its defaults
-        recorded = optimizer_record(recorded)
-    if given is not None and given != recorded:
+    differ = optimizer_mismatch(recorded, optimizer, lr)
+    if differ is not None:
+        recorded, given = differ
         raise PostplaceError(f"{what} was made for {_optimizer_text(recorded)}, not {_optimizer_text(given)}; "
                              "its memory and update differ: start again with that optimizer")  # fmt: skip
 

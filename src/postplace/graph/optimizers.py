@@ -37,7 +37,8 @@ from torch.optim.sgd import sgd as sgd_update
 
 from postplace.errors import PostplaceError
 
-__all__ = ["NAMED", "StepOptimizer", "optimizer_from_record", "optimizer_record", "resolve_optimizer"]
+__all__ = ["NAMED", "StepOptimizer", "optimizer_from_record", "optimizer_mismatch", "optimizer_record", "recorded_step",
+           "resolve_optimizer"]
 
 #: name -> (class, keyword arguments): the optimizers a name stands for
 NAMED: dict[str, tuple[type, dict]] = {
@@ -277,3 +278,22 @@ def optimizer_from_record(record) -> tuple[type, dict] | str:
     except (KeyError, TypeError, ValueError):
         raise PostplaceError(f"the recorded optimizer {record!r} is not one postplace wrote; start a new run") from None
     return cls, kwargs
+
+
+def recorded_step(record: dict) -> dict:
+    """``{"optimizer", "precision"}`` that trace a recorded step again, from a run's target spec or a
+    graph's metadata (both keep ``optimizer`` and ``precision``; older ones: SGD, fp32)."""
+    return {"optimizer": optimizer_from_record(record.get("optimizer", "sgd")),
+            "precision": record.get("precision", "fp32")}
+
+
+def optimizer_mismatch(recorded, optimizer, lr: float | None) -> tuple[dict, dict] | None:
+    """``(recorded, given)`` records when ``optimizer``/``lr`` name another optimizer than the one a run
+    recorded (an older run's name stands for that optimizer at its defaults); None when they agree, when
+    neither is given, or when the given one has no record of its own (a factory)."""
+    if optimizer is None and lr is None:
+        return None
+    given = optimizer_record("sgd" if optimizer is None else optimizer, lr)
+    if not isinstance(recorded, dict):
+        recorded = optimizer_record(recorded)
+    return None if given is None or given == recorded else (recorded, given)

@@ -99,11 +99,10 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
             from postplace.zoo import MODELS, cached_graph, sizes
 
             if spec["name"] in MODELS and spec["size"] in sizes(spec["name"]):
-                from postplace.graph.optimizers import optimizer_from_record
+                from postplace.graph.optimizers import recorded_step
 
                 coloc = (record.get("microbatch_colocation") or spec.get("microbatch_colocation")) if m > 1 else "none"
-                return cached_graph(spec["name"], spec["size"], optimizer_from_record(spec.get("optimizer", "sgd")),
-                                    precision=spec.get("precision", "fp32"), microbatches=m,
+                return cached_graph(spec["name"], spec["size"], **recorded_step(spec), microbatches=m,
                                     colocation=coloc if coloc in ("none", "module") else "none")  # fmt: skip
         if kind == "file" and isinstance(spec.get("path"), str) and Path(spec["path"]).is_file():
             return load_graph(Path(spec["path"]))

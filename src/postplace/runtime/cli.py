@@ -98,15 +98,16 @@ def _recorded_spec(placement: str) -> dict | None:
 def _step_for(placement: str, optimizer, lr, precision) -> dict:
     """The optimizer and precision to train with: as the placement's run recorded them (a flag that
     disagrees is one line), else the flags (default SGD, fp32)."""
-    from postplace.graph.optimizers import optimizer_from_record, optimizer_record
+    from postplace.graph.optimizers import optimizer_from_record, optimizer_mismatch
 
     spec = _recorded_spec(placement) or {}
     rec_opt, rec_prec = spec.get("optimizer"), spec.get("precision")
-    if rec_opt is not None and (optimizer is not None or lr is not None):
-        given = optimizer_record(optimizer or "sgd", lr)
-        if given != rec_opt:
-            raise PostplaceError(f"{placement} was made for the {rec_opt['name']} optimizer with "
-                                 f"{rec_opt['groups'][0]} (its summary.json), not {given['name']} with "
+    if rec_opt is not None:
+        differ = optimizer_mismatch(rec_opt, optimizer, lr)
+        if differ is not None:
+            was, given = differ
+            raise PostplaceError(f"{placement} was made for the {was['name']} optimizer with "
+                                 f"{was['groups'][0]} (its summary.json), not {given['name']} with "
                                  f"{given['groups'][0]}; drop --optimizer/--lr")  # fmt: skip
     if rec_prec is not None and precision is not None and precision != rec_prec:
         raise PostplaceError(f"{placement} was made for --precision {rec_prec} (its summary.json), not {precision}; "

@@ -628,17 +628,20 @@ def _plain(x):
     return x
 
 
-def _count_lines(path: Path, size: int) -> int:
-    n = 0
+def _prefix_chunks(path: Path, size: int):
+    """The first ``size`` bytes of ``path`` (fewer if it is shorter), in chunks of at most 1 MiB."""
     with open(path, "rb") as f:
         left = size
         while left > 0:
             chunk = f.read(min(left, 1 << 20))
             if not chunk:
-                break
-            n += chunk.count(b"\n")
+                return
+            yield chunk
             left -= len(chunk)
-    return n
+
+
+def _count_lines(path: Path, size: int) -> int:
+    return sum(chunk.count(b"\n") for chunk in _prefix_chunks(path, size))
 
 
 def _keep_timing(path: Path, samples: int) -> None:
@@ -752,14 +755,8 @@ def _history_digest(path: Path, size: int) -> str:
     """A hash of the first ``size`` bytes of the history: what the checkpoint covers, so a resume can tell a
     damaged history from a whole one."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        left = size
-        while left > 0:
-            chunk = f.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
+    for chunk in _prefix_chunks(path, size):
+        h.update(chunk)
     return h.hexdigest()
 
 

@@ -125,10 +125,9 @@ def traced_step(target, size: str = "small", optimizer="sgd"):
     zoo = target.metadata.get("zoo") if isinstance(target, OpGraph) else None
     if not zoo:
         return target
-    from postplace.graph.optimizers import optimizer_from_record
+    from postplace.graph.optimizers import recorded_step
 
-    recorded = optimizer_from_record(target.metadata.get("optimizer", optimizer))
-    traced = trace_model(zoo["name"], zoo["size"], recorded, precision=target.metadata.get("precision", "fp32"))
+    traced = trace_model(zoo["name"], zoo["size"], **recorded_step({"optimizer": optimizer, **target.metadata}))
     if traced.graph.names != target.names:
         raise PostplaceError(
             f"graph '{target.name}' no longer matches zoo model '{zoo['name']}' as traced now "
