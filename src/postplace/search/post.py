@@ -51,7 +51,7 @@ from postplace.search.policy import (
     normalized_advantage,
     ppo_gradient,
 )
-from postplace.search.starts import candidate_homes, home_devices
+from postplace.search.starts import StartProbe, home_devices
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
@@ -281,11 +281,10 @@ class PostStrategy:
         self.policy = CategoricalPolicy(space.allowed, init)
         self.adam = Adam(space.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
-        # init='probe': candidate homes, asked first; their scores so far; the chosen one's name
-        self._candidates = candidate_homes(space, cfg.fill_fraction) if cfg.init == "probe" else []
-        self._candidate_scores: list[float] = []
-        self._candidates_out = 0  # handed out by ask, not yet told
+        # init='probe': candidate homes, asked first, then the best is the start
+        self.probe = StartProbe(space, cfg.fill_fraction, cfg.probe_margin) if cfg.init == "probe" else None
         self.start_name = {"uniform": "uniform", "speed": "fastest", "memory": "fill"}.get(cfg.init, "fill")
+        self.start_step_time: float | None = None  # the probe's chosen start's step time (None: not probed)
         self.samples_seen = 0
         self.recent_placements: list[np.ndarray] = []  # since the last CE step
         self.recent_scores: list[np.ndarray] = []
@@ -298,11 +297,8 @@ class PostStrategy:
 
         A batch never crosses a cross-entropy boundary.
         """
-        done = len(self._candidate_scores)
-        if done < len(self._candidates):  # init='probe': the candidate homes first
-            k = max(1, min(max_n, len(self._candidates) - done))
-            self._candidates_out = k
-            return np.stack([h for _, h in self._candidates[done : done + k]])
+        if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
+            return first  # init='probe': the candidate homes first
         # never cross a CE boundary inside one batch
         to_boundary = self.config.ce_every - self.samples_seen % self.config.ce_every
         k = max(1, min(self.config.batch_size, max_n, to_boundary))
@@ -320,10 +316,9 @@ class PostStrategy:
         cfg = self.config
         score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time,
                        overflow, self.space.overflow_scale)  # fmt: skip
-        done, out = len(self._candidate_scores), self._candidates_out
-        self._candidates_out = 0
-        if out and np.array_equal(placements, np.stack([h for _, h in self._candidates[done : done + out]])):
-            self._tell_candidates(np.asarray(placements), score, np.asarray(feasible, dtype=bool))
+        feasible = np.asarray(feasible, dtype=bool)
+        if self.probe is not None and self.probe.tell(np.asarray(placements), score, np.asarray(step_time), feasible):
+            self._tell_candidates(np.asarray(placements), score, feasible)
             return
         old_log_prob = self._pending_log_prob
         if old_log_prob is None or len(old_log_prob) != len(placements):
@@ -342,23 +337,20 @@ class PostStrategy:
             self._forget_recent()
 
     def _tell_candidates(self, placements: np.ndarray, score: np.ndarray, feasible: np.ndarray) -> None:
-        """Record the candidate homes' scores; once all are in, start from the best one."""
-        self._candidate_scores.extend(float(x) for x in score)
+        """The probe's candidates count as samples; once all are told, start from the probe's choice."""
         self.samples_seen += len(placements)  # probes are samples: the CE step still comes every N samples
         self.recent_placements.append(placements)  # they may still be elite in the first CE step
         self.recent_scores.append(score)
         self.recent_feasible.append(feasible)
-        if len(self._candidate_scores) == len(self._candidates):
-            cfg = self.config
-            score = np.array(self._candidate_scores)
-            best = int(np.argmin(score))
-            if self._candidates[0][0] == "fastest" and score[0] < self.space.failure_step_time:
-                if score[best] >= cfg.probe_margin * score[0]:
-                    best = 0
-            self.start_name, home = self._candidates[best]
-            G = self.space.num_units
-            weight = 1 - min(0.5, cfg.partition_units / G) if self.start_name.startswith("part") else cfg.anchor_weight
-            self.policy.logits = CategoricalPolicy(self.space.allowed, anchored_prior(self.space, home, weight)).logits
+        if self.probe.done:
+            self._start_from_probe()
+
+    def _start_from_probe(self) -> None:
+        cfg, probe = self.config, self.probe
+        self.start_name, self.start_step_time = probe.name, probe.step_time
+        G = self.space.num_units
+        weight = 1 - min(0.5, cfg.partition_units / G) if self.start_name.startswith("part") else cfg.anchor_weight
+        self.policy.logits = CategoricalPolicy(self.space.allowed, anchored_prior(self.space, probe.home, weight)).logits
 
     def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray) -> None:
         advantage = normalized_advantage(-np.sqrt(score))
@@ -402,7 +394,8 @@ class PostStrategy:
             "adam": self.adam.state_dict(),
             "rng": rng_state(self.rng),
             "samples_seen": self.samples_seen,
-            "start": {"scores": list(self._candidate_scores), "out": self._candidates_out, "name": self.start_name},
+            "start": {**(self.probe.state_dict() if self.probe else {"scores": [], "out": 0}), "name": self.start_name,
+                      "step_time": self.start_step_time},
             "recent": [
                 list(map(np.copy, x)) for x in (self.recent_placements, self.recent_scores, self.recent_feasible)
             ],  # fmt: skip
@@ -416,11 +409,14 @@ class PostStrategy:
         self.rng = rng_from_state(state["rng"])
         self.samples_seen = int(state["samples_seen"])
         start = state.get("start", {"scores": [], "out": 0, "name": self.start_name})
-        if self.config.init == "probe" and not self._candidates:
-            self._candidates = candidate_homes(self.space, self.config.fill_fraction)
-        self._candidate_scores = [float(x) for x in start["scores"]]
-        self._candidates_out = int(start["out"])
+        cfg = self.config
+        if cfg.init == "probe":
+            self.probe = self.probe or StartProbe(self.space, cfg.fill_fraction, cfg.probe_margin)
+            self.probe.load_state_dict(start)
+        else:
+            self.probe = None
         self.start_name = start["name"]
+        self.start_step_time = start.get("step_time")
         self.recent_placements, self.recent_scores, self.recent_feasible = (list(x) for x in state["recent"])
         self._pending_log_prob = None
 

@@ -24,7 +24,7 @@ import numpy as np
 from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.search.strategy import SearchSpace
 
-__all__ = ["candidate_homes", "device_preference", "home_devices", "partition_homes"]
+__all__ = ["StartProbe", "candidate_homes", "device_preference", "home_devices", "partition_homes"]
 
 COMPARABLE = 2.0  # a device takes part in partitions when its total time is within this factor of the fastest
 
@@ -158,3 +158,75 @@ def candidate_homes(space: SearchSpace, fill_fraction: float) -> list[tuple[str,
             seen.add(key)
             unique.append((name, home))
     return unique
+
+
+class StartProbe:
+    """The probe of ``init="probe"``, shared by every strategy that may start from it: the candidate
+    homes (:func:`candidate_homes`, or ``candidates``) are asked first, one evaluation each, then the
+    best (feasible first, then least overflow, then fastest) is the start, except that the one-device
+    start (``fastest``, listed first) stays unless it is infeasible or another scores below
+    ``probe_margin`` times it.
+
+    After the probe: ``name`` (the start's name), ``home`` (its unit-level placement ``int[G]``) and
+    ``step_time`` (its step time in seconds; None when infeasible). Ask/tell like a strategy, so the
+    strategy that owns it hands out its candidates before its own samples.
+    """
+
+    def __init__(self, space: SearchSpace, fill_fraction: float = 0.8, probe_margin: float = 0.9,
+                 candidates: list[tuple[str, np.ndarray]] | None = None):  # fmt: skip
+        self.space = space
+        self.probe_margin = probe_margin
+        self.candidates = candidate_homes(space, fill_fraction) if candidates is None else list(candidates)
+        self.scores: list[float] = []
+        self.step_times: list[float | None] = []
+        self.out = 0  # handed out by ask, not yet told
+        self.name: str | None = None
+        self.home: np.ndarray | None = None
+        self.step_time: float | None = None
+
+    @property
+    def done(self) -> bool:
+        """Every candidate told (or there were none)."""
+        return len(self.scores) >= len(self.candidates)
+
+    def ask(self, max_n: int) -> np.ndarray | None:
+        """The next candidates ``[k, G]``, or None once every one has been asked."""
+        done = len(self.scores)
+        if done >= len(self.candidates):
+            return None
+        k = max(1, min(max_n, len(self.candidates) - done))
+        self.out = k
+        return np.stack([h for _, h in self.candidates[done : done + k]])
+
+    def tell(self, placements: np.ndarray, score: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> bool:
+        """Take the results of the candidates last asked; False (nothing taken) for other placements."""
+        done, out = len(self.scores), self.out
+        self.out = 0
+        if not out or not np.array_equal(placements, np.stack([h for _, h in self.candidates[done : done + out]])):
+            return False
+        self.scores.extend(float(x) for x in score)
+        self.step_times.extend(float(t) if ok else None for t, ok in zip(step_time, feasible, strict=True))
+        if self.done:
+            self._choose()
+        return True
+
+    def _choose(self) -> None:
+        score = np.array(self.scores)
+        best = int(np.argmin(score))
+        if self.candidates[0][0] == "fastest" and score[0] < self.space.failure_step_time:
+            if score[best] >= self.probe_margin * score[0]:
+                best = 0
+        self.name, self.home = self.candidates[best]
+        self.step_time = self.step_times[best]
+
+    def state_dict(self) -> dict:
+        """Scores and step times told so far, and the candidates out."""
+        return {"scores": list(self.scores), "step_times": list(self.step_times), "out": self.out}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; the start is chosen again from the scores."""
+        self.scores = [float(x) for x in state["scores"]]
+        self.step_times = [None if t is None else float(t) for t in state.get("step_times", [None] * len(self.scores))]
+        self.out = int(state["out"])
+        if self.candidates and self.done:
+            self._choose()
