@@ -138,3 +138,86 @@ def _renumber(ids: np.ndarray) -> np.ndarray:
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return rank[inv]
+
+
+@dataclass(frozen=True, eq=False)
+class LayerGrouping:
+    """Units of a micro-batched step that line up across micro-batches: unit = (layer, slot).
+
+    A *layer* is a set of ops of the step traced once (a template op with all its micro-batch copies,
+    and shared ops); its *slot* j < m holds micro-batch j's copies, slot m its shared ops (parameters,
+    gradient sums, the update). So micro-batch j's part of layer l is one unit in every micro-batch,
+    and a plan such as "micro-batch j of every layer on GPU j" is one decision per layer.
+    """
+
+    grouping: Grouping
+    layer_of_unit: np.ndarray
+    """``[G]``: the layer of each unit."""
+    slot_of_unit: np.ndarray
+    """``[G]``: the micro-batch of each unit (0..m-1), m for a unit of shared ops."""
+    num_layers: int
+    microbatches: int
+
+
+def layer_groups(
+    graph: OpGraph,
+    num_layers: int | None = 256,
+    *,
+    op_weight: np.ndarray | None = None,
+    classes: np.ndarray | None = None,
+    seed: int = 0,
+) -> LayerGrouping | None:
+    """Group a micro-batched step by layer: about ``num_layers`` layers, each split by slot.
+
+    None when the graph has fewer than two micro-batches. The pass folds every micro-batch copy onto
+    the op it copies (``mb3_conv`` -> ``conv``) and a colocation set onto one folded unit, partitions
+    the folded graph as :func:`group_ops` does (METIS, work balanced, bytes cut; ``classes`` kept
+    apart), then splits each layer by the slot of each colocation unit (:func:`microbatch_classes`:
+    a set holding ops of one micro-batch and shared ops, such as a batch-norm buffer, goes with that
+    micro-batch).
+
+    >>> g = OpGraph.build(["p", "mb0_f", "mb1_f", "u"], [(0, 1), (0, 2), (1, 3), (2, 3)],
+    ...                   microbatch=[-1, 0, 1, -1], colocation=[0, -1, -1, 0])
+    >>> lg = layer_groups(g, 4)
+    >>> lg.layer_of_unit.tolist(), lg.slot_of_unit.tolist()
+    ([0, 1, 1], [2, 0, 1])
+    """
+    from postplace.graph.microbatch_names import copied_name
+
+    unit = colocation_units(graph)
+    slot = microbatch_classes(graph, unit)
+    if slot is None:
+        return None
+    m = int(graph.microbatch.max()) + 1
+    mb = graph.microbatch
+    keys = [copied_name(n) if k >= 0 else n for n, k in zip(graph.names, mb, strict=True)]
+    _, template = np.unique(np.array(keys, dtype=object), return_inverse=True)
+    fold = _join(template, unit)
+    if classes is not None:
+        fold = _split_by(fold, classes)
+    n_fold = int(fold.max()) + 1
+    if num_layers is not None and n_fold > num_layers:
+        weight = graph.flops + 1.0 if op_weight is None else np.asarray(op_weight, dtype=np.float64)
+        layer = _renumber(_metis(graph, fold, n_fold, weight, num_layers, seed)[fold])
+        if classes is not None:
+            layer = _split_by(layer, classes)
+    else:
+        layer = fold
+    group = _renumber(layer.astype(np.int64) * (m + 1) + slot)
+    G = int(group.max()) + 1
+    layer_of_unit = np.zeros(G, dtype=np.int64)
+    slot_of_unit = np.zeros(G, dtype=np.int64)
+    layer_of_unit[group] = layer
+    slot_of_unit[group] = slot
+    return LayerGrouping(Grouping(group, G), layer_of_unit, slot_of_unit, int(layer.max()) + 1, m)
+
+
+def _join(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected components of ops sharing an ``a`` id or a ``b`` id, numbered in program order."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    na, nb = int(a.max()) + 1, int(b.max()) + 1
+    edges = coo_matrix((np.ones(a.size), (a, na + b)), shape=(na + nb, na + nb))
+    _, comp = connected_components(edges, directed=False)
+    return _renumber(comp[a])

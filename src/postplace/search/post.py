@@ -51,6 +51,7 @@ from postplace.search.policy import (
     normalized_advantage,
     ppo_gradient,
 )
+from postplace.search.layers import action_space, device_space, layer_candidates
 from postplace.search.starts import StartProbe, home_devices
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
@@ -181,6 +182,19 @@ class PostConfig:
     """Run cross-entropy steps (False: the 'ppo' ablation)."""
     use_ppo: bool = True
     """Run PPO steps (False: the 'ce' ablation)."""
+    local_fraction: float = ranged(0.5, "[0, 1)", "share of each batch that are local moves of the best sample")
+    """Share of each batch (after the probe) that are *local moves*: the best sample so far with a few
+    decisions redrawn from the policy. Ours (the paper has none): from a good start, independent
+    per-unit samples change many units at once and are nearly all worse than it, so neither the elite
+    nor PPO ever sees an improvement of it; a local move changes one or two. Their results enter the
+    cross-entropy elite like any sample; PPO learns from the policy's own samples only (a local move
+    was not drawn from it). In [0, 1): a share; at 1 the policy would never be sampled."""
+    local_units: float = ranged(1.5, "[1, inf)", "decisions redrawn per local move, on average")
+    """Decisions redrawn per local move, on average: 1 + a Poisson count of mean ``local_units - 1``
+    (mostly single changes, sometimes a few together, which a pair of layers that only pays off moved
+    together needs). At least 1: a move changes something."""
+    use_local: bool = True
+    """Make local moves (False: the 'no local moves' ablation, the paper's algorithm)."""
 
     @classmethod
     def paper(cls) -> PostConfig:
@@ -277,12 +291,14 @@ class PostStrategy:
         if self.config.ce_every % self.config.batch_size:
             raise ValueError("ce_every must be a multiple of batch_size")
         cfg = self.config
-        init = initial_logits(space, cfg.init, cfg.anchor_weight, cfg.fill_fraction)
-        self.policy = CategoricalPolicy(space.allowed, init)
-        self.adam = Adam(space.allowed.shape, self.config.lr)
+        # the decisions: one device per unit, or on a micro-batched step one stripe per layer
+        self.layers = space.layers
+        self.decisions = space if self.layers is None else action_space(space)
+        self.policy = CategoricalPolicy(self.decisions.allowed, _start_logits(space, cfg))
+        self.adam = Adam(self.decisions.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
         # init='probe': candidate homes, asked first, then the best is the start
-        self.probe = StartProbe(space, cfg.fill_fraction, cfg.probe_margin) if cfg.init == "probe" else None
+        self.probe = self._make_probe() if cfg.init == "probe" else None
         self.start_name = {"uniform": "uniform", "speed": "fastest", "memory": "fill"}.get(cfg.init, "fill")
         self.start_step_time: float | None = None  # the probe's chosen start's step time (None: not probed)
         self.samples_seen = 0
@@ -290,6 +306,25 @@ class PostStrategy:
         self.recent_scores: list[np.ndarray] = []
         self.recent_feasible: list[np.ndarray] = []
         self._pending_log_prob: np.ndarray | None = None
+        self._pending_decisions: np.ndarray | None = None
+        self._pending_local = 0  # the last ask's local moves, at the end of its batch
+        self.best_decisions: np.ndarray | None = None  # the incumbent local moves start from
+        self.best_score = np.inf
+
+    def _make_probe(self) -> StartProbe:
+        cfg = self.config
+        starts = None if self.layers is None else layer_candidates(self.space, cfg.fill_fraction)
+        return StartProbe(self.space, cfg.fill_fraction, cfg.probe_margin, candidates=starts)
+
+    def _decisions_of(self, placements: np.ndarray) -> np.ndarray:
+        """The decisions behind unit placements: themselves, or each layer's stripe (the one sampled,
+        else the nearest, :meth:`LayerSpace.collapse`)."""
+        if self.layers is None:
+            return placements
+        pending, self._pending_decisions = self._pending_decisions, None
+        if pending is not None and np.array_equal(self.layers.expand(pending), placements):
+            return pending
+        return self.layers.collapse(placements)
 
     # ---------------------------------------------------------------------------- ask / tell
     def ask(self, max_n: int) -> np.ndarray:
@@ -302,9 +337,18 @@ class PostStrategy:
         # never cross a CE boundary inside one batch
         to_boundary = self.config.ce_every - self.samples_seen % self.config.ce_every
         k = max(1, min(self.config.batch_size, max_n, to_boundary))
-        placements = self.policy.sample(self.rng, k)
-        self._pending_log_prob = self.policy.log_prob(placements)
-        return placements
+        n_local = 0
+        if self.config.use_local and self.best_decisions is not None:
+            n_local = min(k - 1, int(round(self.config.local_fraction * k)))
+        decisions = self.policy.sample(self.rng, k - n_local)
+        if n_local:
+            decisions = np.concatenate([decisions, self._local_moves(n_local)])
+        self._pending_local = n_local
+        self._pending_log_prob = self.policy.log_prob(decisions)
+        if self.layers is None:
+            return decisions
+        self._pending_decisions = decisions
+        return self.layers.expand(decisions)
 
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
@@ -318,12 +362,15 @@ class PostStrategy:
                        overflow, self.space.overflow_scale)  # fmt: skip
         feasible = np.asarray(feasible, dtype=bool)
         if self.probe is not None and self.probe.tell(np.asarray(placements), score, np.asarray(step_time), feasible):
-            self._tell_candidates(np.asarray(placements), score, feasible)
+            self._tell_candidates(self._decisions_of(np.asarray(placements)), score, feasible)
             return
+        placements = self._decisions_of(np.asarray(placements))
         old_log_prob = self._pending_log_prob
+        own = len(placements) - self._pending_local  # the policy's own samples come first
         if old_log_prob is None or len(old_log_prob) != len(placements):
-            old_log_prob = self.policy.log_prob(placements)
-        self._pending_log_prob = None
+            old_log_prob, own = self.policy.log_prob(placements), len(placements)
+        self._pending_log_prob, self._pending_local = None, 0
+        self._note_best(placements, score)
         self.samples_seen += len(placements)
         self.recent_placements.append(np.asarray(placements))
         self.recent_scores.append(score)
@@ -332,12 +379,13 @@ class PostStrategy:
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()
         elif cfg.use_ppo:
-            self._ppo_step(np.asarray(placements), score, old_log_prob)
+            self._ppo_step(np.asarray(placements)[:own], score[:own], old_log_prob[:own])
         if not cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._forget_recent()
 
     def _tell_candidates(self, placements: np.ndarray, score: np.ndarray, feasible: np.ndarray) -> None:
         """The probe's candidates count as samples; once all are told, start from the probe's choice."""
+        self._note_best(placements, score)
         self.samples_seen += len(placements)  # probes are samples: the CE step still comes every N samples
         self.recent_placements.append(placements)  # they may still be elite in the first CE step
         self.recent_scores.append(score)
@@ -345,12 +393,55 @@ class PostStrategy:
         if self.probe.done:
             self._start_from_probe()
 
+    def _note_best(self, decisions: np.ndarray, score: np.ndarray) -> None:
+        i = int(np.argmin(score))
+        if score[i] < self.best_score:
+            self.best_score, self.best_decisions = float(score[i]), np.array(decisions[i])
+
+    def _local_moves(self, n: int) -> np.ndarray:
+        """``n`` copies of the incumbent, each changed by one move, half of each kind:
+
+        * redraw 1 + Poisson(local_units - 1) decisions, each from its policy (never to its old value);
+        * a *segment move*: a run of consecutive decisions (units are numbered in program order, so a
+          run is a stretch of the model; its length log-uniform in 1..G) all set to one value, drawn
+          from the policy of the run's first decision (where a decision may not take it, it keeps
+          its own): what turns a stretch of layers into one pipeline stage or one data-parallel
+          block, which single changes reach only one unit at a time.
+        """
+        p = self.policy.probs()
+        allowed = self.policy.allowed
+        G = allowed.shape[0]
+        movable = np.flatnonzero(allowed.sum(axis=1) > 1)
+        out = np.repeat(self.best_decisions[None], n, axis=0)
+        if movable.size == 0:
+            return out
+
+        def draw(u: int, old: int) -> int:
+            q = np.where(allowed[u], np.maximum(p[u], 1e-12), 0.0)
+            q[old] = 0.0
+            return int(self.rng.choice(q.size, p=q / q.sum()))
+
+        for i, row in enumerate(out):
+            if i % 2 == 0:
+                count = min(movable.size, 1 + int(self.rng.poisson(self.config.local_units - 1)))
+                for u in self.rng.choice(movable, size=count, replace=False):
+                    row[u] = draw(int(u), int(row[u]))
+            else:
+                start = int(self.rng.choice(movable))
+                length = int(np.exp(self.rng.uniform(0.0, np.log(G))))
+                value = draw(start, int(row[start]))
+                run = np.arange(start, min(G, start + max(1, length)))
+                row[run] = np.where(allowed[run, value], value, row[run])
+        return out
+
     def _start_from_probe(self) -> None:
         cfg, probe = self.config, self.probe
         self.start_name, self.start_step_time = probe.name, probe.step_time
-        G = self.space.num_units
-        weight = 1 - min(0.5, cfg.partition_units / G) if self.start_name.startswith("part") else cfg.anchor_weight
-        self.policy.logits = CategoricalPolicy(self.space.allowed, anchored_prior(self.space, probe.home, weight)).logits
+        G = self.decisions.num_units
+        spread = self.start_name.startswith(("part", "stripe"))
+        weight = 1 - min(0.5, cfg.partition_units / G) if spread else cfg.anchor_weight
+        home = probe.home if self.layers is None else self.layers.collapse(probe.home)
+        self.policy.logits = CategoricalPolicy(self.decisions.allowed, anchored_prior(self.decisions, home, weight)).logits
 
     def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray) -> None:
         advantage = normalized_advantage(-np.sqrt(score))
@@ -379,7 +470,7 @@ class PostStrategy:
     def eps(self) -> float:
         """The uniform weight of the cross-entropy step: ``eps``, else ``min(eps_cap, eps_units / G)``."""
         cfg = self.config
-        return cfg.eps if cfg.eps is not None else min(cfg.eps_cap, cfg.eps_units / self.space.num_units)
+        return cfg.eps if cfg.eps is not None else min(cfg.eps_cap, cfg.eps_units / self.decisions.num_units)
 
     def _forget_recent(self) -> None:
         self.recent_placements, self.recent_scores, self.recent_feasible = [], [], []
@@ -394,6 +485,8 @@ class PostStrategy:
             "adam": self.adam.state_dict(),
             "rng": rng_state(self.rng),
             "samples_seen": self.samples_seen,
+            "best": None if self.best_decisions is None else {"decisions": self.best_decisions.copy(),
+                                                                "score": self.best_score},
             "start": {**(self.probe.state_dict() if self.probe else {"scores": [], "out": 0}), "name": self.start_name,
                       "step_time": self.start_step_time},
             "recent": [
@@ -411,7 +504,7 @@ class PostStrategy:
         start = state.get("start", {"scores": [], "out": 0, "name": self.start_name})
         cfg = self.config
         if cfg.init == "probe":
-            self.probe = self.probe or StartProbe(self.space, cfg.fill_fraction, cfg.probe_margin)
+            self.probe = self.probe or self._make_probe()
             self.probe.load_state_dict(start)
         else:
             self.probe = None
@@ -419,6 +512,22 @@ class PostStrategy:
         self.start_step_time = start.get("step_time")
         self.recent_placements, self.recent_scores, self.recent_feasible = (list(x) for x in state["recent"])
         self._pending_log_prob = None
+        self._pending_decisions = None
+        self._pending_local = 0
+        best = state.get("best")
+        self.best_decisions = None if best is None else np.asarray(best["decisions"]).copy()
+        self.best_score = np.inf if best is None else float(best["score"])
+
+
+def _start_logits(space: SearchSpace, cfg: PostConfig) -> np.ndarray | None:
+    """The policy's first logits (before a probe): :func:`initial_logits`, or on layers the same homes
+    found over whole layers on devices (:func:`postplace.search.layers.device_space`), as r = 1 stripes."""
+    if space.layers is None:
+        return initial_logits(space, cfg.init, cfg.anchor_weight, cfg.fill_fraction)
+    if cfg.init == "uniform" or space.unit_time is None:
+        return None
+    fill = None if cfg.init == "speed" else cfg.fill_fraction
+    return anchored_prior(action_space(space), home_devices(device_space(space), fill), cfg.anchor_weight)
 
 
 def ce_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None) -> PostStrategy:

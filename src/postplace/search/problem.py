@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -12,8 +12,10 @@ from postplace.cluster.placement import effective_kinds
 from postplace.cost import CostModel, RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
-from postplace.graph.grouping import Grouping, group_ops
+from postplace.graph.grouping import Grouping, group_ops, layer_groups
 from postplace.graph.microbatch_names import copied_name
+from postplace.search.layers import layer_space
+from postplace.search.starts import comparable_devices
 from postplace.search.strategy import SearchSpace
 from postplace.sim import Simulator
 
@@ -89,6 +91,7 @@ def make_problem(
     exclude: list[str] = (),
     cost_model: CostModel | None = None,
     seed: int = 0,
+    layers: bool = True,
 ) -> Problem:
     """Group the graph and derive the search space (allowed devices per group, times, failing score).
 
@@ -111,6 +114,11 @@ def make_problem(
         Default :class:`postplace.cost.RooflineCostModel`.
     seed : int
         The grouping's random seed.
+    layers : bool
+        On a micro-batched step, group by layer (:func:`postplace.graph.grouping.layer_groups`: about
+        ``groups`` layers, each split into its micro-batches' units and its shared ops' unit) and give
+        the space its stripes (``space.layers``), so data parallelism and pipelines are one decision
+        per layer. False: group the step like any graph.
 
     Returns
     -------
@@ -151,7 +159,9 @@ def make_problem(
     times = (cost_model or RooflineCostModel()).op_times(graph, cluster).table
     op_weight = np.where(np.isfinite(times), times, np.nan)
     op_weight = np.nan_to_num(np.nanmin(op_weight, axis=1), nan=0.0) + 1e-9
-    grouping = group_ops(graph, groups, op_weight=op_weight, classes=classes, seed=seed)
+    lg = layer_groups(graph, groups, op_weight=op_weight, classes=classes, seed=seed) if layers else None
+    grouping = lg.grouping if lg is not None else group_ops(graph, groups, op_weight=op_weight, classes=classes,
+                                                            seed=seed)  # fmt: skip
     G, D = grouping.num_groups, cluster.num_devices
     gop = grouping.group_of_op
     allowed = np.ones((G, D), dtype=bool)
@@ -190,6 +200,10 @@ def make_problem(
         capacity=np.asarray(cluster.capacity, dtype=np.float64).copy(),
         unit_position=position,
     )
+    if lg is not None:
+        stripes = layer_space(lg.layer_of_unit, lg.slot_of_unit, lg.microbatches, allowed, unit_time,
+                              comparable_devices(space), cluster.device_names, unit_bytes)  # fmt: skip
+        space = replace(space, layers=stripes)
     return Problem(graph, cluster, grouping, sim, space, op_allowed)
 
 

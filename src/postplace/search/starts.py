@@ -24,7 +24,7 @@ import numpy as np
 from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.search.strategy import SearchSpace
 
-__all__ = ["StartProbe", "candidate_homes", "device_preference", "home_devices", "partition_homes"]
+__all__ = ["StartProbe", "candidate_homes", "comparable_devices", "device_preference", "home_devices", "partition_homes"]
 
 COMPARABLE = 2.0  # a device takes part in partitions when its total time is within this factor of the fastest
 
@@ -104,6 +104,13 @@ def _comparable(space: SearchSpace, devices: np.ndarray) -> np.ndarray:
     """Which of ``devices`` have a total time within ``COMPARABLE`` times the fastest device's."""
     total = _total_times(space)
     return total[devices] <= COMPARABLE * total.min()
+
+
+def comparable_devices(space: SearchSpace) -> list[int]:
+    """The devices within ``COMPARABLE`` times the fastest one's total time, in index order: those
+    partitions and stripes spread work over (a slow CPU beside GPUs is not one of them)."""
+    order = np.arange(space.num_devices)
+    return [int(d) for d in order[_comparable(space, order)]]
 
 
 def _unit_adjacency(space: SearchSpace):

@@ -10,9 +10,12 @@ Placements are int arrays ``[k, G]`` over the G placement units (groups) of a :c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from postplace.search.layers import LayerSpace
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +49,9 @@ class SearchSpace:
     unit_position : numpy.ndarray, optional
         ``[G]``: where unit g sits in program order (0 = first, 1 = last; the position of its first
         op), so a prior can fill devices in program order.
+    layers : postplace.search.layers.LayerSpace, optional
+        On a micro-batched step: the units' layers and the stripes a layer may take, so a strategy
+        can place a layer's micro-batches with one decision (:mod:`postplace.search.layers`).
     extra : dict
         Anything else a strategy may use.
 
@@ -68,6 +74,7 @@ class SearchSpace:
     unit_bytes: np.ndarray | None = None
     capacity: np.ndarray | None = None
     unit_position: np.ndarray | None = None
+    layers: LayerSpace | None = None
     extra: dict = field(default_factory=dict)
 
     @property
