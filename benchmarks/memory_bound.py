@@ -35,7 +35,8 @@ from postplace.cluster import Cluster, load_cluster
 from postplace.cluster.placement import single_device
 from postplace.graph import load_graph
 from postplace.placers import PlacementError, place
-from postplace.search import Budget, PostConfig, make_problem, make_strategy, run
+from postplace.search import Budget, make_problem, make_strategy, run
+from postplace.search.config import build_config
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/dnn-partitioning"
 PLACERS = ("single", "m-topo", "m-etf", "m-sct", "metis")
@@ -118,8 +119,7 @@ def build(spec: str, space, seed: int, sets: dict):
     spec, flat = (spec[:-5], True) if spec.endswith("/flat") else (spec, False)
     name, *kvs = spec.split(":")
     fields = {**sets, **{k: v for k, v in (kv.split("=") for kv in kvs)}} if name == "post" else {}
-    fields = {k: type(getattr(PostConfig(), k))(v) for k, v in fields.items()}
-    s = make_strategy(name, space, seed=seed, config=PostConfig(**fields) if fields else None)
+    s = make_strategy(name, space, seed=seed, config=build_config("post", fields) if fields else None)
     return Flat(s) if flat else s
 
 
