@@ -118,3 +118,21 @@ def test_post_from_uniform_finds_data_parallelism_where_random_search_does_not(s
     rand = run(RandomStrategy(p.space, seed=seed), p.simulator, Budget(samples=2000), space=p.space)
     assert post.best_step_time <= 1.05 * dp_time
     assert rand.best_step_time > 1.1 * dp_time
+
+
+@pytest.mark.parametrize("name", ["post", "post-paper", "ce", "ppo"])
+def test_post_over_layers_keeps_the_strategy_contract(name):
+    """Shapes, allowed devices, seeding and the state round trip (local moves' incumbent included) on
+    a layered space, with cross-entropy steps inside the samples driven."""
+    from dataclasses import replace
+
+    from postplace.search import make_strategy
+    from postplace.search.config import config_class
+    from postplace.testing.contracts import check_strategy_contract
+
+    g = chain_step(10, 4)
+    c = star_cluster(("cpu", "gpu", "gpu", "gpu", "gpu"))
+    p = make_problem(g, c, groups=5, cost_model=ConstantCostModel(1.0), pins=["^mb._f3$=gpu1"])
+    assert p.space.layers is not None and not p.space.layers.allowed.all()  # the pin forbids stripes
+    cfg = replace(config_class(name)[1], batch_size=8, ce_every=24)
+    check_strategy_contract(lambda space, seed: make_strategy(name, space, seed=seed, config=cfg), p.space)
