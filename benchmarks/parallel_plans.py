@@ -67,8 +67,7 @@ def search_start(summary: dict) -> tuple[str, float | None]:
     cands = summary["candidates"]
     best = min((k for k in cands if k.startswith("search") and cands[k] is not None), key=cands.get, default=None)
     m = best.split(" @m")[1] if best and " @m" in best else str(summary.get("microbatches", 1))
-    per_m = summary.get("per_microbatches", {}).get(m, {}) if isinstance(summary.get("per_microbatches"), dict) else {}
-    start = per_m.get("start") or summary.get("start") or {}
+    start = summary.get("search_start_per_microbatches", {}).get(m) or summary.get("search_start") or {}
     return str(start.get("name", "?")), start.get("step_time_s")
 
 

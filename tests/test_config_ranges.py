@@ -12,7 +12,8 @@ from postplace.search.config import build_config, config_class, field_range, rea
 from postplace.testing import fuzz
 from tests.clihelp import cli_error
 
-NAMES = ["post", "post-paper", "ce", "ppo", "reinforce", "hp", "anneal", "random"]
+NAMES = ["post", "post-paper", "post-start", "ce", "ce-paper", "ppo", "ppo-paper", "reinforce", "reinforce-paper",
+         "reinforce-probe", "hp", "hp-probe", "anneal", "random"]
 
 
 def fields_of(name):
@@ -153,7 +154,8 @@ def test_the_six_values_of_the_report_are_refused(name):
 
 def test_anchor_weight_is_reinforces_as_well():
     refused("reinforce", {"anchor_weight": "1.5"}, "anchor_weight must be a number in [0, 1]")
-    refused("reinforce", {"init": "probe"}, "init must be one of 'uniform', 'speed', 'memory'")
+    refused("reinforce", {"init": "bogus"}, "init must be one of 'uniform', 'speed', 'memory', 'probe'")
+    assert build_config("reinforce", {"init": "probe"}) == build_config("reinforce-probe")
 
 
 def test_a_toml_file_is_checked(tmp_path):

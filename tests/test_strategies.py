@@ -16,17 +16,19 @@ SPACE = SearchSpace(allowed=ALLOWED, failure_step_time=1e3, unit_time=np.where(A
 
 
 def contract_config(name):
-    """The default config, except hp's networks at a tenth of the paper's width: the contract (shapes,
-    allowed devices, seeding, the state round trip) does not depend on the width, and at full width hp
-    took minutes of the suite's time here."""
-    if name != "hp":
+    """The default config (a named start's own), except hp's networks at a tenth of the paper's width:
+    the contract (shapes, allowed devices, seeding, the state round trip) does not depend on the width,
+    and at full width hp took minutes of the suite's time here."""
+    if name not in ("hp", "hp-probe"):
         return None
-    from postplace.search.hierarchical import HierarchicalConfig
+    from dataclasses import replace
 
-    return HierarchicalConfig(grouper_hidden=8, placer_hidden=16, device_embedding=8)
+    from postplace.search.config import config_class
+
+    return replace(config_class(name)[1], grouper_hidden=8, placer_hidden=16, device_embedding=8)
 
 
-@pytest.mark.parametrize("name", [*STRATEGIES, "post-paper"])
+@pytest.mark.parametrize("name", list(STRATEGIES))
 def test_contract(name):
     cfg = contract_config(name)
     check_strategy_contract(lambda space, seed: make_strategy(name, space, seed=seed, config=cfg), SPACE)

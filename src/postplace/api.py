@@ -3,7 +3,8 @@
 Everything the ``postplace place`` and ``compare`` commands decide lives here (the CLI only parses,
 calls and prints): loading the target, the search problem with its constraints, the evaluator, the
 strategy and its configuration, warm starts, the run folder (``run.json`` written first, then the
-runner's history and checkpoint), the candidates, and which one is returned (DESIGN.md section 4c):
+runner's history and checkpoint; once the search ended, ``run.json`` also records the search's start,
+:data:`START_KEYS`), the candidates, and which one is returned (DESIGN.md section 4c):
 
 * the search's own best (reported on its own as ``search_best_step_time_s``);
 * the warm start's own op-level placement, when there is one;
@@ -40,6 +41,9 @@ Inception-V3 at 16 micro-batches (17,693 ops) on 2 cores; they are left out with
 large micro-batch counts of big models, where the other candidates still run."""
 SETTINGS = "run.json"
 EVALUATORS = ("simulator", "torch")
+START_KEYS = ("search_start", "search_start_per_microbatches")
+"""What ``run.json`` and ``summary.json`` record of the search's start (:func:`_search_start`): a result,
+not a setting, so :func:`read_settings` checks and leaves them out (a folder from before has none)."""
 
 
 # ------------------------------------------------------------------------------------------ targets
@@ -333,6 +337,9 @@ class PlaceResult:
         lines = [f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind})",
                  f"  returned ({self.returned}): {_ms(self.step_time_s)}"]  # fmt: skip
         lines.append(f"  search best: {_ms(s['search_best_step_time_s'])}")
+        start = s.get("search_start")
+        if isinstance(start, dict) and start.get("name") is not None:
+            lines.append(f"  search start: {start['name']}, {_ms(start.get('step_time_s'))}")
         for c in self.candidates:
             if c.name != "search":
                 lines.append(f"  {c.name}: {_ms(c.step_time_s)}" + (f"  ({c.note})" if c.note else ""))
@@ -396,7 +403,9 @@ def place(
         A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``dgx8x2``, ``mixed``, ``h100``), a cluster TOML
         file, or a Cluster.
     strategy : str
-        ``post`` (default), ``post-paper``, ``ce``, ``ppo``, ``reinforce``, ``hp``, ``anneal``, ``random``.
+        ``post`` (default), ``post-paper``, ``post-start``, ``ce``, ``ppo``, ``reinforce``, ``hp``,
+        ``anneal``, ``random``, or a named start (``ce-paper``, ``ppo-paper``, ``reinforce-paper``,
+        ``reinforce-probe``, ``hp-probe``; :data:`postplace.search.VARIANTS`).
     budget : int or str
         Samples (``2400``) or wall-clock time (``"60s"``, ``"5m"``).
     seed : int
@@ -412,7 +421,8 @@ def place(
         Simulate, or measure real steps (zoo models and modules only).
     out : str or path, optional
         The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``, ``checkpoint.json``
-        (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html`` (as the CLI writes it).
+        (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html`` (as the CLI writes it);
+        ``run.json`` and ``summary.json`` then record the search's start (``search_start``: its name and step time).
     config : dataclass, dict or str, optional
         The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
         overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
@@ -614,7 +624,10 @@ def _run_over_m(settings, targets_by_m, c, *, out, resume, progress, confirm=0, 
                 t.graph.save(out / f"m{m}" / "graph.json")
         _write_settings(out, settings)
 
-    return place_over_m(settings, targets_by_m, c, out=out, resume=resume, progress=progress, start=start)
+    res = place_over_m(settings, targets_by_m, c, out=out, resume=resume, progress=progress, start=start)
+    if out is not None:
+        _record_start(out, settings, res.summary)
+    return res
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
@@ -842,8 +855,46 @@ def read_settings(out: str | Path) -> dict:
     body = {k: v for k, v in s.items() if k != "checksum"}
     if _checksum(body) != s["checksum"]:
         raise PostplaceError(f"{path}: its checksum does not match its content (edited or damaged); start a new run")
+    _check_start_record(path, body)
+    body = {k: v for k, v in body.items() if k not in START_KEYS}  # what the search found, not a setting
     _check_settings(path, body)
     return body
+
+
+def _search_start(strategy) -> dict:
+    """The search's start as run.json and summary.json record it: ``{"name", "step_time_s"}``, from the
+    strategy's ``start_name`` and ``start_step_time`` (None where it has none, or did not probe)."""
+    name, step = getattr(strategy, "start_name", None), getattr(strategy, "start_step_time", None)
+    return {"name": None if name is None else str(name), "step_time_s": None if step is None else float(step)}
+
+
+def _record_start(out: Path, settings: dict, summary: dict) -> None:
+    """Rewrite run.json with the search's start (:data:`START_KEYS` of ``summary``) beside the settings,
+    under one checksum; the settings' own checksum (the checkpoints') stays that of the settings alone."""
+    body = {**settings, **{k: summary[k] for k in START_KEYS if k in summary}}
+    tmp = out / (SETTINGS + ".tmp")
+    tmp.write_text(json.dumps({**body, "checksum": _checksum(body)}, indent=1))
+    tmp.replace(out / SETTINGS)
+
+
+def _check_start_record(path: Path, s: dict) -> None:
+    """The start run.json recorded: ``{"name": text or null, "step_time_s": a number >= 0 or null}``, per
+    micro-batch count (``{"1": ...}``) in ``search_start_per_microbatches``."""
+    import math
+
+    def ok(v) -> bool:
+        step = v.get("step_time_s") if isinstance(v, dict) else None
+        return (isinstance(v, dict) and (v.get("name") is None or isinstance(v["name"], str))
+                and (step is None or (isinstance(step, int | float) and not isinstance(step, bool)
+                                      and math.isfinite(step) and step >= 0)))  # fmt: skip
+
+    if "search_start" in s and not ok(s["search_start"]):
+        raise PostplaceError(f"{path}: field 'search_start' is not a start's name and step time (edited or "
+                             "damaged); start a new run")  # fmt: skip
+    per = s.get("search_start_per_microbatches", {})
+    if not isinstance(per, dict) or not all(isinstance(m, str) and m.isdigit() and ok(v) for m, v in per.items()):
+        raise PostplaceError(f"{path}: field 'search_start_per_microbatches' is not a start per micro-batch "
+                             "count (edited or damaged); start a new run")  # fmt: skip
 
 
 def _check_settings(path: Path, s: dict) -> None:
@@ -1024,11 +1075,10 @@ def _jsonable(d: dict) -> dict:
 
 def _config(strategy: str, config):
     """The strategy's full config dataclass from ``config`` (None, "paper", a dict of overrides, or an instance)."""
+    from postplace.search import STRATEGIES, make_strategy
     from postplace.search.config import build_config, config_class
 
-    if strategy not in ("post", "post-paper", "ce", "ppo", "reinforce", "hp", "anneal", "random"):
-        from postplace.search import make_strategy
-
+    if strategy not in STRATEGIES:
         make_strategy(strategy, None)  # raises the one-line "unknown strategy" error
     if config is None:
         return build_config(strategy)
@@ -1221,12 +1271,13 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
     op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
     sched = op_sim.schedule(best.placement)
-    summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0)
+    summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0,
+                       start=_search_start(strat))  # fmt: skip
     summary["plan"] = _plan(graph, c, best.placement, problem.simulator.problem.cost_model, best.name)
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()
         summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",
-                                  candidates="simulated")  # fmt: skip
+                                  candidates="simulated", search_start="simulated")  # fmt: skip
         summary["ratio_to_single_device"] = None  # a measured time over a simulated one means nothing
         judge = problem.simulator
     res = PlaceResult(graph, c, best.placement, best.name, best.step_time_s,
@@ -1235,6 +1286,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
                       cands, problem.simulator.lower_bound, sched, summary, tgt.traced, tgt.spec)  # fmt: skip
     if out is not None:
         res.save(out)
+        _record_start(out, settings, summary)
     return res
 
 
@@ -1406,7 +1458,8 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
     return cands
 
 
-def _summary(settings, problem, judge, result, cands, best, sched, out, wall) -> dict:
+def _summary(settings, problem, judge, result, cands, best, sched, out, wall, *, start: dict | None = None) -> dict:
+    """Every figure of a run (what summary.json holds); ``start``: the search's start (:func:`_search_start`)."""
     c = problem.cluster
     measured = judge.name != "simulator"
     kind = "measured" if measured else "simulated"
@@ -1424,6 +1477,7 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
         "returned": best.name, "best_step_time_s": best.step_time_s,
         "search_best_step_time_s": result.best_step_time if result.best_placement is not None else None,
         "search_best_sample": result.best_sample if result.best_placement is not None else None,
+        "search_start": start if start is not None else {"name": None, "step_time_s": None},
         "single_device": single.name.split(":", 1)[1] if single is not None and single.feasible else None,
         "single_device_step_time_s": single_time,
         "candidates": {k.name: k.step_time_s for k in cands},
@@ -1437,7 +1491,8 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall) ->
         "oom_devices": [c.device_names[d] for d in range(c.num_devices) if peak[d] > c.capacity[d]],
         "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
         "bytes_moved": float(sum(x[4] for x in sched.transfers)), "transfers": len(sched.transfers),
-        "figures": {"best_step_time_s": kind, "search_best_step_time_s": kind, "single_device_step_time_s": kind,
+        "figures": {"best_step_time_s": kind, "search_best_step_time_s": kind, "search_start": kind,
+                    "single_device_step_time_s": kind,
                     "candidates": kind, "lower_bound_s": "simulated", "simulated_step_time_s": "simulated",
                     "peak_memory_bytes": "simulated", "busy_s": "simulated", "bytes_moved": "simulated"},
         "pins": settings["pins"], "exclude": settings["exclude"], "warm_start": settings["warm_start"],

@@ -268,7 +268,7 @@ def profile(
 def compare(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt = "k80x4",
-    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all'.")] = "all",
+    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start), reinforce-probe, hp-probe (Post's probe start).")] = "all",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Samples per search run.")] = 2400,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per search strategy.")] = 3,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
@@ -306,9 +306,11 @@ def compare(
         print(json.dumps({k: v for k, v in report.items()}))
         return
     t = Table(title=f"{graph_name} on {c_name}: {budget} samples x {seeds} seeds per search ({report['evaluator']})")
-    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "peak GB", "OOM", "wall s", "note"):
+    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "peak GB", "OOM", "wall s", "start ms", "note"):
         t.add_column(col, no_wrap=col != "note")
     for r in report["rows"]:
+        start = "" if r.get("start_name") is None else r["start_name"] + (
+            "" if r.get("start_step_time_s") is None else f" {r['start_step_time_s'] * 1e3:.2f}")  # fmt: skip
         best = r["best_step_time_s"]
         rng_ = "" if r["kind"] != "search" or best is None else \
             f"{r['min_step_time_s'] * 1e3:.2f}-{r['max_step_time_s'] * 1e3:.2f}"
@@ -317,7 +319,7 @@ def compare(
                   "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
                   "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
                   "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
-                  str(r["oom_count"]), _seconds(r["wall_time_s"]), r["note"])
+                  str(r["oom_count"]), _seconds(r["wall_time_s"]), start, r["note"])
     console.print(t)
     single = report["single_device_step_time_s"]
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
@@ -405,13 +407,17 @@ def paper(
     hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
     collect: Annotated[bool, typer.Option("--collect", help="Search nothing: table the finished runs.")] = False,
+    strategies: Annotated[str | None, typer.Option("--strategies", help="Comma-separated names, as compare takes them (default: the placers, random, anneal and both tables' strategies: post-paper, ce-paper, ppo-paper, reinforce-paper, hp from the paper's uniform start; post, post-start, ce, ppo, reinforce-probe, hp-probe from Post's probe start).")] = None,
 ) -> None:
-    """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival); resumable."""
+    """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival from the paper's start and from Post's); resumable."""
     from dataclasses import replace
 
+    from postplace.comparison import parse_strategies
     from postplace.paper import PaperConfig, format_table, run_paper
 
     config = PaperConfig.quick() if quick else PaperConfig()
+    if strategies is not None:
+        config = replace(config, strategies=tuple(parse_strategies(strategies)))
     if seeds is not None:
         if seeds < 1:
             raise PostplaceError("--seeds must be positive")
@@ -484,7 +490,7 @@ def place(
     ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post, post-paper, ce, ppo, reinforce, random...")] = "post",
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random; named starts: ce-paper, ppo-paper, reinforce-paper, reinforce-probe, hp-probe.")] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")] = None,
@@ -644,6 +650,11 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
         tried = ", ".join(f"m={m} {_ms(v)}" for m, v in (s.get("best_per_microbatches") or {}).items())
         console.print(f"plan: {s['plan']} ({s['returned']})" + (f"; best per micro-batch count: {tried}" if tried else ""),
                       highlight=False)  # fmt: skip
+    start = s.get("search_start")
+    if isinstance(start, dict) and start.get("name") is not None:
+        when = "not probed" if start.get("step_time_s") is None else \
+            f"{_ms(start['step_time_s'])} ({fig.get('search_start', fig['search_best_step_time_s'])})"
+        console.print(f"search start: {start['name']}, {when}", highlight=False)
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:
         lb += f", returned / lower bound {s['ratio_to_lower_bound']:.3f}"

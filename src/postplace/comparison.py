@@ -7,6 +7,9 @@ from their checkpoint, but only when graph, cluster, strategy, budget, seed and 
 match (a run folder made with other settings is stale: it is removed and run again). Every number
 comes from the same evaluator (the simulator), and a search row reports the strategy's own best (no
 fallback to the single-device placement here). A placer whose placement is OOM shows no best time.
+A search row also records where its search started (``start_name``, ``start_step_time_s``: the start's
+step time where the strategy probed it, else None; median over seeds), so a row's gain over its start
+can be told from the start itself.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
-SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post")
+SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post-start", "post")
+"""The search rows of ``all``; ``post-start`` (Post's start, no learning) says what learning adds to it."""
 ALL = PLACER_NAMES + SEARCH_NAMES
 
 
@@ -57,15 +61,21 @@ class Row:
     wall_time_s: float = 0.0
     seeds: int = 1
     note: str = ""
+    start_name: str | None = None  # where the search started (the seeds' common start)
+    start_step_time_s: float | None = None  # that start's step time, median over seeds (None: not probed)
     per_seed: list = field(default_factory=list)
 
 
 def parse_strategies(text: str) -> list[str]:
+    """Names from ``--strategies`` (comma-separated, or ``all``: :data:`ALL`); a search strategy's named
+    starts (``post-paper``, ``reinforce-probe``... :data:`postplace.search.VARIANTS`) are accepted too."""
+    from postplace.search import STRATEGIES
+
     names = list(ALL) if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
-    known = set(ALL) | {"post-paper"}
+    known = [*ALL, *(n for n in STRATEGIES if n not in ALL)]
     for n in names:
         if n not in known:
-            raise PostplaceError(f"--strategies: unknown '{n}'; choose from {', '.join(ALL)}, post-paper, or all")
+            raise PostplaceError(f"--strategies: unknown '{n}'; choose from {', '.join(known)}, or all")
     return names
 
 
@@ -269,7 +279,7 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         strategy = make_strategy(name, problem.space, seed=seed)
         key = run_key(graph, cluster, strategy, budget, seed)
         recorded, finished = _recorded_key(folder)
-        if folder.exists() and recorded != key:
+        if folder.exists() and not same_key(recorded, key):
             shutil.rmtree(folder)  # made with other settings (or damaged): stale, never reused
             recorded, finished = None, False
         if finished:
@@ -288,9 +298,11 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
                    "wall_time_s": time.perf_counter() - t, "samples": r.samples,
                    "feasible_samples": r.feasible_samples, "peak_memory_bytes": peak,
                    "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
-                   "key": key}  # fmt: skip
+                   "start_name": getattr(strategy, "start_name", None),
+                   "start_step_time_s": getattr(strategy, "start_step_time", None), "key": key}  # fmt: skip
             done.write_text(json.dumps(rec))
-        per_seed.append({"seed": seed, **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
+        per_seed.append({"seed": seed, "start_name": None, "start_step_time_s": None,  # a run from before
+                         **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
                          **reach(folder)})  # fmt: skip
         walls.append(rec["wall_time_s"])
         if rec["best_step_time_s"] is None:
@@ -298,9 +310,10 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         else:
             bests.append(rec["best_step_time_s"])
             peaks.append(rec["peak_memory_bytes"])
+    start = _start_of(per_seed)
     if not bests:
         return Row(name, "search", None, oom_count=ooms, wall_time_s=statistics.median(walls), seeds=seeds,
-                   note="no feasible placement sampled", per_seed=per_seed)  # fmt: skip
+                   note="no feasible placement sampled", per_seed=per_seed, **start)  # fmt: skip
     med = statistics.median(bests)
     cfg = getattr(strategy, "config", None)
     note = ""
@@ -308,4 +321,21 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         note = (f"no cross-entropy step ran: the budget ({budget}) is not above ce_every ({cfg.ce_every}), so this "
                 "run is PPO alone from its start")  # fmt: skip
     return Row(name, "search", med, min(bests), max(bests), peak_memory_bytes=max(peaks), oom_count=ooms,
-               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed)  # fmt: skip
+               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed, **start)  # fmt: skip
+
+
+def _start_of(per_seed: list[dict]) -> dict:
+    """A search row's start from its seeds': the name they share (names joined with '/' where they
+    differ; None where none recorded one) and the median of their start step times."""
+    names = list(dict.fromkeys(s["start_name"] for s in per_seed if s.get("start_name") is not None))
+    times = [s["start_step_time_s"] for s in per_seed if s.get("start_step_time_s") is not None]
+    return {"start_name": "/".join(names) if names else None,
+            "start_step_time_s": statistics.median(times) if times else None}  # fmt: skip
+
+
+def same_key(recorded, key: dict) -> bool:
+    """A finished run's recorded key is this run's: equal, except that a config recorded before a field
+    existed lacks it (the field's default keeps the old behaviour, and a named start is its own row)."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict) or key["config"] is None:
+        return recorded == key
+    return {**recorded, "config": {**key["config"], **recorded["config"]}} == key

@@ -142,6 +142,7 @@ class _Arm:
     oneshot: list
     folder: Path | None
     result: object = None
+    strategy: object = None  # the last round's, after its search: its start is recorded
 
     def value(self) -> float:
         best = [c.step_time_s for c in self.oneshot if c.feasible]
@@ -218,6 +219,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
             warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)
             arm.result = run(strat, arm.problem.simulator, share, out_dir=arm.folder, resume=again, progress=progress,
                              warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
+            arm.strategy = strat
             if arm.result.interrupted:
                 raise KeyboardInterrupt
     return _answer(settings, arms, rounds, cluster, out, t0)
@@ -247,7 +249,8 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
     sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
     result = top.result if top.result is not None else arm.result
     summary = api._summary(settings, top.problem if top.result is not None else problem, problem.simulator, result,
-                           [c for c, _ in pool], best, sched, out, time.perf_counter() - t0)  # fmt: skip
+                           [c for c, _ in pool], best, sched, out, time.perf_counter() - t0,
+                           start=api._search_start(top.strategy if top.result is not None else None))  # fmt: skip
     one = arms.get(1)
     single = next((c for c in (one.oneshot if one else []) if c.name.startswith("single:") and c.feasible), None)
     summary.update({
@@ -265,6 +268,9 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         "samples_per_microbatches": {str(m): (a.result.samples if a.result else 0) for m, a in arms.items()},
         "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
                                   for m, a in arms.items()},
+        # each count's search starts from its own probe (its own graph): recorded where it searched
+        "search_start_per_microbatches": {str(m): api._search_start(a.strategy) for m, a in arms.items()
+                                          if a.strategy is not None},
         "plan": api._plan(graph, cluster, best.placement, cm, best.name),
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),

@@ -6,13 +6,19 @@ hand-made placements, on Inception-V3, ResNet-50, RNNLM and NMT on one CPU plus 
 about 2,400 sampled placements per search; they report up to 63.7% shorter training steps than the RL
 state of the art. :func:`run_paper` runs that grid here, one :func:`postplace.comparison.compare` folder
 per model x machine (so it resumes exactly as ``compare`` does: finished runs are read back, unfinished
-ones continue from their checkpoint), then writes the headline table (``paper.json``, ``paper.md``):
-Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine.
+ones continue from their checkpoint), then writes the headline tables (``paper.json``, ``paper.md``):
+Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine, twice
+(:data:`postplace.report.markdown.TABLES`): every strategy from the paper's uniform start (``post-paper``
+against ``ce-paper``, ``ppo-paper``, ``reinforce-paper`` and ``hp``), and every strategy from Post's
+default probe start (``post`` against ``post-start``, ``ce``, ``ppo``, ``reinforce-probe`` and
+``hp-probe``), since a comparison from different starts measures the starts as much as the learning.
+Per pair ``paper.json`` also records each search's start (name, step time), its final step time and
+the share of the gap to the lower bound that learning closed (``starts``).
 
 The order of work puts the expensive part last: every cheap search strategy on every pair first, then
-the hierarchical planner one seed at a time over all pairs (its runs take minutes, the others seconds),
-then the one-shot placers and the tables. An experiment stopped early therefore has complete rows for
-everything but the planner's later seeds.
+the hierarchical planners (``hp``, ``hp-probe``) one seed at a time over all pairs (their runs take
+minutes, the others seconds), then the one-shot placers and the tables. An experiment stopped early
+therefore has complete rows for everything but the planners' later seeds.
 """
 
 from __future__ import annotations
@@ -27,12 +33,16 @@ from pathlib import Path
 
 from postplace.comparison import PLACER_NAMES, compare
 from postplace.errors import PostplaceError
-from postplace.report.markdown import COLUMNS, RIVALS, format_table
+from postplace.report.markdown import COLUMNS, OTHERS, TABLES, format_table
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
-CHEAP_SEARCH = ("random", "anneal", "reinforce", "ce", "ppo", "post-paper", "post")
-"""Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s)."""
+CHEAP_SEARCH = ("random", "anneal", "reinforce-paper", "ce-paper", "ppo-paper", "post-paper", "post-start",
+                "reinforce-probe", "ce", "ppo", "post")
+"""Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s): the
+uniform start's and the probe start's of every table, with random search and annealing."""
+PLANNERS = ("hp", "hp-probe")
+"""The hierarchical planner from each start: run last, with their own budget and seeds."""
 HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
 """One-shot placers whose best (that fits) is the "best heuristic" column."""
 PAPER_CLAIM = 0.637
@@ -55,7 +65,7 @@ class PaperConfig:
     seeds: int = 3
     hp_seeds: int | None = None
     """Seeds of the hierarchical planner; None = ``seeds`` (fewer where its minutes per run do not fit)."""
-    strategies: tuple[str, ...] = (*PLACER_NAMES, *CHEAP_SEARCH, "hp")
+    strategies: tuple[str, ...] = (*PLACER_NAMES, *CHEAP_SEARCH, *PLANNERS)
 
     @classmethod
     def quick(cls) -> PaperConfig:
@@ -79,6 +89,7 @@ class Headline:
     hp_seeds: int | None = None
     reduction: dict = field(default_factory=dict)  # rival -> 1 - post / rival (None: a side is missing)
     rival_s: dict = field(default_factory=dict)
+    post: str = "post"  # the strategy that is Post in this table
 
 
 def reduction(post: float | None, other: float | None) -> float | None:
@@ -88,24 +99,51 @@ def reduction(post: float | None, other: float | None) -> float | None:
     return 1.0 - post / other
 
 
-def headline(report: dict, model: str, cluster: str) -> Headline:
-    """Post's reduction against each rival from one ``compare.json`` report."""
+def gap_closed(start: float | None, final: float | None, lower_bound: float | None) -> float | None:
+    """The share of the gap from the start to the lower bound that the search closed,
+    ``(start - final) / (start - lower_bound)``; None when the start was not probed or is at the bound."""
+    if start is None or final is None or lower_bound is None or start - lower_bound <= 0:
+        return None
+    return (start - final) / (start - lower_bound)
+
+
+def headline(report: dict, model: str, cluster: str, post: str = "post", rivals=None) -> Headline:
+    """Post's reduction against each rival from one ``compare.json`` report: ``post`` is the strategy
+    that is Post, ``rivals`` the search rows it is measured against (None: every rival of
+    :data:`COLUMNS` present), then the best heuristic, single device, data parallelism and pipeline."""
     rows = {r["strategy"]: r for r in report["rows"]}
 
     def best(name: str) -> float | None:
         r = rows.get(name)
         return None if r is None or r["best_step_time_s"] is None else r["best_step_time_s"]
 
-    post = best("post")
-    rivals = {name: best(name) for name in RIVALS if name in rows}
+    names = [c for c in COLUMNS if c not in OTHERS and c != post] if rivals is None else rivals
+    post_name, post = post, best(post)
+    rivals = {name: best(name) for name in names if name in rows}
     fits = [rows[h]["best_step_time_s"] for h in HEURISTICS
             if h in rows and rows[h]["best_step_time_s"] is not None and not rows[h]["oom_count"]]  # fmt: skip
     rivals["best heuristic"] = min(fits) if fits else None
     rivals["single"] = report.get("single_device_step_time_s")
     rivals["data-parallel"] = best("data-parallel")
     rivals["pipeline"] = best("pipeline")
-    hp_seeds = rows["hp"].get("seeds") if "hp" in rows else None
-    return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals)
+    planner = next((rows[p] for p in names if p in PLANNERS and p in rows), None)
+    hp_seeds = planner.get("seeds") if planner is not None else None
+    return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals,
+                    post_name)  # fmt: skip
+
+
+def starts(report: dict) -> dict:
+    """Each search row's start in one ``compare.json`` report: its name and step time, the final step
+    time (the row's best) and :func:`gap_closed`; with the pair's lower bound."""
+    lb = report.get("lower_bound_s")
+    rows = {}
+    for r in report["rows"]:
+        if r.get("kind") != "search":
+            continue
+        start, final = r.get("start_step_time_s"), r.get("best_step_time_s")
+        rows[r["strategy"]] = {"start_name": r.get("start_name"), "start_step_time_s": start,
+                               "final_step_time_s": final, "gap_closed": gap_closed(start, final, lb)}  # fmt: skip
+    return {"lower_bound_s": lb, "strategies": rows}
 
 
 def run_paper(out: Path, config: PaperConfig | None = None, *,
@@ -128,13 +166,13 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     make_folder(out)
     t0 = time.perf_counter()
     strategies = list(config.strategies)
-    with_hp = "hp" in strategies and config.planner_budget > 0
-    if not with_hp and "hp" in strategies:
-        strategies.remove("hp")
-    cheap = [s for s in strategies if s not in PLACER_NAMES and s != "hp"]
+    if config.planner_budget <= 0:
+        strategies = [s for s in strategies if s not in PLANNERS]
+    planners = [s for s in strategies if s in PLANNERS]
+    cheap = [s for s in strategies if s not in PLACER_NAMES and s not in PLANNERS]
     pairs = [(m, c) for m in config.models for c in config.clusters]
     hp_weight = _HP_COST * config.planner_budget / config.budget
-    total = len(pairs) * (len(cheap) * config.seeds + (hp_weight * config.planner_seeds if with_hp else 0) + 1)
+    total = len(pairs) * (len(cheap) * config.seeds + hp_weight * config.planner_seeds * len(planners) + 1)
     total = len(pairs) if collect else total
     done = 0.0
     graphs: dict[str, object] = {}
@@ -170,19 +208,13 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         for m, c in pairs
         for name in cheap
     ]  # 1. the cheap searches, all seeds
-    if with_hp:  # 2. the planner, one seed at a time over every pair
-        tasks += [
-            (
-                f"{m} on {c}: hp seed {k - 1} ({config.planner_budget} samples)",
-                (m, c),
-                ["hp"],
-                config.planner_budget,
-                k,
-                hp_weight,
-            )
-            for k in range(1, config.planner_seeds + 1)
-            for m, c in pairs
-        ]
+    tasks += [  # 2. the planners, one seed at a time over every pair
+        (f"{m} on {c}: {name} seed {k - 1} ({config.planner_budget} samples)", (m, c), [name],
+         config.planner_budget, k, hp_weight)
+        for k in range(1, config.planner_seeds + 1)
+        for m, c in pairs
+        for name in planners
+    ]  # fmt: skip
     pending = [] if collect else list(tasks)
     while pending:  # a pair another process is working on is skipped, and waited for only at the end
         for task in list(pending):
@@ -194,7 +226,7 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
                 compare(graph(m), clusters[c], names, budget=budget, seeds=seeds, out=folder(m, c))
             pending.remove(task)
             done += weight
-    heads, reports, missing = [], {}, {}
+    heads, reports, missing = {key: [] for key in TABLES}, {}, {}
     for m, c in pairs:  # 3. the placers, and every row read back into one compare.json per pair
         tell(f"{m} on {c}: one-shot placers and the table")
         if collect:
@@ -205,19 +237,25 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
             with _PairLock(folder(m, c), wait=True):
                 rep = _assemble(graph(m), clusters[c], strategies, config, folder(m, c), retraced(m, c))
         reports[f"{m}-{c}"] = rep
-        heads.append(headline(rep, m, c))
+        for key, t in TABLES.items():
+            heads[key].append(headline(rep, m, c, t["post"], t["rivals"]))
         done += 1
     tell("done")
+    tables = {key: {**t, "rivals": list(t["rivals"]), "headline": [asdict(h) for h in heads[key]],
+                    "summary": _summary(heads[key])} for key, t in TABLES.items()}  # fmt: skip
     data = {
-        "config": {**asdict(config), "planner_budget": config.planner_budget if with_hp else 0,
-                   "planner_seeds": config.planner_seeds if with_hp else 0},
+        "config": {**asdict(config), "planner_budget": config.planner_budget if planners else 0,
+                   "planner_seeds": config.planner_seeds if planners else 0},
         "paper_claim": {"max_reduction_vs_rl": PAPER_CLAIM,
                         "source": "Gao, Chen, Li, NeurIPS 2018 (Post), abstract: "
                                   "up to 63.7% vs the RL state of the art"},
         "evaluator": "simulator",
         "pairs": [f"{m}-{c}" for m, c in pairs],
-        "headline": [asdict(h) for h in heads],
-        "summary": _summary(heads),
+        "tables": tables,
+        # one headline for readers of a single table (older tools): Post's, from its default start
+        "headline": tables["probe"]["headline"],
+        "summary": tables["probe"]["summary"],
+        "starts": {pair: starts(rep) for pair, rep in reports.items()},
         "wall_time_s_this_call": time.perf_counter() - t0,
         "missing": missing if collect else {},
     }  # fmt: skip
@@ -227,7 +265,8 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
 
 
 def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple[list[str], PaperConfig]:
-    """The strategies whose runs all finished (placers always), and the planner's finished seed count."""
+    """The strategies whose runs all finished (placers always), and the planners' finished seed count
+    (the fewest of those that finished one)."""
     from dataclasses import replace
 
     def done_seeds(name: str) -> int:
@@ -236,29 +275,30 @@ def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple
             k += 1
         return k
 
-    names = [s for s in strategies if s in PLACER_NAMES or s == "hp" or done_seeds(s) >= config.seeds]
-    if "hp" in names:
-        k = min(done_seeds("hp"), config.planner_seeds)
-        if k == 0:
-            names.remove("hp")
-        else:
-            config = replace(config, hp_seeds=k)
+    names = [s for s in strategies if s in PLACER_NAMES or (s in PLANNERS and done_seeds(s) > 0)
+             or (s not in PLANNERS and done_seeds(s) >= config.seeds)]  # fmt: skip
+    planned = [done_seeds(s) for s in names if s in PLANNERS]
+    if planned:
+        config = replace(config, hp_seeds=min(min(planned), config.planner_seeds))
     return names, config
 
 
 def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path,
               retraced: dict | None) -> dict:
-    """One pair's ``compare.json`` with every row: a single ``compare`` call where the planner has as
-    many seeds and samples as the rest, else the planner's row (with its own seed count) merged into the others'."""
+    """One pair's ``compare.json`` with every row: a single ``compare`` call where the planners have as
+    many seeds and samples as the rest, else the planners' rows (with their own seed count) merged into the
+    others'."""
     same = config.planner_seeds == config.seeds and config.planner_budget == config.budget
-    if "hp" not in strategies or same:  # else a shared call would find the planner's runs stale (other budget)
+    planners = [s for s in strategies if s in PLANNERS]
+    if not planners or same:  # else a shared call would find the planners' runs stale (other budget)
         return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder,
                        retraced=retraced)  # fmt: skip
-    hp = compare(graph, cluster, ["hp"], budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
-    rest = [s for s in strategies if s != "hp"]
+    hp = compare(graph, cluster, planners, budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
+    rest = [s for s in strategies if s not in PLANNERS]
     rep = compare(graph, cluster, rest, budget=config.budget, seeds=config.seeds, out=folder, retraced=retraced)
     rows = rep["rows"]
-    rows.insert(strategies.index("hp"), hp["rows"][0])
+    for name, row in zip(planners, hp["rows"], strict=True):  # in the order of strategies: each at its place
+        rows.insert(strategies.index(name), row)
     rep["hp_seeds"], rep["hp_budget_samples"] = config.planner_seeds, config.planner_budget
     (folder / "compare.json").write_text(json.dumps(rep, indent=1))
     with open(folder / "compare.csv", "w", newline="") as f:
@@ -306,7 +346,7 @@ def _all_locked(pending: list, folder) -> bool:
 def _summary(heads: list[Headline]) -> dict:
     """Per rival: how many pairs Post beats it on, the median and the largest reduction."""
     out = {}
-    for rival in COLUMNS:
+    for rival in dict.fromkeys(r for h in heads for r in h.reduction):
         vals = [h.reduction[rival] for h in heads if h.reduction.get(rival) is not None]
         if vals:
             out[rival] = {"pairs": len(vals), "post_faster": sum(v > 0 for v in vals),

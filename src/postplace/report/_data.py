@@ -498,6 +498,35 @@ def best_per_candidate(candidates: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) else None
+
+
+def _start(v) -> dict | None:
+    """A recorded start ``{"name", "step_time_s"}`` as the report shows it; None when none was recorded
+    (a folder from before, a strategy without a start) or the record is not one."""
+    if not isinstance(v, dict) or not isinstance(v.get("name"), str):
+        return None
+    return {"name": v["name"], "step_time_s": _number(v.get("step_time_s"))}
+
+
+def start_info(s: dict) -> dict | None:
+    """The search's start of a ``place`` summary: its name, step time (None: not probed) and whether
+    that time is simulated or measured; over several micro-batch counts, each count's (``per_m``)."""
+    per = s.get("search_start_per_microbatches")
+    per_m = []
+    if isinstance(per, dict):
+        per_m = [{"m": int(m), **st} for m, v in per.items()
+                 if isinstance(m, str) and m.isdigit() and (st := _start(v)) is not None]  # fmt: skip
+    top = _start(s.get("search_start"))
+    if top is None and not per_m:
+        return None
+    figures = s.get("figures") if isinstance(s.get("figures"), dict) else {}
+    kind = figures.get("search_start", figures.get("search_best_step_time_s"))
+    return {**(top or {"name": None, "step_time_s": None}), "kind": kind if isinstance(kind, str) else NOT_RECORDED,
+            "per_m": sorted(per_m, key=lambda x: x["m"])}  # fmt: skip
+
+
 def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.cluster.placement import load_placement
 
@@ -564,6 +593,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
                                   + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),
         "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars, "candidates": candidates,
         "seeds": 1, "microbatch_counts": counts if isinstance(counts, list) else None,
+        "search_start": start_info(s),
         "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": s.get("lower_bound_s")},
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
     }  # fmt: skip
@@ -615,6 +645,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
              else "single" if r["strategy"] == "single" else r.get("kind"),
              "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
              "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0), "seeds": r.get("seeds"),
+             "start": _start({"name": r.get("start_name"), "step_time_s": r.get("start_step_time_s")}),
              "note": r.get("note") or (NO_FEASIBLE if r.get("kind") == "search" and r.get("best_step_time_s") is None
                                        else "")}
             for r in rows]  # fmt: skip

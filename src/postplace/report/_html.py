@@ -191,11 +191,37 @@ def _bars_table(data: dict) -> str:
         r1 = f"{v / single:.3f}" if isinstance(v, int | float) and isinstance(single, int | float) and single else "-"
         r2 = f"{v / lb:.3f}" if isinstance(v, int | float) and isinstance(lb, int | float) and lb else "-"
         oom = str(b.get("oom") or 0) if any_oom and b["kind"] != "bound" else ""
-        body.append([b["label"], KIND_TEXT.get(b["kind"], b["kind"]), _ms(v), rng, r1, r2, oom, b.get("note", "")])
+        body.append([b["label"], KIND_TEXT.get(b["kind"], b["kind"]), _ms(v), rng, r1, r2, oom,
+                     start_text(b.get("start")), b.get("note", "")])  # fmt: skip
     best = f"best ms (search: median of {n_seeds} seeds)" if n_seeds > 1 else "best ms"
     headers = ["strategy", "kind", best, f"range ms (min - max over {n_seeds} seeds)", "/ single", "/ LB",
-               "OOM seeds", "note"]  # fmt: skip
+               "OOM seeds", "search start (ms)", "note"]  # fmt: skip
     return table(headers, body, num={2, 3, 4, 5, 6})
+
+
+def start_text(start: dict | None) -> str:
+    """A search's start as a cell: ``part4-work, 123.4 ms``, or its name alone when it was not probed."""
+    if not isinstance(start, dict) or start.get("name") is None:
+        return ""
+    t = start.get("step_time_s")
+    return start["name"] + (f", {sig(t * 1e3, 4)} ms" if isinstance(t, int | float) else " (not probed)")
+
+
+def start_line(data: dict) -> str:
+    """The place report's line on the search's start: ``Search start: part4-work, 123.4 ms
+    (simulated)``; per micro-batch count where the run searched several; empty when none was recorded."""
+    st = data.get("search_start")
+    if not isinstance(st, dict):
+        return ""
+    kind = f" ({st['kind']})" if st.get("kind") and any(
+        isinstance(x.get("step_time_s"), int | float) for x in [st, *st.get("per_m", [])]) else ""  # fmt: skip
+    if len(st.get("per_m", [])) > 1:
+        text = "; ".join(f"m={x['m']}: {start_text(x)}" for x in st["per_m"])
+    elif st.get("name") is not None:
+        text = start_text(st)
+    else:
+        return ""
+    return f"<p>Search start: {esc(text)}{esc(kind)}.</p>"
 
 
 def _by_m_table(data: dict) -> str:
@@ -308,7 +334,7 @@ def render_html(data: dict, folder: Path) -> str:
         f"{_ms(s['step_time_s'])} ms, lower bound {_ms(s['lower_bound_s'])} ms. Data: "
         '<a href="report.json">report.json</a>; Chrome trace (opens in Perfetto): '
         '<a href="trace.json">trace.json</a>.</p>',
-        "<h2>Step times</h2>", _bars_table(data),
+        "<h2>Step times</h2>", start_line(data), _bars_table(data),
         "<p class=note>/ single: the step time over the best single device's; / LB: over the lower bound.</p>",
         _by_m_table(data),
         figure("bars"),

@@ -384,13 +384,21 @@ def render_all(data: dict, folder: Path) -> dict:
 
 
 def paper_figure(data: dict, folder: Path) -> dict:
-    """The paper experiment's headline: Post's reduction against each rival, pairs x rivals."""
+    """The paper experiment's headline: Post's reduction against each rival, a row per pair and start
+    (the uniform start's table, then the probe's), a column per method."""
+    from postplace.report.markdown import TABLES, method
+
     plt = _plt()
-    heads = data["headline"]
-    rivals = [r for r in ("post-paper", "ce", "ppo", "reinforce", "hp", "best heuristic", "single", "data-parallel")
-              if any(h["reduction"].get(r) is not None for h in heads)]  # fmt: skip
-    grid = np.array([[np.nan if h["reduction"].get(r) is None else h["reduction"][r] * 100 for r in rivals]
-                     for h in heads])  # fmt: skip
+    tables = data.get("tables")
+    if isinstance(tables, dict):  # a row per pair and start, a column per method (its table's strategy)
+        heads = [(h, {method(k): v for k, v in h["reduction"].items()}, f" ({key})")
+                 for key in TABLES if key in tables for h in tables[key]["headline"]]  # fmt: skip
+    else:  # a paper.json from before the two tables
+        heads = [(h, h["reduction"], "") for h in data["headline"]]
+    rivals = [r for r in ("post-paper", "post-start", "ce", "ppo", "reinforce", "hp", "best heuristic", "single",
+                          "data-parallel") if any(red.get(r) is not None for _, red, _ in heads)]  # fmt: skip
+    grid = np.array([[np.nan if red.get(r) is None else red[r] * 100 for r in rivals] for _, red, _ in heads],
+                    dtype=float).reshape(len(heads), len(rivals))
     fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))
     lim = min(np.nanmax(np.abs(grid)), 60.0) if np.isfinite(grid).any() else 1.0  # -195% would wash out the rest
     if grid.size:
@@ -410,7 +418,8 @@ def paper_figure(data: dict, folder: Path) -> dict:
                     color="white" if abs(grid[i, j]) > 0.7 * lim else "black",
                 )
     ax.set_xticks(range(len(rivals)), [f"vs {r}" for r in rivals], rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(heads)), [f"{h['model']} {h['cluster']}" for h in heads], fontsize=8)
-    ax.set_title("Post's step-time reduction 1 - post/rival (blue: Post faster)", fontsize=10)
+    ax.set_yticks(range(len(heads)), [f"{h['model']} {h['cluster']}{tag}" for h, _, tag in heads], fontsize=8)
+    same = "; each row's strategies from one start, the paper's or Post's probe" if isinstance(tables, dict) else ""
+    ax.set_title(f"Post's step-time reduction 1 - post/rival (blue: Post faster{same})", fontsize=10)
     fig.tight_layout()
     return {"paper_reductions": _save(fig, folder, "paper_reductions")}

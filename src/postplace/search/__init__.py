@@ -1,4 +1,16 @@
-"""Search: ask/tell strategies over placements, and the runner that drives them."""
+"""Search: ask/tell strategies over placements, and the runner that drives them.
+
+Strategy names (:data:`STRATEGIES`): ``post`` (Post from its probe start, the default), ``ce`` and
+``ppo`` (Post with one half switched off, the same start), ``post-start`` (Post's probe start with every
+learning step switched off: it samples its start prior only, the row that says how much learning adds),
+``reinforce`` (REINFORCE from Post's memory-aware prior), ``hp`` (the hierarchical planner, the paper's
+start), ``random`` and ``anneal``. Named starts of the learning rivals (:data:`VARIANTS`): ``-paper``
+is the paper's uniform start (``post-paper``, ``ce-paper``, ``ppo-paper``, ``reinforce-paper``; ``hp``
+itself starts as the paper's), ``-probe`` Post's probe start (``reinforce-probe``, ``hp-probe``; ``post``,
+``ce`` and ``ppo`` have it already).
+"""
+
+import dataclasses
 
 from postplace.search.anneal import AnnealConfig, AnnealStrategy
 from postplace.search.post import PostConfig, PostStrategy, ce_strategy, ppo_strategy
@@ -8,22 +20,92 @@ from postplace.search.reinforce import ReinforceStrategy
 from postplace.search.runner import Budget, SearchResult, run
 from postplace.search.strategy import SearchSpace, Strategy, scores
 
+LEARNING = ("use_ce", "use_ppo", "use_local")
+"""Post's learning steps, each a boolean of :class:`PostConfig` (those it has): all off in ``post-start``."""
+
+
+def learning_off(config: PostConfig) -> PostConfig:
+    """``config`` with every learning step of :data:`LEARNING` that :class:`PostConfig` has switched off.
+
+    Parameters
+    ----------
+    config : PostConfig
+
+    Returns
+    -------
+    PostConfig
+        The same start and sampling, no cross-entropy, PPO or local step.
+    """
+    names = {f.name for f in dataclasses.fields(PostConfig)}
+    return dataclasses.replace(config, **{k: False for k in LEARNING if k in names})
+
+
+def post_start_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None) -> PostStrategy:
+    """Post's start alone (``post-start``): Post with every learning step switched off.
+
+    With ``config`` (default ``PostConfig()``: the probe start) otherwise, so its policy stays the
+    start's prior and it samples that prior only: the row that says how much learning adds to the start.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    seed : int
+    config : PostConfig, optional
+        Its learning switches are turned off whatever they say.
+
+    Returns
+    -------
+    PostStrategy
+        Named ``post-start``.
+    """
+    s = PostStrategy(space, seed=seed, config=learning_off(config or PostConfig()))
+    s.name = "post-start"
+    return s
+
+
+VARIANTS = {
+    "post-paper": ("post", {"init": "uniform"}),
+    "ce-paper": ("ce", {"init": "uniform"}),
+    "ppo-paper": ("ppo", {"init": "uniform"}),
+    "reinforce-paper": ("reinforce", {"init": "uniform"}),
+    "reinforce-probe": ("reinforce", {"init": "probe"}),
+    "hp-probe": ("hp", {"init": "probe"}),
+}
+"""Named starts of a strategy: ``name -> (strategy, changes to its default config)``. ``-paper``: the
+paper's uniform start; ``-probe``: Post's probe start (:mod:`postplace.search.start_prior`)."""
+
+
+def _hierarchical(space, *, seed=0, config=None):
+    # the hierarchical planner needs torch; import it only when that strategy is asked for
+    from postplace.search.hierarchical import HierarchicalPlanner
+
+    return HierarchicalPlanner(space, seed=seed, config=config)
+
+
+def _variant(name: str):
+    base, _ = VARIANTS[name]
+
+    def make(space, *, seed=0, config=None):
+        from postplace.search.config import config_class
+
+        s = STRATEGIES[base](space, seed=seed, config=config if config is not None else config_class(name)[1])
+        s.name = name
+        return s
+
+    return make
+
+
 STRATEGIES = {
     "post": PostStrategy,
     "ce": ce_strategy,
     "ppo": ppo_strategy,
+    "post-start": post_start_strategy,
     "reinforce": ReinforceStrategy,
     "random": RandomStrategy,
     "anneal": AnnealStrategy,
-    "hp": lambda space, *, seed=0, config=None: _hierarchical()(space, seed=seed, config=config),
+    "hp": _hierarchical,
 }
-
-
-def _hierarchical():
-    # the hierarchical planner needs torch; import it only when that strategy is asked for
-    from postplace.search.hierarchical import HierarchicalPlanner
-
-    return HierarchicalPlanner
+STRATEGIES.update({name: _variant(name) for name in VARIANTS})
 
 
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:
@@ -32,15 +114,16 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     Parameters
     ----------
     name : str
-        A key of :data:`STRATEGIES` (``post``, ``ce``, ``ppo``, ``reinforce``, ``random``, ``anneal``,
-        ``hp``) or ``post-paper``.
+        A key of :data:`STRATEGIES`: ``post``, ``ce``, ``ppo``, ``post-start``, ``reinforce``,
+        ``random``, ``anneal``, ``hp``, or a named start of :data:`VARIANTS` (``post-paper``,
+        ``ce-paper``, ``ppo-paper``, ``reinforce-paper``, ``reinforce-probe``, ``hp-probe``).
     space : SearchSpace
         What the strategy places (``make_problem(...).space``).
     seed : int
         Seed of the strategy's random generator.
     config : dataclass or str, optional
         The strategy's config (e.g. :class:`PostConfig`); ``"paper"`` for Post's paper setting (any
-        other string is ignored). None: the strategy's defaults.
+        other string is ignored). None: the strategy's defaults (a named start's own).
 
     Returns
     -------
@@ -58,20 +141,22 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     >>> space = SearchSpace(np.ones((3, 2), dtype=bool), failure_step_time=10.0)
     >>> make_strategy("post", space, config="paper").name, make_strategy("anneal", space).name
     ('post-paper', 'anneal')
+    >>> make_strategy("reinforce-probe", space).config.init, make_strategy("post-start", space).config.use_ppo
+    ('probe', False)
     """
     from postplace.errors import PostplaceError
 
-    if name == "post-paper" or (name == "post" and config == "paper"):
-        s = PostStrategy(space, seed=seed, config=config if isinstance(config, PostConfig) else PostConfig.paper())
-        s.name = "post-paper"
-        return s
+    if name == "post" and config == "paper":
+        name = "post-paper"
     if name not in STRATEGIES:
-        raise PostplaceError(f"unknown strategy '{name}'; choose one of {', '.join([*STRATEGIES, 'post-paper'])}")
+        raise PostplaceError(f"unknown strategy '{name}'; choose one of {', '.join(STRATEGIES)}")
     return STRATEGIES[name](space, seed=seed, config=None if isinstance(config, str) else config)
 
 
 __all__ = [
+    "LEARNING",
     "STRATEGIES",
+    "VARIANTS",
     "AnnealConfig",
     "AnnealStrategy",
     "Budget",
@@ -81,8 +166,10 @@ __all__ = [
     "SearchResult",
     "SearchSpace",
     "Strategy",
+    "learning_off",
     "make_problem",
     "make_strategy",
+    "post_start_strategy",
     "run",
     "scores",
 ]

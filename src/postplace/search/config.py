@@ -119,16 +119,23 @@ def field_range(cls, name: str) -> Range | None:
 
 
 def config_class(strategy: str):
-    """The config dataclass of a strategy name, and its default instance for that name."""
+    """The config dataclass of a strategy name, and its default instance for that name (a named start
+    of :data:`postplace.search.VARIANTS`: its strategy's default with the start's changes; ``post-start``:
+    Post's default with learning off)."""
+    from postplace.search import VARIANTS, learning_off
     from postplace.search.anneal import AnnealConfig
     from postplace.search.post import PostConfig
     from postplace.search.random_search import RandomConfig
     from postplace.search.reinforce import ReinforceConfig
 
+    if strategy in VARIANTS:
+        base, changes = VARIANTS[strategy]
+        cls, default = config_class(base)
+        return cls, dataclasses.replace(default, **changes)
     if strategy in ("post", "ce", "ppo"):
         return PostConfig, PostConfig()
-    if strategy == "post-paper":
-        return PostConfig, PostConfig.paper()
+    if strategy == "post-start":
+        return PostConfig, learning_off(PostConfig())
     if strategy == "reinforce":
         return ReinforceConfig, ReinforceConfig()
     if strategy == "anneal":
@@ -169,7 +176,7 @@ def read_config_file(path: str | Path, strategy: str) -> dict:
 
     own = table is not data  # inside [strategy] every table is a mistake; at the top, other strategies' tables
     for k, v in table.items():
-        if isinstance(v, dict) and (own or k not in (*STRATEGIES, "post-paper")):
+        if isinstance(v, dict) and (own or k not in STRATEGIES):
             where = f"[{strategy}.{k}]" if own else f"[{k}]"
             raise PostplaceError(f"--config {path}: {where} is a table, not a config field of '{strategy}'; write "
                                  f"its fields as KEY = VALUE under [{strategy}] or at the top of the file")  # fmt: skip

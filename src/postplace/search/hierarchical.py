@@ -13,7 +13,7 @@ The model, as the paper describes it:
   a moving-average baseline ``B``, and OOM (here: any infeasible placement) scored as a failing runtime
   (ours: raised by how far the placement overflows memory when the runner says, as for every strategy,
   :func:`postplace.search.strategy.scores`; the paper's learned placer has no prior to start from,
-  so Post's memory-aware start does not apply to it).
+  so Post's memory-aware start does not apply to it by default: ``init="none"``).
   Per update the paper draws m = 1 grouping and k = 4 placements for it (its Eqs. 4 and 6): the
   grouper's gradient is ``mean_i grad log p(g_i) * mean_j (R_ij - B)``, the placer's
   ``mean_ij grad log p(d_ij | g_i) * (R_ij - B)``.
@@ -54,6 +54,19 @@ lr 0.01 gets to 1.42 and lr 0.001 to 1.11 (simulated annealing: 1.20, random sea
 ``paper`` settings stay the default here, as the baseline the paper defines; a tuned rate belongs to
 the recorded sweep on the zoo models (DESIGN.md section 4).
 
+**The probe start** (``init="probe"``, the ``hp-probe`` strategy; ours, for issue 20's comparison from
+the same start): the first samples are Post's candidate starts (:class:`postplace.search.starts.StartProbe`,
+the same candidates and the same choice as Post's), told without a gradient step (they count for ``best``
+only). Then the placer's device logits get a fixed bias towards the chosen start: Post's anchored prior on
+it (:func:`postplace.search.start_prior.start_prior`, probabilities ``[G, D]``), per group the mean over
+its members, and the log of that added to the shaped logits ``C tanh(u / T)`` (before the noise and the
+mask) at every decoder step, in ``ask`` and in the replay alike. Why a bias on the output and not a
+placer trained to imitate the start: it makes the first samples come from (about) the start's distribution
+at once, costs no samples, and leaves the networks and their REINFORCE updates as the paper's; the shaped
+logits span ``2 C = 10``, so the placer can still learn its way off the start. A group whose members share
+a home leans to it as a unit does under Post's prior; a mixed group leans to its members' homes in
+proportion (the grouper starts random, so early groups mix).
+
 The model lives in PyTorch on the CPU. Sampling happens in :meth:`HierarchicalPlanner.ask` without
 gradients (the decoder steps one group at a time); :meth:`tell` replays the sampled sequence with
 teacher forcing (the noise drawn at ``ask`` is kept) to get the log-likelihood with gradients.
@@ -71,6 +84,7 @@ import torch
 from torch import nn
 
 from postplace.search.config import ranged
+from postplace.search.start_prior import make_probe, start_prior, start_state
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
@@ -117,6 +131,11 @@ class HierarchicalConfig:
     group_adjacency: bool = True
     """Put the group's byte fractions to and from every group in its embedding (paper: an adjacency
     vector per group)."""
+    init: str = ranged("none", why="start of the placer", choices=("none", "probe"))
+    """'none' (the paper: the placer starts from its random weights) or 'probe': Post's candidate
+    starts are asked first, and the placer's device logits then carry a fixed bias towards the one Post
+    would choose (the log of Post's anchored prior on it, averaged over each group's members; see the
+    module docstring), so hp learns from the same start as Post (the ``hp-probe`` strategy)."""
 
     @classmethod
     def paper(cls) -> HierarchicalConfig:
@@ -192,7 +211,9 @@ class HierarchicalPlanner:
 
     Each ask returns ``m * k`` placements (``groupings_per_ask * placements_per_grouping``; fewer only
     if ``max_n`` is smaller, which then shrinks k, then m); each tell makes one REINFORCE update.
-    ``best`` / ``best_score`` hold the best feasible placement seen.
+    ``best`` / ``best_score`` hold the best feasible placement seen. ``start_name`` and
+    ``start_step_time``: with ``init="probe"`` the probe's chosen start and its step time once its
+    candidates are told; else ``"none"`` and None.
     """
 
     name = "hp"
@@ -231,6 +252,11 @@ class HierarchicalPlanner:
         self.best: np.ndarray | None = None
         self.best_score = np.inf
         self._pending: dict | None = None
+        # init='probe': Post's candidate starts, asked first; then a fixed bias towards the chosen one
+        self.probe = make_probe(space) if cfg.init == "probe" else None
+        self.start_name: str | None = "none"
+        self.start_step_time: float | None = None
+        self._start_prob: torch.Tensor | None = None  # [G, D]: Post's prior on the start, once chosen
 
     # ------------------------------------------------------------------------------ model pieces
     def _shape(self, logits: torch.Tensor) -> torch.Tensor:
@@ -270,13 +296,26 @@ class HierarchicalPlanner:
         mask = mask | ~nonempty[..., None]
         return torch.cat(parts, dim=-1), mask, nonempty
 
+    def _start_bias(self, groups: torch.Tensor) -> torch.Tensor | None:
+        """With a probe start: ``[m, NG, D]``, the log of each group's members' mean start probability
+        (0 for an empty group, whose choice changes nothing); None without one."""
+        if self._start_prob is None:
+            return None
+        A = nn.functional.one_hot(groups, self.num_groups).float()  # [m, G, NG]
+        count = A.sum(dim=1)  # [m, NG]
+        mean = A.transpose(1, 2) @ self._start_prob / count.clamp(min=1)[..., None]
+        bias = torch.log(mean.clamp(min=1e-30))
+        return torch.where((count > 0)[..., None], bias, torch.zeros_like(bias))
+
     def _encode(self, groups: torch.Tensor, k: int):
         emb, mask, nonempty = self._group_inputs(groups)
         enc, (h, c) = self.model.encoder(emb)
         enc = enc.repeat_interleave(k, dim=0)
         state = (h.repeat_interleave(k, dim=1), c.repeat_interleave(k, dim=1))
         mask, nonempty = mask.repeat_interleave(k, dim=0), nonempty.repeat_interleave(k, dim=0)
-        return enc, self.model.attend(enc), state, mask, nonempty
+        bias = self._start_bias(groups)
+        bias = None if bias is None else bias.repeat_interleave(k, dim=0)
+        return enc, self.model.attend(enc), state, mask, nonempty, bias
 
     def _expand(self, groups: np.ndarray, devices: np.ndarray, k: int) -> np.ndarray:
         """Unit placements ``[m*k, G]`` from groupings ``[m, G]`` and group devices ``[m*k, NG]``."""
@@ -287,6 +326,9 @@ class HierarchicalPlanner:
 
     # ------------------------------------------------------------------------------ ask / tell
     def ask(self, max_n: int) -> np.ndarray:
+        """The probe's candidates first (``init="probe"``), then ``m * k`` samples of the planner."""
+        if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
+            return first
         with _cpu_modes():
             return self._ask(max_n)
 
@@ -304,7 +346,7 @@ class HierarchicalPlanner:
             groups = torch.multinomial(gprob.reshape(m * G, NG), 1, generator=self.gen).reshape(m, G)
             logp_group = torch.log(gprob.gather(2, groups[..., None])[..., 0]).sum(dim=1)
             # ALGO LOGIC: the placer decodes one device per group, k times per grouping
-            enc, keys, state, mask, nonempty = self._encode(groups, k)
+            enc, keys, state, mask, nonempty, bias = self._encode(groups, k)
             logp_dev = torch.zeros(m * k)
             pnoise = sd * torch.randn(m * k, NG, D, generator=self.gen)
             prev = torch.full((m * k,), D, dtype=torch.long)
@@ -313,6 +355,8 @@ class HierarchicalPlanner:
                 inp = torch.cat([self.model.device_embed(prev), enc[:, j]], dim=-1)[:, None]
                 dec, state = self.model.decoder(inp, state)
                 logits = self._shape(self.model.device_logits(dec, keys, enc)[:, 0]) + pnoise[:, j]
+                if bias is not None:
+                    logits = logits + bias[:, j]
                 logits = logits.masked_fill(~mask[:, j], float("-inf"))
                 prob = torch.softmax(logits, dim=-1)
                 prev = torch.multinomial(prob, 1, generator=self.gen)[:, 0]
@@ -331,11 +375,13 @@ class HierarchicalPlanner:
         D = self.allowed.shape[1]
         glog = torch.log_softmax(self._group_logits()[None] + torch.as_tensor(p["gnoise"]), dim=-1)
         logp_group = glog.gather(2, groups[..., None])[..., 0].sum(dim=1)
-        enc, keys, state, mask, nonempty = self._encode(groups, p["k"])
+        enc, keys, state, mask, nonempty, bias = self._encode(groups, p["k"])
         start = torch.full((devices.shape[0], 1), D, dtype=torch.long)
         prev = torch.cat([start, devices[:, :-1]], dim=1)
         dec, _ = self.model.decoder(torch.cat([self.model.device_embed(prev), enc], dim=-1), state)
         logits = self._shape(self.model.device_logits(dec, keys, enc)) + torch.as_tensor(p["pnoise"])
+        if bias is not None:
+            logits = logits + bias
         dlog = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
         logp_dev = dlog.gather(2, devices[..., None])[..., 0]
         logp_dev = torch.where(nonempty, logp_dev, torch.zeros_like(logp_dev)).sum(dim=1)
@@ -344,8 +390,33 @@ class HierarchicalPlanner:
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
     ) -> None:
+        """One REINFORCE update on the batch last asked; the probe's candidates, when told, only choose
+        the start (and count for ``best``)."""
+        if self.probe is not None and self._tell_candidates(placements, step_time, feasible, overflow):
+            return
         with _cpu_modes():
             self._tell(placements, step_time, feasible, overflow)
+
+    def _tell_candidates(self, placements, step_time, feasible, overflow) -> bool:
+        placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        feasible = np.asarray(feasible, dtype=bool)
+        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
+                   self.space.overflow_scale)  # fmt: skip
+        if not self.probe.tell(placements, s, np.asarray(step_time, dtype=np.float64), feasible):
+            return False
+        for i in np.flatnonzero(feasible):
+            if s[i] < self.best_score:
+                self.best, self.best_score = placements[i].copy(), float(s[i])
+        if self.probe.done:
+            self._start_from_probe()
+        return True
+
+    def _start_from_probe(self) -> None:
+        probe = self.probe
+        self.start_name, self.start_step_time = probe.name, probe.step_time
+        if probe.home is not None:
+            prob = np.exp(start_prior(self.space, probe))
+            self._start_prob = torch.tensor(np.where(self.allowed, prob, 0.0), dtype=torch.float32)
 
     def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow=None) -> None:
         p = self._pending
@@ -394,6 +465,7 @@ class HierarchicalPlanner:
             "baseline": self.baseline, "updates": self.updates, "skipped_updates": self.skipped_updates,
             "best": None if self.best is None else self.best.copy(), "best_score": self.best_score,
             "pending": copy.deepcopy(self._pending),
+            "start": start_state(self.probe, self.start_name, self.start_step_time),
         }  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
@@ -409,6 +481,13 @@ class HierarchicalPlanner:
         self.best = None if state["best"] is None else np.asarray(state["best"], dtype=np.int64)
         self.best_score = float(state["best_score"])
         self._pending = copy.deepcopy(state["pending"])
+        start = state.get("start", {"scores": [], "out": 0, "name": self.start_name})
+        self._start_prob = None
+        if self.probe is not None:
+            self.probe.load_state_dict(start)
+            if self.probe.done:
+                self._start_from_probe()  # the bias again, from the same candidates and scores
+        self.start_name, self.start_step_time = start["name"], start.get("step_time")
 
 
 def _to_numpy(tree):

@@ -552,15 +552,16 @@ def _load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> N
 def _unlike(fresh, saved, where: str) -> str:
     """Why ``saved`` does not have the structure of ``fresh`` (a strategy's state now): '' when it does.
     Dicts need the same keys (a saved one may lack some), arrays the same dtype kind and shape (and
-    finite values where the fresh ones are), scalars the same type; the config must be equal; lists
-    are compared item by item when both have the same length."""
+    finite values where the fresh ones are), scalars the same type; the config must be equal (a field
+    it lacks, from before the field existed, counts as the run's: a field added later keeps the old
+    behaviour at its default); lists are compared item by item when both have the same length."""
     if isinstance(fresh, dict):
         if not isinstance(saved, dict):
             return f"{where} is not an object"
         extra = set(saved) - set(fresh)
         if fresh and extra:  # an empty dict now (an optimizer's state before its first step) is open
             return f"{where} has unknown fields {sorted(map(str, extra))[:3]}"
-        if where == "strategy.config" and _plain(saved) != _plain(fresh):
+        if where == "strategy.config" and _plain({**fresh, **saved}) != _plain(fresh):
             return "its config differs from the run's"
         return next((w for k in saved if k in fresh and (w := _unlike(fresh[k], saved[k], f"{where}.{k}"))), "")
     if isinstance(fresh, np.ndarray):

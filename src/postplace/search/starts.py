@@ -24,7 +24,14 @@ import numpy as np
 from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.search.strategy import SearchSpace
 
-__all__ = ["StartProbe", "candidate_homes", "comparable_devices", "device_preference", "home_devices", "partition_homes"]
+__all__ = [
+    "StartProbe",
+    "candidate_homes",
+    "comparable_devices",
+    "device_preference",
+    "home_devices",
+    "partition_homes",
+]
 
 COMPARABLE = 2.0  # a device takes part in partitions when its total time is within this factor of the fastest
 

@@ -1,0 +1,59 @@
+"""Post's probe start for the other learning strategies (REINFORCE, the hierarchical planner).
+
+With ``init="probe"`` a strategy first asks :class:`postplace.search.starts.StartProbe`'s candidate
+homes, one evaluation each, exactly as Post does (the same candidates: on a micro-batched step whose
+space has layers, :func:`postplace.search.layers.layer_candidates`), and once they are told starts
+from the chosen home as Post does (``PostStrategy._start_from_probe``): the prior of
+:func:`postplace.search.post.anchored_prior` on it, with ``anchor_weight`` on each unit's home, or for
+a spread-out start (a METIS partition ``part...`` or a layer stripe ``stripe...``)
+``1 - min(0.5, partition_units / G)``. These strategies place units, not layers, so G is the units'
+count and the home is the start's unit placement (Post on layers counts and anchors layer decisions).
+A strategy whose config has no such field takes Post's default (:data:`POST_DEFAULTS`), so every rival
+given this start starts where Post does. Why: a comparison of learning methods from different starts
+measures the starts as much as the learning (issue 20).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from postplace.search.layers import layer_candidates
+from postplace.search.post import PostConfig, anchored_prior
+from postplace.search.starts import StartProbe
+from postplace.search.strategy import SearchSpace
+
+__all__ = ["POST_DEFAULTS", "make_probe", "start_prior", "start_state", "start_weight"]
+
+POST_DEFAULTS = PostConfig()
+"""Post's default config: the probe's margin and fill, the home's weight and the partition's spread."""
+
+
+def make_probe(space: SearchSpace, fill_fraction: float = POST_DEFAULTS.fill_fraction) -> StartProbe:
+    """Post's probe over ``space`` (its ``probe_margin`` and candidates), with the strategy's own
+    ``fill_fraction``."""
+    starts = None if space.layers is None else layer_candidates(space, fill_fraction)
+    return StartProbe(space, fill_fraction, POST_DEFAULTS.probe_margin, candidates=starts)
+
+
+def start_weight(name: str, num_units: int, anchor_weight: float = POST_DEFAULTS.anchor_weight,
+                 partition_units: float = POST_DEFAULTS.partition_units) -> float:  # fmt: skip
+    """The prior probability on each unit's home, Post's rule: ``anchor_weight``, or for a spread-out
+    start (a partition or a stripe) ``1 - min(0.5, partition_units / G)`` (about ``partition_units``
+    units per sample elsewhere)."""
+    if name.startswith(("part", "stripe")):
+        return 1 - min(0.5, partition_units / max(num_units, 1))
+    return anchor_weight
+
+
+def start_prior(space: SearchSpace, probe: StartProbe, anchor_weight: float = POST_DEFAULTS.anchor_weight,
+                partition_units: float = POST_DEFAULTS.partition_units) -> np.ndarray:  # fmt: skip
+    """Log-probabilities ``[G, D]`` of the anchored prior on the probe's chosen home (the probe done)."""
+    weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units)
+    return anchored_prior(space, probe.home, weight)
+
+
+def start_state(probe: StartProbe | None, name: str | None, step_time: float | None) -> dict:
+    """The ``start`` entry of a strategy's state, laid out as Post's: the probe's scores and step times
+    (none without a probe), the start's name and its step time."""
+    return {**(probe.state_dict() if probe is not None else {"scores": [], "out": 0}), "name": name,
+            "step_time": step_time}  # fmt: skip
