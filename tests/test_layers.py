@@ -91,10 +91,12 @@ def test_a_cross_entropy_step_on_a_data_parallel_elite_makes_data_parallel_the_m
     lay: LayerSpace = p.space.layers
     dp = lay.names.index("gpu0..gpu3")
     s = PostStrategy(p.space, seed=0, config=PostConfig(init="uniform"))
-    elite = np.full((5, lay.num_layers), dp)
+    plan = lay.collapse(lay.expand(np.full(lay.num_layers, dp)))  # a shared-only layer: its owner's stripe
+    assert (plan == dp).sum() >= lay.num_layers // 2
+    elite = np.repeat(plan[None], 5, axis=0)
     cross_entropy_update(s.policy, elite, s.eps)
     mode = s.policy.probs().argmax(axis=1)
-    assert (mode == dp).all()
+    assert (mode == plan).all()
     placed = lay.expand(mode)  # micro-batch k of every layer on gpu k
     slot = lay.unit_column
     per_mb = np.flatnonzero(np.isin(np.arange(p.space.num_units), np.flatnonzero(slot < 4)))
@@ -136,3 +138,14 @@ def test_post_over_layers_keeps_the_strategy_contract(name):
     assert p.space.layers is not None and not p.space.layers.allowed.all()  # the pin forbids stripes
     cfg = replace(config_class(name)[1], batch_size=8, ce_every=24)
     check_strategy_contract(lambda space, seed: make_strategy(name, space, seed=seed, config=cfg), p.space)
+
+
+def test_a_stripe_by_speed_gives_a_fast_gpu_more_micro_batches_than_a_slow_one():
+    """Two GPUs 2.5x faster than two others (A100 against V100 in fp16): over the window of all four,
+    8 micro-batches are dealt out by speed, which data parallelism (equal shares) cannot express."""
+    speed = np.array([0.01, 1.0, 1.0, 0.4, 0.4])  # cpu, two fast GPUs, two slow ones
+    stripes, names = stripe_table(5, [1, 2, 3, 4], speed, 8, ("cpu", "a0", "a1", "v0", "v1"))
+    row = stripes[names.index("a0..v1 by speed")]
+    counts = np.bincount(row, minlength=5)
+    assert counts[1] == counts[2] > counts[3] == counts[4] > 0 and counts.sum() == 8
+    assert np.bincount(stripes[names.index("a0..v1")], minlength=5)[1:].tolist() == [2, 2, 2, 2]

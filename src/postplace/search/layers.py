@@ -14,15 +14,20 @@ action is a stripe ``S[a] = (d_0, ..., d_{m-1})``, micro-batch j's device, and t
 The stripes (:func:`stripe_table`), in this order, duplicates dropped (the first kept):
 
 * ``r = 1`` on every device d: the whole layer on d, a pipeline stage (``S = (d, ..., d)``);
-* ``r > 1``: aligned windows of the devices that are *comparable* (total time within
-  :data:`postplace.search.starts.COMPARABLE` of the fastest; index order, which follows the links: an
+* ``r > 1``: aligned windows of the devices that are *comparable* (of the fastest device's kind, total
+  time within :data:`postplace.search.starts.COMPARABLE` of it; index order, which follows the links: an
   NVLink node is a run of indices): windows of r = 2, 4, 8... devices starting at multiples of r, and
   the window of all of them; micro-batch j on window device ``j mod r``. r = all is data parallelism
   for that layer; smaller windows give pipelines of data-parallel stages, and a layer on r = 1 beside
   layers on r > 1 gives hybrids (one GPU for a large classifier);
 * on a window of devices of unequal speed, also a stripe by speed: the m micro-batches dealt out in
-  proportion to each device's speed (largest remainder), so a fast GPU takes more than a slow one,
-  a plan data parallelism cannot express.
+  proportion to each device's speed (smooth weighted round robin: each next micro-batch to the
+  device furthest below its share), so a fast GPU takes more than a slow one, a plan data
+  parallelism cannot express.
+
+Two stripes that put a layer's units alike (a layer of shared ops only uses one column) are one
+action for that layer, the first (``allowed``): a uniform policy must not favour a device because
+several stripes agree on it.
 
 At m = 1 every stripe is one device and the duplicates go: the actions are the devices in order,
 ``S[a] = (a,)``, so a policy over actions is exactly the per-device policy.
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postplace.search.starts import candidate_homes, home_devices
+from postplace.search.starts import candidate_homes, home_devices, total_times
 from postplace.search.strategy import SearchSpace
 
 __all__ = ["LayerSpace", "action_space", "device_space", "layer_candidates", "layer_space", "stripe_table"]
@@ -148,18 +153,20 @@ def stripe_table(num_devices: int, comparable: list[int], speed: np.ndarray, m: 
 
 
 def owner_columns(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, unit_bytes: np.ndarray | None) -> np.ndarray:
-    """``int[L]``: each layer's owner column, dealt in layer order to the column with the fewest shared
-    bytes so far (``layer mod m`` without bytes)."""
+    """``int[L]``: each layer's owner column. The layers that have shared ops are dealt, in layer
+    order, to the column with the fewest shared bytes so far, then the fewest layers (without bytes:
+    round robin); a layer without shared ops keeps column 0 (it has nothing to own)."""
     L = int(unit_layer.max()) + 1 if unit_layer.size else 0
-    if unit_bytes is None:
-        return np.arange(L) % m
-    shared = np.bincount(unit_layer, weights=np.where(unit_slot == m, unit_bytes, 0.0), minlength=L)
-    load = np.zeros(m)
+    has = np.bincount(unit_layer, weights=unit_slot == m, minlength=L) > 0
+    weight = np.zeros(unit_layer.size) if unit_bytes is None else np.where(unit_slot == m, unit_bytes, 0.0)
+    shared = np.bincount(unit_layer, weights=weight, minlength=L)
+    load, count = np.zeros(m), np.zeros(m)
     out = np.zeros(L, dtype=np.int64)
-    for layer in range(L):
-        c = int(np.argmin(load)) if shared[layer] > 0 else layer % m
+    for layer in np.flatnonzero(has):
+        c = int(np.lexsort((count, load))[0])
         out[layer] = c
         load[c] += shared[layer]
+        count[c] += 1
     return out
 
 
@@ -171,10 +178,7 @@ def layer_space(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, allowed: 
     ``comparable`` devices."""
     G, D = allowed.shape
     L = int(unit_layer.max()) + 1 if G else 0
-    finite = np.where(np.isfinite(unit_time), unit_time, np.nan)
-    common = np.isfinite(unit_time).all(axis=1)
-    total = np.nansum(finite[common] if common.any() else finite, axis=0)
-    speed = 1.0 / np.maximum(total, 1e-300)
+    speed = 1.0 / np.maximum(total_times(allowed, unit_time), 1e-300)
     stripes, names = stripe_table(D, comparable, speed / speed.max(), m, device_names)
     column = np.where(unit_slot < m, unit_slot, owner_columns(unit_layer, unit_slot, m, unit_bytes)[unit_layer])
     A = len(stripes)
@@ -187,6 +191,13 @@ def layer_space(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, allowed: 
         t = np.where(bad, 0.0, unit_time[np.arange(G), dev])
         per = np.bincount(unit_layer * D + dev, weights=t, minlength=L * D).reshape(L, D)
         time[:, a] = per.max(axis=1)
+    for layer in range(L):  # stripes that place this layer's units alike are one action (the first)
+        cols = np.unique(column[unit_layer == layer])
+        _, first = np.unique(stripes[:, cols], axis=0, return_index=True)
+        ok[layer] &= np.isin(np.arange(A), first)
+    empty = np.flatnonzero(~ok.any(axis=1))
+    if empty.size:
+        raise ValueError(f"layer {empty[0]}: no stripe puts all its units on devices they may use")
     return LayerSpace(unit_layer.astype(np.int64), column.astype(np.int64), stripes, names, ok,
                       np.where(ok, time, np.inf))  # fmt: skip
 

@@ -37,12 +37,13 @@ four GPUs. The candidates are Post's own (nothing from ``placers/``). The ``ce``
 are this file with one half switched off.
 
 Local moves (ours; ``use_local``): after the probe, ``local_fraction`` of every batch are the best
-sample so far changed by one move (half: one or a few decisions redrawn from the policy; half: a run
-of consecutive decisions set to one value). From a good start, independent per-unit samples change
-many units at once and are nearly all worse than the start, so neither the elite nor PPO sees an
-improvement of it; a local move changes one thing. Their results move the incumbent (and the runner's
-best) only: the cross-entropy elite and PPO's surrogate stay over the policy's own samples, as in the
-paper (local moves in the elite pulled the policy onto the incumbent's neighbourhood: on 40 fresh
+sample so far changed by one move, the kinds taking turns: one or a few decisions redrawn from the
+policy; a run of consecutive decisions set to one value; on layers, one or a few units moved to
+another device (:meth:`PostStrategy._local_moves`); never a placement already told. From a good
+start, independent per-unit samples change many units at once and are nearly all worse than the
+start, so neither the elite nor PPO sees an improvement of it; a local move changes one thing. Their
+results move the incumbent (and the runner's best) only: the cross-entropy elite and PPO's surrogate
+stay over the policy's own samples, as in the paper (local moves in the elite pulled the policy onto the incumbent's neighbourhood: on 40 fresh
 small instances, 196 of 200 runs reached the optimum that way, 199 with the elite kept to the
 policy's own samples, 195 without local moves).
 
@@ -217,8 +218,9 @@ class PostConfig:
     use_ppo: bool = True
     """Run PPO steps (False: the 'ce' ablation)."""
     local_fraction: float = ranged(0.5, "[0, 1)", "share of each batch that are local moves of the best sample")
-    """Share of each batch (after the probe) that are *local moves*: the best sample so far with a few
-    decisions redrawn from the policy. Ours (the paper has none): from a good start, independent
+    """Share of each batch (after the probe) that are *local moves*: the best sample so far changed by
+    one move (a few decisions redrawn, a run of decisions set to one value, on layers a few units
+    moved; :meth:`PostStrategy._local_moves`). Ours (the paper has none): from a good start, independent
     per-unit samples change many units at once and are nearly all worse than it, so neither the elite
     nor PPO ever sees an improvement of it; a local move changes one or two. Their results move the
     incumbent only: the cross-entropy elite and PPO stay over the policy's own samples. 0.5 rather
@@ -345,9 +347,11 @@ class PostStrategy:
         self._pending_log_prob: np.ndarray | None = None
         self._pending_decisions: np.ndarray | None = None
         self._pending_local = 0  # the last ask's local moves, at the end of its batch
+        self.own_in_last_ask = 0  # how many of the last ask's placements the policy drew (the rest: local moves)
         self.best_placement: np.ndarray | None = None  # the incumbent local moves start from (units)
         self.best_score = np.inf
         self._seen: set[int] = set()  # digests of every placement told: a local move never repeats one
+        self._seen_order: list[int] = []  # the same, in the order first seen (the state keeps this list)
 
     def _make_probe(self) -> StartProbe:
         cfg = self.config
@@ -374,6 +378,7 @@ class PostStrategy:
         A batch never crosses a cross-entropy boundary.
         """
         if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
+            self.own_in_last_ask = len(first)
             return first  # init='probe': the candidate homes first
         # never cross a CE boundary inside one batch
         to_boundary = self.config.ce_every - self.samples_seen % self.config.ce_every
@@ -390,6 +395,7 @@ class PostStrategy:
             placements = np.concatenate([placements, local])
         self._pending_log_prob = self.policy.log_prob(self._decisions_of(placements, k - n_local))
         self._pending_decisions = decisions
+        self.own_in_last_ask = k - n_local
         return placements
 
     def tell(
@@ -405,7 +411,7 @@ class PostStrategy:
         feasible = np.asarray(feasible, dtype=bool)
         raw = np.asarray(placements)
         own = len(raw) - self._pending_local  # the policy's own samples come first, then the local moves
-        self._seen.update(_digest(row) for row in raw)
+        self._remember(raw)
         self._note_best(raw, score)
         if self.probe is not None and self.probe.tell(raw, score, np.asarray(step_time), feasible):
             self._tell_candidates(self._decisions_of(raw), score, feasible)
@@ -480,11 +486,17 @@ class PostStrategy:
             for _ in range(_TRIES):  # a move onto a placement already told is a wasted sample: try another
                 move = self.best_placement.copy()
                 self._move(move, (i + self.samples_seen) % kinds, p, marginal, movable, free, current)
-                if (key := _digest(move)) not in self._seen:
-                    self._seen.add(key)
+                if _digest(move) not in self._seen:
+                    self._remember(move[None])
                     fresh.append(move)
                     break
         return np.stack(fresh) if fresh else None
+
+    def _remember(self, placements: np.ndarray) -> None:
+        for row in placements:
+            if (key := _digest(row)) not in self._seen:
+                self._seen.add(key)
+                self._seen_order.append(key)
 
     def _move(self, row: np.ndarray, kind: int, p: np.ndarray, marginal: np.ndarray | None, movable: np.ndarray,
               free: np.ndarray, current: np.ndarray) -> None:  # fmt: skip
@@ -583,7 +595,7 @@ class PostStrategy:
             "samples_seen": self.samples_seen,
             "best": None if self.best_placement is None else {"placement": self.best_placement.copy(),
                                                                 "score": self.best_score},
-            "seen": sorted(self._seen),  # a list: it grows, and the run folder's check compares arrays' shapes
+            "seen": list(self._seen_order),  # a list: it grows, and the run folder's check compares arrays' shapes
             "start": {**(self.probe.state_dict() if self.probe else {"scores": [], "out": 0}), "name": self.start_name,
                       "step_time": self.start_step_time},
             "recent": [
@@ -614,7 +626,8 @@ class PostStrategy:
         best = state.get("best")
         self.best_placement = None if best is None else np.asarray(best["placement"]).copy()
         self.best_score = np.inf if best is None else float(best["score"])
-        self._seen = {int(x) for x in state.get("seen", [])}
+        self._seen_order = [int(x) for x in state.get("seen", [])]
+        self._seen = set(self._seen_order)
 
 
 _TRIES = 8  # local moves tried per slot before it goes to the policy (the incumbent's neighbourhood is spent)

@@ -100,11 +100,18 @@ def home_devices(space: SearchSpace, fill_fraction: float | None = None) -> np.n
     return home
 
 
-def _total_times(space: SearchSpace) -> np.ndarray:
-    t = np.where(space.allowed, space.unit_time, np.inf)
-    common = np.isfinite(t).all(axis=1)
+def total_times(allowed: np.ndarray, unit_time: np.ndarray) -> np.ndarray:
+    """``[D]``: each device's summed time over the units every usable device may run (all units' finite
+    times if there are none); inf for a device no unit may use (excluded), which is never the fastest."""
+    t = np.where(allowed, unit_time, np.inf)
+    usable = allowed.any(axis=0)
+    common = np.isfinite(t[:, usable]).all(axis=1)
     rows = t[common] if common.any() else np.where(np.isfinite(t), t, 0.0)
-    return rows.sum(axis=0)
+    return np.where(usable, rows.sum(axis=0), np.inf)
+
+
+def _total_times(space: SearchSpace) -> np.ndarray:
+    return total_times(space.allowed, space.unit_time)
 
 
 def _comparable(space: SearchSpace, devices: np.ndarray) -> np.ndarray:
@@ -114,10 +121,18 @@ def _comparable(space: SearchSpace, devices: np.ndarray) -> np.ndarray:
 
 
 def comparable_devices(space: SearchSpace) -> list[int]:
-    """The devices within ``COMPARABLE`` times the fastest one's total time, in index order: those
-    partitions and stripes spread work over (a slow CPU beside GPUs is not one of them)."""
+    """The devices stripes spread micro-batches over, in index order: within ``COMPARABLE`` times the
+    fastest one's total time, and of one kind, the kind most of those are (a slow CPU beside GPUs is
+    not one of them, nor a CPU that comes close on a graph of tiny ops: a window of GPUs must not
+    shift by one)."""
     order = np.arange(space.num_devices)
-    return [int(d) for d in order[_comparable(space, order)]]
+    close = order[_comparable(space, order)]
+    kinds = space.device_kinds
+    if len(kinds) == space.num_devices and close.size:
+        names = [kinds[d] for d in close]
+        kind = max(dict.fromkeys(names), key=names.count)  # the most; on a tie, the lowest index's
+        close = close[[k == kind for k in names]]
+    return [int(d) for d in close]
 
 
 def _unit_adjacency(space: SearchSpace):
