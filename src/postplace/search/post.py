@@ -43,9 +43,9 @@ another device (:meth:`PostStrategy._local_moves`); never a placement already to
 start, independent per-unit samples change many units at once and are nearly all worse than the
 start, so neither the elite nor PPO sees an improvement of it; a local move changes one thing. Their
 results move the incumbent (and the runner's best) only: the cross-entropy elite and PPO's surrogate
-stay over the policy's own samples, as in the paper (local moves in the elite pulled the policy onto the incumbent's neighbourhood: on 40 fresh
-small instances, 196 of 200 runs reached the optimum that way, 199 with the elite kept to the
-policy's own samples, 195 without local moves).
+stay over the policy's own samples, as in the paper (local moves in the elite pulled the policy onto
+the incumbent's neighbourhood: on 40 fresh small instances, 196 of 200 runs reached the optimum that
+way, 199 with the elite kept to the policy's own samples, 195 without local moves).
 
 **Decisions on a micro-batched step.** When the space has layers (``space.layers``, a step traced as m
 micro-batches; :mod:`postplace.search.layers`), everything above acts on *layers* and *stripes*
