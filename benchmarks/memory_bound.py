@@ -10,8 +10,8 @@ Every case is a graph whose training step fits on no single GPU of its cluster. 
 (the default) are the benchmark: the shared dnn-partitioning operator graphs (ResNet-50, BERT-3) on
 ``k80x4`` / ``k80x2`` copies whose GPUs have less memory, chosen so that 2, 3 and 4 GPUs are needed,
 and zoo models at batch sizes that overflow one K80 die at stock memory. The ``tune`` cases are other
-zoo models and sizes, the only ones the memory-aware start was chosen on. GNMT is left out: its
-layer graph's backward orientation is being fixed under issue 15.
+zoo models and sizes, the only ones the memory-aware start was chosen on. GNMT with 2 GB GPUs joined
+the test cases with issue 20 (its layer graph's backward orientation was fixed under issue 15).
 
 Per case: the best memory-aware one-shot placer (single, m-topo, m-etf, m-sct, metis; feasible
 results only) and its name; per strategy the median and range of its own best over the seeds
@@ -54,6 +54,7 @@ TEST = {
     "gpt2-b8-x2": ("zoo:gpt2", "k80x2", None),
     "inception-b96-x4": ("zoo:inception_v3:batch=96", "k80x4", None),
     "nmt4-b384-x4": ("zoo:nmt4:batch=384", "k80x4", None),
+    "gnmt-2.0G-x4": ("gnmt_training", "k80x4", 2.0 * GB),  # issue 20's case
 }
 TUNE = {
     "resnet50-b96-x4": ("zoo:resnet50:batch=96", "k80x4", None),

@@ -91,8 +91,9 @@ def test_a_cross_entropy_step_on_a_data_parallel_elite_makes_data_parallel_the_m
     lay: LayerSpace = p.space.layers
     dp = lay.names.index("gpu0..gpu3")
     s = PostStrategy(p.space, seed=0, config=PostConfig(init="uniform"))
-    plan = lay.collapse(lay.expand(np.full(lay.num_layers, dp)))  # a shared-only layer: its owner's stripe
-    assert (plan == dp).sum() >= lay.num_layers // 2
+    plan = lay.canonical[:, dp]  # a layer of shared ops only: the stripe of its owner's device
+    assert (plan >= 0).all() and (plan == dp).sum() >= lay.num_layers // 2
+    assert (lay.collapse(lay.expand(plan)) == plan).all()
     elite = np.repeat(plan[None], 5, axis=0)
     cross_entropy_update(s.policy, elite, s.eps)
     mode = s.policy.probs().argmax(axis=1)
@@ -113,7 +114,7 @@ def test_post_from_uniform_finds_data_parallelism_where_random_search_does_not(s
     c = star_cluster(("gpu", "gpu", "gpu", "gpu"))
     p = make_problem(g, c, groups=32, cost_model=ConstantCostModel(1.0))
     lay = p.space.layers
-    dp_time = p.simulator.evaluate(lay.expand(np.full(lay.num_layers, lay.names.index("gpu0..gpu3")))[None])
+    dp_time = p.simulator.evaluate(lay.expand(lay.canonical[:, lay.names.index("gpu0..gpu3")])[None])
     dp_time = float(dp_time.step_time[0])
     post = run(PostStrategy(p.space, seed=seed, config=PostConfig.paper()), p.simulator, Budget(samples=2000),
                space=p.space)  # fmt: skip

@@ -65,6 +65,10 @@ class LayerSpace:
     action_time : numpy.ndarray
         ``float[L, A]``: the layer's compute time under action a on its busiest device (inf where not
         allowed), for priors.
+    canonical : numpy.ndarray
+        ``int[L, A]``: the allowed action that places layer l's units as action a does (a itself, or
+        the first stripe that agrees with it on the layer's columns), -1 where a sends a unit where it
+        may not go. So "every layer on stripe a" is ``canonical[:, a]`` wherever that is not -1.
     """
 
     unit_layer: np.ndarray
@@ -73,6 +77,7 @@ class LayerSpace:
     names: tuple[str, ...]
     allowed: np.ndarray
     action_time: np.ndarray
+    canonical: np.ndarray
 
     @property
     def num_layers(self) -> int:
@@ -191,15 +196,17 @@ def layer_space(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, allowed: 
         t = np.where(bad, 0.0, unit_time[np.arange(G), dev])
         per = np.bincount(unit_layer * D + dev, weights=t, minlength=L * D).reshape(L, D)
         time[:, a] = per.max(axis=1)
+    canonical = np.full((L, A), -1, dtype=np.int64)
     for layer in range(L):  # stripes that place this layer's units alike are one action (the first)
         cols = np.unique(column[unit_layer == layer])
-        _, first = np.unique(stripes[:, cols], axis=0, return_index=True)
+        _, first, inverse = np.unique(stripes[:, cols], axis=0, return_index=True, return_inverse=True)
+        canonical[layer] = np.where(ok[layer], first[inverse.ravel()], -1)
         ok[layer] &= np.isin(np.arange(A), first)
     empty = np.flatnonzero(~ok.any(axis=1))
     if empty.size:
         raise ValueError(f"layer {empty[0]}: no stripe puts all its units on devices they may use")
     return LayerSpace(unit_layer.astype(np.int64), column.astype(np.int64), stripes, names, ok,
-                      np.where(ok, time, np.inf))  # fmt: skip
+                      np.where(ok, time, np.inf), canonical)  # fmt: skip
 
 
 def device_space(space: SearchSpace) -> SearchSpace:
@@ -250,7 +257,8 @@ def layer_candidates(space: SearchSpace, fill_fraction: float) -> list[tuple[str
             size = len(set(lay.stripes[a].tolist()))
             firsts.setdefault(size * 2 + name.endswith("by speed"), a)
     for a in firsts.values():
-        out.append((f"stripe:{lay.names[a]}", lay.expand(np.where(lay.allowed[:, a], a, fallback))))
+        every = lay.canonical[:, a]
+        out.append((f"stripe:{lay.names[a]}", lay.expand(np.where(every >= 0, every, fallback))))
     seen, unique = set(), []
     for name, home in out:
         if home.tobytes() not in seen:

@@ -510,11 +510,10 @@ class PostStrategy:
             return int(self.rng.choice(q.size, p=q / q.sum())) if q.sum() > 0 else old
 
         def put(decisions: np.ndarray, value: int) -> None:
-            decisions = decisions[allowed[decisions, value]]
             if lay is None:
-                row[decisions] = value
-            else:
-                units = np.isin(lay.unit_layer, decisions)
+                row[decisions[allowed[decisions, value]]] = value
+            else:  # each layer takes the stripe that places it as ``value`` does, where it may
+                units = np.isin(lay.unit_layer, decisions[lay.canonical[decisions, value] >= 0])
                 row[units] = lay.stripes[value, lay.unit_column[units]]
 
         if kind == 2 or movable.size == 0:  # unit moves (on layers)
@@ -526,7 +525,11 @@ class PostStrategy:
             for u in self.rng.choice(movable, size=min(movable.size, count), replace=False):
                 put(np.array([u]), draw(p[u], allowed[u], int(current[u])))
         else:
-            start = int(self.rng.choice(movable))
+            # start on a decision that may take every value its neighbours may (on layers: not a layer of
+            # shared ops only, whose few distinct stripes would never start a data-parallel run)
+            fine = lay is not None and lay.num_layers < self.space.num_units  # layers of several units
+            rich = movable[allowed[movable].sum(axis=1) == allowed[movable].sum(axis=1).max()] if fine else movable
+            start = int(self.rng.choice(rich))
             value = draw(p[start], allowed[start], int(current[start]))
             put(np.arange(start, start + int(self.rng.integers(1, allowed.shape[0] - start + 1))), value)
 
