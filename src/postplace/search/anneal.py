@@ -102,8 +102,8 @@ class AnnealStrategy:
     Raises
     ------
     ValueError
-        At the first :meth:`ask`, when ``config.init`` is not ``"random"`` nor a placement of the
-        space's units on devices they may use.
+        When ``config.init`` is not ``"random"`` nor a placement of the space's units on devices
+        they may use.
 
     Examples
     --------
@@ -136,6 +136,8 @@ class AnnealStrategy:
         """Best score seen, feasible or not: the cost scale s_best in beta = 1 / (T * s_best)."""
         self.decided = 0
         self.accepted = 0
+        if not (isinstance(self.config.init, str) and self.config.init == "random"):
+            self._given_start()  # a bad start is refused when the strategy is made, not at its first ask
 
     # ------------------------------------------------------------------------------ helpers
     @property
@@ -145,14 +147,25 @@ class AnnealStrategy:
         return max(c.min_temperature, c.temperature * c.cooling**self.decided)
 
     def _start(self) -> np.ndarray:
+        if isinstance(self.config.init, str) and self.config.init == "random":
+            return np.array([c[self.rng.integers(c.size)] for c in self._choices], dtype=np.int64)
+        return self._given_start()
+
+    def _given_start(self) -> np.ndarray:
+        """``config.init`` as a placement of the space's units on devices they may use, else ValueError."""
         init = self.config.init
         if isinstance(init, str):
-            if init != "random":
-                raise ValueError(f"AnnealConfig.init: unknown start {init!r}; use 'random' or a placement")
-            return np.array([c[self.rng.integers(c.size)] for c in self._choices], dtype=np.int64)
-        start = np.asarray(init, dtype=np.int64)
+            raise ValueError(f"AnnealConfig.init: unknown start {init!r}; use 'random' or a placement")
+        try:
+            start = np.asarray(init, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"AnnealConfig.init: {init!r} is not a list of device ids") from None
         if start.shape != (self.space.num_units,):
             raise ValueError(f"AnnealConfig.init: {start.size} device ids for {self.space.num_units} units")
+        if ((start < 0) | (start >= self.space.num_devices)).any():
+            bad = np.flatnonzero((start < 0) | (start >= self.space.num_devices))
+            raise ValueError(f"AnnealConfig.init: units {bad[:5].tolist()} name no device (ids are "
+                             f"0..{self.space.num_devices - 1})")  # fmt: skip
         if not np.all(self.space.allowed[np.arange(start.size), start]):
             bad = np.flatnonzero(~self.space.allowed[np.arange(start.size), start])
             raise ValueError(f"AnnealConfig.init: units {bad[:5].tolist()} are on devices they may not use")
