@@ -622,7 +622,8 @@ class PostStrategy:
             self.probe = None
         self.start_name = start["name"]
         self.start_step_time = start.get("step_time")
-        self.recent_placements, self.recent_scores, self.recent_feasible = (list(x) for x in state["recent"])
+        self.recent_placements, self.recent_scores, self.recent_feasible = _checked_recent(state["recent"],
+                                                                                            self.policy.allowed)
         self._pending_log_prob = None
         self._pending_decisions = None
         self._pending_local = 0
@@ -641,6 +642,24 @@ def _digest(placement: np.ndarray) -> int:
     already told) costs nothing but that move."""
     data = np.ascontiguousarray(placement, dtype=np.int64).tobytes()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
+
+
+def _checked_recent(recent, allowed: np.ndarray) -> tuple[list, list, list]:
+    """The samples since the last CE step from a saved state, checked: decisions (ints, one per
+    decision, each allowed), scores (floats) and feasibility (bools) of the same counts; else ValueError."""
+    placements, score, feasible = (list(x) for x in recent)
+    if not len(placements) == len(score) == len(feasible):
+        raise ValueError("its recent samples, scores and feasibility differ in number")
+    G = allowed.shape[0]
+    for p, sc, f in zip(placements, score, feasible, strict=True):
+        p, sc, f = np.asarray(p), np.asarray(sc), np.asarray(f)
+        if p.dtype.kind not in "iu" or p.ndim != 2 or p.shape[1] != G or ((p < 0) | (p >= allowed.shape[1])).any():
+            raise ValueError(f"its recent samples are not {G} decision ids each")
+        if not allowed[np.arange(G)[None, :], p].all():
+            raise ValueError("its recent samples put decisions where they may not go")
+        if sc.dtype.kind != "f" or sc.shape != (len(p),) or f.dtype.kind != "b" or f.shape != (len(p),):
+            raise ValueError("its recent scores or feasibility do not match its samples")
+    return placements, score, feasible
 
 
 def _start_logits(space: SearchSpace, cfg: PostConfig) -> np.ndarray | None:
