@@ -86,3 +86,102 @@ def test_a_64_gpu_leaf_spine_gets_its_routes():
     assert c.route(0, 63) == ["gpu0", "leaf0", "spine0", "leaf7", "gpu63"]  # lowest-numbered spine link
     assert c.route(0, 1) == ["gpu0", "leaf0", "gpu1"]
     assert c.bandwidth[0, 63] == 25e9 and c.latency[0, 63] == 4e-6
+
+
+def quartic_best_routes(adj, switches, dnames, links):
+    """The route finder before its per-destination searches shared their steps (D^3 and worse): per
+    (destination, width) a scan of every pair, per step a scan of the node's every link. Kept as the
+    reference the faster one must equal, route for route."""
+    import heapq
+
+    index = {n: i for i, n in enumerate(dnames)}
+    width = {}
+    for a, src in enumerate(dnames):
+        best = {src: np.inf}
+        heap = [(-np.inf, src)]
+        while heap:
+            neg, node = heapq.heappop(heap)
+            if -neg < best.get(node, -1.0):
+                continue
+            if node != src and node not in switches:
+                continue
+            for nxt, k, _ in adj.get(node, ()):
+                w = min(-neg, links[k].bandwidth)
+                if w > best.get(nxt, -1.0):
+                    best[nxt] = w
+                    heapq.heappush(heap, (-w, nxt))
+        for node, w in best.items():
+            if node in index and node != src:
+                width[(a, index[node])] = w
+    out = {}
+    for b, dst in enumerate(dnames):
+        for w in sorted({w for (a, bb), w in width.items() if bb == b}):
+            dist = {dst: 0}
+            frontier = [dst]
+            while frontier:
+                nxt_frontier = []
+                for node in frontier:
+                    if node != dst and node not in switches:
+                        continue
+                    for nxt, k, _ in adj.get(node, ()):
+                        if links[k].bandwidth >= w and nxt not in dist:
+                            dist[nxt] = dist[node] + 1
+                            nxt_frontier.append(nxt)
+                frontier = nxt_frontier
+            for (a, bb), wa in width.items():
+                if bb != b or wa != w:
+                    continue
+                node, hops, nodes = dnames[a], [], [dnames[a]]
+                while node != dst:
+                    here = dist[node]
+                    k, direction, node = min(
+                        (k, direction, nxt)
+                        for nxt, k, direction in adj[node]
+                        if links[k].bandwidth >= w and dist.get(nxt) == here - 1 and (nxt == dst or nxt in switches)
+                    )
+                    hops.append((k, direction))
+                    nodes.append(node)
+                out[(a, b)] = (hops, nodes)
+    return out
+
+
+def route_arrays(c, finder, monkeypatch):
+    """(bandwidth, latency, route_ptr, route_resources, paths) of ``c`` rebuilt with ``finder``."""
+    from postplace.cluster import cluster as module
+
+    with monkeypatch.context() as m:
+        m.setattr(module, "_best_routes", finder)
+        return Cluster(c.name, c.devices, c.switches, c.links)._routes
+
+
+def hetero_cluster(rng, n_dev):
+    """Two levels of switches with random bandwidths (many distinct widths per destination) and extra
+    switch-to-switch links (many equally short routes)."""
+    n_sw = max(2, n_dev // 4)
+    devices = tuple(Device(f"gpu{i}", "gpu", "g", 1e12, 1e12, 1e9, 0.0) for i in range(n_dev))
+    sw = tuple(f"s{i}" for i in range(n_sw))
+    bw = lambda: float(rng.integers(1, 6)) * 1e9  # noqa: E731
+    links = [Link(f"gpu{i}", sw[i % n_sw], bw(), 1e-6) for i in range(n_dev)]
+    links += [Link(sw[i], sw[int(rng.integers(i))], bw(), 1e-6) for i in range(1, n_sw)]
+    links += [Link(sw[int(a)], sw[int(b)], bw(), 1e-6) for a, b in rng.integers(n_sw, size=(n_sw, 2)) if a != b]
+    return Cluster("hetero", devices, sw, tuple(links))
+
+
+def test_routes_equal_the_previous_route_finder_on_presets_and_random_clusters(monkeypatch):
+    from postplace.cluster import load_cluster
+
+    rng = np.random.default_rng(3)
+    presets = [load_cluster(p) for p in ("k80x2", "k80x4", "dgx8", "dgx8x2", "mixed", "h100")]
+    clusters = presets + [random_cluster(rng, int(rng.integers(2, 8)), int(rng.integers(1, 7)),
+                                         int(rng.integers(0, 12))) for _ in range(150)]  # fmt: skip
+    clusters += [hetero_cluster(rng, n) for n in (8, 16, 33)]
+    from postplace.cluster.cluster import _best_routes
+
+    for c in clusters:
+        old, new = route_arrays(c, quartic_best_routes, monkeypatch), route_arrays(c, _best_routes, monkeypatch)
+        for x, y in zip(old[:4], new[:4], strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), c.name
+        assert old[4] == new[4], c.name
+        assert np.array_equal(c.route_resources, new[3])  # the module's own finder is the new one
+    big = clusters[-1]  # several widths into one destination: one search per (destination, width)
+    assert len({float(w) for w in big.bandwidth[:, 0] if np.isfinite(w)}) > 1

@@ -309,3 +309,159 @@ def test_budgets_that_are_not_ascii_counts_or_run_for_ever_are_refused(text):
     with pytest.raises(PostplaceError, match="--budget"):  # '²' was a ValueError, 1e400 s an endless run
         Budget.parse(text)
     assert Budget.parse("2400").samples == 2400 and Budget.parse("0.5m").seconds == 30.0
+
+
+# ------------------------------------------------------------------------------------ reports of edited folders
+def report_refused(run, *words) -> str:
+    """The report entry point the CLI uses refuses the folder with one line holding ``words``."""
+    from postplace.report import write_report
+
+    with pytest.raises(PostplaceError) as exc:
+        write_report(run)
+    text = str(exc.value)
+    assert "\n" not in text and all(w in text for w in words), text
+    assert not (run / "report.html").exists()
+    return text
+
+
+@pytest.mark.parametrize(("path", "value", "words"), [
+    ("strategy", None, ["'strategy' is null"]),  # before: AttributeError
+    ("strategy", 3, ["'strategy' is 3"]),
+    ("strategy", [], ["'strategy' is []"]),  # before: TypeError (unhashable)
+    ("best_step_time_s", "x", ["'best_step_time_s' is \"x\", not a number"]),  # before: TypeError
+    ("best_step_time_s", fuzz.NAN, ["'best_step_time_s' is NaN"]),  # before: ValueError from matplotlib
+    ("best_step_time_s", 1e308, ["'best_step_time_s' is 1e+308 s", "1e+300"]),
+    ("best_step_time_s", -1, ["'best_step_time_s' is -1, negative"]),  # before: drawn as a time
+    ("best_step_time_s", True, ["'best_step_time_s' is true"]),  # before: drawn as 1 s
+    ("search_best_step_time_s", "x", ["'search_best_step_time_s'"]),
+    ("lower_bound_s", 1e308, ["'lower_bound_s'"]),
+    ("wall_time_s", "x", ["'wall_time_s'"]),
+    ("candidates", {"random": fuzz.NAN}, ["candidate 'random' is NaN"]),
+    ("candidates", [1], ["'candidates' is [1]"]),
+    ("search_start", {"name": "fastest", "step_time_s": "y"}, ["'search_start.step_time_s'"]),
+    ("", [], ["a list, not a JSON object"]),  # before: AttributeError
+    ("", 3, ["a number, not a JSON object"]),
+    ("", None, ["null, not a JSON object"]),
+])  # fmt: skip
+def test_report_of_an_edited_summary_is_one_line(run, path, value, words):
+    edited(run, Edit("summary.json", "set", path, value))
+    text = report_refused(run, "summary.json", *words, "edited or damaged")
+    if "1e+300" in text:  # a finite number a run of an absurd graph writes too: resuming would write it again
+        assert "graph or cluster has figures no hardware has" in text and "--resume" not in text, text
+    else:
+        assert f"`postplace place --resume {run}` writes summary.json again" in text, text
+
+
+def test_the_fix_the_summary_error_gives_works(run):
+    from postplace.report import write_report
+
+    edited(run, Edit("summary.json", "set", "strategy", None))
+    report_refused(run, "'strategy'")
+    assert postplace.resume(run, report=False).summary["strategy"] == "post"  # what the message says to run
+    assert write_report(run).is_file()
+
+
+def test_harmless_summary_edits_still_draw(run):
+    from postplace.report import write_report
+
+    edited(run, Edit("summary.json", "set", "samples", "x"), Edit("summary.json", "set", "cluster", "nosuch"),
+           Edit("summary.json", "set", "candidate_notes", 3), Edit("summary.json", "set", "best_step_time_s", None))
+    path = write_report(run)  # the cluster from run.json, not the summary's edited name
+    data = json.loads((run / "report.json").read_text())
+    assert path.is_file() and data["numbers"]["best_step_time_s"] is None
+    assert data["provenance"]["cluster"]["name"] == "tiny" and ", x samples" in data["title"]
+
+
+def test_a_history_step_time_of_1e308_is_one_line(run):
+    edited(run, Edit("history.jsonl", "line", 3, {"step_time_s": 1e308}))  # before: matplotlib's axis limits
+    report_refused(run, "history.jsonl", "sample 3", "1e+308", "edited or damaged")
+
+
+def test_the_largest_step_times_a_report_reads_are_drawn(run):
+    from postplace.report import write_report
+    from postplace.report._data import MAX_STEP_S
+
+    lines = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+    lines[0]["step_time_s"] = MAX_STEP_S
+    (run / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    edited(run, Edit("summary.json", "set", "single_device_step_time_s", MAX_STEP_S),
+           Edit("summary.json", "set", "candidates", {"search": MAX_STEP_S, "m-topo": 0.0}))
+    write_report(run)
+    data = json.loads((run / "report.json").read_text())
+    assert data["curves"][0]["median_s"][0] == MAX_STEP_S and {b["best_s"] for b in data["bars"]} >= {MAX_STEP_S, 0.0}
+
+
+def test_the_cli_report_of_an_edited_summary_is_one_error_line(run, tmp_path, monkeypatch, capsys):
+    edited(run, Edit("summary.json", "set", "best_step_time_s", "x"))
+    rc, err = cli(["report", str(run)], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "summary.json" in err and "'best_step_time_s'" in err and "internal error" not in err
+
+
+@pytest.fixture(scope="module")
+def compare_template(tmp_path_factory):
+    """A finished tiny comparison (the fuzz's graph and cluster, random search over 2 seeds, m-topo)."""
+    root = tmp_path_factory.mktemp("cmp")
+    fuzz.base_graph().save(root / fuzz.GRAPH)
+    (root / fuzz.CLUSTER).write_text(fuzz.base_cluster_toml())
+    postplace.compare(str(root / fuzz.GRAPH), str(root / fuzz.CLUSTER), strategies=["random", "m-topo"], budget=8,
+                      seeds=2, out=root / "cmp")  # fmt: skip
+    return root
+
+
+@pytest.mark.parametrize(("path", "value", "words"), [
+    ("", [], ["not a JSON object"]),  # before: AttributeError
+    ("rows", None, ["'rows' is null"]),  # before: TypeError
+    ("rows.0.strategy", None, ["rows[0] field 'strategy' is null"]),  # before: TypeError (a path of None)
+    ("rows.0.strategy", "../../x", ["'strategy' is \"../../x\""]),  # before: a folder outside runs/ was read
+    ("rows.0.best_step_time_s", fuzz.NAN, ["row 'random' field 'best_step_time_s' is NaN"]),
+    ("rows.0.best_step_time_s", 1.0, ["row 'random': best_step_time_s 1 is not between"]),  # before: xerr < 0
+    ("rows.0.seeds", "x", ["row 'random' field 'seeds'"]),
+    ("rows.0.wall_time_s", "x", ["row 'random' field 'wall_time_s'"]),  # before: ValueError
+    ("rows.0.per_seed", [1], ["per_seed[0] is 1"]),
+    ("rows.0.per_seed.0.best_step_time_s", "x", ["per_seed[0] field 'best_step_time_s'"]),  # before: TypeError
+    ("seeds", 10**30, ["'seeds' is 1000000000000000000000000000000"]),  # before: OverflowError
+    ("lower_bound_s", 1e308, ["'lower_bound_s' is 1e+308 s"]),
+])  # fmt: skip
+def test_report_of_an_edited_comparison_is_one_line(compare_template, tmp_path, path, value, words):
+    from postplace.report import write_report
+
+    shutil.copytree(compare_template, tmp_path / "t")
+    folder = tmp_path / "t" / "cmp"
+    doc = fuzz._set_path(json.loads((folder / "compare.json").read_text()), path, value)
+    (folder / "compare.json").write_text(json.dumps(doc))
+    with pytest.raises(PostplaceError) as exc:
+        write_report(folder, cluster=str(tmp_path / "t" / fuzz.CLUSTER))
+    text = str(exc.value)
+    assert "\n" not in text and "compare.json" in text and "edited or damaged" in text, text
+    assert all(w in text for w in words), text
+
+
+@pytest.mark.parametrize("edit", [
+    lambda doc: {**doc, "best_placement": [9] * len(doc["best_placement"])},  # before: IndexError
+    lambda doc: {**doc, "best_placement": [0.5] * len(doc["best_placement"])},
+    lambda doc: {**doc, "best_placement": "x"},  # before: a placement of the wrong length was skipped in silence
+    lambda doc: [],  # before: AttributeError
+])  # fmt: skip
+def test_a_search_runs_edited_best_placement_is_one_line(compare_template, tmp_path, edit):
+    from postplace.report import write_report
+
+    shutil.copytree(compare_template, tmp_path / "t")
+    folder = tmp_path / "t" / "cmp"
+    for seed in (0, 1):
+        res = folder / "runs" / "random" / f"seed{seed}" / "result.json"
+        res.write_text(json.dumps(edit(json.loads(res.read_text()))))
+    with pytest.raises(PostplaceError) as exc:
+        write_report(folder, cluster=str(tmp_path / "t" / fuzz.CLUSTER))
+    text = str(exc.value)
+    assert "\n" not in text and "result.json" in text and "edited or damaged" in text, text
+
+
+def test_the_unedited_comparison_draws(compare_template, tmp_path):
+    from postplace.report import write_report
+
+    shutil.copytree(compare_template, tmp_path / "t")
+    path = write_report(tmp_path / "t" / "cmp", cluster=str(tmp_path / "t" / fuzz.CLUSTER))
+    data = json.loads(path.with_name("report.json").read_text())
+    assert [b["label"] for b in data["bars"]] == ["random", "m-topo"]
+    assert data["schedule"]["source"].startswith(("random seed", "m-topo"))

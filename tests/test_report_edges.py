@@ -1,10 +1,16 @@
-"""Reports of runs at the edges: a search that found nothing that fits while a one-shot placer did."""
+"""Reports of runs at the edges: a search that found nothing that fits while a one-shot placer did; the
+cluster a run recorded (its file, moved or changed since); step times past what a figure can draw."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 
+import pytest
+
 import postplace
+from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.report import write_report
 
@@ -81,3 +87,89 @@ def test_place_through_the_cli_writes_the_report_when_only_a_placer_fits(tmp_pat
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert no_feasible_sample(tmp_path / "run")
     assert (tmp_path / "run" / "placement.json").exists() and (tmp_path / "run" / "report.html").exists()
+
+
+# ------------------------------------------------------------------------------ the cluster a run recorded
+def toml_run(tmp_path):
+    """A finished run on a cluster TOML file (the fuzz's graph and cluster), no report yet."""
+    from postplace.testing import fuzz
+
+    (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
+    r = postplace.place(fuzz.base_graph(), str(tmp_path / "c.toml"), budget=40, groups=None, out=tmp_path / "run",
+                        report=False)  # fmt: skip
+    return tmp_path / "run", r
+
+
+def report_cli(argv, cwd):
+    return subprocess.run([sys.executable, "-m", "postplace.cli", "report", *argv], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+
+
+def test_report_finds_the_cluster_file_the_run_recorded(tmp_path):
+    run, r = toml_run(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["cluster"] == "tiny"  # a name, no preset's: before, the report needed --cluster
+    p = report_cli([str(run)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads((run / "report.json").read_text())
+    assert data["provenance"]["cluster"]["name"] == "tiny"
+    assert [d["name"] for d in data["provenance"]["cluster"]["devices"]] == list(r.cluster.device_names)
+
+
+def test_a_moved_cluster_file_is_one_line_naming_it_and_cluster_fixes_it(tmp_path):
+    run, _ = toml_run(tmp_path)
+    (tmp_path / "c.toml").rename(tmp_path / "moved.toml")
+    with pytest.raises(PostplaceError) as exc:
+        write_report(run)
+    text = str(exc.value)
+    assert "\n" not in text and str(tmp_path / "c.toml") in text and "no longer exists" in text, text
+    assert "--cluster" in text and "run.json" in text
+    p = report_cli([str(run)], tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert write_report(run, cluster=str(tmp_path / "moved.toml")).is_file()
+
+
+def test_a_changed_cluster_file_is_not_drawn_as_the_runs(tmp_path):
+    run, _ = toml_run(tmp_path)
+    text = (tmp_path / "c.toml").read_text()
+    assert text.count("bandwidth = 15750000000.0") == 3
+    (tmp_path / "c.toml").write_text(text.replace("bandwidth = 15750000000.0", "bandwidth = 5e9", 1))  # a slower link
+    with pytest.raises(PostplaceError, match="no longer the one the run used.*--cluster"):
+        write_report(run)  # before this change a cluster file was never read back: nothing to compare
+    assert write_report(run, cluster=str(tmp_path / "c.toml")).is_file()  # the user's explicit choice
+
+
+def test_a_damaged_run_json_falls_back_to_the_summarys_cluster_name(tmp_path):
+    run, _ = toml_run(tmp_path)
+    (run / "run.json").write_text("{}")
+    with pytest.raises(PostplaceError, match="cluster 'tiny' of the run: .*pass --cluster"):
+        write_report(run)  # the summary records the name only
+    preset = tmp_path / "p"
+    postplace.place(chain(), "k80x2", budget=40, groups=None, out=preset / "run", report=False)
+    (preset / "run" / "run.json").write_text("{}")
+    assert write_report(preset / "run").is_file()  # a preset's name is enough
+
+
+def test_a_preset_run_draws_from_its_record(tmp_path):
+    postplace.place(chain(), "k80x2", budget=40, groups=None, out=tmp_path / "run", report=False)
+    settings = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert settings["cluster_spec"] == "k80x2"
+    path = write_report(tmp_path / "run")
+    assert json.loads(path.with_name("report.json").read_text())["schedule"]["devices"] == ["cpu", "gpu0", "gpu1"]
+
+
+# ------------------------------------------------------------------------------ step times past what a figure draws
+def test_a_simulated_step_past_what_a_figure_draws_is_one_line(tmp_path):
+    """A graph and cluster whose step takes 1e306 s: the Gantt chart's axis overflowed (1e309 ms)."""
+    from postplace.testing import fuzz
+
+    run, _ = toml_run(tmp_path)
+    huge = fuzz.base_graph().to_dict()
+    huge["ops"]["flops"] = [f / 4e9 * 1e300 for f in huge["ops"]["flops"]]
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    slow = re.sub(r"peak_flops = .*", "peak_flops = 1e-6", fuzz.base_cluster_toml())
+    (tmp_path / "slow.toml").write_text(slow)
+    with pytest.raises(PostplaceError) as exc:
+        write_report(run, graph=str(tmp_path / "huge.json"), cluster=str(tmp_path / "slow.toml"))
+    text = str(exc.value)
+    assert "\n" not in text and "simulated step" in text and "1e+300" in text and "graph 'tiny'" in text, text

@@ -389,7 +389,7 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A place, compare or paper folder.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
     graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster, if not recorded.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster (default: the preset or file the run recorded).")] = None,
     size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b), if not recorded.")] = None,
 ) -> None:
     """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""

@@ -471,14 +471,20 @@ def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[li
     """Per device pair (a, b): the widest, then shortest, then lowest-numbered path through switches.
 
     The same rule as comparing every simple path by (-bottleneck, number of links, link numbers), in
-    polynomial time: the widest bottleneck W from each device by a max-min Dijkstra; then, on the
-    links of bandwidth >= W only (every path there has bottleneck exactly W), a breadth-first search
-    back from b gives each node's distance to b; walking from a, the lowest-numbered link that steps
-    one closer gives the lexicographically smallest shortest path. Returns ``(hops, nodes)`` with hops
-    as (link number, direction) and nodes ends included; unreachable pairs are left out.
+    polynomial time: the widest bottleneck W from each device by a max-min Dijkstra; then, per
+    destination b and per width W of the pairs that end at b, on the links of bandwidth >= W only (every
+    path there from a source of width W has bottleneck exactly W), one breadth-first search back from b
+    gives each node's distance to b; walking from a, the lowest-numbered link that steps one closer gives
+    the lexicographically smallest shortest path. A node's step is found once per search and shared by
+    every walk through it, so the pairs cost their path lengths: O(D E log V) for the widths, one
+    O(V + E) search per (destination, distinct width), and O(D^2 x path length) for the walks (before,
+    each (destination, width) scanned all D^2 pairs and each step scanned a switch's every link: D^3
+    and worse). Returns ``(hops, nodes)`` with hops as (link number, direction) and nodes ends
+    included; unreachable pairs are left out.
     """
     index = {n: i for i, n in enumerate(dnames)}
-    width: dict[tuple[int, int], float] = {}
+    bandwidth = [link.bandwidth for link in links]
+    sources: dict[int, dict[float, list[int]]] = {}  # destination -> width -> the sources of that width
     for a, src in enumerate(dnames):  # max-min Dijkstra; only the source and switches forward
         best = {src: np.inf}
         heap = [(-np.inf, src)]
@@ -489,16 +495,16 @@ def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[li
             if node != src and node not in switches:
                 continue
             for nxt, k, _ in adj.get(node, ()):
-                w = min(-neg, links[k].bandwidth)
+                w = min(-neg, bandwidth[k])
                 if w > best.get(nxt, -1.0):
                     best[nxt] = w
                     heapq.heappush(heap, (-w, nxt))
         for node, w in best.items():
             if node in index and node != src:
-                width[(a, index[node])] = w
+                sources.setdefault(index[node], {}).setdefault(w, []).append(a)
     out = {}
     for b, dst in enumerate(dnames):
-        for w in sorted({w for (a, bb), w in width.items() if bb == b}):
+        for w, starts in sources.get(b, {}).items():
             dist = {dst: 0}  # BFS back from dst over links of bandwidth >= w
             frontier = [dst]
             while frontier:
@@ -507,21 +513,23 @@ def _best_routes(adj, switches, dnames, links) -> dict[tuple[int, int], tuple[li
                     if node != dst and node not in switches:
                         continue
                     for nxt, k, _ in adj.get(node, ()):
-                        if links[k].bandwidth >= w and nxt not in dist:
+                        if bandwidth[k] >= w and nxt not in dist:
                             dist[nxt] = dist[node] + 1
                             nxt_frontier.append(nxt)
                 frontier = nxt_frontier
-            for (a, bb), wa in width.items():
-                if bb != b or wa != w:
-                    continue
+            step: dict[str, tuple[int, int, str]] = {}  # node -> (link, direction, next node) towards dst
+            for a in starts:
                 node, hops, nodes = dnames[a], [], [dnames[a]]
                 while node != dst:
-                    here = dist[node]
-                    k, direction, node = min(
-                        (k, direction, nxt)
-                        for nxt, k, direction in adj[node]
-                        if links[k].bandwidth >= w and dist.get(nxt) == here - 1 and (nxt == dst or nxt in switches)
-                    )
+                    s = step.get(node)
+                    if s is None:
+                        here = dist[node]
+                        s = step[node] = min(
+                            (k, direction, nxt)
+                            for nxt, k, direction in adj[node]
+                            if bandwidth[k] >= w and dist.get(nxt) == here - 1 and (nxt == dst or nxt in switches)
+                        )
+                    k, direction, node = s
                     hops.append((k, direction))
                     nodes.append(node)
                 out[(a, b)] = (hops, nodes)

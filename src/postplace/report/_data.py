@@ -80,6 +80,201 @@ def _read_json(path: Path) -> dict:
         raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
 
 
+# ------------------------------------------------------------------------------ checks at the edge
+MAX_STEP_S = 1e300
+"""The longest step time (seconds) a report reads: past it, the figures' milliseconds and axis margins
+overflow a float (1e308 s is 1e311 ms). No hardware step is near it: such a figure comes from an edited
+or damaged file, or from a graph or cluster with figures no hardware has."""
+STEP_TIMES = ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s", "lower_bound_s")
+"""The summary's step times the report draws as bars and reference lines."""
+
+
+def _shown(v) -> str:
+    """A JSON value as an error message quotes it: short, one line."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def step_time_problem(v) -> str | None:
+    """Why ``v`` is not a recorded step time (None: null, or a number of seconds from 0 to MAX_STEP_S)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return f"is {_shown(v)}, not a number"
+    try:
+        t = float(v)
+    except OverflowError:
+        return f"is {_shown(v)}, too large for a float"
+    if not np.isfinite(t):
+        return f"is {_shown(v)}, not a finite number"
+    if t < 0:
+        return f"is {t:g}, negative"
+    if t > MAX_STEP_S:
+        return f"is {t:.3g} s, past the {MAX_STEP_S:g} s a report can draw"
+    return None
+
+
+TOO_LARGE = ("the run folder was edited or damaged, or the run's graph or cluster has figures no hardware has; "
+             "check them and run again")
+"""What a step time past MAX_STEP_S means: a genuine run of an absurd graph or cluster writes one too."""
+
+
+def _edited(path: Path, run_dir: Path, what: str) -> PostplaceError:
+    if "a report can draw" in what:  # a finite number: resuming would write it again
+        return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
+    return PostplaceError(f"{path}: {what}: the run folder was edited or damaged; "
+                          f"`postplace place --resume {run_dir}` writes {path.name} again")  # fmt: skip
+
+
+def check_summary(s, run_dir: Path) -> dict:
+    """``summary.json`` of a ``place`` folder as the report reads it: a JSON object whose strategy is text,
+    whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
+    seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
+    naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
+    figures; a negative one was drawn as if it were a time). Keys it leaves out stay "not recorded".
+
+    Raises
+    ------
+    PostplaceError
+        Naming the file and the field, saying the folder was edited or damaged and how to write it again.
+    """
+    path = run_dir / "summary.json"
+    if not isinstance(s, dict):
+        kind = "null" if s is None else {list: "a list", str: "a string", bool: "a boolean"}.get(type(s), "a number")
+        raise _edited(path, run_dir, f"{kind}, not a JSON object of the run's figures")
+    if "strategy" in s and not (isinstance(s["strategy"], str) and s["strategy"]):
+        raise _edited(path, run_dir, f"field 'strategy' is {_shown(s['strategy'])}, not a strategy name")
+    for key in (*STEP_TIMES, "wall_time_s"):
+        why = step_time_problem(s.get(key))
+        if why:
+            raise _edited(path, run_dir, f"field '{key}' {why}")
+    cands = s.get("candidates")
+    if cands is not None and not isinstance(cands, dict):
+        raise _edited(path, run_dir, f"field 'candidates' is {_shown(cands)}, not an object {{name: step time}}")
+    for name, v in (cands or {}).items():
+        why = step_time_problem(v)
+        if why:
+            raise _edited(path, run_dir, f"candidate '{name[:40]}' {why}")
+    starts = [("search_start", s.get("search_start"))]
+    per = s.get("search_start_per_microbatches")
+    if isinstance(per, dict):
+        starts += [(f"search_start_per_microbatches.{m}"[:60], v) for m, v in per.items()]
+    for key, start in starts:
+        why = step_time_problem(start.get("step_time_s")) if isinstance(start, dict) else None
+        if why:
+            raise _edited(path, run_dir, f"field '{key}.step_time_s' {why}")
+    return s
+
+
+MAX_SEEDS = 10_000
+"""The most seeds a comparison's ``seeds`` may say (the report lists them)."""
+
+
+def _count_problem(v, lo: int, hi: int) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"is {_shown(v)}, not an integer"
+    return None if lo <= v <= hi else f"is {_shown(v)}, not from {lo} to {hi}"
+
+
+def check_compare(rep, run_dir: Path) -> dict:
+    """``compare.json`` as the report reads it: a JSON object whose ``rows`` are objects with a strategy
+    name (a search row's names its folder under ``runs/``), step times that are null or a number of
+    seconds from 0 to :data:`MAX_STEP_S` (a search row's median between its min and max), seed counts,
+    and per-seed records with an integer seed. Anything else is one error line naming the row and field.
+
+    Raises
+    ------
+    PostplaceError
+        Naming the file, the row and the field, saying the folder was edited or damaged.
+    """
+    path = run_dir / "compare.json"
+
+    def bad(what: str) -> PostplaceError:
+        if "a report can draw" in what:
+            return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
+        return PostplaceError(f"{path}: {what}: the run folder was edited or damaged; run the `postplace compare` "
+                              "command that wrote it again to rewrite it")  # fmt: skip
+
+    if not isinstance(rep, dict):
+        raise bad("not a JSON object of the comparison's rows")
+    for key in ("lower_bound_s", "single_device_step_time_s"):
+        if why := step_time_problem(rep.get(key)):
+            raise bad(f"field '{key}' {why}")
+    if rep.get("seeds") is not None and (why := _count_problem(rep["seeds"], 1, MAX_SEEDS)):
+        raise bad(f"field 'seeds' {why}")
+    rows = rep.get("rows", [])
+    if not isinstance(rows, list):
+        raise bad(f"field 'rows' is {_shown(rows)}, not a list of rows")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise bad(f"rows[{i}] is {_shown(r)}, not an object")
+        name = r.get("strategy")
+        if not (isinstance(name, str) and name and name not in (".", "..") and "/" not in name and "\\" not in name):
+            raise bad(f"rows[{i}] field 'strategy' is {_shown(name)}, not a strategy name")
+        where = f"row '{name[:40]}'"
+        if r.get("kind") is not None and not isinstance(r["kind"], str):
+            raise bad(f"{where} field 'kind' is {_shown(r['kind'])}, not text")
+        for key in ("best_step_time_s", "min_step_time_s", "max_step_time_s", "start_step_time_s", "wall_time_s"):
+            if why := step_time_problem(r.get(key)):
+                raise bad(f"{where} field '{key}' {why}")
+        lo, mid, hi = r.get("min_step_time_s"), r.get("best_step_time_s"), r.get("max_step_time_s")
+        if None not in (lo, mid, hi) and not lo <= mid <= hi:
+            raise bad(f"{where}: best_step_time_s {mid:.6g} is not between min_step_time_s {lo:.6g} and "
+                      f"max_step_time_s {hi:.6g}")  # fmt: skip
+        if r.get("seeds") is not None and (why := _count_problem(r["seeds"], 1, MAX_SEEDS)):
+            raise bad(f"{where} field 'seeds' {why}")
+        per = r.get("per_seed", [])
+        if not isinstance(per, list):
+            raise bad(f"{where} field 'per_seed' is {_shown(per)}, not a list")
+        for k, ps in enumerate(per):
+            if not isinstance(ps, dict):
+                raise bad(f"{where} per_seed[{k}] is {_shown(ps)}, not an object")
+            if why := _count_problem(ps.get("seed"), 0, 2**63 - 1):
+                raise bad(f"{where} per_seed[{k}] field 'seed' {why}")
+            for key in ("best_step_time_s", "wall_time_s"):
+                if why := step_time_problem(ps.get(key)):
+                    raise bad(f"{where} per_seed[{k}] field '{key}' {why}")
+    return rep
+
+
+def checked_units(path: Path, num_units: int, num_devices: int):
+    """A search run's ``result.json`` best placement: one device id (0 .. D-1) per unit, as an array;
+    None where the run recorded none (it found no feasible placement)."""
+    res = _read_json(path)
+    if not isinstance(res, dict):
+        raise PostplaceError(f"{path}: not a JSON object of a search run's result: the run folder was edited or "
+                             "damaged; run the `postplace compare` command that wrote it again")  # fmt: skip
+    units = res.get("best_placement")
+    if units is None:
+        return None
+    ok = (isinstance(units, list) and len(units) == num_units
+          and all(type(u) is int and 0 <= u < num_devices for u in units))  # fmt: skip
+    if not ok:
+        raise PostplaceError(f"{path}: field 'best_placement' is not {num_units} device ids from 0 to "
+                             f"{num_devices - 1}: the run folder was edited or damaged, or the run was of another "
+                             "graph, grouping or cluster; run the `postplace compare` command that wrote it "
+                             "again")  # fmt: skip
+    return np.asarray(units, dtype=np.int64)
+
+
+def checked_history(path: Path) -> list[dict]:
+    """The samples of a ``history.jsonl`` (:func:`~postplace.search.runner.read_history` leaves out the
+    lines that are not samples), each step time at most :data:`MAX_STEP_S`: a larger one (1e308) broke the
+    learning curves' axes; it is one error line, naming the sample."""
+    from postplace.search.runner import read_history
+
+    rows = read_history(path)
+    for k, row in enumerate(rows):
+        t = float(row["step_time_s"])
+        if t > MAX_STEP_S:
+            raise PostplaceError(f"{path}: sample {_shown(row.get('sample', k))} has step_time_s {t:.3g}, past "
+                                 f"the {MAX_STEP_S:g} s a report can draw: {TOO_LARGE}")  # fmt: skip
+    return rows
+
+
 # ------------------------------------------------------------------------------ graph and cluster
 def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Path | None = None):
     """The run's graph: the one given (an OpGraph, a file or a zoo name), the target the summary
@@ -129,12 +324,20 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
     return cached_graph(str(target), size or "full")
 
 
-def resolve_cluster_for(record: dict, graph, cluster=None):
+def resolve_cluster_for(record: dict, graph, cluster=None, run_dir: Path | None = None):
+    """The run's cluster: the one given (a Cluster, a preset or a file), else the one the run folder's
+    ``run.json`` records (its ``cluster_spec``: the preset, ``workload:PRESET`` or the absolute path of
+    the TOML file the run was started with, checked against its fingerprint), else the cluster name the
+    summary records (a preset's)."""
     from postplace.cluster import Cluster
     from postplace.cluster.from_workload import resolve_cluster
 
     if isinstance(cluster, Cluster):
         return cluster
+    if cluster is None and run_dir is not None:
+        recorded = recorded_cluster(run_dir, graph)
+        if recorded is not None:
+            return recorded
     name = cluster or record.get("cluster")
     if not name:
         raise PostplaceError("the run does not record its cluster; pass --cluster")
@@ -142,6 +345,43 @@ def resolve_cluster_for(record: dict, graph, cluster=None):
         return resolve_cluster(str(name), graph)
     except PostplaceError as exc:
         raise PostplaceError(f"cluster '{name}' of the run: {exc}; pass --cluster PRESET_OR_FILE") from None
+
+
+def recorded_cluster(run_dir: Path, graph):
+    """The cluster ``run_dir/run.json`` records (None where the folder has no readable ``run.json``, or the
+    run was given a Cluster object: the summary's cluster name is then the one to try).
+
+    Raises
+    ------
+    PostplaceError
+        When the recorded cluster file no longer exists, cannot be loaded, or is no longer the cluster
+        the run used (its fingerprint differs): one line naming it, with ``--cluster`` as the fix.
+    """
+    from postplace.api import SETTINGS, read_settings
+    from postplace.cluster.from_workload import resolve_cluster
+    from postplace.search.state_io import fingerprint
+
+    path = run_dir / SETTINGS
+    if not path.is_file():
+        return None
+    try:
+        settings = read_settings(run_dir)  # its checksum checked: an edited spec is not followed
+    except PostplaceError:
+        return None
+    spec = settings.get("cluster_spec")
+    if not isinstance(spec, str) or not spec:
+        return None
+    fix = "pass --cluster with the cluster file or preset the run used"
+    if Path(spec).is_absolute() and not Path(spec).is_file():  # a file's spec is its absolute path
+        raise PostplaceError(f"{path}: the run's cluster file {spec} no longer exists; {fix}")
+    try:
+        c = resolve_cluster(spec, graph)
+    except PostplaceError as exc:
+        raise PostplaceError(f"{path}: the run's cluster {spec}: {exc}; {fix}") from None
+    if fingerprint(c) != settings.get("cluster_sha"):
+        raise PostplaceError(f"{path}: the cluster {spec} is no longer the one the run used (it changed since the "
+                             f"run: its fingerprint differs); {fix}")  # fmt: skip
+    return c
 
 
 # ------------------------------------------------------------------------------ curves
@@ -239,6 +479,11 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
 
     sim = Simulator(graph, cluster)
     sched = sim.schedule(ops)
+    if not (np.isfinite(sched.step_time) and sched.step_time <= MAX_STEP_S):  # its Gantt chart's axis overflows
+        raise PostplaceError(f"{source}: its simulated step takes {float(sched.step_time):.3g} s, past the "
+                             f"{MAX_STEP_S:g} s a report can draw: graph '{graph.name}' or cluster "
+                             f"'{cluster.name}' has figures no hardware has; check their flops, bytes, bandwidths "
+                             "and latencies")  # fmt: skip
     res = _resource_names(cluster)
     lanes: dict[int, list] = {}
     for src, _slot, a, b, _nbytes, start, end in sched.transfers:
@@ -530,12 +775,12 @@ def start_info(s: dict) -> dict | None:
 def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.cluster.placement import load_placement
 
-    s = _read_json(run_dir / "summary.json")
+    s = check_summary(_read_json(run_dir / "summary.json"), run_dir)
     g = resolve_graph(s, graph, size, run_dir)
-    c = resolve_cluster_for(s, g, cluster)
+    c = resolve_cluster_for(s, g, cluster, run_dir)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
-    from postplace.search.runner import TIMING, read_history, read_timing
+    from postplace.search.runner import TIMING, read_timing
 
     ops = load_placement(run_dir / "placement.json", g, c)
     schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
@@ -543,13 +788,13 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     counts = s.get("microbatch_counts")
     if isinstance(counts, list) and all(type(m) is int for m in counts):  # one search per micro-batch count
         curves = [curve_info(f"{strategy} m={m}", [{"seed": s.get("seed", 0),
-                                                     "history": read_history(run_dir / f"m{m}" / "history.jsonl"),
+                                                     "history": checked_history(run_dir / f"m{m}" / "history.jsonl"),
                                                      "wall_time_s": None,
                                                      "timing": read_timing(run_dir / f"m{m}" / TIMING)}])
                   for m in counts if (run_dir / f"m{m}" / "history.jsonl").exists()]  # fmt: skip
     else:
         curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0),
-                                              "history": read_history(run_dir / "history.jsonl"),
+                                              "history": checked_history(run_dir / "history.jsonl"),
                                               "wall_time_s": s.get("wall_time_s"),
                                               "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
     cands = s.get("candidates") if isinstance(s.get("candidates"), dict) else {}
@@ -602,9 +847,9 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
 def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.search import make_problem
-    from postplace.search.runner import TIMING, read_history, read_timing
+    from postplace.search.runner import TIMING, read_timing
 
-    rep = _read_json(run_dir / "compare.json")
+    rep = check_compare(_read_json(run_dir / "compare.json"), run_dir)
     g = resolve_graph(rep, graph, size, run_dir)
     c = resolve_cluster_for(rep, g, cluster)
     rows = rep.get("rows", [])
@@ -616,7 +861,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         runs = []
         for ps in r.get("per_seed", []):
             folder = run_dir / "runs" / r["strategy"] / f"seed{ps['seed']}"
-            runs.append({"seed": ps["seed"], "history": read_history(folder / "history.jsonl"),
+            runs.append({"seed": ps["seed"], "history": checked_history(folder / "history.jsonl"),
                          "wall_time_s": ps.get("wall_time_s"), "timing": read_timing(folder / TIMING)})  # fmt: skip
             res = folder / "result.json"
             t = ps.get("best_step_time_s")
@@ -625,9 +870,9 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         curves.append(curve_info(r["strategy"], runs))
     ops = None
     if best is not None:
-        units = _read_json(best[2]).get("best_placement")
-        if units is not None and len(units) == problem.grouping.num_groups:
-            ops = problem.grouping.expand(np.asarray(units, dtype=np.int64))
+        units = checked_units(best[2], problem.grouping.num_groups, c.num_devices)
+        if units is not None:
+            ops = problem.grouping.expand(units)
     source = best[1] if ops is not None else None
     placers = [r for r in rows if r.get("kind") == "placer" and r.get("best_step_time_s") is not None
                and not r.get("oom_count")]  # fmt: skip
