@@ -18,7 +18,6 @@ feasible the call fails with one clear error and writes no placement.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 import types
@@ -39,7 +38,7 @@ QUADRATIC_PLACER_MAX_OPS = 20_000
 """Above this many ops m-ETF and m-SCT (ops x ready ops, and m-SCT's LP) take minutes: 20 s each on
 Inception-V3 at 16 micro-batches (17,693 ops) on 2 cores; they are left out with a note, as on the
 large micro-batch counts of big models, where the other candidates still run."""
-SETTINGS = "run.json"
+SETTINGS = "run.json"  # postplace.search.state_io.RUN_SETTINGS, which the report reads
 EVALUATORS = ("simulator", "torch")
 START_KEYS = ("search_start", "search_start_per_microbatches")
 """What ``run.json`` and ``summary.json`` record of the search's start (:func:`_search_start`): a result,
@@ -1030,7 +1029,9 @@ def _get_path(d, key: str):
 
 
 def _checksum(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    from postplace.search.state_io import settings_checksum
+
+    return settings_checksum(body)
 
 
 def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,

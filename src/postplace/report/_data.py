@@ -357,16 +357,22 @@ def recorded_cluster(run_dir: Path, graph):
         When the recorded cluster file no longer exists, cannot be loaded, or is no longer the cluster
         the run used (its fingerprint differs): one line naming it, with ``--cluster`` as the fix.
     """
-    from postplace.api import SETTINGS, read_settings
-    from postplace.cluster.from_workload import resolve_cluster
-    from postplace.search.state_io import fingerprint
+    import json
 
-    path = run_dir / SETTINGS
+    from postplace.cluster.from_workload import resolve_cluster
+    from postplace.search.state_io import RUN_SETTINGS, fingerprint, settings_checksum
+
+    path = run_dir / RUN_SETTINGS
     if not path.is_file():
         return None
     try:
-        settings = read_settings(run_dir)  # its checksum checked: an edited spec is not followed
-    except PostplaceError:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    body = {k: v for k, v in settings.items() if k != "checksum"}
+    if settings.get("checksum") != settings_checksum(body):  # an edited spec is not followed
         return None
     spec = settings.get("cluster_spec")
     if not isinstance(spec, str) or not spec:

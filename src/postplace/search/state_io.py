@@ -82,6 +82,15 @@ def _hashable(k):
     return tuple(k) if isinstance(k, list) else k
 
 
+RUN_SETTINGS = "run.json"
+"""A run folder's settings file (written first by ``postplace.place``; the report reads its cluster)."""
+
+
+def settings_checksum(body: dict) -> str:
+    """The checksum a run folder's ``run.json`` carries: sha256 of its sorted JSON without the checksum."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def fingerprint(obj) -> str:
     """A short hash of an OpGraph or a Cluster: what a finished run may be reused for, or resumed with."""
     import dataclasses
