@@ -478,7 +478,10 @@ def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None) -> _RunSta
     if allowed is not None:
         G, D = allowed.shape
         if n and placements.shape[1] != G:
-            raise bad(f"its cached placements have {placements.shape[1]} units; the search has {G}")
+            units = placements.shape[1]
+            raise PostplaceError(f"{path}: its cached placements have {units} units; the search has {G} (edited or "
+                                 "damaged, or written by a postplace that grouped this step otherwise: micro-batched "
+                                 "steps are grouped by layer since 2026-12); start a new run")  # fmt: skip
         if ((placements < 0) | (placements >= D)).any() or not allowed[np.arange(G)[None, :], placements].all():
             raise bad("a cached placement puts a unit on a device it may not use (its kinds, --pin, --exclude)")
     state.cache = {k.tobytes(): (float(t), bool(o), bool(f), r, float(x))
