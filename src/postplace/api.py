@@ -870,10 +870,7 @@ def _search_start(strategy) -> dict:
 def _record_start(out: Path, settings: dict, summary: dict) -> None:
     """Rewrite run.json with the search's start (:data:`START_KEYS` of ``summary``) beside the settings,
     under one checksum; the settings' own checksum (the checkpoints') stays that of the settings alone."""
-    body = {**settings, **{k: summary[k] for k in START_KEYS if k in summary}}
-    tmp = out / (SETTINGS + ".tmp")
-    tmp.write_text(json.dumps({**body, "checksum": _checksum(body)}, indent=1))
-    tmp.replace(out / SETTINGS)
+    _write_settings(out, {**settings, **{k: summary[k] for k in START_KEYS if k in summary}})
 
 
 def _check_start_record(path: Path, s: dict) -> None:

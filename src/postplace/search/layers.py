@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postplace.search.starts import candidate_homes, home_devices, total_times
+from postplace.search.starts import candidate_homes, distinct, home_devices, total_times
 from postplace.search.strategy import SearchSpace
 
 __all__ = ["LayerSpace", "action_space", "device_space", "layer_candidates", "layer_space", "stripe_table"]
@@ -98,12 +98,13 @@ class LayerSpace:
         """The allowed layer actions ``[k, L]`` nearest unit placements ``[k, G]``: per layer, the action
         that agrees with the most of its units (ties: the first)."""
         p = np.atleast_2d(np.asarray(placements))
+        k = p.shape[0]
         L, A = self.allowed.shape
-        agree = np.zeros((p.shape[0], L, A))
+        cell = (np.arange(k)[:, None] * L + self.unit_layer[None, :]).ravel()  # (sample, layer) of each unit
+        agree = np.zeros((k, L, A))
         for a in range(A):
-            hit = (self.stripes[a, self.unit_column][None, :] == p).astype(np.float64)
-            for i in range(p.shape[0]):
-                agree[i, :, a] = np.bincount(self.unit_layer, weights=hit[i], minlength=L)
+            hit = self.stripes[a, self.unit_column][None, :] == p
+            agree[:, :, a] = np.bincount(cell, weights=hit.ravel(), minlength=k * L).reshape(k, L)
         agree = np.where(self.allowed[None], agree, -1.0)
         out = np.argmax(agree, axis=2)
         return out if np.ndim(placements) == 2 else out[0]
@@ -148,12 +149,7 @@ def stripe_table(num_devices: int, comparable: list[int], speed: np.ndarray, m: 
         s = speed[w]
         if s.max() > 1.05 * s.min():
             rows.append((_by_speed(w, speed, m), f"{label} by speed"))
-    seen, stripes, labels = set(), [], []
-    for row, label in rows:
-        if row.tobytes() not in seen:
-            seen.add(row.tobytes())
-            stripes.append(row)
-            labels.append(label)
+    labels, stripes = zip(*distinct([(label, row) for row, label in rows]), strict=True)
     return np.stack(stripes), tuple(labels)
 
 
@@ -259,9 +255,4 @@ def layer_candidates(space: SearchSpace, fill_fraction: float) -> list[tuple[str
     for a in firsts.values():
         every = lay.canonical[:, a]
         out.append((f"stripe:{lay.names[a]}", lay.expand(np.where(every >= 0, every, fallback))))
-    seen, unique = set(), []
-    for name, home in out:
-        if home.tobytes() not in seen:
-            seen.add(home.tobytes())
-            unique.append((name, home))
-    return unique
+    return distinct(out)

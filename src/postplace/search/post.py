@@ -337,7 +337,7 @@ class PostStrategy:
         self.adam = Adam(self.decisions.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
         # init='probe': candidate homes, asked first, then the best is the start
-        self.probe = self._make_probe() if cfg.init == "probe" else None
+        self.probe = start_probe(space, cfg.fill_fraction, cfg.probe_margin) if cfg.init == "probe" else None
         self.start_name = {"uniform": "uniform", "speed": "fastest", "memory": "fill"}.get(cfg.init, "fill")
         self.start_step_time: float | None = None  # the probe's chosen start's step time (None: not probed)
         self.samples_seen = 0
@@ -353,23 +353,20 @@ class PostStrategy:
         self._seen: set[int] = set()  # digests of every placement told: a local move never repeats one
         self._seen_order: list[int] = []  # the same, in the order first seen (the state keeps this list)
 
-    def _make_probe(self) -> StartProbe:
-        cfg = self.config
-        starts = None if self.layers is None else layer_candidates(self.space, cfg.fill_fraction)
-        return StartProbe(self.space, cfg.fill_fraction, cfg.probe_margin, candidates=starts)
-
-    def _decisions_of(self, placements: np.ndarray, own: int | None = None) -> np.ndarray:
-        """The decisions behind unit placements: themselves, or each layer's stripe (for the policy's
-        own first ``own`` samples the ones drawn, else the nearest, :meth:`LayerSpace.collapse`)."""
+    def _decisions_of(self, placements: np.ndarray) -> np.ndarray:
+        """The decisions behind unit placements: themselves, or each layer's stripe (the ones drawn by
+        the last ask, else the nearest, :meth:`LayerSpace.collapse`)."""
         if self.layers is None:
             return placements
         pending, self._pending_decisions = self._pending_decisions, None
-        own = len(placements) if own is None else own
-        if pending is not None and len(pending) == own and np.array_equal(self.layers.expand(pending),
-                                                                          placements[:own]):  # fmt: skip
-            rest = self.layers.collapse(placements[own:]) if own < len(placements) else pending[:0]
-            return np.concatenate([pending, rest])
+        if pending is not None and np.array_equal(self.layers.expand(pending), placements):
+            return pending
         return self.layers.collapse(placements)
+
+    @property
+    def _fine_layers(self) -> bool:
+        """Layers of several units each (a micro-batched step), where unit moves are finer than stripes."""
+        return self.layers is not None and self.layers.num_layers < self.space.num_units
 
     # ---------------------------------------------------------------------------- ask / tell
     def ask(self, max_n: int) -> np.ndarray:
@@ -390,13 +387,10 @@ class PostStrategy:
         decisions = self.policy.sample(self.rng, k - n_local)
         self._pending_local = n_local
         self._pending_decisions = decisions
-        placements = decisions if self.layers is None else self.layers.expand(decisions)
-        if n_local:
-            placements = np.concatenate([placements, local])
-        self._pending_log_prob = self.policy.log_prob(self._decisions_of(placements, k - n_local))
-        self._pending_decisions = decisions
+        self._pending_log_prob = self.policy.log_prob(decisions)  # of the policy's own samples only
         self.own_in_last_ask = k - n_local
-        return placements
+        placements = decisions if self.layers is None else self.layers.expand(decisions)
+        return np.concatenate([placements, local]) if n_local else placements
 
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
@@ -411,26 +405,29 @@ class PostStrategy:
         feasible = np.asarray(feasible, dtype=bool)
         raw = np.asarray(placements)
         own = len(raw) - self._pending_local  # the policy's own samples come first, then the local moves
-        self._remember(raw)
+        for row in raw:
+            self._remember(row)
         self._note_best(raw, score)
         if self.probe is not None and self.probe.tell(raw, score, np.asarray(step_time), feasible):
             self._tell_candidates(self._decisions_of(raw), score, feasible)
             return
-        placements = self._decisions_of(raw, own)
         old_log_prob = self._pending_log_prob
-        if old_log_prob is None or len(old_log_prob) != len(placements):
-            old_log_prob, own = self.policy.log_prob(placements), len(placements)
+        if old_log_prob is None or len(old_log_prob) != own:  # not what the last ask drew: all the policy's
+            own = len(raw)
+        decisions = self._decisions_of(raw[:own])  # local moves need none: only the incumbent learns from them
+        if old_log_prob is None or len(old_log_prob) != own:
+            old_log_prob = self.policy.log_prob(decisions)
         self._pending_log_prob, self._pending_local = None, 0
-        self.samples_seen += len(placements)
+        self.samples_seen += len(raw)
         # the elite and PPO fit the policy's own samples; local moves only move the incumbent
-        self.recent_placements.append(np.asarray(placements)[:own])
+        self.recent_placements.append(decisions)
         self.recent_scores.append(score[:own])
-        self.recent_feasible.append(np.asarray(feasible, dtype=bool)[:own])
+        self.recent_feasible.append(feasible[:own])
 
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()
         elif cfg.use_ppo:
-            self._ppo_step(np.asarray(placements)[:own], score[:own], old_log_prob[:own])
+            self._ppo_step(decisions, score[:own], old_log_prob)
         if not cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._forget_recent()
 
@@ -479,24 +476,25 @@ class PostStrategy:
         if movable.size == 0 and free.size == 0:
             return None
         current = self.best_placement if lay is None else lay.collapse(self.best_placement)
-        kinds = 3 if lay is not None and lay.num_layers < self.space.num_units else 2  # unit moves: finer than layers
+        kinds = 3 if self._fine_layers else 2
         marginal = self._unit_marginals(p) if kinds == 3 else None
         fresh = []
         for i in range(n):
             for _ in range(_TRIES):  # a move onto a placement already told is a wasted sample: try another
                 move = self.best_placement.copy()
                 self._move(move, (i + self.samples_seen) % kinds, p, marginal, movable, free, current)
-                if _digest(move) not in self._seen:
-                    self._remember(move[None])
+                if self._remember(move):
                     fresh.append(move)
                     break
         return np.stack(fresh) if fresh else None
 
-    def _remember(self, placements: np.ndarray) -> None:
-        for row in placements:
-            if (key := _digest(row)) not in self._seen:
-                self._seen.add(key)
-                self._seen_order.append(key)
+    def _remember(self, placement: np.ndarray) -> bool:
+        """Record a placement as told; False when it already was."""
+        if (key := _digest(placement)) in self._seen:
+            return False
+        self._seen.add(key)
+        self._seen_order.append(key)
+        return True
 
     def _move(self, row: np.ndarray, kind: int, p: np.ndarray, marginal: np.ndarray | None, movable: np.ndarray,
               free: np.ndarray, current: np.ndarray) -> None:  # fmt: skip
@@ -527,8 +525,8 @@ class PostStrategy:
         else:
             # start on a decision that may take every value its neighbours may (on layers: not a layer of
             # shared ops only, whose few distinct stripes would never start a data-parallel run)
-            fine = lay is not None and lay.num_layers < self.space.num_units  # layers of several units
-            rich = movable[allowed[movable].sum(axis=1) == allowed[movable].sum(axis=1).max()] if fine else movable
+            n_allowed = allowed[movable].sum(axis=1)
+            rich = movable[n_allowed == n_allowed.max()] if self._fine_layers else movable
             start = int(self.rng.choice(rich))
             value = draw(p[start], allowed[start], int(current[start]))
             put(np.arange(start, start + int(self.rng.integers(1, allowed.shape[0] - start + 1))), value)
@@ -547,9 +545,7 @@ class PostStrategy:
     def _start_from_probe(self) -> None:
         cfg, probe = self.config, self.probe
         self.start_name, self.start_step_time = probe.name, probe.step_time
-        G = self.decisions.num_units
-        spread = self.start_name.startswith(("part", "stripe"))
-        weight = 1 - min(0.5, cfg.partition_units / G) if spread else cfg.anchor_weight
+        weight = start_weight(self.start_name, self.decisions.num_units, cfg.anchor_weight, cfg.partition_units)
         home = probe.home if self.layers is None else self.layers.collapse(probe.home)
         prior = anchored_prior(self.decisions, home, weight)
         self.policy.logits = CategoricalPolicy(self.decisions.allowed, prior).logits
@@ -599,8 +595,7 @@ class PostStrategy:
             "best": None if self.best_placement is None else {"placement": self.best_placement.copy(),
                                                                 "score": self.best_score},
             "seen": list(self._seen_order),  # a list: it grows, and the run folder's check compares arrays' shapes
-            "start": {**(self.probe.state_dict() if self.probe else {"scores": [], "out": 0}), "name": self.start_name,
-                      "step_time": self.start_step_time},
+            "start": start_state(self.probe, self.start_name, self.start_step_time),
             "recent": [
                 list(map(np.copy, x)) for x in (self.recent_placements, self.recent_scores, self.recent_feasible)
             ],  # fmt: skip
@@ -616,7 +611,7 @@ class PostStrategy:
         start = state.get("start", {"scores": [], "out": 0, "name": self.start_name})
         cfg = self.config
         if cfg.init == "probe":
-            self.probe = self.probe or self._make_probe()
+            self.probe = self.probe or start_probe(self.space, cfg.fill_fraction, cfg.probe_margin)
             self.probe.load_state_dict(start)
         else:
             self.probe = None
@@ -632,6 +627,29 @@ class PostStrategy:
         self.best_score = np.inf if best is None else float(best["score"])
         self._seen_order = [int(x) for x in state.get("seen", [])]
         self._seen = set(self._seen_order)
+
+
+def start_probe(space: SearchSpace, fill_fraction: float, probe_margin: float) -> StartProbe:
+    """The probe of ``init="probe"`` over ``space``: its candidate homes, or on layers the layer starts
+    (:func:`postplace.search.layers.layer_candidates`). Every strategy given Post's start uses it."""
+    starts = None if space.layers is None else layer_candidates(space, fill_fraction)
+    return StartProbe(space, fill_fraction, probe_margin, candidates=starts)
+
+
+def start_weight(name: str, num_units: int, anchor_weight: float, partition_units: float) -> float:
+    """The prior probability on each decision's home for the start ``name``: ``anchor_weight``, or for
+    a spread-out start (a partition or a stripe) ``1 - min(0.5, partition_units / G)`` (about
+    ``partition_units`` decisions per sample elsewhere)."""
+    if name.startswith(("part", "stripe")):
+        return 1 - min(0.5, partition_units / max(num_units, 1))
+    return anchor_weight
+
+
+def start_state(probe: StartProbe | None, name: str | None, step_time: float | None) -> dict:
+    """The ``start`` entry of a strategy's state: the probe's scores and step times (none without a
+    probe), the start's name and its step time."""
+    return {**(probe.state_dict() if probe is not None else {"scores": [], "out": 0}), "name": name,
+            "step_time": step_time}  # fmt: skip
 
 
 _TRIES = 8  # local moves tried per slot before it goes to the policy (the incumbent's neighbourhood is spent)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from postplace.search.layers import layer_candidates
-from postplace.search.post import PostConfig, anchored_prior
+from postplace.search.post import PostConfig, anchored_prior, start_probe, start_state, start_weight
 from postplace.search.starts import StartProbe
 from postplace.search.strategy import SearchSpace
 
@@ -31,18 +30,7 @@ POST_DEFAULTS = PostConfig()
 def make_probe(space: SearchSpace, fill_fraction: float = POST_DEFAULTS.fill_fraction) -> StartProbe:
     """Post's probe over ``space`` (its ``probe_margin`` and candidates), with the strategy's own
     ``fill_fraction``."""
-    starts = None if space.layers is None else layer_candidates(space, fill_fraction)
-    return StartProbe(space, fill_fraction, POST_DEFAULTS.probe_margin, candidates=starts)
-
-
-def start_weight(name: str, num_units: int, anchor_weight: float = POST_DEFAULTS.anchor_weight,
-                 partition_units: float = POST_DEFAULTS.partition_units) -> float:  # fmt: skip
-    """The prior probability on each unit's home, Post's rule: ``anchor_weight``, or for a spread-out
-    start (a partition or a stripe) ``1 - min(0.5, partition_units / G)`` (about ``partition_units``
-    units per sample elsewhere)."""
-    if name.startswith(("part", "stripe")):
-        return 1 - min(0.5, partition_units / max(num_units, 1))
-    return anchor_weight
+    return start_probe(space, fill_fraction, POST_DEFAULTS.probe_margin)
 
 
 def start_prior(space: SearchSpace, probe: StartProbe, anchor_weight: float = POST_DEFAULTS.anchor_weight,
@@ -50,10 +38,3 @@ def start_prior(space: SearchSpace, probe: StartProbe, anchor_weight: float = PO
     """Log-probabilities ``[G, D]`` of the anchored prior on the probe's chosen home (the probe done)."""
     weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units)
     return anchored_prior(space, probe.home, weight)
-
-
-def start_state(probe: StartProbe | None, name: str | None, step_time: float | None) -> dict:
-    """The ``start`` entry of a strategy's state, laid out as Post's: the probe's scores and step times
-    (none without a probe), the start's name and its step time."""
-    return {**(probe.state_dict() if probe is not None else {"scores": [], "out": 0}), "name": name,
-            "step_time": step_time}  # fmt: skip

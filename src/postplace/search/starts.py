@@ -29,6 +29,7 @@ __all__ = [
     "candidate_homes",
     "comparable_devices",
     "device_preference",
+    "distinct",
     "home_devices",
     "partition_homes",
 ]
@@ -180,12 +181,16 @@ def candidate_homes(space: SearchSpace, fill_fraction: float) -> list[tuple[str,
         out.append((f"part{k}-work", partition_homes(space, np.array(close[:k]), work)))
         if space.unit_bytes is not None:
             out.append((f"part{k}-bytes", partition_homes(space, np.array(close[:k]), space.unit_bytes)))
+    return distinct(out)
+
+
+def distinct(named: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """``named`` without the entries whose array equals an earlier one's (the first name is kept)."""
     seen, unique = set(), []
-    for name, home in out:
-        key = home.tobytes()
-        if key not in seen:
+    for name, array in named:
+        if (key := array.tobytes()) not in seen:
             seen.add(key)
-            unique.append((name, home))
+            unique.append((name, array))
     return unique
 
 
