@@ -465,3 +465,19 @@ def test_the_unedited_comparison_draws(compare_template, tmp_path):
     data = json.loads(path.with_name("report.json").read_text())
     assert [b["label"] for b in data["bars"]] == ["random", "m-topo"]
     assert data["schedule"]["source"].startswith(("random seed", "m-topo"))
+
+
+# ------------------------------------------------------------------------------------ paths the system refuses
+@pytest.mark.parametrize("argv", [
+    ["simulate", "resnet50", "--cluster", "x" * 5000, "--placement", "single:gpu0"],
+    ["simulate", "x" * 5000, "--cluster", "k80x2", "--placement", "single:gpu0"],
+    ["place", "x" * 5000 + ".json", "--cluster", "k80x2", "--no-report"],
+])
+def test_a_path_too_long_for_the_file_system_is_one_short_error_line(argv, tmp_path, monkeypatch, capsys):
+    """An OSError (ENAMETOOLONG) from a path the user named was an internal error printing 5,000 characters."""
+    from tests.clihelp import cli_error
+
+    monkeypatch.chdir(tmp_path)
+    line = cli_error(argv, capsys)
+    assert "File name too long" in line and ("(5000 characters)" in line or "(5005 characters)" in line), line
+    assert len(line) < 300

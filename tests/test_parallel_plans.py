@@ -51,6 +51,12 @@ def test_plan_words_for_data_parallelism_a_pipeline_and_a_hybrid():
     assert describe_plan(g, c, dp) == "data-parallel 4, 4 micro-batches"
     assert describe_plan(g, c, pipe) == "pipeline of 2 stages (gpu0, gpu1), 4 micro-batches"
     assert describe_plan(g, c, hybrid) == "2 stages x data-parallel 2, 4 micro-batches"
+    # ResNet-50 on k80x4's answer: micro-batch 0 also runs a tenth of its time on the CPU. It was called
+    # "2 stages x data-parallel 4", which reads as 8 GPUs on a 4-GPU machine.
+    uneven = dp.copy()
+    uneven[1] = c.device_index("cpu")
+    assert describe_plan(g, c, uneven) == ("data-parallel 4 over 5 devices (replicas: cpu+gpu0, gpu1, gpu2, gpu3), "
+                                           "4 micro-batches")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

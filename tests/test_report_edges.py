@@ -158,6 +158,36 @@ def test_a_preset_run_draws_from_its_record(tmp_path):
     assert json.loads(path.with_name("report.json").read_text())["schedule"]["devices"] == ["cpu", "gpu0", "gpu1"]
 
 
+def test_a_compare_on_a_cluster_file_draws_without_flags_and_a_changed_file_is_refused(tmp_path):
+    from postplace.testing import fuzz
+
+    (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
+    fuzz.base_graph().save(tmp_path / "g.json")
+    postplace.compare(str(tmp_path / "g.json"), str(tmp_path / "c.toml"), strategies="single,random", budget=8,
+                      seeds=1, out=tmp_path / "cmp")  # fmt: skip
+    rep = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert rep["cluster"] == "tiny" and rep["cluster_spec"] == str(tmp_path / "c.toml")
+    p = report_cli([str(tmp_path / "cmp")], tmp_path)  # before: "cluster 'tiny' of the run: ... pass --cluster"
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "cmp" / "report.json").read_text())
+    assert data["provenance"]["cluster"]["name"] == "tiny"
+    text = (tmp_path / "c.toml").read_text()
+    (tmp_path / "c.toml").write_text(text.replace("bandwidth = 15750000000.0", "bandwidth = 5e9", 1))
+    with pytest.raises(PostplaceError, match="compare.json: the cluster .* no longer the one the run used"):
+        write_report(tmp_path / "cmp")
+
+
+def test_an_edited_target_in_the_summary_does_not_override_the_checksummed_run_json(tmp_path):
+    run, r = toml_run(tmp_path)
+    other = tmp_path / "other.json"
+    OpGraph.build(["x", "y"], [(0, 1, 1e6)], flops=[1e9, 1e9], name="other").save(other)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["target_spec"] = {"kind": "file", "path": str(other)}
+    (run / "summary.json").write_text(json.dumps(summary))
+    path = write_report(run)  # before: drawn from other.json, or refused because its ops differ
+    assert json.loads(path.with_name("report.json").read_text())["provenance"]["graph"]["name"] == r.graph.name
+
+
 # ------------------------------------------------------------------------------ step times past what a figure draws
 def test_a_simulated_step_past_what_a_figure_draws_is_one_line(tmp_path):
     """A graph and cluster whose step takes 1e306 s: the Gantt chart's axis overflowed (1e309 ms)."""

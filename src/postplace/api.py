@@ -1578,7 +1578,7 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
                              "give a divisor of it")  # fmt: skip
     step = {"optimizer": optimizer, "lr": lr, "precision": precision}
     tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
-    c, _ = _load_cluster(cluster, tgt.graph)
+    c, cluster_spec = _load_cluster(cluster, tgt.graph)
     retraced = None
     if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
         from postplace.over_m import microbatch_counts, trace_counts
@@ -1588,7 +1588,8 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
                                    microbatch_counts(batch, gpus))  # fmt: skip
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
-                         expert_split=expert_split, retraced=retraced, target_spec=tgt.spec)  # fmt: skip
+                         expert_split=expert_split, retraced=retraced, target_spec=tgt.spec,
+                         cluster_spec=cluster_spec)  # fmt: skip
     if tgt.spec["kind"] in ("graph", "module"):  # kept beside the report, which draws the folder from it
         tgt.graph.save(out / "graph.json")
     return {**report, "out": str(out)}

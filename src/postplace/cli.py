@@ -6,6 +6,7 @@ traceback is ever shown for it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -736,12 +737,35 @@ def main() -> None:
     except PostplaceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:
+        if exc.filename is None or exc.errno not in _PATH_ERRORS:
+            _internal_error(exc)
+        print(f"error: {_short_path(exc.filename)}: {exc.strerror}; give a path this machine can read and write",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     except Exception as exc:  # a bug of ours, not the user's input: still no wall of text by default
-        if os.environ.get("POSTPLACE_DEBUG"):
-            raise
-        print(f"internal error: {type(exc).__name__}: {exc} (rerun with POSTPLACE_DEBUG=1 for the traceback, "
-              "and please report it)", file=sys.stderr)  # fmt: skip
-        sys.exit(3)
+        _internal_error(exc)
+
+
+# A path the user named that the system refuses (too long, not allowed, a folder where a file was
+# expected, a full or read-only disk): the user's input or machine, not a bug of ours.
+_PATH_ERRORS = {errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOSPC,
+                errno.EROFS, errno.ENOENT, errno.EEXIST, errno.ELOOP, errno.EDQUOT}  # fmt: skip
+
+
+def _short_path(name) -> str:
+    text = os.fsdecode(name) if isinstance(name, bytes | str) else str(name)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
+def _internal_error(exc: BaseException):
+    if os.environ.get("POSTPLACE_DEBUG"):
+        raise exc
+    text = str(exc)
+    text = text if len(text) <= 400 else text[:300] + f"... ({len(text)} characters)"
+    print(f"internal error: {type(exc).__name__}: {text} (rerun with POSTPLACE_DEBUG=1 for the traceback, "
+          "and please report it)", file=sys.stderr)  # fmt: skip
+    sys.exit(3)
 
 
 if __name__ == "__main__":

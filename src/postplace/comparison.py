@@ -81,7 +81,7 @@ def parse_strategies(text: str) -> list[str]:
 
 def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: int, seeds: int, out: Path,
             progress=None, expert_split: str | None = None, retraced: dict | None = None,
-            target_spec: dict | None = None) -> dict:  # fmt: skip
+            target_spec: dict | None = None, cluster_spec: str | None = None) -> dict:  # fmt: skip
     """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report.
 
     ``retraced``: ``{m: OpGraph}``, the same step traced as m micro-batches, where the target can be
@@ -90,7 +90,9 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
     replicated state does not fit) and the GPipe-style pipeline, each at its fastest m. Without them
     (a graph file), ``data-parallel`` is the analytic estimate, labelled as one, and ``pipeline`` the
     layer split of ``graph`` itself. ``target_spec``: where the graph came from (recorded, so that
-    ``postplace report`` draws the folder without flags)."""
+    ``postplace report`` draws the folder without flags); ``cluster_spec``: the preset, ``workload:PRESET``
+    or absolute TOML path the cluster was loaded from (recorded with the cluster's fingerprint, for the
+    same reason)."""
     out = make_folder(out)
     problem = make_problem(graph, cluster)
     sim = problem.simulator
@@ -120,6 +122,7 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
         "graph": graph.name, "cluster": cluster.name, "budget_samples": budget, "seeds": seeds,
         "evaluator": sim.name, "lower_bound_s": lb, "single_device_step_time_s": single_time,
         "groups": problem.grouping.num_groups, "target_spec": target_spec,
+        "cluster_spec": cluster_spec, "cluster_sha": fingerprint(cluster),
         "microbatches": (target_spec or {}).get("microbatches", 1),
         "rows": [{k: v for k, v in asdict(r).items()} for r in rows],
     }  # fmt: skip

@@ -96,8 +96,10 @@ def halving_rounds(n: int) -> list[int]:
 def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | None = None) -> str:
     """The plan in the words users use: "one device (gpu0)", "model parallel over 3 devices",
     "data-parallel 4, 4 micro-batches", "pipeline of 2 stages, 8 micro-batches", "2 stages x
-    data-parallel 2, 8 micro-batches". A device counts for a micro-batch when it runs at least 5% of
-    that micro-batch's op time (``times``: seconds per op; default: every op weighs the same)."""
+    data-parallel 2, 8 micro-batches", "data-parallel 4 over 5 devices (replicas: cpu+gpu0, gpu1,
+    gpu2, gpu3), 4 micro-batches" (replicas of unequal depth). A device counts for a micro-batch
+    when it runs at least 5% of that micro-batch's op time (``times``: seconds per op; default: every
+    op weighs the same)."""
     names = cluster.device_names
     w = np.ones(graph.num_ops) if times is None else np.asarray(times, dtype=np.float64)
     mb = np.asarray(graph.microbatch) if graph.microbatch is not None else np.full(graph.num_ops, -1)
@@ -130,7 +132,14 @@ def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | Non
         return f"hybrid over {len(devs)} devices (up to {stages} per micro-batch), {tail}"
     if stages == 1:
         return f"data-parallel {replicas}, {tail}"
-    return f"{stages} stages x data-parallel {replicas}, {tail}"
+    if len({len(s) for s in distinct}) == 1:
+        return f"{stages} stages x data-parallel {replicas}, {tail}"
+    # replicas of unequal depth (one GPU's micro-batches also run on the CPU): "2 stages x" would count
+    # devices the machine may not have
+    devs = sorted(set().union(*distinct))
+    shown = ", ".join("+".join(names[d] for d in s) for s in distinct) if replicas <= 8 else \
+        f"{min(map(len, distinct))}-{stages} devices each"
+    return f"data-parallel {replicas} over {len(devs)} devices (replicas: {shown}), {tail}"
 
 
 @dataclass

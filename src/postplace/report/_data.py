@@ -285,7 +285,9 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
 
     if isinstance(graph, OpGraph):
         return graph
-    spec = record.get("target_spec")
+    settings = run_settings(run_dir)  # checksummed: an edited summary's target_spec does not override it
+    spec = settings["target"] if settings is not None and isinstance(settings.get("target"), dict) else None
+    spec = spec or record.get("target_spec")
     if graph is None and isinstance(spec, dict):
         m = record.get("microbatches", 1)
         m = m if type(m) is int and m >= 1 else 1
@@ -325,17 +327,16 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
 
 
 def resolve_cluster_for(record: dict, graph, cluster=None, run_dir: Path | None = None):
-    """The run's cluster: the one given (a Cluster, a preset or a file), else the one the run folder's
-    ``run.json`` records (its ``cluster_spec``: the preset, ``workload:PRESET`` or the absolute path of
-    the TOML file the run was started with, checked against its fingerprint), else the cluster name the
-    summary records (a preset's)."""
+    """The run's cluster: the one given (a Cluster, a preset or a file), else the one the run folder
+    records (:func:`recorded_cluster`: ``run.json``, or a ``compare.json``'s own record), else the
+    cluster name the summary records (a preset's)."""
     from postplace.cluster import Cluster
     from postplace.cluster.from_workload import resolve_cluster
 
     if isinstance(cluster, Cluster):
         return cluster
     if cluster is None and run_dir is not None:
-        recorded = recorded_cluster(run_dir, graph)
+        recorded = recorded_cluster(run_dir, graph, record)
         if recorded is not None:
             return recorded
     name = cluster or record.get("cluster")
@@ -347,9 +348,30 @@ def resolve_cluster_for(record: dict, graph, cluster=None, run_dir: Path | None 
         raise PostplaceError(f"cluster '{name}' of the run: {exc}; pass --cluster PRESET_OR_FILE") from None
 
 
-def recorded_cluster(run_dir: Path, graph):
-    """The cluster ``run_dir/run.json`` records (None where the folder has no readable ``run.json``, or the
-    run was given a Cluster object: the summary's cluster name is then the one to try).
+def run_settings(run_dir: Path | None) -> dict | None:
+    """``run_dir/run.json`` when it is there and its checksum holds (None otherwise: an edited record is
+    not followed, and the summary's own fields are the ones left to try)."""
+    import json
+
+    from postplace.search.state_io import RUN_SETTINGS, settings_checksum
+
+    if run_dir is None or not (run_dir / RUN_SETTINGS).is_file():
+        return None
+    try:
+        settings = json.loads((run_dir / RUN_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    body = {k: v for k, v in settings.items() if k != "checksum"}
+    return settings if settings.get("checksum") == settings_checksum(body) else None
+
+
+def recorded_cluster(run_dir: Path, graph, record: dict | None = None):
+    """The cluster ``run_dir/run.json`` records, else the one ``record`` (a ``compare.json``) records:
+    its ``cluster_spec`` (the preset, ``workload:PRESET`` or the absolute path of the TOML file the run
+    was started with), checked against its fingerprint ``cluster_sha``. None where neither records a
+    spec (a run given a Cluster object: the cluster's name is then the one to try).
 
     Raises
     ------
@@ -357,36 +379,25 @@ def recorded_cluster(run_dir: Path, graph):
         When the recorded cluster file no longer exists, cannot be loaded, or is no longer the cluster
         the run used (its fingerprint differs): one line naming it, with ``--cluster`` as the fix.
     """
-    import json
-
     from postplace.cluster.from_workload import resolve_cluster
-    from postplace.search.state_io import RUN_SETTINGS, fingerprint, settings_checksum
+    from postplace.search.state_io import RUN_SETTINGS, fingerprint
 
-    path = run_dir / RUN_SETTINGS
-    if not path.is_file():
-        return None
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(settings, dict):
-        return None
-    body = {k: v for k, v in settings.items() if k != "checksum"}
-    if settings.get("checksum") != settings_checksum(body):  # an edited spec is not followed
-        return None
-    spec = settings.get("cluster_spec")
-    if not isinstance(spec, str) or not spec:
+    settings, where = run_settings(run_dir), run_dir / RUN_SETTINGS
+    if settings is None and record is not None:
+        settings, where = record, run_dir / "compare.json"
+    spec, sha = (settings or {}).get("cluster_spec"), (settings or {}).get("cluster_sha")
+    if not isinstance(spec, str) or not spec or not isinstance(sha, str):
         return None
     fix = "pass --cluster with the cluster file or preset the run used"
     if Path(spec).is_absolute() and not Path(spec).is_file():  # a file's spec is its absolute path
-        raise PostplaceError(f"{path}: the run's cluster file {spec} no longer exists; {fix}")
+        raise PostplaceError(f"{where}: the run's cluster file {spec} no longer exists; {fix}")
     try:
         c = resolve_cluster(spec, graph)
     except PostplaceError as exc:
-        raise PostplaceError(f"{path}: the run's cluster {spec}: {exc}; {fix}") from None
-    if fingerprint(c) != settings.get("cluster_sha"):
-        raise PostplaceError(f"{path}: the cluster {spec} is no longer the one the run used (it changed since the "
-                             f"run: its fingerprint differs); {fix}")  # fmt: skip
+        raise PostplaceError(f"{where}: the run's cluster {spec}: {exc}; {fix}") from None
+    if fingerprint(c) != sha:
+        raise PostplaceError(f"{where}: the cluster {spec} is no longer the one the run used (it changed since the "
+                             f"run, or the record was edited: its fingerprint differs); {fix}")  # fmt: skip
     return c
 
 
@@ -857,7 +868,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
 
     rep = check_compare(_read_json(run_dir / "compare.json"), run_dir)
     g = resolve_graph(rep, graph, size, run_dir)
-    c = resolve_cluster_for(rep, g, cluster)
+    c = resolve_cluster_for(rep, g, cluster, run_dir)
     rows = rep.get("rows", [])
     problem = make_problem(g, c)
     curves, best = [], None  # best: (step time, label, op placement getter)

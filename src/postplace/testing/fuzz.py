@@ -315,6 +315,12 @@ FLAG_CASES = [
     (["simulate", ".", "--cluster", CLUSTER, "--placement", "single:gpu0", "--json"], True),
     (["simulate", GRAPH, "--cluster", CLUSTER, "--placement", "single:gpu0", "--trace", "no/such/dir/t.json"], True),
     (["simulate", "nosuchmodel", "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
+    # paths longer than the file system allows (ENAMETOOLONG), as each file argument
+    (["simulate", "x" * 5000, "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
+    (["simulate", GRAPH, "--cluster", "x" * 5000, "--placement", "single:gpu0"], True),
+    (["simulate", GRAPH, "--cluster", CLUSTER, "--placement", "x" * 5000 + ".json"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "8", "--out", "x" * 5000], True),
+    (["report", "x" * 5000], True),
     (["simulate", "resnet50", "--size", "huge", "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
     (["simulate", GRAPH, "--cluster", CLUSTER, "--placement", "single:gpu0", "--json"], False),
     (["simulate", GRAPH, "--cluster", "k80x4", "--placement", "single:gpu3", "--json"], False),
@@ -975,8 +981,7 @@ AGNOSTIC = ["flip", "truncate", "delete", "garbage", "non-utf8", "empty", "nul"]
 
 
 def _resume_case(template: str, edits: list[Edit], must: bool, what: str = "resume") -> Case:
-    argv = list(RESUME) if what == "resume" else ["report", "run", *(["--cluster", CLUSTER] if template == "file"
-                                                                     else [])]  # fmt: skip
+    argv = list(RESUME) if what == "resume" else ["report", "run"]  # the cluster is the one run.json records
     label = "; ".join(e.label() for e in edits)
     return Case(f"run folder: {what}", f"[{template}] {label}", argv, {}, must, template=template, edits=edits)
 
