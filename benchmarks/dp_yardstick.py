@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 
+from postplace.api.over_m import microbatch_counts
 from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
-from postplace.over_m import microbatch_counts
 from postplace.placers import data_parallel_step_time, simulate_data_parallel
 from postplace.zoo import cached_graph, spec
 

@@ -27,11 +27,18 @@ def graph30(cpu_only=()):
 
 
 def test_docstring_example_runs():
+    import importlib
+    import pkgutil
+
     import postplace.api
 
     assert "Examples" in postplace.place.__doc__
-    result = doctest.testmod(postplace.api, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 3 and result.failed == 0
+    attempted = 0
+    for info in pkgutil.iter_modules(postplace.api.__path__):  # each file of the package, where its code lives
+        result = doctest.testmod(importlib.import_module(f"postplace.api.{info.name}"), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, info.name
+        attempted += result.attempted
+    assert attempted >= 4
 
 
 def test_place_returns_a_heuristic_that_beats_the_search_and_says_so():

@@ -101,7 +101,7 @@ def test_the_defaults_and_the_presets_pass(name):
 
 
 def test_paper_config_passes_through_the_api():
-    from postplace.api import _config
+    from postplace.api.settings import _config
 
     assert _config("post", "paper") == build_config("post-paper")
     assert _config("post", None) == build_config("post")

@@ -105,7 +105,7 @@ def test_a_checkpoint_written_under_other_settings_is_not_continued(run, path, v
 
 
 def test_a_budget_extension_killed_before_its_first_checkpoint_still_resumes(run):
-    from postplace.api import _write_settings, read_settings
+    from postplace.api.settings import _write_settings, read_settings
 
     s = read_settings(run)
     _write_settings(run, {**s, "budget": "96", "budgets_before": [s["budget"]]})  # what an extension writes first
@@ -153,7 +153,7 @@ def test_a_history_line_removed_with_its_digest_recomputed_is_damage(run):
 
 
 def test_plans_counts_must_be_integers():
-    from postplace.over_m import _read_plans
+    from postplace.api.over_m import _read_plans
 
     def plans(tmp, counts):
         (tmp / "plans.json").write_text(json.dumps({"format": "postplace-plans", "counts": counts,

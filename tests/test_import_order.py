@@ -39,9 +39,8 @@ ORDER = (
     # At the top (DESIGN.md section 1), each front end above what it calls.
     "confirm",  # re-measure a run's candidates (placers, search state)
     "comparison",  # strategies and baselines side by side (search, placers, sim)
-    "over_m",  # the search over micro-batch counts that api.place delegates to
-    "paper",  # the paper's grid of comparisons (comparison, over_m, zoo, report's table)
-    "api",  # the product's front door: place, resume, compare, apply
+    "api",  # the product's front door: place, resume, compare, apply (and the answer over micro-batch counts)
+    "paper",  # the paper's grid of comparisons (comparison, api's micro-batch counts, zoo, report's table)
     "cli",  # parses, calls api, prints
     "postplace",  # the package itself: re-exports api's names on first use
     # Above the product, like the tests it serves: fakes, contract suites and fuzz cases that may call
@@ -51,12 +50,6 @@ ORDER = (
 RANK = {unit: rank for rank, unit in enumerate(ORDER)}
 
 EXCEPTIONS = {
-    ("postplace.over_m", "postplace.api"): (
-        "over_m.py runs api.place's search over micro-batch counts and calls back into api's helpers "
-        "(_checksum, warm_start_ops, _strategy, oneshot_candidates, search_candidate, _summary, _plan, "
-        "PlaceResult): api and over_m import each other. Neither file was in issue 22's change; the fix is "
-        "for api to pass those helpers in, or to move them below over_m."
-    ),
     ("postplace.report._data", "postplace"): (
         "reads postplace.__version__ for the report's provenance; the package's own __init__ is loaded "
         "before any of its modules anyway, and this reads no api name through it. Drop it once the version "

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import postplace
+from postplace.api.over_m import halving_rounds, microbatch_counts
+from postplace.api.summary import describe_plan
 from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
-from postplace.over_m import describe_plan, halving_rounds, microbatch_counts
 from postplace.placers.data_parallel import data_parallel_placement, simulate_data_parallel
 from postplace.sim import Simulator
 from postplace.zoo import cached_graph
@@ -258,7 +259,7 @@ def test_simulate_reads_the_micro_batch_count_from_the_placement_file(tmp_path, 
 
 
 def test_the_counts_reach_the_first_m_whose_micro_batch_fits_beside_the_replicated_state():
-    from postplace.over_m import fitting_count
+    from postplace.api.over_m import fitting_count
     from postplace.testing import star_cluster
 
     # a -> b: 'a' holds 10 bytes of state and makes a 100-byte activation that 'b' reads

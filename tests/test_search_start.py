@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import postplace
-from postplace.api import read_settings
+from postplace.api.settings import read_settings
 from postplace.cluster import load_cluster
 from postplace.comparison import compare, parse_strategies
 from postplace.errors import PostplaceError
@@ -101,7 +101,7 @@ def test_a_run_over_micro_batch_counts_records_each_counts_start(tmp_path):
 
 
 def test_a_folder_from_before_the_start_was_recorded_still_reports_and_resumes(tmp_path):
-    from postplace.api import _checksum
+    from postplace.api.settings import _checksum
     from postplace.report import build_report_data
 
     out = tmp_path / "run"
@@ -120,7 +120,7 @@ def test_a_folder_from_before_the_start_was_recorded_still_reports_and_resumes(t
 
 
 def test_a_damaged_start_in_run_json_is_one_error_line(tmp_path):
-    from postplace.api import _checksum
+    from postplace.api.settings import _checksum
 
     out = tmp_path / "run"
     postplace.place(layered_graph(), "k80x4", budget=48, groups=None, out=out, report=False)

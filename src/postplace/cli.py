@@ -55,7 +55,7 @@ def load_target(target: str, size: str = "full") -> OpGraph:
 
 
 def report_dir(out, target, cluster) -> str:
-    from postplace.api import default_compare_out
+    from postplace.api.target import default_compare_out
 
     return str(out or default_compare_out(target, cluster))
 
@@ -517,6 +517,7 @@ def place(
 ) -> None:
     """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
     import postplace.api as api
+    from postplace.api.target import default_out
     from postplace.search.config import build_config, parse_set, read_config_file
 
     overrides = {}
@@ -557,7 +558,7 @@ def place(
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
-            out = out or api.default_out(target, cluster, strategy, seed)
+            out = out or default_out(target, cluster, strategy, seed)
             if not as_json:
                 console.print(f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}",
                               highlight=False)  # fmt: skip

@@ -186,7 +186,7 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
     def retraced(model: str, cluster: str) -> dict:
         """The step at every micro-batch count ``place`` weighs: the data-parallel and pipeline rows
         are simulated on them (the search rows keep the paper's m = 1)."""
-        from postplace.over_m import microbatch_counts, trace_counts
+        from postplace.api.over_m import microbatch_counts, trace_counts
         from postplace.zoo import MODELS, spec
 
         if model not in MODELS:

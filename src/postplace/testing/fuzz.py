@@ -1092,7 +1092,7 @@ def apply_edit(folder, edit: Edit, rng: random.Random) -> None:
     import shutil
     from pathlib import Path
 
-    from postplace.api import _checksum
+    from postplace.api.settings import _checksum
     from postplace.search import state_io
 
     folder = Path(folder)

@@ -4,7 +4,7 @@ When the target can be traced again (a zoo model, a module with ``targets=``), `
 step as m micro-batches for every m of :func:`microbatch_counts` (1, 2, 4... dividing the batch, up to
 the number of GPUs or 8, whichever is larger, or further to the count where one micro-batch fits)
 and, at every m, weighs the same candidates: the search's own best, data parallelism, the
-GPipe-style pipeline and the one-shot placers (``api.oneshot_candidates``).
+GPipe-style pipeline and the one-shot placers (``oneshot_candidates``).
 The answer is the fastest feasible of all of them, over every m, so it is never slower than any.
 
 The search budget goes where it pays, by successive halving over m (Jamieson and Talwalkar, 2016):
@@ -26,9 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace.api.candidates import oneshot_candidates, search_candidate, warm_start_ops
+from postplace.api.result import Candidate, PlaceResult
+from postplace.api.settings import _checksum, _search_start, _strategy
+from postplace.api.summary import _plan, _summary
 from postplace.errors import PostplaceError
 
-__all__ = ["PLANS", "describe_plan", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m",
+__all__ = ["PLANS", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m",
            "trace_counts"]
 
 PLANS = "plans.json"
@@ -93,55 +97,6 @@ def halving_rounds(n: int) -> list[int]:
     return sizes
 
 
-def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | None = None) -> str:
-    """The plan in the words users use: "one device (gpu0)", "model parallel over 3 devices",
-    "data-parallel 4, 4 micro-batches", "pipeline of 2 stages, 8 micro-batches", "2 stages x
-    data-parallel 2, 8 micro-batches", "data-parallel 4 over 5 devices (replicas: cpu+gpu0, gpu1,
-    gpu2, gpu3), 4 micro-batches" (replicas of unequal depth). A device counts for a micro-batch
-    when it runs at least 5% of that micro-batch's op time (``times``: seconds per op; default: every
-    op weighs the same)."""
-    names = cluster.device_names
-    w = np.ones(graph.num_ops) if times is None else np.asarray(times, dtype=np.float64)
-    mb = np.asarray(graph.microbatch) if graph.microbatch is not None else np.full(graph.num_ops, -1)
-    m = int(mb.max()) + 1 if mb.size else 0
-
-    def used(mask) -> tuple[int, ...]:
-        load = np.bincount(placement[mask], weights=w[mask], minlength=cluster.num_devices)
-        total = load.sum()
-        if total <= 0:
-            return tuple(sorted(set(placement[mask].tolist())))
-        return tuple(int(d) for d in np.flatnonzero(load >= 0.05 * total))
-
-    if m <= 1:
-        devs = used(np.ones(graph.num_ops, dtype=bool))
-        if len(devs) == 1:
-            return f"one device ({names[devs[0]]})"
-        return f"model parallel over {len(devs)} devices ({', '.join(names[d] for d in devs)})"
-    sets = [used(mb == k) for k in range(m)]
-    distinct = sorted(set(sets))
-    stages = max(len(s) for s in sets)
-    replicas = len(distinct)
-    disjoint = sum(len(s) for s in distinct) == len(set().union(*distinct))
-    tail = f"{m} micro-batches"
-    if replicas == 1:
-        if stages == 1:
-            return f"one device ({names[distinct[0][0]]}), {tail}"
-        return f"pipeline of {stages} stages ({', '.join(names[d] for d in distinct[0])}), {tail}"
-    if not disjoint:
-        devs = sorted(set().union(*distinct))
-        return f"hybrid over {len(devs)} devices (up to {stages} per micro-batch), {tail}"
-    if stages == 1:
-        return f"data-parallel {replicas}, {tail}"
-    if len({len(s) for s in distinct}) == 1:
-        return f"{stages} stages x data-parallel {replicas}, {tail}"
-    # replicas of unequal depth (one GPU's micro-batches also run on the CPU): "2 stages x" would count
-    # devices the machine may not have
-    devs = sorted(set().union(*distinct))
-    shown = ", ".join("+".join(names[d] for d in s) for s in distinct) if replicas <= 8 else \
-        f"{min(map(len, distinct))}-{stages} devices each"
-    return f"data-parallel {replicas} over {len(devs)} devices (replicas: {shown}), {tail}"
-
-
 @dataclass
 class _Arm:
     m: int
@@ -162,11 +117,11 @@ class _Arm:
 
 def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, resume: bool, progress: bool,
                  start=None) -> object:  # fmt: skip
-    """Run the search over every count of ``targets`` (``{m: api.Target}``) by successive halving and
-    return the fastest feasible candidate of all as a :class:`postplace.api.PlaceResult`.
+    """Run the search over every count of ``targets`` (``{m: Target}``) by successive halving and
+    return the fastest feasible candidate of all as a :class:`postplace.PlaceResult`.
     ``start()`` is called once every count's problem, constraints, warm start and strategy config
     passed, before anything is searched (the caller writes the run folder's settings there)."""
-    from postplace import api
+    pass
     from postplace.search import Budget, make_problem, run
     from postplace.search.runner import CHECKPOINT, read_meta
 
@@ -178,15 +133,15 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     if budget.samples is not None and budget.samples < need:
         raise PostplaceError(f"--budget {budget.samples}: halving over the micro-batch counts {counts} needs at "
                              f"least {need} samples; give a larger --budget, or pin a count with --microbatches M")
-    checksum = api._checksum(settings)
+    checksum = _checksum(settings)
     arms: dict[int, _Arm] = {}
     for m in counts:  # every constraint and warm start is checked at every m before any search runs
         tgt = targets[m]
         try:
             problem = make_problem(tgt.graph, cluster, groups=settings["groups"], pins=settings["pins"],
                                    exclude=settings["exclude"], seed=settings["seed"])  # fmt: skip
-            warm = None if settings["warm_start"] is None else api.warm_start_ops(settings["warm_start"], problem)
-            api._strategy(settings, problem.space)
+            warm = None if settings["warm_start"] is None else warm_start_ops(settings["warm_start"], problem)
+            _strategy(settings, problem.space)
         except PostplaceError as exc:
             raise PostplaceError(f"at {m} micro-batch{'es' if m > 1 else ''}: {exc}") from None
         folder = None if out is None else out / f"m{m}"
@@ -199,7 +154,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     if start is not None:
         start()
     for arm in arms.values():
-        arm.oneshot = api.oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
+        arm.oneshot = oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
     meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)
@@ -221,7 +176,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
             else:
                 spent[m] += budget.seconds / (len(sizes) * len(alive))
                 share = Budget(seconds=spent[m])
-            strat = api._strategy(settings, arm.problem.space)
+            strat = _strategy(settings, arm.problem.space)
             again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()
             if progress:
                 print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", flush=True)
@@ -235,16 +190,16 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
 
 
 def _answer(settings, arms: dict, rounds, cluster, out, t0):
-    from postplace import api
+    pass
     from postplace.sim import Simulator
 
     pool = []  # (candidate, arm)
     for m, arm in arms.items():
-        cands = ([api.search_candidate(arm.problem, arm.result)] if arm.result is not None else []) + arm.oneshot
+        cands = ([search_candidate(arm.problem, arm.result)] if arm.result is not None else []) + arm.oneshot
         for c in cands:
             if m > 1 and c.name.startswith("single:"):
                 continue  # the same device as at m = 1, with the accumulation on top
-            pool.append((api.Candidate(f"{c.name} @m{m}", c.placement, c.step_time_s, c.feasible, c.note), arm))
+            pool.append((Candidate(f"{c.name} @m{m}", c.placement, c.step_time_s, c.feasible, c.note), arm))
     feasible = [(c, a) for c, a in pool if c.feasible]
     if not feasible:
         raise PostplaceError(f"no feasible placement found at any micro-batch count ({', '.join(map(str, arms))}): "
@@ -257,9 +212,9 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
     cm = problem.simulator.problem.cost_model
     sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
     result = top.result if top.result is not None else arm.result
-    summary = api._summary(settings, top.problem if top.result is not None else problem, problem.simulator, result,
+    summary = _summary(settings, top.problem if top.result is not None else problem, problem.simulator, result,
                            [c for c, _ in pool], best, sched, out, time.perf_counter() - t0,
-                           start=api._search_start(top.strategy if top.result is not None else None))  # fmt: skip
+                           start=_search_start(top.strategy if top.result is not None else None))  # fmt: skip
     one = arms.get(1)
     single = next((c for c in (one.oneshot if one else []) if c.name.startswith("single:") and c.feasible), None)
     summary.update({
@@ -278,9 +233,9 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
                                   for m, a in arms.items()},
         # each count's search starts from its own probe (its own graph): recorded where it searched
-        "search_start_per_microbatches": {str(m): api._search_start(a.strategy) for m, a in arms.items()
+        "search_start_per_microbatches": {str(m): _search_start(a.strategy) for m, a in arms.items()
                                           if a.strategy is not None},
-        "plan": api._plan(graph, cluster, best.placement, cm, best.name),
+        "plan": _plan(graph, cluster, best.placement, cm, best.name),
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),
         "lower_bound_per_microbatches": {str(m): a.problem.simulator.lower_bound for m, a in arms.items()},
@@ -293,7 +248,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
     search_ops = None
     if top.result is not None and top.result.best_placement is not None:
         search_ops = top.problem.grouping.expand(top.result.best_placement)
-    res = api.PlaceResult(graph, cluster, best.placement, best.name, best.step_time_s, problem.simulator.name, result,
+    res = PlaceResult(graph, cluster, best.placement, best.name, best.step_time_s, problem.simulator.name, result,
                           search_ops if top is arm else None, [c for c, _ in pool], summary["lower_bound_s"], sched,
                           summary, arm.target.traced, arm.target.spec)  # fmt: skip
     if out is not None:

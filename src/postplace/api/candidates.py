@@ -1,0 +1,185 @@
+"""The candidates ``place`` chooses from (DESIGN.md section 4c) and the choice:
+
+* the search's own best (reported on its own as ``search_best_step_time_s``);
+* the warm start's own op-level placement, when there is one;
+* data parallelism, the GPipe-style pipeline, the best single device and the memory-aware one-shot
+  placers (:data:`CANDIDATE_PLACERS`), each under the same pins and exclusions, judged by the same
+  evaluator.
+
+The fastest feasible one is returned (ties: that order), and ``returned`` names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from postplace.api.result import Candidate
+from postplace.errors import PostplaceError
+
+CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
+
+
+QUADRATIC_PLACERS = ("m-etf", "m-sct")
+
+
+QUADRATIC_PLACER_MAX_OPS = 20_000
+"""Above this many ops m-ETF and m-SCT (ops x ready ops, and m-SCT's LP) take minutes: 20 s each on
+Inception-V3 at 16 micro-batches (17,693 ops) on 2 cores; they are left out with a note, as on the
+large micro-batch counts of big models, where the other candidates still run."""
+
+
+def warm_start_ops(spec: str, problem) -> np.ndarray:
+    """The op-level placement of a warm start: a placer (run under the problem's constraints),
+    ``single:DEVICE``, or a placement JSON file (which must respect the constraints)."""
+    from postplace.placers import PLACERS
+    from postplace.placers import place as run_placer
+    from postplace.placers.single import on_device
+
+    graph, c, allowed = problem.graph, problem.cluster, problem.op_allowed
+    if spec.startswith("single:"):
+        ops = on_device(graph, c, spec.split(":", 1)[1])
+    elif spec in PLACERS:
+        ops = run_placer(spec, graph, c, cost_model=problem.simulator.problem.cost_model, allowed=allowed)
+    elif Path(spec).exists():
+        from postplace.cluster.placement import from_mapping
+        from postplace.graph.microbatch_names import placement_microbatches
+        from postplace.validate import read_json
+
+        d = read_json(spec)
+        if not isinstance(d, dict):
+            raise PostplaceError(f"{spec}: a placement file is one JSON object {{op name: device name}}")
+        if placement_microbatches(d) == placement_microbatches(graph.names):
+            ops = from_mapping(graph, c, d, source=str(spec))
+        else:  # made at another micro-batch count
+            ops = _mapped_placement(spec, d, graph, c)
+    else:
+        raise PostplaceError(f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, "
+                             "or a placement JSON file")  # fmt: skip
+    bad = np.flatnonzero(~allowed[np.arange(graph.num_ops), ops])
+    if bad.size:
+        i = int(bad[0])
+        raise PostplaceError(f"--warm-start {spec} puts op '{graph.names[i]}' on {c.device_names[ops[i]]}, which "
+                             "--pin/--exclude (or its kinds) forbid; drop the warm start or the constraint")
+    return ops
+
+
+def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
+    """A placement file ``spec`` (read: ``d``) made for the same step at another micro-batch count (its
+    op names say which), mapped to ``graph``: an op takes the device of the op of its own name, else of
+    the op it copies (``mb3_conv`` -> ``conv``), else of that op's copy in the file's micro-batch
+    ``k mod m_file``; colocation sets follow their
+    first placed member, and an op still unplaced follows its first placed input, else its first
+    placed consumer, else the first device its kinds allow. Refused in one line where even that
+    leaves the placement invalid."""
+    from postplace.cluster.placement import effective_kinds, invalid_reason
+    from postplace.graph.microbatch_names import placement_microbatches
+    from postplace.search.problem import pin_names
+
+    m_file = placement_microbatches(d)
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    for i, (name, tmpl) in enumerate(zip(graph.names, pin_names(graph), strict=True)):
+        k = int(graph.microbatch[i])
+        got = d.get(name, d.get(tmpl, d.get(f"mb{k % m_file}_{tmpl}") if k >= 0 else None))
+        if isinstance(got, str) and got in c.device_names:
+            dev[i] = c.device_index(got)
+    for members in graph.colocation_sets:
+        placed = dev[members][dev[members] >= 0]
+        if placed.size:
+            dev[members] = placed[0]
+    kinds = effective_kinds(graph)
+    sets = {int(i): members for members in graph.colocation_sets for i in members}
+
+    def follow(i: int, neighbours) -> None:
+        placed = [int(dev[j]) for j in neighbours if dev[j] >= 0 and kinds[i] & c.kind_bits[dev[j]]]
+        if placed:
+            dev[sets.get(i, [i])] = placed[0]
+
+    for i in range(graph.num_ops):  # stored in program order: inputs come first
+        if dev[i] < 0:
+            follow(i, graph.edge_src[graph.in_edges[graph.in_ptr[i]:graph.in_ptr[i + 1]]])
+    for i in range(graph.num_ops - 1, -1, -1):  # sources no input placed (a micro-batch's labels): consumers
+        if dev[i] < 0:
+            follow(i, graph.edge_dst[graph.edge_src == i])
+    for i in np.flatnonzero(dev < 0):
+        ok = [e for e in range(c.num_devices) if kinds[i] & c.kind_bits[e]]
+        dev[sets.get(int(i), [i])] = ok[0] if ok else 0
+    reason = invalid_reason(graph, c, dev)
+    if reason:
+        raise PostplaceError(f"--warm-start {spec}: made for {m_file} micro-batch(es), it cannot be mapped to "
+                             f"'{graph.name}' ({reason}); pin that count with --microbatches {m_file}")  # fmt: skip
+    return dev
+
+
+def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:
+    """The search's own best first, then every one-shot candidate (:func:`oneshot_candidates`)."""
+    return [search_candidate(problem, result), *oneshot_candidates(settings, problem, judge, warm_ops)]
+
+
+def search_candidate(problem, result) -> Candidate:
+    if result.best_placement is not None:
+        return Candidate("search", problem.grouping.expand(result.best_placement), result.best_step_time, True)
+    return Candidate("search", None, None, False, "no feasible sample")
+
+
+def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
+    """The warm start's own placement, data parallelism (a micro-batched graph: micro-batch k on GPU k,
+    judged OOM where the replicated state does not fit), the GPipe-style pipeline (the fastest of 2,
+    4... stages) and the memory-aware placers, each under the problem's pins and exclusions, judged by
+    ``judge``; failed and OOM ones carry a note and no step time."""
+    from postplace.placers import PlacementError
+    from postplace.placers import place as run_placer
+
+    cm = problem.simulator.problem.cost_model
+    c, graph, allowed = problem.cluster, problem.graph, problem.op_allowed
+    named: list[tuple[str, np.ndarray | None, str]] = []
+    if warm_ops is not None:
+        named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
+    if len(set(np.asarray(graph.microbatch).tolist()) - {-1}) >= 2:  # data parallelism needs micro-batches
+        from postplace.placers.data_parallel import simulate_data_parallel
+
+        try:
+            dp = simulate_data_parallel(graph, c, cost_model=cm, allowed=allowed)
+        except PlacementError as exc:
+            named.append(("data-parallel", None, str(exc)))
+        else:
+            if len(set(dp.placement[np.asarray(graph.microbatch) >= 0].tolist())) < 2:
+                named.append(("data-parallel", None, "fewer than 2 GPUs left for replicas"))
+            elif dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
+                worst = int(np.argmax(dp.peak_mem - dp.capacity))
+                named.append(("data-parallel", None, f"OOM: replicated parameters, gradients and optimizer state "
+                                                     f"need {dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} "
+                                                     f"of {dp.capacity[worst] / 1e9:.2f} GB"))  # fmt: skip
+                named.append(("sharded data-parallel", dp.placement, ""))
+            else:
+                named.append(("data-parallel", dp.placement, ""))
+    for name in CANDIDATE_PLACERS:
+        if name in QUADRATIC_PLACERS and graph.num_ops > QUADRATIC_PLACER_MAX_OPS:
+            named.append((name, None, f"skipped: {graph.num_ops} ops (its time grows with the square of the ops; "
+                                      f"it runs up to {QUADRATIC_PLACER_MAX_OPS})"))
+            continue
+        try:
+            ops = run_placer(name, graph, c, cost_model=cm, allowed=allowed)
+        except PlacementError as exc:
+            named.append((name, None, str(exc)))
+            continue
+        if name == "single":
+            name = "single:" + c.device_names[int(np.bincount(ops, minlength=c.num_devices).argmax())]
+        named.append((name, ops, ""))
+    todo = [k for k, (_, ops, _) in enumerate(named) if ops is not None]
+    cands: list[Candidate] = []
+    if todo:
+        res = judge.evaluate_ops(np.stack([named[k][1] for k in todo]))
+    for j, k in enumerate(todo):
+        name, ops, _ = named[k]
+        ok = bool(res.feasible[j])
+        note = "" if ok else ("OOM: does not fit" if res.oom[j] else f"failed: {res.reasons[j]}")
+        if name == "sharded data-parallel" and ok:
+            note = "ZeRO-style: each GPU holds its share of the state and fetches the parameters"
+        named[k] = (name, ops, note)
+        cands.append(Candidate(name, ops, float(res.step_time[j]) if ok else None, ok, note))
+    for name, ops, note in named:
+        if ops is None:
+            cands.append(Candidate(name, None, None, False, note))
+    return cands

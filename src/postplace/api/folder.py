@@ -1,0 +1,179 @@
+"""Continuing a run folder: ``run.json`` read and checked, the arguments given again compared with
+the recorded ones (one line for each that differs), the checkpoint checked against the settings it
+was written under, the recorded cluster checked against its fingerprint, then the same run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from postplace.api.result import PlaceResult
+from postplace.api.run import _run, _run_over_m
+from postplace.api.settings import (
+    SETTINGS,
+    _budget_text,
+    _check_same_optimizer,
+    _checksum,
+    _config,
+    _jsonable,
+    read_settings,
+)
+from postplace.api.target import Target, _load_cluster, _recorded_step, load_target
+from postplace.errors import PostplaceError
+from postplace.search.state_io import fingerprint
+
+
+def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
+    from postplace.search import Budget
+    from postplace.search.runner import CHECKPOINT
+
+    settings = read_settings(out)
+    _check_given(out, settings, given)
+    if settings.get("microbatches") != "auto" and (out / CHECKPOINT).exists():
+        _check_checkpoint_settings(out, settings)
+    if budget is not None:
+        new = Budget.parse(budget)
+        old = Budget.parse(settings["budget"])
+        if new.samples is not None and (out / CHECKPOINT).exists():
+            from postplace.search.runner import checkpoint_samples
+
+            done = checkpoint_samples(out)
+            if new.samples < done:
+                raise PostplaceError(f"--budget {budget}: the run in {out} already has {done} samples")
+        if new != old:  # the old budget is kept: a checkpoint from before the extension still belongs here
+            settings["budgets_before"] = [*settings.get("budgets_before", []), settings["budget"]]
+            settings["budget"] = _budget_text(new)
+    spec = settings["target"]
+    if settings.get("microbatches") == "auto":
+        if settings["budget"] != read_settings(out)["budget"]:
+            raise PostplaceError(f"--budget {budget}: a run over several micro-batch counts splits its budget when it "
+                                 "starts and cannot be extended; start a new run with the larger budget")  # fmt: skip
+        return _resume_over_m(out, settings, cluster, progress, confirm, ray)
+    if spec["kind"] == "file":
+        tgt = load_target(spec["path"])
+    elif spec["kind"] == "zoo":
+        tgt = load_target(spec["name"], size=spec["size"], microbatches=spec.get("microbatches", 1),
+                          microbatch_colocation=spec.get("microbatch_colocation", "none"),
+                          **_recorded_step(spec))  # fmt: skip
+    elif graph is not None:
+        tgt = Target(graph, None, spec)
+    elif (out / "graph.json").exists():
+        tgt = load_target(out / "graph.json")
+        tgt.spec = spec
+    else:
+        raise PostplaceError(f"{out}: the run was started from an in-memory graph; pass graph= to resume it")
+    if fingerprint(tgt.graph) != settings["graph_sha"]:
+        raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
+    c = _recorded_cluster(out, settings, cluster, tgt.graph)
+    return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+
+
+def _check_checkpoint_settings(out: Path, settings: dict) -> None:
+    """The checkpoint was written under these settings (its ``settings_checksum``), or under the same
+    ones before a budget extension (``budgets_before``): a checkpoint of another seed, grouping or
+    strategy would be continued as if it were this run's."""
+    from postplace.search.runner import CHECKPOINT, read_meta
+
+    meta = read_meta(out)
+    want = meta.get("settings_checksum") if isinstance(meta, dict) else meta
+    if want is None:  # a folder from before checkpoints recorded it
+        return
+    before = settings.get("budgets_before", [])
+    accepted = {_checksum(settings)}
+    for k, b in enumerate(before):
+        older = {**settings, "budget": b, "budgets_before": before[:k]}
+        if not k:
+            older.pop("budgets_before")
+        accepted.add(_checksum(older))
+    if want not in accepted:
+        raise PostplaceError(f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
+                             "them edited, or copied from another run); start a new run")  # fmt: skip
+
+
+def _recorded_cluster(out: Path, settings: dict, cluster, graph):
+    """The cluster a run was started with (``cluster`` where it was in memory), checked against its fingerprint."""
+    if cluster is None:
+        if settings["cluster_spec"] is None:
+            raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
+        cluster = settings["cluster_spec"]
+    c, _ = _load_cluster(cluster, graph)
+    if fingerprint(c) != settings["cluster_sha"]:
+        raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
+    return c
+
+
+def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, ray) -> PlaceResult:
+    spec, shas = settings["target"], settings.get("graph_shas")
+    counts = settings.get("microbatch_counts")
+    if (not isinstance(counts, list) or not counts or any(type(m) is not int or m < 1 for m in counts)
+            or not isinstance(shas, dict) or sorted(shas) != sorted(str(m) for m in counts)):  # fmt: skip
+        raise PostplaceError(f"{out}/{SETTINGS}: its micro-batch counts are damaged; start a new run")
+    targets_by_m = {}
+    for m in counts:
+        if spec["kind"] == "zoo":
+            tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
+                              microbatch_colocation=settings["microbatch_colocation"],
+                              **_recorded_step(spec))  # fmt: skip
+        elif (out / f"m{m}" / "graph.json").exists():
+            own = spec if m == 1 else {**spec, "microbatches": m,
+                                       "microbatch_colocation": settings["microbatch_colocation"]}  # fmt: skip
+            tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, own)
+        else:
+            raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
+        if fingerprint(tgt.graph) != shas[str(m)]:
+            raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
+        targets_by_m[m] = tgt
+    c = _recorded_cluster(out, settings, cluster, targets_by_m[counts[0]].graph)
+    return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm=confirm, ray=ray)
+
+
+def _resolved(value) -> str:
+    p = Path(str(value))
+    return str(p.resolve()) if p.exists() else str(value)
+
+
+def _check_given(out: Path, settings: dict, given: dict) -> None:
+    """Settings given again with --resume must equal the recorded ones (``budget`` aside)."""
+    if {"optimizer", "lr"} & set(given):
+        _check_same_optimizer(settings["target"].get("optimizer", "sgd"), given.pop("optimizer", None),
+                              given.pop("lr", None), f"--resume {out}: the run")  # fmt: skip
+    for key, value in given.items():
+        if key == "precision":
+            recorded = settings["target"].get("precision", "fp32")
+            if value != recorded:
+                raise PostplaceError(f"--resume {out}: the run was started with precision {recorded}, not {value}; "
+                                     "drop the flag or start a new run")  # fmt: skip
+            continue
+        if key == "config":
+            cfg = _jsonable(dataclasses.asdict(_config(settings["strategy"], value)))
+            for field_ in value:
+                if _norm(cfg[field_]) != _norm(settings["config"].get(field_)):
+                    raise PostplaceError(f"--resume {out}: the run was started with {field_}="
+                                         f"{settings['config'].get(field_)!r}, not {cfg[field_]!r}; drop the "
+                                         "setting or start a new run")  # fmt: skip
+            continue
+        if key == "target":
+            spec = settings["target"]
+            recorded, value = spec.get("path") or spec.get("name"), _resolved(value)
+        elif key == "cluster":
+            recorded, value = settings["cluster_spec"], _resolved(value)
+        elif key == "warm_start":
+            recorded, value = settings["warm_start"], None if value is None else _resolved(value)
+        elif key in ("microbatches", "microbatch_colocation"):
+            recorded = settings.get(key, settings["target"].get(key, 1 if key == "microbatches" else "none"))
+            if value is None:  # not given: the default
+                continue
+        elif key in settings:
+            recorded = settings[key]
+        else:
+            raise PostplaceError(f"resume: unknown setting '{key}'")
+        if _norm(value) != _norm(recorded):
+            raise PostplaceError(f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
+                                 "drop the flag or start a new run")
+
+
+def _norm(v):
+    if isinstance(v, tuple | list):
+        return [_norm(x) for x in v]
+    return str(v) if isinstance(v, Path) else v

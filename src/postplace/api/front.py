@@ -1,0 +1,463 @@
+"""The four calls of the front door: :func:`place`, :func:`resume`, :func:`compare`, :func:`apply`.
+Each checks its arguments and hands over to the module that makes the decision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from postplace.api.folder import _resume
+from postplace.api.result import PlaceResult
+from postplace.api.run import _run, _run_over_m, _with_report
+from postplace.api.settings import _check_same_optimizer, _settings
+from postplace.api.target import _batch_of, _load_cluster, _recorded_step, default_compare_out, load_target
+from postplace.errors import PostplaceError
+from postplace.search.state_io import fingerprint
+
+
+def place(
+    target,
+    cluster="k80x4",
+    *,
+    strategy: str = "post",
+    budget: int | str = 2400,
+    seed: int = 0,
+    pins=(),
+    exclude=(),
+    warm_start: str | None = None,
+    evaluator: str = "simulator",
+    out: str | Path | None = None,
+    config=None,
+    groups: int | None = 256,
+    size: str = "full",
+    inputs=None,
+    loss_fn=None,
+    map_all_to: str | None = None,
+    progress: bool = False,
+    confirm: int = 0,
+    ray: str | None = None,
+    microbatches: int | str | None = None,
+    microbatch_colocation: str = "none",
+    targets=None,
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    report: bool = True,
+) -> PlaceResult:
+    """Find a fast placement of one training step on a cluster.
+
+    Runs the search ``strategy`` for ``budget`` samples, evaluates data parallelism, the GPipe-style
+    pipeline, the memory-aware one-shot placers (:data:`CANDIDATE_PLACERS`) and the warm start with
+    the same evaluator and under the same constraints, and returns the fastest feasible of them all
+    (DESIGN.md section 4c). Where the step can be traced again (a zoo model, a module with
+    ``targets``), this is done by default at every micro-batch count m = 1, 2, 4... dividing the batch
+    (up to the number of GPUs or 8), the budget split by successive halving (:mod:`postplace.api.over_m`); the
+    result names the m, the candidate and the plan (``summary["plan"]``, e.g. "data-parallel 4, 4
+    micro-batches"). Every step time is for the same global batch.
+
+    Parameters
+    ----------
+    target : OpGraph, str, path or torch.nn.Module
+        A graph, a graph file, a zoo model name (see ``postplace models``), or a module with
+        ``inputs`` (example batch) and ``loss_fn`` (outputs -> scalar loss); a module is traced.
+    cluster : str, path or Cluster
+        A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``dgx8x2``, ``mixed``, ``h100``), a cluster TOML
+        file, or a Cluster.
+    strategy : str
+        ``post`` (default), ``post-paper``, ``post-start``, ``ce``, ``ppo``, ``reinforce``, ``hp``,
+        ``anneal``, ``random``, or a named start (``ce-paper``, ``ppo-paper``, ``reinforce-paper``,
+        ``reinforce-probe``, ``hp-probe``; :data:`postplace.search.VARIANTS`).
+    budget : int or str
+        Samples (``2400``) or wall-clock time (``"60s"``, ``"5m"``).
+    seed : int
+        Seed of the grouping and the strategy (>= 0).
+    pins : sequence of str
+        ``"REGEX=DEVICE"``: ops whose name matches go on DEVICE (with their colocation sets).
+    exclude : sequence of str
+        Devices no op may use.
+    warm_start : str, optional
+        A placer name (``heft``, ``m-etf``...), ``single:DEVICE`` or a placement JSON file. Its own
+        op-level placement is a candidate; its collapse to the search's groups is the first sample.
+    evaluator : {"simulator", "torch"}
+        Simulate, or measure real steps (zoo models and modules only).
+    out : str or path, optional
+        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``, ``checkpoint.json``
+        (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html`` (as the CLI writes it);
+        ``run.json`` and ``summary.json`` then record the search's start (``search_start``: its name and step time).
+    config : dataclass, dict or str, optional
+        The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
+        overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
+    groups : int or None
+        Number of groups to place (None: op-level).
+    size : str
+        Zoo model size (``full`` or ``small``).
+    inputs, loss_fn
+        Needed when ``target`` is an ``nn.Module``.
+    map_all_to : str, optional
+        With ``evaluator="torch"``: run every logical device on this torch device (e.g. ``cpu``).
+    progress : bool
+        Show a progress bar.
+    confirm : int
+        Measure the K best candidates for real and return the fastest measured (needs code to run).
+    ray : str, optional
+        ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (one m only).
+    microbatches : int, "auto" or None
+        None (default): ``"auto"`` where the step can be traced again, else 1. ``"auto"``: answer
+        over every count m (above). An int pins m (it must divide the batch).
+    microbatch_colocation : {"none", "module"}
+        ``none``: a layer's micro-batches may go to different devices (data parallelism);
+        ``module``: they stay together (pipelines only).
+    targets : tensor or tuple of tensors, optional
+        A module's labels: the loss is ``loss_fn(outputs, *targets)``, they are split with the inputs
+        into micro-batches, and the placed step takes new ones each call (``step(inputs, targets)``).
+        Without them a module is placed at m = 1 only, and a loss that closed over its labels is
+        warned about (every step would train on those).
+    optimizer : str, torch.optim class, (class, kwargs) or factory
+        The update the step ends with (:mod:`postplace.graph.optimizers`): ``"sgd"`` (default: lr 0.1,
+        momentum 0.9, the paper zoo's), ``"adam"``, ``"adamw"``, ``torch.optim.AdamW``,
+        ``(torch.optim.AdamW, {"lr": 3e-4})``, or ``params -> Optimizer`` (param groups kept).
+        Its state (Adam's two moments) is memory the placement must fit.
+    lr : float, optional
+        The learning rate of a named optimizer or class.
+    precision : {"fp32", "bf16", "fp16"}
+        ``bf16``/``fp16``: the forward pass runs under ``torch.autocast`` in that dtype with fp32
+        master weights; each op is priced at its device's peak for the dtype it runs in.
+    report : bool
+        Write ``report.html`` into ``out`` (a report that cannot be drawn is a warning, never a failed run).
+
+    Returns
+    -------
+    PlaceResult
+
+    Raises
+    ------
+    PostplaceError
+        Bad input (one clear line), or when no candidate is feasible.
+    KeyboardInterrupt
+        When interrupted; the run folder then resumes with :func:`resume`.
+
+    Examples
+    --------
+    >>> import postplace
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
+    >>> r = postplace.place(g, "k80x2", budget=48, groups=None)
+    >>> r
+    PlaceResult('tiny' on 'k80x2': search, 2.173 ms simulated)
+    >>> r.mapping()
+    {'a': 'gpu0', 'b': 'gpu0', 'c': 'gpu0'}
+
+    A chain gains nothing from a second GPU: the step time is one K80 die's 6 GFLOP at its peak, plus its
+    launch overhead for each of the 3 ops:
+
+    >>> gpu = r.cluster.devices[r.cluster.device_index("gpu0")]
+    >>> (gpu.peak_flops, gpu.launch_overhead)
+    (2800000000000.0, 1e-05)
+    >>> abs(r.step_time_s - ((1e9 + 4e9 + 1e9) / 2.8e12 + 3 * 1e-5)) < 1e-15
+    True
+    """
+    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm or ray, targets,
+                              _batch_of(target, size, inputs))
+    if m_mode == "auto":
+        return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
+                             exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
+                             inputs=inputs, loss_fn=loss_fn, targets=targets, colocation=microbatch_colocation,
+                             progress=progress, evaluator=evaluator, confirm=confirm, ray=ray,
+                             map_all_to=map_all_to, step={"optimizer": optimizer, "lr": lr, "precision": precision},
+                             report=report)  # fmt: skip
+    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m_mode,
+                      microbatch_colocation=microbatch_colocation, targets=targets, optimizer=optimizer, lr=lr,
+                      precision=precision)  # fmt: skip
+    c, cluster_spec = _load_cluster(cluster, tgt.graph)
+    settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
+                         exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
+                         size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
+    settings.update(microbatches=m_mode, microbatch_colocation=microbatch_colocation)
+    if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and (
+            evaluator != "simulator" or confirm or ray is not None):  # fmt: skip
+        settings["microbatch_note"] = ("one micro-batch count only: --evaluator torch, --confirm and --ray run one "
+                                       "search; m = 1 was placed (pin another with --microbatches M)")  # fmt: skip
+    elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
+        settings["microbatch_note"] = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to "
+                                       "weigh micro-batch counts, data parallelism and pipelines")  # fmt: skip
+    result = _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
+                  confirm_k=confirm, ray=ray)  # fmt: skip
+    return _with_report(result, out, report)
+
+
+def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, confirm, targets,
+                     batch: int | None) -> int | str:
+    """``"auto"`` (the default where the step can be traced again: a zoo model, a module with
+    ``targets``) or the pinned count; refuses what cannot be done, in one line, before any search."""
+    from postplace.graph import OpGraph
+
+    if colocation not in ("none", "module"):
+        raise PostplaceError(f"--microbatch-colocation '{colocation}': use none or module")
+    traceable = not isinstance(target, OpGraph) and not (isinstance(target, str | Path) and Path(str(target)).exists())
+    if isinstance(target, str | Path) and traceable:
+        from postplace import zoo
+
+        traceable = str(target) in zoo.MODELS
+    elif traceable:
+        traceable = targets is not None
+    measured = evaluator != "simulator" or bool(confirm)
+    if microbatches is None:
+        return "auto" if traceable and not measured else 1
+    if microbatches == "auto":
+        if not traceable:
+            raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
+                                 "or an nn.Module with targets=; a graph file is one traced step")  # fmt: skip
+        if measured:
+            raise PostplaceError("--microbatches auto runs a search per count, in simulation: drop --evaluator "
+                                 "torch / --confirm / --ray, or pin a count with --microbatches M")  # fmt: skip
+        return "auto"
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...) or 'auto'")
+    if batch is not None and batch % int(microbatches):
+        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor "
+                             "of it, or auto")  # fmt: skip
+    return int(microbatches)
+
+
+def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
+                  ray, map_all_to, step, report, **kw) -> PlaceResult:  # fmt: skip
+    """Trace the step at every count of :func:`postplace.api.over_m.microbatch_counts` and answer over all."""
+    from postplace.api.over_m import fitting_count, microbatch_counts, trace_counts
+
+    if ray is not None:
+        raise PostplaceError("--ray runs one search; over several micro-batch counts it is not wired: "
+                             "pin a count with --microbatches M")  # fmt: skip
+    batch = _batch_of(target, size, inputs)
+    if batch is None:
+        raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
+                             "pin a count with --microbatches M")  # fmt: skip
+    first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets, **step)
+    c, cluster_spec = _load_cluster(cluster, first.graph)
+    gpus = sum(dv.kind == "gpu" for dv in c.devices)
+    more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
+                                                       microbatches=m, microbatch_colocation=colocation,
+                                                       targets=targets, **step),
+                                 microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
+    targets_by_m = {1: first, **more}
+    settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
+                         **kw)  # fmt: skip
+    settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
+                    microbatch_skipped=skipped,
+                    graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
+    result = _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
+                         progress=progress)  # fmt: skip
+    return _with_report(result, out, report)
+
+
+def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
+           confirm: int = 0, ray: str | None = None, report: bool = True, **given) -> PlaceResult:  # fmt: skip
+    """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
+
+    A run killed before its first checkpoint starts over with the recorded settings.
+
+    Parameters
+    ----------
+    out : str or path
+        The run folder :func:`place` wrote (its ``run.json``).
+    budget : int or str, optional
+        Extend a finished run to that many samples (or seconds); never fewer samples than it holds.
+        A run over several micro-batch counts splits its budget when it starts and cannot be extended.
+    graph, cluster : optional
+        Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
+    progress : bool
+        Show a progress bar.
+    confirm : int
+        Measure the K best candidates for real, as :func:`place` does.
+    ray : str, optional
+        ``"local"`` or a Ray address, as :func:`place` takes it.
+    report : bool
+        Draw ``report.html`` at the end, as :func:`place` does.
+    **given
+        Any other setting of :func:`place` (``strategy=``, ``seed=``...): it must equal the recorded one.
+
+    Returns
+    -------
+    PlaceResult
+        As :func:`place` returns it, over every sample of the run.
+
+    Raises
+    ------
+    PostplaceError
+        When ``out`` is not a run folder (or its ``run.json`` or checkpoint is damaged, edited or from
+        another run), a given setting differs from the recorded one, ``budget`` is below the samples
+        already taken, or the graph or cluster is not the one the run was started with.
+
+    Examples
+    --------
+    >>> import postplace, tempfile
+    >>> from postplace.graph import OpGraph
+    >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
+    >>> out = tempfile.mkdtemp()
+    >>> r = postplace.place(g, "k80x2", budget=48, groups=None, out=out, report=False)
+    >>> r.summary["samples"]
+    48
+    >>> r = postplace.resume(out, budget=96, report=False)
+    >>> r.summary["samples"], r.returned
+    (96, 'search')
+    """
+    return _with_report(_resume(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
+
+
+def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
+            expert_split: str | None = None, size: str = "full", progress=None,
+            microbatches: int = 1, optimizer="sgd", lr: float | None = None,
+            precision: str = "fp32") -> dict:  # fmt: skip
+    """Every baseline and search strategy on one graph, each search row its strategy's own best.
+
+    Search runs go to ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph,
+    cluster, strategy, budget, seed and configuration all match. Writes ``out/compare.json`` and
+    ``.csv``; returns the report. Every row is simulated.
+
+    Parameters
+    ----------
+    target : OpGraph, str or path
+        A graph, a graph file or a zoo model name, as :func:`place` takes them.
+    cluster : str, path or Cluster
+        A preset name, a cluster TOML file, or a Cluster.
+    strategies : str or list of str
+        A list of names, a comma-separated string, or ``"all"`` (every placer and search strategy).
+    budget : int
+        Samples of each search run (>= 1).
+    seeds : int
+        Search runs per strategy, seeds 0 .. seeds - 1 (>= 1); a search row reports their median.
+    out : str or path, optional
+        The folder (default ``runs/compare-<target>-<cluster>``).
+    expert_split : str, optional
+        A dnn-partitioning expert split file for the ``expert`` row (see
+        :func:`postplace.placers.place_expert`); without it, the layer-wise split.
+    size : str
+        Zoo model size (``full`` or ``small``).
+    progress : callable, optional
+        Called with each strategy's name before it runs.
+    microbatches : int
+        Compare on the step traced as that many micro-batches (a zoo model; it must divide the batch).
+        For a zoo model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch
+        count ``place`` weighs (their fastest that fits); for a graph file data parallelism is an
+        analytic estimate, labelled as one.
+    optimizer, lr, precision
+        The step traced, as :func:`place` takes them.
+
+    Returns
+    -------
+    dict
+        The report ``compare.json`` holds (``rows``: one dict per strategy with its ``kind``,
+        ``best_step_time_s``, ratios and ``note``; the lower bound, the single-device time...), and
+        ``out``, the folder.
+
+    Raises
+    ------
+    PostplaceError
+        An unknown strategy, a budget, seed count or micro-batch count that is not a positive integer
+        (or does not divide the batch), or a target or cluster that cannot be loaded.
+
+    Examples
+    --------
+    >>> import postplace, tempfile
+    >>> rep = postplace.compare("gpt2", "k80x2", strategies="post,data-parallel", budget=48, seeds=1,
+    ...                         size="small", out=tempfile.mkdtemp())
+    >>> rows = {r["strategy"]: r for r in rep["rows"]}
+    >>> rows["data-parallel"]["kind"], "m=2" in rows["data-parallel"]["note"]
+    ('data-parallel (simulated)', True)
+    """
+    from postplace.comparison import compare as run_compare
+    from postplace.comparison import parse_strategies
+
+    names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
+    for label, v in (("budget", budget), ("seeds", seeds)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise PostplaceError(f"--{label} {v!r}: give a positive integer")
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...)")
+    batch = _batch_of(target, size, None)
+    if microbatches > 1 and batch is not None and batch % microbatches:
+        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
+                             "give a divisor of it")  # fmt: skip
+    step = {"optimizer": optimizer, "lr": lr, "precision": precision}
+    tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
+    c, cluster_spec = _load_cluster(cluster, tgt.graph)
+    retraced = None
+    if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
+        from postplace.api.over_m import microbatch_counts, trace_counts
+
+        gpus = sum(dv.kind == "gpu" for dv in c.devices)
+        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m, **step).graph,
+                                   microbatch_counts(batch, gpus))  # fmt: skip
+    out = Path(out) if out is not None else default_compare_out(target, c.name)
+    report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
+                         expert_split=expert_split, retraced=retraced, target_spec=tgt.spec,
+                         cluster_spec=cluster_spec)  # fmt: skip
+    if tgt.spec["kind"] in ("graph", "module"):  # kept beside the report, which draws the folder from it
+        tgt.graph.save(out / "graph.json")
+    return {**report, "out": str(out)}
+
+
+def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, lr: float | None = None):
+    """A placed training step (:class:`postplace.runtime.placed.PlacedStep`) for the returned placement.
+
+    Call the step to run one training step, ``step(inputs, targets)`` for a module placed with
+    ``targets=`` (``step()`` reruns the traced batch); it returns the loss. The step updates with the
+    optimizer and precision the placement was made for.
+
+    Parameters
+    ----------
+    result : PlaceResult
+        What :func:`place` (or :func:`resume`) returned for a module or a zoo model.
+    model : torch.nn.Module, optional
+        The module the result was traced from, whose current weights the step starts from (default:
+        the one given to :func:`place`, or the zoo model for a zoo target).
+    device_map : str or dict, optional
+        Logical device -> torch device (default ``cpu -> cpu``, ``gpuK -> cuda:K``); ``"cpu"`` runs
+        every device on the CPU, with the transfers still in place as copies.
+    optimizer, lr : optional
+        When given, they must name the optimizer the placement was made for (another one would hold
+        other state: place again with it).
+
+    Returns
+    -------
+    postplace.runtime.PlacedStep
+        One training step with its own parameters, buffers and optimizer state.
+
+    Raises
+    ------
+    PostplaceError
+        For a result with no code to run (a graph or a graph file), another optimizer, a device map
+        this machine cannot run (CUDA devices it lacks), or a model with other parameters.
+
+    Examples
+    --------
+    >>> import postplace, torch
+    >>> _ = torch.manual_seed(0)
+    >>> model = torch.nn.Linear(4, 2)
+    >>> x, y = torch.randn(8, 4), torch.randn(8, 2)
+    >>> result = postplace.place(model, "k80x2", inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss,
+    ...                          budget=48, microbatches=1)
+    >>> step = postplace.apply(result, device_map="cpu")
+    >>> loss = step(x, y)
+    >>> loss.shape, loss.dtype
+    (torch.Size([]), torch.float32)
+    >>> bool(step(x, y) < loss)  # the step trained the placed copy of the weights
+    True
+    """
+    from postplace.runtime.placed import apply as run_apply
+
+    traced = result.traced
+    ts = result.target_spec
+    _check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
+    if traced is None and ts.get("kind") == "zoo":
+        from postplace.runtime import apply_zoo
+
+        return apply_zoo(ts["name"], ts["size"], result.placement, result.cluster,
+                         microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
+                         model=model, device_map=device_map, **_recorded_step(ts))  # fmt: skip
+    if traced is None:
+        raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
+                             "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip
+    return run_apply(model if model is not None else traced.model, traced, result.placement, result.cluster,
+                     device_map=device_map)  # fmt: skip

@@ -1,0 +1,321 @@
+"""A run's settings, ``run.json``: built from the arguments of ``place`` (strategy, budget, seed,
+groups, pins, exclusions, warm start, evaluator, the strategy's config dataclass), written first and
+checksummed, read back and checked field by field as if it came from the command line (a run folder
+is data the user may have edited); once the search ended it also records the search's start
+(:data:`START_KEYS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+from postplace.search.state_io import fingerprint
+
+SETTINGS = "run.json"  # postplace.search.state_io.RUN_SETTINGS, which the report reads
+
+
+EVALUATORS = ("simulator", "torch")
+
+
+START_KEYS = ("search_start", "search_start_per_microbatches")
+"""What ``run.json`` and ``summary.json`` record of the search's start (:func:`_search_start`): a result,
+not a setting, so :func:`read_settings` checks and leaves them out (a folder from before has none)."""
+
+
+def read_settings(out: str | Path) -> dict:
+    """The settings a run folder was started with (``run.json``)."""
+    path = Path(out) / SETTINGS
+    if not path.exists():
+        raise PostplaceError(f"{out}: not a postplace run folder (no {SETTINGS}); start a run with --out {out}")
+    try:
+        s = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PostplaceError(f"{path}: damaged run settings ({type(exc).__name__}); start a new run") from None
+    needed = ("format", "target", "graph_sha", "cluster_sha", "cluster_spec", "strategy", "budget", "seed",
+              "groups", "pins", "exclude", "warm_start", "evaluator", "map_all_to", "config", "checksum")  # fmt: skip
+    if not isinstance(s, dict) or s.get("format") != "postplace-run" or any(k not in s for k in needed):
+        raise PostplaceError(f"{path}: not a postplace run settings file; start a new run")
+    body = {k: v for k, v in s.items() if k != "checksum"}
+    if _checksum(body) != s["checksum"]:
+        raise PostplaceError(f"{path}: its checksum does not match its content (edited or damaged); start a new run")
+    _check_start_record(path, body)
+    body = {k: v for k, v in body.items() if k not in START_KEYS}  # what the search found, not a setting
+    _check_settings(path, body)
+    return body
+
+
+def _search_start(strategy) -> dict:
+    """The search's start as run.json and summary.json record it: ``{"name", "step_time_s"}``, from the
+    strategy's ``start_name`` and ``start_step_time`` (None where it has none, or did not probe)."""
+    name, step = getattr(strategy, "start_name", None), getattr(strategy, "start_step_time", None)
+    return {"name": None if name is None else str(name), "step_time_s": None if step is None else float(step)}
+
+
+def _record_start(out: Path, settings: dict, summary: dict) -> None:
+    """Rewrite run.json with the search's start (:data:`START_KEYS` of ``summary``) beside the settings,
+    under one checksum; the settings' own checksum (the checkpoints') stays that of the settings alone."""
+    _write_settings(out, {**settings, **{k: summary[k] for k in START_KEYS if k in summary}})
+
+
+def _check_start_record(path: Path, s: dict) -> None:
+    """The start run.json recorded: ``{"name": text or null, "step_time_s": a number >= 0 or null}``, per
+    micro-batch count (``{"1": ...}``) in ``search_start_per_microbatches``."""
+    import math
+
+    def ok(v) -> bool:
+        step = v.get("step_time_s") if isinstance(v, dict) else None
+        return (isinstance(v, dict) and (v.get("name") is None or isinstance(v["name"], str))
+                and (step is None or (isinstance(step, int | float) and not isinstance(step, bool)
+                                      and math.isfinite(step) and step >= 0)))  # fmt: skip
+
+    if "search_start" in s and not ok(s["search_start"]):
+        raise PostplaceError(f"{path}: field 'search_start' is not a start's name and step time (edited or "
+                             "damaged); start a new run")  # fmt: skip
+    per = s.get("search_start_per_microbatches", {})
+    if not isinstance(per, dict) or not all(isinstance(m, str) and m.isdigit() and ok(v) for m, v in per.items()):
+        raise PostplaceError(f"{path}: field 'search_start_per_microbatches' is not a start per micro-batch "
+                             "count (edited or damaged); start a new run")  # fmt: skip
+
+
+def _check_settings(path: Path, s: dict) -> None:
+    """Every field of a run's settings as if it came from the command line: type, range, and agreement
+    between fields. A checksum proves only that the file is whole, not that an edit made sense."""
+    from postplace import validate
+    from postplace.graph.opgraph import PRECISIONS
+
+    def bad(key: str, why: str):
+        shown = json.dumps(_get_path(s, key), default=str)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return PostplaceError(f"{path}: field '{key}' is {shown}; {why} (edited or damaged); start a new run")
+
+    def text(key: str, *, optional: bool = False, choices=None) -> None:
+        v = _get_path(s, key)
+        if v is None and optional:
+            return
+        if not isinstance(v, str) or not v:
+            raise bad(key, "it must be a non-empty string" + (" or null" if optional else ""))
+        if choices is not None and v not in choices:
+            raise bad(key, f"it must be one of {', '.join(map(str, choices))}")
+
+    def integer(key: str, minimum: int) -> None:
+        v = _get_path(s, key)
+        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= validate.INT64_MAX:
+            raise bad(key, f"it must be an integer >= {minimum}")
+
+    if s.get("version", 1) != 1 or type(s.get("version", 1)) is not int:  # absent: a folder from before it
+        raise bad("version", "this postplace reads version 1")
+    target = s["target"]
+    if not isinstance(target, dict):
+        raise bad("target", "it must be an object saying what was placed")
+    text("target.kind", choices=("file", "zoo", "graph", "module"))
+    kind = target["kind"]
+    if kind == "file":
+        text("target.path")
+    if kind == "zoo":
+        text("target.name")
+        text("target.size")
+    if "optimizer" in target:
+        _check_optimizer_record(target["optimizer"], bad)
+    if "precision" in target:
+        text("target.precision", choices=PRECISIONS)
+    for key in ("graph", "cluster", "size"):
+        if key in s and not isinstance(s[key], str):
+            raise bad(key, "it must be a string")
+    for key in ("graph_sha", "cluster_sha"):
+        v = s[key]
+        if not isinstance(v, str) or len(v) != 16 or any(c not in "0123456789abcdef" for c in v):
+            raise bad(key, "it must be 16 hexadecimal digits")
+    text("cluster_spec", optional=True)
+    text("strategy")
+    if not isinstance(s["budget"], str):
+        raise bad("budget", "it must be a budget as text (2400, 60s)")
+    try:
+        from postplace.search import Budget
+
+        budget = Budget.parse(s["budget"])
+    except PostplaceError:
+        raise bad("budget", "it must be a number of samples (2400) or a time (60s)") from None
+    if budget.samples is not None and budget.samples > validate.INT64_MAX:
+        raise bad("budget", "it must fit 64 bits")
+    integer("seed", 0)
+    if s["groups"] is not None:
+        integer("groups", 1)
+    for key in ("pins", "exclude"):
+        if not isinstance(s[key], list) or not all(isinstance(x, str) and x for x in s[key]):
+            raise bad(key, "it must be a list of strings")
+    text("warm_start", optional=True)
+    text("evaluator", choices=EVALUATORS)
+    text("map_all_to", optional=True)
+    if not isinstance(s["config"], dict):
+        raise bad("config", "it must be an object of the strategy's config fields")
+    if s.get("microbatch_note") is not None and not isinstance(s["microbatch_note"], str):
+        raise bad("microbatch_note", "it must be text or null")
+    if "microbatch_colocation" in s:
+        text("microbatch_colocation", choices=("none", "module"))
+    if "microbatch_colocation" in target:
+        text("target.microbatch_colocation", choices=("none", "module"))
+    spec_m = target.get("microbatches", 1)
+    if isinstance(spec_m, bool) or not isinstance(spec_m, int) or spec_m < 1:
+        raise bad("target.microbatches", "it must be an integer >= 1")
+    m = s.get("microbatches", spec_m)
+    if m == "auto":
+        if kind in ("file", "graph") or "microbatches" in target:
+            raise bad("microbatches", f"a run over micro-batch counts needs a target traced again, not a '{kind}' one")
+        counts, shas, skipped = s.get("microbatch_counts"), s.get("graph_shas"), s.get("microbatch_skipped", {})
+        if (not isinstance(counts, list) or not counts or any(type(k) is not int or k < 1 for k in counts)
+                or counts != sorted(set(counts)) or counts[0] != 1
+                or any(k & (k - 1) or k > 1 << 20 for k in counts)):  # fmt: skip
+            raise bad("microbatch_counts", "it must be the counts 1, 2, 4... the run traced, in order")
+        if (not isinstance(shas, dict) or sorted(shas) != sorted(str(k) for k in counts)
+                or not all(isinstance(v, str) for v in shas.values())):  # fmt: skip
+            raise bad("graph_shas", "it must hold one graph fingerprint per micro-batch count")
+        if not isinstance(skipped, dict) or not all(isinstance(v, str) for v in skipped.values()):
+            raise bad("microbatch_skipped", "it must map counts to the reason each was left out")
+    elif isinstance(m, bool) or not isinstance(m, int) or m != spec_m:
+        raise bad("microbatches", f"it must be 'auto' or the count the target was traced at ({spec_m})")
+    elif "microbatch_counts" in s or "graph_shas" in s:
+        raise bad("microbatches", "a run with micro-batch counts records 'auto'")
+    before = s.get("budgets_before", [])
+    if not isinstance(before, list) or not all(isinstance(b, str) for b in before):
+        raise bad("budgets_before", "it must be a list of budgets as text")
+
+
+def _check_optimizer_record(record, bad) -> None:
+    """The optimizer a zoo or module run recorded: a name, or ``{"name", "groups": [{hyperparameters}]}``
+    whose numbers are finite."""
+    import math
+
+    names = ("sgd", "adam", "adamw")
+    if isinstance(record, str):
+        if record.lower() not in names:
+            raise bad("target.optimizer", f"it must be one of {', '.join(names)}")
+        return
+    ok = isinstance(record, dict) and record.get("name") in names and isinstance(record.get("groups"), list) \
+        and len(record["groups"]) == 1 and isinstance(record["groups"][0], dict)  # fmt: skip
+
+    def finite(v) -> bool:
+        if isinstance(v, list):
+            return all(finite(x) for x in v)
+        return isinstance(v, bool) or (isinstance(v, int | float) and math.isfinite(v) and v >= 0)
+
+    if not ok or not all(isinstance(k, str) and finite(v) for k, v in record["groups"][0].items()):
+        raise bad("target.optimizer", "it must be the optimizer postplace recorded (a name, or its finite, "
+                                      "non-negative hyperparameters)")  # fmt: skip
+
+
+def _get_path(d, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _checksum(body: dict) -> str:
+    from postplace.search.state_io import settings_checksum
+
+    return settings_checksum(body)
+
+
+def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,
+              size, map_all_to, confirm=0) -> dict:  # fmt: skip
+    from postplace.search import Budget
+
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise PostplaceError(f"seed {seed!r}: give an integer >= 0")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int | np.integer) or groups < 1):
+        raise PostplaceError(f"groups {groups!r}: give a positive integer, or None for op-level placement")
+    if evaluator not in EVALUATORS:
+        raise PostplaceError(f"evaluator '{evaluator}': use simulator or torch")
+    if evaluator != "torch" and map_all_to is not None and not confirm:
+        raise PostplaceError("--map-all-to only applies to measured runs (--evaluator torch or --confirm K)")
+    if evaluator == "torch" and tgt.spec["kind"] not in ("zoo", "module"):
+        raise PostplaceError("--evaluator torch needs a zoo model name or an nn.Module as TARGET "
+                             "(a graph file has no code to run)")  # fmt: skip
+    for name, seq in (("pins", pins), ("exclude", exclude)):
+        if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
+            raise PostplaceError(f"{name} must be a list of strings")
+    budget_text = _budget_text(budget if hasattr(budget, "samples") else Budget.parse(budget))
+    cfg = _config(strategy, config)
+    if warm_start is not None and Path(str(warm_start)).exists():
+        warm_start = str(Path(str(warm_start)).resolve())  # a run folder resumes from any directory
+    return {
+        "format": "postplace-run", "version": 1, "target": tgt.spec, "graph": tgt.graph.name,
+        "graph_sha": fingerprint(tgt.graph), "cluster": c.name, "cluster_spec": cluster_spec,
+        "cluster_sha": fingerprint(c), "strategy": strategy, "budget": budget_text, "seed": int(seed),
+        "groups": None if groups is None else int(groups), "size": size, "pins": list(pins),
+        "exclude": list(exclude), "warm_start": None if warm_start is None else str(warm_start),
+        "evaluator": evaluator, "map_all_to": map_all_to, "config": _jsonable(dataclasses.asdict(cfg)),
+    }  # fmt: skip
+
+
+def _budget_text(b) -> str:
+    return f"{b.samples}" if b.samples is not None else f"{b.seconds:g}s"
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _config(strategy: str, config):
+    """The strategy's full config dataclass from ``config`` (None, "paper", a dict of overrides, or an instance)."""
+    from postplace.search import STRATEGIES, make_strategy
+    from postplace.search.config import build_config, config_class
+
+    if strategy not in STRATEGIES:
+        make_strategy(strategy, None)  # raises the one-line "unknown strategy" error
+    if config is None:
+        return build_config(strategy)
+    if config == "paper":
+        if strategy not in ("post", "post-paper"):
+            raise PostplaceError("config 'paper' is Post's; use strategy post or post-paper")
+        return config_class("post-paper")[1]
+    if isinstance(config, dict):
+        return build_config(strategy, config, source="config")
+    cls, _ = config_class(strategy)
+    if not isinstance(config, cls):
+        raise PostplaceError(f"config for '{strategy}' must be a {cls.__name__}, not a {type(config).__name__}")
+    return config
+
+
+def _strategy(settings: dict, space):
+    from postplace.search import make_strategy
+    from postplace.search.config import build_config
+
+    cfg = build_config(settings["strategy"], settings["config"], source="config")
+    init = getattr(cfg, "init", None)
+    units = space.allowed.shape[0]
+    if isinstance(init, list | tuple) and len(init) != units:
+        raise PostplaceError(f"config init: a start placement needs one device id per unit ({units} here), not "
+                             f"{len(init)}; use init=random or give {units} ids")  # fmt: skip
+    try:
+        return make_strategy(settings["strategy"], space, seed=settings["seed"], config=cfg)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise PostplaceError(f"config of '{settings['strategy']}': {exc}") from None
+
+
+def _write_settings(out: Path, settings: dict) -> None:
+    data = {**settings, "checksum": _checksum(settings)}
+    tmp = out / (SETTINGS + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(out / SETTINGS)
+
+
+def _check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placement") -> None:
+    from postplace.graph.optimizers import optimizer_mismatch
+
+    differ = optimizer_mismatch(recorded, optimizer, lr)
+    if differ is not None:
+        recorded, given = differ
+        raise PostplaceError(f"{what} was made for {_optimizer_text(recorded)}, not {_optimizer_text(given)}; "
+                             "its memory and update differ: start again with that optimizer")  # fmt: skip
+
+
+def _optimizer_text(record) -> str:
+    if not isinstance(record, dict):
+        return str(record)
+    hp = record["groups"][0] if record.get("groups") else {}
+    return f"{record['name']} (lr {hp.get('lr')})"
