@@ -170,6 +170,19 @@ def test_plans_counts_must_be_integers():
             plans(tmp, counts)
 
 
+def test_a_run_over_m_whose_plans_file_was_deleted_is_refused(tmp_path):
+    """Found by the fuzz (zoo run folder, plans.json deleted): resume redid the halving from round 1 over
+    searches that had run further, and answered (rc 0)."""
+    out = tmp_path / "run"
+    postplace.place(*fuzz.ZOO[:1], "k80x2", size="small", budget=16, out=out, report=False)
+    assert (out / "m2" / "history.jsonl").exists()
+    (out / "plans.json").unlink()
+    with pytest.raises(PostplaceError) as exc:
+        postplace.resume(out, report=False)
+    text = str(exc.value)
+    assert "\n" not in text and "plans.json: missing" in text and "m1, m2" in text, text
+
+
 def test_read_meta_of_a_checkpoint_whose_meta_is_not_an_object(run):
     from postplace.search.runner import read_meta
 

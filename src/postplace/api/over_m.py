@@ -266,6 +266,11 @@ def _read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int
     """The rounds a resumed run already decided, checked against the counts and the halving schedule."""
     path = out / PLANS
     if not path.exists():
+        # round 1's decision is written before any search starts: a search without it lost its rounds
+        searched = [f"m{m}" for m in counts if (out / f"m{m}" / "history.jsonl").exists()]
+        if searched:
+            raise PostplaceError(f"{path}: missing, while {', '.join(searched)} hold searches of this run (the "
+                                 "halving's decisions are lost: deleted?); start a new run")  # fmt: skip
         return []
     try:
         d = json.loads(path.read_bytes().decode("utf-8"))
