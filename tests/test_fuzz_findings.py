@@ -494,3 +494,22 @@ def test_a_path_too_long_for_the_file_system_is_one_short_error_line(argv, tmp_p
     line = cli_error(argv, capsys)
     assert "File name too long" in line and ("(5000 characters)" in line or "(5005 characters)" in line), line
     assert len(line) < 300
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["profile", "rnnlm", "--size", "small", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
+    (["calibrate", "rnnlm", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
+    (["compare", "g.json", "-c", "c.toml", "--seeds", "1000000000", "--strategies", "random", "--budget", "8"],
+     "--seeds 1000000000: give a positive integer, at most 1,000"),
+    (["compare", "g.json", "-c", "c.toml", "--seeds", "1", "--strategies", "random", "--budget", "10000000000000"],
+     "--budget 10000000000000: give a positive integer, at most 1,000,000,000,000"),
+])  # fmt: skip
+def test_counts_past_any_use_are_one_line(argv, words, tmp_path, monkeypatch, capsys):
+    """profile/calibrate --runs 10^12 allocated petabytes (internal MemoryError); compare --seeds 10^9 or a
+    budget past place's cap ran for ever."""
+    from tests.clihelp import cli_error
+
+    fuzz.base_graph().save(tmp_path / "g.json")
+    (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
+    monkeypatch.chdir(tmp_path)
+    assert words in cli_error(argv, capsys)

@@ -16,6 +16,9 @@ from postplace.api.target import _batch_of, _load_cluster, _recorded_step, defau
 from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint
 
+MAX_SEEDS = 1_000
+"""The most seeds ``compare`` runs per strategy: each is a whole search with its own run folder."""
+
 
 def place(
     target,
@@ -370,9 +373,11 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     from postplace.comparison import parse_strategies
 
     names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
-    for label, v in (("budget", budget), ("seeds", seeds)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise PostplaceError(f"--{label} {v!r}: give a positive integer")
+    from postplace.search.runner import MAX_BUDGET_SAMPLES
+
+    for label, v, most in (("budget", budget, MAX_BUDGET_SAMPLES), ("seeds", seeds, MAX_SEEDS)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v <= most:
+            raise PostplaceError(f"--{label} {v!r}: give a positive integer, at most {most:,}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...)")
     batch = _batch_of(target, size, None)

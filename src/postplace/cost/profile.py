@@ -36,6 +36,10 @@ __all__ = ["OpTypeRow", "ProfileReport", "cpu_model_name", "measure_roofline", "
 
 _SOURCE_OPS = ("parameter", "buffer", "input", "constant")
 
+MAX_RUNS = 10_000
+"""The most timed runs per op: the median of a few suffices (5 by default), and every run keeps one
+float per op (10^12 runs asked for petabytes)."""
+
 
 def cpu_model_name() -> str:
     """This CPU's model name (``/proc/cpuinfo`` "model name"), the device key for its measurements."""
@@ -139,10 +143,9 @@ def profile_cpu(
 
     if not isinstance(traced, Traced):
         raise PostplaceError(_not_traced(traced))
-    if runs < 1 or warmup < 0:
-        raise PostplaceError(
-            f"profile_cpu: runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})"
-        )
+    if not 1 <= runs <= MAX_RUNS or warmup < 0:
+        raise PostplaceError(f"profile_cpu: runs must be 1 .. {MAX_RUNS:,} and warmup >= 0 (got runs={runs}, "
+                             f"warmup={warmup})")  # fmt: skip
     graph = traced.graph
     samples = np.zeros((runs, graph.num_ops))
     saved_threads = torch.get_num_threads()

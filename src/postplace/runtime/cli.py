@@ -304,8 +304,10 @@ def cmd_calibrate(
             raise PostplaceError(f"model '{m}' has no calibration configs; use one of {known}")
     if size not in _sizes_of(model):
         raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
-    if runs < 1:
-        raise PostplaceError(f"--runs {runs}: give at least 1 timed run")
+    from postplace.cost.profile import MAX_RUNS
+
+    if not 1 <= runs <= MAX_RUNS:
+        raise PostplaceError(f"--runs {runs}: give 1 to {MAX_RUNS:,} timed runs (the median is kept)")
     if threads is not None and threads < 1:
         raise PostplaceError(f"--threads {threads}: give at least 1 thread")
     if batches is not None and any(b < 1 for b in batches):

@@ -335,6 +335,9 @@ FLAG_CASES = [
     (["graph", "rnnlm", "--size", "small", "--out", "no/such/dir/g.json"], True),
     (["profile", "rnnlm", "--runs", "0"], True),
     (["profile", "rnnlm", "--runs", "-3"], True),
+    (["profile", "rnnlm", "--size", "small", "--runs", "1000000000000"], True),  # petabytes of timings
+    (["calibrate", "rnnlm", "--runs", "1000000000000"], True),
+    (["compare", GRAPH, "--cluster", CLUSTER, "--seeds", "1000000000", "--strategies", "random", "--budget", "8"], True),
     (["profile", "rnnlm", "--size", "medium"], True),
     (["profile", "nosuchmodel"], True),
     (["profile", GRAPH, "--runs", "1"], True),
