@@ -337,7 +337,7 @@ FLAG_CASES = [
     (["profile", "rnnlm", "--runs", "-3"], True),
     (["profile", "rnnlm", "--size", "small", "--runs", "1000000000000"], True),  # petabytes of timings
     (["calibrate", "rnnlm", "--runs", "1000000000000"], True),
-    (["compare", GRAPH, "--cluster", CLUSTER, "--seeds", "1000000000", "--strategies", "random", "--budget", "8"], True),
+    (["compare", GRAPH, "-c", CLUSTER, "--seeds", "1000000000", "--strategies", "random", "--budget", "8"], True),
     (["profile", "rnnlm", "--size", "medium"], True),
     (["profile", "nosuchmodel"], True),
     (["profile", GRAPH, "--runs", "1"], True),
