@@ -513,3 +513,40 @@ def test_counts_past_any_use_are_one_line(argv, words, tmp_path, monkeypatch, ca
     (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
     monkeypatch.chdir(tmp_path)
     assert words in cli_error(argv, capsys)
+
+
+# ------------------------------------------------------------------------------ files that never end, empty values
+@pytest.mark.parametrize(("argv", "words"), [
+    (["info", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # killed for memory before
+    (["simulate", "g.json", "-c", "/dev/zero", "--placement", "single:gpu0"], "/dev/zero: holds NUL bytes"),
+    (["simulate", "g.json", "-c", "c.toml", "--placement", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # hung
+    (["simulate", "/dev/urandom", "-c", "c.toml", "--placement", "single:gpu0"], "/dev/urandom: holds NUL bytes"),
+    (["place", "g.json", "-c", "c.toml", "--budget", "8", "--config", "/dev/zero"], "--config /dev/zero: holds NUL"),
+    (["compare", "g.json", "-c", "c.toml", "--strategies", "random", "--seeds", "1", "--budget", "8", "--out", ""],
+     "--out '': empty"),  # wrote its run into the current folder
+    (["graph", "rnnlm", "--size", "small", "--out="], "--out '': empty"),
+    (["graph", "rnnlm", "--size", "small", "--out", "."], ".: is a folder, not a file"),  # internal error before
+    (["report", ""], "the argument after 'report' is empty"),
+    (["train", "rnnlm", "--size", "small", "--placement", "single:cpu", "--steps", "1", "--threads", "100000"],
+     "--threads 100000: give 1 to 1,024 threads"),  # a segmentation fault before
+])  # fmt: skip
+def test_endless_files_empty_values_and_absurd_thread_counts_are_one_line(argv, words, tmp_path, monkeypatch,
+                                                                          capsys):  # fmt: skip
+    from tests.clihelp import cli_error
+
+    fuzz.base_graph().save(tmp_path / "g.json")
+    (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
+    monkeypatch.chdir(tmp_path)
+    assert words in cli_error(argv, capsys)
+    assert not (tmp_path / "compare.json").exists()
+
+
+def test_a_file_past_the_size_limit_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    from postplace import validate
+
+    monkeypatch.setattr(validate, "MAX_FILE_BYTES", 1000)
+    (tmp_path / "big.json").write_text("[" + "0," * 600 + "0]")
+    with pytest.raises(PostplaceError, match="big.json: larger than"):
+        validate.read_json(tmp_path / "big.json")
+    (tmp_path / "ok.json").write_text("[" + "0," * 400 + "0]")
+    assert len(validate.read_json(tmp_path / "ok.json")) == 401

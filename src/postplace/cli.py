@@ -721,6 +721,7 @@ def main() -> None:
 
     warnings.showwarning = _warning_line
     try:
+        _no_empty_arguments(sys.argv[1:])
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
@@ -746,6 +747,20 @@ def main() -> None:
         sys.exit(2)
     except Exception as exc:  # a bug of ours, not the user's input: still no wall of text by default
         _internal_error(exc)
+
+
+def _no_empty_arguments(argv: list[str]) -> None:
+    """No flag or argument of postplace means anything empty; a path given as '' was read as '.' (the
+    current folder: compare wrote its run there, graph failed inside)."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq and not value.strip():
+            raise PostplaceError(f"{flag} '{value}': empty; give a value (see `postplace --help`)")
+        if not arg.strip():
+            if i and argv[i - 1].startswith("-"):
+                raise PostplaceError(f"{argv[i - 1]} '{arg}': empty; give a value (see `postplace --help`)")
+            after = f"after '{argv[i - 1]}'" if i else "first"
+            raise PostplaceError(f"the argument {after} is empty; give a value (see `postplace --help`)")
 
 
 # A path the user named that the system refuses (too long, not allowed, a folder where a file was

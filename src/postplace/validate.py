@@ -38,11 +38,26 @@ INT64_MAX = 2**63 - 1
 MAX_BYTES = 1e18
 
 
+MAX_FILE_BYTES = 2**30
+"""The largest input file read (1 GiB): the largest graph postplace writes here is 35 MB (NMT-4 at 16
+micro-batches); past the limit the input is a stream that never ends (a FIFO, ``/dev/zero``), not a file."""
+_SNIFF_BYTES = 1 << 16
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
-    """A file's text, decoded as UTF-8; a missing, unreadable or non-UTF-8 file is one error line."""
+    """A file's text, decoded as UTF-8; a missing, unreadable, binary (a NUL byte in its first 64 KiB:
+    ``/dev/zero``, ``/dev/urandom``), endless or non-UTF-8 file is one error line."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(_SNIFF_BYTES)
+            if b"\0" in data:
+                raise PostplaceError(f"{path}: holds NUL bytes, so it is not a text {what} (a binary file or a "
+                                     "device?); give a UTF-8 JSON or TOML file")  # fmt: skip
+            data += f.read(max(MAX_FILE_BYTES + 1 - len(data), 0))
+        if len(data) > MAX_FILE_BYTES:
+            raise PostplaceError(f"{path}: larger than {MAX_FILE_BYTES:,} bytes, past any {what} postplace reads "
+                                 "(an endless stream?)")  # fmt: skip
     except FileNotFoundError:
         raise PostplaceError(f"{path}: no such {what}") from None
     except IsADirectoryError:

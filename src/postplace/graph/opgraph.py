@@ -697,6 +697,8 @@ class OpGraph:
             When the file cannot be written.
         """
         path = Path(path)
+        if not path.name or path.is_dir():
+            raise PostplaceError(f"{path}: is a folder, not a file; give a file name such as {path / 'graph.json'}")
         tmp = path.with_name(path.name + ".tmp")
         try:
             tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))

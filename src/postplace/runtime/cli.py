@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,16 @@ import torch
 from postplace.errors import PostplaceError
 
 __all__ = ["cmd_calibrate", "cmd_train"]
+
+MAX_THREADS = 1024
+"""The most torch threads ``--threads`` sets: beyond the cores of any machine, and OpenMP crashed the
+process (a segmentation fault) when asked for 100,000."""
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise PostplaceError(f"--threads {threads}: give 1 to {MAX_THREADS:,} threads (this machine has "
+                             f"{os.cpu_count()} cores)")  # fmt: skip
 
 
 def _placement(spec: str, graph, cluster, mapped=None):
@@ -173,8 +184,7 @@ def cmd_train(
     size = _size_for(model, placement, size)
     if size not in _sizes_of(model):
         raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
-    if threads is not None and threads < 1:
-        raise PostplaceError(f"--threads {threads}: give at least 1 thread")
+    _check_threads(threads)
     saved = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -308,8 +318,7 @@ def cmd_calibrate(
 
     if not 1 <= runs <= MAX_RUNS:
         raise PostplaceError(f"--runs {runs}: give 1 to {MAX_RUNS:,} timed runs (the median is kept)")
-    if threads is not None and threads < 1:
-        raise PostplaceError(f"--threads {threads}: give at least 1 thread")
+    _check_threads(threads)
     if batches is not None and any(b < 1 for b in batches):
         raise PostplaceError(f"--batches {','.join(map(str, batches))}: batch sizes must be >= 1")
     bs = list(batches or [c.overrides["batch"] for c in cal.FIDELITY_CONFIGS[model]])

@@ -162,12 +162,14 @@ def parse_set(items) -> dict[str, str]:
 
 def read_config_file(path: str | Path, strategy: str) -> dict:
     """The overrides in a TOML file: its ``[strategy]`` table if it has one, else its top level."""
+    from postplace.validate import read_text
+
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise PostplaceError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(read_text(path, "config file"))
+    except PostplaceError as exc:
+        raise PostplaceError(f"--config {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
         raise PostplaceError(f"--config {path}: not a readable TOML file ({exc})") from None
     table = data.get(strategy, data)
     if not isinstance(table, dict):

@@ -315,6 +315,16 @@ FLAG_CASES = [
     (["simulate", ".", "--cluster", CLUSTER, "--placement", "single:gpu0", "--json"], True),
     (["simulate", GRAPH, "--cluster", CLUSTER, "--placement", "single:gpu0", "--trace", "no/such/dir/t.json"], True),
     (["simulate", "nosuchmodel", "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
+    # files that never end or are binary (a device), empty values, absurd thread counts
+    (["info", "/dev/zero"], True),
+    (["simulate", GRAPH, "--cluster", CLUSTER, "--placement", "/dev/zero"], True),
+    (["simulate", "/dev/urandom", "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
+    (["place", GRAPH, "--cluster", CLUSTER, "--budget", "8", "--config", "/dev/zero", "--out", "o"], True),
+    (["place", GRAPH, "--cluster", "/dev/zero", "--budget", "8", "--out", "o"], True),
+    (["compare", GRAPH, "-c", CLUSTER, "--strategies", "random", "--seeds", "1", "--budget", "8", "--out", ""], True),
+    (["graph", "rnnlm", "--size", "small", "--out", "."], True),
+    (["report", ""], True),
+    (["train", "rnnlm", "--size", "small", "--placement", "single:cpu", "--steps", "1", "--threads", "100000"], True),
     # paths longer than the file system allows (ENAMETOOLONG), as each file argument
     (["simulate", "x" * 5000, "--cluster", CLUSTER, "--placement", "single:gpu0"], True),
     (["simulate", GRAPH, "--cluster", "x" * 5000, "--placement", "single:gpu0"], True),
