@@ -7,10 +7,13 @@ import sys
 import pytest
 
 from postplace.graph import OpGraph
+from tests.clihelp import run_cli
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "postplace.cli", *args], capture_output=True, text=True, cwd=cwd)
+    """The CLI in this process (tests/clihelp.py); ``test_the_command_runs_as_its_own_process`` keeps one
+    run through ``python -m postplace.cli`` and one through the installed ``postplace`` script."""
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture
@@ -22,6 +25,19 @@ def graph_file(tmp_path):
     path = tmp_path / "tiny.json"
     g.save(path)
     return path
+
+
+def test_the_command_runs_as_its_own_process(graph_file):
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("postplace")  # the entry point pip installed beside the interpreter
+    for command in ([sys.executable, "-m", "postplace.cli"], [str(script)]):
+        r = subprocess.run([*command, "info", str(graph_file), "--cluster", "k80x2", "--json"], capture_output=True,
+                           text=True)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["ops"] == 3
+        bad = subprocess.run([*command, "info", "no/such/graph.json"], capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.splitlines()) == 1
 
 
 def test_info_json(graph_file):

@@ -1,8 +1,6 @@
 """A cluster built from a workload file's own machine (``--cluster workload:PRESET``, issue 15)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from postplace.cluster.placement import single_device
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph, load_graph
 from postplace.sim import Simulator
+from tests.clihelp import run_cli
 
 
 def workload_file(tmp_path, **machine):
@@ -71,8 +70,7 @@ def test_a_graph_without_a_machine_is_refused():
 
 def test_cli_info_on_gnmt_prints_orientation_and_the_files_machine(shared_data):
     path = str(shared_data / "gnmt_training.json")
-    r = subprocess.run([sys.executable, "-m", "postplace.cli", "info", path, "--cluster", "workload:k80x4"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = run_cli("info", path, "--cluster", "workload:k80x4")
     assert r.returncode == 0, r.stderr
     assert "backward edges reversed: layer graph" in r.stdout
     assert "the file's own machine: 6 accelerators of 17.19 GB, 1 CPU" in r.stdout

@@ -21,7 +21,10 @@ from postplace.testing.faulty import DyingFactory  # noqa: E402
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray instance for the whole module, shut down after."""
+    from postplace.distributed.ray_evaluator import WORKER_NICENESS
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault(WORKER_NICENESS, "0")  # as init_ray does: at Ray's nice 15 a loaded machine starves them
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -6,8 +6,6 @@ must be a valid image of the size recorded; the report's numbers must be the run
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from html.parser import HTMLParser
 
@@ -22,6 +20,7 @@ from postplace.paper import PaperConfig, format_table, headline, reduction, run_
 from postplace.report import build_report_data, write_report
 from postplace.sim import Simulator
 from postplace.sim.trace import memory_over_time
+from tests.clihelp import run_cli
 
 FIGURES = ("curves_samples", "curves_wall", "bars", "gantt", "memory_peak", "memory_time", "placement_map")
 
@@ -142,8 +141,7 @@ def check_page(folder, html_path, data):
 
 def test_place_report(graph_file, tmp_path):
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "postplace.cli", "place", str(graph_file), "--cluster", "k80x2",
-                        "--budget", "60", "--out", str(run), "--json"], capture_output=True, text=True)  # fmt: skip
+    r = run_cli("place", str(graph_file), "--cluster", "k80x2", "--budget", "60", "--out", str(run), "--json")
     assert r.returncode == 0, r.stderr
     assert f"report: {run / 'report.html'}" in r.stderr  # place writes it by default
     summary = json.loads((run / "summary.json").read_text())
@@ -308,8 +306,7 @@ def test_schedule_lanes_carry_every_transfer():
 
 
 def test_report_errors_are_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "postplace.cli", "report", str(tmp_path)], capture_output=True,
-                       text=True)  # fmt: skip
+    r = run_cli("report", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
     (tmp_path / "summary.json").write_text(json.dumps({"graph": "mystery", "cluster": "k80x2"}))
     with pytest.raises(PostplaceError, match="--graph"):

@@ -2,10 +2,7 @@
 cluster a run recorded (its file, moved or changed since); step times past what a figure can draw."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -13,6 +10,7 @@ import postplace
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.report import write_report
+from tests.clihelp import run_cli
 
 # A CPU with room for everything and two GPUs too small for any one op: every placement that uses a GPU
 # is OOM, so the random search (12 ops, 3 devices, 4 samples, seed 0) finds nothing that fits, while the
@@ -80,9 +78,8 @@ def test_a_search_with_no_feasible_sample_still_gets_its_report(tmp_path):
 def test_place_through_the_cli_writes_the_report_when_only_a_placer_fits(tmp_path):
     (tmp_path / "c.toml").write_text(CLUSTER_TOML)
     chain().save(tmp_path / "chain.json")
-    r = subprocess.run([sys.executable, "-m", "postplace.cli", "place", "chain.json", "-c", "c.toml", "--strategy",
-                        "random", "--budget", "4", "--groups", "none", "--out", "run"], cwd=tmp_path,
-                       capture_output=True, text=True)  # fmt: skip
+    r = run_cli("place", "chain.json", "-c", "c.toml", "--strategy", "random", "--budget", "4", "--groups", "none",
+                "--out", "run", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert no_feasible_sample(tmp_path / "run")
@@ -101,8 +98,7 @@ def toml_run(tmp_path):
 
 
 def report_cli(argv, cwd):
-    return subprocess.run([sys.executable, "-m", "postplace.cli", "report", *argv], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    return run_cli("report", *argv, cwd=cwd)
 
 
 def test_report_finds_the_cluster_file_the_run_recorded(tmp_path):

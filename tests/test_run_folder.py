@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from postplace.graph import OpGraph
+from tests.clihelp import run_cli
 from tests.test_cli import assert_one_error_line
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "postplace.cli", *args], capture_output=True, text=True, cwd=cwd)
+    """The CLI in this process (tests/clihelp.py); the Ctrl-C test below runs its own process."""
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture
@@ -116,7 +118,8 @@ def test_killed_before_the_first_checkpoint_starts_over(work):
 # it writes ``ready`` and waits (sleeping) for the test's Ctrl-C. The run cannot finish before the signal,
 # however loaded the machine, and it is cut at the same sample every time.
 _BLOCKED_PLACE = """
-import pathlib, sys, time
+import faulthandler, pathlib, signal, sys, time
+faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack when the run does not stop
 import postplace.search.runner as runner
 ready, at = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 one_batch, blocked = runner._one_batch, []
@@ -149,7 +152,13 @@ def test_ctrl_c_exits_non_zero_and_the_resumed_run_equals_an_uninterrupted_one(w
         assert ready.exists(), f"the run never reached sample {cut_at}: {proc.poll()=}"
         assert proc.poll() is None  # blocked: it cannot have finished
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            pytest.fail(f"the run did not stop within 120 s of Ctrl-C; its threads:\n{proc.communicate()[1]}")
     finally:
         if proc.poll() is None:
             proc.kill()

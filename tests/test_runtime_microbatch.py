@@ -10,8 +10,6 @@ reference adds the m micro-batch losses in Python floats, the traced step in flo
 
 import json
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ from postplace.errors import PostplaceError
 from postplace.runtime import TorchEvaluator, apply_zoo
 from postplace.runtime.zoo_step import check_placement_microbatches, placement_microbatches
 from postplace.zoo import MODELS, build, cached_graph, spec, trace_model
+from tests.clihelp import run_cli
 from tests.test_microbatch import eager_accumulation
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -144,8 +143,7 @@ def test_train_cli_names_a_micro_batch_mismatch_in_one_line(tmp_path):
     g = cached_graph("gpt2", "small", microbatches=2)
     path = tmp_path / "placement.json"
     save_placement(path, g, c, np.zeros(g.num_ops, dtype=int))
-    r = subprocess.run([sys.executable, "-m", "postplace.cli", "train", "gpt2", "--placement", str(path),
-                        "--map-all-to", "cpu", "--microbatches", "4"], capture_output=True, text=True)  # fmt: skip
+    r = run_cli("train", "gpt2", "--placement", str(path), "--map-all-to", "cpu", "--microbatches", "4")
     assert r.returncode != 0
     err = r.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err

@@ -327,9 +327,10 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     strategies : str or list of str
         A list of names, a comma-separated string, or ``"all"`` (every placer and search strategy).
     budget : int
-        Samples of each search run (>= 1).
+        Samples of each search run (1 to 10^12, the cap of place's budget).
     seeds : int
-        Search runs per strategy, seeds 0 .. seeds - 1 (>= 1); a search row reports their median.
+        Search runs per strategy, seeds 0 .. seeds - 1 (1 to :data:`MAX_SEEDS`, 1,000); a search row
+        reports their median.
     out : str or path, optional
         The folder (default ``runs/compare-<target>-<cluster>``).
     expert_split : str, optional

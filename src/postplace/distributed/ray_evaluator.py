@@ -97,6 +97,7 @@ def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_
         check_address(address)
     try:
         if address in (None, "local"):
+            os.environ.setdefault(WORKER_NICENESS, "0")  # read by the raylet this starts
             ray.init(num_cpus=num_cpus or _cores(), num_gpus=num_gpus, include_dashboard=False)
         else:
             ray.init(address=address)
@@ -105,6 +106,12 @@ def init_ray(address: str | None = "local", *, num_cpus: int | None = None, num_
         raise PostplaceError(f"--ray: could not start or join {where}: {_first_line(exc)}") from None
     return True
 
+
+WORKER_NICENESS = "RAY_worker_niceness"
+"""Ray starts its workers at nice 15 (so that they never starve its own daemons). Here the workers are
+the search's evaluations, the whole work of the run: on a machine busy with other jobs, nice 15 ran
+them up to 14 times slower (the distributed tests beside two busy processes on 2 cores). A local
+cluster started by :func:`init_ray` runs them at the user's priority, unless the variable is set."""
 
 CONNECT_TIMEOUT_S = 3.0
 """How long :func:`check_address` waits for a Ray cluster's port to answer: joining an address nothing

@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -699,7 +700,7 @@ class OpGraph:
         path = Path(path)
         if not path.name or path.is_dir():
             raise PostplaceError(f"{path}: is a folder, not a file; give a file name such as {path / 'graph.json'}")
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two processes saving one cache entry at once
         try:
             tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")))
             tmp.replace(path)
