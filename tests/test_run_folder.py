@@ -120,6 +120,10 @@ def test_killed_before_the_first_checkpoint_starts_over(work):
 _BLOCKED_PLACE = """
 import faulthandler, pathlib, signal, sys, time
 faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack when the run does not stop
+# Ctrl-C as a terminal gives it: under the parallel suite the worker that starts this process may pass
+# on SIGINT ignored or blocked (the run then slept on for 120 s after the signal, at load 4)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 import postplace.search.runner as runner
 ready, at = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 one_batch, blocked = runner._one_batch, []

@@ -29,6 +29,7 @@ inherit this process's environment.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 
 import numpy as np
@@ -278,9 +279,23 @@ class RayEvaluator:
         self._actors.append(actor)
         return actor
 
-    def kill_actor(self, k: int = 0) -> None:
-        """Kill actor ``k``'s process now (for tests and drills): the next batch finds it dead."""
-        self._ray.kill(self._actors[k], no_restart=True)
+    def kill_actor(self, k: int = 0, timeout: float = 120.0) -> None:
+        """Kill actor ``k``'s process now (for tests and drills): the next batch finds it dead.
+
+        ``ray.kill`` only asks for the kill; on a loaded machine a call sent just after it was still
+        answered by the actor. This waits (up to ``timeout`` seconds) until a call to it fails."""
+        actor = self._actors[k]
+        self._ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self._ray.get(actor.describe.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+            except self._ray.exceptions.RayActorError:
+                return
+            except self._ray.exceptions.GetTimeoutError:
+                break
+            time.sleep(0.05)
+        raise PostplaceError(f"actor {k} still answers {timeout:g} s after it was killed")
 
     # ------------------------------------------------------------------------------ evaluation
     def evaluate(self, placements: np.ndarray) -> EvalResult:
