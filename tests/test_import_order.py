@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ORDER = (
     # Utilities every box may use (DESIGN.md names validate.py "at the top" as the checks every file and
     # flag goes through, but it is called from the bottom up: graph/ and cluster/ check their files with it).
+    "_version",  # the package's version string, read by the report's provenance
     "errors",  # PostplaceError, the one-line error every box raises
     "validate",  # the checks every file and flag goes through (imports errors only)
     # The boxes of DESIGN.md section 1, in the order its data flows.
@@ -49,14 +50,8 @@ ORDER = (
 )
 RANK = {unit: rank for rank, unit in enumerate(ORDER)}
 
-EXCEPTIONS = {
-    ("postplace.report._data", "postplace"): (
-        "reads postplace.__version__ for the report's provenance; the package's own __init__ is loaded "
-        "before any of its modules anyway, and this reads no api name through it. Drop it once the version "
-        "is read from the installed metadata or from a low module."
-    ),
-}
-"""(importing module, imported module) pairs allowed to point upward, each with its reason."""
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""(importing module, imported module) pairs allowed to point upward, each with its reason: none left."""
 
 
 def module_name(path: Path, src: Path) -> str:

@@ -10,10 +10,10 @@ The library is the product; the ``postplace`` command is a thin shell over it:
 They are imported on first use, so ``import postplace`` stays fast.
 """
 
+from postplace._version import __version__ as __version__
 from postplace.errors import PostplaceError
 
 __all__ = ["PlaceResult", "PostplaceError", "apply", "compare", "load_target", "place", "resume"]
-__version__ = "0.1.0"
 
 _API = {"PlaceResult", "apply", "compare", "load_target", "place", "resume"}
 

@@ -664,9 +664,9 @@ def _version(dist: str) -> str:
 
 
 def versions(graph=None) -> dict:
-    import postplace
+    from postplace._version import __version__
 
-    v = {"postplace": postplace.__version__, "python": platform.python_version(), "numpy": np.__version__,
+    v = {"postplace": __version__, "python": platform.python_version(), "numpy": np.__version__,
          "numba": _version("numba"), "matplotlib": _version("matplotlib"), "torch": _version("torch")}  # fmt: skip
     if graph is not None and graph.metadata.get("torch_version"):
         v["torch (traced with)"] = graph.metadata["torch_version"]
