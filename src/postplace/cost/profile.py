@@ -41,6 +41,12 @@ MAX_RUNS = 10_000
 float per op (10^12 runs asked for petabytes)."""
 
 
+def check_runs(runs: int) -> None:
+    """``--runs`` of ``profile`` and ``calibrate``: 1 to :data:`MAX_RUNS`, else one error line."""
+    if not 1 <= runs <= MAX_RUNS:
+        raise PostplaceError(f"--runs {runs}: give 1 to {MAX_RUNS:,} timed runs (the median is kept)")
+
+
 def cpu_model_name() -> str:
     """This CPU's model name (``/proc/cpuinfo`` "model name"), the device key for its measurements."""
     try:

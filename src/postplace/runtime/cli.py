@@ -314,10 +314,9 @@ def cmd_calibrate(
             raise PostplaceError(f"model '{m}' has no calibration configs; use one of {known}")
     if size not in _sizes_of(model):
         raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
-    from postplace.cost.profile import MAX_RUNS
+    from postplace.cost.profile import check_runs
 
-    if not 1 <= runs <= MAX_RUNS:
-        raise PostplaceError(f"--runs {runs}: give 1 to {MAX_RUNS:,} timed runs (the median is kept)")
+    check_runs(runs)
     _check_threads(threads)
     if batches is not None and any(b < 1 for b in batches):
         raise PostplaceError(f"--batches {','.join(map(str, batches))}: batch sizes must be >= 1")

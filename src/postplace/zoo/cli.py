@@ -95,10 +95,9 @@ def cmd_profile(
     target: str, size: str = "small", runs: int = 5, out: str | Path | None = None, optimizer: str = "sgd"
 ) -> str:
     """``postplace profile TARGET``: time a zoo model (name) or a traced zoo graph file on this CPU."""
-    from postplace.cost.profile import MAX_RUNS, profile_cpu
+    from postplace.cost.profile import check_runs, profile_cpu
 
-    if not 1 <= runs <= MAX_RUNS:  # before tracing, which takes seconds
-        raise PostplaceError(f"--runs {runs}: give 1 to {MAX_RUNS:,} timed runs (the median is kept)")
+    check_runs(runs)  # before tracing, which takes seconds
     what = target if target in MODELS else load_graph(target)
     graph, report = profile_cpu(traced_step(what, size, optimizer), runs=runs)
     if out is not None:
