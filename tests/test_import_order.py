@@ -26,6 +26,9 @@ ORDER = (
     "graph",  # OpGraph: the data model every other box reads
     "cluster",  # devices and links; placements checked against a graph
     "cost",  # time(op, device), time(bytes, a -> b): reads graph and cluster; "nothing of zoo"
+    # plans: the passes practitioners' plans are made of (DDP, ZeRO, FSDP, recomputation), functions from a
+    # step to a step with its collectives; they read only graph/ (DESIGN.md 4b), and api/ and benchmarks use them
+    "plans",
     # zoo: the benchmark models, the "model + example batch" the flow starts from, traced by graph/ and
     # profiled with cost/. DESIGN.md lists it last among the boxes, but runtime/ (traced zoo steps,
     # calibration), report/ (a run's cached zoo graph) and testing/ (fuzz targets) read it, so it sits

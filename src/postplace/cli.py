@@ -159,17 +159,31 @@ def parse_placement(spec: str, graph: OpGraph, cluster: Cluster) -> np.ndarray:
 def simulate(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt,
-    placement: Annotated[str, typer.Option("--placement", "-p", help="single:DEVICE or a placement JSON file.")],
+    placement: Annotated[str | None, typer.Option("--placement", "-p", help="single:DEVICE or a placement JSON file.")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K (e.g. fsdp+recompute:m=8).")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,
     microbatches: Annotated[int | None, typer.Option("--microbatches", help="A zoo model's step as M micro-batches (default: the m a placement file's op names imply, else 1).")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module.")] = "none",
+    optimizer: OptimizerOpt = "sgd",
+    precision: PrecisionOpt = "fp32",
+    pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: with --plan, a pin the plan must keep (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="With --plan, a GPU the plan may not use (repeatable).")] = None,
 ) -> None:
-    """Simulate one training step of a placement: step time, memory, transfers."""
+    """Simulate one training step of a placement, or of a named plan: step time, memory, transfers."""
     from postplace.api import load_target as load
     from postplace.sim import Simulator
 
+    if (placement is None) == (plan is None):
+        raise PostplaceError("simulate needs exactly one of --placement (single:DEVICE or a file) and --plan "
+                             "(ddp, zero2, fsdp, ...)")
+    if plan is not None:
+        if microbatches is not None:
+            raise PostplaceError(f"--microbatches with --plan: write the count into the plan ('{plan}:m={microbatches}')")
+        _simulate_plan(target, cluster, plan, size, optimizer, precision, pin or [], exclude or [],
+                       microbatch_colocation, trace, as_json)
+        return
     if microbatches is not None and microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches}: give a count (1, 2, 4...) that divides the batch")
     m = microbatches
@@ -179,7 +193,8 @@ def simulate(
 
         names = read_json(placement)
         m = placement_microbatches(names) if isinstance(names, dict) else 1
-    graph = load(target, size=size, microbatches=m or 1, microbatch_colocation=microbatch_colocation).graph
+    graph = load(target, size=size, microbatches=m or 1, microbatch_colocation=microbatch_colocation,
+                 optimizer=optimizer, precision=precision).graph
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
     sim = Simulator(graph, c)
@@ -198,7 +213,7 @@ def simulate(
         "peak_memory_bytes": dict(zip(c.device_names, sched.peak_memory.tolist(), strict=True)),
         "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
         "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
-        "bytes_moved": float(sum(x[4] for x in sched.transfers)),
+        "bytes_moved": float(sched.bytes_moved),
         "transfers": len(sched.transfers),
         "cost_sources": list(sim.sources),
     }
@@ -222,6 +237,52 @@ def simulate(
         + ("  [OOM: this placement does not fit]" if oom_devices else ""),
         highlight=False,
     )
+    if trace is not None:
+        console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
+
+
+def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json):
+    from postplace.api.plans import simulate_plan
+
+    r = simulate_plan(target, cluster, plan, size=size, optimizer=optimizer, precision=precision, pins=pins,
+                      exclude=exclude, microbatch_colocation=colocation)
+    c = r.cluster
+    out = {
+        "graph": r.graph.name,
+        "cluster": c.name,
+        "plan": r.plan,
+        "plan_words": r.describe(),
+        "microbatches": r.microbatches,
+        "evaluator": r.evaluator,
+        "step_time_s": r.step_time_s,
+        "oom": r.oom,
+        "oom_devices": r.oom_devices,
+        "peak_memory_bytes": dict(zip(c.device_names, r.peak_memory_bytes.tolist(), strict=True)),
+        "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
+        "bytes_moved": r.bytes_moved,
+        "collective_bytes": r.collective_bytes,
+    }
+    if trace is not None:
+        from postplace.sim import Simulator
+
+        Simulator(r.graph, c).schedule(r.placement).save_chrome_trace(trace)
+        out["trace"] = str(trace)
+    if as_json:
+        print(json.dumps(out))
+        return
+    t = Table(title=f"{r.graph.name} on {c.name}, plan {r.plan} (simulated)")
+    for col in ("device", "peak memory", "capacity", ""):
+        t.add_column(col)
+    for d, name in enumerate(c.device_names):
+        if r.peak_memory_bytes[d] > 0:
+            flag = "OOM" if name in r.oom_devices else ""
+            t.add_row(name, _gb(r.peak_memory_bytes[d]), _gb(c.capacity[d]), flag)
+    console.print(t)
+    wire = ", ".join(f"{k.replace('_', '-')} {_gb(v)}" for k, v in r.collective_bytes.items())
+    console.print(f"plan: {r.describe()}", highlight=False)
+    console.print(f"simulated step time {_ms(r.step_time_s)}  moved {_gb(r.bytes_moved)}"
+                  + (f" (collectives: {wire})" if wire else "")
+                  + ("  [OOM: this plan does not fit]" if r.oom else ""), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 

@@ -20,6 +20,10 @@ from postplace.errors import PostplaceError
 
 CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
 
+PRACTITIONER_PLANS = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
+"""The plans users launch instead (DESIGN.md 4c), each a candidate at every micro-batch count that is a
+multiple of the GPUs it runs on."""
+
 
 QUADRATIC_PLACERS = ("m-etf", "m-sct")
 
@@ -110,6 +114,48 @@ def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
         raise PostplaceError(f"--warm-start {spec}: made for {m_file} micro-batch(es), it cannot be mapped to "
                              f"'{graph.name}' ({reason}); pin that count with --microbatches {m_file}")  # fmt: skip
     return dev
+
+
+def plan_candidates(settings, problem) -> list[Candidate]:
+    """The practitioner plans (:data:`PRACTITIONER_PLANS`) on every GPU ``--exclude`` leaves, at this
+    problem's micro-batch count; none when the count is not a multiple of the GPUs. A plan that breaks a
+    pin, or does not fit, is a candidate with a note and no step time."""
+    from postplace.api.plans import plan_devices, plan_step
+    from postplace.plans import parse_plan
+    from postplace.plans._step import microbatch_count
+
+    graph, c = problem.graph, problem.cluster
+    m = microbatch_count(graph)
+    cm = problem.simulator.problem.cost_model
+    cands = []
+    for name in PRACTITIONER_PLANS:
+        spec = parse_plan(name)
+        try:
+            devices = plan_devices(c, spec, settings.get("exclude") or ())
+        except PostplaceError as exc:
+            cands.append(Candidate(name, None, None, False, str(exc)))
+            continue
+        if len(devices) < 2 or m % len(devices):
+            continue
+        try:
+            r = plan_step(graph, c, spec, devices, pins=settings.get("pins") or (), cost_model=cm)
+        except PostplaceError as exc:
+            cands.append(Candidate(name, None, None, False, str(exc)))
+            continue
+        note = f"OOM: does not fit ({', '.join(r.oom_devices)})" if r.oom else ""
+        cands.append(Candidate(name, r.placement, None if r.oom else r.step_time_s, not r.oom, note, r.graph,
+                               f"{spec.name}:m={m},dp={len(devices)}"))  # fmt: skip
+    return cands
+
+
+def plan_candidate_words(best: Candidate, cluster) -> str:
+    """A practitioner plan candidate in words (:func:`postplace.api.plans.plan_words`)."""
+    from postplace.api.plans import plan_words
+    from postplace.plans import parse_plan
+
+    spec = parse_plan(best.plan)
+    gpus = sorted({int(d) for d in best.placement[(best.graph.allowed_kinds & 2) != 0].tolist()})
+    return plan_words(spec.name, [cluster.device_names[g] for g in gpus], spec.microbatches)
 
 
 def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:

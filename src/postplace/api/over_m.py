@@ -26,7 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from postplace.api.candidates import oneshot_candidates, search_candidate, warm_start_ops
+from postplace.api.candidates import (
+    oneshot_candidates,
+    plan_candidate_words,
+    plan_candidates,
+    search_candidate,
+    warm_start_ops,
+)  # fmt: skip
 from postplace.api.result import Candidate, PlaceResult
 from postplace.api.settings import _checksum, _search_start, _strategy
 from postplace.api.summary import _plan, _summary
@@ -155,6 +161,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
         start()
     for arm in arms.values():
         arm.oneshot = oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
+        arm.oneshot += plan_candidates(settings, arm.problem)
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
     meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)
@@ -199,7 +206,8 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         for c in cands:
             if m > 1 and c.name.startswith("single:"):
                 continue  # the same device as at m = 1, with the accumulation on top
-            pool.append((Candidate(f"{c.name} @m{m}", c.placement, c.step_time_s, c.feasible, c.note), arm))
+            pool.append((Candidate(f"{c.name} @m{m}", c.placement, c.step_time_s, c.feasible, c.note, c.graph, c.plan),
+                         arm))  # fmt: skip
     feasible = [(c, a) for c, a in pool if c.feasible]
     if not feasible:
         raise PostplaceError(f"no feasible placement found at any micro-batch count ({', '.join(map(str, arms))}): "
@@ -208,7 +216,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
     best, arm = min(feasible, key=lambda ca: (ca[0].step_time_s, ca[1].m))  # ties: search first, then fewer m
     searched = [a for a in arms.values() if a.result is not None and a.result.best_placement is not None]
     top = min(searched, key=lambda a: (a.result.best_step_time, a.m)) if searched else arm
-    graph, problem = arm.target.graph, arm.problem
+    graph, problem = arm.target.graph if best.graph is None else best.graph, arm.problem
     cm = problem.simulator.problem.cost_model
     sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
     result = top.result if top.result is not None else arm.result
@@ -235,7 +243,9 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         # each count's search starts from its own probe (its own graph): recorded where it searched
         "search_start_per_microbatches": {str(m): _search_start(a.strategy) for m, a in arms.items()
                                           if a.strategy is not None},
-        "plan": _plan(graph, cluster, best.placement, cm, best.name),
+        "plan": (_plan(graph, cluster, best.placement, cm, best.name) if best.plan is None
+                 else plan_candidate_words(best, cluster)),
+        "returned_plan": best.plan,
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),
         "lower_bound_per_microbatches": {str(m): a.problem.simulator.lower_bound for m, a in arms.items()},

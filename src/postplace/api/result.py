@@ -22,6 +22,10 @@ class Candidate:
     step_time_s: float | None
     feasible: bool
     note: str = ""
+    graph: object | None = None
+    """The step ``placement`` places when it is not the run's own: a practitioner plan's rewritten step."""
+    plan: str | None = None
+    """The practitioner plan (``fsdp+recompute:m=8,dp=8``) that made ``graph``, which ``simulate --plan`` times."""
 
 
 @dataclass

@@ -10,7 +10,13 @@ import time
 import types
 from pathlib import Path
 
-from postplace.api.candidates import CANDIDATE_PLACERS, _candidates, warm_start_ops
+from postplace.api.candidates import (
+    CANDIDATE_PLACERS,
+    _candidates,
+    plan_candidate_words,
+    plan_candidates,
+    warm_start_ops,
+)  # fmt: skip
 from postplace.api.measure import _check_confirm, _confirm, _ray_evaluator, _torch_evaluator
 from postplace.api.over_m import place_over_m
 from postplace.api.result import Candidate, PlaceResult
@@ -102,6 +108,8 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     if result.interrupted:
         raise KeyboardInterrupt
     cands = _candidates(settings, problem, judge, result, warm_ops)
+    if judge.name == "simulator" and not confirm_k:  # the plans are simulated: never beside measured times
+        cands += plan_candidates(settings, problem)
     feasible = [k for k in cands if k.feasible]
     if not feasible:
         raise PostplaceError(
@@ -116,11 +124,14 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
                          "measured by --confirm")  # fmt: skip
         judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
+    graph = graph if best.graph is None else best.graph  # a practitioner plan's own rewritten step
     op_sim = Simulator(graph, c, cost_model=problem.simulator.problem.cost_model)
     sched = op_sim.schedule(best.placement)
     summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0,
                        start=_search_start(strat))  # fmt: skip
-    summary["plan"] = _plan(graph, c, best.placement, problem.simulator.problem.cost_model, best.name)
+    summary["plan"] = (_plan(graph, c, best.placement, problem.simulator.problem.cost_model, best.name)
+                       if best.plan is None else plan_candidate_words(best, c))
+    summary["returned_plan"] = best.plan
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()
         summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",

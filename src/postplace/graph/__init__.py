@@ -2,9 +2,11 @@
 
 from postplace.graph.io import load_graph
 from postplace.graph.opgraph import (
+    COLLECTIVE_KINDS,
     DEVICE_KINDS,
     MEMORY_MODES,
     PHASES,
+    Collective,
     GraphError,
     Measurement,
     OpGraph,
@@ -12,9 +14,11 @@ from postplace.graph.opgraph import (
 )
 
 __all__ = [
+    "COLLECTIVE_KINDS",
     "DEVICE_KINDS",
     "MEMORY_MODES",
     "PHASES",
+    "Collective",
     "GraphError",
     "Measurement",
     "OpGraph",

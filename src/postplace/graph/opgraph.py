@@ -14,6 +14,11 @@ gives). NaN in a measurement means "not measured for this op".
 
 Each op also says the precision it computes in (an index into :data:`PRECISIONS`): the cost model
 prices its FLOPs at the device's peak for that precision. Graphs and files that do not say are fp32.
+
+Collective ops (all-reduce, reduce-scatter, all-gather, broadcast) are ops too: a :class:`Collective`
+names the operation, and its members are the ops whose ``collective`` field is its index, one per rank,
+ranks in op index order. Each member is an ordinary op otherwise (its local inputs, local consumers and
+output bytes are its own); the simulator runs all members as one communication over their devices.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ KIND_BITS = {"cpu": 1, "gpu": 2}
 ALL_KINDS = 3
 MEMORY_MODES = ("live", "static")
 PRECISIONS = ("fp32", "bf16", "fp16")
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
 _OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "output_bytes", "persistent_bytes")
 _BYTE_FIELDS = ("bytes_accessed", "output_bytes", "persistent_bytes", "edges.bytes")  # at most MAX_BYTES
@@ -69,6 +75,32 @@ class Measurement:
     kind: str
     times: np.ndarray
     provenance: str
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective operation over the ops that are its members (one per rank, ranks in op order).
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`COLLECTIVE_KINDS`.
+    nbytes : float
+        S, the size of the full buffer: the all-reduced buffer, a reduce-scatter's input (each rank
+        gets S/k), an all-gather's output (each rank contributes S/k), the broadcast buffer.
+    name : str
+        A label for traces and error messages (``""``: the collective is named by its index).
+
+    Examples
+    --------
+    >>> from postplace.graph import Collective
+    >>> Collective("all_reduce", 4e6, "grads")
+    Collective(kind='all_reduce', nbytes=4000000.0, name='grads')
+    """
+
+    kind: str
+    nbytes: float
+    name: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +156,11 @@ class OpGraph:
     precision : array of int or sequence of str, optional
         The dtype each op computes in, as an ``int8`` index into :data:`PRECISIONS` (0 fp32, 1 bf16,
         2 fp16); names are accepted too. Default: every op fp32.
+    collective : array of int, optional
+        Per op: -1 for an ordinary op, else the index into ``collectives`` of the collective it is a
+        member of. Default: every op -1.
+    collectives : tuple of Collective, optional
+        The graph's collective operations; each needs at least one member. Default: none.
 
     Raises
     ------
@@ -165,6 +202,8 @@ class OpGraph:
     microbatch: np.ndarray | None = None
     module: tuple[str, ...] = ()
     precision: np.ndarray | None = None
+    collective: np.ndarray | None = None
+    collectives: tuple[Collective, ...] = ()
 
     def __repr__(self) -> str:
         return (f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
@@ -178,6 +217,9 @@ class OpGraph:
         set_(self, "microbatch", _frozen(np.asarray(mb, dtype=np.int32)))
         set_(self, "module", tuple(str(x) for x in self.module) if len(self.module) else ("",) * n)
         set_(self, "precision", _frozen(_precision_array(self.precision, n, self.names, self.name)))
+        coll = np.full(n, -1) if self.collective is None else self.collective
+        set_(self, "collective", _frozen(np.asarray(coll, dtype=np.int64)))
+        set_(self, "collectives", tuple(_collective(c, k, self.name) for k, c in enumerate(self.collectives)))
         set_(self, "names", tuple(str(x) for x in self.names))
         set_(self, "op_types", tuple(str(x) for x in self.op_types))
         for f in _OP_FLOAT_FIELDS:
@@ -236,6 +278,8 @@ class OpGraph:
         microbatch=None,
         module: Sequence[str] = (),
         precision=None,
+        collective=None,
+        collectives: Sequence[Collective] = (),
     ) -> OpGraph:
         """Build a graph from plain lists; every per-op field defaults to zero / unconstrained.
 
@@ -256,6 +300,8 @@ class OpGraph:
             As the class takes them.
         precision : sequence, optional
             Names from :data:`PRECISIONS` or their indices (default: every op fp32).
+        collective, collectives
+            As the class takes them (default: no collectives).
 
         Returns
         -------
@@ -311,6 +357,8 @@ class OpGraph:
             microbatch=microbatch,
             module=tuple(module),
             precision=precision,
+            collective=collective,
+            collectives=tuple(collectives),
         )
 
     # ----------------------------------------------------------------------------- invariants
@@ -319,7 +367,7 @@ class OpGraph:
         n = self.num_ops
         where = f"graph '{self.name}'"
         per_op = ("op_types", *_OP_FLOAT_FIELDS, "colocation", "phase", "allowed_kinds", "inplace", "inplace_base")
-        per_op += ("microbatch", "module", "precision")
+        per_op += ("microbatch", "module", "precision", "collective")
         for fname in per_op:
             if len(getattr(self, fname)) != n:
                 raise GraphError(f"{where}: field '{fname}' has {len(getattr(self, fname))} entries for {n} ops")
@@ -367,6 +415,53 @@ class OpGraph:
         self._check_edges()
         self._check_inplace_base()
         self._check_colocation_kinds()
+        self._check_collectives()
+
+    def _check_collectives(self) -> None:
+        where = f"graph '{self.name}'"
+        C = len(self.collectives)
+        bad = np.flatnonzero((self.collective < -1) | (self.collective >= C))
+        if bad.size:
+            i = int(bad[0])
+            fix = f"-1 for an ordinary op or 0..{C - 1}, the index of its collective" if C else "-1 (no collectives)"
+            raise GraphError(f"{where}: op '{self.names[i]}' field 'collective' is {self.collective[i]}; use {fix}")
+        if not C:
+            return
+        size = np.bincount(self.collective[self.collective >= 0], minlength=C)
+        for c, coll in enumerate(self.collectives):
+            who = f"{where}: collective {c} ('{coll.name}')" if coll.name else f"{where}: collective {c}"
+            if coll.kind not in COLLECTIVE_KINDS:
+                raise GraphError(f"{who} has kind '{coll.kind}'; use one of {COLLECTIVE_KINDS}")
+            if not (math.isfinite(coll.nbytes) and coll.nbytes >= 0):
+                raise GraphError(f"{who} field 'nbytes' is {coll.nbytes!r}; it must be a finite number >= 0 (bytes)")
+            if coll.nbytes > v.MAX_BYTES:
+                raise GraphError(f"{who} field 'nbytes' is {coll.nbytes:g} bytes, above the bound of "
+                                 f"{v.MAX_BYTES:g} bytes (1 EB); check the units")  # fmt: skip
+            if size[c] == 0:
+                raise GraphError(f"{who} has no member ops; set the 'collective' field of one op per rank to {c}")
+        # all members of a collective finish together, so a member that depends on another member of its
+        # own collective (or two collectives that wait on each other) could never run: contract every
+        # collective to one node and insist the result is still a DAG
+        node = np.where(self.collective >= 0, self.num_ops + self.collective, np.arange(self.num_ops))
+        src, dst = node[self.edge_src], node[self.edge_dst]
+        keep = src != dst
+        direct = np.flatnonzero(~keep & (self.collective[self.edge_src] >= 0))
+        if direct.size:
+            e = int(direct[0])
+            c = int(self.collective[self.edge_src[e]])
+            raise GraphError(
+                f"{where}: collective {c} member '{self.names[self.edge_src[e]]}' feeds its fellow member "
+                f"'{self.names[self.edge_dst[e]]}'; the members of a collective run together, so none may depend "
+                "on another"
+            )
+        if topological_order(self.num_ops + C, src[keep].tolist(), dst[keep].tolist()) is None:
+            cycle = find_cycle(self.num_ops + C, src[keep], dst[keep]) or []
+            label = [self.names[x] if x < self.num_ops else f"collective {x - self.num_ops}" for x in cycle]
+            path = " -> ".join([*label, label[0]] if label else label)
+            raise GraphError(
+                f"{where}: a collective waits on its own members: {path}; "
+                "the members of a collective run together, so none may depend on another's output"
+            )
 
     def _check_inplace_base(self) -> None:
         base = self.inplace_base
@@ -555,6 +650,10 @@ class OpGraph:
         }
         if self.precision.any():  # an all-fp32 graph writes the file it always did
             ops["precision"] = [PRECISIONS[p] for p in self.precision.tolist()]
+        extra = {}
+        if self.collectives:  # so does a graph without collectives
+            ops["collective"] = self.collective.tolist()
+            extra["collectives"] = [{"kind": c.kind, "nbytes": c.nbytes, "name": c.name} for c in self.collectives]
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -569,6 +668,7 @@ class OpGraph:
                 "bytes": self.edge_bytes.tolist(),
             },
             "measured": measured,
+            **extra,
         }
 
     @classmethod
@@ -649,6 +749,16 @@ class OpGraph:
                         v.string(m.get("provenance", ""), f"{where}.provenance"),
                     )
                 )
+            collectives = []
+            for k, c in enumerate(_field(d, "collectives", list, source) if "collectives" in d else []):
+                where = f"{source}: collectives[{k}]"
+                if not isinstance(c, dict):
+                    raise GraphError(f"{where} must be an object with kind, nbytes, name")
+                kind = v.string(_field(c, "kind", str, where), f"{where}.kind")
+                if kind not in COLLECTIVE_KINDS:
+                    raise GraphError(f"{where}.kind is '{kind}'; use one of {COLLECTIVE_KINDS}")
+                nbytes = v.number(_field(c, "nbytes", object, where), f"{where}.nbytes", minimum=0)
+                collectives.append(Collective(kind, float(nbytes), v.string(c.get("name", ""), f"{where}.name")))
             metadata = d.get("metadata", {})
             if not isinstance(metadata, dict):
                 raise GraphError(f"{source}: field 'metadata' must be an object")
@@ -667,6 +777,8 @@ class OpGraph:
                 microbatch=col("microbatch", [-1] * n, v.integer),
                 module=col("module", [""] * n, v.string),
                 precision=[PRECISIONS.index(p) for p in col("precision", ["fp32"] * n, precision)],
+                collective=col("collective", [-1] * n, v.integer),
+                collectives=tuple(collectives),
                 edge_src=src,
                 edge_dst=ecol("dst", True),
                 edge_slot=slot if slot is not None else [0] * len(src),
@@ -805,6 +917,18 @@ def _precision_array(values, n: int, names, graph: str) -> np.ndarray:
                 idx[k] = int(p)
     in_range = not idx.size or (idx.min() >= 0 and idx.max() < len(PRECISIONS))
     return idx.astype(np.int8) if in_range else idx
+
+
+def _collective(c, k: int, graph: str) -> Collective:
+    """A :class:`Collective` from one (or from a ``(kind, nbytes[, name])`` tuple), fields coerced."""
+    if isinstance(c, tuple):
+        c = Collective(*c)
+    if not isinstance(c, Collective):
+        raise GraphError(f"graph '{graph}': collectives[{k}] is a {type(c).__name__}; give a Collective")
+    try:
+        return Collective(str(c.kind), float(c.nbytes), str(c.name))
+    except (TypeError, ValueError):
+        raise GraphError(f"graph '{graph}': collectives[{k}] field 'nbytes' is {c.nbytes!r}; give bytes") from None
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

@@ -521,7 +521,7 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
         "busy_s": sched.busy.tolist(),
         "link_lanes": [{"name": res[r], "intervals": lanes[r]} for r in sorted(lanes)],
         "transfers": len(sched.transfers),
-        "bytes_moved": float(sum(x[4] for x in sched.transfers)),
+        "bytes_moved": float(sched.bytes_moved),
     }
     timeline = memory_over_time(sim.problem, sched.device)
     memory = {

@@ -2,15 +2,17 @@
 
 ``lower_bound`` is the larger of two bounds every schedule obeys:
 
-* the critical path with every op on its fastest allowed device and free communication;
+* the critical path with every op on its fastest allowed device and free communication (collectives
+  are communication: their member ops cost nothing);
 * the total work spread ideally: the optimum of the fractional relaxation in which each op's work may
   be split over the devices it may use (``x[i, d]`` of op i on device d, costing ``x * time[i, d]``)
   and every device's share must fit in the makespan. Solved as a linear program with scipy's HiGHS;
   for very large graphs, where the LP would be slow, the weaker ``sum of fastest times / D`` is used.
 
 ``failure_step_time`` is strictly above the step time of any feasible placement (every op on its
-slowest allowed device, one after another, plus every edge's transfer over the slowest route, one after
-another): the score a search gives an OOM or failed placement so it ranks below every feasible one.
+slowest allowed device, one after another, plus every edge's transfer over the slowest route and every
+collective at its worst, one after another): the score a search gives an OOM or failed placement so it
+ranks below every feasible one.
 """
 
 from __future__ import annotations
@@ -24,8 +26,18 @@ from postplace.sim.problem import SimProblem
 LP_MAX_VARIABLES = 400_000
 
 
+def _compute_time(p: SimProblem) -> np.ndarray:
+    """``op_time`` with collective members at 0 where they may run: they are communication, not compute."""
+    if not p.num_collectives:
+        return p.op_time
+    t = p.op_time.copy()
+    members = p.coll_of >= 0
+    t[members] = np.where(np.isfinite(t[members]), 0.0, t[members])
+    return t
+
+
 def critical_path(p: SimProblem) -> float:
-    fastest = p.op_time.min(axis=1)
+    fastest = _compute_time(p).min(axis=1)
     finish = np.zeros(p.num_ops)
     g = p.graph
     for i in range(p.num_ops):
@@ -37,7 +49,7 @@ def critical_path(p: SimProblem) -> float:
 
 
 def work_bound(p: SimProblem) -> float:
-    t = p.op_time
+    t = _compute_time(p)
     n, D = t.shape
     simple = float(t.min(axis=1).sum() / D)
     ok = np.isfinite(t)
@@ -91,8 +103,12 @@ def lower_bound(p: SimProblem) -> float:
 def failure_step_time(p: SimProblem) -> float:
     """A score strictly above the step time of any feasible placement, for OOM and failed ones.
 
-    Twice the sum of every op's time on its slowest allowed device and every edge's transfer at the
-    largest latency and lowest bandwidth of any route, plus one second.
+    Twice the sum of every op's time on its slowest allowed device, every edge's transfer at the
+    largest latency and lowest bandwidth of any route, and every collective at its worst, plus one
+    second. A collective of k members on S bytes takes at most ``2 k`` steps (hierarchical phases
+    included), each at most the largest route latency, and sends at most ``3 S`` bytes along any one
+    rank's ring path, over link directions that at most k pairs share: so at most
+    ``2 k * latency + 3 S k / (the cluster's slowest link)``.
 
     Parameters
     ----------
@@ -109,6 +125,10 @@ def failure_step_time(p: SimProblem) -> float:
         worst_lat = float(p.latency[off].max())
         min_bw = float(p.bandwidth[off].min())
         comm = float(np.sum(worst_lat + p.edge_bytes / min_bw))
+        slowest_link = min(link.bandwidth for link in p.cluster.links)
+        for c, coll in enumerate(p.graph.collectives):
+            k = len(p.collective_members(c))
+            comm += 2 * k * worst_lat + 3 * coll.nbytes * k / slowest_link
     else:
         comm = 0.0
     return float(slowest.sum() + comm) * 2.0 + 1.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-OP_DONE, XFER_START, XFER_DONE = 0, 1, 2
+OP_DONE, XFER_START, XFER_DONE, COLL_START, COLL_DONE = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
@@ -135,9 +135,34 @@ def _release(
 
 
 @njit(cache=True)
-def make_work(n, n_edges, D, num_res, num_slots):
+def _arrive(
+    c, t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res,
+    res_free, coll_start, coll_end, op_start, live_mode,
+):  # fmt: skip
+    """A member of collective ``c`` has its inputs; the last one starts it. Returns (events, sequence)."""
+    coll_left[c] -= 1
+    if coll_left[c] != 0:
+        return ev_n, seq
+    start = t
+    for r in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+        start = max(start, res_free[coll_res[r]])
+    end = start + coll_seconds[c]
+    for r in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+        res_free[coll_res[r]] = end
+    coll_start[c] = start
+    coll_end[c] = end
+    for k in range(coll_ptr[c], coll_ptr[c + 1]):
+        op_start[coll_members[k]] = start
+    if live_mode:  # a start event only matters for memory
+        ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, start, seq, COLL_START, c)
+    ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, end, seq + 1, COLL_DONE, c)
+    return ev_n, seq + 2
+
+
+@njit(cache=True)
+def make_work(n, n_edges, D, num_res, num_slots, num_coll):
     """Scratch arrays for :func:`run_one`, allocated once per batch (run_one resets what it uses)."""
-    cap = n + 2 * n_edges + 1
+    cap = n + 2 * n_edges + 2 * num_coll + 1
     work_a = (
         np.empty(n, dtype=np.int64),  # pending in-edges per op
         np.empty((D, n), dtype=np.int64),  # per-device ready heaps
@@ -161,6 +186,7 @@ def make_work(n, n_edges, D, num_res, num_slots):
         np.empty(num_slots * D, dtype=np.int64),  # (slot, device) -> op that made that transfer
         np.empty(num_slots * D, dtype=np.int64),  # ... and its id
         np.empty(n, dtype=np.int64),  # stack of ops being freed (see _release)
+        np.empty(num_coll, dtype=np.int64),  # members not yet arrived, per collective
     )
     return work_a, work_b
 
@@ -170,15 +196,20 @@ def run_one(
     dev, op_time, alloc_bytes, persistent, live_mode,
     out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
     latency, bandwidth, route_ptr, route_res, num_res,
+    coll_of, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res, coll_wire,
     # outputs and scratch, sized by the caller (see make_work)
-    busy, peak, op_start, op_end,
+    busy, peak, op_start, op_end, coll_start, coll_end,
     x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
 ):  # fmt: skip
-    """Simulate one placement ``dev[n]``; returns (makespan, bytes moved, number of transfers)."""
+    """Simulate one placement ``dev[n]``; returns (makespan, bytes moved, number of transfers).
+
+    ``coll_seconds``, ``coll_res_ptr``/``coll_res`` and ``coll_wire`` are this placement's collective
+    durations, held resources and wire bytes (:meth:`postplace.sim.SimProblem.collective_arrays`)."""
     n = dev.shape[0]
     D = busy.shape[0]
+    C = coll_ptr.shape[0] - 1
     pending, rq, rq_size, running, ev_t, ev_s, ev_k, ev_id, res_free, resident, live = work_a
-    local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id, stack = work_b
+    local_rem, send_rem, freed, done, x_left, xfer_of_edge, made_stamp, made_id, stack, coll_left = work_b
     ev_n = 0
     seq = 0
     n_x = 0
@@ -201,6 +232,10 @@ def run_one(
         resident[dev[i]] += persistent[i]
         op_start[i] = np.nan
         op_end[i] = np.nan
+    for c in range(C):
+        coll_left[c] = coll_ptr[c + 1] - coll_ptr[c]
+        coll_start[c] = np.nan
+        coll_end[c] = np.nan
     for d in range(D):
         peak[d] = resident[d]
     if live_mode:  # consumer counts only serve to free memory; static mode allocates nothing
@@ -208,11 +243,18 @@ def run_one(
             for e in range(out_ptr[i], out_ptr[i + 1]):
                 if dev[edge_dst[e]] == dev[i]:
                     local_rem[i] += 1
+    one = np.empty(1, dtype=np.int64)  # an ended op as a list of one, as a collective's members are
+    t = 0.0
     for i in range(n):
         if pending[i] == 0:
-            _rq_push(rq, rq_size, dev[i], i)
+            if coll_of[i] >= 0:
+                ev_n, seq = _arrive(
+                    coll_of[i], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr, coll_members,
+                    coll_seconds, coll_res_ptr, coll_res, res_free, coll_start, coll_end, op_start, live_mode,
+                )  # fmt: skip
+            else:
+                _rq_push(rq, rq_size, dev[i], i)
 
-    t = 0.0
     while True:
         for d in range(D):
             if running[d] == -1 and rq_size[d] > 0:
@@ -233,72 +275,93 @@ def run_one(
             kind = ev_k[0]
             ident = ev_id[0]
             ev_n = _ev_pop(ev_t, ev_s, ev_k, ev_id, ev_n)
-            if kind == OP_DONE:
-                i = ident
-                d = dev[i]
-                running[d] = -1
-                op_end[i] = t
-                done[i] = True
-                for k in range(in_ptr[i], in_ptr[i + 1] if live_mode else in_ptr[i]):
-                    e = in_edges[k]
-                    if edge_alias[e]:
-                        continue  # the tensor i wrote in place is held until i's output is freed
-                    src = edge_src[e]
-                    if dev[src] == d:
-                        local_rem[src] -= 1
-                        if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
-                            _release(
-                                src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-                                in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-                            )  # fmt: skip
-                    else:
-                        x = xfer_of_edge[e]
-                        x_left[x] -= 1
-                        if x_left[x] == 0 and live_mode:
-                            live[d] -= x_bytes[x]
-                for e in range(out_ptr[i], out_ptr[i + 1]):
-                    j = edge_dst[e]
-                    b = dev[j]
-                    if b == d:
-                        pending[j] -= 1
-                        if pending[j] == 0:
-                            _rq_push(rq, rq_size, d, j)
-                        continue
-                    key = edge_slot[e] * D + b
-                    if made_stamp[key] != i:
-                        nbytes = edge_bytes[e]
-                        r0 = route_ptr[d * D + b]
-                        r1 = route_ptr[d * D + b + 1]
-                        start = t
-                        for r in range(r0, r1):
-                            start = max(start, res_free[route_res[r]])
-                        end = start + (latency[d, b] + nbytes / bandwidth[d, b])
-                        for r in range(r0, r1):
-                            res_free[route_res[r]] = end
-                        made_stamp[key] = i
-                        made_id[key] = n_x
-                        x_src[n_x] = i
-                        x_slot[n_x] = edge_slot[e]
-                        x_from[n_x] = d
-                        x_to[n_x] = b
-                        x_bytes[n_x] = nbytes
-                        x_start[n_x] = start
-                        x_end[n_x] = end
-                        x_left[n_x] = 0
-                        send_rem[i] += 1
-                        if live_mode:  # a start event only matters for memory
-                            ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, start, seq, XFER_START, n_x)
-                        ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, end, seq + 1, XFER_DONE, n_x)
-                        seq += 2
-                        n_x += 1
-                    x = made_id[key]
-                    xfer_of_edge[e] = x
-                    x_left[x] += 1
-                if live_mode and not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
-                    _release(
-                        i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-                        in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-                    )  # fmt: skip
+            if kind == OP_DONE or kind == COLL_DONE:
+                # an op ends, or every member of a collective does (in op order): the same handling
+                if kind == OP_DONE:
+                    running[dev[ident]] = -1
+                    one[0] = ident
+                    ops, m0, m1 = one, 0, 1
+                else:
+                    ops, m0, m1 = coll_members, coll_ptr[ident], coll_ptr[ident + 1]
+                for mk in range(m0, m1):
+                    i = ops[mk]
+                    d = dev[i]
+                    op_end[i] = t
+                    done[i] = True
+                    for k in range(in_ptr[i], in_ptr[i + 1] if live_mode else in_ptr[i]):
+                        e = in_edges[k]
+                        if edge_alias[e]:
+                            continue  # the tensor i wrote in place is held until i's output is freed
+                        src = edge_src[e]
+                        if dev[src] == d:
+                            local_rem[src] -= 1
+                            if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
+                                _release(
+                                    src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+                                    in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+                                )  # fmt: skip
+                        else:
+                            x = xfer_of_edge[e]
+                            x_left[x] -= 1
+                            if x_left[x] == 0 and live_mode:
+                                live[d] -= x_bytes[x]
+                    for e in range(out_ptr[i], out_ptr[i + 1]):
+                        j = edge_dst[e]
+                        b = dev[j]
+                        if b == d:
+                            pending[j] -= 1
+                            if pending[j] == 0:
+                                if coll_of[j] >= 0:
+                                    ev_n, seq = _arrive(
+                                        coll_of[j], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr,
+                                        coll_members, coll_seconds, coll_res_ptr, coll_res, res_free, coll_start,
+                                        coll_end, op_start, live_mode,
+                                    )  # fmt: skip
+                                else:
+                                    _rq_push(rq, rq_size, d, j)
+                            continue
+                        key = edge_slot[e] * D + b
+                        if made_stamp[key] != i:
+                            nbytes = edge_bytes[e]
+                            r0 = route_ptr[d * D + b]
+                            r1 = route_ptr[d * D + b + 1]
+                            start = t
+                            for r in range(r0, r1):
+                                start = max(start, res_free[route_res[r]])
+                            end = start + (latency[d, b] + nbytes / bandwidth[d, b])
+                            for r in range(r0, r1):
+                                res_free[route_res[r]] = end
+                            made_stamp[key] = i
+                            made_id[key] = n_x
+                            x_src[n_x] = i
+                            x_slot[n_x] = edge_slot[e]
+                            x_from[n_x] = d
+                            x_to[n_x] = b
+                            x_bytes[n_x] = nbytes
+                            x_start[n_x] = start
+                            x_end[n_x] = end
+                            x_left[n_x] = 0
+                            send_rem[i] += 1
+                            if live_mode:  # a start event only matters for memory
+                                ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, start, seq, XFER_START, n_x)
+                            ev_n = _ev_push(ev_t, ev_s, ev_k, ev_id, ev_n, end, seq + 1, XFER_DONE, n_x)
+                            seq += 2
+                            n_x += 1
+                        x = made_id[key]
+                        xfer_of_edge[e] = x
+                        x_left[x] += 1
+                    if live_mode and not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
+                        _release(
+                            i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
+                            in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
+                        )  # fmt: skip
+            elif kind == COLL_START:
+                for mk in range(coll_ptr[ident], coll_ptr[ident + 1]):
+                    i = coll_members[mk]
+                    d = dev[i]
+                    live[d] += alloc_bytes[i]
+                    if resident[d] + live[d] > peak[d]:
+                        peak[d] = resident[d] + live[d]
             elif kind == XFER_START:
                 if live_mode:
                     b = x_to[ident]
@@ -320,7 +383,14 @@ def run_one(
                     if dev[j] == b and edge_slot[e] == slot:
                         pending[j] -= 1
                         if pending[j] == 0:
-                            _rq_push(rq, rq_size, b, j)
+                            if coll_of[j] >= 0:
+                                ev_n, seq = _arrive(
+                                    coll_of[j], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr,
+                                    coll_members, coll_seconds, coll_res_ptr, coll_res, res_free, coll_start,
+                                    coll_end, op_start, live_mode,
+                                )  # fmt: skip
+                            else:
+                                _rq_push(rq, rq_size, b, j)
 
     makespan = 0.0
     for i in range(n):
@@ -329,6 +399,8 @@ def run_one(
     moved = 0.0
     for x in range(n_x):
         moved += x_bytes[x]
+    for c in range(C):
+        moved += coll_wire[c]
     return makespan, moved, n_x
 
 
@@ -337,14 +409,21 @@ def run_batch(
     placements, op_time, alloc_bytes, persistent, live_mode,
     out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
     latency, bandwidth, route_ptr, route_res, num_res,
+    coll_of, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res, coll_wire,
     makespan, busy, peak, moved,
 ):  # fmt: skip
-    """Simulate every row of ``placements[m, n]`` (op-level device ids) into the output arrays."""
+    """Simulate every row of ``placements[m, n]`` (op-level device ids) into the output arrays.
+
+    ``coll_seconds[m, C]``, ``coll_res_ptr[m, C + 1]``, ``coll_res[m, R]`` and ``coll_wire[m, C]``: each
+    row's collective costs (see :func:`run_one`)."""
     m, n = placements.shape
     n_edges = edge_dst.shape[0]
-    work_a, work_b = make_work(n, n_edges, busy.shape[1], num_res, num_slots)
+    C = coll_ptr.shape[0] - 1
+    work_a, work_b = make_work(n, n_edges, busy.shape[1], num_res, num_slots, C)
     op_start = np.empty(n)
     op_end = np.empty(n)
+    coll_start = np.empty(C)
+    coll_end = np.empty(C)
     x_src = np.empty(n_edges, dtype=np.int64)
     x_slot = np.empty(n_edges, dtype=np.int64)
     x_from = np.empty(n_edges, dtype=np.int64)
@@ -357,7 +436,8 @@ def run_batch(
             placements[r], op_time, alloc_bytes, persistent, live_mode,
             out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
             latency, bandwidth, route_ptr, route_res, num_res,
-            busy[r], peak[r], op_start, op_end,
+            coll_of, coll_ptr, coll_members, coll_seconds[r], coll_res_ptr[r], coll_res[r], coll_wire[r],
+            busy[r], peak[r], op_start, op_end, coll_start, coll_end,
             x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
         )  # fmt: skip
         makespan[r] = ms

@@ -10,6 +10,7 @@ from postplace.cluster import Cluster
 from postplace.cost import CostModel, OpTimes, RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
+from postplace.sim.collectives import collective_cost_cached
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +53,13 @@ class SimProblem:
         Ports and link directions (:attr:`Cluster.num_resources`).
     capacity : numpy.ndarray
         ``float64[D]``: usable memory per device.
+    coll_of : numpy.ndarray
+        ``int64[n]``: the collective op i is a member of, -1 for an ordinary op (:attr:`OpGraph.collective`).
+    coll_ptr, coll_members : numpy.ndarray
+        CSR over collectives: the members of collective c, in rank (op index) order, are
+        ``coll_members[coll_ptr[c]:coll_ptr[c + 1]]``.
+    num_collectives : int
+        The graph's number of collectives.
     """
 
     graph: OpGraph
@@ -78,6 +86,10 @@ class SimProblem:
     route_res: np.ndarray
     num_resources: int
     capacity: np.ndarray
+    coll_of: np.ndarray  # int64[n]
+    coll_ptr: np.ndarray  # int64[C + 1]
+    coll_members: np.ndarray  # int64[M]
+    num_collectives: int
 
     @classmethod
     def build(cls, graph: OpGraph, cluster: Cluster, cost_model: CostModel | None = None) -> SimProblem:
@@ -104,9 +116,18 @@ class SimProblem:
         times = cost_model.op_times(graph, cluster)
         _check_finite(graph, cluster, times.table)
         live = graph.memory_mode == "live"
-        alloc = np.where(graph.inplace, 0.0, graph.output_bytes) if live else np.zeros(graph.num_ops)
+        # a parameter or buffer op's output is the tensor its persistent bytes already hold: counting it
+        # again as a live allocation held every parameter twice (and FSDP's shards as whole parameters)
+        holds = np.isin(np.asarray(graph.op_types), ("parameter", "buffer"))
+        holds &= graph.persistent_bytes >= graph.output_bytes
+        alloc = np.where(graph.inplace | holds, 0.0, graph.output_bytes) if live else np.zeros(graph.num_ops)
         dst_base = graph.inplace_base[graph.edge_dst]
         alias = graph.inplace[graph.edge_dst] & ((dst_base == -1) | (dst_base == graph.edge_src))
+        C = len(graph.collectives)
+        member_ops = np.flatnonzero(graph.collective >= 0)
+        coll_members = member_ops[np.argsort(graph.collective[member_ops], kind="stable")].astype(np.int64)
+        coll_ptr = np.zeros(C + 1, dtype=np.int64)
+        coll_ptr[1:] = np.cumsum(np.bincount(graph.collective[member_ops], minlength=C))
         return cls(
             graph=graph,
             cluster=cluster,
@@ -132,6 +153,10 @@ class SimProblem:
             route_res=cluster.route_resources,
             num_resources=cluster.num_resources,
             capacity=cluster.capacity,
+            coll_of=np.ascontiguousarray(graph.collective, dtype=np.int64),
+            coll_ptr=coll_ptr,
+            coll_members=np.ascontiguousarray(coll_members),
+            num_collectives=C,
         )
 
     @property
@@ -143,6 +168,56 @@ class SimProblem:
     def num_devices(self) -> int:
         """The cluster's number of devices."""
         return self.cluster.num_devices
+
+    def collective_members(self, c: int) -> np.ndarray:
+        """The member ops of collective ``c``, in rank (op index) order."""
+        return self.coll_members[self.coll_ptr[c] : self.coll_ptr[c + 1]]
+
+    def collective_arrays(self, placements: np.ndarray):
+        """What each collective costs under each op-level placement, as flat arrays for the kernel.
+
+        Parameters
+        ----------
+        placements : numpy.ndarray
+            ``int64[m, n]``: op-level placements whose collectives' members are on distinct devices.
+
+        Returns
+        -------
+        seconds : numpy.ndarray
+            ``float64[m, C]``: each collective's duration.
+        res_ptr : numpy.ndarray
+            ``int64[m, C + 1]``: CSR pointer per row into ``res``.
+        res : numpy.ndarray
+            ``int64[m, R]``: the resources each collective holds (rows padded to the longest).
+        wire : numpy.ndarray
+            ``float64[m, C]``: bytes each collective sends.
+        """
+        m, C = placements.shape[0], self.num_collectives
+        seconds = np.zeros((m, C))
+        wire = np.zeros((m, C))
+        res_ptr = np.zeros((m, C + 1), dtype=np.int64)
+        if not C:
+            return seconds, res_ptr, np.zeros((m, 0), dtype=np.int64), wire
+        # placements of a batch often agree on where the members are: price each distinct layout once
+        sub = np.ascontiguousarray(placements[:, self.coll_members])
+        first: dict[bytes, int] = {}
+        row_of = np.array([first.setdefault(sub[r].tobytes(), r) for r in range(m)], dtype=np.int64)
+        ptr = self.coll_ptr.tolist()
+        colls = [(c.kind, c.nbytes) for c in self.graph.collectives]
+        held: dict[int, list[int]] = {}
+        for u in first.values():
+            layout = sub[u].tolist()
+            res = held[u] = []
+            for c, (kind, nbytes) in enumerate(colls):
+                cost = collective_cost_cached(self.cluster, kind, nbytes, tuple(layout[ptr[c] : ptr[c + 1]]))
+                seconds[u, c] = cost.seconds
+                wire[u, c] = cost.wire_bytes
+                res.extend(cost.resources)
+                res_ptr[u, c + 1] = len(res)
+        res_all = np.zeros((m, max(1, max(len(h) for h in held.values()))), dtype=np.int64)
+        for u, res in held.items():
+            res_all[u, : len(res)] = res
+        return seconds[row_of], res_ptr[row_of], res_all[row_of], wire[row_of]
 
 
 def _check_finite(graph: OpGraph, cluster: Cluster, table: np.ndarray) -> None:

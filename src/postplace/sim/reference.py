@@ -21,20 +21,29 @@ Semantics (the same in both implementations):
   they write (their ``inplace_base``'s output, or its received copy; every input when the base is not
   known), so that tensor is held until the in-place op's own output is freed (its consumers and sends
   done), not merely until the in-place op finishes; chains of in-place ops hold it to the end of the
-  chain. Persistent bytes are resident all along. In static mode a device holds the persistent bytes
+  chain. Persistent bytes are resident all along; a parameter or buffer op's output is the tensor its
+  persistent bytes hold, so it allocates nothing more. In static mode a device holds the persistent bytes
   (footprints) of its ops and nothing else. Frees at an instant happen before the ops started at that instant allocate.
+* Collectives: a member op of a collective never runs on its device's queue and adds nothing to its
+  busy time. When all its in-edges have delivered it has arrived; when the last member of the collective
+  arrives, the collective is created: it holds every resource :func:`postplace.sim.collectives.collective_cost`
+  names for its members' devices, starting when the last of them is free (FIFO with transfers, as a
+  transfer does), for its duration. At its start every member's output is allocated on the member's
+  device; at its end every member (in op order) finishes as an ordinary op finishing then: it frees its
+  inputs, delivers to its local consumers and sends its outputs to consumers on other devices.
+  Collective start and end events are ordered with the others by (time, sequence number).
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from postplace.sim.problem import SimProblem
 
-OP_DONE, XFER_START, XFER_DONE = 0, 1, 2
+OP_DONE, XFER_START, XFER_DONE, COLL_START, COLL_DONE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -48,12 +57,17 @@ class Run:
     op_start: np.ndarray
     op_end: np.ndarray
     transfers: list  # (src op, slot, from device, to device, bytes, start, end)
+    collectives: list = field(default_factory=list)  # (collective, start, end, wire bytes) per collective
 
 
 def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> Run:
     """Simulate one placement; ``memory_log`` (a list) receives ``(time, device, bytes held)`` at every
     change of a device's memory, after the change (persistent bytes included)."""
-    n, D = p.num_ops, p.num_devices
+    n, D, C = p.num_ops, p.num_devices, p.num_collectives
+    c_sec, c_ptr, c_res, c_wire = (a[0] for a in p.collective_arrays(np.asarray(dev, dtype=np.int64)[None, :]))
+    coll_left = np.diff(p.coll_ptr).tolist()
+    coll_start = [np.nan] * C
+    coll_end = [np.nan] * C
     dev = [int(x) for x in dev]
     pending = [int(x) for x in p.indegree]
     ready: list[list[int]] = [[] for _ in range(D)]
@@ -122,11 +136,91 @@ def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> 
         if can_free(i):
             release(i)
 
-    for i in range(n):
-        if pending[i] == 0:
-            heapq.heappush(ready[dev[i]], i)
+    def deliver(j, b):
+        # one more input of op j is on its device b
+        pending[j] -= 1
+        if pending[j] == 0:
+            if p.coll_of[j] >= 0:
+                arrive(int(p.coll_of[j]))
+            else:
+                heapq.heappush(ready[b], j)
+
+    def arrive(c):
+        # a member of collective c has its inputs; the last one to arrive starts it
+        nonlocal seq
+        coll_left[c] -= 1
+        if coll_left[c]:
+            return
+        held = c_res[c_ptr[c] : c_ptr[c + 1]]
+        start = t
+        for r in held:
+            start = max(start, res_free[r])
+        end = start + c_sec[c]
+        for r in held:
+            res_free[r] = end
+        coll_start[c], coll_end[c] = start, end
+        for i in p.collective_members(c):
+            op_start[i] = start
+        if p.live_mode:  # a start event only matters for memory
+            heapq.heappush(events, (start, seq, COLL_START, c))
+        heapq.heappush(events, (end, seq + 1, COLL_DONE, c))
+        seq += 2
+
+    def finish(i):
+        # op i (run on its device, or a collective member) ends now
+        nonlocal seq
+        d = dev[i]
+        op_end[i] = t
+        for k in range(p.in_ptr[i], p.in_ptr[i + 1]):
+            e = int(p.in_edges[k])
+            if p.edge_alias[e]:
+                continue  # the tensor i wrote in place is held until i's output is freed
+            src = int(p.edge_src[e])
+            if dev[src] == d:
+                local_rem[src] -= 1
+                maybe_free_output(src)
+            else:
+                x = transfers[xfer_of_edge[e]]
+                x[7] -= 1
+                if x[7] == 0 and p.live_mode:
+                    live[d] -= x[4]
+                    note(d)
+        made: dict[tuple[int, int], int] = {}
+        for e in range(p.out_ptr[i], p.out_ptr[i + 1]):
+            j = int(p.edge_dst[e])
+            b = dev[j]
+            if b == d:
+                deliver(j, d)
+                continue
+            key = (int(p.edge_slot[e]), b)
+            if key not in made:
+                nbytes = float(p.edge_bytes[e])
+                route = p.route_res[p.route_ptr[d * D + b] : p.route_ptr[d * D + b + 1]]
+                start = t
+                for r in route:
+                    start = max(start, res_free[r])
+                end = start + (p.latency[d, b] + nbytes / p.bandwidth[d, b])
+                for r in route:
+                    res_free[r] = end
+                made[key] = len(transfers)
+                transfers.append([i, key[0], d, b, nbytes, start, end, 0])
+                send_rem[i] += 1
+                if p.live_mode:  # a start event only matters for memory
+                    heapq.heappush(events, (start, seq, XFER_START, made[key]))
+                heapq.heappush(events, (end, seq + 1, XFER_DONE, made[key]))
+                seq += 2
+            xfer_of_edge[e] = made[key]
+            transfers[made[key]][7] += 1
+        maybe_free_output(i)
 
     t = 0.0
+    for i in range(n):
+        if pending[i] == 0:
+            if p.coll_of[i] >= 0:
+                arrive(int(p.coll_of[i]))
+            else:
+                heapq.heappush(ready[dev[i]], i)
+
     while True:
         for d in range(D):
             if running[d] == -1 and ready[d]:
@@ -144,53 +238,14 @@ def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> 
         while events and events[0][0] == t:
             _, _, kind, ident = heapq.heappop(events)
             if kind == OP_DONE:
-                i = ident
-                d = dev[i]
-                running[d] = -1
-                op_end[i] = t
-                for k in range(p.in_ptr[i], p.in_ptr[i + 1]):
-                    e = int(p.in_edges[k])
-                    if p.edge_alias[e]:
-                        continue  # the tensor i wrote in place is held until i's output is freed
-                    src = int(p.edge_src[e])
-                    if dev[src] == d:
-                        local_rem[src] -= 1
-                        maybe_free_output(src)
-                    else:
-                        x = transfers[xfer_of_edge[e]]
-                        x[7] -= 1
-                        if x[7] == 0 and p.live_mode:
-                            live[d] -= x[4]
-                            note(d)
-                made: dict[tuple[int, int], int] = {}
-                for e in range(p.out_ptr[i], p.out_ptr[i + 1]):
-                    j = int(p.edge_dst[e])
-                    b = dev[j]
-                    if b == d:
-                        pending[j] -= 1
-                        if pending[j] == 0:
-                            heapq.heappush(ready[d], j)
-                        continue
-                    key = (int(p.edge_slot[e]), b)
-                    if key not in made:
-                        nbytes = float(p.edge_bytes[e])
-                        route = p.route_res[p.route_ptr[d * D + b] : p.route_ptr[d * D + b + 1]]
-                        start = t
-                        for r in route:
-                            start = max(start, res_free[r])
-                        end = start + (p.latency[d, b] + nbytes / p.bandwidth[d, b])
-                        for r in route:
-                            res_free[r] = end
-                        made[key] = len(transfers)
-                        transfers.append([i, key[0], d, b, nbytes, start, end, 0])
-                        send_rem[i] += 1
-                        if p.live_mode:  # a start event only matters for memory
-                            heapq.heappush(events, (start, seq, XFER_START, made[key]))
-                        heapq.heappush(events, (end, seq + 1, XFER_DONE, made[key]))
-                        seq += 2
-                    xfer_of_edge[e] = made[key]
-                    transfers[made[key]][7] += 1
-                maybe_free_output(i)
+                running[dev[ident]] = -1
+                finish(ident)
+            elif kind == COLL_DONE:
+                for i in p.collective_members(ident):
+                    finish(int(i))
+            elif kind == COLL_START:
+                for i in p.collective_members(ident):
+                    alloc(dev[i], p.alloc_bytes[i])
             elif kind == XFER_START:
                 x = transfers[ident]
                 if p.live_mode:
@@ -203,11 +258,14 @@ def simulate(p: SimProblem, dev: np.ndarray, memory_log: list | None = None) -> 
                 for e in range(p.out_ptr[src], p.out_ptr[src + 1]):
                     j = int(p.edge_dst[e])
                     if dev[j] == b and int(p.edge_slot[e]) == slot:
-                        pending[j] -= 1
-                        if pending[j] == 0:
-                            heapq.heappush(ready[b], j)
+                        deliver(j, b)
 
     makespan = float(np.max(op_end)) if n else 0.0
-    moved = float(sum(x[4] for x in transfers))
+    moved = 0.0
+    for x in transfers:
+        moved += x[4]
+    for c in range(C):
+        moved += c_wire[c]
     records = [tuple(x[:7]) for x in transfers]
-    return Run(makespan, busy, peak, moved, op_start, op_end, records)
+    colls = [(c, float(coll_start[c]), float(coll_end[c]), float(c_wire[c])) for c in range(C)]
+    return Run(makespan, busy, peak, moved, op_start, op_end, records, colls)

@@ -14,7 +14,7 @@ import numpy as np
 from postplace.cluster import Cluster
 from postplace.cluster.placement import colocation_representative, invalid_reason
 from postplace.cost import CostModel
-from postplace.graph import OpGraph
+from postplace.graph import COLLECTIVE_KINDS, OpGraph
 from postplace.sim import bounds, kernel
 from postplace.sim.problem import SimProblem
 from postplace.sim.trace import Schedule
@@ -44,9 +44,11 @@ class EvalResult:
     busy : numpy.ndarray, optional
         ``float64[n, D]``: seconds each device computes (the simulator's).
     bytes_moved : numpy.ndarray, optional
-        ``float64[n]``: bytes transferred between devices (the simulator's).
+        ``float64[n]``: bytes transferred between devices (the simulator's: point-to-point transfers plus
+        every collective's bytes on the wire).
     extra : dict
-        Anything else an evaluator reports.
+        Anything else an evaluator reports. The simulator puts ``"collective_bytes"`` there for a graph
+        with collectives: ``{kind: float64[n]}``, the wire bytes of the collectives of each kind present.
 
     Attributes
     ----------
@@ -112,8 +114,9 @@ class Evaluator(Protocol):
 class Simulator:
     """Evaluates placements of ``graph`` on ``cluster`` by simulation.
 
-    Placements that put an op on a kind of device it may not use, split a colocation set or name a
-    device that does not exist come back ``failed`` with the reason; the others are simulated.
+    Placements that put an op on a kind of device it may not use, split a colocation set, name a
+    device that does not exist or put two members of one collective on one device come back ``failed``
+    with the reason; the others are simulated.
 
     Parameters
     ----------
@@ -135,7 +138,7 @@ class Simulator:
     --------
     >>> import numpy as np
     >>> from postplace.cluster import load_cluster
-    >>> from postplace.graph import OpGraph
+    >>> from postplace.graph import COLLECTIVE_KINDS, OpGraph
     >>> from postplace.sim import Simulator
     >>> g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9])
     >>> sim = Simulator(g, load_cluster("k80x2"))  # devices cpu, gpu0, gpu1
@@ -229,20 +232,39 @@ class Simulator:
         failed = self._invalid_rows(ops)
         reasons: list[str | None] = [None] * n
         for r in np.flatnonzero(failed):
-            reasons[r] = invalid_reason(self.graph, self.cluster, ops[r])
+            reasons[r] = self._invalid_reason(ops[r])
         ok = np.flatnonzero(~failed)
         step = np.full(n, np.inf)
         peak = np.zeros((n, D))
         busy = np.zeros((n, D))
         moved = np.zeros(n)
+        wire = np.zeros((n, self.problem.num_collectives))
         if ok.size:
-            s, pk, bz, mv = self._run(ops[ok])
-            step[ok], peak[ok], busy[ok], moved[ok] = s, pk, bz, mv
+            s, pk, bz, mv, wr = self._run(ops[ok])
+            step[ok], peak[ok], busy[ok], moved[ok], wire[ok] = s, pk, bz, mv, wr
         oom = np.any(peak > self.cluster.capacity, axis=1) & ~failed
-        return EvalResult(step, peak, oom, failed, reasons, self.name, busy, moved)
+        extra = {}
+        if self.graph.collectives:
+            kinds = np.array([c.kind for c in self.graph.collectives])
+            present = [k for k in COLLECTIVE_KINDS if (kinds == k).any()]
+            extra["collective_bytes"] = {k: wire[:, kinds == k].sum(axis=1) for k in present}
+        return EvalResult(step, peak, oom, failed, reasons, self.name, busy, moved, extra)
 
     def _invalid_rows(self, ops: np.ndarray) -> np.ndarray:
-        return kernel.invalid_rows(ops, self._allowed, self.cluster.kind_bits, self._rep)
+        bad = kernel.invalid_rows(ops, self._allowed, self.cluster.kind_bits, self._rep)
+        p = self.problem
+        if p.num_collectives and ops.shape[0]:
+            # two members of one collective on one device: (collective, device) keys repeat in the row
+            D = self.cluster.num_devices
+            keys = np.sort(p.coll_of[p.coll_members] * D + np.clip(ops[:, p.coll_members], 0, D - 1), axis=1)
+            bad |= np.any(keys[:, 1:] == keys[:, :-1], axis=1)
+        return bad
+
+    def _invalid_reason(self, dev: np.ndarray) -> str | None:
+        reason = invalid_reason(self.graph, self.cluster, dev)
+        if reason is None:
+            reason = shared_device_reason(self.problem, dev)
+        return reason
 
     def _run(self, ops: np.ndarray):
         p = self.problem
@@ -252,13 +274,15 @@ class Simulator:
         busy = np.empty((m, D))
         peak = np.empty((m, D))
         moved = np.empty(m)
+        c_sec, c_ptr, c_res, c_wire = p.collective_arrays(ops)
         kernel.run_batch(
             ops, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
             p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
             p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
+            p.coll_of, p.coll_ptr, p.coll_members, c_sec, c_ptr, c_res, c_wire,
             makespan, busy, peak, moved,
         )  # fmt: skip
-        return makespan, peak, busy, moved
+        return makespan, peak, busy, moved, c_wire
 
     def schedule(self, placement: np.ndarray) -> Schedule:
         """The full schedule of one placement (op-level or group-level, as :meth:`evaluate` takes).
@@ -278,25 +302,53 @@ class Simulator:
             When the placement is invalid (the reason :meth:`evaluate` would give).
         """
         dev = np.ascontiguousarray(self.expand(placement)[0])
-        reason = invalid_reason(self.graph, self.cluster, dev)
+        reason = self._invalid_reason(dev)
         if reason:
             raise ValueError(reason)
         p = self.problem
-        n, D, E = self.graph.num_ops, self.cluster.num_devices, self.graph.num_edges
+        n, D, E, C = self.graph.num_ops, self.cluster.num_devices, self.graph.num_edges, p.num_collectives
         busy, peak = np.empty(D), np.empty(D)
         op_start, op_end = np.empty(n), np.empty(n)
+        coll_start, coll_end = np.empty(C), np.empty(C)
         xi = [np.empty(E, dtype=np.int64) for _ in range(4)]
         xf = [np.empty(E) for _ in range(3)]
+        c_sec, c_ptr, c_res, c_wire = (a[0] for a in p.collective_arrays(dev[None, :]))
         makespan, _, n_x = kernel.run_one(
             dev, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
             p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
             p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
-            busy, peak, op_start, op_end, *xi, *xf,
-            *kernel.make_work(n, E, D, p.num_resources, p.num_slots),
+            p.coll_of, p.coll_ptr, p.coll_members, c_sec, c_ptr, c_res, c_wire,
+            busy, peak, op_start, op_end, coll_start, coll_end, *xi, *xf,
+            *kernel.make_work(n, E, D, p.num_resources, p.num_slots, C),
         )  # fmt: skip
         transfers = [
             (int(xi[0][k]), int(xi[1][k]), int(xi[2][k]), int(xi[3][k]), float(xf[0][k]), float(xf[1][k]),
              float(xf[2][k]))
             for k in range(n_x)
         ]
-        return Schedule(self.graph, self.cluster, dev, op_start, op_end, transfers, float(makespan), peak, busy)
+        collectives = [
+            (coll.name or f"collective{c}", coll.kind, float(coll_start[c]), float(coll_end[c]),
+             tuple(int(d) for d in dev[p.collective_members(c)]), float(c_wire[c]))
+            for c, coll in enumerate(self.graph.collectives)
+        ]  # fmt: skip
+        return Schedule(self.graph, self.cluster, dev, op_start, op_end, transfers, float(makespan), peak, busy,
+                        collectives)  # fmt: skip
+
+
+def shared_device_reason(problem: SimProblem, dev: np.ndarray) -> str | None:
+    """Why a placement cannot run its collectives (two members of one on one device), or None."""
+    g, names = problem.graph, problem.cluster.device_names
+    for c in range(problem.num_collectives):
+        members = problem.collective_members(c)
+        seen: dict[int, int] = {}
+        for i in members.tolist():
+            d = int(dev[i])
+            if d in seen:
+                coll = g.collectives[c]
+                label = f"'{coll.name}'" if coll.name else str(c)
+                return (
+                    f"collective {label} ({coll.kind}) has members '{g.names[seen[d]]}' and '{g.names[i]}' both on "
+                    f"{names[d]}; put each member of a collective on its own device"
+                )
+            seen[d] = i
+    return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,9 @@ class Schedule:
         ``float64[D]``: each device's peak memory in bytes.
     busy : numpy.ndarray
         ``float64[D]``: seconds each device computes.
+    collectives : list of tuple
+        ``(name, kind, start, end, member devices in rank order, wire bytes)`` for every collective of
+        the graph, in collective order.
 
     Examples
     --------
@@ -57,6 +60,17 @@ class Schedule:
     step_time: float
     peak_memory: np.ndarray
     busy: np.ndarray
+    collectives: list[tuple[str, str, float, float, tuple[int, ...], float]] = field(default_factory=list)
+
+    @property
+    def bytes_moved(self) -> float:
+        """Bytes sent between devices: every transfer's, then every collective's on the wire."""
+        moved = 0.0
+        for x in self.transfers:
+            moved += x[4]
+        for c in self.collectives:
+            moved += c[5]
+        return moved
 
     def rows(self) -> list[tuple[str, str, float, float]]:
         """(op name, device name, start, end) in program order.
@@ -72,7 +86,8 @@ class Schedule:
         ]
 
     def chrome_trace(self) -> dict:
-        """Trace-event JSON: one process per device, a compute track and a track per incoming link.
+        """Trace-event JSON: one process per device, a compute track, a track per incoming link and one
+        for the collectives the device takes part in.
 
         Returns
         -------
@@ -97,11 +112,22 @@ class Schedule:
                 "name": f"{g.names[src]}:{slot} from {self.cluster.device_names[a]}",
                 "ts": start * us, "dur": (end - start) * us, "args": {"bytes": nbytes},
             })
-        for b in range(self.cluster.num_devices):
-            for a in range(self.cluster.num_devices):
+        D = self.cluster.num_devices
+        for b in range(D):
+            for a in range(D):
                 if a != b:
                     events.append({"ph": "M", "name": "thread_name", "pid": b, "tid": 1 + a,
                                    "args": {"name": f"recv from {self.cluster.device_names[a]}"}})
+        in_collectives = sorted({d for c in self.collectives for d in c[4]})
+        for d in in_collectives:  # tid 1 + D: after the recv tracks
+            events.append({"ph": "M", "name": "thread_name", "pid": d, "tid": 1 + D, "args": {"name": "collectives"}})
+        for name, kind, start, end, devices, wire in self.collectives:
+            for rank, d in enumerate(devices):
+                events.append({
+                    "ph": "X", "pid": int(d), "tid": 1 + D, "cat": "collective", "name": f"{name} ({kind})",
+                    "ts": start * us, "dur": (end - start) * us,
+                    "args": {"kind": kind, "rank": rank, "ranks": len(devices), "wire_bytes": wire},
+                })
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"evaluator": "simulator", "step_time_s": self.step_time}}
 

@@ -1,0 +1,114 @@
+"""Activation recomputation as a graph pass: a unit's forward runs again just before its backward.
+
+What ``torch.utils.checkpoint`` (and torchtitan's full activation checkpointing of every transformer
+block) does to one training step, written on the OpGraph:
+
+* for every recomputed unit and micro-batch, the forward ops of the unit whose outputs its own backward
+  reads are copied (``rc:NAME``, phase backward, the same cost), with the forward ops they read inside
+  the unit; the backward ops read the copies. The unit's forward outputs are then read by the forward
+  only, so the simulator frees them as soon as the next layer has run: between forward and backward a
+  recomputed unit keeps only its input (and what the forward of later units reads);
+* the copies wait for the gradient to reach the unit (zero-byte edges from the backward ops outside the
+  unit that feed its backward), as checkpointing's backward hook does, and come just before the unit's
+  backward in program order. A copy of an op that writes a tensor outside the unit in place (a batch
+  norm's running statistics) allocates its output instead of writing it again.
+
+The pass is a function from a step to a step; :mod:`postplace.plans.data_parallel` runs after it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from postplace.graph import OpGraph
+from postplace.plans._draft import Draft
+from postplace.plans._step import BACKWARD, FORWARD, numbered_units, units
+
+__all__ = ["recompute"]
+
+
+def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
+    """The step with the units ``which`` (default: every numbered unit) recomputed in the backward pass.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        A traced step (any micro-batch count).
+    which : list of str, optional
+        Unit names (:func:`postplace.plans.unit_of`); default all numbered units, as torchtitan's full
+        activation checkpointing wraps every transformer block.
+
+    Returns
+    -------
+    OpGraph
+        The same step with recomputation; ``metadata["recompute"]`` lists the units.
+    """
+    unit = units(graph)
+    targets = set(numbered_units(graph) if which is None else which)
+    n = graph.num_ops
+    phase, mb = graph.phase.tolist(), graph.microbatch.tolist()
+    src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
+    in_ptr, in_edges = graph.in_ptr.tolist(), graph.in_edges.tolist()
+
+    segment = {i: (unit[i], mb[i]) for i in range(n) if phase[i] == FORWARD and unit[i] in targets}
+    first_backward: dict[tuple, int] = {}
+    for i in range(n):
+        if phase[i] == BACKWARD and unit[i] in targets:
+            first_backward.setdefault((unit[i], mb[i]), i)
+    # the gradient reaching a unit: backward ops of other units feeding its backward, those before its
+    # first backward op in program order (a later one, as in an RNN whose layer runs at every time step,
+    # may itself wait for the unit's backward: waiting for it would be a cycle)
+    triggers: dict[tuple, set[int]] = defaultdict(set)
+    for e in range(len(src)):
+        s, d = src[e], dst[e]
+        if phase[s] == BACKWARD and phase[d] == BACKWARD and unit[d] in targets and unit[s] != unit[d]:
+            if s < first_backward[(unit[d], mb[d])]:
+                triggers[(unit[d], mb[d])].add(s)
+
+    draft = Draft(graph)
+    for i in range(n):
+        draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
+    clones: dict[int, int] = {}
+    waits: list[tuple[int, int]] = []
+
+    def clone(f: int) -> int:
+        if f in clones:
+            return clones[f]
+        seg = segment[f]
+        base = int(graph.inplace_base[f])
+        key = (first_backward.get(seg, n) - 0.5, f)
+        c = draft.copy(f, f"rc:{graph.names[f]}", key, phase=BACKWARD)
+        clones[f] = c
+        inner = False
+        for k in range(in_ptr[f], in_ptr[f + 1]):
+            e = in_edges[k]
+            s = src[e]
+            if segment.get(s) == seg:
+                draft.edge(clone(s), c, slot[e], nbytes[e])
+                inner = True
+            else:
+                draft.edge(s, c, slot[e], nbytes[e])
+        if graph.inplace[f]:
+            writes_inside = base >= 0 and segment.get(base) == seg
+            draft.set(c, "inplace", writes_inside)
+            draft.set(c, "inplace_base", clones[base] if writes_inside else -1)
+        if not inner:
+            waits.extend((t, c) for t in sorted(triggers.get(seg, ())))
+        return c
+
+    for e in range(len(src)):
+        s, d = src[e], dst[e]
+        if s in segment and phase[d] == BACKWARD and segment[s] == (unit[d], mb[d]):
+            draft.edge(clone(s), d, slot[e], nbytes[e])
+        else:
+            draft.edge(s, d, slot[e], nbytes[e])
+    for t, c in waits:  # after every data edge, so the ordering slot is one no tensor uses
+        draft.order(t, c)
+    meta = {**graph.metadata, "recompute": sorted(targets, key=_unit_order(graph))}
+    out, _ = draft.freeze(f"{graph.name}+recompute", meta)
+    return out
+
+
+def _unit_order(graph: OpGraph):
+    order = {u: k for k, u in enumerate(numbered_units(graph))}
+    return lambda u: (order.get(u, len(order)), u)
