@@ -53,3 +53,45 @@ def test_plan_table():
 def test_bad_plans_are_one_line(args, words, capsys):
     line = cli_error(["simulate", "gpt2", "--size", "small", "--cluster", "k80x2", *args], capsys)
     assert words in line, line
+
+
+def test_a_plan_that_wins_is_returned_reported_and_timed_again(tmp_path):
+    """A wide model on 4 K80s, where ZeRO-2 beats the search at a small budget: ``place`` returns the
+    plan, says so in words, writes a placement of the plan's own step that the report reads, and
+    ``simulate_plan`` of the recorded plan gives the same step time and placement; ``apply`` refuses it."""
+    import numpy as np
+    import torch
+
+    import postplace
+    from postplace.api.plans import simulate_plan
+    from postplace.errors import PostplaceError
+    from postplace.report import write_report
+    from tests.test_plans import Blocks
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1024, 2048), torch.randint(0, 8, (1024,))
+    r = postplace.place(Blocks(2048, 4), "k80x4", inputs=(x,), targets=(y,), optimizer="adamw", budget=32,
+                        loss_fn=torch.nn.functional.cross_entropy, out=tmp_path / "run", report=False)
+    plan = r.summary["returned_plan"]
+    assert plan is not None and r.returned == f"{plan.split(':')[0]} @m4", r.returned
+    feasible = [v for v in r.summary["candidates"].values() if v is not None]
+    assert r.step_time_s == min(feasible) == r.summary["simulated_step_time_s"]
+    assert r.summary["plan"].startswith(plan.split(":")[0] + " over 4 GPUs (gpu0..gpu3), 4 micro-batches")
+    again = simulate_plan(_base(), "k80x4", plan)
+    assert again.step_time_s == r.step_time_s
+    assert np.array_equal(again.placement, r.placement)
+    write_report(tmp_path / "run", graph=r.graph)
+    with pytest.raises(PostplaceError, match="torchrun"):
+        postplace.apply(r)
+
+
+def _base():
+    """The step the plan rewrote: the run's graph at the returned count, traced again."""
+    import torch
+
+    from postplace.graph import from_torch
+    from tests.test_plans import Blocks
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1024, 2048), torch.randint(0, 8, (1024,))
+    return from_torch(Blocks(2048, 4), (x,), torch.nn.functional.cross_entropy, "adamw", microbatches=4, targets=(y,))

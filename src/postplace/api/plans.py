@@ -128,8 +128,8 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
     Parameters
     ----------
     target : str or OpGraph
-        A zoo model name (traced again at the plan's micro-batch count) or a graph (whose micro-batch
-        count must then suit the plan).
+        A zoo model name (traced again at the plan's micro-batch count) or a graph traced at the plan's
+        micro-batch count (its default then).
     cluster : str, path or Cluster
     plan : str or PlanSpec
         ``ddp``, ``zero1``, ``zero2``, ``fsdp``, each optionally ``+recompute`` and ``:m=M,dp=K``.
@@ -150,17 +150,23 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
         replicas, more replicas than GPUs, a pin the plan breaks.
     """
     from postplace.api.target import _load_cluster, load_target
+    from postplace.graph import OpGraph
     from postplace.plans import PlanSpec, parse_plan
+    from postplace.plans._step import microbatch_count
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
     probe = load_target(target, size=size, optimizer=optimizer, lr=lr, precision=precision)
     c, _ = _load_cluster(cluster, probe.graph)
     devices = plan_devices(c, spec, exclude)
     k = len(devices)
-    m = spec.microbatches or k
+    traced_m = microbatch_count(probe.graph) if isinstance(target, OpGraph) else None
+    m = spec.microbatches or traced_m or k
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
-    if m == 1:
+    if traced_m is not None and m != traced_m:
+        raise PostplaceError(f"plan '{spec}': the graph is a step of {traced_m} micro-batch(es), not {m}; "
+                             "give a zoo model's name to trace it again")  # fmt: skip
+    if m == 1 or traced_m is not None:
         graph = probe.graph
     else:
         try:

@@ -794,6 +794,15 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
     s = check_summary(_read_json(run_dir / "summary.json"), run_dir)
     g = resolve_graph(s, graph, size, run_dir)
+    plan = s.get("returned_plan")
+    if graph is None and plan is not None:  # a practitioner plan won: placement.json places its own step
+        from postplace.plans import apply_plan, parse_plan
+
+        if not isinstance(plan, str):
+            raise PostplaceError(f"{run_dir / 'summary.json'}: field 'returned_plan' is not a plan's name; "
+                                 "run place again")  # fmt: skip
+        spec = parse_plan(plan)
+        g = apply_plan(g, spec, spec.replicas or 1).graph
     c = resolve_cluster_for(s, g, cluster, run_dir)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
