@@ -48,8 +48,8 @@ def row(size: str, cluster: str, precision: str, budget: int) -> dict:
         r = postplace.place("llama", cluster, size=size, optimizer="adamw", precision=precision, budget=budget)
         wall = time.perf_counter() - t0
     s = r.summary
-    dp = min((v for k, v in s["candidates"].items() if v is not None and k.startswith(("data-parallel",
-              "sharded data-parallel"))), default=math.inf)  # fmt: skip
+    dp = min((v for k, v in s["candidates"].items() if v is not None and k.startswith(("param-server",
+              "param-server (sharded state)"))), default=math.inf)  # fmt: skip
     return {"size": size, "cluster": cluster, "precision": precision, "trace_cpu_s": trace_s, "place_wall_s": wall,
             "ops": ops, "state_gb": state / 1e9, "single_s": s.get("single_device_step_time_s"),
             "single": s.get("single_device"), "gpu_fits": _gpu_fits(r),

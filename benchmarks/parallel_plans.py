@@ -89,7 +89,7 @@ def row(model: str, cluster: str, budget: int, seeds: int, m1: bool) -> dict:
     wall = (time.perf_counter() - t0) / seeds
     s0 = runs[0]
     cands = s0["candidates"]
-    dp, pipe, placers = best_of(cands, ("data-parallel",)), best_of(cands, ("pipeline",)), best_of(cands, ONE_SHOT)
+    dp, pipe, placers = best_of(cands, ("param-server",)), best_of(cands, ("pipeline",)), best_of(cands, ONE_SHOT)
     answers = [s["best_step_time_s"] for s in runs]
     posts = [best_of(s["candidates"], ("search",)) for s in runs]
     mid_post = sorted(range(len(runs)), key=lambda i: posts[i])[len(runs) // 2]

@@ -223,7 +223,7 @@ bandwidth = 1e10
     assert s["single_device"] is None and s["single_device_step_time_s"] is None
     singles = {k: v for k, v in s["candidates"].items() if k.startswith("single")}
     assert singles and all(v is None for v in singles.values())  # OOM at every m
-    assert any(k.startswith(("data-parallel @m", "sharded data-parallel @m")) for k in s["candidates"])
+    assert any(k.startswith(("param-server @m", "param-server (sharded state) @m")) for k in s["candidates"])
     assert s["best_step_time_s"] == min(v for v in s["candidates"].values() if v is not None)
     assert set(r.mapping().values()) == {"gpu0", "gpu1"}
     g = graphs[s["microbatches"]]

@@ -73,7 +73,7 @@ def test_default_place_answers_over_m_with_every_candidate_at_every_m(answer):
     names = set(s["candidates"])
     for m in (1, 2):
         assert {f"search @m{m}", f"pipeline @m{m}", f"metis @m{m}"} <= names
-    assert "data-parallel @m2" in names
+    assert "param-server @m2" in names
     feasible = [v for v in s["candidates"].values() if v is not None]
     assert s["best_step_time_s"] == min(feasible)
     # the data-parallel candidate is data parallelism simulated on the m = 2 graph, computed apart here
@@ -82,7 +82,7 @@ def test_default_place_answers_over_m_with_every_candidate_at_every_m(answer):
     dp = simulate_data_parallel(g2, c)
     assert not dp.oom
     want = float(Simulator(g2, c).evaluate_ops(data_parallel_placement(g2, c)[None]).step_time[0])
-    assert s["candidates"]["data-parallel @m2"] == pytest.approx(want, rel=1e-12)
+    assert s["candidates"]["param-server @m2"] == pytest.approx(want, rel=1e-12)
     # every figure is the simulator's on placement.json, on the graph of the returned m
     g = cached_graph(MODEL, "small", microbatches=s["microbatches"])
     from postplace.cluster.placement import load_placement
@@ -224,8 +224,8 @@ def test_a_warm_start_made_at_m_1_is_mapped_to_every_micro_batch_copy(tmp_path):
 def test_data_parallelism_is_no_candidate_without_two_micro_batches_and_two_gpus():
     r = postplace.place(MODEL, CLUSTER, size="small", budget=48, groups=32, exclude=["gpu1"])
     names = r.summary["candidates"]
-    assert "data-parallel @m1" not in names and names["data-parallel @m2"] is None
-    assert "fewer than 2 GPUs" in r.summary["candidate_notes"]["data-parallel @m2"]
+    assert "param-server @m1" not in names and names["param-server @m2"] is None
+    assert "fewer than 2 GPUs" in r.summary["candidate_notes"]["param-server @m2"]
 
 
 def test_stale_searches_in_a_new_folder_and_confirm_on_a_run_over_m_are_refused(answer, tmp_path, capsys):

@@ -20,6 +20,13 @@ from postplace.errors import PostplaceError
 
 CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
 
+OWNER_DP = "param-server"
+OWNER_DP_SHARDED = "param-server (sharded state)"
+"""Micro-batch k on GPU k, each parameter's gradient sent every micro-batch to the GPU that owns it and
+updates it: data parallelism as a placement of the micro-batched step, but a parameter server, not DDP
+(whose rows are the practitioner plans below). Its memory is judged as DDP's (every replica holds the
+whole state); where that does not fit, the sharded variant holds each owner's share only."""
+
 PRACTITIONER_PLANS = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
 """The plans users launch instead (DESIGN.md 4c), each a candidate at every micro-batch count that is a
 multiple of the GPUs it runs on."""
@@ -188,18 +195,18 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
         try:
             dp = simulate_data_parallel(graph, c, cost_model=cm, allowed=allowed)
         except PlacementError as exc:
-            named.append(("data-parallel", None, str(exc)))
+            named.append((OWNER_DP, None, str(exc)))
         else:
             if len(set(dp.placement[np.asarray(graph.microbatch) >= 0].tolist())) < 2:
-                named.append(("data-parallel", None, "fewer than 2 GPUs left for replicas"))
+                named.append((OWNER_DP, None, "fewer than 2 GPUs left for replicas"))
             elif dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
                 worst = int(np.argmax(dp.peak_mem - dp.capacity))
-                named.append(("data-parallel", None, f"OOM: replicated parameters, gradients and optimizer state "
+                named.append((OWNER_DP, None, f"OOM: replicated parameters, gradients and optimizer state "
                                                      f"need {dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} "
                                                      f"of {dp.capacity[worst] / 1e9:.2f} GB"))  # fmt: skip
-                named.append(("sharded data-parallel", dp.placement, ""))
+                named.append((OWNER_DP_SHARDED, dp.placement, ""))
             else:
-                named.append(("data-parallel", dp.placement, ""))
+                named.append((OWNER_DP, dp.placement, ""))
     for name in CANDIDATE_PLACERS:
         if name in QUADRATIC_PLACERS and graph.num_ops > QUADRATIC_PLACER_MAX_OPS:
             named.append((name, None, f"skipped: {graph.num_ops} ops (its time grows with the square of the ops; "
@@ -221,7 +228,7 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
         name, ops, _ = named[k]
         ok = bool(res.feasible[j])
         note = "" if ok else ("OOM: does not fit" if res.oom[j] else f"failed: {res.reasons[j]}")
-        if name == "sharded data-parallel" and ok:
+        if name == OWNER_DP_SHARDED and ok:
             note = "ZeRO-style: each GPU holds its share of the state and fetches the parameters"
         named[k] = (name, ops, note)
         cands.append(Candidate(name, ops, float(res.step_time[j]) if ok else None, ok, note))

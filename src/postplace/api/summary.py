@@ -56,7 +56,7 @@ def _plan(graph, c, placement, cost_model, returned: str = "") -> str:
     times = np.asarray(cost_model.op_times(graph, c).table, dtype=np.float64)
     plan = describe_plan(graph, c, placement, np.where(np.isfinite(times), times, 0.0)[np.arange(graph.num_ops),
                                                                                        placement])
-    if returned.startswith("sharded data-parallel"):  # replicated state would not fit: not plain DDP
+    if returned.startswith("param-server (sharded state)"):  # replicated state would not fit: not plain DDP
         plan = plan.replace("data-parallel", "sharded data-parallel (each GPU holds its share of the state)")
     return plan
 

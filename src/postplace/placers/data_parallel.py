@@ -31,10 +31,12 @@ with it:
   ``metadata["param_bytes"]``, else the persistent bytes of the update-phase ops that hold any, else
   (imported workloads) those of parameter nodes: source ops with zero time on every device, else
   every op's persistent bytes (an overestimate). ``gradient_source`` says which.
-* Ring all-reduce over the GPUs in device order: ``2 (k - 1)`` steps, each moving ``bytes / k`` over
-  every hop of the ring at once; a step takes the slowest hop's ``latency + (bytes / k) * u / bandwidth``
-  where ``u`` is how many ring hops share a link direction on that hop's route (1 on the K80 presets).
-  With uniform hops this is ``2 (k - 1) / k * bytes / bandwidth + 2 (k - 1) * latency``.
+* The all-reduce over the GPUs in device order is the simulator's collective
+  (:mod:`postplace.sim.collectives`): within a node a ring of ``2 (k - 1)`` steps, each moving
+  ``bytes / k`` over every hop at once, a step taking the slowest hop's ``latency + (bytes / k) * u /
+  bandwidth`` where ``u`` is how many ring hops share a link direction; across nodes hierarchical
+  (reduce-scatter inside, all-reduce across, all-gather inside). With uniform hops in one node this is
+  ``2 (k - 1) / k * bytes / bandwidth + 2 (k - 1) * latency``.
 * Memory per GPU = parameter bytes on it + (single-device peak - parameter bytes) / k: parameters
   (static graphs: parameter nodes' footprints; live graphs: all persistent bytes, optimizer state
   included) are replicated whole, activations shrink with the batch. OOM when that exceeds the GPU's
@@ -165,26 +167,14 @@ def gradient_bytes(graph: OpGraph, cluster: Cluster, cost_model: CostModel | Non
 
 
 def ring_allreduce_time(cluster: Cluster, gpus: list[int], nbytes: float) -> float:
-    """Seconds for a ring all-reduce of ``nbytes`` over ``gpus`` in that order (module docstring)."""
-    k = len(gpus)
-    if k < 2 or nbytes <= 0:
+    """Seconds for an all-reduce of ``nbytes`` over ``gpus`` in that order: the simulator's own collective
+    (:func:`postplace.sim.collectives.collective_cost`: a ring inside a node, hierarchical across nodes),
+    so the estimate and the simulated plans price a collective alike."""
+    from postplace.sim.collectives import collective_cost
+
+    if len(gpus) < 2 or nbytes <= 0:
         return 0.0
-    D = cluster.num_devices
-    hops = [(gpus[i], gpus[(i + 1) % k]) for i in range(k)]
-    routes = [cluster.route_resources[cluster.route_ptr[a * D + b]:cluster.route_ptr[a * D + b + 1]] for a, b in hops]
-    use: dict[int, int] = {}
-    for r in routes:
-        for res in r[2:]:
-            use[int(res)] = use.get(int(res), 0) + 1
-    chunk = nbytes / k
-    step = 0.0
-    for (a, b), r in zip(hops, routes, strict=True):
-        per_byte = 1.0 / cluster.bandwidth[a, b]
-        for res in r[2:]:
-            link = cluster.links[(int(res) - 2 * D) // 2]
-            per_byte = max(per_byte, use[int(res)] / link.bandwidth)
-        step = max(step, cluster.latency[a, b] + chunk * per_byte)
-    return float(2 * (k - 1) * step)
+    return float(collective_cost(cluster, "all_reduce", float(nbytes), tuple(int(g) for g in gpus)).seconds)
 
 
 def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,

@@ -721,7 +721,7 @@ def candidate_kind(name: str) -> str:
         return "search"
     if name.startswith("single"):
         return "single"
-    if name.endswith("data-parallel"):
+    if name.endswith("data-parallel") or name.startswith("param-server"):
         return "data-parallel"
     if name.startswith("warm-start"):
         return "warm start"
