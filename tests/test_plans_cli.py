@@ -95,3 +95,11 @@ def _base():
     torch.manual_seed(0)
     x, y = torch.randn(1024, 2048), torch.randint(0, 8, (1024,))
     return from_torch(Blocks(2048, 4), (x,), torch.nn.functional.cross_entropy, "adamw", microbatches=4, targets=(y,))
+
+
+def test_a_graph_file_is_one_step_a_plan_over_several_gpus_cannot_split(capsys):
+    from importlib import resources
+
+    shipped = resources.files("postplace") / "data" / "resnet50_profiled.json"
+    line = cli_error(["simulate", str(shipped), "--cluster", "k80x4", "--plan", "fsdp"], capsys)
+    assert "cannot be traced again" in line and "dp=1" in line, line

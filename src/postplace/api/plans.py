@@ -159,13 +159,15 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
     c, _ = _load_cluster(cluster, probe.graph)
     devices = plan_devices(c, spec, exclude)
     k = len(devices)
-    traced_m = microbatch_count(probe.graph) if isinstance(target, OpGraph) else None
+    fixed = isinstance(target, OpGraph) or probe.spec.get("kind") == "file"  # cannot be traced again
+    traced_m = microbatch_count(probe.graph) if fixed else None
     m = spec.microbatches or traced_m or k
+    if traced_m is not None and (m != traced_m or m % k):
+        raise PostplaceError(f"plan '{spec}' over {k} GPUs needs the step as a multiple of {k} micro-batches, "
+                             f"and '{probe.graph.name}' is one traced step of {traced_m}, which cannot be traced "
+                             "again; give a zoo model's name (or your module to postplace.place), or dp=1")
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
-    if traced_m is not None and m != traced_m:
-        raise PostplaceError(f"plan '{spec}': the graph is a step of {traced_m} micro-batch(es), not {m}; "
-                             "give a zoo model's name to trace it again")  # fmt: skip
     if m == 1 or traced_m is not None:
         graph = probe.graph
     else:
