@@ -195,6 +195,9 @@ def simulate(
         m = placement_microbatches(names) if isinstance(names, dict) else 1
     graph = load(target, size=size, microbatches=m or 1, microbatch_colocation=microbatch_colocation,
                  optimizer=optimizer, precision=precision).graph
+    if not graph.num_ops:  # a step of no op has no time: the ratio to its lower bound of 0 is undefined
+        raise PostplaceError(f"{target}: graph '{graph.name}' has no op, so there is nothing to simulate; give a graph "
+                             "with at least one op")  # fmt: skip
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
     sim = Simulator(graph, c)

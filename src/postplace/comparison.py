@@ -93,6 +93,8 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
     ``postplace report`` draws the folder without flags); ``cluster_spec``: the preset, ``workload:PRESET``
     or absolute TOML path the cluster was loaded from (recorded with the cluster's fingerprint, for the
     same reason)."""
+    if expert_split is not None:
+        _check_expert_split(graph, cluster, strategies, expert_split)
     out = make_folder(out)
     problem = make_problem(graph, cluster)
     sim = problem.simulator
@@ -145,6 +147,17 @@ def _single_time(graph, cluster, sim) -> float | None:
     except NoSingleDeviceFits:
         return None
     return float(sim.evaluate_ops(ops[None]).step_time[0])
+
+
+def _check_expert_split(graph, cluster, strategies: list[str], expert_split) -> None:
+    """A split file that is unused, unreadable or names devices the cluster lacks is one error line before any
+    row runs (not after the searches before the ``expert`` row, nor as that row's note)."""
+    from postplace.placers import place_expert
+
+    if "expert" not in strategies:
+        raise PostplaceError(f"--expert-split {str(expert_split)[:80]}: only the 'expert' row reads it, and "
+                             "--strategies leaves that out; add expert to --strategies or drop --expert-split")
+    place_expert(graph, cluster, split=expert_split)
 
 
 def _placer_row(name, graph, cluster, sim, expert_split) -> Row:

@@ -123,10 +123,12 @@ def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
     return dev
 
 
-def plan_candidates(settings, problem) -> list[Candidate]:
-    """The practitioner plans (:data:`PRACTITIONER_PLANS`) on every GPU ``--exclude`` leaves, at this
-    problem's micro-batch count; none when the count is not a multiple of the GPUs. A plan that breaks a
-    pin, or does not fit, is a candidate with a note and no step time."""
+def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidate]:
+    """The practitioner plans (:data:`PRACTITIONER_PLANS`) at this problem's micro-batch count m, on every
+    GPU ``--exclude`` leaves when m is a multiple of their number; at the run's ``largest`` count
+    otherwise on the first k of them, k the largest divisor of m they allow (a batch of 8 on 16 GPUs
+    runs data-parallel over 8, as a user would launch it); none below 2 GPUs. A plan that breaks a pin,
+    or does not fit, is a candidate with a note and no step time."""
     from postplace.api.plans import plan_devices, plan_step
     from postplace.plans import parse_plan
     from postplace.plans._step import microbatch_count
@@ -142,7 +144,12 @@ def plan_candidates(settings, problem) -> list[Candidate]:
         except PostplaceError as exc:
             cands.append(Candidate(name, None, None, False, str(exc)))
             continue
-        if len(devices) < 2 or m % len(devices):
+        every = len(devices)
+        if m % every:
+            if not largest:
+                continue
+            devices = devices[: max(k for k in range(1, every + 1) if m % k == 0)]
+        if len(devices) < 2:
             continue
         try:
             r = plan_step(graph, c, spec, devices, pins=settings.get("pins") or (), cost_model=cm)
@@ -150,6 +157,8 @@ def plan_candidates(settings, problem) -> list[Candidate]:
             cands.append(Candidate(name, None, None, False, str(exc)))
             continue
         note = f"OOM: does not fit ({', '.join(r.oom_devices)})" if r.oom else ""
+        if len(devices) < every and not note:
+            note = f"dp={len(devices)} of {every} GPUs"
         cands.append(Candidate(name, r.placement, None if r.oom else r.step_time_s, not r.oom, note, r.graph,
                                f"{spec.name}:m={m},dp={len(devices)}"))  # fmt: skip
     return cands

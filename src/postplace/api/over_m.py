@@ -161,7 +161,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
         start()
     for arm in arms.values():
         arm.oneshot = oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
-        arm.oneshot += plan_candidates(settings, arm.problem)
+        arm.oneshot += plan_candidates(settings, arm.problem, largest=arm.m == max(arms))
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
     meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)

@@ -15,7 +15,7 @@ import numpy as np
 from postplace.cluster.cluster import Cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
-from postplace.graph.opgraph import read_json
+from postplace.graph.opgraph import KIND_BITS, read_json
 
 
 def effective_kinds(graph: OpGraph) -> np.ndarray:
@@ -26,9 +26,37 @@ def effective_kinds(graph: OpGraph) -> np.ndarray:
     return mask
 
 
+def check_kinds(graph: OpGraph, cluster: Cluster) -> None:
+    """One error line when an op (with its colocation set) may use no device of ``cluster``: a cpu-only op
+    on a cluster without a cpu, or a colocation set whose members share no kind.
+
+    Raises
+    ------
+    PostplaceError
+        Naming the first such op, the kinds it may use and the cluster's devices.
+    """
+    mask = effective_kinds(graph)
+    have = int(np.bitwise_or.reduce(cluster.kind_bits)) if cluster.num_devices else 0
+    bad = np.flatnonzero((mask & have) == 0)
+    if not bad.size:
+        return
+    i = int(bad[0])
+    devices = ", ".join(f"{d.name} ({d.kind})" for d in cluster.devices)
+    if mask[i] == 0:  # each member alone may run somewhere; together they share no kind
+        raise PostplaceError(f"graph '{graph.name}': op '{graph.names[i]}' is colocated with ops that may only run "
+                             "on another device kind, so its set may run on no device; fix the allowed kinds or the "
+                             "colocation of the graph")  # fmt: skip
+    kinds = "/".join(k for k, bit in KIND_BITS.items() if mask[i] & bit)
+    raise PostplaceError(f"graph '{graph.name}': op '{graph.names[i]}' may only run on a {kinds} device, and cluster "
+                         f"'{cluster.name}' has none (its devices: {devices}); add a {kinds} device to the cluster "
+                         "file or use a cluster that has one")  # fmt: skip
+
+
 def single_device(graph: OpGraph, cluster: Cluster, device: str) -> np.ndarray:
-    """Every op on ``device``; ops that may not run there go to the first device of a kind they may use."""
+    """Every op on ``device``; ops that may not run there go to the first device of a kind they may use
+    (one error line when some op may use no device of the cluster: :func:`check_kinds`)."""
     d = cluster.device_index(device)
+    check_kinds(graph, cluster)
     mask = effective_kinds(graph)
     dev = np.full(graph.num_ops, d, dtype=np.int64)
     misfit = (mask & cluster.kind_bits[d]) == 0

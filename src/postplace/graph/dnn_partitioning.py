@@ -347,15 +347,28 @@ def import_expert_split(d: dict, graph: OpGraph, *, source: str = "split") -> di
     CPUs map to ``cpu`` (and ``cpu1``... if several), accelerators to ``gpu0``, ``gpu1``...; nodes the
     split leaves out are left for colocation to complete.
     """
+    if not isinstance(d, dict):
+        raise PostplaceError(f"{source}: an expert split is one JSON object with 'cpus' and 'fpgas', not a "
+                             f"{type(d).__name__}")  # fmt: skip
     ids = graph.metadata.get("original_ids")
     if ids is None:
         raise PostplaceError(f"{source}: a split file needs a graph imported from a dnn-partitioning workload")
     by_id = {int(orig): graph.names[i] for i, orig in enumerate(ids)}
     out: dict[str, str] = {}
     for key, prefix in (("cpus", "cpu"), ("fpgas", "gpu")):
-        for k, dev in enumerate(d.get(key, [])):
+        devices = d.get(key, [])
+        if not isinstance(devices, list):
+            raise PostplaceError(f"{source}: field '{key}' must be a list of objects with 'nodes', not "
+                                 f"{str(devices)[:40]!r}")  # fmt: skip
+        for k, dev in enumerate(devices):
+            nodes = dev.get("nodes", []) if isinstance(dev, dict) else None
+            if not isinstance(nodes, list):
+                raise PostplaceError(f"{source}: {key}[{k}] must be an object whose 'nodes' is a list of node ids")
             name = prefix if prefix == "cpu" and k == 0 else f"{prefix}{k}"
-            for nid in dev.get("nodes", []):
+            for nid in nodes:
+                if type(nid) is not int:  # a bool is an int, and 1.0 == 1 would find node 1: neither is an id
+                    raise PostplaceError(f"{source}: {key}[{k}] names node id {str(nid)[:40]!r}; node ids are "
+                                         "integers")  # fmt: skip
                 if nid not in by_id:
                     raise PostplaceError(f"{source}: {key}[{k}] names node id {nid}, which the graph has not")
                 out[by_id[nid]] = name

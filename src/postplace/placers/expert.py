@@ -168,7 +168,7 @@ def _complete(graph: OpGraph, dev: np.ndarray, unit_of_op, members, fallback: in
 
 def _from_split(graph: OpGraph, cluster: Cluster, split) -> np.ndarray:
     source = "split"
-    if not isinstance(split, dict):
+    if isinstance(split, str | Path):  # anything else is checked as the parsed split it should be
         source = str(split)
         split = read_json(split)
         if not isinstance(split, dict):

@@ -70,7 +70,7 @@ def _write_paper(run_dir: Path, out: Path) -> Path:
     from postplace.report import _data, _html, _png
     from postplace.report.markdown import format_table
 
-    data = json.loads((run_dir / "paper.json").read_text())
+    data = _data.check_paper(_data._read_json(run_dir / "paper.json"), run_dir)
     for h in data["headline"]:
         pair = run_dir / f"{h['model']}-{h['cluster']}"
         if (pair / "compare.json").exists():

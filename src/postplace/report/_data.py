@@ -240,6 +240,121 @@ def check_compare(rep, run_dir: Path) -> dict:
     return rep
 
 
+def _name_problem(v) -> str | None:
+    """Why ``v`` is not a model, cluster or pair name (text that names a folder beside the file)."""
+    if isinstance(v, str) and v and v not in (".", "..") and "/" not in v and "\\" not in v:
+        return None
+    return f"is {_shown(v)}, not a name"
+
+
+def _real_problem(v, *, none: bool = True) -> str | None:
+    """Why ``v`` is not a finite number (or null, where ``none``)."""
+    if v is None and none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return f"is {_shown(v)}, not a number"
+    return None if np.isfinite(float(v)) else f"is {_shown(v)}, not a finite number"
+
+
+def check_paper(data, run_dir: Path) -> dict:
+    """``paper.json`` as the report reads it: a JSON object whose ``config`` holds the size, seed counts and
+    budgets, whose ``paper_claim`` has a number and a source, whose ``pairs`` are names, and whose headlines
+    (``headline`` and each of ``tables``), summaries, ``starts`` and ``missing`` have the types the table,
+    the figure and the page read. Anything else is one error line naming the field.
+
+    Raises
+    ------
+    PostplaceError
+        Naming the file and the field, saying the folder was edited or damaged and how to write it again.
+    """
+    path = run_dir / "paper.json"
+
+    def bad(what: str) -> PostplaceError:
+        if "a report can draw" in what:
+            return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
+        return PostplaceError(f"{path}: {what}: the folder was edited or damaged; run the `postplace paper` "
+                              "command that wrote it again (with --collect to search nothing) to rewrite it")
+
+    def obj(v, where: str) -> dict:
+        if not isinstance(v, dict):
+            raise bad(f"field '{where}' is {_shown(v)}, not an object")
+        return v
+
+    def listed(v, where: str) -> list:
+        if not isinstance(v, list):
+            raise bad(f"field '{where}' is {_shown(v)}, not a list")
+        return v
+
+    def check(why: str | None, where: str) -> None:
+        if why:
+            raise bad(f"field '{where}' {why}")
+
+    def headlines(v, where: str) -> None:
+        for i, h in enumerate(listed(v, where)):
+            at = f"{where}[{i}]"
+            obj(h, at)
+            for key in ("model", "cluster"):
+                check(_name_problem(h.get(key)), f"{at}.{key}")
+            check(step_time_problem(h.get("post_s")), f"{at}.post_s")
+            if h.get("hp_seeds") is not None:
+                check(_count_problem(h["hp_seeds"], 0, MAX_SEEDS), f"{at}.hp_seeds")
+            for rival, r in obj(h.get("reduction", {}), f"{at}.reduction").items():
+                check(_real_problem(r), f"{at}.reduction.{rival[:40]}")
+
+    def summaries(v, where: str) -> None:
+        for rival, x in obj(v, where).items():
+            at = f"{where}.{rival[:40]}"
+            obj(x, at)
+            for key in ("pairs", "post_faster"):
+                check(_count_problem(x.get(key), 0, 2**63 - 1), f"{at}.{key}")
+            for key in ("median", "max"):
+                check(_real_problem(x.get(key), none=False), f"{at}.{key}")
+
+    if not isinstance(data, dict):
+        raise bad("not a JSON object of the experiment's tables")
+    cfg = obj(data.get("config"), "config")
+    check(None if isinstance(cfg.get("size"), str) and cfg["size"] else f"is {_shown(cfg.get('size'))}, not a size",
+          "config.size")  # fmt: skip
+    for key, lo in (("seeds", 1), ("budget", 1), ("planner_budget", 0)):
+        check(_count_problem(cfg.get(key), lo, 2**63 - 1), f"config.{key}")
+    if cfg.get("planner_seeds") is not None:
+        check(_count_problem(cfg["planner_seeds"], 0, 2**63 - 1), "config.planner_seeds")
+    claim = obj(data.get("paper_claim"), "paper_claim")
+    check(_real_problem(claim.get("max_reduction_vs_rl"), none=False), "paper_claim.max_reduction_vs_rl")
+    if not isinstance(claim.get("source"), str):
+        raise bad(f"field 'paper_claim.source' is {_shown(claim.get('source'))}, not text")
+    if data.get("evaluator") is not None and not isinstance(data["evaluator"], str):
+        raise bad(f"field 'evaluator' is {_shown(data['evaluator'])}, not text")
+    for i, pair in enumerate(listed(data.get("pairs"), "pairs")):
+        check(_name_problem(pair), f"pairs[{i}]")
+    headlines(data.get("headline"), "headline")
+    tables = data.get("tables")
+    if tables is None:  # a paper.json from before the two tables: its one summary is the table's
+        summaries(data.get("summary", {}), "summary")
+    for key, t in obj(tables if tables is not None else {}, "tables").items():
+        at = f"tables.{key[:40]}"
+        obj(t, at)
+        for field_ in ("start", "post"):
+            if not isinstance(t.get(field_), str):
+                raise bad(f"field '{at}.{field_}' is {_shown(t.get(field_))}, not text")
+        if not all(isinstance(r, str) for r in listed(t.get("rivals"), f"{at}.rivals")):
+            raise bad(f"field '{at}.rivals' is {_shown(t['rivals'])}, not a list of strategy names")
+        headlines(t.get("headline"), f"{at}.headline")
+        summaries(t.get("summary", {}), f"{at}.summary")
+    for pair, d in obj(data.get("starts") or {}, "starts").items():
+        at = f"starts.{pair[:40]}"
+        for name, r in obj(obj(d, at).get("strategies") or {}, f"{at}.strategies").items():
+            where = f"{at}.strategies.{name[:40]}"
+            obj(r, where)
+            for key in ("start_step_time_s", "final_step_time_s"):
+                check(step_time_problem(r.get(key)), f"{where}.{key}")
+            check(_real_problem(r.get("gap_closed")), f"{where}.gap_closed")
+    for pair, names in obj(data.get("missing") or {}, "missing").items():
+        if not all(isinstance(n, str) for n in listed(names, f"missing.{pair[:40]}")):
+            raise bad(f"field 'missing.{pair[:40]}' is {_shown(names)}, not a list of strategy names")
+    return data
+
+
 def checked_units(path: Path, num_units: int, num_devices: int):
     """A search run's ``result.json`` best placement: one device id (0 .. D-1) per unit, as an array;
     None where the run recorded none (it found no feasible placement)."""

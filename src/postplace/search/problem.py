@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.cluster import Cluster
-from postplace.cluster.placement import effective_kinds
+from postplace.cluster.placement import check_kinds, effective_kinds
 from postplace.cost import CostModel, RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
@@ -128,7 +128,8 @@ def make_problem(
     ------
     PostplaceError
         For a malformed pin, a pattern no op matches, an unknown device, colocated ops pinned apart,
-        excluding every device, or an op left with no device.
+        excluding every device, an op left with no device (or one that may use no device of the cluster),
+        or a graph with no op.
 
     Examples
     --------
@@ -141,6 +142,10 @@ def make_problem(
     >>> p.space.device_names, p.space.allowed.astype(int).tolist()
     (('cpu', 'gpu0', 'gpu1'), [[1, 0, 0], [0, 1, 1], [0, 0, 1]])
     """
+    if not graph.num_ops:  # nothing to group or place: every later step would reduce over no op
+        raise PostplaceError(f"graph '{graph.name}' has no op: there is nothing to place; give a graph file or model "
+                             "with at least one op")  # fmt: skip
+    check_kinds(graph, cluster)  # before the op times: a row of no runnable device is all NaN
     pin = parse_pins(list(pins), graph, cluster)
     excluded = {cluster.device_index(d) for d in exclude}
     if len(excluded) == cluster.num_devices:

@@ -475,9 +475,12 @@ def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None) -> _RunSta
     if width % 8:
         raise bad(f"its cached placements are {width} bytes, not whole int64 device ids")
     placements = np.ascontiguousarray(keys).view(np.int64).reshape(n, width // 8)
-    if allowed is not None:
+    # a checkpoint saved before the first sample (Ctrl-C or an error in the first batch) has an empty cache
+    # whose keys have no width: there is no placement to check, and indexing ``allowed`` with a (0, 0)
+    # array cannot broadcast
+    if allowed is not None and n:
         G, D = allowed.shape
-        if n and placements.shape[1] != G:
+        if placements.shape[1] != G:
             units = placements.shape[1]
             raise PostplaceError(f"{path}: its cached placements have {units} units; the search has {G} (edited or "
                                  "damaged, or written by a postplace that grouped this step otherwise: micro-batched "

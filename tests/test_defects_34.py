@@ -1,0 +1,209 @@
+"""Defects 34: a Ctrl-C in the first batch, devices outside the cluster (train --placement, compare
+--expert-split), a cpu-only op on a cluster without a cpu, a graph with no op, and report's paper.json."""
+
+import json
+
+import pytest
+
+import postplace
+import postplace.search.runner as runner
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from tests.clihelp import cli_error, run_cli
+
+# --- 1. a Ctrl-C during the first batch leaves a checkpoint of no sample; it must resume ---------------------
+
+
+class _StopInTell:
+    """A strategy seen by the runner's batch step: its ``tell`` is Ctrl-C (the batch evaluated and cached, the
+    strategy not yet told)."""
+
+    def tell(self, *args):
+        raise KeyboardInterrupt
+
+
+def _interrupt_first_batch(monkeypatch, where: str) -> None:
+    """Ctrl-C in the first batch of the run: in the evaluator (before it returns) or in the strategy's tell."""
+    one_batch, calls = runner._one_batch, []
+
+    def interrupted(strategy, evaluator, state, history, placements):
+        calls.append(1)
+        if len(calls) > 1:
+            return one_batch(strategy, evaluator, state, history, placements)
+        if where == "evaluate":
+            raise KeyboardInterrupt
+        one_batch(_StopInTell(), evaluator, state, history, placements)
+
+    monkeypatch.setattr(runner, "_one_batch", interrupted)
+
+
+def _lines(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("history.jsonl")), [
+        p.read_text() for p in sorted(folder.rglob("history.jsonl"))]
+
+
+@pytest.mark.parametrize("where", ["evaluate", "tell"])
+@pytest.mark.parametrize("microbatches", [1, None])  # one search, and the search over micro-batch counts
+def test_ctrl_c_in_the_first_batch_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, where, microbatches):
+    cut, whole = tmp_path / "cut", tmp_path / "whole"
+    args = {"size": "small", "budget": 16, "report": False, "microbatches": microbatches}
+    with monkeypatch.context() as mp:
+        _interrupt_first_batch(mp, where)
+        with pytest.raises(KeyboardInterrupt):
+            postplace.place("gpt2", "k80x2", out=cut, **args)
+    assert not (cut / "placement.json").exists()
+    assert runner.checkpoint_samples(next(cut.rglob(runner.CHECKPOINT)).parent) == 0  # the state the defect needs
+    resumed = postplace.resume(cut, report=False)
+    clean = postplace.place("gpt2", "k80x2", out=whole, **args)
+    a, b = resumed.summary, clean.summary
+    assert a["samples"] == b["samples"] and a["search_best_step_time_s"] == b["search_best_step_time_s"]
+    assert resumed.step_time_s == clean.step_time_s
+    assert _lines(cut) == _lines(whole) and _lines(cut)[0]
+
+
+def test_a_checkpoint_of_no_sample_resumes_through_the_cli(tmp_path, monkeypatch):
+    cut = tmp_path / "cut"
+    with monkeypatch.context() as mp:
+        _interrupt_first_batch(mp, "evaluate")
+        r = run_cli("place", "gpt2", "--size", "small", "-c", "k80x2", "--budget", "8", "--microbatches", "1",
+                    "--no-report", "--json", "--out", cut)  # fmt: skip
+    assert r.returncode == 130 and "--resume" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = run_cli("place", "--resume", cut, "--json", "--no-report")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["samples"] == 8
+
+
+# --- 2. train --placement single:DEVICE names a device the cluster lacks --------------------------------------
+
+
+def test_train_on_a_device_the_cluster_lacks_is_one_line(tmp_path, capsys):
+    err = cli_error(["train", "rnnlm", "--placement", "single:gpu9", "--cluster", "k80x4", "--steps", "1",
+                     "--map-all-to", "cpu"], capsys)  # fmt: skip
+    assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
+    (tmp_path / "p.json").write_text(json.dumps({"param:embed.weight": "gpu9"}))
+    err = cli_error(["train", "rnnlm", "--placement", str(tmp_path / "p.json"), "--cluster", "k80x4", "--steps", "1",
+                     "--map-all-to", "cpu"], capsys)  # fmt: skip
+    assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
+
+
+# --- 3. compare --expert-split: a split that is unused, malformed or names devices the cluster lacks -----------
+
+
+def _workload(tmp_path):
+    node = {"fpgaLatency": 1.0, "cpuLatency": 10.0, "size": 1.0, "isBackwardNode": 0}
+    w = {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": [{"id": i, "name": f"n{i}", **node}
+         for i in range(4)], "edges": [{"sourceId": i, "destId": i + 1, "size": 10.0} for i in range(3)]}  # fmt: skip
+    (tmp_path / "w.json").write_text(json.dumps(w))
+    return tmp_path / "w.json"
+
+
+def _compare_split(tmp_path, split, strategies="single,expert"):
+    (tmp_path / "split.json").write_text(json.dumps(split))
+    return ["compare", str(_workload(tmp_path)), "-c", "k80x2", "--strategies", strategies, "--budget", "8",
+            "--seeds", "1", "--out", str(tmp_path / "cmp"), "--no-report", "--json",
+            "--expert-split", str(tmp_path / "split.json")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("split", "fragment"), [
+    ({"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]}, "no device 'cpu1'; its devices are cpu, gpu0"),
+    ({"cpus": 3}, "field 'cpus' must be a list"),
+    ({"cpus": [3]}, "cpus[0] must be an object whose 'nodes' is a list"),
+    ({"fpgas": [{"nodes": 5}]}, "fpgas[0] must be an object whose 'nodes' is a list"),
+    ({"fpgas": [{"nodes": [[1]]}]}, "node ids are integers"),
+    ({"fpgas": [{"nodes": [True]}]}, "node ids are integers"),
+    ({"fpgas": {"a": 1}}, "field 'fpgas' must be a list"),
+    ([], "one JSON object"),
+])  # fmt: skip
+def test_compare_expert_split_errors_are_one_line(tmp_path, capsys, split, fragment):
+    err = cli_error(_compare_split(tmp_path, split), capsys)
+    assert fragment in err and "split.json" in err
+
+
+def test_compare_expert_split_is_checked_before_any_row_and_must_be_used(tmp_path, capsys):
+    split = {"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]}  # a second cpu: beyond k80x2
+    err = cli_error(_compare_split(tmp_path, split, strategies="post,expert"), capsys)
+    assert "cpu1" in err and not (tmp_path / "cmp" / "runs").exists()  # the search before the expert row never ran
+    err = cli_error(_compare_split(tmp_path, {"fpgas": [{"nodes": [2]}]}, strategies="single"), capsys)
+    assert "--expert-split" in err and "add expert to --strategies" in err
+    # more accelerators than GPUs is still folded onto them (place_expert's documented rule)
+    r = run_cli(*_compare_split(tmp_path, {"fpgas": [{"nodes": [1]}, {"nodes": [2]}, {"nodes": [3]}]}))
+    assert r.returncode == 0, r.stderr
+    rows = {row["strategy"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["expert"]["best_step_time_s"] is not None
+
+
+# --- 4. a cpu-only op on a cluster without a cpu; a graph with no op ------------------------------------------
+
+GPUS_ONLY = """name = "gpus2"
+description = "two GPUs and no CPU device"
+
+[[device]]
+names = ["gpu0", "gpu1"]
+kind = "gpu"
+model = "K80"
+peak_flops = 2.8e12
+memory_bandwidth = 2.4e11
+memory = 12e9
+
+[[switch]]
+name = "board"
+
+[[link]]
+a = "gpu0"
+b = "board"
+bandwidth = 1.575e10
+
+[[link]]
+a = "gpu1"
+b = "board"
+bandwidth = 1.575e10
+"""
+
+
+@pytest.fixture
+def no_cpu(tmp_path):
+    OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 1e9, 1e9],
+                  allowed_kinds=[["cpu", "gpu"], ["cpu"], ["cpu", "gpu"]], name="cpuop").save(tmp_path / "g.json")  # fmt: skip
+    (tmp_path / "gpus.toml").write_text(GPUS_ONLY)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu0"],
+    ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu1", "--json"],
+    ["place", "{g}", "-c", "{c}", "--budget", "8", "--out", "{out}", "--no-report"],
+    ["compare", "{g}", "-c", "{c}", "--strategies", "single,post", "--budget", "8", "--seeds", "1", "--out", "{out}",
+     "--no-report"],
+])  # fmt: skip
+def test_a_cpu_only_op_on_a_cluster_without_a_cpu_is_one_line(no_cpu, capsys, command):
+    argv = [a.format(g=no_cpu / "g.json", c=no_cpu / "gpus.toml", out=no_cpu / "out") for a in command]
+    err = cli_error(argv, capsys)
+    assert "op 'b' may only run on a cpu device" in err and "gpus2" in err and "gpu0 (gpu), gpu1 (gpu)" in err
+    assert not (no_cpu / "out" / "run.json").exists()
+
+
+def test_a_cpu_only_op_without_a_cpu_in_the_api(no_cpu):
+    from postplace.cluster import load_cluster
+    from postplace.cluster.placement import single_device
+
+    g, c = OpGraph.load(no_cpu / "g.json"), load_cluster(no_cpu / "gpus.toml")
+    with pytest.raises(PostplaceError, match="may only run on a cpu device"):
+        single_device(g, c, "gpu0")
+    with pytest.raises(PostplaceError, match="may only run on a cpu device"):
+        postplace.place(g, c, budget=8, report=False)
+
+
+@pytest.mark.parametrize("command", [
+    ["place", "{g}", "-c", "k80x2", "--budget", "8", "--out", "{out}", "--no-report"],
+    ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0"],
+    ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0", "--json"],
+    ["compare", "{g}", "-c", "k80x2", "--strategies", "single,post", "--budget", "8", "--seeds", "1", "--out",
+     "{out}", "--no-report"],
+])  # fmt: skip
+def test_a_graph_with_no_op_is_one_line(tmp_path, capsys, command):
+    OpGraph.build([], [], name="empty").save(tmp_path / "empty.json")
+    argv = [a.format(g=tmp_path / "empty.json", out=tmp_path / "out") for a in command]
+    err = cli_error(argv, capsys)
+    assert "graph 'empty' has no op" in err
+    with pytest.raises(PostplaceError, match="has no op"):
+        postplace.place(OpGraph.build([], [], name="empty"), "k80x2", budget=8, report=False)
