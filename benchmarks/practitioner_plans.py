@@ -5,6 +5,8 @@ practitioner plans among its candidates), and from its summary:
 
 * each practitioner plan (``ddp``, ``zero2``, ``fsdp``, each ``+recompute``) at its best micro-batch
   count (``OOM`` where it fits at none, ``-`` where no count is a multiple of the GPUs);
+* ``hybrid``: per unit DDP or FSDP, recomputed or not, by a hill-climb from the best uniform plan
+  (``-`` where no flip beat it);
 * ``pipe``: the GPipe-style pipeline; ``own``: Post's own search best; ``start``: the search's start;
 * ``answer`` (what ``place`` returns) and ``own / best plan``: Post's own best over the best
   practitioner plan (below 1: the search beats every plan users would launch);
@@ -58,7 +60,8 @@ def row(spec: str, budget: int) -> dict:
     fitted = [v for v in plans.values() if v is not None and math.isfinite(v)]
     best_plan = min(fitted) if fitted else None
     own = s.get("search_best_step_time_s")
-    out = {"row": spec, "plans": plans, "pipeline": best_of(cands, "pipeline"), "own": own,
+    out = {"row": spec, "plans": plans, "hybrid": best_of(cands, "hybrid"), "pipeline": best_of(cands, "pipeline"),
+           "own": own,
            "start": (s.get("search_start") or {}).get("step_time_s"), "answer": r.step_time_s,
            "returned": r.returned, "plan": s.get("plan"), "best_plan": best_plan,
            "own_over_best_plan": own / best_plan if own and best_plan else None, "wall_s": wall}  # fmt: skip
@@ -87,14 +90,14 @@ def main() -> None:
     rows = []
     short = {"ddp": "ddp", "zero2": "zero2", "fsdp": "fsdp", "ddp+recompute": "ddp+rc", "zero2+recompute": "zero2+rc",
              "fsdp+recompute": "fsdp+rc"}  # fmt: skip
-    head = ["row", *short.values(), "pipe", "start", "own", "answer", "own/best plan", "MFU", "wall s", "returned"]
+    head = ["row", *short.values(), "hybrid", "pipe", "start", "own", "answer", "own/best plan", "MFU", "wall s", "returned"]
     print(" | ".join(head))
     for spec in args.rows.split(","):
         x = row(spec, args.budget)
         rows.append(x)
         ratio = "-" if x["own_over_best_plan"] is None else f"{x['own_over_best_plan']:.3f}"
         mfu_s = f"{x['mfu'] * 100:.1f}%" if "mfu" in x else "-"
-        cells = [spec, *(ms(x["plans"][p]) for p in short), ms(x["pipeline"]), ms(x["start"]), ms(x["own"]),
+        cells = [spec, *(ms(x["plans"][p]) for p in short), ms(x["hybrid"]), ms(x["pipeline"]), ms(x["start"]), ms(x["own"]),
                  ms(x["answer"]), ratio, mfu_s, f"{x['wall_s']:.0f}", x["returned"]]  # fmt: skip
         print(" | ".join(cells), flush=True)
     if args.json:

@@ -105,7 +105,8 @@ def _compare_split(tmp_path, split, strategies="single,expert"):
 
 
 @pytest.mark.parametrize(("split", "fragment"), [
-    ({"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]}, "no device 'cpu1'; its devices are cpu, gpu0"),
+    ({"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]},
+     "no device 'cpu1'; its devices are cpu, gpu0"),
     ({"cpus": 3}, "field 'cpus' must be a list"),
     ({"cpus": [3]}, "cpus[0] must be an object whose 'nodes' is a list"),
     ({"fpgas": [{"nodes": 5}]}, "fpgas[0] must be an object whose 'nodes' is a list"),
@@ -162,8 +163,9 @@ bandwidth = 1.575e10
 
 @pytest.fixture
 def no_cpu(tmp_path):
-    OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 1e9, 1e9],
-                  allowed_kinds=[["cpu", "gpu"], ["cpu"], ["cpu", "gpu"]], name="cpuop").save(tmp_path / "g.json")  # fmt: skip
+    g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 1e9, 1e9],
+                      allowed_kinds=[["cpu", "gpu"], ["cpu"], ["cpu", "gpu"]], name="cpuop")  # fmt: skip
+    g.save(tmp_path / "g.json")
     (tmp_path / "gpus.toml").write_text(GPUS_ONLY)
     return tmp_path
 
@@ -207,3 +209,61 @@ def test_a_graph_with_no_op_is_one_line(tmp_path, capsys, command):
     assert "graph 'empty' has no op" in err
     with pytest.raises(PostplaceError, match="has no op"):
         postplace.place(OpGraph.build([], [], name="empty"), "k80x2", budget=8, report=False)
+
+
+# --- 5. report reads paper.json with the checks every other file gets ------------------------------------------
+
+
+def _paper():
+    """A paper.json as ``postplace paper`` writes it (one pair, both tables), without running the experiment."""
+    head = {"model": "rnnlm", "cluster": "k80x2", "post_s": 0.01, "hp_seeds": 1,
+            "reduction": {"ce": 0.1, "hp": None}, "rival_s": {"ce": 0.011, "hp": None}, "post": "post"}  # fmt: skip
+    summary = {"ce": {"pairs": 1, "post_faster": 1, "median": 0.1, "max": 0.1, "min": 0.1}}
+    tables = {key: {"start": key, "post": "post", "rivals": ["ce", "hp"], "headline": [dict(head)], "summary": summary}
+              for key in ("uniform", "probe")}  # fmt: skip
+    return {"config": {"size": "small", "seeds": 1, "budget": 24, "planner_budget": 8, "planner_seeds": 1},
+            "paper_claim": {"max_reduction_vs_rl": 0.637, "source": "the abstract"}, "evaluator": "simulator",
+            "pairs": ["rnnlm-k80x2"], "tables": tables, "headline": [head], "summary": summary,
+            "starts": {"rnnlm-k80x2": {"strategies": {"post": {"start_name": "fastest", "start_step_time_s": 0.02,
+                                                               "final_step_time_s": 0.01, "gap_closed": 0.5}}}},
+            "wall_time_s_this_call": 1.0, "missing": {}}  # fmt: skip
+
+
+def test_a_whole_paper_json_reports(tmp_path):
+    from postplace.report import write_report
+
+    (tmp_path / "paper.json").write_text(json.dumps(_paper()))
+    assert write_report(tmp_path).exists()
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda d: d.pop("config"), "field 'config' is null, not an object"),
+    (lambda d: d["config"].update(seeds="3"), "field 'config.seeds' is \"3\", not an integer"),
+    (lambda d: d["config"].update(size=None), "field 'config.size'"),
+    (lambda d: d["paper_claim"].update(max_reduction_vs_rl=None), "paper_claim.max_reduction_vs_rl"),
+    (lambda d: d.update(pairs="rnnlm-k80x2"), "field 'pairs'"),
+    (lambda d: d.pop("headline"), "field 'headline' is null, not a list"),
+    (lambda d: d["headline"][0].update(model=3), "field 'headline[0].model' is 3, not a name"),
+    (lambda d: d["headline"][0].update(model="../x"), "field 'headline[0].model'"),
+    (lambda d: d["headline"][0].update(post_s="fast"), "field 'headline[0].post_s'"),
+    (lambda d: d["tables"]["probe"]["headline"][0]["reduction"].update(ce="10%"),
+     "tables.probe.headline[0].reduction.ce"),
+    (lambda d: d["tables"]["uniform"].update(rivals="ce"), "tables.uniform.rivals"),
+    (lambda d: d["tables"]["uniform"]["summary"]["ce"].update(median=None), "tables.uniform.summary.ce.median"),
+    (lambda d: d.update(tables=[]), "field 'tables' is [], not an object"),
+    (lambda d: d["starts"]["rnnlm-k80x2"]["strategies"]["post"].update(start_step_time_s=-1), "start_step_time_s"),
+    (lambda d: d.update(missing={"rnnlm-k80x2": "ce"}), "missing.rnnlm-k80x2"),
+])  # fmt: skip
+def test_a_damaged_paper_json_is_one_line(tmp_path, capsys, edit, fragment):
+    data = json.loads(json.dumps(_paper()))  # no dict shared between tables, as read from the file
+    edit(data)
+    (tmp_path / "paper.json").write_text(json.dumps(data))
+    err = cli_error(["report", str(tmp_path)], capsys)
+    assert "paper.json" in err and fragment in err and "`postplace paper`" in err, err
+
+
+def test_a_paper_json_that_is_not_an_object_or_not_json_is_one_line(tmp_path, capsys):
+    (tmp_path / "paper.json").write_text("[]")
+    assert "paper.json: not a JSON object" in cli_error(["report", str(tmp_path)], capsys)
+    (tmp_path / "paper.json").write_text("{")
+    assert "paper.json: not valid JSON" in cli_error(["report", str(tmp_path)], capsys)

@@ -183,3 +183,35 @@ def test_bad_plans_are_one_line():
         data_parallel(g, 4, "ddp")
     with pytest.raises(PostplaceError, match="not one of"):
         data_parallel(g, 2, "zero3")
+
+
+def test_a_hybrid_per_unit_is_between_its_uniform_ends():
+    """``shard=`` every unit is FSDP exactly, none is DDP exactly; FSDP for two of four blocks sits
+    between them in memory and in the bytes it gathers; recomputing two blocks of four recomputes half
+    the blocks' forward FLOPs."""
+    from postplace.plans import apply_plan
+    from postplace.plans._step import units
+
+    c = load_cluster("dgx8")
+    g = step(4)
+    every = tuple(sorted(set(units(g))))
+    runs = {name: simulate(apply_plan(g, parse_plan(name), 4), c)
+            for name in ("ddp", "fsdp", f"ddp:shard={'/'.join(u or 'root' for u in every)}", "ddp:shard=none",
+                         "ddp:shard=blocks.0/blocks.1")}  # fmt: skip
+    same = lambda a, b: a.step_time[0] == b.step_time[0] and np.array_equal(a.peak_mem, b.peak_mem)  # noqa: E731
+    assert same(runs[next(k for k in runs if k.startswith("ddp:shard=root"))], runs["fsdp"])
+    assert same(runs["ddp:shard=none"], runs["ddp"])
+    half = runs["ddp:shard=blocks.0/blocks.1"]
+    assert runs["fsdp"].peak_mem[0][1] < half.peak_mem[0][1] < runs["ddp"].peak_mem[0][1]
+    assert 0 < wire(half, "all_gather") < wire(runs["fsdp"], "all_gather")
+    extra_full = float(recompute(g).flops.sum() - g.flops.sum())
+    extra_two = float(recompute(g, ["blocks.2", "blocks.3"]).flops.sum() - g.flops.sum())
+    assert extra_full > 0 and extra_two == pytest.approx(extra_full / 2, rel=1e-9)
+    rc = apply_plan(g, parse_plan("ddp:recompute=blocks.2/blocks.3"), 4).graph
+    assert {n.split("/", 1)[1].split("_", 1)[0] for n in rc.names if "/rc:" in n} == {"rc:mb0", "rc:mb1", "rc:mb2",
+                                                                                     "rc:mb3"}  # fmt: skip
+    assert {rc.module[i].rsplit(".", 1)[0] for i, n in enumerate(rc.names) if "/rc:" in n} == {"blocks.2", "blocks.3"}
+    with pytest.raises(PostplaceError, match="does not have"):
+        apply_plan(g, parse_plan("fsdp:shard=blocks.9"), 4)
+    with pytest.raises(PostplaceError, match="own rule"):
+        parse_plan("zero2:shard=root")

@@ -164,6 +164,70 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
     return cands
 
 
+HYBRID_SECONDS = 20.0
+"""The hybrid's coordinate descent stops trying plans after this many seconds (LLaMA-7B's plan on dgx8
+takes about 6 s to rewrite and simulate; a small model's milliseconds)."""
+
+
+def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
+    """A hybrid of the practitioner plans per unit: which units FSDP shards (the others replicated as DDP
+    does) and which it recomputes, found by coordinate descent from the fastest uniform plan at this
+    problem's micro-batch count (:data:`PRACTITIONER_PLANS` without ZeRO-2, which has no per-unit form).
+
+    The decisions are grouped: the root unit (embedding, head, loss) alone, and the numbered units in up
+    to four contiguous runs; each group may flip its sharding, and its recomputation, once in turn; a
+    flip that gives a faster plan that fits is kept. Not Post: a hill-climb over a few plan decisions, at
+    most :data:`HYBRID_SECONDS` of plans tried. None (an empty list) when no uniform plan fits, or when
+    no flip beat the start."""
+    import time
+
+    from postplace.api.plans import plan_step
+    from postplace.plans import PlanSpec, parse_plan
+    from postplace.plans._step import microbatch_count, numbered_units
+
+    uniform = [p for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
+    if not uniform:
+        return []
+    start = min(uniform, key=lambda p: p.step_time_s)
+    first = parse_plan(start.plan)
+    graph, c = problem.graph, problem.cluster
+    numbered = numbered_units(graph)
+    every = ["", *numbered]
+    shard = set(every) if first.level == "fsdp" else set()
+    redo = set(numbered) if first.recompute else set()
+    chunks = [numbered[i * len(numbered) // 4:(i + 1) * len(numbered) // 4] for i in range(4)]
+    groups = [[""], *[ch for ch in chunks if ch]]
+    devices = sorted({int(d) for d in start.placement[(start.graph.allowed_kinds & 2) != 0].tolist()})
+    cm = problem.simulator.problem.cost_model
+    best, best_time, tried, t0 = None, start.step_time_s, 0, time.perf_counter()
+
+    def spec_of(sh, rc):
+        return PlanSpec("ddp", bool(rc), microbatch_count(graph), len(devices), tuple(u for u in every if u in sh),
+                        tuple(u for u in numbered if u in rc) if rc else None)  # fmt: skip
+
+    for group in groups:
+        for which in ("shard", "recompute"):
+            if which == "recompute" and group == [""]:
+                continue  # the root holds the loss; recomputation wraps numbered units, as torchtitan does
+            if time.perf_counter() - t0 > HYBRID_SECONDS:
+                break
+            sh, rc = set(shard), set(redo)
+            target = sh if which == "shard" else rc
+            target ^= set(group)
+            try:
+                r = plan_step(graph, c, spec_of(sh, rc), devices, pins=settings.get("pins") or (), cost_model=cm)
+            except PostplaceError:
+                continue
+            tried += 1
+            if not r.oom and r.step_time_s < best_time:
+                best, best_time, shard, redo = r, r.step_time_s, sh, rc
+    if best is None:
+        return []
+    spec = spec_of(shard, redo)
+    note = f"from {start.name}: {tried} plans tried"
+    return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, str(spec))]
+
+
 def plan_candidate_words(best: Candidate, cluster) -> str:
     """A practitioner plan candidate in words (:func:`postplace.api.plans.plan_words`)."""
     from postplace.api.plans import plan_words
@@ -171,7 +235,7 @@ def plan_candidate_words(best: Candidate, cluster) -> str:
 
     spec = parse_plan(best.plan)
     gpus = sorted({int(d) for d in best.placement[(best.graph.allowed_kinds & 2) != 0].tolist()})
-    return plan_words(spec.name, [cluster.device_names[g] for g in gpus], spec.microbatches)
+    return plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
 
 
 def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:

@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.candidates import (
+    hybrid_candidate,
     oneshot_candidates,
     plan_candidate_words,
     plan_candidates,
     search_candidate,
     warm_start_ops,
-)  # fmt: skip
+)
 from postplace.api.result import Candidate, PlaceResult
 from postplace.api.settings import _checksum, _search_start, _strategy
 from postplace.api.summary import _plan, _summary
@@ -162,6 +163,10 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     for arm in arms.values():
         arm.oneshot = oneshot_candidates(settings, arm.problem, arm.problem.simulator, arm.warm_ops)
         arm.oneshot += plan_candidates(settings, arm.problem, largest=arm.m == max(arms))
+    plans = [(c.step_time_s, m) for m, a in arms.items() for c in a.oneshot if c.plan and c.feasible]
+    if plans:  # the hybrid, at the count where the plans do best
+        arm = arms[min(plans)[1]]
+        arm.oneshot += hybrid_candidate(settings, arm.problem, [c for c in arm.oneshot if c.plan])
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
     meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)

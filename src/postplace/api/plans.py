@@ -70,20 +70,30 @@ class PlanResult:
 
     def describe(self) -> str:
         """The plan in words (``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches, recompute``)."""
-        return plan_words(self.name, self.devices, self.microbatches)
+        return plan_words(self.plan, self.devices, self.microbatches)
 
 
-def plan_words(name: str, devices, microbatches: int) -> str:
-    """A practitioner plan in the words users use: ``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches, recompute``.
+def plan_words(plan, devices, microbatches: int) -> str:
+    """A practitioner plan in the words users use: ``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches,
+    recompute``; a hybrid names its sharded and recomputed units.
 
     >>> plan_words("zero2+recompute", ["gpu0", "gpu1", "gpu2", "gpu3"], 8)
     'zero2 over 4 GPUs (gpu0..gpu3), 8 micro-batches, recompute'
+    >>> plan_words("ddp:shard=root,recompute=blocks.6/blocks.7", ["gpu0", "gpu1"], 2)
+    'ddp over 2 GPUs (gpu0, gpu1), 2 micro-batches, FSDP for root, recompute blocks.6, blocks.7'
     """
-    level, *extras = name.split("+")
+    from postplace.plans import PlanSpec, parse_plan
+
+    spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
     devices = list(devices)
-    words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
+    words = f"{spec.level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
-    return words + (", recompute" if "recompute" in extras else "")
+    if spec.shard is not None:
+        words += f", FSDP for {', '.join(u or 'root' for u in spec.shard) or 'no unit'}"
+    if spec.recompute:
+        units = spec.recompute_units
+        words += ", recompute" + ("" if units is None else f" {', '.join(u or 'root' for u in units) or 'nothing'}")
+    return words
 
 
 def plan_devices(cluster, spec, exclude=()) -> list[int]:

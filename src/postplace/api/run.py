@@ -13,10 +13,11 @@ from pathlib import Path
 from postplace.api.candidates import (
     CANDIDATE_PLACERS,
     _candidates,
+    hybrid_candidate,
     plan_candidate_words,
     plan_candidates,
     warm_start_ops,
-)  # fmt: skip
+)
 from postplace.api.measure import _check_confirm, _confirm, _ray_evaluator, _torch_evaluator
 from postplace.api.over_m import place_over_m
 from postplace.api.result import Candidate, PlaceResult
@@ -109,7 +110,8 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
         raise KeyboardInterrupt
     cands = _candidates(settings, problem, judge, result, warm_ops)
     if judge.name == "simulator" and not confirm_k:  # the plans are simulated: never beside measured times
-        cands += plan_candidates(settings, problem)
+        plans = plan_candidates(settings, problem)
+        cands += plans + hybrid_candidate(settings, problem, plans)
     feasible = [k for k in cands if k.feasible]
     if not feasible:
         raise PostplaceError(

@@ -109,7 +109,8 @@ class PlannedStep:
 
 
 def data_parallel(graph: OpGraph, replicas: int, level: str = "ddp", *, bucket_bytes: float = 25e6,
-                  reduce_dtype: str = "fp32", param_dtype: str | None = None) -> PlannedStep:  # fmt: skip
+                  reduce_dtype: str = "fp32", param_dtype: str | None = None,
+                  shard: frozenset[str] | None = None) -> PlannedStep:  # fmt: skip
     """The step of ``replicas`` GPUs under ``level`` (see the module docstring).
 
     Parameters
@@ -125,6 +126,10 @@ def data_parallel(graph: OpGraph, replicas: int, level: str = "ddp", *, bucket_b
         The gradients' dtype on the wire.
     param_dtype : {"fp32", "bf16", "fp16"}, optional
         FSDP's gather dtype; default the step's precision.
+    shard : frozenset of str, optional
+        A hybrid: the units (:func:`postplace.plans.unit_of`, ``""`` the root) sharded as FSDP shards
+        them, the others as ``level`` says; only with ``ddp`` (the others DDP) or ``fsdp`` (the others
+        DDP too). Default: every unit for ``fsdp``, none for the other levels.
 
     Returns
     -------
@@ -148,13 +153,18 @@ def data_parallel(graph: OpGraph, replicas: int, level: str = "ddp", *, bucket_b
             f"{level} over {replicas} GPUs needs a micro-batch count that is a multiple of {replicas}, "
             f"and graph '{graph.name}' has {m}; trace the step as {replicas} x j micro-batches"
         )
+    if shard is not None and level not in ("ddp", "fsdp"):
+        raise PostplaceError(f"plan '{level}' shards by its own rule; a per-unit shard= goes with ddp or fsdp")
+    if shard is None:
+        shard = None if level == "fsdp" else frozenset()
     return _Pass(graph, replicas, level, bucket_bytes, _DTYPE_BYTES[reduce_dtype] / 4.0,
-                 _DTYPE_BYTES[param_dtype] / 4.0, param_dtype, reduce_dtype).run()  # fmt: skip
+                 _DTYPE_BYTES[param_dtype] / 4.0, param_dtype, reduce_dtype, shard).run()  # fmt: skip
 
 
 class _Pass:
-    def __init__(self, g, k, level, bucket_bytes, reduce_factor, param_factor, param_dtype, reduce_dtype):
+    def __init__(self, g, k, level, bucket_bytes, reduce_factor, param_factor, param_dtype, reduce_dtype, shard):
         self.g, self.k, self.level = g, k, level
+        self.shard = shard  # the units FSDP shards (None: all of them)
         self.bucket_bytes, self.reduce_factor, self.param_factor = bucket_bytes, reduce_factor, param_factor
         self.meta = {"plan": level, "replicas": k, "bucket_bytes": bucket_bytes, "reduce_dtype": reduce_dtype,
                      "param_dtype": param_dtype}  # fmt: skip
@@ -168,7 +178,6 @@ class _Pass:
             a.tolist() for a in (g.edge_src, g.edge_dst, g.edge_slot, g.edge_bytes))  # fmt: skip
         self.in_ptr, self.in_edges = g.in_ptr.tolist(), g.in_edges.tolist()
         self.out_ptr = g.out_ptr.tolist()
-        self.sharded_grads = level in ("zero2", "fsdp")
         self.partitioned = level in ("zero1", "zero2")  # whole parameters per rank, not a shard of each
         self.draft = Draft(g)
         # replica -> (bucket, local micro-batch) -> [(template, src, slot, dst, bytes)]
@@ -234,9 +243,25 @@ class _Pass:
             return copied_name(self.g.names[own]), self._slot_into(own, i)
         return copied_name(self.g.names[i]), slot
 
+    def _sharded(self, tpl) -> bool:
+        """The gradient is reduce-scattered every micro-batch (ZeRO-2, or a unit FSDP shards)."""
+        return self.level == "zero2" or self.fsdp_grad[tpl]
+
+    def _fsdp_update_or_sum(self, i) -> bool:
+        """An update op of a parameter FSDP shards, or a sum of such a parameter's gradient."""
+        if self.phase[i] == UPDATE:
+            p = self.param_of_coloc.get(int(self.g.colocation[i]))
+            return p is not None and self.fsdp_param[p]
+        if self.chain[i] >= 0 and self.phase[i] == BACKWARD:
+            return self.fsdp_grad.get(self._template(i), False)
+        return False
+
     def _study(self):
         """Gradients (by template) with their bytes, parameters and finishing order; buckets; units."""
         g = self.g
+        hybrid = self.level in ("ddp", "fsdp")
+        self.fsdp_param = [self.is_param[i] and hybrid and (self.shard is None or unit_of(g.module[i]) in self.shard)
+                           for i in range(g.num_ops)]  # fmt: skip
         param_of_coloc = {}
         for p in np.flatnonzero(parameter_ops(g)).tolist():
             if g.colocation[p] >= 0:
@@ -257,16 +282,20 @@ class _Pass:
         order = sorted(grad_bytes, key=lambda t: (grad_done[t], t))
         self.grad_params = grad_params
         self.grad_bytes = grad_bytes
-        if self.level == "fsdp":
-            unit_names = [unit_of(g.module[grad_params[t][0]]) if grad_params[t] else "" for t in order]
-            self.bucket_of = dict(zip(order, unit_names, strict=True))
-        else:
-            self.bucket_of, size, j = {}, 0.0, 0
-            for t in order:
-                if size > 0 and size + grad_bytes[t] > self.bucket_bytes:
-                    j, size = j + 1, 0.0
-                self.bucket_of[t] = f"bucket{j}"
-                size += grad_bytes[t]
+        # a gradient FSDP shards is reduce-scattered per unit, the others bucketed in finishing order
+        self.fsdp_grad = {t: any(self.fsdp_param[p] for p in grad_params[t]) for t in order}
+        self.bucket_of, self.bucket_kind, size, j = {}, {}, 0.0, 0
+        for t in order:
+            if self.fsdp_grad[t]:
+                unit = unit_of(g.module[grad_params[t][0]])
+                self.bucket_of[t] = f"unit:{unit or 'root'}"
+                self.bucket_kind[self.bucket_of[t]] = "fsdp"
+                continue
+            if size > 0 and size + grad_bytes[t] > self.bucket_bytes:
+                j, size = j + 1, 0.0
+            self.bucket_of[t] = f"bucket{j}"
+            self.bucket_kind[self.bucket_of[t]] = "zero2" if self.level == "zero2" else "all_reduce"
+            size += grad_bytes[t]
         self.buckets = list(dict.fromkeys(self.bucket_of.values()))
         self.update_sinks: dict[int, list[int]] = defaultdict(list)  # parameter -> its last update ops
         upd_of_coloc = defaultdict(list)
@@ -285,7 +314,7 @@ class _Pass:
         for i in range(g.num_ops):
             ins = self._inputs(i)
             if self.phase[i] == FORWARD and self.mb[i] >= 0 and ins:
-                self.derived[i] = all(self.is_param[s] or self.derived[s] for s in ins)
+                self.derived[i] = all(self.fsdp_param[s] or self.derived[s] for s in ins)
         self.param_bytes = {p: float(g.output_bytes[p]) for p in np.flatnonzero(parameter_ops(g)).tolist()}
         # ZeRO-1/2 (DeepSpeed) partition the flat parameters into k contiguous ranges of about equal size: a
         # parameter's state, update and reduced gradient live on the rank whose range holds its middle
@@ -311,7 +340,7 @@ class _Pass:
         for r in range(k):
             self._wire_replica(r)
         self._collectives()
-        name = f"{g.name}+{self.level}{k}"
+        name = f"{g.name}+{self.level}{k}" + ("" if self.shard is None or not self.shard else "+shard")
         graph, replica = self.draft.freeze(name, {**g.metadata, "data_parallel": self.meta})
         return PlannedStep(graph, replica, k, self.level)
 
@@ -327,16 +356,16 @@ class _Pass:
             base = float(self._own(i)) + 0.5 if self.chain[i] >= 0 else float(i)
             change = {}
             scale = 1.0
-            if self.level == "fsdp" and (self.phase[i] == UPDATE or (self.chain[i] >= 0 and self.phase[i] == BACKWARD)):
-                scale = 1.0 / k  # every rank updates (and sums the gradients of) its shard of every parameter
+            if self._fsdp_update_or_sum(i):
+                scale = 1.0 / k  # every rank updates (and sums the gradients of) its shard of the parameter
             if self.is_param[i]:
                 state = float(g.persistent_bytes[i]) - self.param_bytes[i]
                 if self.partitioned:
                     change["persistent_bytes"] = self.param_bytes[i] + (state if self.owner[i] == r else 0.0)
-                elif self.level == "fsdp":
+                elif self.fsdp_param[i]:
                     change["persistent_bytes"] = float(g.persistent_bytes[i]) / k
                     change["output_bytes"] = self.param_bytes[i] / k
-            if self.level == "fsdp" and self.derived[i]:
+            if self.derived[i]:
                 scale = 1.0 / k
                 change.update(inplace=True)
             if g.colocation[i] >= 0:
@@ -344,7 +373,7 @@ class _Pass:
             ids[i] = d.copy(i, self._name(r, g.names[i]), (base, r, i), r, scale=scale, **change)
         for i, new in ids.items():
             b = int(g.inplace_base[i])
-            if g.inplace[i] and b >= 0 and not (self.level == "fsdp" and self.derived[i]):
+            if g.inplace[i] and b >= 0 and not self.derived[i]:
                 rb = self._resolve(b, r)[0]
                 d.set(new, "inplace_base", ids.get(rb, -1))
         return ids
@@ -366,12 +395,12 @@ class _Pass:
             if t not in ids:  # a gradient reduced for its owner: this rank sends it and keeps no result
                 if kind == "grad":
                     tpl = self._template(s, slot)
-                    j = self.mb[s] - first if self.sharded_grads else -1
+                    j = self.mb[s] - first if self._sharded(tpl) else -1
                     grads[(self.bucket_of[tpl], j)].append((tpl, ids[s], slot, None, self.nbytes[e]))
                 continue
             if kind == "grad":
                 tpl = self._template(s, slot)
-                j = self.mb[s] - first if self.sharded_grads else -1
+                j = self.mb[s] - first if self._sharded(tpl) else -1
                 grads[(self.bucket_of[tpl], j)].append((tpl, ids[s], slot, ids[t], self.nbytes[e]))
             elif kind == "param":
                 back = self.phase[t] == BACKWARD
@@ -405,15 +434,15 @@ class _Pass:
 
     def _classify(self, s, t, slot):
         if self.is_param[s]:
-            if self.level == "fsdp" and self.mb[t] >= 0 and self.phase[t] in (FORWARD, BACKWARD):
+            if self.fsdp_param[s] and self.mb[t] >= 0 and self.phase[t] in (FORWARD, BACKWARD):
                 return "param"
             return "edge"
-        if self.level == "fsdp" and self.derived[s] and self.phase[t] == BACKWARD:
+        if self.derived[s] and self.phase[t] == BACKWARD:
             return "derived-backward"
-        grad_value = self.phase[s] in (FORWARD, BACKWARD) and self._template(s, slot) in self.bucket_of
-        if not grad_value:
+        tpl = self._template(s, slot) if self.phase[s] in (FORWARD, BACKWARD) else None
+        if tpl not in self.bucket_of:
             return "edge"
-        if self.sharded_grads:
+        if self._sharded(tpl):
             into = self.phase[t] == UPDATE or (self.chain[t] >= 0 and self.phase[t] == BACKWARD)
             return "grad" if into and self.mb[s] >= 0 else "edge"
         return "grad" if self.phase[t] == UPDATE else "edge"
@@ -421,7 +450,6 @@ class _Pass:
     # ---------------------------------------------------------------------- the collectives
     def _collectives(self):
         k, d = self.k, self.draft
-        kind = "reduce_scatter" if self.sharded_grads else "all_reduce"
         keys = sorted({key for r in range(k) for key in self.grads_r[r]},
                       key=lambda x: (x[1], self.buckets.index(x[0])))  # fmt: skip
         for bucket, j in keys:
@@ -429,13 +457,15 @@ class _Pass:
             tpls = [t for t, b in self.bucket_of.items() if b == bucket]
             slot_of = {t: q for q, t in enumerate(tpls)}
             size = sum(self.grad_bytes[t] for t in tpls)
-            tag = f"{bucket or 'root'}" + (f":mb{j}" if j >= 0 else "")
+            how = self.bucket_kind[bucket]
+            kind = "all_reduce" if how == "all_reduce" else "reduce_scatter"
+            tag = bucket + (f":mb{j}" if j >= 0 else "")
             c = d.add_collective(kind, size * self.reduce_factor, f"{kind}:{tag}")
             for r in range(k):
                 kept = {t for t, _, _, dst, _ in per[r] if dst is not None}
-                if self.level == "fsdp":
+                if how == "fsdp":
                     held = size / k
-                elif self.level == "zero2":  # the owner's gradients, whole
+                elif how == "zero2":  # the owner's gradients, whole
                     held = sum(self.grad_bytes[t] for t in kept)
                 else:
                     held = 0.0  # in place on the gradients (DDP's bucket views)
@@ -443,16 +473,16 @@ class _Pass:
                 base = max((d.key[s][0] for s, _, _ in srcs), default=0.0) + 0.3
                 mem = d.make(self._name(r, f"{kind}:{tag}"), (base, r, len(d)), r, phase=BACKWARD,
                              microbatch=j + r * self.b if j >= 0 else -1, op_type=kind, collective=c,
-                             inplace=not self.sharded_grads, output_bytes=held)  # fmt: skip
+                             inplace=how == "all_reduce", output_bytes=held)  # fmt: skip
                 for s, sl, nb in srcs:
                     d.edge(s, mem, sl, nb)
                 for t, _, _, dst, nb in per[r]:
                     if dst is not None:
-                        d.edge(mem, dst, slot_of[t], nb / k if self.level == "fsdp" else nb)
+                        d.edge(mem, dst, slot_of[t], nb / k if how == "fsdp" else nb)
                 self.rs_member[(r, bucket, j)] = mem
         if self.level in ("zero1", "zero2"):
             self._gather_updated()
-        if self.level == "fsdp":
+        if any(self.fsdp_param):
             self._gather_units()
 
     def _gather_updated(self):
@@ -492,7 +522,8 @@ class _Pass:
                 per = [self.uses[r].get((u, j, back), []) for r in range(k)]
                 readers = [[t for _, t, _ in lst] for lst in per]
                 if back and not per[0]:
-                    readers = [[self.rs_member[(r, u, j)]] if (r, u, j) in self.rs_member else [] for r in range(k)]
+                    rs = [(r, f"unit:{u or 'root'}", j) for r in range(k)]
+                    readers = [[self.rs_member[x]] if x in self.rs_member else [] for x in rs]
                 if not readers[0]:
                     continue
                 params = unit_params[u]

@@ -1,4 +1,6 @@
-"""A plan as users name it: ``ddp``, ``zero2``, ``fsdp+recompute:m=8``, ``zero1:m=4,dp=2``."""
+"""A plan as users name it: ``ddp``, ``zero2``, ``fsdp+recompute:m=8``, ``zero1:m=4,dp=2``, and hybrids
+per unit: ``ddp:shard=root`` (FSDP for the root unit: the embedding and the head; DDP for the blocks),
+``fsdp:recompute=blocks.30/blocks.31`` (recompute the last two blocks only)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ from dataclasses import dataclass
 
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
+from postplace.plans._step import units
 from postplace.plans.data_parallel import LEVELS, PlannedStep, data_parallel
 from postplace.plans.recompute import recompute
 
 __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
 _OPTION = re.compile(r"^(m|dp)=([0-9]+)$")
-_HOW = (f"write NAME[+recompute][:m=M][,dp=K] with NAME one of {', '.join(LEVELS)} "
-        "(e.g. fsdp+recompute:m=8)")  # fmt: skip
+_UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
+_HOW = (f"write NAME[+recompute][:m=M][,dp=K][,shard=U/U...][,recompute=U/U...] with NAME one of "
+        f"{', '.join(LEVELS)} and U a unit (root, blocks.3) (e.g. fsdp+recompute:m=8)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -31,21 +35,31 @@ class PlanSpec:
         The step's micro-batch count (all replicas together); None: the caller chooses.
     replicas : int, optional
         The data-parallel degree; None: every GPU the plan may use.
+    shard : tuple of str, optional
+        A hybrid of ``ddp`` or ``fsdp``: exactly these units sharded as FSDP shards them, the others
+        replicated as DDP does (``""`` is the root unit). None: the level's own rule.
+    recompute_units : tuple of str, optional
+        With ``recompute``: only these units recomputed. None: every numbered unit.
     """
 
     level: str
     recompute: bool = False
     microbatches: int | None = None
     replicas: int | None = None
+    shard: tuple[str, ...] | None = None
+    recompute_units: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
         """The plan's name without its options (``fsdp+recompute``): a candidate's name in a table."""
-        return self.level + ("+recompute" if self.recompute else "")
+        return self.level + ("+recompute" if self.recompute and self.recompute_units is None else "")
 
     def __str__(self) -> str:
         opts = [f"m={self.microbatches}"] * (self.microbatches is not None) + [f"dp={self.replicas}"] * (
             self.replicas is not None)  # fmt: skip
+        for key, names in (("shard", self.shard), ("recompute", self.recompute_units)):
+            if names is not None:
+                opts.append(f"{key}={'/'.join(u or 'root' for u in names) or 'none'}")
         return self.name + (":" + ",".join(opts) if opts else "")
 
 
@@ -66,16 +80,28 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': unknown plan '{level}'; {_HOW}")
     if any(x != "recompute" for x in extras) or len(extras) > 1:
         raise PostplaceError(f"--plan '{text}': only '+recompute' may follow the plan's name; {_HOW}")
-    options: dict[str, int] = {}
+    options: dict[str, object] = {}
     for opt in tail.split(",") if tail else ():
-        match = _OPTION.match(opt.strip())
+        opt = opt.strip()
+        match = _OPTION.match(opt) or _UNITS.match(opt)
         if not match or match.group(1) in options:
-            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M or dp=K (each once); {_HOW}")
+            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, shard=U/U or recompute=U/U "
+                                 f"(each once); {_HOW}")  # fmt: skip
+        if match.re is _UNITS:
+            names = match.group(2).split("/")
+            options[match.group(1)] = () if names == ["none"] else tuple("" if u == "root" else u for u in names)
+            continue
         value = int(match.group(2))
         if not 1 <= value <= 4096:
             raise PostplaceError(f"--plan '{text}': {match.group(1)}={value} must be between 1 and 4096")
         options[match.group(1)] = value
-    return PlanSpec(level, bool(extras), options.get("m"), options.get("dp"))
+    if "shard" in options and level not in ("ddp", "fsdp"):
+        raise PostplaceError(f"--plan '{text}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
+    if "recompute" in options and extras:
+        raise PostplaceError(f"--plan '{text}': give '+recompute' (every unit) or recompute=U/U (those), not both")
+    units = options.get("recompute")
+    return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
+                    options.get("shard"), units)  # fmt: skip
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
@@ -92,5 +118,14 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
     -------
     PlannedStep
     """
-    step = recompute(graph) if spec.recompute else graph
-    return data_parallel(step, replicas, spec.level)
+    known = set(units(graph))
+    for key, names in (("shard", spec.shard), ("recompute", spec.recompute_units)):
+        bad = sorted(set(names or ()) - known)
+        if bad:
+            some = ", ".join(u or "root" for u in sorted(known, key=lambda u: (u != "", u))[:6])
+            raise PostplaceError(f"plan '{spec}': {key}= names unit '{bad[0] or 'root'}', which graph "
+                                 f"'{graph.name}' does not have (its units: {some}, ...)")  # fmt: skip
+    step = recompute(graph, list(spec.recompute_units) if spec.recompute_units is not None else None) \
+        if spec.recompute else graph  # fmt: skip
+    shard = frozenset(spec.shard) if spec.shard is not None else None
+    return data_parallel(step, replicas, spec.level, shard=shard)
