@@ -137,3 +137,23 @@ def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
     assert "shard=" in hybrid.plan and hybrid.plan.startswith("ddp:")
     again = simulate_plan(g, c, hybrid.plan)
     assert again.step_time_s == hybrid.step_time_s and not again.oom
+
+
+def test_compare_has_the_plans_rows(tmp_path):
+    """``compare`` lists the practitioner plans beside the other yardsticks, each at its fastest count and
+    equal to ``simulate --plan`` there; on a graph file, which cannot be traced again, they say why not."""
+    import postplace
+    from postplace.api.plans import simulate_plan
+
+    rep = postplace.compare("gpt2", "k80x2", size="small", strategies="ddp,fsdp+recompute,data-parallel", budget=8,
+                            seeds=1, out=tmp_path / "c")  # fmt: skip
+    rows = {r["strategy"]: r for r in rep["rows"]}
+    assert rows["ddp"]["kind"] == "practitioner plan (simulated)" and "m=2" in rows["ddp"]["note"]
+    assert rows["ddp"]["best_step_time_s"] == simulate_plan("gpt2", "k80x2", "ddp:m=2", size="small").step_time_s
+    assert rows["fsdp+recompute"]["best_step_time_s"] is not None
+    from postplace import zoo
+
+    zoo.cached_graph("gpt2", "small").save(tmp_path / "g.json")
+    rep = postplace.compare(tmp_path / "g.json", "k80x2", strategies="zero2", budget=8, seeds=1, out=tmp_path / "f")
+    (row,) = rep["rows"]
+    assert row["best_step_time_s"] is None and "traced again" in row["note"]

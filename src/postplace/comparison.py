@@ -42,9 +42,11 @@ from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
+PLAN_NAMES = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
+"""The practitioner plans' rows: each at its fastest micro-batch count, where the target can be traced again."""
 SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post-start", "post")
 """The search rows of ``all``; ``post-start`` (Post's start, no learning) says what learning adds to it."""
-ALL = PLACER_NAMES + SEARCH_NAMES
+ALL = PLACER_NAMES + PLAN_NAMES + SEARCH_NAMES
 
 
 @dataclass
@@ -111,6 +113,8 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
             rows.append(_yardstick_row("pipeline", retraced, cluster))
         elif name == "data-parallel":
             rows.append(_data_parallel_row(graph, cluster))
+        elif name in PLAN_NAMES:
+            rows.append(_plan_row(name, retraced, cluster))
         elif name in PLACER_NAMES:
             rows.append(_placer_row(name, graph, cluster, sim, expert_split))
         else:
@@ -222,6 +226,39 @@ def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
     what = "micro-batch k on GPU k, replicated state" if name == "data-parallel" else "GPipe-style stages"
     return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall,
                note=f"fastest at m={m} of {sorted(retraced)} ({what}), simulated")  # fmt: skip
+
+
+def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
+    """A practitioner plan (:mod:`postplace.placers.practitioner`) at every m of ``retraced`` that is a
+    multiple of the GPUs (at the largest, the largest divisor of m they allow), simulated; the fastest
+    that fits."""
+    from postplace.placers.practitioner import plan_devices, plan_step
+    from postplace.plans import parse_plan
+
+    t = time.perf_counter()
+    kind = "practitioner plan (simulated)"
+    if not retraced:
+        return Row(name, kind, None, note="needs a step that can be traced again as micro-batches (a zoo model)")
+    spec = parse_plan(name)
+    every = plan_devices(cluster, spec)
+    best, notes = None, []
+    for m, g in sorted(retraced.items()):
+        k = len(every) if m % len(every) == 0 else (max(d for d in range(1, len(every) + 1) if m % d == 0)
+                                                      if m == max(retraced) else 0)  # fmt: skip
+        if k < 2:
+            continue
+        r = plan_step(g, cluster, spec, every[:k])
+        if r.oom:
+            notes.append(f"m={m}: OOM")
+        elif best is None or r.step_time_s < best[0]:
+            best = (r.step_time_s, m, k, float(r.peak_memory_bytes.max()))
+    wall = time.perf_counter() - t
+    if best is None:
+        why = "; ".join(notes) if notes else f"no micro-batch count of {sorted(retraced)} splits over 2 or more GPUs"
+        return Row(name, kind, None, oom_count=int(bool(notes)), wall_time_s=wall, note=f"does not run: {why}")
+    step, m, k, peak = best
+    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall,
+               note=f"fastest at m={m} of {sorted(retraced)}, dp={k}, simulated")  # fmt: skip
 
 
 def _data_parallel_row(graph, cluster) -> Row:

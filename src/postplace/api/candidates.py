@@ -129,7 +129,7 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
     otherwise on the first k of them, k the largest divisor of m they allow (a batch of 8 on 16 GPUs
     runs data-parallel over 8, as a user would launch it); none below 2 GPUs. A plan that breaks a pin,
     or does not fit, is a candidate with a note and no step time."""
-    from postplace.api.plans import plan_devices, plan_step
+    from postplace.placers.practitioner import plan_devices, plan_step
     from postplace.plans import parse_plan
     from postplace.plans._step import microbatch_count
 
@@ -181,7 +181,7 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     no flip beat the start."""
     import time
 
-    from postplace.api.plans import plan_step
+    from postplace.placers.practitioner import plan_step
     from postplace.plans import PlanSpec, parse_plan
     from postplace.plans._step import microbatch_count, numbered_units
 
@@ -229,8 +229,8 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
 
 
 def plan_candidate_words(best: Candidate, cluster) -> str:
-    """A practitioner plan candidate in words (:func:`postplace.api.plans.plan_words`)."""
-    from postplace.api.plans import plan_words
+    """A practitioner plan candidate in words (:func:`postplace.placers.practitioner.plan_words`)."""
+    from postplace.placers.practitioner import plan_words
     from postplace.plans import parse_plan
 
     spec = parse_plan(best.plan)

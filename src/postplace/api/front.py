@@ -370,8 +370,8 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     >>> rows["data-parallel"]["kind"], "m=2" in rows["data-parallel"]["note"]
     ('data-parallel (simulated)', True)
     """
+    from postplace.comparison import PLAN_NAMES, parse_strategies
     from postplace.comparison import compare as run_compare
-    from postplace.comparison import parse_strategies
 
     names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
     from postplace.search.runner import MAX_BUDGET_SAMPLES
@@ -389,7 +389,7 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
     c, cluster_spec = _load_cluster(cluster, tgt.graph)
     retraced = None
-    if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline"} & set(names)):
+    if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline", *PLAN_NAMES} & set(names)):
         from postplace.api.over_m import microbatch_counts, trace_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)

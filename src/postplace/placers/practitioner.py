@@ -1,0 +1,158 @@
+"""The plans practitioners launch, as baselines: a plan's GPUs, its rewritten step simulated, its words.
+
+``ddp``, ``zero1``, ``zero2``, ``fsdp``, each ``+recompute``, and per-unit hybrids
+(:mod:`postplace.plans`) run on every GPU that ``--exclude`` leaves (``dp=K``: the first K) at the
+step's micro-batch count; :func:`plan_step` rewrites the step and simulates it. A pin holds when every
+copy of the pinned op lands on its device; otherwise the plan is refused. ``place``
+(:mod:`postplace.api.candidates`), ``compare`` and ``simulate --plan`` (:func:`postplace.api.plans.simulate_plan`)
+all time plans through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+__all__ = ["PlanResult", "plan_devices", "plan_step", "plan_words"]
+
+
+@dataclass
+class PlanResult:
+    """One practitioner plan, simulated.
+
+    Parameters
+    ----------
+    plan : str
+        The plan as written back (``fsdp+recompute:m=8,dp=8``).
+    name : str
+        Its name in tables (``fsdp+recompute``).
+    graph : postplace.graph.OpGraph
+        The rewritten step (replicas and collectives).
+    cluster : postplace.cluster.Cluster
+    placement : numpy.ndarray
+        ``int64[n]``: each op's device.
+    devices : tuple of str
+        The replicas' GPUs.
+    microbatches : int
+        The step's micro-batch count (all replicas together).
+    step_time_s : float
+        Simulated.
+    peak_memory_bytes : numpy.ndarray
+        ``[D]`` simulated peak per device.
+    oom : bool
+    bytes_moved : float
+        Point-to-point bytes plus every collective's bytes on the wire.
+    collective_bytes : dict
+        Bytes on the wire per collective kind.
+    evaluator : str
+        ``"simulator"``.
+    """
+
+    plan: str
+    name: str
+    graph: object
+    cluster: object
+    placement: np.ndarray
+    devices: tuple[str, ...]
+    microbatches: int
+    step_time_s: float
+    peak_memory_bytes: np.ndarray
+    oom: bool
+    bytes_moved: float
+    collective_bytes: dict
+    evaluator: str = "simulator"
+
+    @property
+    def oom_devices(self) -> list[str]:
+        """Devices whose simulated peak exceeds their capacity."""
+        c = self.cluster
+        return [c.device_names[d] for d in range(c.num_devices) if self.peak_memory_bytes[d] > c.capacity[d]]
+
+    def describe(self) -> str:
+        """The plan in words (``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches, recompute``)."""
+        return plan_words(self.plan, self.devices, self.microbatches)
+
+
+def plan_words(plan, devices, microbatches: int) -> str:
+    """A practitioner plan in the words users use: ``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches,
+    recompute``; a hybrid names its sharded and recomputed units.
+
+    >>> plan_words("zero2+recompute", ["gpu0", "gpu1", "gpu2", "gpu3"], 8)
+    'zero2 over 4 GPUs (gpu0..gpu3), 8 micro-batches, recompute'
+    >>> plan_words("ddp:shard=root,recompute=blocks.6/blocks.7", ["gpu0", "gpu1"], 2)
+    'ddp over 2 GPUs (gpu0, gpu1), 2 micro-batches, FSDP for root, recompute blocks.6, blocks.7'
+    """
+    from postplace.plans import PlanSpec, parse_plan
+
+    spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
+    devices = list(devices)
+    words = f"{spec.level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
+    words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
+    if spec.shard is not None:
+        words += f", FSDP for {', '.join(u or 'root' for u in spec.shard) or 'no unit'}"
+    if spec.recompute:
+        units = spec.recompute_units
+        words += ", recompute" + ("" if units is None else f" {', '.join(u or 'root' for u in units) or 'nothing'}")
+    return words
+
+
+def plan_devices(cluster, spec, exclude=()) -> list[int]:
+    """The GPUs a plan runs on: the cluster's GPUs minus ``exclude``, the first ``spec.replicas`` of them."""
+    excluded = {cluster.device_index(d) for d in exclude}
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu" and d not in excluded]
+    k = spec.replicas or len(gpus)
+    if not gpus:
+        raise PostplaceError(f"plan '{spec}': cluster '{cluster.name}' has no GPU left for replicas"
+                             + (" (--exclude removed them)" if excluded else ""))  # fmt: skip
+    if k > len(gpus):
+        raise PostplaceError(f"plan '{spec}': dp={k} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+                             + (" after --exclude" if excluded else "") + "; lower dp")  # fmt: skip
+    return gpus[:k]
+
+
+def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=None) -> PlanResult:
+    """Rewrite ``graph`` (already traced at the plan's micro-batch count) by ``spec`` and simulate it."""
+    from postplace.plans import apply_plan
+    from postplace.plans._step import microbatch_count
+    from postplace.sim import Simulator
+
+    planned = apply_plan(graph, spec, len(devices))
+    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
+    dev = planned.placement(devices, cpus[0] if cpus else None)
+    _check_pins(pins, graph, planned.graph, cluster, dev, spec)
+    res = Simulator(planned.graph, cluster, cost_model=cost_model).evaluate_ops(dev)
+    if res.failed[0]:
+        raise PostplaceError(f"plan '{spec}' on cluster '{cluster.name}': {res.reasons[0]}")
+    coll = {k: float(v[0]) for k, v in (res.extra.get("collective_bytes") or {}).items()}
+    m = microbatch_count(graph)
+    names = tuple(cluster.device_names[d] for d in devices)
+    return PlanResult(str(spec), spec.name, planned.graph, cluster, dev, names, m, float(res.step_time[0]),
+                      res.peak_mem[0].copy(), bool(res.oom[0]), float(res.bytes_moved[0]), coll)  # fmt: skip
+
+
+def _check_pins(pins, base, graph, cluster, dev, spec) -> None:
+    if not pins:
+        return
+    from postplace.search.problem import parse_pins
+
+    pin = parse_pins(list(pins), base, cluster)
+    want = {base.names[i]: int(pin[i]) for i in np.flatnonzero(pin >= 0)}
+    for j, name in enumerate(graph.names):
+        own = name.split("/", 1)[1] if name.startswith("r") and "/" in name else name
+        d = want.get(own)
+        if d is not None and dev[j] != d:
+            raise PostplaceError(f"plan '{spec}' runs op '{own}' on {cluster.device_names[dev[j]]} while --pin puts "
+                                 f"it on {cluster.device_names[d]}; a replicated plan runs it on every replica: drop "
+                                 "the pin or the plan")  # fmt: skip
+
+
+def _span(names) -> str:
+    names = list(names)
+    if len(names) > 2 and all(n.startswith("gpu") and n[3:].isdigit() for n in names):
+        ids = [int(n[3:]) for n in names]
+        if ids == list(range(ids[0], ids[0] + len(ids))):
+            return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
