@@ -267,3 +267,13 @@ def test_a_paper_json_that_is_not_an_object_or_not_json_is_one_line(tmp_path, ca
     assert "paper.json: not a JSON object" in cli_error(["report", str(tmp_path)], capsys)
     (tmp_path / "paper.json").write_text("{")
     assert "paper.json: not valid JSON" in cli_error(["report", str(tmp_path)], capsys)
+
+
+def test_help_shows_flags_as_flags():
+    """Issue 34 item 10: ``postplace --help`` showed ``--help <bool>``, as if the flag took a value."""
+    from tests.clihelp import run_cli
+
+    for args in (["--help"], ["clusters", "--help"], ["simulate", "--help"]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "--help" in r.stdout, r.stderr
+        assert "<bool>" not in r.stdout and "BOOLEAN" not in r.stdout, r.stdout

@@ -30,6 +30,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # plain help: typer's rich help, under the click releases this project allows (8.3 and later), shows
+    # every flag as taking a value ("--help <bool>"), which it does not
+    rich_markup_mode=None,
     help="Fast device placements for deep-learning training.",
 )
 console = Console(width=None if sys.stdout.isatty() else 140)

@@ -1,0 +1,119 @@
+"""Post's learning on the per-unit plan space (issue 29 item 4, measured before it is built into ``place``).
+
+Each decision is one group of units (the root unit alone, the numbered units in up to ``--groups``
+contiguous runs) and has four choices: DDP, FSDP, DDP + recompute, FSDP + recompute (a hybrid plan,
+:func:`postplace.plans.data_parallel` with ``shard=`` and :func:`postplace.plans.recompute` with its
+units). A strategy's "placement" is one choice per group; the evaluator rewrites the step by that plan
+and simulates it (plans tried once, then cached). Post's paper form (``post-paper``: uniform start,
+cross-entropy and PPO, no local moves), the cross-entropy method alone (``ce``) and ``random`` get
+the same budget and seeds; the table gives each one's best (median and range over seeds), the samples
+to its best, against the best uniform plan (every group the same choice). Every time is simulated.
+
+    OMP_NUM_THREADS=1 python benchmarks/post_plans.py [--rows resnet50/k80x4/4,gpt2/mixed/8]
+        [--budget 64] [--seeds 3] [--groups 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from postplace import zoo
+from postplace.cluster import load_cluster
+from postplace.placers.practitioner import plan_step
+from postplace.plans import PlanSpec
+from postplace.plans._step import microbatch_count, numbered_units
+from postplace.search import SearchSpace, make_strategy
+from postplace.sim.simulate import EvalResult
+
+CHOICES = ("ddp", "fsdp", "ddp+recompute", "fsdp+recompute")
+FAILED = 10.0  # seconds: above any step here, the score of a plan that does not fit
+
+
+class PlanEvaluator:
+    """One choice per unit group -> the hybrid plan's simulated step (cached per distinct choice)."""
+
+    name = "simulator"
+
+    def __init__(self, graph, cluster, devices, groups):
+        self.graph, self.cluster, self.devices, self.groups = graph, cluster, devices, groups
+        self.cache: dict[tuple, tuple] = {}
+
+    def spec(self, choice) -> PlanSpec:
+        shard = [u for g, c in zip(self.groups, choice, strict=True) if c in (1, 3) for u in g]
+        redo = [u for g, c in zip(self.groups, choice, strict=True) if c in (2, 3) for u in g if u]
+        return PlanSpec("ddp", bool(redo), microbatch_count(self.graph), len(self.devices), tuple(shard),
+                        tuple(redo) if redo else None)  # fmt: skip
+
+    def evaluate(self, placements) -> EvalResult:
+        rows = np.atleast_2d(placements)
+        n, D = len(rows), self.cluster.num_devices
+        step, peak, oom = np.zeros(n), np.zeros((n, D)), np.zeros(n, dtype=bool)
+        for i, row in enumerate(rows):
+            key = tuple(int(x) for x in row)
+            if key not in self.cache:
+                r = plan_step(self.graph, self.cluster, self.spec(key), self.devices)
+                self.cache[key] = (r.step_time_s, r.peak_memory_bytes, r.oom)
+            step[i], peak[i], oom[i] = self.cache[key]
+        return EvalResult(step, peak, oom, np.zeros(n, dtype=bool), [None] * n, self.name)
+
+
+def search(strategy: str, space, ev, budget: int, seed: int) -> tuple[float, int]:
+    """The strategy's best feasible step and the sample that found it."""
+    s = make_strategy(strategy, space, seed=seed)
+    best, at, n = np.inf, 0, 0
+    while n < budget:
+        P = s.ask(min(16, budget - n))
+        r = ev.evaluate(P)
+        ok = ~r.oom
+        s.tell(P, np.where(ok, r.step_time, FAILED), ok, np.zeros(len(P)))
+        for j in np.flatnonzero(ok):
+            if r.step_time[j] < best:
+                best, at = float(r.step_time[j]), n + int(j) + 1
+        n += len(P)
+    return best, at
+
+
+def row(spec: str, budget: int, seeds: int, groups: int) -> None:
+    model, cluster, m = spec.split("/")
+    g = zoo.cached_graph(model, "full", "sgd", microbatches=int(m))
+    c = load_cluster(cluster)
+    gpus = [i for i, d in enumerate(c.devices) if d.kind == "gpu"][: int(m)]
+    units = numbered_units(g)
+    runs = [units[i * len(units) // groups:(i + 1) * len(units) // groups] for i in range(groups)]
+    ev = PlanEvaluator(g, c, gpus, [[""], *[r for r in runs if r]])
+    G = len(ev.groups)
+    space = SearchSpace(np.ones((G, len(CHOICES)), dtype=bool), failure_step_time=FAILED, device_names=CHOICES,
+                        device_kinds=("gpu",) * len(CHOICES))  # fmt: skip
+    uniform = {name: ev.evaluate(np.full((1, G), k)) for k, name in enumerate(CHOICES)}
+    fits = {k: float(v.step_time[0]) for k, v in uniform.items() if not v.oom[0]}
+    best_uniform = min(fits.values()) if fits else None
+    print(f"{spec}: {G} groups x {len(CHOICES)} choices; uniform: "
+          + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()), flush=True)  # fmt: skip
+    for strategy in ("random", "ce", "post-paper"):
+        t0 = time.perf_counter()
+        res = [search(strategy, space, ev, budget, seed) for seed in range(seeds)]
+        bests = [b for b, _ in res]
+        below = sum(b < best_uniform - 1e-12 for b in bests) if best_uniform else 0
+        print(f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
+              f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, a in res]}, "
+              f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
+              flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="resnet50/k80x4/4,gpt2/mixed/8")
+    ap.add_argument("--budget", type=int, default=64)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=8)
+    args = ap.parse_args()
+    for spec in args.rows.split(","):
+        row(spec, args.budget, args.seeds, args.groups)
+
+
+if __name__ == "__main__":
+    main()
