@@ -23,42 +23,10 @@ import numpy as np
 
 from postplace import zoo
 from postplace.cluster import load_cluster
-from postplace.placers.practitioner import plan_step
-from postplace.plans import PlanSpec
-from postplace.plans._step import microbatch_count, numbered_units
-from postplace.search import SearchSpace, make_strategy
-from postplace.sim.simulate import EvalResult
+from postplace.placers.practitioner import CHOICES, PlanChoices
+from postplace.search import make_strategy
 
-CHOICES = ("ddp", "fsdp", "ddp+recompute", "fsdp+recompute")
-FAILED = 10.0  # seconds: above any step here, the score of a plan that does not fit
-
-
-class PlanEvaluator:
-    """One choice per unit group -> the hybrid plan's simulated step (cached per distinct choice)."""
-
-    name = "simulator"
-
-    def __init__(self, graph, cluster, devices, groups):
-        self.graph, self.cluster, self.devices, self.groups = graph, cluster, devices, groups
-        self.cache: dict[tuple, tuple] = {}
-
-    def spec(self, choice) -> PlanSpec:
-        shard = [u for g, c in zip(self.groups, choice, strict=True) if c in (1, 3) for u in g]
-        redo = [u for g, c in zip(self.groups, choice, strict=True) if c in (2, 3) for u in g if u]
-        return PlanSpec("ddp", bool(redo), microbatch_count(self.graph), len(self.devices), tuple(shard),
-                        tuple(redo) if redo else None)  # fmt: skip
-
-    def evaluate(self, placements) -> EvalResult:
-        rows = np.atleast_2d(placements)
-        n, D = len(rows), self.cluster.num_devices
-        step, peak, oom = np.zeros(n), np.zeros((n, D)), np.zeros(n, dtype=bool)
-        for i, row in enumerate(rows):
-            key = tuple(int(x) for x in row)
-            if key not in self.cache:
-                r = plan_step(self.graph, self.cluster, self.spec(key), self.devices)
-                self.cache[key] = (r.step_time_s, r.peak_memory_bytes, r.oom)
-            step[i], peak[i], oom[i] = self.cache[key]
-        return EvalResult(step, peak, oom, np.zeros(n, dtype=bool), [None] * n, self.name)
+FAILED = PlanChoices.failing
 
 
 def search(strategy: str, space, ev, budget: int, seed: int) -> tuple[float, int]:
@@ -68,7 +36,7 @@ def search(strategy: str, space, ev, budget: int, seed: int) -> tuple[float, int
     while n < budget:
         P = s.ask(min(16, budget - n))
         r = ev.evaluate(P)
-        ok = ~r.oom
+        ok = r.feasible
         s.tell(P, np.where(ok, r.step_time, FAILED), ok, np.zeros(len(P)))
         for j in np.flatnonzero(ok):
             if r.step_time[j] < best:
@@ -82,14 +50,11 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
     g = zoo.cached_graph(model, "full", "sgd", microbatches=int(m))
     c = load_cluster(cluster)
     gpus = [i for i, d in enumerate(c.devices) if d.kind == "gpu"][: int(m)]
-    units = numbered_units(g)
-    runs = [units[i * len(units) // groups:(i + 1) * len(units) // groups] for i in range(groups)]
-    ev = PlanEvaluator(g, c, gpus, [[""], *[r for r in runs if r]])
+    ev = PlanChoices(g, c, gpus, runs=groups)
     G = len(ev.groups)
-    space = SearchSpace(np.ones((G, len(CHOICES)), dtype=bool), failure_step_time=FAILED, device_names=CHOICES,
-                        device_kinds=("gpu",) * len(CHOICES))  # fmt: skip
+    space = ev.space()
     uniform = {name: ev.evaluate(np.full((1, G), k)) for k, name in enumerate(CHOICES)}
-    fits = {k: float(v.step_time[0]) for k, v in uniform.items() if not v.oom[0]}
+    fits = {k: float(v.step_time[0]) for k, v in uniform.items() if v.feasible[0]}
     best_uniform = min(fits.values()) if fits else None
     print(f"{spec}: {G} groups x {len(CHOICES)} choices; uniform: "
           + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()), flush=True)  # fmt: skip

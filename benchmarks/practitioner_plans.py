@@ -5,8 +5,8 @@ practitioner plans among its candidates), and from its summary:
 
 * each practitioner plan (``ddp``, ``zero2``, ``fsdp``, each ``+recompute``) at its best micro-batch
   count (``OOM`` where it fits at none, ``-`` where no count is a multiple of the GPUs);
-* ``hybrid``: per unit DDP or FSDP, recomputed or not, by a hill-climb from the best uniform plan
-  (``-`` where no flip beat it);
+* ``hybrid``: per group of units DDP or FSDP, recomputed or not, found by Post's paper form over those
+  choices (``-`` where it found nothing below the uniform DDP and FSDP plans, or the step is too large);
 * ``pipe``: the GPipe-style pipeline; ``own``: Post's own search best; ``start``: the search's start;
 * ``answer`` (what ``place`` returns) and ``own / best plan``: Post's own best over the best
   practitioner plan (below 1: the search beats every plan users would launch);

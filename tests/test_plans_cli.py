@@ -111,9 +111,9 @@ def test_a_graph_file_is_one_step_a_plan_over_several_gpus_cannot_split(capsys):
 
 
 def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
-    """Ten wide blocks with AdamW on four 2.5 GB K80s: DDP does not fit, FSDP does; the hybrid's hill-climb
-    keeps DDP for the blocks that fit and shards the rest, faster than FSDP and within memory, and its
-    recorded plan times the same through the public path."""
+    """Ten wide blocks with AdamW on four 2.5 GB K80s: DDP does not fit, FSDP does; Post over the per-unit
+    choices finds a hybrid (DDP for some blocks, FSDP or recomputation for others) faster than FSDP and
+    within memory, and its recorded plan times the same through the public path."""
     import torch
 
     from postplace.api.candidates import hybrid_candidate, plan_candidates

@@ -164,68 +164,50 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
     return cands
 
 
-HYBRID_SECONDS = 20.0
-"""The hybrid's coordinate descent stops trying plans after this many seconds (LLaMA-7B's plan on dgx8
-takes about 6 s to rewrite and simulate; a small model's milliseconds)."""
+HYBRID_WORK = 2e6
+"""The hybrid's search tries ``HYBRID_WORK / (ops x replicas)`` plans, at most :data:`HYBRID_PLANS`, and is
+left out below 8: ResNet-50 over 4 K80s at m = 4 gets 48, GPT-2 over 8 GPUs 42, LLaMA-1B over 8 GPUs 10,
+LLaMA-7B none (each of its plans takes 6 s to rewrite and simulate). A count, not a time, so an answer does
+not depend on the machine's speed."""
+
+HYBRID_PLANS = 48
 
 
 def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
-    """A hybrid of the practitioner plans per unit: which units FSDP shards (the others replicated as DDP
-    does) and which it recomputes, found by coordinate descent from the fastest uniform plan at this
-    problem's micro-batch count (:data:`PRACTITIONER_PLANS` without ZeRO-2, which has no per-unit form).
+    """A hybrid of the practitioner plans per unit, found by Post: per group of units (the root, and the
+    numbered units in up to eight runs), DDP or FSDP, recomputed or not
+    (:class:`postplace.placers.practitioner.PlanChoices`), searched by Post's paper form (uniform start,
+    cross-entropy and PPO) with the run's seed, for the plan count :data:`HYBRID_WORK` allows. Returned
+    (as ``hybrid``) only when Post's best fits and beats every uniform DDP and FSDP plan (the corners of
+    its space) at this micro-batch count;
+    ``benchmarks/post_plans.py`` measures the search against random search and the cross-entropy step."""
+    from postplace.placers.practitioner import PlanChoices
+    from postplace.plans import parse_plan
+    from postplace.search import make_strategy
 
-    The decisions are grouped: the root unit (embedding, head, loss) alone, and the numbered units in up
-    to four contiguous runs; each group may flip its sharding, and its recomputation, once in turn; a
-    flip that gives a faster plan that fits is kept. Not Post: a hill-climb over a few plan decisions, at
-    most :data:`HYBRID_SECONDS` of plans tried. None (an empty list) when no uniform plan fits, or when
-    no flip beat the start."""
-    import time
-
-    from postplace.placers.practitioner import plan_step
-    from postplace.plans import PlanSpec, parse_plan
-    from postplace.plans._step import microbatch_count, numbered_units
-
-    uniform = [p for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
-    if not uniform:
+    uniform = [p.step_time_s for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
+    devices = next((sorted({int(d) for d in p.placement[(p.graph.allowed_kinds & 2) != 0].tolist()})
+                    for p in plans if p.placement is not None), None)  # fmt: skip
+    if not uniform or devices is None:
         return []
-    start = min(uniform, key=lambda p: p.step_time_s)
-    first = parse_plan(start.plan)
-    graph, c = problem.graph, problem.cluster
-    numbered = numbered_units(graph)
-    every = ["", *numbered]
-    shard = set(every) if first.level == "fsdp" else set()
-    redo = set(numbered) if first.recompute else set()
-    chunks = [numbered[i * len(numbered) // 4:(i + 1) * len(numbered) // 4] for i in range(4)]
-    groups = [[""], *[ch for ch in chunks if ch]]
-    devices = sorted({int(d) for d in start.placement[(start.graph.allowed_kinds & 2) != 0].tolist()})
-    cm = problem.simulator.problem.cost_model
-    best, best_time, tried, t0 = None, start.step_time_s, 0, time.perf_counter()
-
-    def spec_of(sh, rc):
-        return PlanSpec("ddp", bool(rc), microbatch_count(graph), len(devices), tuple(u for u in every if u in sh),
-                        tuple(u for u in numbered if u in rc) if rc else None)  # fmt: skip
-
-    for group in groups:
-        for which in ("shard", "recompute"):
-            if which == "recompute" and group == [""]:
-                continue  # the root holds the loss; recomputation wraps numbered units, as torchtitan does
-            if time.perf_counter() - t0 > HYBRID_SECONDS:
-                break
-            sh, rc = set(shard), set(redo)
-            target = sh if which == "shard" else rc
-            target ^= set(group)
-            try:
-                r = plan_step(graph, c, spec_of(sh, rc), devices, pins=settings.get("pins") or (), cost_model=cm)
-            except PostplaceError:
-                continue
-            tried += 1
-            if not r.oom and r.step_time_s < best_time:
-                best, best_time, shard, redo = r, r.step_time_s, sh, rc
-    if best is None:
+    budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
+    if budget < 8:
         return []
-    spec = spec_of(shard, redo)
-    note = f"from {start.name}: {tried} plans tried"
-    return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, str(spec))]
+    space = PlanChoices(problem.graph, problem.cluster, devices, pins=settings.get("pins") or (),
+                        cost_model=problem.simulator.problem.cost_model)  # fmt: skip
+    strategy = make_strategy("post-paper", space.space(), seed=int(settings.get("seed", 0) or 0))
+    told = 0
+    while told < budget:
+        asked = strategy.ask(min(16, budget - told))
+        res = space.evaluate(asked)
+        ok = res.feasible
+        strategy.tell(asked, np.where(ok, res.step_time, space.failing), ok, np.zeros(len(asked)))
+        told += len(asked)
+    best, _ = space.best()
+    if best is None or best.step_time_s >= min(uniform):
+        return []
+    note = f"Post over per-unit DDP/FSDP and recompute: {told} plans"
+    return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
 
 
 def plan_candidate_words(best: Candidate, cluster) -> str:

@@ -156,3 +156,93 @@ def _span(names) -> str:
         if ids == list(range(ids[0], ids[0] + len(ids))):
             return f"{names[0]}..{names[-1]}"
     return ", ".join(names)
+
+
+CHOICES = ("ddp", "fsdp", "ddp+recompute", "fsdp+recompute")
+"""A unit group's plan choices in the per-unit plan space (:class:`PlanChoices`)."""
+
+
+class PlanChoices:
+    """The per-unit plan space as an evaluator a search strategy can drive (ask/tell, like placements).
+
+    A "placement" is one choice per group of units: an index into :data:`CHOICES`. The groups are the
+    root unit alone and the numbered units in up to ``runs`` contiguous runs; the choice of a group is
+    whether FSDP shards its units (else DDP replicates them) and whether they are recomputed (the root,
+    which holds the loss, never is). :meth:`evaluate` rewrites the step by that hybrid plan and
+    simulates it; each distinct choice is tried once.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The step at its micro-batch count.
+    cluster : Cluster
+    devices : list of int
+        The replicas' GPUs.
+    runs : int
+        How many runs the numbered units are cut into.
+    pins, cost_model
+        As :func:`plan_step` takes them.
+    """
+
+    name = "simulator"
+
+    def __init__(self, graph, cluster, devices, *, runs: int = 8, pins=(), cost_model=None):
+        from postplace.plans._step import numbered_units
+
+        numbered = numbered_units(graph)
+        cut = [numbered[i * len(numbered) // runs:(i + 1) * len(numbered) // runs] for i in range(runs)]
+        self.groups = [[""], *[c for c in cut if c]]
+        self.graph, self.cluster, self.devices = graph, cluster, list(devices)
+        self.pins, self.cost_model = pins, cost_model
+        self.tried: dict[tuple, PlanResult | None] = {}
+
+    def space(self):
+        """The :class:`postplace.search.SearchSpace` of the choices (every choice allowed everywhere)."""
+        from postplace.search import SearchSpace
+
+        return SearchSpace(np.ones((len(self.groups), len(CHOICES)), dtype=bool), failure_step_time=self.failing,
+                           device_names=CHOICES, device_kinds=("gpu",) * len(CHOICES))  # fmt: skip
+
+    failing = 1e9
+    """The score of a plan that does not fit (seconds): far above any plan's step in this space."""
+
+    def spec(self, choice):
+        """The hybrid plan of one choice per group."""
+        from postplace.plans import PlanSpec
+        from postplace.plans._step import microbatch_count
+
+        shard = [u for g, c in zip(self.groups, choice, strict=True) if c in (1, 3) for u in g]
+        redo = [u for g, c in zip(self.groups, choice, strict=True) if c in (2, 3) for u in g if u]
+        return PlanSpec("ddp", bool(redo), microbatch_count(self.graph), len(self.devices), tuple(shard),
+                        tuple(redo) if redo else None)  # fmt: skip
+
+    def evaluate(self, placements):
+        """Simulate each row's hybrid plan (:class:`postplace.sim.EvalResult`)."""
+        from postplace.sim.simulate import EvalResult
+
+        rows = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+        n, D = len(rows), self.cluster.num_devices
+        step, peak = np.full(n, np.inf), np.zeros((n, D))
+        oom, failed, reasons = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), [None] * n
+        for i, row in enumerate(rows):
+            key = tuple(int(x) for x in row)
+            if key not in self.tried:
+                try:
+                    self.tried[key] = plan_step(self.graph, self.cluster, self.spec(key), self.devices, pins=self.pins,
+                                                cost_model=self.cost_model)  # fmt: skip
+                except PostplaceError:
+                    self.tried[key] = None
+            r = self.tried[key]
+            if r is None:
+                failed[i], reasons[i] = True, "the plan breaks a pin"
+                continue
+            step[i], peak[i], oom[i] = r.step_time_s, r.peak_memory_bytes, r.oom
+        return EvalResult(step, peak, oom, failed, reasons, self.name)
+
+    def best(self):
+        """The fastest plan tried that fits, with its choice; (None, None) when none fits."""
+        fits = [(r.step_time_s, key) for key, r in self.tried.items() if r is not None and not r.oom]
+        if not fits:
+            return None, None
+        _, key = min(fits)
+        return self.tried[key], key
