@@ -81,7 +81,8 @@ def test_a_plan_that_wins_is_returned_reported_and_timed_again(tmp_path):
     assert r.returned in (f"{spec.name} @m4", "hybrid @m4"), r.returned
     feasible = [v for v in r.summary["candidates"].values() if v is not None]
     assert r.step_time_s == min(feasible) == r.summary["simulated_step_time_s"]
-    assert r.summary["plan"].startswith(f"{spec.level} over 4 GPUs (gpu0..gpu3), 4 micro-batches")
+    level = "hybrid" if spec.shard is not None else spec.level
+    assert r.summary["plan"].startswith(f"{level} over 4 GPUs (gpu0..gpu3), 4 micro-batches")
     again = simulate_plan(_base(), "k80x4", plan)
     assert again.step_time_s == r.step_time_s
     assert np.array_equal(again.placement, r.placement)

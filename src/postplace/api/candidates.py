@@ -174,39 +174,64 @@ HYBRID_PLANS = 48
 
 
 def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
-    """A hybrid of the practitioner plans per unit, found by Post: per group of units (the root, and the
-    numbered units in up to eight runs), DDP or FSDP, recomputed or not
-    (:class:`postplace.placers.practitioner.PlanChoices`), searched by Post's paper form (uniform start,
-    cross-entropy and PPO) with the run's seed, for the plan count :data:`HYBRID_WORK` allows. Returned
-    (as ``hybrid``) only when Post's best fits and beats every uniform DDP and FSDP plan (the corners of
-    its space) at this micro-batch count;
-    ``benchmarks/post_plans.py`` measures the search against random search and the cross-entropy step."""
-    from postplace.placers.practitioner import PlanChoices
+    """A hybrid of the practitioner plans per unit: per group of units (the root, and the numbered units in
+    up to eight runs), DDP or FSDP, recomputed or not (:class:`postplace.placers.practitioner.PlanChoices`).
+
+    Two searches share the plan count :data:`HYBRID_WORK` allows, and each records what it found:
+    first a hill-climb from the fastest uniform DDP or FSDP plan (each group's sharding, then its
+    recomputation, flipped once in turn, a faster plan that fits kept), then Post's paper form (uniform
+    start, cross-entropy and PPO, the run's seed) with the plans left. Returned (as ``hybrid``, its note
+    naming the search that found it) only when the best fits and beats every uniform DDP and FSDP plan
+    (the corners of the space) at this micro-batch count. ``benchmarks/post_plans.py`` measures Post on
+    the same space against random search and the cross-entropy step."""
+    from postplace.placers.practitioner import CHOICES, PlanChoices
     from postplace.plans import parse_plan
     from postplace.search import make_strategy
 
-    uniform = [p.step_time_s for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
-    devices = next((sorted({int(d) for d in p.placement[(p.graph.allowed_kinds & 2) != 0].tolist()})
-                    for p in plans if p.placement is not None), None)  # fmt: skip
-    if not uniform or devices is None:
+    corners = [p for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
+    if not corners:
         return []
+    start = min(corners, key=lambda p: p.step_time_s)
+    devices = sorted({int(d) for d in start.placement[(start.graph.allowed_kinds & 2) != 0].tolist()})
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
         return []
     space = PlanChoices(problem.graph, problem.cluster, devices, pins=settings.get("pins") or (),
                         cost_model=problem.simulator.problem.cost_model)  # fmt: skip
+    found = {}  # search -> (step, choice)
+    current = [CHOICES.index(parse_plan(start.plan).name)] * len(space.groups)
+    best_time = start.step_time_s
+    for g in range(len(space.groups)):
+        for bit in (1, 2) if g else (1,):  # the root holds the loss: never recomputed
+            if len(space.tried) >= budget // 2:
+                break
+            trial = list(current)
+            trial[g] ^= bit
+            res = space.evaluate(np.array([trial]))
+            if res.feasible[0] and res.step_time[0] < best_time:
+                current, best_time = trial, float(res.step_time[0])
+                found["hill-climb"] = (best_time, tuple(trial))
     strategy = make_strategy("post-paper", space.space(), seed=int(settings.get("seed", 0) or 0))
-    told = 0
-    while told < budget:
-        asked = strategy.ask(min(16, budget - told))
+    told, post_best, rest = 0, (np.inf, None), budget - len(space.tried)
+    while told < rest:
+        asked = strategy.ask(min(16, rest - told))
         res = space.evaluate(asked)
         ok = res.feasible
         strategy.tell(asked, np.where(ok, res.step_time, space.failing), ok, np.zeros(len(asked)))
+        for k in np.flatnonzero(ok):
+            if res.step_time[k] < post_best[0]:
+                post_best = (float(res.step_time[k]), tuple(int(x) for x in asked[k]))
         told += len(asked)
-    best, _ = space.best()
-    if best is None or best.step_time_s >= min(uniform):
+    if post_best[1] is not None:
+        found["Post"] = post_best
+    if not found:
         return []
-    note = f"Post over per-unit DDP/FSDP and recompute: {told} plans"
+    who, (step, choice) = min(found.items(), key=lambda kv: kv[1][0])
+    if step >= min(p.step_time_s for p in corners):
+        return []
+    best = space.tried[choice]
+    note = (f"found by {who} ({len(space.tried)} plans: hill-climb from {start.name}, then Post's paper form; "
+            + ", ".join(f"{k} {v[0] * 1e3:.3f} ms" for k, v in found.items()) + ")")  # fmt: skip
     return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
 
 

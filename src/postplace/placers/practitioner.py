@@ -78,25 +78,49 @@ class PlanResult:
 
 def plan_words(plan, devices, microbatches: int) -> str:
     """A practitioner plan in the words users use: ``fsdp over 8 GPUs (gpu0..gpu7), 8 micro-batches,
-    recompute``; a hybrid names its sharded and recomputed units.
+    recompute``; a hybrid names the units FSDP shards and those it recomputes, runs of numbered units
+    shortened (``blocks.1-11``).
 
     >>> plan_words("zero2+recompute", ["gpu0", "gpu1", "gpu2", "gpu3"], 8)
     'zero2 over 4 GPUs (gpu0..gpu3), 8 micro-batches, recompute'
-    >>> plan_words("ddp:shard=root,recompute=blocks.6/blocks.7", ["gpu0", "gpu1"], 2)
-    'ddp over 2 GPUs (gpu0, gpu1), 2 micro-batches, FSDP for root, recompute blocks.6, blocks.7'
+    >>> plan_words("ddp:shard=root/blocks.1/blocks.2,recompute=blocks.6/blocks.7", ["gpu0"], 2)
+    'hybrid over 1 GPU (gpu0), 2 micro-batches: FSDP for root, blocks.1-2, DDP for the rest; recompute blocks.6-7'
     """
     from postplace.plans import PlanSpec, parse_plan
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
     devices = list(devices)
-    words = f"{spec.level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
+    level = "hybrid" if spec.shard is not None else spec.level
+    words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
-        words += f", FSDP for {', '.join(u or 'root' for u in spec.shard) or 'no unit'}"
+        words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
     if spec.recompute:
         units = spec.recompute_units
-        words += ", recompute" + ("" if units is None else f" {', '.join(u or 'root' for u in units) or 'nothing'}")
+        words += (";" if spec.shard is not None else ",") + " recompute" + (
+            "" if units is None else f" {_units(units) or 'nothing'}")  # fmt: skip
     return words
+
+
+def _units(names) -> str:
+    """Unit names with runs of numbered ones shortened: ``root, blocks.1-3``."""
+    out: list[str] = []
+    run: list = []  # [prefix, first, last]
+    for u in names:
+        prefix, _, num = u.rpartition(".")
+        if u and num.isdigit() and run and run[0] == prefix and int(num) == run[2] + 1:
+            run[2] = int(num)
+            continue
+        if run:
+            out.append(f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] != run[1] else ""))
+            run = []
+        if u and num.isdigit():
+            run = [prefix, int(num), int(num)]
+        else:
+            out.append(u or "root")
+    if run:
+        out.append(f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] != run[1] else ""))
+    return ", ".join(out)
 
 
 def plan_devices(cluster, spec, exclude=()) -> list[int]:
