@@ -24,25 +24,6 @@ import numpy as np
 from postplace import zoo
 from postplace.cluster import load_cluster
 from postplace.placers.practitioner import CHOICES, PlanChoices
-from postplace.search import make_strategy
-
-FAILED = PlanChoices.failing
-
-
-def search(strategy: str, space, ev, budget: int, seed: int) -> tuple[float, int]:
-    """The strategy's best feasible step and the sample that found it."""
-    s = make_strategy(strategy, space, seed=seed)
-    best, at, n = np.inf, 0, 0
-    while n < budget:
-        P = s.ask(min(16, budget - n))
-        r = ev.evaluate(P)
-        ok = r.feasible
-        s.tell(P, np.where(ok, r.step_time, FAILED), ok, np.zeros(len(P)))
-        for j in np.flatnonzero(ok):
-            if r.step_time[j] < best:
-                best, at = float(r.step_time[j]), n + int(j) + 1
-        n += len(P)
-    return best, at
 
 
 def row(spec: str, budget: int, seeds: int, groups: int) -> None:
@@ -52,7 +33,6 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
     gpus = [i for i, d in enumerate(c.devices) if d.kind == "gpu"][: int(m)]
     ev = PlanChoices(g, c, gpus, runs=groups)
     G = len(ev.groups)
-    space = ev.space()
     uniform = {name: ev.evaluate(np.full((1, G), k)) for k, name in enumerate(CHOICES)}
     fits = {k: float(v.step_time[0]) for k, v in uniform.items() if v.feasible[0]}
     best_uniform = min(fits.values()) if fits else None
@@ -60,11 +40,11 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
           + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()), flush=True)  # fmt: skip
     for strategy in ("random", "ce", "post-paper"):
         t0 = time.perf_counter()
-        res = [search(strategy, space, ev, budget, seed) for seed in range(seeds)]
-        bests = [b for b, _ in res]
+        res = [ev.search(strategy, budget, seed) for seed in range(seeds)]
+        bests = [b for b, _, _ in res]
         below = sum(b < best_uniform - 1e-12 for b in bests) if best_uniform else 0
         print(f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
-              f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, a in res]}, "
+              f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, _, a in res]}, "
               f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
               flush=True)  # fmt: skip
 

@@ -232,7 +232,7 @@ def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
     """A practitioner plan (:mod:`postplace.placers.practitioner`) at every m of ``retraced`` that is a
     multiple of the GPUs (at the largest, the largest divisor of m they allow), simulated; the fastest
     that fits."""
-    from postplace.placers.practitioner import plan_devices, plan_step
+    from postplace.placers.practitioner import plan_devices, plan_replicas, plan_step
     from postplace.plans import parse_plan
 
     t = time.perf_counter()
@@ -243,8 +243,7 @@ def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
     every = plan_devices(cluster, spec)
     best, notes = None, []
     for m, g in sorted(retraced.items()):
-        k = len(every) if m % len(every) == 0 else (max(d for d in range(1, len(every) + 1) if m % d == 0)
-                                                      if m == max(retraced) else 0)  # fmt: skip
+        k = plan_replicas(m, len(every), largest=m == max(retraced))
         if k < 2:
             continue
         r = plan_step(g, cluster, spec, every[:k])

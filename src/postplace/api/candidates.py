@@ -129,7 +129,7 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
     otherwise on the first k of them, k the largest divisor of m they allow (a batch of 8 on 16 GPUs
     runs data-parallel over 8, as a user would launch it); none below 2 GPUs. A plan that breaks a pin,
     or does not fit, is a candidate with a note and no step time."""
-    from postplace.placers.practitioner import plan_devices, plan_step
+    from postplace.placers.practitioner import plan_devices, plan_replicas, plan_step
     from postplace.plans import parse_plan
     from postplace.plans._step import microbatch_count
 
@@ -145,10 +145,7 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
             cands.append(Candidate(name, None, None, False, str(exc)))
             continue
         every = len(devices)
-        if m % every:
-            if not largest:
-                continue
-            devices = devices[: max(k for k in range(1, every + 1) if m % k == 0)]
+        devices = devices[: plan_replicas(m, every, largest=largest)]
         if len(devices) < 2:
             continue
         try:
@@ -186,13 +183,12 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     the same space against random search and the cross-entropy step."""
     from postplace.placers.practitioner import CHOICES, PlanChoices
     from postplace.plans import parse_plan
-    from postplace.search import make_strategy
 
     corners = [p for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
     if not corners:
         return []
     start = min(corners, key=lambda p: p.step_time_s)
-    devices = sorted({int(d) for d in start.placement[(start.graph.allowed_kinds & 2) != 0].tolist()})
+    devices = _plan_gpus(start)
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
         return []
@@ -211,19 +207,9 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
             if res.feasible[0] and res.step_time[0] < best_time:
                 current, best_time = trial, float(res.step_time[0])
                 found["hill-climb"] = (best_time, tuple(trial))
-    strategy = make_strategy("post-paper", space.space(), seed=int(settings.get("seed", 0) or 0))
-    told, post_best, rest = 0, (np.inf, None), budget - len(space.tried)
-    while told < rest:
-        asked = strategy.ask(min(16, rest - told))
-        res = space.evaluate(asked)
-        ok = res.feasible
-        strategy.tell(asked, np.where(ok, res.step_time, space.failing), ok, np.zeros(len(asked)))
-        for k in np.flatnonzero(ok):
-            if res.step_time[k] < post_best[0]:
-                post_best = (float(res.step_time[k]), tuple(int(x) for x in asked[k]))
-        told += len(asked)
-    if post_best[1] is not None:
-        found["Post"] = post_best
+    step, choice, _ = space.search("post-paper", budget - len(space.tried), int(settings.get("seed", 0) or 0))
+    if choice is not None:
+        found["Post"] = (step, choice)
     if not found:
         return []
     who, (step, choice) = min(found.items(), key=lambda kv: kv[1][0])
@@ -241,8 +227,12 @@ def plan_candidate_words(best: Candidate, cluster) -> str:
     from postplace.plans import parse_plan
 
     spec = parse_plan(best.plan)
-    gpus = sorted({int(d) for d in best.placement[(best.graph.allowed_kinds & 2) != 0].tolist()})
-    return plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
+    return plan_words(spec, [cluster.device_names[g] for g in _plan_gpus(best)], spec.microbatches)
+
+
+def _plan_gpus(cand: Candidate) -> list[int]:
+    """The GPUs a plan candidate's replicas run on (its ops that may run on a GPU)."""
+    return sorted({int(d) for d in cand.placement[(cand.graph.allowed_kinds & 2) != 0].tolist()})
 
 
 def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["PlanResult", "plan_devices", "plan_step", "plan_words"]
+__all__ = ["CHOICES", "PlanChoices", "PlanResult", "plan_devices", "plan_replicas", "plan_step", "plan_words"]
 
 
 @dataclass
@@ -135,6 +135,19 @@ def plan_devices(cluster, spec, exclude=()) -> list[int]:
         raise PostplaceError(f"plan '{spec}': dp={k} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
                              + (" after --exclude" if excluded else "") + "; lower dp")  # fmt: skip
     return gpus[:k]
+
+
+def plan_replicas(m: int, gpus: int, *, largest: bool) -> int:
+    """How many of ``gpus`` GPUs a plan at m micro-batches runs on: all of them when they divide m; at a
+    run's ``largest`` count otherwise the largest number of them that divides m (a batch of 8 on 16 GPUs
+    runs data-parallel over 8, as a user would launch it); else 0 (no plan at this count).
+
+    >>> plan_replicas(8, 4, largest=False), plan_replicas(8, 16, largest=True), plan_replicas(2, 4, largest=False)
+    (4, 8, 0)
+    """
+    if m % gpus == 0:
+        return gpus
+    return max(k for k in range(1, gpus + 1) if m % k == 0) if largest else 0
 
 
 def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=None) -> PlanResult:
@@ -262,6 +275,25 @@ class PlanChoices:
                 continue
             step[i], peak[i], oom[i] = r.step_time_s, r.peak_memory_bytes, r.oom
         return EvalResult(step, peak, oom, failed, reasons, self.name)
+
+    def search(self, strategy: str, budget: int, seed: int) -> tuple[float, tuple | None, int]:
+        """Drive ``strategy`` (a name :func:`postplace.search.make_strategy` knows) over the choices for
+        ``budget`` samples: its own best step that fits, that choice (None: nothing fitted) and the sample
+        that found it."""
+        from postplace.search import make_strategy
+
+        s = make_strategy(strategy, self.space(), seed=seed)
+        best, choice, at, told = np.inf, None, 0, 0
+        while told < budget:
+            asked = s.ask(min(16, budget - told))
+            res = self.evaluate(asked)
+            ok = res.feasible
+            s.tell(asked, np.where(ok, res.step_time, self.failing), ok, np.zeros(len(asked)))
+            for k in np.flatnonzero(ok):
+                if res.step_time[k] < best:
+                    best, choice, at = float(res.step_time[k]), tuple(int(x) for x in asked[k]), told + int(k) + 1
+            told += len(asked)
+        return best, choice, at
 
     def best(self):
         """The fastest plan tried that fits, with its choice; (None, None) when none fits."""
