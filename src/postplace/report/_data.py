@@ -122,11 +122,18 @@ TOO_LARGE = ("the run folder was edited or damaged, or the run's graph or cluste
 """What a step time past MAX_STEP_S means: a genuine run of an absurd graph or cluster writes one too."""
 
 
-def _edited(path: Path, run_dir: Path, what: str) -> PostplaceError:
-    if "a report can draw" in what:  # a finite number: resuming would write it again
+def _damaged(path: Path, what: str, fix: str) -> PostplaceError:
+    """The one error line of a run folder's file that breaks a check: ``what`` is wrong, ``fix`` says how to
+    write the file again; a step time past what a report can draw says the figures may be genuine but absurd
+    (rewriting would write it again)."""
+    if "a report can draw" in what:
         return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
-    return PostplaceError(f"{path}: {what}: the run folder was edited or damaged; "
-                          f"`postplace place --resume {run_dir}` writes {path.name} again")  # fmt: skip
+    return PostplaceError(f"{path}: {what}: {fix}")
+
+
+def _edited(path: Path, run_dir: Path, what: str) -> PostplaceError:
+    return _damaged(path, what, f"the run folder was edited or damaged; `postplace place --resume {run_dir}` "
+                                f"writes {path.name} again")  # fmt: skip
 
 
 def check_summary(s, run_dir: Path) -> dict:
@@ -179,6 +186,13 @@ def _count_problem(v, lo: int, hi: int) -> str | None:
     return None if lo <= v <= hi else f"is {_shown(v)}, not from {lo} to {hi}"
 
 
+def _name_problem(v) -> str | None:
+    """Why ``v`` is not a model, cluster or pair name (text that names a folder beside the file)."""
+    if isinstance(v, str) and v and v not in (".", "..") and "/" not in v and "\\" not in v:
+        return None
+    return f"is {_shown(v)}, not a name"
+
+
 def check_compare(rep, run_dir: Path) -> dict:
     """``compare.json`` as the report reads it: a JSON object whose ``rows`` are objects with a strategy
     name (a search row's names its folder under ``runs/``), step times that are null or a number of
@@ -193,10 +207,8 @@ def check_compare(rep, run_dir: Path) -> dict:
     path = run_dir / "compare.json"
 
     def bad(what: str) -> PostplaceError:
-        if "a report can draw" in what:
-            return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
-        return PostplaceError(f"{path}: {what}: the run folder was edited or damaged; run the `postplace compare` "
-                              "command that wrote it again to rewrite it")  # fmt: skip
+        return _damaged(path, what, "the run folder was edited or damaged; run the `postplace compare` command "
+                                    "that wrote it again to rewrite it")  # fmt: skip
 
     if not isinstance(rep, dict):
         raise bad("not a JSON object of the comparison's rows")
@@ -212,7 +224,7 @@ def check_compare(rep, run_dir: Path) -> dict:
         if not isinstance(r, dict):
             raise bad(f"rows[{i}] is {_shown(r)}, not an object")
         name = r.get("strategy")
-        if not (isinstance(name, str) and name and name not in (".", "..") and "/" not in name and "\\" not in name):
+        if _name_problem(name):  # it names the row's folder under runs/
             raise bad(f"rows[{i}] field 'strategy' is {_shown(name)}, not a strategy name")
         where = f"row '{name[:40]}'"
         if r.get("kind") is not None and not isinstance(r["kind"], str):
@@ -240,13 +252,6 @@ def check_compare(rep, run_dir: Path) -> dict:
     return rep
 
 
-def _name_problem(v) -> str | None:
-    """Why ``v`` is not a model, cluster or pair name (text that names a folder beside the file)."""
-    if isinstance(v, str) and v and v not in (".", "..") and "/" not in v and "\\" not in v:
-        return None
-    return f"is {_shown(v)}, not a name"
-
-
 def _real_problem(v, *, none: bool = True) -> str | None:
     """Why ``v`` is not a finite number (or null, where ``none``)."""
     if v is None and none:
@@ -270,10 +275,8 @@ def check_paper(data, run_dir: Path) -> dict:
     path = run_dir / "paper.json"
 
     def bad(what: str) -> PostplaceError:
-        if "a report can draw" in what:
-            return PostplaceError(f"{path}: {what}: {TOO_LARGE}")
-        return PostplaceError(f"{path}: {what}: the folder was edited or damaged; run the `postplace paper` "
-                              "command that wrote it again (with --collect to search nothing) to rewrite it")
+        return _damaged(path, what, "the folder was edited or damaged; run the `postplace paper` command that "
+                                    "wrote it again (with --collect to search nothing) to rewrite it")  # fmt: skip
 
     def obj(v, where: str) -> dict:
         if not isinstance(v, dict):
