@@ -14,7 +14,10 @@ C. fidelity: for each model of ``--models`` (default 4) at a mid-sized configura
    calibrated cluster) measured for real (median of steps 6-10) against the calibrated simulator:
    the table, Spearman, median error, worst cases (``fidelity.txt`` / ``.json``);
 D. confirm: per model, Post's three best plus the simulator's best single device measured, the
-   fastest measured returned (:func:`postplace.confirm.confirm`; ``confirm.txt`` / ``.json``).
+   fastest measured returned (:func:`postplace.confirm.confirm`; ``confirm.txt`` / ``.json``);
+E. kernel rates: a few bf16 GEMM shapes, a streaming add and (with 2+ GPUs) one NCCL all-reduce timed on
+   gpu0, beside what the cost model's achieved rates (:mod:`postplace.cost.achieved`) predict for the
+   GPU's model (``kernels.json``), so those rates are checked the first time a GPU is lent.
 
 On a machine without CUDA, part A runs with ``gpu0`` mapped to the CPU (the placed step, its transfers
 and colocation still checked) and B-D are skipped, saying why; ``--rehearse`` runs B-D too, with
@@ -196,6 +199,74 @@ def fidelity_and_confirm(log: Log, devices, dmap, rooflines, links, fits, models
     return report
 
 
+GEMM_SHAPES = ((16384, 4096, 4096), (16384, 14336, 4096), (16384, 4096, 14336), (2048, 768, 768), (8192, 768, 3072))
+
+
+def _cuda_seconds(fn, repeats: int = 20) -> float:
+    """Median seconds of ``fn`` on the current CUDA stream, timed with events after 3 warm-up calls."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return float(np.median(times))
+
+
+def kernel_rates(log: Log) -> dict:
+    """Time GEMMs, a streaming add and an all-reduce on gpu0 against the achieved-rate model's prices."""
+    from postplace.cluster import load_cluster
+    from postplace.cost import RooflineCostModel
+    from postplace.cost.achieved import ACHIEVED
+    from postplace.graph import OpGraph
+
+    name = torch.cuda.get_device_name(0)
+    model = "H100" if "H100" in name else "A100-40GB" if "A100" in name else None
+    preset = {"H100": ("dgx8", 1), "A100-40GB": ("mixed", 1)}.get(model)
+    cluster = load_cluster(preset[0]) if preset else None
+    log(f"  {name}: cost-model row {model or 'none (datasheet roofline only)'}")
+    rows = []
+
+    def predicted(flops, bytes_, out_bytes, kind):
+        if cluster is None:
+            return None
+        g = OpGraph.build(["k"], [], op_types=[kind], flops=[flops], bytes_accessed=[bytes_], output_bytes=[out_bytes],
+                          precision=["bf16"])  # fmt: skip
+        return float(RooflineCostModel().op_times(g, cluster).table[0, preset[1]])
+
+    for m, n, k in GEMM_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        s = _cuda_seconds(lambda a=a, b=b: a @ b)
+        flops = 2.0 * m * n * k
+        p = predicted(flops, 2.0 * (m * k + k * n + m * n), 2.0 * m * n, "mm")
+        rows.append({"kernel": f"mm {m}x{n}x{k} bf16", "measured_s": s, "predicted_s": p, "tflops": flops / s / 1e12})
+    x = torch.randn(256 * 2**20, device="cuda", dtype=torch.bfloat16)
+    s = _cuda_seconds(lambda: x.add(1.0))
+    p = predicted(float(x.numel()), 4.0 * x.numel(), 2.0 * x.numel(), "add")
+    rows.append({"kernel": "add 512 MB bf16", "measured_s": s, "predicted_s": p, "gbps": 4.0 * x.numel() / s / 1e9})
+    if torch.cuda.device_count() > 1:
+        import torch.cuda.nccl as nccl
+
+        k = torch.cuda.device_count()
+        bufs = [torch.ones(128 * 2**20, device=f"cuda:{d}", dtype=torch.bfloat16) for d in range(k)]
+        s = _cuda_seconds(lambda: nccl.all_reduce(bufs), repeats=10)
+        nbytes = 2.0 * bufs[0].numel()
+        rows.append({"kernel": f"all-reduce 256 MB over {k} GPUs", "measured_s": s, "predicted_s": None,
+                     "busbw_gbps": 2 * (k - 1) / k * nbytes / s / 1e9})  # fmt: skip
+    else:
+        log("  all-reduce skipped: one GPU")
+    for r in rows:
+        ratio = f"{r['predicted_s'] / r['measured_s']:.2f}" if r.get("predicted_s") else "-"
+        rate = {k: v for k, v in r.items() if k in ("tflops", "gbps", "busbw_gbps")}
+        log(f"  {r['kernel']}: measured {r['measured_s'] * 1e3:.3f} ms, predicted/measured {ratio}, {rate}")
+    return {"gpu": name, "rates_row": model, "rates": ACHIEVED[model].__dict__ if model else None, "rows": rows}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="gpu_check_out")
@@ -271,6 +342,13 @@ def main(argv=None) -> int:
     else:
         why = "no CUDA device (torch.cuda.is_available() is False); --rehearse runs them with gpu0 on the CPU"
         skipped += [f"B (calibration): {why}", f"C (fidelity, >= 30 placements): {why}", f"D (confirm): {why}"]
+    if cuda:
+        rates = part("E", "kernel rates: GEMMs, a streaming add, an all-reduce vs the achieved-rate cost model",
+                     lambda: kernel_rates(log))  # fmt: skip
+        if rates is not None:
+            (out / "kernels.json").write_text(json.dumps(rates, indent=1))
+    else:
+        skipped.append("E (kernel rates): no CUDA device")
     total = time.perf_counter() - t_all
     log("\n== summary")
     log("time per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()) + f"; total {total:.0f} s")

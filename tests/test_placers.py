@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from postplace.cluster import Cluster, Device, Link, load_cluster
 from postplace.cluster.placement import invalid_reason
+from postplace.cost import RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph, load_graph
 from postplace.placers import (
@@ -346,8 +347,8 @@ def test_data_parallel_does_not_scale_the_launch_overhead():
     cluster = Cluster("t", devices, ("hub",), (Link("gpu0", "hub", 1e3, 0.0), Link("gpu1", "hub", 1e3, 0.0)))
     g = OpGraph.build(["a", "b"], [(0, 1)], flops=[1e3, 2e3], phase=["forward", "update"],
                       persistent_bytes=[0, 1e3])
-    r = data_parallel_step_time(g, cluster)
-    # roofline: a 1 s, b 2 s of work + 0.25 s launch each; the work halves, the launch does not
+    r = data_parallel_step_time(g, cluster, cost_model=RooflineCostModel(update="traced"))
+    # roofline, the update as traced: a 1 s, b 2 s of work + 0.25 s launch each; the work halves, the launch does not
     assert r.compute_time == pytest.approx((1 / 2 + 0.25) + (2 / 2 + 0.25))
     assert r.allreduce_time == pytest.approx(2 * (2 - 1) * (1e3 / 2) / 1e3)
 

@@ -81,7 +81,8 @@ def test_each_op_is_priced_at_the_peak_of_its_precision(tmp_path):
     np.testing.assert_allclose(t.table, want, rtol=1e-12)
     assert not t.measured.any()
     assert (
-        t.sources[1] == "gpu0 (G): 3 roofline estimates (fp32 at 10 TFLOP/s, bf16 at 80 TFLOP/s, fp16 at 160 TFLOP/s)"
+        t.sources[1] == "gpu0 (G): 3 roofline estimates (fp32 at 10 TFLOP/s, bf16 at 80 TFLOP/s, fp16 at 160 TFLOP/s) "
+        "(datasheet rates: no kernel rates known for G)"
     )
 
 
@@ -90,7 +91,7 @@ def test_an_all_fp32_graph_is_priced_and_described_as_before(tmp_path):
     fp32 = dataclasses.replace(g, precision=np.zeros(3, dtype=np.int8))
     t = RooflineCostModel().op_times(fp32, toml_cluster(tmp_path))
     np.testing.assert_allclose(t.table[:, 0], [4.0 + 1e-5, 4.0 + 1e-5, 4.0 + 1e-5], rtol=1e-12)
-    assert t.sources[1] == "gpu0 (G): 3 roofline estimates"
+    assert t.sources[1] == "gpu0 (G): 3 roofline estimates (datasheet rates: no kernel rates known for G)"
 
 
 def test_bf16_on_k80_is_one_error_naming_the_model_and_precision():

@@ -14,8 +14,9 @@ import numpy as np
 
 from postplace.cluster import Cluster
 from postplace.cluster.cluster import PRECISION_PEAK_FIELDS
+from postplace.cost.achieved import ACHIEVED, KERNEL_MODELS, UPDATE_FORMS, classify_ops, gemm_fill, update_times
 from postplace.errors import PostplaceError
-from postplace.graph import OpGraph
+from postplace.graph import PHASES, OpGraph
 from postplace.graph.opgraph import PRECISIONS
 
 
@@ -86,17 +87,26 @@ class RooflineCostModel:
     For each op and device: the graph's measured time for that device's model; else one measured for
     the device's kind as a whole (a profiled file that does not name its hardware); else, only when
     ``allow_other_models`` is set, one measured on another model of the same kind (the source line
-    says so); else the roofline ``max(FLOPs / peak, bytes / memory bandwidth)`` plus the device's
-    launch overhead, where ``peak`` is the device's peak for the precision the op computes in
-    (:meth:`~postplace.cluster.Device.peak_for`: ``peak_flops`` for fp32, ``peak_flops_bf16``,
-    ``peak_flops_fp16``). Overhead is never added to a measured time. A transfer takes the cluster's
-    :meth:`~postplace.cluster.Cluster.transfer_time`.
+    says so); else the roofline ``max(FLOPs / rate, bytes / bandwidth)`` plus the device's launch
+    overhead. With ``kernels="datasheet"`` the rate is the device's peak for the precision the op
+    computes in (:meth:`~postplace.cluster.Device.peak_for`: ``peak_flops`` for fp32,
+    ``peak_flops_bf16``, ``peak_flops_fp16``) and the bandwidth its nominal one; with
+    ``kernels="achieved"`` (the default) a GPU whose model has :data:`~postplace.cost.achieved.ACHIEVED`
+    rates gets the fractions of those its kernels reach, by kind of op (:mod:`postplace.cost.achieved`).
+    A GPU prices the update in ``update`` form (foreach by default, as torch.optim runs on CUDA); a CPU
+    always prices the traced ops. Overhead is never added to a measured time. A transfer takes the
+    cluster's :meth:`~postplace.cluster.Cluster.transfer_time`.
 
     Parameters
     ----------
     allow_other_models : bool
         Borrow a time measured on another model of the same kind where the device's own model and
         kind have none.
+    kernels : {"achieved", "datasheet"}
+        The rates an estimate uses: what kernels reach (where the GPU model has published rates), or
+        the plain datasheet roofline.
+    update : {"foreach", "fused", "traced"}
+        The optimizer form a GPU runs the update in.
 
     Raises
     ------
@@ -114,10 +124,27 @@ class RooflineCostModel:
     >>> t.table.round(6).tolist()  # a: 2.8 GFLOP at a K80 die's 2.8 TFLOP/s + 10 us launch; not on the CPU
     [[inf, 0.00101, 0.00101], [5e-06, 1e-05, 1e-05]]
     >>> t.sources[1]
-    'gpu0 (K80): 2 roofline estimates'
+    'gpu0 (K80): 2 roofline estimates (datasheet rates: no kernel rates known for K80)'
     """
 
     allow_other_models: bool = False
+    kernels: str = "achieved"
+    update: str = "foreach"
+
+    def __post_init__(self):
+        if self.kernels not in KERNEL_MODELS:
+            raise PostplaceError(f"cost model: kernels '{self.kernels}' is not one of {', '.join(KERNEL_MODELS)}")
+        if self.update not in UPDATE_FORMS:
+            raise PostplaceError(f"cost model: update '{self.update}' is not one of {', '.join(UPDATE_FORMS)}")
+
+    def describe(self) -> str:
+        """Which model prices an estimate, in a few words (every output that shows a time says it).
+
+        >>> RooflineCostModel().describe()
+        'roofline at achieved kernel rates, foreach update'
+        """
+        rates = "achieved kernel rates" if self.kernels == "achieved" else "datasheet rates"
+        return f"roofline at {rates}, {self.update} update"
 
     def op_times(self, graph: OpGraph, cluster: Cluster) -> OpTimes:
         """Seconds every op of ``graph`` takes on every device of ``cluster`` (see the class).
@@ -141,13 +168,26 @@ class RooflineCostModel:
         measured = np.zeros((n, D), dtype=bool)
         sources = []
         mixed = graph.precisions_used not in ((), ("fp32",))
+        is_matmul, is_attention = classify_ops(graph)
+        has_update = bool((graph.phase == PHASES.index("update")).any())
         for d, dev in enumerate(cluster.devices):
             peaks = np.array([np.nan if (pk := dev.peak_for(p)) is None else pk for p in PRECISIONS])
             peak = peaks[graph.precision]  # NaN where the device has no peak for the op's precision
             peak = np.where(graph.flops > 0, peak, 1.0)  # an op that computes nothing needs no units
+            gpu = dev.kind == "gpu"
+            rates = ACHIEVED.get(dev.model) if gpu and self.kernels == "achieved" else None
+            rate, bandwidth = peak, dev.memory_bandwidth
+            if rates is not None:
+                fill = gemm_fill(graph, rates.sms)
+                rate = peak * np.where(is_matmul, rates.matmul * fill, np.where(is_attention, rates.attention, 1.0))
+                bandwidth = dev.memory_bandwidth * rates.memory
             with np.errstate(over="ignore"):  # an overflow to inf is reported by the simulator's checks
-                roof = np.maximum(graph.flops / peak, graph.bytes_accessed / dev.memory_bandwidth)
+                compute = graph.flops / rate
+                roof = np.maximum(compute, graph.bytes_accessed / bandwidth)
             times = roof + dev.launch_overhead
+            if gpu and self.update != "traced" and has_update:
+                priced = update_times(graph, self.update, compute, bandwidth, dev.launch_overhead)
+                times = np.where(np.isnan(priced), times, priced)
             have = np.zeros(n, dtype=bool)
             used = []
             for m in self._candidates(graph, dev):
@@ -160,13 +200,26 @@ class RooflineCostModel:
             _check_peaks(graph, cluster, dev, peak, allowed & ~have)
             if n - int(have.sum()):
                 prec = np.unique(graph.precision[~have & allowed & (graph.flops > 0)]) if mixed else ()
-                rates = ", ".join(f"{PRECISIONS[p]} at {peaks[p] / 1e12:.3g} TFLOP/s" for p in prec)
-                rates = f" ({rates})" if rates else ""
-                used.append(f"{n - int(have.sum())} roofline estimates{rates}")
+                rates_used = ", ".join(f"{PRECISIONS[p]} at {peaks[p] / 1e12:.3g} TFLOP/s" for p in prec)
+                rates_used = f" ({rates_used})" if rates_used else ""
+                used.append(f"{n - int(have.sum())} roofline estimates{rates_used}{self._how(dev, has_update)}")
             table[:, d] = np.where(allowed, times, np.inf)
             measured[:, d] = have & allowed
             sources.append(f"{dev.name} ({dev.model}): " + "; ".join(used or ["no ops"]))
         return OpTimes(table, measured, tuple(sources))
+
+    def _how(self, dev, has_update: bool) -> str:
+        if dev.kind != "gpu":
+            return ""
+        if self.kernels == "datasheet":
+            words = "datasheet rates"
+        elif dev.model in ACHIEVED:
+            r = ACHIEVED[dev.model]
+            words = (f"achieved rates: matmul {r.matmul:.0%}, attention {r.attention:.0%}, "
+                     f"memory {r.memory:.0%} of datasheet")  # fmt: skip
+        else:
+            words = f"datasheet rates: no kernel rates known for {dev.model}"
+        return f" ({words}{f'; {self.update} update' if has_update else ''})"
 
     def _candidates(self, graph: OpGraph, dev):
         exact = [m for m in graph.measured if m.key == dev.model]

@@ -2,7 +2,9 @@
 
 Matrix products, convolutions and attention use torch's own formulas
 (:data:`torch.utils.flop_counter.flop_registry`, a multiply-add = 2 FLOPs; CPU attention kernels
-borrow the formula of their CUDA twin). torch counts every other
+borrow the formula of their CUDA twin). torch's attention formula ignores a causal mask; a fused
+attention kernel skips the masked half of the scores (FlashAttention-2, Dao 2023, Sec. 3.1), so an
+``is_causal`` call counts half. torch counts every other
 op as zero, which would make a placement search think elementwise, normalisation, pooling, softmax,
 embedding and reduction ops are free; for those we count our own, stated here:
 
@@ -108,6 +110,18 @@ def _flat(x):
         yield x
 
 
+def _argument(target, args, kwargs, key: str):
+    """The value of argument ``key`` in a call of ``target``, by its schema (None if it has none)."""
+    if key in kwargs:
+        return kwargs[key]
+    schema = getattr(target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if key not in names:
+        return None
+    k = names.index(key)
+    return args[k] if k < len(args) else schema.arguments[k].default_value
+
+
 def _pool_flops(name: str, args, out) -> float:
     # window size from the kernel_size argument (int or pair); the backward's output is grad_input,
     # its window count is the number of forward output (= grad_output) elements
@@ -121,11 +135,12 @@ def _pool_flops(name: str, args, out) -> float:
 def op_flops(target, args, kwargs, out) -> float:
     """FLOPs of one aten call ``target(*args, **kwargs) -> out``; tensors may be fake (shapes only)."""
     packet = getattr(target, "overloadpacket", None)
-    if packet is not None and packet in flop_registry:
-        return float(flop_registry[packet](*args, **kwargs, out_val=out))
     name = base_name(target)
+    half = 0.5 if "scaled_dot_product" in name and _argument(target, args, kwargs, "is_causal") else 1.0
+    if packet is not None and packet in flop_registry:
+        return half * float(flop_registry[packet](*args, **kwargs, out_val=out))
     if name in _SAME_FORMULA:
-        return float(flop_registry[_SAME_FORMULA[name]](*args, **kwargs, out_val=out))
+        return half * float(flop_registry[_SAME_FORMULA[name]](*args, **kwargs, out_val=out))
     if name in ZERO_FLOP_OPS or name.endswith("_copy"):
         return 0.0
     if name in _POOLS:

@@ -13,6 +13,12 @@ block) does to one training step, written on the OpGraph:
   backward in program order. A copy of an op that writes a tensor outside the unit in place (a batch
   norm's running statistics) allocates its output instead of writing it again.
 
+*Selective* recomputation keeps some forward outputs instead of recomputing them. The rule offered is
+torchtitan's selective op checkpointing (``torchtitan/models/llama/parallelize_llama.py``, Dec. 2024,
+the rule of its published Llama 3.1 runs): within each checkpointed block, the outputs of attention
+kernels and of every other matrix product (the 1st, 3rd, 5th... ``mm`` of the block's forward) are
+saved; every other op (norms, rotary embeddings, activations, casts, the even ``mm``) is recomputed.
+
 The pass is a function from a step to a step; :mod:`postplace.plans.data_parallel` runs after it.
 """
 
@@ -27,7 +33,7 @@ from postplace.plans._step import BACKWARD, FORWARD, numbered_units, units
 __all__ = ["recompute"]
 
 
-def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
+def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool = False) -> OpGraph:
     """The step with the units ``which`` (default: every numbered unit) recomputed in the backward pass.
 
     Parameters
@@ -37,6 +43,9 @@ def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
     which : list of str, optional
         Unit names (:func:`postplace.plans.unit_of`); default all numbered units, as torchtitan's full
         activation checkpointing wraps every transformer block.
+    selective : bool
+        Keep what torchtitan's selective op rule saves (see the module docstring) and recompute the rest;
+        ``metadata["recompute_rule"]`` then says ``"selective-op"``.
 
     Returns
     -------
@@ -65,6 +74,7 @@ def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
             if s < first_backward[(unit[d], mb[d])]:
                 triggers[(unit[d], mb[d])].add(s)
 
+    kept = _selective_saves(graph, segment) if selective else set()
     draft = Draft(graph)
     for i in range(n):
         draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
@@ -72,6 +82,8 @@ def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
     waits: list[tuple[int, int]] = []
 
     def clone(f: int) -> int:
+        if f in kept:
+            return f
         if f in clones:
             return clones[f]
         seg = segment[f]
@@ -83,7 +95,7 @@ def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
         for k in range(in_ptr[f], in_ptr[f + 1]):
             e = in_edges[k]
             s = src[e]
-            if segment.get(s) == seg:
+            if segment.get(s) == seg and s not in kept:
                 draft.edge(clone(s), c, slot[e], nbytes[e])
                 inner = True
             else:
@@ -105,8 +117,25 @@ def recompute(graph: OpGraph, which: list[str] | None = None) -> OpGraph:
     for t, c in waits:  # after every data edge, so the ordering slot is one no tensor uses
         draft.order(t, c)
     meta = {**graph.metadata, "recompute": sorted(targets, key=_unit_order(graph))}
+    if selective:
+        meta["recompute_rule"] = "selective-op"
     out, _ = draft.freeze(f"{graph.name}+recompute", meta)
     return out
+
+
+def _selective_saves(graph: OpGraph, segment: dict[int, tuple]) -> set[int]:
+    """The forward ops whose outputs torchtitan's selective op rule keeps: attention kernels, and the odd
+    matrix products counted per block and micro-batch in program order."""
+    kept, count = set(), defaultdict(int)
+    for f in sorted(segment):
+        kind = graph.op_types[f]
+        if kind == "mm":
+            count[segment[f]] += 1
+            if count[segment[f]] % 2 == 1:
+                kept.add(f)
+        elif "scaled_dot_product" in kind:
+            kept.add(f)
+    return kept
 
 
 def _unit_order(graph: OpGraph):

@@ -17,7 +17,7 @@ __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
 _OPTION = re.compile(r"^(m|dp)=([0-9]+)$")
 _UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
-_HOW = (f"write NAME[+recompute][:m=M][,dp=K][,shard=U/U...][,recompute=U/U...] with NAME one of "
+_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,shard=U/U...][,recompute=U/U...] with NAME one of "
         f"{', '.join(LEVELS)} and U a unit (root, blocks.3) (e.g. fsdp+recompute:m=8)")  # fmt: skip
 
 
@@ -40,6 +40,9 @@ class PlanSpec:
         replicated as DDP does (``""`` is the root unit). None: the level's own rule.
     recompute_units : tuple of str, optional
         With ``recompute``: only these units recomputed. None: every numbered unit.
+    selective : bool
+        With ``recompute``: torchtitan's selective op rule (attention outputs and every other matrix
+        product kept, the rest recomputed: :func:`postplace.plans.recompute`), written ``+selective``.
     """
 
     level: str
@@ -48,10 +51,13 @@ class PlanSpec:
     replicas: int | None = None
     shard: tuple[str, ...] | None = None
     recompute_units: tuple[str, ...] | None = None
+    selective: bool = False
 
     @property
     def name(self) -> str:
         """The plan's name without its options (``fsdp+recompute``): a candidate's name in a table."""
+        if self.selective:
+            return self.level + "+selective"
         return self.level + ("+recompute" if self.recompute and self.recompute_units is None else "")
 
     def __str__(self) -> str:
@@ -66,8 +72,8 @@ class PlanSpec:
 def parse_plan(text: str) -> PlanSpec:
     """Read a plan's name (see the module docstring); one error line when it does not parse.
 
-    >>> parse_plan("fsdp+recompute:m=8")
-    PlanSpec(level='fsdp', recompute=True, microbatches=8, replicas=None)
+    >>> parse_plan("fsdp+recompute:m=8").recompute, parse_plan("fsdp+selective:m=8").selective
+    (True, True)
     >>> str(parse_plan("zero2:dp=4"))
     'zero2:dp=4'
     """
@@ -78,8 +84,8 @@ def parse_plan(text: str) -> PlanSpec:
     level, extras = parts[0], parts[1:]
     if level not in LEVELS:
         raise PostplaceError(f"--plan '{text}': unknown plan '{level}'; {_HOW}")
-    if any(x != "recompute" for x in extras) or len(extras) > 1:
-        raise PostplaceError(f"--plan '{text}': only '+recompute' may follow the plan's name; {_HOW}")
+    if any(x not in ("recompute", "selective") for x in extras) or len(extras) > 1:
+        raise PostplaceError(f"--plan '{text}': only '+recompute' or '+selective' may follow the plan's name; {_HOW}")
     options: dict[str, object] = {}
     for opt in tail.split(",") if tail else ():
         opt = opt.strip()
@@ -97,11 +103,11 @@ def parse_plan(text: str) -> PlanSpec:
         options[match.group(1)] = value
     if "shard" in options and level not in ("ddp", "fsdp"):
         raise PostplaceError(f"--plan '{text}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
-    if "recompute" in options and extras:
+    if "recompute" in options and extras == ["recompute"]:
         raise PostplaceError(f"--plan '{text}': give '+recompute' (every unit) or recompute=U/U (those), not both")
     units = options.get("recompute")
     return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
-                    options.get("shard"), units)  # fmt: skip
+                    options.get("shard"), units, selective=extras == ["selective"])  # fmt: skip
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
@@ -125,7 +131,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
             some = ", ".join(u or "root" for u in sorted(known, key=lambda u: (u != "", u))[:6])
             raise PostplaceError(f"plan '{spec}': {key}= names unit '{bad[0] or 'root'}', which graph "
                                  f"'{graph.name}' does not have (its units: {some}, ...)")  # fmt: skip
-    step = recompute(graph, list(spec.recompute_units) if spec.recompute_units is not None else None) \
-        if spec.recompute else graph  # fmt: skip
+    which = list(spec.recompute_units) if spec.recompute_units is not None else None
+    step = recompute(graph, which, selective=spec.selective) if spec.recompute else graph
     shard = frozenset(spec.shard) if spec.shard is not None else None
     return data_parallel(step, replicas, spec.level, shard=shard)

@@ -54,7 +54,7 @@ class ModelSpec:
     --------
     >>> from postplace.zoo import MODELS
     >>> MODELS["gpt2"].config("small")["layers"], MODELS["llama"].size_names()
-    (2, ('small', 'full', '1b', '7b'))
+    (2, ('small', 'full', '1b', '7b', '3.1-8b'))
     """
 
     name: str
@@ -99,6 +99,8 @@ class ModelSpec:
 
 _LLAMA_7B = dict(batch=8, seq=2048, vocab=32000, d=4096, layers=32, heads=32, kv_heads=32, ffn=11008, theta=10000.0)
 _LLAMA_1B = dict(batch=8, seq=2048, vocab=128256, d=2048, layers=16, heads=32, kv_heads=8, ffn=8192, theta=500000.0)
+_LLAMA_31_8B = dict(batch=16, seq=8192, vocab=128256, d=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
+                    theta=500000.0)  # fmt: skip
 _POST = "Post paper (Gao et al., NeurIPS 2018) Sec. 5: batch 32 for the CNNs, 4-layer RNNLM, 2/4-layer NMT"
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -155,12 +157,16 @@ MODELS: dict[str, ModelSpec] = {
             "Llama 2 7B (Touvron et al. 2023b: d 4096, 32 layers, 32 heads, no kv sharing, ffn 11008, "
             "vocab 32000, RoPE theta 10000); 1b: Llama 3.2 1B's released config (d 2048, 16 layers, 32 "
             "heads over 8 kv heads, ffn 8192, vocab 128256, theta 500000) with an untied output head "
-            "(1.50e9 parameters, not 1.24e9) and no rope scaling; seq 2048 and batch 8 are our choice; "
-            "1b and 7b are traced on the meta device, never materialised",
+            "(1.50e9 parameters, not 1.24e9) and no rope scaling; seq 2048 and batch 8 are our choice "
+            "for those two; 3.1-8b: Llama 3.1 8B's released config (d 4096, 32 layers, 32 heads over 8 kv "
+            "heads, ffn 14336, vocab 128256, untied head, theta 500000, no rope scaling) at the batch of "
+            "torchtitan's published H100 run (benchmarks/llama3_h100_202412_torchtitan.md: 16 sequences of "
+            "8192 tokens, 2 per GPU on 8 GPUs); 1b, 7b and 3.1-8b are traced on the meta device, never "
+            "materialised",
             _LLAMA_7B,
             dict(batch=2, seq=16, vocab=64, d=32, layers=2, heads=4, kv_heads=2, ffn=64, theta=10000.0),
-            {"1b": _LLAMA_1B, "7b": _LLAMA_7B},
-            meta_only=("full", "1b", "7b"),
+            {"1b": _LLAMA_1B, "7b": _LLAMA_7B, "3.1-8b": _LLAMA_31_8B},
+            meta_only=("full", "1b", "7b", "3.1-8b"),
         ),
     )
 }
@@ -193,7 +199,7 @@ def sizes(name: str) -> tuple[str, ...]:
     --------
     >>> from postplace.zoo import sizes
     >>> sizes("gpt2"), sizes("llama")
-    (('small', 'full'), ('small', 'full', '1b', '7b'))
+    (('small', 'full'), ('small', 'full', '1b', '7b', '3.1-8b'))
     """
     return spec(name).size_names()
 
@@ -263,7 +269,7 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
         False leaves parameters and buffers uninitialised (built on the meta device, then given empty
         CPU storage): the same shapes for tracing a graph, without the seconds a full-size model's
         random initialisation costs; never train such a model. A size in the spec's ``meta_only``
-        (llama's ``1b``, ``7b`` and ``full``) stays on the meta device, inputs and targets included,
+        (llama's ``1b``, ``7b``, ``3.1-8b`` and ``full``) stays on the meta device, inputs and targets included,
         whatever ``init`` says; ``init=True`` for it is refused.
 
     Returns

@@ -1,0 +1,100 @@
+"""Pipeline schedules as program order: the bubble and the activations a stage holds, simulated on a
+uniform stack and held to their formulas (issue 31 item 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from postplace.plans.schedule import pipeline_schedule, slot_order
+from postplace.sim import Simulator
+from postplace.testing import star_cluster
+
+ACT = 1e6  # bytes each layer's forward output holds until its backward
+
+
+def uniform_stack(layers: int, m: int):
+    """``layers`` identical layers, each 1 s forward and 2 s backward on the test devices (1e12 FLOP/s),
+    as m micro-batches; communication is free."""
+    names, flops, phase, mb, out_bytes, edges = [], [], [], [], [], []
+
+    def op(name, f, ph, k, nbytes):
+        names.append(name), flops.append(f), phase.append(ph), mb.append(k), out_bytes.append(nbytes)
+        return len(names) - 1
+
+    for k in range(m):
+        fwd = [op(f"mb{k}_f{l}", 1e12, "forward", k, ACT) for l in range(layers)]
+        bwd = [op(f"mb{k}_b{l}", 2e12, "backward", k, 0.0) for l in reversed(range(layers))][::-1]
+        edges += [(fwd[l], fwd[l + 1]) for l in range(layers - 1)] + [(fwd[-1], bwd[-1])]
+        edges += [(bwd[l + 1], bwd[l]) for l in range(layers - 1)] + [(fwd[l], bwd[l]) for l in range(layers)]
+    from postplace.graph import OpGraph
+
+    return OpGraph.build(names, edges, flops=flops, phase=phase, microbatch=mb, output_bytes=out_bytes,
+                         name=f"stack{layers}-mb{m}")  # fmt: skip
+
+
+@pytest.mark.parametrize(("layers", "p", "m"), [(4, 2, 4), (6, 3, 6), (8, 4, 2)])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_bubble_and_activations_match_their_formulas(layers, p, m, schedule):
+    g = uniform_stack(layers, m)
+    per = layers // p
+    stage = np.array([int(n.split("_")[1][1:]) // per for n in g.names])
+    planned = pipeline_schedule(g, stage, schedule)
+    assert sorted(planned.names) == sorted(g.names)
+    placement = np.array([int(n.split("_")[1][1:]) // per for n in planned.names])
+    sched = Simulator(planned, star_cluster(("gpu",) * p)).schedule(placement)
+    tf, tb = per * 1.0, per * 2.0  # a stage's forward and backward of one micro-batch
+    assert sched.step_time == pytest.approx((m + p - 1) * (tf + tb))
+    busy = m * (tf + tb)
+    assert 1 - busy / sched.step_time == pytest.approx((p - 1) / (m + p - 1))  # the bubble
+    for s in range(p):  # micro-batches in flight on stage s: all m under GPipe, p - s under 1F1B
+        held = m if schedule == "gpipe" else min(p - s, m)
+        assert sched.peak_memory[s] == pytest.approx(held * per * ACT)
+
+
+def test_without_a_schedule_the_first_stage_holds_more_than_1f1b():
+    g = uniform_stack(4, 8)
+    stage = np.array([int(n.split("_")[1][1:]) // 2 for n in g.names])
+    greedy = Simulator(g, star_cluster(("gpu",) * 2)).schedule(stage)
+    ordered = pipeline_schedule(g, stage, "1f1b")
+    place = np.array([int(n.split("_")[1][1:]) // 2 for n in ordered.names])
+    one = Simulator(ordered, star_cluster(("gpu",) * 2)).schedule(place)
+    assert one.peak_memory[0] == pytest.approx(2 * 2 * ACT)
+    assert greedy.peak_memory[0] == pytest.approx(2 * one.peak_memory[0])  # greedy runs 4 forwards ahead
+
+
+def test_1f1b_slots_run_each_microbatch_once_forward_before_backward():
+    for p, m in [(1, 1), (4, 2), (4, 8), (2, 5)]:
+        for s in range(p):
+            seq = [x[:2] for x in slot_order("1f1b", s, p, m)]
+            assert sorted(seq) == sorted([("F", k) for k in range(m)] + [("B", k) for k in range(m)])
+            assert all(seq.index(("F", k)) < seq.index(("B", k)) for k in range(m))
+            in_flight = max(sum(1 for x in seq[: j + 1] if x[0] == "F") - sum(1 for x in seq[: j + 1] if x[0] == "B")
+                            for j in range(len(seq)))  # fmt: skip
+            assert in_flight == min(p - s, m)
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 4), (4, 2, 4), (2, 3, 2)])
+def test_interleaved_shrinks_the_bubble_v_fold(p, v, m):
+    layers = 2 * p * v  # two layers per chunk
+    g = uniform_stack(layers, m)
+    chunk = np.array([int(n.split("_")[1][1:]) // 2 for n in g.names])
+    planned = pipeline_schedule(g, chunk, f"interleaved-{v}")
+    gpu = np.array([(int(n.split("_")[1][1:]) // 2) % p for n in planned.names])
+    sched = Simulator(planned, star_cluster(("gpu",) * p)).schedule(gpu)
+    tc = 2 * (1.0 + 2.0)  # a chunk's forward and backward of one micro-batch
+    assert sched.step_time == pytest.approx((v * m + p - 1) * tc)
+    assert 1 - (v * m * tc) / sched.step_time == pytest.approx((p - 1) / (v * m + p - 1))
+    flat = pipeline_schedule(g, chunk // v, "1f1b")  # the same layers as p plain stages
+    one = Simulator(flat, star_cluster(("gpu",) * p)).schedule(np.array(
+        [int(n.split("_")[1][1:]) // (2 * v) for n in flat.names]))  # fmt: skip
+    assert sched.step_time < one.step_time
+
+
+def test_an_unknown_schedule_is_one_line():
+    from postplace.errors import PostplaceError
+
+    with pytest.raises(PostplaceError, match="unknown pipeline schedule 'zb'"):
+        slot_order("zb", 0, 2, 2)
+    with pytest.raises(PostplaceError, match="multiple of 4"):
+        slot_order("interleaved-2", 0, 4, 6)
