@@ -141,6 +141,10 @@ def test_ctrl_c_inside_a_batch_resumes_to_the_uninterrupted_result(tmp_path, sto
         def ask(self, n):
             return self.inner.ask(n)
 
+        @property
+        def last_origins(self):  # where its asks came from, as the strategy says (the history records them)
+            return self.inner.last_origins
+
         def tell(self, *args):
             self.calls += 1
             if self.calls == stop_at:

@@ -7,9 +7,14 @@ from their checkpoint, but only when graph, cluster, strategy, budget, seed and 
 match (a run folder made with other settings is stale: it is removed and run again). Every number
 comes from the same evaluator (the simulator), and a search row reports the strategy's own best (no
 fallback to the single-device placement here). A placer whose placement is OOM shows no best time.
-A search row also records where its search started (``start_name``, ``start_step_time_s``: the start's
-step time where the strategy probed it, else None; median over seeds), so a row's gain over its start
-can be told from the start itself.
+A search row also records where its search started (``start_name``, ``start_step_time_s``: the probe's
+fastest candidate and its step time where the strategy probed, else None; median over seeds; with
+``anchor_name`` beside them where the policy was anchored on another start,
+:func:`postplace.search.starts.start_record`), so a row's gain over its start can be told from the start
+itself; whether it made local moves (``local_moves``); and where its bests came from: per seed
+``origins`` (:func:`postplace.search.origins.origin_stats`: the start's and the final time, the new
+bests per origin after the probe and the share of the gap to the lower bound each closed), and the
+new bests summed over seeds (``new_bests``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from postplace.cluster import Cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
+from postplace.search.origins import history_origin_stats
 from postplace.search.runner import (
     CHECKPOINT,
     HISTORY,
@@ -38,14 +44,16 @@ from postplace.search.runner import (
     read_timing,
     sample_times,
 )
+from postplace.search.starts import start_record
 from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
 PLAN_NAMES = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
 """The practitioner plans' rows: each at its fastest micro-batch count, where the target can be traced again."""
-SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post-start", "post")
-"""The search rows of ``all``; ``post-start`` (Post's start, no learning) says what learning adds to it."""
+SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post-start", "local", "post")
+"""The search rows of ``all``; ``post-start`` (Post's start, no learning) says what learning adds to it,
+``local`` (local moves alone from that start) what the policy adds to the moves."""
 ALL = PLACER_NAMES + PLAN_NAMES + SEARCH_NAMES
 
 
@@ -65,6 +73,9 @@ class Row:
     note: str = ""
     start_name: str | None = None  # where the search started (the seeds' common start)
     start_step_time_s: float | None = None  # that start's step time, median over seeds (None: not probed)
+    anchor_name: str | None = None  # the start the policy was anchored on, where it is not start_name
+    local_moves: bool | None = None  # the search made local moves (its config's use_local)
+    new_bests: dict | None = None  # new bests per origin after the probe, summed over seeds
     per_seed: list = field(default_factory=list)
 
 
@@ -135,7 +146,7 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
     (out / "compare.json").write_text(json.dumps(report, indent=1))
     with open(out / "compare.csv", "w", newline="") as f:
         w = csv.writer(f)
-        cols = [c for c in asdict(rows[0]) if c != "per_seed"] if rows else []
+        cols = [c for c in asdict(rows[0]) if c not in ("per_seed", "new_bests")] if rows else []  # scalars
         w.writerow(cols)
         for r in rows:
             d = asdict(r)
@@ -350,12 +361,12 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
                    "wall_time_s": time.perf_counter() - t, "samples": r.samples,
                    "feasible_samples": r.feasible_samples, "peak_memory_bytes": peak,
                    "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
-                   "start_name": getattr(strategy, "start_name", None),
-                   "start_step_time_s": getattr(strategy, "start_step_time", None), "key": key}  # fmt: skip
+                   **{f"start_{k}" if k != "anchor_name" else k: v
+                      for k, v in start_record(strategy).items()}, "key": key}  # fmt: skip
             done.write_text(json.dumps(rec))
         per_seed.append({"seed": seed, "start_name": None, "start_step_time_s": None,  # a run from before
                          **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
-                         **reach(folder)})  # fmt: skip
+                         **reach(folder), "origins": origins(folder, problem.simulator.lower_bound)})  # fmt: skip
         walls.append(rec["wall_time_s"])
         if rec["best_step_time_s"] is None:
             ooms += 1
@@ -363,6 +374,8 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
             bests.append(rec["best_step_time_s"])
             peaks.append(rec["peak_memory_bytes"])
     start = _start_of(per_seed)
+    start["local_moves"] = bool(getattr(getattr(strategy, "config", None), "use_local", False))
+    start["new_bests"] = _summed([s["origins"]["new_bests"] for s in per_seed if s["origins"] is not None])
     if not bests:
         return Row(name, "search", None, oom_count=ooms, wall_time_s=statistics.median(walls), seeds=seeds,
                    note="no feasible placement sampled", per_seed=per_seed, **start)  # fmt: skip
@@ -379,10 +392,33 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
 def _start_of(per_seed: list[dict]) -> dict:
     """A search row's start from its seeds': the name they share (names joined with '/' where they
     differ; None where none recorded one) and the median of their start step times."""
-    names = list(dict.fromkeys(s["start_name"] for s in per_seed if s.get("start_name") is not None))
+    def joined(key: str) -> str | None:
+        names = list(dict.fromkeys(s[key] for s in per_seed if s.get(key) is not None))
+        return "/".join(names) if names else None
+
     times = [s["start_step_time_s"] for s in per_seed if s.get("start_step_time_s") is not None]
-    return {"start_name": "/".join(names) if names else None,
+    return {"start_name": joined("start_name"), "anchor_name": joined("anchor_name"),
             "start_step_time_s": statistics.median(times) if times else None}  # fmt: skip
+
+
+def _summed(counts: list[dict]) -> dict | None:
+    """Per-origin counts added over seeds (None: no seed recorded any)."""
+    if not counts:
+        return None
+    out: dict = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def origins(folder: Path, lower_bound: float) -> dict | None:
+    """A run folder's :func:`postplace.search.origins.origin_stats`, from its ``history.jsonl`` (None
+    when the history cannot be read)."""
+    try:
+        return history_origin_stats(read_history(folder / HISTORY), lower_bound)
+    except PostplaceError:  # a damaged history: the row still stands, without these figures
+        return None
 
 
 def same_key(recorded, key: dict) -> bool:

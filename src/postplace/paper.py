@@ -9,7 +9,8 @@ per model x machine (so it resumes exactly as ``compare`` does: finished runs ar
 ones continue from their checkpoint), then writes the headline tables (``paper.json``, ``paper.md``):
 Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine, twice
 (:data:`postplace.report.markdown.TABLES`): every strategy from the paper's uniform start (``post-paper``
-against ``ce-paper``, ``ppo-paper``, ``reinforce-paper`` and ``hp``), and every strategy from Post's
+against ``ce-paper``, ``ppo-paper``, ``reinforce-paper`` and ``hp``, the paper's algorithms: none makes
+local moves, :mod:`postplace.search.local`), and every strategy from Post's
 default probe start (``post`` against ``post-start``, ``ce``, ``ppo``, ``reinforce-probe`` and
 ``hp-probe``), since a comparison from different starts measures the starts as much as the learning.
 Per pair ``paper.json`` also records each search's start (name, step time), its final step time and

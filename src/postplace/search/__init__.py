@@ -4,16 +4,22 @@ Strategy names (:data:`STRATEGIES`): ``post`` (Post from its probe start, the de
 ``ppo`` (Post with one half switched off, the same start), ``post-start`` (Post's probe start with every
 learning step switched off: it samples its start prior only, the row that says how much learning adds),
 ``reinforce`` (REINFORCE from Post's memory-aware prior), ``hp`` (the hierarchical planner, the paper's
-start), ``random`` and ``anneal``. Named starts of the learning rivals (:data:`VARIANTS`): ``-paper``
-is the paper's uniform start (``post-paper``, ``ce-paper``, ``ppo-paper``, ``reinforce-paper``; ``hp``
-itself starts as the paper's), ``-probe`` Post's probe start (``reinforce-probe``, ``hp-probe``; ``post``,
-``ce`` and ``ppo`` have it already).
+start), ``random``, ``anneal`` and ``local`` (local moves alone from Post's start, no learning). Named
+starts of the learning rivals (:data:`VARIANTS`): ``-paper`` is the paper's uniform start
+(``post-paper``, ``ce-paper``, ``ppo-paper``, ``reinforce-paper``; ``hp`` itself starts as the
+paper's), and the paper's algorithm: no local moves; ``-probe`` Post's probe start (``reinforce-probe``,
+``hp-probe``; ``post``, ``ce`` and ``ppo`` have it already).
+
+Local moves (:mod:`postplace.search.local`) are an add-on, not part of Post: every strategy's config
+has ``use_local`` (with ``local_fraction`` and ``local_units``), on by default for ``post``, ``ce`` and
+``ppo`` only; :func:`make_strategy` gives the add-on to a strategy whose config asks for it.
 """
 
 import dataclasses
 
 from postplace.search.anneal import AnnealConfig, AnnealStrategy
-from postplace.search.post import PostConfig, PostStrategy, ce_strategy, ppo_strategy
+from postplace.search.local import LocalSettings, with_local
+from postplace.search.post import LocalStrategy, PostConfig, PostStrategy, ce_strategy, ppo_strategy
 from postplace.search.problem import Problem, make_problem
 from postplace.search.random_search import RandomStrategy
 from postplace.search.reinforce import ReinforceStrategy
@@ -64,15 +70,16 @@ def post_start_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig
 
 
 VARIANTS = {
-    "post-paper": ("post", {"init": "uniform"}),
-    "ce-paper": ("ce", {"init": "uniform"}),
-    "ppo-paper": ("ppo", {"init": "uniform"}),
-    "reinforce-paper": ("reinforce", {"init": "uniform"}),
+    "post-paper": ("post", {"init": "uniform", "use_local": False}),
+    "ce-paper": ("ce", {"init": "uniform", "use_local": False}),
+    "ppo-paper": ("ppo", {"init": "uniform", "use_local": False}),
+    "reinforce-paper": ("reinforce", {"init": "uniform", "use_local": False}),
     "reinforce-probe": ("reinforce", {"init": "probe"}),
     "hp-probe": ("hp", {"init": "probe"}),
 }
 """Named starts of a strategy: ``name -> (strategy, changes to its default config)``. ``-paper``: the
-paper's uniform start; ``-probe``: Post's probe start (:mod:`postplace.search.start_prior`)."""
+paper's uniform start and algorithm (no local moves); ``-probe``: Post's probe start
+(:mod:`postplace.search.start_prior`)."""
 
 
 def _hierarchical(space, *, seed=0, config=None):
@@ -104,6 +111,7 @@ STRATEGIES = {
     "random": RandomStrategy,
     "anneal": AnnealStrategy,
     "hp": _hierarchical,
+    "local": LocalStrategy,
 }
 STRATEGIES.update({name: _variant(name) for name in VARIANTS})
 
@@ -115,7 +123,7 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     ----------
     name : str
         A key of :data:`STRATEGIES`: ``post``, ``ce``, ``ppo``, ``post-start``, ``reinforce``,
-        ``random``, ``anneal``, ``hp``, or a named start of :data:`VARIANTS` (``post-paper``,
+        ``random``, ``anneal``, ``hp``, ``local``, or a named start of :data:`VARIANTS` (``post-paper``,
         ``ce-paper``, ``ppo-paper``, ``reinforce-paper``, ``reinforce-probe``, ``hp-probe``).
     space : SearchSpace
         What the strategy places (``make_problem(...).space``).
@@ -128,6 +136,8 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     Returns
     -------
     Strategy
+        With the local-move add-on (:class:`postplace.search.local.WithLocalMoves`) when its config
+        says ``use_local`` and it does not make the moves itself.
 
     Raises
     ------
@@ -150,7 +160,7 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
         name = "post-paper"
     if name not in STRATEGIES:
         raise PostplaceError(f"unknown strategy '{name}'; choose one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](space, seed=seed, config=None if isinstance(config, str) else config)
+    return with_local(STRATEGIES[name](space, seed=seed, config=None if isinstance(config, str) else config))
 
 
 __all__ = [
@@ -160,6 +170,8 @@ __all__ = [
     "AnnealConfig",
     "AnnealStrategy",
     "Budget",
+    "LocalSettings",
+    "LocalStrategy",
     "PostConfig",
     "PostStrategy",
     "Problem",

@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from postplace.search.config import ranged
+from postplace.search.local import LocalSettings
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
 @dataclass(frozen=True)
-class AnnealConfig:
+class AnnealConfig(LocalSettings):
     """Simulated annealing's settings, each with its range.
 
     Each field's range (``ranged``) is checked by :func:`postplace.search.config.build_config`, and
@@ -56,6 +57,8 @@ class AnnealConfig:
         Floor of the temperature (default 1e-4, > 0).
     moves_per_ask : int
         Proposals per ask (default 1, >= 1).
+    local_fraction, local_units, use_local
+        The local-move add-on (:class:`postplace.search.local.LocalSettings`), off by default.
 
     Examples
     --------

@@ -121,10 +121,10 @@ def field_range(cls, name: str) -> Range | None:
 def config_class(strategy: str):
     """The config dataclass of a strategy name, and its default instance for that name (a named start
     of :data:`postplace.search.VARIANTS`: its strategy's default with the start's changes; ``post-start``:
-    Post's default with learning off)."""
+    Post's default with learning off; ``local``: Post's with learning off and local moves on)."""
     from postplace.search import VARIANTS, learning_off
     from postplace.search.anneal import AnnealConfig
-    from postplace.search.post import PostConfig
+    from postplace.search.post import PostConfig, local_config
     from postplace.search.random_search import RandomConfig
     from postplace.search.reinforce import ReinforceConfig
 
@@ -136,6 +136,8 @@ def config_class(strategy: str):
         return PostConfig, PostConfig()
     if strategy == "post-start":
         return PostConfig, learning_off(PostConfig())
+    if strategy == "local":
+        return PostConfig, local_config()
     if strategy == "reinforce":
         return ReinforceConfig, ReinforceConfig()
     if strategy == "anneal":

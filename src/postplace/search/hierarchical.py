@@ -84,14 +84,16 @@ import torch
 from torch import nn
 
 from postplace.search.config import ranged
+from postplace.search.local import LocalSettings
 from postplace.search.start_prior import make_probe, start_prior, start_state
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
 @dataclass(frozen=True)
-class HierarchicalConfig:
+class HierarchicalConfig(LocalSettings):
     """The hierarchical planner's settings; each field's range (``ranged``) is checked by
-    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring. The
+    local-move add-on's fields (:class:`postplace.search.local.LocalSettings`) are off by default."""
 
     num_groups: int = ranged(256, "[1, inf)", "groups the grouper may use")
     """Groups the grouper may use, at most the number of units (paper: 256 worked best). At least 1;
@@ -257,6 +259,7 @@ class HierarchicalPlanner:
         self.start_name: str | None = "none"
         self.start_step_time: float | None = None
         self._start_prob: torch.Tensor | None = None  # [G, D]: Post's prior on the start, once chosen
+        self.last_origins: list[str] | None = None  # the last ask's, when not all the placer's
 
     # ------------------------------------------------------------------------------ model pieces
     def _shape(self, logits: torch.Tensor) -> torch.Tensor:
@@ -327,7 +330,9 @@ class HierarchicalPlanner:
     # ------------------------------------------------------------------------------ ask / tell
     def ask(self, max_n: int) -> np.ndarray:
         """The probe's candidates first (``init="probe"``), then ``m * k`` samples of the planner."""
+        self.last_origins = None  # the placer's
         if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
+            self.last_origins = self.probe.last_origins
             return first
         with _cpu_modes():
             return self._ask(max_n)

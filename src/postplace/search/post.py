@@ -36,16 +36,18 @@ sampling from a one-GPU start rarely discovers a layer-wise split such as RNNLM'
 four GPUs. The candidates are Post's own (nothing from ``placers/``). The ``ce`` and ``ppo`` ablations
 are this file with one half switched off.
 
-Local moves (ours; ``use_local``): after the probe, ``local_fraction`` of every batch are the best
-sample so far changed by one move, the kinds taking turns: one or a few decisions redrawn from the
-policy; a run of consecutive decisions set to one value; on layers, one or a few units moved to
-another device (:meth:`PostStrategy._local_moves`); never a placement already told. From a good
-start, independent per-unit samples change many units at once and are nearly all worse than the
-start, so neither the elite nor PPO sees an improvement of it; a local move changes one thing. Their
+Local moves (ours, not the paper's; ``use_local``, :mod:`postplace.search.local`, an add-on every
+strategy can take): after the probe, ``local_fraction`` of every batch are the best sample so far
+changed by one move (:meth:`postplace.search.local.LocalMoves.moves`), never a placement already told.
+From a good start, independent per-unit samples change many units at once and are nearly all worse than
+the start, so neither the elite nor PPO sees an improvement of it; a local move changes one thing. Their
 results move the incumbent (and the runner's best) only: the cross-entropy elite and PPO's surrogate
 stay over the policy's own samples, as in the paper (local moves in the elite pulled the policy onto
 the incumbent's neighbourhood: on 40 fresh small instances, 196 of 200 runs reached the optimum that
-way, 199 with the elite kept to the policy's own samples, 195 without local moves).
+way, 199 with the elite kept to the policy's own samples, 195 without local moves). On by default
+(``post``, ``ce``, ``ppo``); off in the strategies named after the paper (``post-paper``, ``ce-paper``,
+``ppo-paper``), which are the paper's algorithm. :class:`LocalStrategy` (``local``) is the moves alone
+from the same start.
 
 **Decisions on a micro-batched step.** When the space has layers (``space.layers``, a step traced as m
 micro-batches; :mod:`postplace.search.layers`), everything above acts on *layers* and *stripes*
@@ -67,13 +69,13 @@ itself, so it is the per-device policy exactly (``tests/test_layers.py``).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from postplace.search.config import ranged
 from postplace.search.layers import action_space, device_space, layer_candidates
+from postplace.search.local import LocalMoves, LocalSettings
 from postplace.search.policy import (
     Adam,
     CategoricalPolicy,
@@ -86,7 +88,7 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 
 @dataclass(frozen=True)
-class PostConfig:
+class PostConfig(LocalSettings):
     """Post's hyperparameters, each with its range; the defaults are the recorded sweep's choice.
 
     Every field states its range (``ranged``), checked by :func:`postplace.search.config.build_config`
@@ -128,12 +130,10 @@ class PostConfig:
         Share of each device's memory the memory fill may use (default 0.8, in (0, 1]).
     use_ce, use_ppo : bool
         Run the cross-entropy steps, the PPO steps (False: the ``ppo``, ``ce`` ablations).
-    local_fraction : float
-        Share of each batch that are local moves of the best sample (default 0.5, in [0, 1)).
-    local_units : float
-        Decisions redrawn per single local move, on average (default 1.5, >= 1).
+    local_fraction, local_units : float
+        The local moves' share of each batch and size (:class:`postplace.search.local.LocalSettings`).
     use_local : bool
-        Make local moves (False: the paper's algorithm).
+        Make local moves (default True; False in ``post-paper`` and :meth:`paper`: the paper's algorithm).
 
     Examples
     --------
@@ -217,33 +217,20 @@ class PostConfig:
     """Run cross-entropy steps (False: the 'ppo' ablation)."""
     use_ppo: bool = True
     """Run PPO steps (False: the 'ce' ablation)."""
-    local_fraction: float = ranged(0.5, "[0, 1)", "share of each batch that are local moves of the best sample")
-    """Share of each batch (after the probe) that are *local moves*: the best sample so far changed by
-    one move (a few decisions redrawn, a run of decisions set to one value, on layers a few units
-    moved; :meth:`PostStrategy._local_moves`). Ours (the paper has none): from a good start, independent
-    per-unit samples change many units at once and are nearly all worse than it, so neither the elite
-    nor PPO ever sees an improvement of it; a local move changes one or two. Their results move the
-    incumbent only: the cross-entropy elite and PPO stay over the policy's own samples. 0.5 rather
-    than 0.25: from the uniform start on zoo models at m = 4
-    (ResNet-50 / GPT-2 on k80x4, 2,400 samples, 2 seeds) 113 / 845 ms against 154 / 1,141 ms, and the
-    same from the probe (108 / 801 against 109 / 801). In [0, 1): a share; at 1 the policy would
-    never be sampled."""
-    local_units: float = ranged(1.5, "[1, inf)", "decisions redrawn per local move, on average")
-    """Decisions redrawn per local move, on average: 1 + a Poisson count of mean ``local_units - 1``
-    (mostly single changes, sometimes a few together, which a pair of layers that only pays off moved
-    together needs). At least 1: a move changes something."""
     use_local: bool = True
-    """Make local moves (False: the 'no local moves' ablation, the paper's algorithm)."""
+    """Make local moves (:class:`postplace.search.local.LocalSettings`; the other two fields, share and
+    size, are there too). On for Post: the recorded sweep chose its other defaults with them; False is
+    the paper's algorithm (``post-paper``, :meth:`paper`)."""
 
     @classmethod
     def paper(cls) -> PostConfig:
-        """The paper's setting: uniform start.
+        """The paper's setting: uniform start, no local moves.
 
         Returns
         -------
         PostConfig
         """
-        return cls(init="uniform")
+        return cls(init="uniform", use_local=False)
 
 
 def anchored_prior(space: SearchSpace, home: np.ndarray, anchor_weight: float) -> np.ndarray:
@@ -323,6 +310,8 @@ class PostStrategy:
     """
 
     name = "post"
+    makes_local_moves = True
+    """Post makes its local moves inside its own batch (:func:`postplace.search.local.with_local`)."""
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None):
         self.space = space
@@ -332,7 +321,8 @@ class PostStrategy:
         cfg = self.config
         # the decisions: one device per unit, or on a micro-batched step one stripe per layer
         self.layers = space.layers
-        self.decisions = space if self.layers is None else action_space(space)
+        self.local = LocalMoves(space)  # the incumbent, every placement told, and the local moves
+        self.decisions = self.local.decisions
         self.policy = CategoricalPolicy(self.decisions.allowed, _start_logits(space, cfg))
         self.adam = Adam(self.decisions.allowed.shape, self.config.lr)
         self.rng = np.random.default_rng(seed)
@@ -348,10 +338,7 @@ class PostStrategy:
         self._pending_decisions: np.ndarray | None = None
         self._pending_local = 0  # the last ask's local moves, at the end of its batch
         self.own_in_last_ask = 0  # how many of the last ask's placements the policy drew (the rest: local moves)
-        self.best_placement: np.ndarray | None = None  # the incumbent local moves start from (units)
-        self.best_score = np.inf
-        self._seen: set[int] = set()  # digests of every placement told: a local move never repeats one
-        self._seen_order: list[int] = []  # the same, in the order first seen (the state keeps this list)
+        self.last_origins: list[str] | None = None  # the last ask's origins (probe, policy, local)
 
     def _decisions_of(self, placements: np.ndarray) -> np.ndarray:
         """The decisions behind unit placements: themselves, or each layer's stripe (the ones drawn by
@@ -363,11 +350,6 @@ class PostStrategy:
             return pending
         return self.layers.collapse(placements)
 
-    @property
-    def _fine_layers(self) -> bool:
-        """Layers of several units each (a micro-batched step), where unit moves are finer than stripes."""
-        return self.layers is not None and self.layers.num_layers < self.space.num_units
-
     # ---------------------------------------------------------------------------- ask / tell
     def ask(self, max_n: int) -> np.ndarray:
         """The probe's candidate homes first, then up to ``batch_size`` samples of the policy (:meth:`Strategy.ask`).
@@ -376,21 +358,28 @@ class PostStrategy:
         """
         if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
             self.own_in_last_ask = len(first)
+            self.last_origins = self.probe.last_origins
             return first  # init='probe': the candidate homes first
         # never cross a CE boundary inside one batch
         to_boundary = self.config.ce_every - self.samples_seen % self.config.ce_every
         k = max(1, min(self.config.batch_size, max_n, to_boundary))
         local = None
-        if self.config.use_local and self.best_placement is not None:
-            local = self._local_moves(min(k - 1, int(round(self.config.local_fraction * k))))
+        if self.config.use_local:
+            local = self.local.moves(self._local_share(k), self.policy.probs(), self.rng, self.samples_seen,
+                                     self.config.local_units)  # fmt: skip
         n_local = 0 if local is None else len(local)
         decisions = self.policy.sample(self.rng, k - n_local)
         self._pending_local = n_local
         self._pending_decisions = decisions
         self._pending_log_prob = self.policy.log_prob(decisions)  # of the policy's own samples only
         self.own_in_last_ask = k - n_local
+        self.last_origins = ["policy"] * (k - n_local) + ["local"] * n_local
         placements = decisions if self.layers is None else self.layers.expand(decisions)
         return np.concatenate([placements, local]) if n_local else placements
+
+    def _local_share(self, k: int) -> int:
+        """Local moves wanted in a batch of ``k``: ``local_fraction`` of it, leaving the policy one."""
+        return min(k - 1, int(round(self.config.local_fraction * k)))
 
     def tell(
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
@@ -405,9 +394,7 @@ class PostStrategy:
         feasible = np.asarray(feasible, dtype=bool)
         raw = np.asarray(placements)
         own = len(raw) - self._pending_local  # the policy's own samples come first, then the local moves
-        for row in raw:
-            self._remember(row)
-        self._note_best(raw, score)
+        self.local.tell(raw, score)
         if self.probe is not None and self.probe.tell(raw, score, np.asarray(step_time), feasible):
             self._tell_candidates(self._decisions_of(raw), score, feasible)
             return
@@ -439,108 +426,6 @@ class PostStrategy:
         self.recent_feasible.append(feasible)
         if self.probe.done:
             self._start_from_probe()
-
-    def _note_best(self, placements: np.ndarray, score: np.ndarray) -> None:
-        i = int(np.argmin(score))
-        if score[i] < self.best_score:
-            self.best_score, self.best_placement = float(score[i]), np.array(placements[i])
-
-    def _local_moves(self, n: int) -> np.ndarray:
-        """``n`` copies of the incumbent (the best placement told so far, unit-level), each changed by
-        one move, the kinds taking turns:
-
-        * redraw 1 + Poisson(local_units - 1) decisions, each from its policy (never to its value);
-        * a *segment move*: a run of consecutive decisions (numbered in program order, so a run is a
-          stretch of the model; it starts anywhere and its length is uniform up to the end of the
-          model: log-uniform lengths, mostly short, were slower to reach whole-model structure from
-          the uniform start, e.g. Inception-V3 on k80x4 at m = 4, 224 against 146 ms in 2,400
-          samples, NMT-2 1,101 against 832) all set to one value, drawn from the policy of the run's
-          first decision (a decision that may not take it keeps its own): what turns a stretch of
-          layers into one pipeline stage or one data-parallel block, which single changes reach one
-          at a time;
-        * on layers (where some layer has several units), a *unit move*: 1 + Poisson(local_units - 1)
-          units (one micro-batch's part of a layer, or its shared ops) each to another device, drawn
-          half from the policy's marginal of that unit's device and half uniformly (a device no
-          stripe favours, such as the CPU for small updates): finer than any stripe (a parameter's
-          owner, one micro-batch on a less busy GPU), so the answer is not limited to stripes (the
-          runner keeps the best placement as told).
-
-        A move onto a placement already told is drawn again (up to ``_TRIES`` times, then that slot
-        goes to the policy): on 8-op instances 75-84% of local moves repeated a placement already
-        evaluated, samples the policy needed. None when no move is left.
-        """
-        p = self.policy.probs()
-        lay = self.layers
-        movable = np.flatnonzero(self.policy.allowed.sum(axis=1) > 1)
-        free = np.flatnonzero(self.space.allowed.sum(axis=1) > 1)
-        if movable.size == 0 and free.size == 0:
-            return None
-        current = self.best_placement if lay is None else lay.collapse(self.best_placement)
-        kinds = 3 if self._fine_layers else 2
-        marginal = self._unit_marginals(p) if kinds == 3 else None
-        fresh = []
-        for i in range(n):
-            for _ in range(_TRIES):  # a move onto a placement already told is a wasted sample: try another
-                move = self.best_placement.copy()
-                self._move(move, (i + self.samples_seen) % kinds, p, marginal, movable, free, current)
-                if self._remember(move):
-                    fresh.append(move)
-                    break
-        return np.stack(fresh) if fresh else None
-
-    def _remember(self, placement: np.ndarray) -> bool:
-        """Record a placement as told; False when it already was."""
-        if (key := _digest(placement)) in self._seen:
-            return False
-        self._seen.add(key)
-        self._seen_order.append(key)
-        return True
-
-    def _move(self, row: np.ndarray, kind: int, p: np.ndarray, marginal: np.ndarray | None, movable: np.ndarray,
-              free: np.ndarray, current: np.ndarray) -> None:  # fmt: skip
-        """Change ``row`` (a unit placement) in place by one local move of ``kind`` (:meth:`_local_moves`)."""
-        allowed, lay = self.policy.allowed, self.layers
-        count = 1 + int(self.rng.poisson(self.config.local_units - 1))
-
-        def draw(q: np.ndarray, ok: np.ndarray, old: int) -> int:
-            q = np.where(ok, np.maximum(q, 1e-12), 0.0)
-            q[old] = 0.0
-            return int(self.rng.choice(q.size, p=q / q.sum())) if q.sum() > 0 else old
-
-        def put(decisions: np.ndarray, value: int) -> None:
-            if lay is None:
-                row[decisions[allowed[decisions, value]]] = value
-            else:  # each layer takes the stripe that places it as ``value`` does, where it may
-                units = np.isin(lay.unit_layer, decisions[lay.canonical[decisions, value] >= 0])
-                row[units] = lay.stripes[value, lay.unit_column[units]]
-
-        if kind == 2 or movable.size == 0:  # unit moves (on layers)
-            ok = self.space.allowed
-            q = 0.5 * marginal + 0.5 * ok / ok.sum(axis=1, keepdims=True) if marginal is not None else ok * 1.0
-            for u in self.rng.choice(free, size=min(free.size, count), replace=False):
-                row[u] = draw(q[u], ok[u], int(row[u]))
-        elif kind == 0:
-            for u in self.rng.choice(movable, size=min(movable.size, count), replace=False):
-                put(np.array([u]), draw(p[u], allowed[u], int(current[u])))
-        else:
-            # start on a decision that may take every value its neighbours may (on layers: not a layer of
-            # shared ops only, whose few distinct stripes would never start a data-parallel run)
-            n_allowed = allowed[movable].sum(axis=1)
-            rich = movable[n_allowed == n_allowed.max()] if self._fine_layers else movable
-            start = int(self.rng.choice(rich))
-            value = draw(p[start], allowed[start], int(current[start]))
-            put(np.arange(start, start + int(self.rng.integers(1, allowed.shape[0] - start + 1))), value)
-
-    def _unit_marginals(self, p: np.ndarray) -> np.ndarray:
-        """``[G_units, D]``: the probability the policy puts each unit on each device (summed over the
-        stripes of its layer that send it there)."""
-        lay = self.layers
-        G, D = self.space.allowed.shape
-        out = np.zeros((G, D))
-        rows = np.arange(G)
-        for a in range(lay.num_actions):
-            np.add.at(out, (rows, lay.stripes[a, lay.unit_column]), p[lay.unit_layer, a])
-        return out
 
     def _start_from_probe(self) -> None:
         cfg, probe = self.config, self.probe
@@ -592,9 +477,7 @@ class PostStrategy:
             "adam": self.adam.state_dict(),
             "rng": rng_state(self.rng),
             "samples_seen": self.samples_seen,
-            "best": None if self.best_placement is None else {"placement": self.best_placement.copy(),
-                                                                "score": self.best_score},
-            "seen": list(self._seen_order),  # a list: it grows, and the run folder's check compares arrays' shapes
+            **self.local.state_dict(),  # "best": the incumbent, "seen": the placements told
             "start": start_state(self.probe, self.start_name, self.start_step_time),
             "recent": [
                 list(map(np.copy, x)) for x in (self.recent_placements, self.recent_scores, self.recent_feasible)
@@ -622,11 +505,8 @@ class PostStrategy:
         self._pending_log_prob = None
         self._pending_decisions = None
         self._pending_local = 0
-        best = state.get("best")
-        self.best_placement = None if best is None else np.asarray(best["placement"]).copy()
-        self.best_score = np.inf if best is None else float(best["score"])
-        self._seen_order = [int(x) for x in state.get("seen", [])]
-        self._seen = set(self._seen_order)
+        self.local.load_state_dict(state)
+        self.last_origins = None
 
 
 def start_probe(space: SearchSpace, fill_fraction: float, probe_margin: float) -> StartProbe:
@@ -650,16 +530,6 @@ def start_state(probe: StartProbe | None, name: str | None, step_time: float | N
     probe), the start's name and its step time."""
     return {**(probe.state_dict() if probe is not None else {"scores": [], "out": 0}), "name": name,
             "step_time": step_time}  # fmt: skip
-
-
-_TRIES = 8  # local moves tried per slot before it goes to the policy (the incumbent's neighbourhood is spent)
-
-
-def _digest(placement: np.ndarray) -> int:
-    """63 bits of a placement's hash: a JSON-safe integer, and a collision (a move wrongly taken for one
-    already told) costs nothing but that move."""
-    data = np.ascontiguousarray(placement, dtype=np.int64).tobytes()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 def _checked_recent(recent, allowed: np.ndarray) -> tuple[list, list, list]:
@@ -703,3 +573,44 @@ def ppo_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None
     s = PostStrategy(space, seed=seed, config=replace(config or PostConfig(), use_ce=False))
     s.name = "ppo"
     return s
+
+
+class LocalStrategy(PostStrategy):
+    """``local``: local moves alone from Post's start, a rival of its own (issue 32).
+
+    Post's probe and start, then every batch is local moves of the incumbent
+    (:meth:`postplace.search.local.LocalMoves.moves`), the values drawn from the start's prior, which
+    nothing ever updates (no cross-entropy step, no PPO): the moves Post makes at its start, and none of
+    its learning. A slot no new move fills (the incumbent's neighbourhood spent) is a sample of that
+    prior (origin ``policy``).
+
+    Parameters
+    ----------
+    space : SearchSpace
+    seed : int
+    config : PostConfig, optional
+        Its start and move settings; the learning switches are off and ``use_local`` on whatever it says.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from postplace.search import SearchSpace, make_strategy
+    >>> space = SearchSpace(np.ones((4, 3), dtype=bool), failure_step_time=10.0)
+    >>> s = make_strategy("local", space, seed=0)
+    >>> p = s.ask(8); s.tell(p, np.arange(len(p), dtype=float) + 1, np.ones(len(p), dtype=bool))
+    >>> s.ask(8).shape, s.last_origins.count("local")
+    ((8, 4), 8)
+    """
+
+    name = "local"
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None):
+        super().__init__(space, seed=seed, config=local_config(config))
+
+    def _local_share(self, k: int) -> int:
+        return k
+
+
+def local_config(config: PostConfig | None = None) -> PostConfig:
+    """``config`` (default Post's) as the ``local`` strategy runs it: no cross-entropy, no PPO, local moves on."""
+    return replace(config or PostConfig(), use_ce=False, use_ppo=False, use_local=True)

@@ -7,14 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from postplace.search.config import ranged
+from postplace.search.local import LocalSettings
 from postplace.search.policy import CategoricalPolicy
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state
 
 
 @dataclass(frozen=True)
-class RandomConfig:
-    """Random search's one setting; its range (``ranged``) is checked by
-    :func:`postplace.search.config.build_config`."""
+class RandomConfig(LocalSettings):
+    """Random search's setting; its range (``ranged``) is checked by
+    :func:`postplace.search.config.build_config`. The local-move add-on's fields
+    (:class:`postplace.search.local.LocalSettings`) are off by default."""
 
     batch_size: int = ranged(24, "[1, inf)", "placements per ask")
     """Placements per ask (any value gives the same samples for a seed: one stream of draws). At

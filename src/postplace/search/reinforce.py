@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from postplace.search.config import ranged
+from postplace.search.local import LocalSettings
 from postplace.search.policy import Adam, CategoricalPolicy, reinforce_gradient
 from postplace.search.post import initial_logits
 from postplace.search.start_prior import make_probe, start_prior, start_state
@@ -23,9 +24,10 @@ from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, sc
 
 
 @dataclass(frozen=True)
-class ReinforceConfig:
+class ReinforceConfig(LocalSettings):
     """REINFORCE's hyperparameters; each field's range (``ranged``) is checked by
-    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring."""
+    :func:`postplace.search.config.build_config`, and its reason is in the field's docstring. The
+    local-move add-on's fields (:class:`postplace.search.local.LocalSettings`) are off by default."""
 
     batch_size: int = ranged(48, "[1, inf)", "placements per batch")
     """Placements per batch (the same K as Post, so the comparison is per sample). At least 1."""
@@ -78,10 +80,13 @@ class ReinforceStrategy:
         self.probe = make_probe(space, cfg.fill_fraction) if cfg.init == "probe" else None
         self.start_name = {"uniform": "uniform", "speed": "fastest", "memory": "fill"}.get(cfg.init, "fill")
         self.start_step_time: float | None = None
+        self.last_origins: list[str] | None = None  # the last ask's, when not all the policy's
 
     def ask(self, max_n: int) -> np.ndarray:
         """The probe's candidates first (``init="probe"``), then up to ``batch_size`` policy samples."""
+        self.last_origins = None  # the policy's
         if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
+            self.last_origins = self.probe.last_origins
             return first
         return self.policy.sample(self.rng, max(1, min(self.config.batch_size, max_n)))
 

@@ -6,7 +6,8 @@ guarantees:
 * the strategy decides how many placements it wants at a time; the budget only caps the last batch;
 * an identical placement is evaluated once (a cache keyed by the placement's bytes);
 * ``history.jsonl`` gets one line per sample: its index, a hash of the placement, the step time, OOM /
-  failed flags, whether it came from the cache;
+  failed flags, whether it came from the cache, and its ``origin`` (:data:`postplace.search.strategy.ORIGINS`:
+  ``probe:<start>``, ``policy``, ``local``, ``warm``; the strategy says, :func:`asked_origins`);
 * ``timing.jsonl`` gets one line per batch: ``{"samples": samples so far, "time_s": seconds since the
   run started}``, the search's own time (a resumed run goes on from its checkpoint's clock). It is
   kept apart from the history, which a resumed run reproduces byte for byte; a resume keeps the lines
@@ -38,7 +39,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.search.state_io import load_state, save_state
-from postplace.search.strategy import overflow_bytes
+from postplace.search.strategy import asked_origins, overflow_bytes
 from postplace.sim import Evaluator
 
 CHECKPOINT = "checkpoint.json"
@@ -135,6 +136,12 @@ class SearchResult:
         The evaluator's name.
     interrupted : bool
         The run stopped on Ctrl-C (its folder then resumes).
+    origins : list of str
+        Each sample's origin, as ``history.jsonl`` records it (``"unknown"`` for a resumed part written
+        before origins were recorded).
+    step_times : list of float
+        Each sample's step time, inf where it was OOM or failed
+        (:func:`postplace.search.origins.origin_stats` reads both).
     """
 
     best_placement: np.ndarray | None  # over the strategy's units; None when nothing feasible was found
@@ -147,6 +154,8 @@ class SearchResult:
     curve: list[float] = field(default_factory=list)  # best feasible step time after each sample (inf before)
     evaluator: str = "simulator"
     interrupted: bool = False
+    origins: list[str] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
 
 
 def placement_hash(p: np.ndarray) -> str:
@@ -237,7 +246,7 @@ def run(
         if warm_start is not None and state.samples == 0:
             warm = np.atleast_2d(np.asarray(warm_start, dtype=np.int64))
             _check_allowed(warm, allowed, "the warm start")
-            _one_batch(strategy, evaluator, state, history, warm)
+            _one_batch(_Told(strategy, "warm", len(warm)), evaluator, state, history, warm)
             _clock(timing, state, start)
             if out is not None:
                 state.history_bytes = history.tell()
@@ -278,6 +287,8 @@ def run(
         curve=list(state.curve),
         evaluator=evaluator.name,
         interrupted=interrupted,
+        origins=list(state.origins),
+        step_times=list(state.step_times),
     )
 
 
@@ -311,7 +322,18 @@ def _spent(budget: Budget, state: _RunState, start: float) -> bool:
     return time.perf_counter() - start >= budget.seconds
 
 
+class _Told:
+    """A strategy told placements it did not ask for (the warm start), all of one origin."""
+
+    def __init__(self, strategy, origin: str, n: int):
+        self.strategy, self.last_origins = strategy, [origin] * n
+
+    def tell(self, *args) -> None:
+        self.strategy.tell(*args)
+
+
 def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.ndarray) -> None:
+    origins = asked_origins(strategy, len(placements))  # what its last ask says of them, before it is told
     keys = [p.tobytes() for p in placements]
     todo = [i for i, k in enumerate(keys) if k not in state.cache]
     todo_unique = list({keys[i]: i for i in todo}.values())
@@ -335,7 +357,9 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
             state.best_step_time, state.best_placement, state.best_sample = t, placements[i].copy(), n
         state.curve.append(state.best_step_time)
         line = {"sample": n, "hash": placement_hash(placements[i]), "step_time_s": t, "oom": oom, "failed": failed,
-                "cached": i not in fresh}  # fmt: skip
+                "cached": i not in fresh, "origin": origins[i]}  # fmt: skip
+        state.origins.append(origins[i])
+        state.step_times.append(t if feasible[i] else float("inf"))
         if reason:
             line["reason"] = reason
         lines.append(json.dumps(line))
@@ -371,6 +395,8 @@ class _RunState:
     curve: list = field(default_factory=list)
     cache: dict = field(default_factory=dict)
     history_bytes: int = 0
+    origins: list = field(default_factory=list)  # per sample; not checkpointed: a resume reads the history
+    step_times: list = field(default_factory=list)  # per sample, inf where infeasible; the same
 
     def snapshot(self, strategy) -> dict:
         """The state at a batch boundary. The curve and the cache only grow, so the snapshot keeps the
@@ -378,7 +404,7 @@ class _RunState:
         time) instead of copying them at every batch."""
         return {
             "strategy": strategy.state_dict(),
-            "runner": {k: v for k, v in self.__dict__.items() if k not in ("cache", "curve")},
+            "runner": {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_RUNNER},
             "curve": (self.curve, len(self.curve)),
             "cache": (self.cache, len(self.cache)),  # dicts keep insertion order: the first n entries
         }
@@ -408,12 +434,31 @@ class _RunState:
                                  "folder is damaged; start a new run")  # fmt: skip
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
+        state.origins, state.step_times = _history_origins(hist)
         if (out / TIMING).exists():
             _keep_timing(out / TIMING, state.samples)
         return state
 
 
 _INT64_MAX = 2**63 - 1
+_NOT_IN_RUNNER = ("cache", "curve", "origins", "step_times")  # saved apart (the cache, the curve) or not at all
+
+
+def _history_origins(path: Path) -> tuple[list[str], list[float]]:
+    """Each line's origin (``"unknown"`` where it has none: written before origins were recorded) and
+    step time (inf where OOM, failed or unreadable) of a history the checkpoint covers."""
+    origins, times = [], []
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            row = None
+        row = row if isinstance(row, dict) else {}
+        origin, t = row.get("origin"), row.get("step_time_s")
+        origins.append(origin if isinstance(origin, str) else "unknown")
+        ok = isinstance(t, int | float) and not isinstance(t, bool) and not (row.get("oom") or row.get("failed"))
+        times.append(float(t) if ok else float("inf"))
+    return origins, times
 
 
 def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None) -> _RunState:

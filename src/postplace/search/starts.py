@@ -27,6 +27,7 @@ from postplace.search.strategy import SearchSpace
 __all__ = [
     "StartProbe",
     "candidate_homes",
+    "start_record",
     "comparable_devices",
     "device_preference",
     "distinct",
@@ -217,6 +218,7 @@ class StartProbe:
         self.name: str | None = None
         self.home: np.ndarray | None = None
         self.step_time: float | None = None
+        self.last_origins: list[str] = []  # the last ask's, "probe:<name>" each
 
     @property
     def done(self) -> bool:
@@ -230,6 +232,7 @@ class StartProbe:
             return None
         k = max(1, min(max_n, len(self.candidates) - done))
         self.out = k
+        self.last_origins = [f"probe:{name}" for name, _ in self.candidates[done : done + k]]
         return np.stack([h for _, h in self.candidates[done : done + k]])
 
     def tell(self, placements: np.ndarray, score: np.ndarray, step_time: np.ndarray, feasible: np.ndarray) -> bool:
@@ -253,6 +256,15 @@ class StartProbe:
         self.name, self.home = self.candidates[best]
         self.step_time = self.step_times[best]
 
+    def fastest(self) -> tuple[str, float] | None:
+        """The fastest feasible candidate told, ``(name, step time)`` (the first of equals); None when
+        none is. The start may be another (the one-device start kept by ``probe_margin``)."""
+        told = [(t, i) for i, t in enumerate(self.step_times) if t is not None]
+        if not told:
+            return None
+        t, i = min(told)
+        return self.candidates[i][0], t
+
     def state_dict(self) -> dict:
         """Scores and step times told so far, and the candidates out."""
         return {"scores": list(self.scores), "step_times": list(self.step_times), "out": self.out}
@@ -264,3 +276,24 @@ class StartProbe:
         self.out = int(state["out"])
         if self.candidates and self.done:
             self._choose()
+
+
+def start_record(strategy) -> dict:
+    """Where a strategy's search started, as run folders and ``compare.json`` record it:
+    ``{"name", "step_time_s"}``, and ``"anchor_name"`` beside them when it differs.
+
+    With a probe (a :class:`StartProbe` in ``strategy.probe``, all told): the fastest feasible candidate
+    (:meth:`StartProbe.fastest`) and its step time, and the start the policy is anchored on
+    (``strategy.start_name``, e.g. the one-device start kept by ``probe_margin``) as ``anchor_name`` when
+    that is another. Else the strategy's ``start_name`` and ``start_step_time`` (None where it has
+    none): a start's learning gain is always measured from the best the probe saw.
+    """
+    name, step = getattr(strategy, "start_name", None), getattr(strategy, "start_step_time", None)
+    out = {"name": None if name is None else str(name), "step_time_s": None if step is None else float(step)}
+    probe = getattr(strategy, "probe", None)
+    best = probe.fastest() if isinstance(probe, StartProbe) and probe.done else None
+    if best is not None:
+        out = {"name": best[0], "step_time_s": float(best[1])}
+        if name is not None and name != best[0]:
+            out["anchor_name"] = str(name)
+    return out

@@ -106,6 +106,10 @@ class Strategy(Protocol):
     ----------
     name : str
         The strategy's name, recorded in run folders.
+    last_origins : list of str, optional
+        Set by ``ask``: where each placement it returned came from (:data:`ORIGINS`; a probe start as
+        ``"probe:<name>"``). A strategy without it draws every placement from its policy
+        (:func:`asked_origins`).
     """
 
     name: str
@@ -163,6 +167,21 @@ class Strategy(Protocol):
         state : dict
         """
         ...
+
+
+ORIGINS = ("probe", "policy", "local", "warm", "candidate")
+"""Where a sample came from, as ``history.jsonl`` records it: a probe start (``"probe:<name>"``, e.g.
+``probe:fastest``), a sample of the strategy's policy (or of its own rule: annealing's proposals, random
+search's draws), a local move of the incumbent (:mod:`postplace.search.local`), the warm start the runner
+evaluates first, or a candidate of ``place`` (a one-shot placer or a plan; never in the search's own
+history, counted in ``summary.json`` when it beats the search)."""
+
+
+def asked_origins(strategy, n: int) -> list[str]:
+    """The origin of each of the ``n`` placements ``strategy``'s last ask returned: its ``last_origins``
+    when it set them for that many, else ``"policy"`` for each."""
+    got = getattr(strategy, "last_origins", None)
+    return [str(o) for o in got] if got is not None and len(got) == n else ["policy"] * n
 
 
 def scores(
