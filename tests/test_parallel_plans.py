@@ -49,9 +49,9 @@ def test_plan_words_for_data_parallelism_a_pipeline_and_a_hybrid():
     dp = np.array([gpu[k] for k in range(4) for _ in "ab"])
     pipe = np.array([gpu[j] for _ in range(4) for j in (0, 1)])
     hybrid = np.array([gpu[2 * (k % 2) + j] for k in range(4) for j in (0, 1)])
-    assert describe_plan(g, c, dp) == "data-parallel 4, 4 micro-batches"
+    assert describe_plan(g, c, dp) == "data-parallel 4 (gpu0..gpu3), 4 micro-batches"
     assert describe_plan(g, c, pipe) == "pipeline of 2 stages (gpu0, gpu1), 4 micro-batches"
-    assert describe_plan(g, c, hybrid) == "2 stages x data-parallel 2, 4 micro-batches"
+    assert describe_plan(g, c, hybrid) == "2 stages x data-parallel 2 (replicas: gpu0+gpu1, gpu2+gpu3), 4 micro-batches"
     # ResNet-50 on k80x4's answer: micro-batch 0 also runs a tenth of its time on the CPU. It was called
     # "2 stages x data-parallel 4", which reads as 8 GPUs on a 4-GPU machine.
     uneven = dp.copy()
@@ -161,8 +161,8 @@ def test_microbatches_on_a_graph_file_is_refused(tmp_path):
         postplace.place(g, "k80x2", budget=8, microbatches="auto")
 
 
-def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_larger_budget_in_one_line(answer, tmp_path,
-                                                                                              capsys):
+def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_smaller_budget_in_one_line(answer, tmp_path,
+                                                                                               capsys):
     import shutil
 
     _, out = answer
@@ -170,7 +170,7 @@ def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_larger_budget
     shutil.copytree(out, copy)
     assert "started with microbatches 'auto', not 2" in cli_error(
         ["place", "--resume", str(copy), "--microbatches", "2"], capsys)
-    assert "cannot be extended" in cli_error(["place", "--resume", str(copy), "--budget", "500"], capsys)
+    assert "give at least that much" in cli_error(["place", "--resume", str(copy), "--budget", "50"], capsys)
     plans = json.loads((copy / "plans.json").read_text())
     plans["rounds"][1] = [1, 2]  # two counts kept where halving keeps one
     (copy / "plans.json").write_text(json.dumps(plans))

@@ -144,3 +144,22 @@ def test_published_run_setting_exists():
     gpu = c.devices[1]
     assert (gpu.memory_bandwidth, c.num_devices, gpu.model) == (2.4e12, 9, "H100-96GB")
     assert gpu.model in ACHIEVED
+
+
+def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path):
+    import postplace
+    from postplace.cost.achieved import MEASURED_STEP_ERROR
+    from postplace.cost.utilisation import peak_of_devices_used
+
+    r = postplace.place("gpt2", "dgx8", size="small", budget=32, microbatches=1, out=tmp_path / "run")
+    s = r.summary
+    assert s["cost_model"] == "roofline at achieved kernel rates, foreach update"
+    flops, tokens, _ = model_flops(r.graph)
+    peak, used = peak_of_devices_used(r.cluster, r.placement, "fp32")
+    assert s["mfu"] == pytest.approx(flops / (r.step_time_s * peak), rel=1e-9)
+    assert s["tokens_per_s_per_device"] == pytest.approx(tokens / r.step_time_s / used, rel=1e-9)
+    for name, t in s["candidates"].items():
+        assert (s["candidate_mfu"][name] is None) == (t is None)
+    close = {k for k, t in s["candidates"].items() if t and k != s["returned"]
+             and t <= s["best_step_time_s"] * (1 + MEASURED_STEP_ERROR)}  # fmt: skip
+    assert set(s["within_error"]) == close

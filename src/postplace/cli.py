@@ -44,7 +44,7 @@ ClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")]
 OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's).")]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, or bf16 / fp16 (autocast, fp32 master weights).")]
@@ -173,11 +173,16 @@ def simulate(
     precision: PrecisionOpt = "fp32",
     pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: with --plan, a pin the plan must keep (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="With --plan, a GPU the plan may not use (repeatable).")] = None,
+    kernels: Annotated[str, typer.Option("--kernels", help="Rates a GPU estimate uses: achieved (what kernels reach, where the GPU model has published rates) or datasheet (the plain roofline).")] = "achieved",
+    update: Annotated[str, typer.Option("--update", help="The optimizer form a GPU runs the update in: foreach (torch.optim's CUDA default), fused or traced.")] = "foreach",
 ) -> None:
-    """Simulate one training step of a placement, or of a named plan: step time, memory, transfers."""
+    """Simulate one training step of a placement, or of a named plan: step time, memory, transfers, MFU."""
     from postplace.api import load_target as load
+    from postplace.cost import RooflineCostModel
+    from postplace.cost.utilisation import utilisation
     from postplace.sim import Simulator
 
+    cost_model = RooflineCostModel(kernels=kernels, update=update)
     if (placement is None) == (plan is None):
         raise PostplaceError("simulate needs exactly one of --placement (single:DEVICE or a file) and --plan "
                              "(ddp, zero2, fsdp, ...)")
@@ -185,7 +190,7 @@ def simulate(
         if microbatches is not None:
             raise PostplaceError(f"--microbatches with --plan: write the count into the plan ('{plan}:m={microbatches}')")
         _simulate_plan(target, cluster, plan, size, optimizer, precision, pin or [], exclude or [],
-                       microbatch_colocation, trace, as_json)
+                       microbatch_colocation, trace, as_json, cost_model)
         return
     if microbatches is not None and microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches}: give a count (1, 2, 4...) that divides the batch")
@@ -203,9 +208,10 @@ def simulate(
                              "with at least one op")  # fmt: skip
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
-    sim = Simulator(graph, c)
+    sim = Simulator(graph, c, cost_model=cost_model)
     sched = sim.schedule(dev)
     oom_devices = [c.device_names[d] for d in range(c.num_devices) if sched.peak_memory[d] > c.capacity[d]]
+    use = utilisation(graph, c, dev, sched.step_time)
     out = {
         "graph": graph.name,
         "cluster": c.name,
@@ -221,7 +227,9 @@ def simulate(
         "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
         "bytes_moved": float(sched.bytes_moved),
         "transfers": len(sched.transfers),
+        "cost_model": cost_model.describe(),
         "cost_sources": list(sim.sources),
+        **(use.to_dict() if use else {}),
     }
     if trace is not None:
         sched.save_chrome_trace(trace)
@@ -243,16 +251,28 @@ def simulate(
         + ("  [OOM: this placement does not fit]" if oom_devices else ""),
         highlight=False,
     )
+    console.print(_utilisation_line(use, cost_model), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 
 
-def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json):
+def _utilisation_line(use, cost_model) -> str:
+    """``MFU 33.7%, 5,762 tokens/s per device (priced by ...)``."""
+    words = f"MFU {use.mfu:.1%}" if use else "MFU -"
+    if use and use.tokens_per_s_per_device:
+        words += f", {use.tokens_per_s_per_device:,.0f} tokens/s per device"
+    return f"{words}  (priced by the {cost_model.describe()})"
+
+
+def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json,
+                   cost_model):  # fmt: skip
     from postplace.api.plans import simulate_plan
+    from postplace.cost.utilisation import utilisation
 
     r = simulate_plan(target, cluster, plan, size=size, optimizer=optimizer, precision=precision, pins=pins,
-                      exclude=exclude, microbatch_colocation=colocation)
+                      exclude=exclude, microbatch_colocation=colocation, cost_model=cost_model)
     c = r.cluster
+    use = utilisation(r.graph, c, r.placement, r.step_time_s)
     out = {
         "graph": r.graph.name,
         "cluster": c.name,
@@ -267,11 +287,13 @@ def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, excl
         "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
         "bytes_moved": r.bytes_moved,
         "collective_bytes": r.collective_bytes,
+        "cost_model": cost_model.describe(),
+        **(use.to_dict() if use else {}),
     }
     if trace is not None:
         from postplace.sim import Simulator
 
-        Simulator(r.graph, c).schedule(r.placement).save_chrome_trace(trace)
+        Simulator(r.graph, c, cost_model=cost_model).schedule(r.placement).save_chrome_trace(trace)
         out["trace"] = str(trace)
     if as_json:
         print(json.dumps(out))
@@ -289,6 +311,7 @@ def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, excl
     console.print(f"simulated step time {_ms(r.step_time_s)}  moved {_gb(r.bytes_moved)}"
                   + (f" (collectives: {wire})" if wire else "")
                   + ("  [OOM: this plan does not fit]" if r.oom else ""), highlight=False)
+    console.print(_utilisation_line(use, cost_model), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 
@@ -322,7 +345,7 @@ def graph(
 @app.command()
 def profile(
     target: Annotated[str, typer.Argument(help="Zoo model name or a traced zoo graph file.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")] = "small",
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per op (the median is kept).")] = 5,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the measured graph here.")] = None,
 ) -> None:
@@ -336,7 +359,7 @@ def profile(
 def compare(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt = "k80x4",
-    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start), reinforce-probe, hp-probe (Post's probe start).")] = "all",
+    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, local, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start), reinforce-probe, hp-probe (Post's probe start).")] = "all",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Samples per search run.")] = 2400,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per search strategy.")] = 3,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
@@ -402,7 +425,7 @@ def train(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
     placement: Annotated[str, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE).")],
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b) (default: the size the placement's run was made for, else small).")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b) (default: the size the placement's run was made for, else small).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
@@ -424,7 +447,7 @@ def train(
 @app.command()
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b).")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")] = "small",
     cluster_out: Annotated[Path, typer.Option("--cluster-out", help="Write the measured cluster TOML here.")] = Path("measured.toml"),
     graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here.")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
@@ -458,7 +481,7 @@ def report(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
     graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster (default: the preset or file the run recorded).")] = None,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b), if not recorded.")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b), if not recorded.")] = None,
 ) -> None:
     """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
     from postplace.report import write_report
@@ -558,7 +581,7 @@ def place(
     ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random; named starts: ce-paper, ppo-paper, reinforce-paper, reinforce-probe, hp-probe.")] = "post",
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random, local (local moves alone); named starts: ce-paper, ppo-paper, reinforce-paper, reinforce-probe, hp-probe.")] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")] = None,
@@ -696,21 +719,39 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     t.add_column("")
     t.add_column(f"step time ({kind})" if kind else "step time", justify="right")
     t.add_column("vs returned" if kind else "", justify="right")
+    t.add_column("MFU", justify="right")
     t.add_column("note")
     best = s["best_step_time_s"]
+    mfu = dict(s.get("candidate_mfu") or {})
+    mfu[f"returned placement ({s['returned']})"] = s.get("mfu")
     rows = [(f"returned placement ({s['returned']})", best, "", fig["best_step_time_s"])]
     at = f"m={s['search_microbatches']}, " if s.get("search_microbatches") else ""
     sample = f" ({at}sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
     rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", ""),
                  fig["search_best_step_time_s"]))  # fmt: skip
-    for name, v, note in _candidate_rows(s):
+    per = s.get("candidate_mfu") or {}
+    mfu[rows[-1][0]] = per.get("search", per.get(f"search @m{s.get('search_microbatches')}"))
+    for name, v, note, key in _candidate_rows(s):
         rows.append((name, v, note, fig["candidates"]))
+        mfu[name] = (s.get("candidate_mfu") or {}).get(key)
     for name, v, note, how in rows:
         time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
         # never a measured time over a simulated one, nor a ratio to a zero-time step
         ratio = "-" if v is None or not kind or not best else f"{v / best:.3f}x"
-        t.add_row(name, time_, ratio, note[:80])
+        use = mfu.get(name)
+        t.add_row(name, time_, ratio, "-" if use is None else f"{use:.1%}" if use >= 0.01 else f"{use:.2%}",
+                  note[:80])  # fmt: skip
     console.print(t)
+    if s.get("cost_model"):
+        tokens = s.get("tokens_per_s_per_device")
+        console.print(f"priced by the {s['cost_model']}" + (f"; {tokens:,.0f} tokens/s per device" if tokens else ""),
+                      highlight=False)  # fmt: skip
+    err = s.get("cost_model_error")
+    others = rows[2:] if s["returned"].startswith("search") else rows[1:]  # not the returned one itself
+    close = [n for n, v, _, _ in others if err and kind == "simulated" and v and best and v <= best * (1 + err)]
+    if close:
+        console.print(f"within the cost model's error of the returned one ({err:.0%}: how far it was off a published "
+                      f"run): {', '.join(close)}; the model cannot rank these apart from it", highlight=False)
     for m, why in (s.get("microbatch_skipped") or {}).items():
         console.print(f"note: m = {m} left out: {why}", highlight=False)
     if s.get("microbatch_note"):
@@ -750,13 +791,14 @@ def _seconds(x: float) -> str:
     return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
-def _candidate_rows(s: dict) -> list[tuple[str, float | None, str]]:
-    """The candidates of a summary as table rows; over several micro-batch counts, one row per kind of
-    candidate at its fastest m (every m's figure stays in summary.json)."""
+def _candidate_rows(s: dict) -> list[tuple[str, float | None, str, str]]:
+    """The candidates of a summary as table rows ``(name, time, note, key in summary["candidates"])``; over
+    several micro-batch counts, one row per kind of candidate at its fastest m (every m's figure stays in
+    summary.json)."""
     notes = s["candidate_notes"]
     if not s.get("microbatch_counts"):
-        return [(k, v, notes.get(k, "")) for k, v in s["candidates"].items() if k != "search"]
-    best: dict[str, tuple[str, float | None, str]] = {}
+        return [(k, v, notes.get(k, ""), k) for k, v in s["candidates"].items() if k != "search"]
+    best: dict[str, tuple[str, float | None, str, str]] = {}
     for key, v in s["candidates"].items():
         name, _, m = key.rpartition(" @m")
         if name == "search" or not name:
@@ -765,7 +807,7 @@ def _candidate_rows(s: dict) -> list[tuple[str, float | None, str]]:
         old = best.get(kind)
         if old is None or (v is not None and (old[1] is None or v < old[1])):
             note = notes.get(key, "") if v is None else f"m={m}"
-            best[kind] = (name, v, note)
+            best[kind] = (name, v, note, key)
     return list(best.values())
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.result import Candidate
+from postplace.api.summary import also_on
 from postplace.errors import PostplaceError
 
 CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
@@ -227,7 +228,9 @@ def plan_candidate_words(best: Candidate, cluster) -> str:
     from postplace.plans import parse_plan
 
     spec = parse_plan(best.plan)
-    return plan_words(spec, [cluster.device_names[g] for g in _plan_gpus(best)], spec.microbatches)
+    gpus = _plan_gpus(best)
+    return (plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
+            + also_on(cluster.device_names, np.asarray(best.placement), gpus))  # ops only a CPU runs, say
 
 
 def _plan_gpus(cand: Candidate) -> list[int]:

@@ -14,9 +14,9 @@ from postplace.api.settings import (
     SETTINGS,
     _budget_text,
     _check_same_optimizer,
-    _checksum,
     _config,
     _jsonable,
+    accepted_checksums,
     read_settings,
 )
 from postplace.api.target import Target, _load_cluster, _recorded_step, load_target
@@ -32,10 +32,13 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
     _check_given(out, settings, given)
     if settings.get("microbatches") != "auto" and (out / CHECKPOINT).exists():
         _check_checkpoint_settings(out, settings)
+    over_m = settings.get("microbatches") == "auto"
     if budget is not None:
         new = Budget.parse(budget)
         old = Budget.parse(settings["budget"])
-        if new.samples is not None and (out / CHECKPOINT).exists():
+        if over_m:
+            _check_over_m_extension(out, budget, new, old)
+        elif new.samples is not None and (out / CHECKPOINT).exists():
             from postplace.search.runner import checkpoint_samples
 
             done = checkpoint_samples(out)
@@ -45,10 +48,7 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
             settings["budgets_before"] = [*settings.get("budgets_before", []), settings["budget"]]
             settings["budget"] = _budget_text(new)
     spec = settings["target"]
-    if settings.get("microbatches") == "auto":
-        if settings["budget"] != read_settings(out)["budget"]:
-            raise PostplaceError(f"--budget {budget}: a run over several micro-batch counts splits its budget when it "
-                                 "starts and cannot be extended; start a new run with the larger budget")  # fmt: skip
+    if over_m:
         return _resume_over_m(out, settings, cluster, progress, confirm, ray)
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
@@ -69,6 +69,19 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
     return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
 
 
+def _check_over_m_extension(out: Path, given, new, old) -> None:
+    """A run over several micro-batch counts extends to a larger budget of the same kind: its rule shares the
+    budget out by rounds (:mod:`postplace.api.over_m`), so each count's share under the new budget is at
+    least what it holds, and its searches resume from their checkpoints."""
+    if (new.samples is None) != (old.samples is None):
+        raise PostplaceError(f"--budget {given}: the run in {out} over several micro-batch counts was given "
+                             f"{_budget_text(old)}; extend it in {'samples' if old.samples is not None else 'seconds'}"
+                             ", as it was started")  # fmt: skip
+    if (new.samples, new.seconds) < (old.samples, old.seconds):  # one of the two is None in both
+        raise PostplaceError(f"--budget {given}: the run in {out} was given {_budget_text(old)}, shared out over its "
+                             "micro-batch counts; give at least that much")  # fmt: skip
+
+
 def _check_checkpoint_settings(out: Path, settings: dict) -> None:
     """The checkpoint was written under these settings (its ``settings_checksum``), or under the same
     ones before a budget extension (``budgets_before``): a checkpoint of another seed, grouping or
@@ -79,14 +92,7 @@ def _check_checkpoint_settings(out: Path, settings: dict) -> None:
     want = meta.get("settings_checksum") if isinstance(meta, dict) else meta
     if want is None:  # a folder from before checkpoints recorded it
         return
-    before = settings.get("budgets_before", [])
-    accepted = {_checksum(settings)}
-    for k, b in enumerate(before):
-        older = {**settings, "budget": b, "budgets_before": before[:k]}
-        if not k:
-            older.pop("budgets_before")
-        accepted.add(_checksum(older))
-    if want not in accepted:
+    if want not in accepted_checksums(settings):
         raise PostplaceError(f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
                              "them edited, or copied from another run); start a new run")  # fmt: skip
 

@@ -57,8 +57,8 @@ def place(
     (DESIGN.md section 4c). Where the step can be traced again (a zoo model, a module with
     ``targets``), this is done by default at every micro-batch count m = 1, 2, 4... dividing the batch
     (up to the number of GPUs or 8), the budget split by successive halving (:mod:`postplace.api.over_m`); the
-    result names the m, the candidate and the plan (``summary["plan"]``, e.g. "data-parallel 4, 4
-    micro-batches"). Every step time is for the same global batch.
+    result names the m, the candidate and the plan, every device it uses named (``summary["plan"]``,
+    e.g. "data-parallel 4 (gpu0..gpu3), 4 micro-batches"). Every step time is for the same global batch.
 
     Parameters
     ----------
@@ -266,7 +266,9 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         The run folder :func:`place` wrote (its ``run.json``).
     budget : int or str, optional
         Extend a finished run to that many samples (or seconds); never fewer samples than it holds.
-        A run over several micro-batch counts splits its budget when it starts and cannot be extended.
+        A run over several micro-batch counts extends to at least its own budget, in the same unit: the
+        new budget is shared out over the counts as its halving shares it (the rounds it decided kept),
+        each count's search resumed from its checkpoint.
     graph, cluster : optional
         Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
     progress : bool

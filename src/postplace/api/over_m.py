@@ -14,6 +14,11 @@ m) stays in, until one is left. With 4 counts and 2400 samples: 200 each, then 4
 800 for one. Every count's search is an ordinary runner folder ``m{m}/`` (history, checkpoints), and
 ``plans.json`` records which counts each round kept, as it decides, so a run stopped at any moment
 resumes to the same answer.
+
+A finished run extends to a larger budget (``resume(out, budget=...)``): the rounds run again as
+recorded, each count's share now that of the larger budget under the same rule (never less than it
+holds), its search resumed from its checkpoint; a count that holds its share already runs nothing in
+that round. Every earlier sample is kept, and rounds not yet decided are decided as above.
 """
 
 from __future__ import annotations
@@ -29,14 +34,13 @@ import numpy as np
 from postplace.api.candidates import (
     hybrid_candidate,
     oneshot_candidates,
-    plan_candidate_words,
     plan_candidates,
     search_candidate,
     warm_start_ops,
 )
 from postplace.api.result import Candidate, PlaceResult
-from postplace.api.settings import _checksum, _search_start, _strategy
-from postplace.api.summary import _plan, _summary
+from postplace.api.settings import _checksum, _search_start, _strategy, accepted_checksums
+from postplace.api.summary import _summary, plan_line
 from postplace.errors import PostplaceError
 
 __all__ = ["PLANS", "fitting_count", "halving_rounds", "microbatch_counts", "place_over_m",
@@ -128,7 +132,6 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     return the fastest feasible candidate of all as a :class:`postplace.PlaceResult`.
     ``start()`` is called once every count's problem, constraints, warm start and strategy config
     passed, before anything is searched (the caller writes the run folder's settings there)."""
-    pass
     from postplace.search import Budget, make_problem, run
     from postplace.search.runner import CHECKPOINT, read_meta
 
@@ -140,7 +143,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     if budget.samples is not None and budget.samples < need:
         raise PostplaceError(f"--budget {budget.samples}: halving over the micro-batch counts {counts} needs at "
                              f"least {need} samples; give a larger --budget, or pin a count with --microbatches M")
-    checksum = _checksum(settings)
+    checksum, accepted = _checksum(settings), accepted_checksums(settings)
     arms: dict[int, _Arm] = {}
     for m in counts:  # every constraint and warm start is checked at every m before any search runs
         tgt = targets[m]
@@ -154,7 +157,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
         folder = None if out is None else out / f"m{m}"
         if resume and folder is not None and (folder / CHECKPOINT).exists():
             meta = read_meta(folder)
-            if not isinstance(meta, dict) or meta.get("settings_checksum") != checksum:
+            if not isinstance(meta, dict) or meta.get("settings_checksum") not in accepted:
                 raise PostplaceError(f"{folder}: written by another run (its settings differ from {out}/run.json); "
                                      "start a new run")  # fmt: skip
         arms[m] = _Arm(m, tgt, problem, warm, [], folder)
@@ -202,7 +205,6 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
 
 
 def _answer(settings, arms: dict, rounds, cluster, out, t0):
-    pass
     from postplace.sim import Simulator
 
     pool = []  # (candidate, arm)
@@ -248,8 +250,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         # each count's search starts from its own probe (its own graph): recorded where it searched
         "search_start_per_microbatches": {str(m): _search_start(a.strategy) for m, a in arms.items()
                                           if a.strategy is not None},
-        "plan": (_plan(graph, cluster, best.placement, cm, best.name) if best.plan is None
-                 else plan_candidate_words(best, cluster)),
+        "plan": plan_line(best, graph, cluster, cm, sched.peak_memory),
         "returned_plan": best.plan,
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),

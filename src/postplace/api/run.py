@@ -14,7 +14,6 @@ from postplace.api.candidates import (
     CANDIDATE_PLACERS,
     _candidates,
     hybrid_candidate,
-    plan_candidate_words,
     plan_candidates,
     warm_start_ops,
 )
@@ -22,7 +21,7 @@ from postplace.api.measure import _check_confirm, _confirm, _ray_evaluator, _tor
 from postplace.api.over_m import place_over_m
 from postplace.api.result import Candidate, PlaceResult
 from postplace.api.settings import SETTINGS, _checksum, _record_start, _search_start, _strategy, _write_settings
-from postplace.api.summary import _plan, _summary
+from postplace.api.summary import _summary, plan_line
 from postplace.api.target import Target
 from postplace.errors import PostplaceError
 from postplace.validate import make_folder
@@ -131,8 +130,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     sched = op_sim.schedule(best.placement)
     summary = _summary(settings, problem, judge, result, cands, best, sched, out, time.perf_counter() - t0,
                        start=_search_start(strat))  # fmt: skip
-    summary["plan"] = (_plan(graph, c, best.placement, problem.simulator.problem.cost_model, best.name)
-                       if best.plan is None else plan_candidate_words(best, c))
+    summary["plan"] = plan_line(best, graph, c, problem.simulator.problem.cost_model, sched.peak_memory)
     summary["returned_plan"] = best.plan
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()

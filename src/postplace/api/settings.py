@@ -50,10 +50,13 @@ def read_settings(out: str | Path) -> dict:
 
 
 def _search_start(strategy) -> dict:
-    """The search's start as run.json and summary.json record it: ``{"name", "step_time_s"}``, from the
-    strategy's ``start_name`` and ``start_step_time`` (None where it has none, or did not probe)."""
-    name, step = getattr(strategy, "start_name", None), getattr(strategy, "start_step_time", None)
-    return {"name": None if name is None else str(name), "step_time_s": None if step is None else float(step)}
+    """The search's start as run.json and summary.json record it: ``{"name", "step_time_s"}``, the probe's
+    fastest candidate where the strategy probed (``anchor_name`` beside it where the policy was anchored
+    on another), else the strategy's ``start_name`` and ``start_step_time`` (None where it has none):
+    :func:`postplace.search.starts.start_record`."""
+    from postplace.search.starts import start_record
+
+    return start_record(strategy)
 
 
 def _record_start(out: Path, settings: dict, summary: dict) -> None:
@@ -218,6 +221,19 @@ def _checksum(body: dict) -> str:
     from postplace.search.state_io import settings_checksum
 
     return settings_checksum(body)
+
+
+def accepted_checksums(settings: dict) -> set[str]:
+    """The checksums a checkpoint of this run may carry: these settings', and those they had before each
+    budget extension (``budgets_before``: the same run with its earlier budget)."""
+    before = settings.get("budgets_before", [])
+    accepted = {_checksum(settings)}
+    for k, b in enumerate(before):
+        older = {**settings, "budget": b, "budgets_before": before[:k]}
+        if not k:
+            older.pop("budgets_before")
+        accepted.add(_checksum(older))
+    return accepted
 
 
 def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,

@@ -17,7 +17,7 @@ import numpy as np
 
 from postplace.graph import PHASES, OpGraph
 
-__all__ = ["Utilisation", "model_flops", "utilisation"]
+__all__ = ["Utilisation", "model_flops", "peak_of_devices_used", "utilisation"]
 
 _FWD_BWD = (PHASES.index("forward"), PHASES.index("backward"))
 
@@ -71,19 +71,24 @@ class Utilisation:
                 self.tokens_per_s_per_device, "devices": self.devices, "model_flops_counted": self.counted}  # fmt: skip
 
 
-def utilisation(graph: OpGraph, cluster, placement, step_time_s: float) -> Utilisation | None:
-    """MFU and tokens/s of ``graph`` placed by ``placement`` (``int[n]`` device per op) taking ``step_time_s``.
-
-    None when the step time is not a positive finite number.
-    """
-    if not np.isfinite(step_time_s) or step_time_s <= 0:
-        return None
-    flops, tokens, how = model_flops(graph)
-    precision = str(graph.metadata.get("precision", "fp32"))
+def peak_of_devices_used(cluster, placement, precision: str) -> tuple[float, int]:
+    """``(FLOP/s, devices)``: the summed peak, at ``precision``, of the devices ``placement`` uses."""
     used = sorted(set(np.asarray(placement, dtype=np.int64).tolist()))
     peak = 0.0
     for d in used:
         dev = cluster.devices[d]
         peak += dev.peak_for(precision) or dev.peak_flops
-    per_device = tokens / step_time_s / len(used) if tokens else None
-    return Utilisation(flops / (step_time_s * peak), flops, per_device, len(used), how)
+    return peak, len(used)
+
+
+def utilisation(graph: OpGraph, cluster, placement, step_time_s: float | None) -> Utilisation | None:
+    """MFU and tokens/s of ``graph`` placed by ``placement`` (``int[n]`` device per op) taking ``step_time_s``.
+
+    None when the step time is not a positive finite number.
+    """
+    if step_time_s is None or not np.isfinite(step_time_s) or step_time_s <= 0:
+        return None
+    flops, tokens, how = model_flops(graph)
+    peak, used = peak_of_devices_used(cluster, placement, str(graph.metadata.get("precision", "fp32")))
+    per_device = tokens / step_time_s / used if tokens else None
+    return Utilisation(flops / (step_time_s * peak), flops, per_device, used, how)

@@ -61,6 +61,7 @@ __all__ = [
     "data_parallel_placement",
     "data_parallel_step_time",
     "gradient_bytes",
+    "replicated_peak",
     "ring_allreduce_time",
     "simulate_data_parallel",
 ]
@@ -405,6 +406,18 @@ class DataParallelPlan:
     kind: str = "data-parallel (simulated placement)"
 
 
+def replicated_peak(graph: OpGraph, placement: np.ndarray, sharded_peak: np.ndarray, replicas) -> np.ndarray:
+    """Per device of ``replicas``: its simulated peak under ``placement`` (``sharded_peak``, ``[D]``) plus
+    the persistent bytes of the shared ops (parameters, optimizer state, buffers: micro-batch -1)
+    placed elsewhere: what it holds when every replica keeps the whole state, as real data parallelism
+    does (:func:`simulate_data_parallel`)."""
+    placement = np.asarray(placement)
+    shared = (np.asarray(graph.microbatch) < 0) & (graph.persistent_bytes > 0)
+    total = float(graph.persistent_bytes[shared].sum())
+    return np.array([sharded_peak[g] + total - float(graph.persistent_bytes[shared & (placement == g)].sum())
+                     for g in replicas], dtype=np.float64)  # fmt: skip
+
+
 def simulate_data_parallel(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
                            allowed: np.ndarray | None = None, gpus: list | None = None) -> DataParallelPlan:
     """Data parallelism over the GPUs for a step traced as m micro-batches, timed by the simulator.
@@ -477,10 +490,7 @@ def simulate_data_parallel(graph: OpGraph, cluster: Cluster, *, cost_model: Cost
     if res.failed[0]:
         raise PlacementError(f"data-parallel: the simulator rejected the placement: {res.reasons[0]}")
     sharded = np.asarray(res.peak_mem[0], dtype=np.float64)
-    shared = (np.asarray(graph.microbatch) < 0) & (graph.persistent_bytes > 0)
-    total = float(graph.persistent_bytes[shared].sum())
-    peak = np.array([sharded[g] + total - float(graph.persistent_bytes[shared & (placement == g)].sum())
-                     for g in ids])
+    peak = replicated_peak(graph, placement, sharded, ids)
     cap = np.asarray(cluster.capacity, dtype=np.float64)
     others = np.ones(cluster.num_devices, dtype=bool)
     others[ids] = False

@@ -16,7 +16,8 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["CHOICES", "PlanChoices", "PlanResult", "plan_devices", "plan_replicas", "plan_step", "plan_words"]
+__all__ = ["CHOICES", "PlanChoices", "PlanResult", "device_span", "plan_devices", "plan_replicas", "plan_step",
+           "plan_words"]
 
 
 @dataclass
@@ -91,13 +92,14 @@ def plan_words(plan, devices, microbatches: int) -> str:
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
     devices = list(devices)
     level = "hybrid" if spec.shard is not None else spec.level
-    words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({_span(devices)}), "
+    words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({device_span(devices)}), "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
     if spec.recompute:
         units = spec.recompute_units
-        words += (";" if spec.shard is not None else ",") + " recompute" + (
+        rule = " recompute (torchtitan's selective op rule)" if spec.selective else " recompute"
+        words += (";" if spec.shard is not None else ",") + rule + (
             "" if units is None else f" {_units(units) or 'nothing'}")  # fmt: skip
     return words
 
@@ -186,7 +188,8 @@ def _check_pins(pins, base, graph, cluster, dev, spec) -> None:
                                  "the pin or the plan")  # fmt: skip
 
 
-def _span(names) -> str:
+def device_span(names) -> str:
+    """Device names, a run of three or more numbered GPUs shortened: ``gpu0..gpu7``; ``cpu, gpu0``."""
     names = list(names)
     if len(names) > 2 and all(n.startswith("gpu") and n[3:].isdigit() for n in names):
         ids = [int(n[3:]) for n in names]

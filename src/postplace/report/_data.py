@@ -972,11 +972,11 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "seed": s.get("seed", NOT_RECORDED),
         "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
-        "versions": versions(g),
+        "versions": versions(g), "cost_model": _get(s, "cost_model"),
     }  # fmt: skip
     numbers = {k: s.get(k) for k in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s",
                                      "lower_bound_s", "ratio_to_lower_bound", "ratio_to_single_device", "samples",
-                                     "feasible_samples")}  # fmt: skip
+                                     "feasible_samples", "mfu", "tokens_per_s_per_device")}  # fmt: skip
     data = {
         "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {_get(s, 'samples')} samples"
                                   + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),

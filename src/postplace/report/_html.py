@@ -314,6 +314,17 @@ def _map_text(pm: dict) -> str:
     )
 
 
+def _utilisation(data: dict) -> str:
+    """`` Returned: MFU 33.7%, 5,762 tokens/s per device; priced by the ...``, from what the run recorded."""
+    num = data.get("numbers") or {}
+    mfu, tokens = num.get("mfu"), num.get("tokens_per_s_per_device")
+    how = (data.get("provenance") or {}).get("cost_model")
+    words = f" Returned: MFU {mfu:.1%}" if isinstance(mfu, int | float) else ""
+    words += f", {tokens:,.0f} tokens/s per device" if words and isinstance(tokens, int | float) else ""
+    words += f"; priced by the {how}" if isinstance(how, str) and how != "not recorded" else ""
+    return words + "." if words else ""
+
+
 def render_html(data: dict, folder: Path) -> str:
     """The page of a place or compare report (figures already written into ``folder``)."""
     figs = data["figures"]
@@ -331,7 +342,7 @@ def render_html(data: dict, folder: Path) -> str:
         f"<h1>{esc(data['title'])}</h1>",
         f"<p><span class=tag>{esc(data['kind'])} run</span> <span class=tag>evaluator: "
         f"{esc(prov.get('evaluator'))}</span> Schedule, memory and trace of {esc(s['source'])}, simulated: step "
-        f"{_ms(s['step_time_s'])} ms, lower bound {_ms(s['lower_bound_s'])} ms. Data: "
+        f"{_ms(s['step_time_s'])} ms, lower bound {_ms(s['lower_bound_s'])} ms.{esc(_utilisation(data))} Data: "
         '<a href="report.json">report.json</a>; Chrome trace (opens in Perfetto): '
         '<a href="trace.json">trace.json</a>.</p>',
         "<h2>Step times</h2>", start_line(data), _bars_table(data),
