@@ -163,3 +163,21 @@ def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path
     close = {k for k, t in s["candidates"].items() if t and k != s["returned"]
              and t <= s["best_step_time_s"] * (1 + MEASURED_STEP_ERROR)}  # fmt: skip
     assert set(s["within_error"]) == close
+
+
+def test_compare_gives_each_row_its_mfu_over_the_devices_it_uses(tmp_path):
+    from postplace import api
+
+    report = api.compare("gpt2", "dgx8", strategies="metis,fsdp,random", budget=16, seeds=1, out=tmp_path / "c",
+                         size="small", progress=False)  # fmt: skip
+    c = load_cluster("dgx8")
+    assert report["cost_model"] == "roofline at achieved kernel rates, foreach update"
+    from postplace.api.target import load_target
+
+    flops = model_flops(load_target("gpt2", size="small").graph)[0]
+    for r in report["rows"]:
+        assert r["devices_used"], r["strategy"]
+        peak = sum(c.devices[c.device_names.index(d)].peak_flops for d in r["devices_used"])
+        assert r["mfu"] == pytest.approx(flops / (r["best_step_time_s"] * peak), rel=1e-9)
+    fsdp = next(r for r in report["rows"] if r["strategy"] == "fsdp")
+    assert all(d.startswith("gpu") for d in fsdp["devices_used"]) and len(fsdp["devices_used"]) >= 2

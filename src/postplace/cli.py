@@ -397,7 +397,7 @@ def compare(
         print(json.dumps({k: v for k, v in report.items()}))
         return
     t = Table(title=f"{graph_name} on {c_name}: {budget} samples x {seeds} seeds per search ({report['evaluator']})")
-    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "peak GB", "OOM", "wall s", "start ms", "note"):
+    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "MFU", "peak GB", "OOM", "wall s", "start ms", "note"):
         t.add_column(col, no_wrap=col != "note")
     for r in report["rows"]:
         start = "" if r.get("start_name") is None else r["start_name"] + (
@@ -409,10 +409,14 @@ def compare(
         t.add_row(name, "-" if best is None else f"{best * 1e3:.2f}", rng_,
                   "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
                   "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
+                  "-" if r.get("mfu") is None else f"{r['mfu']:.1%}" if r["mfu"] >= 0.01 else f"{r['mfu']:.2%}",
                   "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
                   str(r["oom_count"]), _seconds(r["wall_time_s"]), start, r["note"])
     console.print(t)
     single = report["single_device_step_time_s"]
+    if report.get("cost_model"):
+        console.print(f"priced by the {report['cost_model']}; MFU: model FLOPs over the peaks of the devices each row "
+                      "uses", highlight=False)  # fmt: skip
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
                   "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
                   highlight=False)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.cluster import Cluster
+from postplace.cost.utilisation import model_flops, peak_of_devices_used
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
@@ -76,6 +77,8 @@ class Row:
     anchor_name: str | None = None  # the start the policy was anchored on, where it is not start_name
     local_moves: bool | None = None  # the search made local moves (its config's use_local)
     new_bests: dict | None = None  # new bests per origin after the probe, summed over seeds
+    devices_used: list | None = None  # the devices its (fastest seed's) placement uses
+    mfu: float | None = None  # model FLOPs utilisation of those devices at best_step_time_s
     per_seed: list = field(default_factory=list)
 
 
@@ -131,13 +134,19 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
         else:
             rows.append(_search_row(name, problem, budget, seeds, out, graph, cluster))
         rows[-1].wall_time_s = rows[-1].wall_time_s or time.perf_counter() - t
+    flops = model_flops(graph)[0]
+    precision = str(graph.metadata.get("precision", "fp32"))
     for r in rows:
         if r.best_step_time_s is not None:
             r.ratio_to_single = r.best_step_time_s / single_time if single_time else None
             r.ratio_to_lower_bound = r.best_step_time_s / lb if lb > 0 else None
+            if r.devices_used and r.best_step_time_s > 0:
+                used = [cluster.device_names.index(d) for d in r.devices_used]
+                r.mfu = flops / (r.best_step_time_s * peak_of_devices_used(cluster, used, precision)[0])
     report = {
         "graph": graph.name, "cluster": cluster.name, "budget_samples": budget, "seeds": seeds,
         "evaluator": sim.name, "lower_bound_s": lb, "single_device_step_time_s": single_time,
+        "cost_model": sim.problem.cost_model.describe() if hasattr(sim.problem.cost_model, "describe") else None,
         "groups": problem.grouping.num_groups, "target_spec": target_spec,
         "cluster_spec": cluster_spec, "cluster_sha": fingerprint(cluster),
         "microbatches": (target_spec or {}).get("microbatches", 1),
@@ -152,6 +161,11 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
             d = asdict(r)
             w.writerow([d[c] for c in cols])
     return report
+
+
+def _names(cluster, ops) -> list[str]:
+    """The names of the devices an op-level placement uses, in the cluster's order."""
+    return [cluster.device_names[d] for d in sorted(set(np.asarray(ops, dtype=np.int64).tolist()))]
 
 
 def _single_time(graph, cluster, sim) -> float | None:
@@ -192,7 +206,8 @@ def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
     if res.oom[0]:  # an OOM placement has no step time to report as a result
         return Row(name, "placer", None, peak_memory_bytes=float(res.peak_mem[0].max()), oom_count=1,
                    wall_time_s=wall, note=f"OOM: this placement does not fit (it would take {step * 1e3:.2f} ms)")
-    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()), wall_time_s=wall)
+    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()), wall_time_s=wall,
+               devices_used=_names(cluster, ops))  # fmt: skip
 
 
 def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
@@ -224,7 +239,7 @@ def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
             continue
         step = float(res.step_time[0])
         if best is None or step < best[0]:
-            best = (step, m, peak)
+            best = (step, m, peak, _names(cluster, ops))
     kind = "data-parallel (simulated)" if name == "data-parallel" else "placer"
     wall = time.perf_counter() - t
     if name == "data-parallel" and max(retraced) < 2:
@@ -233,9 +248,9 @@ def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
     if best is None:
         return Row(name, kind, None, oom_count=1, wall_time_s=wall,
                    note="does not fit at any micro-batch count: " + "; ".join(notes))  # fmt: skip
-    step, m, peak = best
+    step, m, peak, used = best
     what = "micro-batch k on GPU k, replicated state" if name == "data-parallel" else "GPipe-style stages"
-    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall,
+    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
                note=f"fastest at m={m} of {sorted(retraced)} ({what}), simulated")  # fmt: skip
 
 
@@ -261,13 +276,13 @@ def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
         if r.oom:
             notes.append(f"m={m}: OOM")
         elif best is None or r.step_time_s < best[0]:
-            best = (r.step_time_s, m, k, float(r.peak_memory_bytes.max()))
+            best = (r.step_time_s, m, k, float(r.peak_memory_bytes.max()), list(r.devices))
     wall = time.perf_counter() - t
     if best is None:
         why = "; ".join(notes) if notes else f"no micro-batch count of {sorted(retraced)} splits over 2 or more GPUs"
         return Row(name, kind, None, oom_count=int(bool(notes)), wall_time_s=wall, note=f"does not run: {why}")
-    step, m, k, peak = best
-    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall,
+    step, m, k, peak, used = best
+    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
                note=f"fastest at m={m} of {sorted(retraced)}, dp={k}, simulated")  # fmt: skip
 
 
@@ -335,7 +350,7 @@ def reach(folder: Path, frac: float = REACH) -> dict:
 
 def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluster) -> Row:
     bests, walls, peaks, ooms = [], [], [], 0
-    per_seed = []
+    per_seed, placed = [], []
     for seed in range(seeds):
         folder = out / "runs" / name / f"seed{seed}"
         done = folder / "result.json"
@@ -373,6 +388,7 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         else:
             bests.append(rec["best_step_time_s"])
             peaks.append(rec["peak_memory_bytes"])
+            placed.append(rec.get("best_placement"))
     start = _start_of(per_seed)
     start["local_moves"] = bool(getattr(getattr(strategy, "config", None), "use_local", False))
     start["new_bests"] = _summed([s["origins"]["new_bests"] for s in per_seed if s["origins"] is not None])
@@ -385,8 +401,11 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
     if getattr(cfg, "use_ce", False) and getattr(cfg, "use_ppo", False) and budget <= cfg.ce_every:
         note = (f"no cross-entropy step ran: the budget ({budget}) is not above ce_every ({cfg.ce_every}), so this "
                 "run is PPO alone from its start")  # fmt: skip
+    fastest = placed[bests.index(min(bests))]
+    used = None if fastest is None else _names(cluster, fastest)  # per group: every group's device is used
     return Row(name, "search", med, min(bests), max(bests), peak_memory_bytes=max(peaks), oom_count=ooms,
-               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed, **start)  # fmt: skip
+               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed, devices_used=used,
+               **start)  # fmt: skip
 
 
 def _start_of(per_seed: list[dict]) -> dict:
