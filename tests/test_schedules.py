@@ -98,3 +98,59 @@ def test_an_unknown_schedule_is_one_line():
         slot_order("zb", 0, 2, 2)
     with pytest.raises(PostplaceError, match="multiple of 4"):
         slot_order("interleaved-2", 0, 4, 6)
+
+
+def _mlp_step(m: int):
+    import torch
+    from torch import nn
+
+    from postplace.graph import from_torch
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]).train()
+    x, y = torch.randn(2048, 64), torch.randn(2048, 64)  # activations outweigh the parameters
+    return from_torch(model, (x,), lambda o, t: ((o - t) ** 2).mean(), targets=(y,), microbatches=m)
+
+
+def test_a_pipelined_data_parallel_plan_keeps_each_stage_on_its_gpus():
+    """ddp:pp=2 over 4 GPUs: two pipelines of two stages; each replica's stage s on GPU replica + 2 s; the
+    all-reduces join the two replicas of one stage; 1F1B holds fewer activations than GPipe."""
+    from postplace.placers.practitioner import plan_devices, plan_step
+    from postplace.plans import parse_plan
+
+    g, cluster = _mlp_step(8), star_cluster(("gpu",) * 4)
+    runs = {}
+    for schedule in ("gpipe", "1f1b"):
+        spec = parse_plan(f"ddp:pp=2,m=8,schedule={schedule}")
+        devices = plan_devices(cluster, spec)
+        assert devices == [0, 1, 2, 3]
+        r = runs[schedule] = plan_step(g, cluster, spec, devices)
+        words = "GPipe" if schedule == "gpipe" else "1F1B"
+        assert r.describe().startswith(f"ddp over 4 GPUs (gpu0..gpu3), pp 2 x dp 2, {words}")
+        G = r.graph
+        for j, name in enumerate(G.names):  # a replica's op sits on GPU replica + 2 x stage
+            if name.startswith(("r0/", "r1/")) and "0.0" in G.module[j]:
+                assert r.placement[j] == int(name[1])  # block 0 is in stage 0
+            if name.startswith(("r0/", "r1/")) and "3.0" in G.module[j]:
+                assert r.placement[j] == int(name[1]) + 2
+        members = {}
+        for j, c in enumerate(G.collective.tolist()):
+            if c >= 0:
+                members.setdefault(c, set()).add(int(r.placement[j]))
+        assert members and all(len(s) == 2 and len({d % 2 for d in s}) == 2 and len({d // 2 for d in s}) == 1
+                               for s in members.values())  # fmt: skip
+    assert set(runs["gpipe"].graph.names) == set(runs["1f1b"].graph.names)
+    assert runs["1f1b"].peak_memory_bytes[0] < runs["gpipe"].peak_memory_bytes[0]
+
+
+def test_pipeline_plan_words_and_bad_input():
+    from postplace.errors import PostplaceError
+    from postplace.plans import parse_plan
+
+    assert str(parse_plan("ddp:pp=2,m=8")) == "ddp:m=8,pp=2,schedule=1f1b"
+    with pytest.raises(PostplaceError, match="give pp=P too"):
+        parse_plan("ddp:schedule=1f1b")
+    with pytest.raises(PostplaceError, match="pp=8 needs 8 GPUs"):
+        from postplace.placers.practitioner import plan_devices
+
+        plan_devices(star_cluster(("gpu",) * 4), parse_plan("ddp:pp=8"))

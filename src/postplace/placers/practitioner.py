@@ -93,6 +93,9 @@ def plan_words(plan, devices, microbatches: int) -> str:
     devices = list(devices)
     level = "hybrid" if spec.shard is not None else spec.level
     words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({device_span(devices)}), "
+    if spec.pipeline:
+        how = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(spec.schedule or "1f1b", spec.schedule)
+        words += f"pp {spec.pipeline} x dp {len(devices) // spec.pipeline}, {how}, "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
@@ -126,10 +129,15 @@ def _units(names) -> str:
 
 
 def plan_devices(cluster, spec, exclude=()) -> list[int]:
-    """The GPUs a plan runs on: the cluster's GPUs minus ``exclude``, the first ``spec.replicas`` of them."""
+    """The GPUs a plan runs on: the cluster's GPUs minus ``exclude``, the first ``spec.replicas`` of them
+    (times ``spec.pipeline`` stages, for a pipeline: by default as many whole pipelines as fit)."""
     excluded = {cluster.device_index(d) for d in exclude}
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu" and d not in excluded]
-    k = spec.replicas or len(gpus)
+    pp = spec.pipeline or 1
+    if gpus and pp > len(gpus):
+        raise PostplaceError(f"plan '{spec}': pp={pp} needs {pp} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+                             + (" after --exclude" if excluded else "") + "; lower pp")  # fmt: skip
+    k = spec.replicas * pp if spec.replicas else len(gpus) // pp * pp
     if not gpus:
         raise PostplaceError(f"plan '{spec}': cluster '{cluster.name}' has no GPU left for replicas"
                              + (" (--exclude removed them)" if excluded else ""))  # fmt: skip
@@ -158,9 +166,14 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
-    planned = apply_plan(graph, spec, len(devices))
+    pp = spec.pipeline or 1
+    planned = apply_plan(graph, spec, len(devices) // pp)
     cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
-    dev = planned.placement(devices, cpus[0] if cpus else None)
+    cpu = cpus[0] if cpus else None
+    if pp > 1:
+        planned, dev = _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model)
+    else:
+        dev = planned.placement(devices, cpu)
     _check_pins(pins, graph, planned.graph, cluster, dev, spec)
     res = Simulator(planned.graph, cluster, cost_model=cost_model).evaluate_ops(dev)
     if res.failed[0]:
@@ -170,6 +183,49 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     names = tuple(cluster.device_names[d] for d in devices)
     return PlanResult(str(spec), spec.name, planned.graph, cluster, dev, names, m, float(res.step_time[0]),
                       res.peak_mem[0].copy(), bool(res.oom[0]), float(res.bytes_moved[0]), coll)  # fmt: skip
+
+
+def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
+    """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
+    layers cut as :func:`postplace.placers.place_pipeline` cuts them on the first pipeline's GPUs, each
+    replica's op on GPU ``devices[replica + dp x stage]``, a made op (a collective's member) on the stage
+    of the nearest op it exchanges data with."""
+    from postplace.placers.pipeline import place_pipeline
+    from postplace.plans import PlannedStep
+    from postplace.plans.schedule import pipeline_schedule
+
+    pp, dp = spec.pipeline, len(devices) // spec.pipeline
+    first = [devices[dp * s] for s in range(pp)]
+    cut = place_pipeline(graph, cluster, stages=pp, devices=first, cost_model=cost_model)
+    stage_of = {graph.names[i]: (first.index(d) if d in first else -1) for i, d in enumerate(cut.tolist())}
+    g = planned.graph
+    stage = np.array([stage_of.get(n.split("/", 1)[1] if n.startswith("r") and "/" in n else n, -2)
+                      for n in g.names])  # fmt: skip
+    near: list[list[int]] = [[] for _ in range(g.num_ops)]
+    for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True):
+        near[s].append(d)
+        near[d].append(s)
+    todo = np.flatnonzero(stage == -2).tolist()
+    while todo:  # made ops: the stage of a neighbour, nearest first
+        left = []
+        for i in todo:
+            known = [stage[j] for j in near[i] if stage[j] >= 0]
+            if known:
+                stage[i] = min(known)
+            else:
+                left.append(i)
+        if len(left) == len(todo):
+            break
+        todo = left
+    stage[stage == -2] = 0
+    dev = np.asarray(devices, dtype=np.int64)[planned.replica + dp * np.maximum(stage, 0)]
+    if cpu is not None:
+        dev[(g.allowed_kinds & 2) == 0] = cpu
+    on_cpu = dev == cpu if cpu is not None else np.zeros(g.num_ops, dtype=bool)
+    ordered = pipeline_schedule(g, np.where(on_cpu, -1, stage), spec.schedule or "1f1b", planned.replica)
+    keep = {n: i for i, n in enumerate(g.names)}
+    order = np.array([keep[n] for n in ordered.names])
+    return PlannedStep(ordered, planned.replica[order], planned.replicas, planned.level), dev[order]
 
 
 def _check_pins(pins, base, graph, cluster, dev, spec) -> None:

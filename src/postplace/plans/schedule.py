@@ -31,7 +31,7 @@ import numpy as np
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.plans._draft import Draft
-from postplace.plans._step import BACKWARD, FORWARD, microbatch_count
+from postplace.plans._step import BACKWARD, FORWARD
 
 __all__ = ["SCHEDULES", "pipeline_schedule", "slot_order"]
 
@@ -79,7 +79,24 @@ def slot_order(schedule: str, gpu: int, gpus: int, microbatches: int) -> list[tu
     return out + [("B", *nth(i, True)) for i in range(total - warm, total)]
 
 
-def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b") -> OpGraph:
+def _check_chain(graph: OpGraph, inside: dict[int, tuple], schedule: str) -> None:
+    """A schedule that interleaves forwards and backwards needs the stages to form a chain: a micro-batch's
+    forward flows from each stage to a later one, its backward to an earlier one. A module that runs at
+    both ends of the model (GPT-2's tied embedding and head) breaks it, and ordering such a cut would
+    make a cycle: say so in one line."""
+    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
+        a, b = inside.get(s), inside.get(d)
+        if a is None or b is None or a[0] != b[0] or a[3] != b[3] or a[2] != b[2]:
+            continue
+        if (a[2] == "F" and b[1] < a[1]) or (a[2] == "B" and b[1] > a[1]):
+            raise PostplaceError(
+                f"schedule {schedule}: the stages of '{graph.name}' do not form a chain (op '{graph.names[d]}' of "
+                f"stage {b[1]} consumes '{graph.names[s]}' of stage {a[1]} in the "
+                f"{'forward' if a[2] == 'F' else 'backward'}, as a layer used at both ends of the model does: a "
+                "tied embedding and head); use schedule=gpipe, or give the head a module of its own")
+
+
+def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b", pipeline_of_op=None) -> OpGraph:
     """The step with each pipeline stage's micro-batches run in ``schedule``'s order.
 
     Parameters
@@ -91,6 +108,9 @@ def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b") -> Op
     schedule : str
         ``gpipe``, ``1f1b`` or ``interleaved-V`` (then ``stage_of_op`` numbers V x p chunks, chunk c on
         GPU ``c mod p``).
+    pipeline_of_op : array of int, optional
+        With data parallelism over pipelines: each op's pipeline (replica); each pipeline is scheduled
+        over its own micro-batches, numbered in order. Default: one pipeline.
 
     Returns
     -------
@@ -101,31 +121,42 @@ def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b") -> Op
     stage_of_op = np.asarray(stage_of_op, dtype=np.int64)
     if stage_of_op.shape != (graph.num_ops,):
         raise PostplaceError(f"pipeline schedule: {stage_of_op.shape[0]} stages given for {graph.num_ops} ops")
-    m, stages, v = microbatch_count(graph), int(stage_of_op.max()) + 1, chunks_of(schedule)
+    pipe = np.zeros(graph.num_ops, dtype=np.int64) if pipeline_of_op is None else np.asarray(pipeline_of_op)
+    stages, v = int(stage_of_op.max()) + 1, chunks_of(schedule)
     if stages % v:
         raise PostplaceError(f"schedule {schedule}: {stages} stages do not split into {v} chunks per GPU")
     gpus = stages // v
     phase, mb = graph.phase.tolist(), graph.microbatch.tolist()
-    slots: dict[tuple[int, str, int], list[int]] = defaultdict(list)
+    own: dict[int, dict[int, int]] = defaultdict(dict)  # pipeline -> its micro-batches numbered in order
+    for i in np.argsort(graph.microbatch, kind="stable").tolist():
+        if mb[i] >= 0 and stage_of_op[i] >= 0:
+            own[int(pipe[i])].setdefault(mb[i], len(own[int(pipe[i])]))
+    slots: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
     for i in range(graph.num_ops):
-        s = int(stage_of_op[i])
+        s, r = int(stage_of_op[i]), int(pipe[i])
         if s >= 0 and mb[i] >= 0 and phase[i] in (FORWARD, BACKWARD):
-            slots[(s, "F" if phase[i] == FORWARD else "B", mb[i])].append(i)
+            slots[(r, s, "F" if phase[i] == FORWARD else "B", own[r][mb[i]])].append(i)
     position = np.zeros(graph.num_ops, dtype=np.int64)
     sequences = []
-    for d in range(gpus):
-        seq = [(s, kind, k) for kind, k, s in slot_order(schedule, d, gpus, m) if (s, kind, k) in slots]
-        for j, slot in enumerate(seq):
-            position[slots[slot]] = j
-        sequences.append(seq)
+    for r, mine in own.items():
+        m = len(mine)
+        for d in range(gpus):
+            seq = [(r, s, kind, k) for kind, k, s in slot_order(schedule, d, gpus, m) if (r, s, kind, k) in slots]
+            for j, slot in enumerate(seq):
+                position[slots[slot]] = j
+            sequences.append(seq)
 
     draft = Draft(graph)
+    draft.collectives = list(graph.collectives)
     for i in range(graph.num_ops):
         draft.copy(i, graph.names[i], (int(position[i]), i), inplace_base=int(graph.inplace_base[i]))
+        draft.collective[i] = int(graph.collective[i])
     src, dst = graph.edge_src.tolist(), graph.edge_dst.tolist()
     for e, (s, d) in enumerate(zip(src, dst, strict=True)):
         draft.edge(s, d, int(graph.edge_slot[e]), float(graph.edge_bytes[e]))
     inside: dict[int, tuple] = {i: key for key, ops in slots.items() for i in ops}
+    if schedule != "gpipe":
+        _check_chain(graph, inside, schedule)
     has_pred, has_succ = set(), set()
     for s, d in zip(src, dst, strict=True):
         if s in inside and inside.get(d) == inside[s]:
@@ -138,5 +169,10 @@ def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b") -> Op
             for a in exits:
                 for b in entries:
                     draft.order(a, b)
-    out, _ = draft.freeze(f"{graph.name}+{schedule}", {**graph.metadata, "schedule": schedule})
+    try:
+        out, _ = draft.freeze(f"{graph.name}+{schedule}", {**graph.metadata, "schedule": schedule})
+    except AssertionError:  # the schedule's order against the orders the step already carries
+        raise PostplaceError(f"schedule {schedule}: ordering the stages of '{graph.name}' this way conflicts with the "
+                             "order the plan already imposes (FSDP's gathers and reduce-scatters, say) on these "
+                             "stages; try another schedule, or ddp/zero2 with pp") from None
     return out

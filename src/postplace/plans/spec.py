@@ -15,10 +15,12 @@ from postplace.plans.recompute import recompute
 
 __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
-_OPTION = re.compile(r"^(m|dp)=([0-9]+)$")
+_OPTION = re.compile(r"^(m|dp|pp)=([0-9]+)$")
+_SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
 _UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
-_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,shard=U/U...][,recompute=U/U...] with NAME one of "
-        f"{', '.join(LEVELS)} and U a unit (root, blocks.3) (e.g. fsdp+recompute:m=8)")  # fmt: skip
+_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,pp=P][,schedule=gpipe|1f1b|interleaved-V][,shard=U/U...]"
+        f"[,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
+        "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ class PlanSpec:
     selective : bool
         With ``recompute``: torchtitan's selective op rule (attention outputs and every other matrix
         product kept, the rest recomputed: :func:`postplace.plans.recompute`), written ``+selective``.
+    pipeline : int, optional
+        ``pp``: pipeline stages; each data-parallel replica's layers cut into that many stages, GPU
+        ``dp_rank + dp x stage`` (Megatron-LM's rank order without tensor parallelism). None: no pipeline.
+    schedule : str, optional
+        With ``pipeline``: ``gpipe``, ``1f1b`` (the default) or ``interleaved-V``
+        (:mod:`postplace.plans.schedule`).
     """
 
     level: str
@@ -52,6 +60,8 @@ class PlanSpec:
     shard: tuple[str, ...] | None = None
     recompute_units: tuple[str, ...] | None = None
     selective: bool = False
+    pipeline: int | None = None
+    schedule: str | None = None
 
     @property
     def name(self) -> str:
@@ -63,6 +73,8 @@ class PlanSpec:
     def __str__(self) -> str:
         opts = [f"m={self.microbatches}"] * (self.microbatches is not None) + [f"dp={self.replicas}"] * (
             self.replicas is not None)  # fmt: skip
+        if self.pipeline is not None:
+            opts += [f"pp={self.pipeline}", f"schedule={self.schedule or '1f1b'}"]
         for key, names in (("shard", self.shard), ("recompute", self.recompute_units)):
             if names is not None:
                 opts.append(f"{key}={'/'.join(u or 'root' for u in names) or 'none'}")
@@ -89,10 +101,13 @@ def parse_plan(text: str) -> PlanSpec:
     options: dict[str, object] = {}
     for opt in tail.split(",") if tail else ():
         opt = opt.strip()
-        match = _OPTION.match(opt) or _UNITS.match(opt)
+        match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt)
         if not match or match.group(1) in options:
-            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, shard=U/U or recompute=U/U "
-                                 f"(each once); {_HOW}")  # fmt: skip
+            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, pp=P, schedule=S, shard=U/U or "
+                                 f"recompute=U/U (each once); {_HOW}")  # fmt: skip
+        if match.re is _SCHEDULE:
+            options["schedule"] = match.group(2)
+            continue
         if match.re is _UNITS:
             names = match.group(2).split("/")
             options[match.group(1)] = () if names == ["none"] else tuple("" if u == "root" else u for u in names)
@@ -105,9 +120,17 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
     if "recompute" in options and extras == ["recompute"]:
         raise PostplaceError(f"--plan '{text}': give '+recompute' (every unit) or recompute=U/U (those), not both")
+    if "schedule" in options and "pp" not in options:
+        raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
+    if options.get("schedule", "").startswith("interleaved"):
+        raise PostplaceError(f"--plan '{text}': interleaved schedules need layers cut into V chunks per GPU, which "
+                             "plans do not make yet; use schedule=1f1b or gpipe")  # fmt: skip
     units = options.get("recompute")
+    pp = options.get("pp")
     return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
-                    options.get("shard"), units, selective=extras == ["selective"])  # fmt: skip
+                    options.get("shard"), units, selective=extras == ["selective"],
+                    pipeline=pp if pp and pp > 1 else None,
+                    schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None)  # fmt: skip
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
