@@ -154,3 +154,20 @@ def test_pipeline_plan_words_and_bad_input():
         from postplace.placers.practitioner import plan_devices
 
         plan_devices(star_cluster(("gpu",) * 4), parse_plan("ddp:pp=8"))
+
+
+def test_read_only_buffers_do_not_tie_every_layer_together():
+    """LLaMA's rotary tables are read by every block: they join no block's colocation set, so its stages
+    form a chain and 1F1B orders them; batch norm's running statistics, written by the step, still join
+    their users."""
+    from postplace.api.plans import simulate_plan
+    from postplace.api.target import load_target
+
+    g = load_target("llama", size="small").graph
+    for b in ("buffer:cos", "buffer:sin"):
+        assert g.colocation[g.index(b)] == -1
+    r = simulate_plan("llama", "k80x4", "ddp:pp=2,m=2", size="small")
+    assert "pp 2 x dp 2, 1F1B" in r.describe() and not r.oom
+    bn = load_target("resnet50", size="small").graph
+    written = [i for i, t in enumerate(bn.op_types) if t == "buffer" and "running_mean" in bn.names[i]]
+    assert written and all(bn.colocation[i] >= 0 for i in written)

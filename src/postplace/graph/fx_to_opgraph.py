@@ -383,10 +383,16 @@ def _colocate(ops: _Ops, edges, view_seq, mode: str = "none") -> tuple[np.ndarra
             union(i, heir)
             linked.add(i)
             inherited += 1
+    # written: the base of an in-place op, or read by a batch norm (aten's batch norm updates the running
+    # statistics it is given without an in-place op of its own)
+    written = {b for b in ops.base if b >= 0}
+    written |= {s for s, d, _sl in edges if ops.types[s] == "buffer" and "batch_norm" in ops.types[d]}
     for i in range(n):
         if (ops.phase[i] == "update" or ops.acc[i]) and ops.param[i] in param_op:
             union(i, param_op[ops.param[i]])
-        if ops.types[i] == "buffer":  # micro-batch 0's users (all, in module mode; see trace_torch)
+        # a buffer the step writes (running statistics) stays with micro-batch 0's users (all, in module mode;
+        # see trace_torch); one it only reads (rotary tables, a causal mask) is sent where it is read
+        if ops.types[i] == "buffer" and i in written:
             for d in succ.get(i, []):
                 if ops.mb[d] <= 0 or mode == "module":
                     union(i, d)

@@ -43,7 +43,9 @@ From the aten graph to the OpGraph (:func:`postplace.graph.fx_to_opgraph.build_g
   a folded view (``expand`` -> ``sum``) joins the op the view was folded into. Where PyTorch exposes
   no link (the loss seed ``ones_like``; ops of custom autograd code that bypasses the hooks) the op
   joins the set of its first consumer that has one, else stays unconstrained. Each parameter's update
-  ops join the parameter op's set; each buffer joins the ops that use it. ``graph.metadata
+  ops join the parameter op's set; each buffer the step writes in place (batch norm's running
+  statistics) joins the ops that use it; a buffer it only reads (LLaMA's rotary tables, GPT-2's causal
+  mask) joins nothing, so the layers that read it may sit on different devices, each sent a copy. ``graph.metadata
   ["colocation"]`` counts backward ops linked directly, inherited from a consumer, or left free, and
   ``coverage`` = linked directly / all backward ops.
 
