@@ -181,3 +181,25 @@ def test_compare_gives_each_row_its_mfu_over_the_devices_it_uses(tmp_path):
         assert r["mfu"] == pytest.approx(flops / (r["best_step_time_s"] * peak), rel=1e-9)
     fsdp = next(r for r in report["rows"] if r["strategy"] == "fsdp")
     assert all(d.startswith("gpu") for d in fsdp["devices_used"]) and len(fsdp["devices_used"]) >= 2
+
+
+def test_compare_names_the_rows_within_the_cost_models_error(tmp_path):
+    import json as _json
+
+    from postplace.cost.achieved import MEASURED_STEP_ERROR
+    from tests.clihelp import run_cli
+
+    r = run_cli("compare", "gpt2", "--size", "small", "--cluster", "dgx8", "--strategies", "ddp,fsdp,metis,single",
+                "--budget", "16", "--seeds", "1", "--out", tmp_path / "c", "--no-report")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = _json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
+    timed = {x["strategy"]: x["best_step_time_s"] for x in rows if x["best_step_time_s"]}
+    top = min(timed, key=timed.get)
+    close = [k for k, t in timed.items() if k != top and t <= timed[top] * (1 + MEASURED_STEP_ERROR)]
+    line = next((x for x in r.stdout.replace("\n", " ").split("within the cost model's error")[1:]), "")
+    assert bool(close) == bool(line)
+    for k in close:
+        assert k in line
+    far = [k for k in timed if k != top and k not in close]
+    for k in far:
+        assert f" {k}," not in line and not line.split(";")[0].endswith(f" {k}")
