@@ -203,3 +203,18 @@ def test_compare_names_the_rows_within_the_cost_models_error(tmp_path):
     far = [k for k in timed if k != top and k not in close]
     for k in far:
         assert f" {k}," not in line and not line.split(";")[0].endswith(f" {k}")
+
+
+def test_scale_presets_and_sizes():
+    from postplace.zoo import MODELS
+
+    c = load_cluster("dgx8x8")
+    gpus = [d for d in c.devices if d.kind == "gpu"]
+    assert len(gpus) == 64 and {d.model for d in gpus} == {"H100"}
+    i = c.device_index
+    inside, across = c.transfer_time(1e9, i("gpu8"), i("gpu15")), c.transfer_time(1e9, i("gpu8"), i("gpu16"))
+    assert inside == pytest.approx(2e-6 + 2e-6 + 1e9 / 4.5e11)  # NVLink through the node's NVSwitch
+    assert across == pytest.approx(2.5e-6 + 2.5e-6 + 1e9 / 5e10)  # each GPU's 400 Gb/s NIC
+    l13, l70 = MODELS["llama"].config("13b"), MODELS["llama"].config("70b")
+    assert (l13["d"], l13["layers"], l13["heads"], l13["ffn"]) == (5120, 40, 40, 13824)
+    assert (l70["d"], l70["layers"], l70["heads"], l70["kv_heads"], l70["ffn"]) == (8192, 80, 64, 8, 28672)

@@ -15,7 +15,7 @@ SMALL = zoo.MODELS["llama"].config("small")
 
 
 def test_sizes_are_per_model_and_full_is_7b():
-    assert zoo.sizes("llama") == ("small", "full", "1b", "7b", "3.1-8b")
+    assert zoo.sizes("llama") == ("small", "full", "1b", "7b", "3.1-8b", "13b", "70b")
     assert zoo.sizes("gpt2") == zoo.SIZES == ("small", "full")
     assert zoo.MODELS["llama"].config("full") == zoo.MODELS["llama"].config("7b")
     assert zoo.MODELS["llama"].config("1b")["kv_heads"] == 8

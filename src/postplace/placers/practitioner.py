@@ -187,20 +187,31 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
 
 def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
-    layers cut as :func:`postplace.placers.place_pipeline` cuts them on the first pipeline's GPUs, each
+    layers cut as :func:`postplace.placers.place_pipeline` cuts them on the first pipeline's GPUs (a block
+    kept whole on the stage its forward starts on, as Megatron-LM cuts at layer boundaries), each
     replica's op on GPU ``devices[replica + dp x stage]``, a made op (a collective's member) on the stage
     of the nearest op it exchanges data with."""
     from postplace.placers.pipeline import place_pipeline
     from postplace.plans import PlannedStep
+    from postplace.plans._step import units
     from postplace.plans.schedule import pipeline_schedule
 
     pp, dp = spec.pipeline, len(devices) // spec.pipeline
     first = [devices[dp * s] for s in range(pp)]
     cut = place_pipeline(graph, cluster, stages=pp, devices=first, cost_model=cost_model)
-    stage_of = {graph.names[i]: (first.index(d) if d in first else -1) for i, d in enumerate(cut.tolist())}
+    at = [first.index(d) if d in first else -1 for d in cut.tolist()]
+    unit = units(graph)
+    unit_stage: dict[str, int] = {}  # a numbered unit (a block) stays whole, on the stage of its first forward op
+    for i in np.flatnonzero(graph.phase == 0).tolist():
+        if unit[i] and at[i] >= 0:
+            unit_stage.setdefault(unit[i], at[i])
+    stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
     g = planned.graph
-    stage = np.array([stage_of.get(n.split("/", 1)[1] if n.startswith("r") and "/" in n else n, -2)
-                      for n in g.names])  # fmt: skip
+    def source(name: str) -> str:  # "r3/rc:mb0_x" -> "mb0_x": a replica's copy, a recomputed clone
+        name = name.split("/", 1)[1] if name.startswith("r") and "/" in name else name
+        return name.removeprefix("rc:")
+
+    stage = np.array([stage_of.get(source(n), -2) for n in g.names])
     near: list[list[int]] = [[] for _ in range(g.num_ops)]
     for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True):
         near[s].append(d)

@@ -54,7 +54,7 @@ class ModelSpec:
     --------
     >>> from postplace.zoo import MODELS
     >>> MODELS["gpt2"].config("small")["layers"], MODELS["llama"].size_names()
-    (2, ('small', 'full', '1b', '7b', '3.1-8b'))
+    (2, ('small', 'full', '1b', '7b', '3.1-8b', '13b', '70b'))
     """
 
     name: str
@@ -99,6 +99,8 @@ class ModelSpec:
 
 _LLAMA_7B = dict(batch=8, seq=2048, vocab=32000, d=4096, layers=32, heads=32, kv_heads=32, ffn=11008, theta=10000.0)
 _LLAMA_1B = dict(batch=8, seq=2048, vocab=128256, d=2048, layers=16, heads=32, kv_heads=8, ffn=8192, theta=500000.0)
+_LLAMA_13B = dict(batch=8, seq=4096, vocab=32000, d=5120, layers=40, heads=40, kv_heads=40, ffn=13824, theta=10000.0)
+_LLAMA_70B = dict(batch=8, seq=4096, vocab=32000, d=8192, layers=80, heads=64, kv_heads=8, ffn=28672, theta=10000.0)
 _LLAMA_31_8B = dict(batch=16, seq=8192, vocab=128256, d=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
                     theta=500000.0)  # fmt: skip
 _POST = "Post paper (Gao et al., NeurIPS 2018) Sec. 5: batch 32 for the CNNs, 4-layer RNNLM, 2/4-layer NMT"
@@ -162,11 +164,13 @@ MODELS: dict[str, ModelSpec] = {
             "heads, ffn 14336, vocab 128256, untied head, theta 500000, no rope scaling) at the batch of "
             "torchtitan's published H100 run (benchmarks/llama3_h100_202412_torchtitan.md: 16 sequences of "
             "8192 tokens, 2 per GPU on 8 GPUs); 1b, 7b and 3.1-8b are traced on the meta device, never "
-            "materialised",
+            "materialised; 13b and 70b: Llama 2 13B and 70B (Touvron et al. 2023b, Table 1 and the released "
+            "configs: d 5120, 40 layers, 40 heads, ffn 13824; d 8192, 80 layers, 64 heads over 8 kv heads, ffn "
+            "28672; vocab 32000, context 4096), seq 4096 and batch 8 our choice, meta device only",
             _LLAMA_7B,
             dict(batch=2, seq=16, vocab=64, d=32, layers=2, heads=4, kv_heads=2, ffn=64, theta=10000.0),
-            {"1b": _LLAMA_1B, "7b": _LLAMA_7B, "3.1-8b": _LLAMA_31_8B},
-            meta_only=("full", "1b", "7b", "3.1-8b"),
+            {"1b": _LLAMA_1B, "7b": _LLAMA_7B, "3.1-8b": _LLAMA_31_8B, "13b": _LLAMA_13B, "70b": _LLAMA_70B},
+            meta_only=("full", "1b", "7b", "3.1-8b", "13b", "70b"),
         ),
     )
 }
@@ -199,7 +203,7 @@ def sizes(name: str) -> tuple[str, ...]:
     --------
     >>> from postplace.zoo import sizes
     >>> sizes("gpt2"), sizes("llama")
-    (('small', 'full'), ('small', 'full', '1b', '7b', '3.1-8b'))
+    (('small', 'full'), ('small', 'full', '1b', '7b', '3.1-8b', '13b', '70b'))
     """
     return spec(name).size_names()
 
