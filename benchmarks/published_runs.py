@@ -37,7 +37,7 @@ def row(plan: str, kernels: str) -> dict:
     use = utilisation(r.graph, r.cluster, r.placement, r.step_time_s)
     peak = float(max(r.peak_memory_bytes)) / 2**30
     tps = use.tokens_per_s_per_device
-    return {"plan": plan, "kernels": kernels, "cost_model": cm.describe(), "step_time_s": r.step_time_s,
+    return {"plan": plan, "kernels": kernels, "cost_model": cm.describe(r.cluster), "step_time_s": r.step_time_s,
             "tokens_per_s_per_gpu": tps, "mfu": use.mfu, "peak_gib": peak, "oom": r.oom,
             "tps_error": tps / PUBLISHED["tokens_per_s_per_gpu"] - 1, "memory_error": peak / PUBLISHED["peak_gib"] - 1,
             "wall_s": time.perf_counter() - t0}  # fmt: skip

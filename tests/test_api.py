@@ -13,6 +13,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.placers import place as run_placer
 from postplace.sim import Simulator
+from tests.tracehelp import CAPTURED_TARGETS
 
 
 def graph30(cpu_only=()):
@@ -147,6 +148,7 @@ def test_bad_arguments_are_one_line_errors():
             postplace.place(g, "k80x2", **kwargs)
 
 
+@CAPTURED_TARGETS  # its loss_fn closes over the labels y: the warning is the expected one
 def test_module_target_measured_and_applied(torch_one_thread):
     import torch
 

@@ -148,7 +148,6 @@ def test_published_run_setting_exists():
 
 def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path):
     import postplace
-    from postplace.cost.achieved import MEASURED_STEP_ERROR
     from postplace.cost.utilisation import peak_of_devices_used
 
     r = postplace.place("gpt2", "dgx8", size="small", budget=32, microbatches=1, out=tmp_path / "run")
@@ -161,7 +160,7 @@ def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path
     for name, t in s["candidates"].items():
         assert (s["candidate_mfu"][name] is None) == (t is None)
     close = {k for k, t in s["candidates"].items() if t and k != s["returned"]
-             and t <= s["best_step_time_s"] * (1 + MEASURED_STEP_ERROR)}  # fmt: skip
+             and t <= s["best_step_time_s"] * (1 + 0.157)}  # fmt: skip
     assert set(s["within_error"]) == close
 
 
@@ -186,7 +185,6 @@ def test_compare_gives_each_row_its_mfu_over_the_devices_it_uses(tmp_path):
 def test_compare_names_the_rows_within_the_cost_models_error(tmp_path):
     import json as _json
 
-    from postplace.cost.achieved import MEASURED_STEP_ERROR
     from tests.clihelp import run_cli
 
     r = run_cli("compare", "gpt2", "--size", "small", "--cluster", "dgx8", "--strategies", "ddp,fsdp,metis,single",
@@ -195,7 +193,7 @@ def test_compare_names_the_rows_within_the_cost_models_error(tmp_path):
     rows = _json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
     timed = {x["strategy"]: x["best_step_time_s"] for x in rows if x["best_step_time_s"]}
     top = min(timed, key=timed.get)
-    close = [k for k, t in timed.items() if k != top and t <= timed[top] * (1 + MEASURED_STEP_ERROR)]
+    close = [k for k, t in timed.items() if k != top and t <= timed[top] * (1 + 0.157)]  # H100s: achieved rates
     line = next((x for x in r.stdout.replace("\n", " ").split("within the cost model's error")[1:]), "")
     assert bool(close) == bool(line)
     for k in close:

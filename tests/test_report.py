@@ -223,7 +223,7 @@ def test_compare_report(tmp_path):
     names = ["single", "metis", "data-parallel", "random", "post"]
     rep = compare(g, c, names, budget=48, seeds=2, out=tmp_path)
     out = write_report(tmp_path, tmp_path / "html" / "index.html", graph=g)
-    folder = out.parent
+    folder = out.parent / "index_files"  # a page outside the run folder keeps its files in NAME_files/
     data = json.loads((folder / "report.json").read_text())
     check_page(folder, out, data)
     rows = {r["strategy"]: r for r in rep["rows"]}

@@ -13,6 +13,7 @@ from postplace.graph.trace_torch import trace
 from postplace.runtime import TorchEvaluator
 from postplace.runtime.placed import PlacedStep
 from tests.test_runtime import toy
+from tests.tracehelp import CAPTURED_TARGETS
 
 
 class Misbehaving:
@@ -52,6 +53,7 @@ class Faulty(TorchEvaluator):
         return self.made[-1]
 
 
+@CAPTURED_TARGETS  # the toy's loss_fn closes over its labels: the warning is the expected one
 def test_failures_oom_and_timeout_keep_the_rest_of_the_batch():
     model, inputs, loss_fn = toy()
     tr = trace(model, inputs, loss_fn)
@@ -77,6 +79,7 @@ def test_failures_oom_and_timeout_keep_the_rest_of_the_batch():
     assert res.step_time[0] == pytest.approx(float(np.median(r0[2:])))
 
 
+@CAPTURED_TARGETS  # the toy's loss_fn closes over its labels: the warning is the expected one
 def test_a_placement_on_a_gpu_this_machine_lacks_fails_with_its_reason():
     """On a machine without CUDA, gpu0 (default map: cuda:0) is missing; on a machine with k CUDA
     devices, gpuk (cuda:k) is. The row that uses it fails with a reason naming it; the CPU row runs."""
@@ -94,6 +97,7 @@ def test_a_placement_on_a_gpu_this_machine_lacks_fails_with_its_reason():
         assert "gpu0 (cuda), and this machine has no CUDA" in res.reasons[1]
 
 
+@CAPTURED_TARGETS  # the toy's loss_fn closes over its labels: the warning is the expected one
 def test_groups_and_cluster_rules():
     model, inputs, loss_fn = toy()
     tr = trace(model, inputs, loss_fn)

@@ -1,10 +1,13 @@
 """Checks on traced graphs shared by the tracer and zoo tests."""
 
 import numpy as np
+import pytest
 
 from postplace.graph import PHASES
 
 BWD = PHASES.index("backward")
+CAPTURED_TARGETS = pytest.mark.filterwarnings("ignore::postplace.graph.trace_torch.CapturedTensorWarning")
+"""A test that traces a loss_fn closing over its labels on purpose: the tracer's warning about them is expected."""
 
 
 def assert_backward_colocated_with_forward(tr) -> None:

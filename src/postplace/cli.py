@@ -44,7 +44,7 @@ ClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")]
 OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's).")]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, or bf16 / fp16 (autocast, fp32 master weights).")]
@@ -227,7 +227,7 @@ def simulate(
         "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
         "bytes_moved": float(sched.bytes_moved),
         "transfers": len(sched.transfers),
-        "cost_model": cost_model.describe(),
+        "cost_model": cost_model.describe(c),
         "cost_sources": list(sim.sources),
         **(use.to_dict() if use else {}),
     }
@@ -251,17 +251,17 @@ def simulate(
         + ("  [OOM: this placement does not fit]" if oom_devices else ""),
         highlight=False,
     )
-    console.print(_utilisation_line(use, cost_model), highlight=False)
+    console.print(_utilisation_line(use, cost_model, c), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 
 
-def _utilisation_line(use, cost_model) -> str:
+def _utilisation_line(use, cost_model, cluster) -> str:
     """``MFU 33.7%, 5,762 tokens/s per device (priced by ...)``."""
     words = f"MFU {use.mfu:.1%}" if use else "MFU -"
     if use and use.tokens_per_s_per_device:
         words += f", {use.tokens_per_s_per_device:,.0f} tokens/s per device"
-    return f"{words}  (priced by the {cost_model.describe()})"
+    return f"{words}  (priced by the {cost_model.describe(cluster)})"
 
 
 def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json,
@@ -287,7 +287,7 @@ def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, excl
         "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
         "bytes_moved": r.bytes_moved,
         "collective_bytes": r.collective_bytes,
-        "cost_model": cost_model.describe(),
+        "cost_model": cost_model.describe(c),
         **(use.to_dict() if use else {}),
     }
     if trace is not None:
@@ -311,7 +311,7 @@ def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, excl
     console.print(f"simulated step time {_ms(r.step_time_s)}  moved {_gb(r.bytes_moved)}"
                   + (f" (collectives: {wire})" if wire else "")
                   + ("  [OOM: this plan does not fit]" if r.oom else ""), highlight=False)
-    console.print(_utilisation_line(use, cost_model), highlight=False)
+    console.print(_utilisation_line(use, cost_model, c), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
 
@@ -345,7 +345,7 @@ def graph(
 @app.command()
 def profile(
     target: Annotated[str, typer.Argument(help="Zoo model name or a traced zoo graph file.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")] = "small",
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per op (the median is kept).")] = 5,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the measured graph here.")] = None,
 ) -> None:
@@ -417,6 +417,16 @@ def compare(
     if report.get("cost_model"):
         console.print(f"priced by the {report['cost_model']}; MFU: model FLOPs over the peaks of the devices each row "
                       "uses", highlight=False)  # fmt: skip
+    err = report.get("cost_model_error")
+    timed = [r for r in report["rows"] if r["best_step_time_s"] is not None]
+    if timed and err:
+        top = min(timed, key=lambda r: r["best_step_time_s"])
+        close = [r["strategy"] for r in timed if r is not top
+                 and r["best_step_time_s"] <= top["best_step_time_s"] * (1 + err)]  # fmt: skip
+        if close:
+            console.print(f"within the cost model's error of the fastest row, {top['strategy']} "
+                          f"({err:.0%}: how far it was off a published run): {', '.join(close)}; the "
+                          "model cannot rank these apart from it", highlight=False)  # fmt: skip
     console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
                   "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
                   highlight=False)
@@ -426,10 +436,10 @@ def compare(
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Argument(help="Zoo model name.")],
-    placement: Annotated[str, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE).")],
+    model: Annotated[str, typer.Argument(help="Zoo model name, or a run folder of `place` (its model and placement.json).")],
+    placement: Annotated[str | None, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE); none for a run folder.")] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b) (default: the size the placement's run was made for, else small).")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b) (default: the size the placement's run was made for, else small).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
@@ -439,19 +449,38 @@ def train(
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
     microbatches: Annotated[int | None, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (default: the m the placement file was made for).")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")] = "none",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the losses and step times.")] = False,
 ) -> None:
     """Train a zoo model (random data) under a placement and print each step's measured time."""
     from postplace.runtime.cli import cmd_train
 
-    console.print(cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to,
-                            device_map=device or (), optimizer=optimizer, threads=threads, lr=lr, precision=precision,
-                            microbatches=microbatches, colocation=microbatch_colocation), highlight=False)
+    text = cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to, device_map=device or (),
+                     optimizer=optimizer, threads=threads, lr=lr, precision=precision, microbatches=microbatches,
+                     colocation=microbatch_colocation, as_json=as_json)  # fmt: skip
+    print(text) if as_json else console.print(text, highlight=False)
+
+
+@app.command()
+def launch(
+    run_folder: Annotated[str, typer.Argument(help="A run folder of `place` (placement.json of a zoo model).")],
+    steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps.")] = 3,
+    as_json: JsonOpt = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a rank waits for a peer before it fails.")] = 60.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the batches and torch's generator on every rank.")] = 0,
+    backend: Annotated[str, typer.Option("--backend", help="gloo (every rank a CPU process) or nccl (ranks on their GPUs).")] = "gloo",
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per rank.")] = 1,
+) -> None:
+    """Run a run folder's placement as one process per device (torch.distributed, torchrun's launcher)."""
+    from postplace.runtime.cli import cmd_launch
+
+    text = cmd_launch(run_folder, steps, as_json=as_json, seed=seed, timeout=timeout, backend=backend, threads=threads)
+    print(text) if as_json else console.print(text, highlight=False)
 
 
 @app.command()
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b).")] = "small",
+    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")] = "small",
     cluster_out: Annotated[Path, typer.Option("--cluster-out", help="Write the measured cluster TOML here.")] = Path("measured.toml"),
     graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here.")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
@@ -482,16 +511,18 @@ PLACE_FLAGS = {  # CLI parameter -> run.json setting, for --resume's check that 
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A place, compare or paper folder.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html, its files beside it); NAME.html elsewhere keeps its figures, report.json and trace.json in NAME_files/.")] = None,
     graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster (default: the preset or file the run recorded).")] = None,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b), if not recorded.")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b), if not recorded.")] = None,
 ) -> None:
     """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
-    from postplace.report import write_report
+    from postplace.report import files_folder, write_report
 
     path = write_report(run_dir, out, graph=graph_target, cluster=cluster, size=size)
-    console.print(f"wrote {path} (figures and report.json, trace.json beside it)", highlight=False)
+    files = files_folder(run_dir, path)
+    where = "beside it" if files == path.parent else f"in {files}"
+    console.print(f"wrote {path} (figures, report.json and trace.json {where})", highlight=False)
 
 
 @app.command()
@@ -709,9 +740,13 @@ def _progress(as_json: bool) -> bool:
 
 
 _REPORT_FILES = "report.html (with report.json, trace.json and the PNG figures beside it)"
+NOTE_CHARS = 240
+"""A note in the place table: wrapped in its column, cut at a word past this (summary.json holds it whole)."""
 
 
 def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
+    from postplace.report.text import clip
+
     fig = s["figures"]
     kinds = {fig["best_step_time_s"], fig["search_best_step_time_s"], fig["candidates"]}
     kind = kinds.pop() if len(kinds) == 1 else None  # None: measured and simulated rows side by side
@@ -744,7 +779,7 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
         ratio = "-" if v is None or not kind or not best else f"{v / best:.3f}x"
         use = mfu.get(name)
         t.add_row(name, time_, ratio, "-" if use is None else f"{use:.1%}" if use >= 0.01 else f"{use:.2%}",
-                  note[:80])  # fmt: skip
+                  clip(note, NOTE_CHARS))  # fmt: skip
     console.print(t)
     if s.get("cost_model"):
         tokens = s.get("tokens_per_s_per_device")

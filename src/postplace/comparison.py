@@ -146,7 +146,9 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
     report = {
         "graph": graph.name, "cluster": cluster.name, "budget_samples": budget, "seeds": seeds,
         "evaluator": sim.name, "lower_bound_s": lb, "single_device_step_time_s": single_time,
-        "cost_model": sim.problem.cost_model.describe() if hasattr(sim.problem.cost_model, "describe") else None,
+        "cost_model": sim.problem.cost_model.describe(cluster) if hasattr(sim.problem.cost_model, "describe") else None,
+        "cost_model_error": sim.problem.cost_model.step_error(cluster) if hasattr(sim.problem.cost_model, "step_error")
+        else None,
         "groups": problem.grouping.num_groups, "target_spec": target_spec,
         "cluster_spec": cluster_spec, "cluster_sha": fingerprint(cluster),
         "microbatches": (target_spec or {}).get("microbatches", 1),

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.folder import _resume
-from postplace.api.result import PlaceResult
+from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.run import _run, _run_over_m, _with_report
 from postplace.api.settings import _check_same_optimizer, _settings
 from postplace.api.target import _batch_of, _load_cluster, _recorded_step, default_compare_out, load_target
@@ -313,12 +313,12 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
             expert_split: str | None = None, size: str = "full", progress=None,
             microbatches: int = 1, optimizer="sgd", lr: float | None = None,
-            precision: str = "fp32") -> dict:  # fmt: skip
+            precision: str = "fp32") -> CompareResult:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     Search runs go to ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph,
     cluster, strategy, budget, seed and configuration all match. Writes ``out/compare.json`` and
-    ``.csv``; returns the report. Every row is simulated.
+    ``.csv``; returns the report as a :class:`CompareResult`. Every row is simulated.
 
     Parameters
     ----------
@@ -352,10 +352,11 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
 
     Returns
     -------
-    dict
-        The report ``compare.json`` holds (``rows``: one dict per strategy with its ``kind``,
-        ``best_step_time_s``, ratios and ``note``; the lower bound, the single-device time...), and
-        ``out``, the folder.
+    CompareResult
+        The report ``compare.json`` holds, as attributes (``rows``: one dict per strategy with its
+        ``kind``, ``best_step_time_s``, ratios and ``note``; ``lower_bound_s``,
+        ``single_device_step_time_s``...) and ``out``, the folder; ``to_json()`` gives it as JSON. It
+        reads as the dict compare returned before too (``result["rows"]``, ``result.get(...)``).
 
     Raises
     ------
@@ -368,9 +369,9 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     >>> import postplace, tempfile
     >>> rep = postplace.compare("gpt2", "k80x2", strategies="post,data-parallel", budget=48, seeds=1,
     ...                         size="small", out=tempfile.mkdtemp())
-    >>> rows = {r["strategy"]: r for r in rep["rows"]}
-    >>> rows["data-parallel"]["kind"], "m=2" in rows["data-parallel"]["note"]
-    ('data-parallel (simulated)', True)
+    >>> dp = rep.row("data-parallel")
+    >>> dp["kind"], "m=2" in dp["note"], rep["rows"] == rep.rows
+    ('data-parallel (simulated)', True, True)
     """
     from postplace.comparison import PLAN_NAMES, parse_strategies
     from postplace.comparison import compare as run_compare
@@ -403,7 +404,7 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
                          cluster_spec=cluster_spec)  # fmt: skip
     if tgt.spec["kind"] in ("graph", "module"):  # kept beside the report, which draws the folder from it
         tgt.graph.save(out / "graph.json")
-    return {**report, "out": str(out)}
+    return CompareResult.from_report(report, out)
 
 
 def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, lr: float | None = None):

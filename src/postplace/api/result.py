@@ -5,6 +5,7 @@ every figure behind the choice) and :class:`Candidate` (one placement considered
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,3 +168,134 @@ def _ms(x) -> str:
     if x is None:
         return "-"
     return "inf" if not np.isfinite(x) else f"{x * 1e3:.3f} ms"
+
+
+@dataclass(eq=False)
+class CompareResult(Mapping):
+    """What :func:`compare` returns: every row of the comparison, with the figures they are measured against.
+
+    Its fields are what ``compare.json`` holds, plus ``out``; each is an attribute (``result.rows``,
+    ``result.lower_bound_s``). Read as a mapping too (``result["rows"]``, ``result.get("cost_model")``,
+    ``result.keys()``), as the plain dict :func:`compare` returned before, for callers written then.
+
+    Parameters
+    ----------
+    graph, cluster : str
+        The names of the graph compared and of the cluster.
+    budget_samples : int
+        Samples of each search run.
+    seeds : int
+        Search runs per strategy.
+    evaluator : str
+        What priced every row (``"simulator"``).
+    lower_bound_s : float
+        The simulator's lower bound of the step; ``ratio_to_lower_bound`` of each row is over it.
+    single_device_step_time_s : float or None
+        The best single device's step time (None: no device holds the step alone).
+    rows : list of dict
+        One per strategy, in the order asked: ``strategy``, ``kind``, ``best_step_time_s`` (a search's
+        median over seeds), ``min_step_time_s``, ``max_step_time_s``, ratios, ``mfu``, ``note``...
+    out : pathlib.Path
+        The folder written (``compare.json``, ``compare.csv``, each search run's folder).
+    cost_model, groups, target_spec, cluster_spec, cluster_sha, microbatches
+        How the step was priced, grouped and loaded, as ``compare.json`` records them.
+    extra : dict
+        Any other key of ``compare.json`` (from a newer comparison), kept for :meth:`to_dict`.
+    """
+
+    graph: str
+    cluster: str
+    budget_samples: int
+    seeds: int
+    evaluator: str
+    lower_bound_s: float
+    single_device_step_time_s: float | None
+    rows: list[dict]
+    out: Path
+    cost_model: str | None = None
+    groups: int | None = None
+    target_spec: dict | None = None
+    cluster_spec: str | None = None
+    cluster_sha: str | None = None
+    microbatches: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_report(cls, report: dict, out) -> CompareResult:
+        """The result of the report dict :func:`postplace.comparison.compare` wrote to ``out/compare.json``.
+
+        Parameters
+        ----------
+        report : dict
+            The comparison's report.
+        out : str or path
+            Its folder.
+
+        Returns
+        -------
+        CompareResult
+        """
+        names = {f for f in cls.__dataclass_fields__ if f not in ("out", "extra")}
+        return cls(**{k: v for k, v in report.items() if k in names}, out=Path(out),
+                   extra={k: v for k, v in report.items() if k not in names and k != "out"})  # fmt: skip
+
+    def row(self, strategy: str) -> dict:
+        """The row of ``strategy``.
+
+        Parameters
+        ----------
+        strategy : str
+            A name the comparison ran (``"post"``, ``"metis"``, ``"data-parallel"``...).
+
+        Returns
+        -------
+        dict
+
+        Raises
+        ------
+        KeyError
+            When the comparison has no such row.
+        """
+        for r in self.rows:
+            if r["strategy"] == strategy:
+                return r
+        raise KeyError(f"no row '{strategy}'; the rows are {', '.join(r['strategy'] for r in self.rows)}")
+
+    def to_dict(self) -> dict:
+        """The report as JSON-able data: ``compare.json``'s keys, and ``out`` as text.
+
+        Returns
+        -------
+        dict
+        """
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("out", "extra")}
+        return {**d, **self.extra, "out": str(self.out)}
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON.
+
+        Returns
+        -------
+        str
+        """
+        return json.dumps(self.to_dict(), indent=1)
+
+    # the mapping the plain dict gave callers written before (result["rows"], result.get(...), dict(result)):
+    # Mapping's keys, items, values, get and `in` come from these three
+    def __getitem__(self, key: str):
+        return self.to_dict()[key]
+
+    def __iter__(self):
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def __str__(self) -> str:
+        lines = [f"{self.graph} on {self.cluster}: {len(self.rows)} strategies, {self.budget_samples} samples x "
+                 f"{self.seeds} seed{'' if self.seeds == 1 else 's'} ({self.evaluator})"]  # fmt: skip
+        for r in self.rows:
+            lines.append(f"  {r['strategy']}: {_ms(r.get('best_step_time_s'))}" + (f"  ({r['note']})" if r.get("note")
+                                                                                 else ""))  # fmt: skip
+        lines.append(f"  lower bound: {_ms(self.lower_bound_s)} (simulated)")
+        return "\n".join(lines)

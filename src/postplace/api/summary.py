@@ -61,7 +61,6 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall, *,
 
 def _utilisation(problem, best, cands) -> dict:
     """MFU and tokens/s of the answer, MFU of every candidate, and which cost model priced the step."""
-    from postplace.cost.achieved import MEASURED_STEP_ERROR
     from postplace.cost.utilisation import peak_of_devices_used, utilisation
 
     c, graph = problem.cluster, problem.graph
@@ -75,11 +74,13 @@ def _utilisation(problem, best, cands) -> dict:
             continue
         peak, _ = peak_of_devices_used(c, k.placement, precision)
         per[k.name] = use.model_flops / (k.step_time_s * peak) if use else None
-    close = sorted(k.name for k in cands if k.name != best.name and k.step_time_s and np.isfinite(k.step_time_s)
-                   and best.step_time_s and k.step_time_s <= best.step_time_s * (1 + MEASURED_STEP_ERROR))  # fmt: skip
+    err = cm.step_error(c) if hasattr(cm, "step_error") else None
+    close = [] if err is None else sorted(
+        k.name for k in cands if k.name != best.name and k.step_time_s and np.isfinite(k.step_time_s)
+        and best.step_time_s and k.step_time_s <= best.step_time_s * (1 + err))  # fmt: skip
     return {
-        "cost_model": cm.describe() if hasattr(cm, "describe") else type(cm).__name__,
-        "cost_model_error": MEASURED_STEP_ERROR, "within_error": close,
+        "cost_model": cm.describe(c) if hasattr(cm, "describe") else type(cm).__name__,
+        "cost_model_error": err, "within_error": close,
         "mfu": use.mfu if use else None, "tokens_per_s_per_device": use.tokens_per_s_per_device if use else None,
         "model_flops_per_step": use.model_flops if use else None, "model_flops_counted": use.counted if use else None,
         "candidate_mfu": per,

@@ -57,10 +57,10 @@ FOREACH_TENSORS_PER_LAUNCH = 48
 #: the fused Adam(W) kernel walks 4 lists (parameter, gradient, two moments): 36 tensors per launch
 FUSED_TENSORS_PER_LAUNCH = 36
 UPDATE_FORMS = ("foreach", "fused", "traced")
-#: how far the achieved-rate model's simulated step time was from the one published run it is checked
-#: against (benchmarks/published_runs.py: torchtitan's Llama 3.1 8B on 8 H100, 2.396 s simulated against
-#: 2.843 s measured); two candidates closer than this are not told apart by the model
-MEASURED_STEP_ERROR = 0.157
+#: how far the simulated step time was from the one published run it is checked against, per rates
+#: (benchmarks/published_runs.py: torchtitan's Llama 3.1 8B on 8 H100, 2.843 s measured; achieved rates
+#: 2.396 s, datasheet rates 1.860 s); two candidates closer than this are not told apart by the model
+MEASURED_STEP_ERROR = {"achieved": 0.157, "datasheet": 0.346}
 KERNEL_MODELS = ("achieved", "datasheet")
 
 _MATMUL = frozenset("mm addmm bmm baddbmm convolution convolution_backward _convolution".split())

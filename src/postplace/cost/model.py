@@ -14,7 +14,15 @@ import numpy as np
 
 from postplace.cluster import Cluster
 from postplace.cluster.cluster import PRECISION_PEAK_FIELDS
-from postplace.cost.achieved import ACHIEVED, KERNEL_MODELS, UPDATE_FORMS, classify_ops, gemm_fill, update_times
+from postplace.cost.achieved import (
+    ACHIEVED,
+    KERNEL_MODELS,
+    MEASURED_STEP_ERROR,
+    UPDATE_FORMS,
+    classify_ops,
+    gemm_fill,
+    update_times,
+)
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
 from postplace.graph.opgraph import PRECISIONS
@@ -137,13 +145,37 @@ class RooflineCostModel:
         if self.update not in UPDATE_FORMS:
             raise PostplaceError(f"cost model: update '{self.update}' is not one of {', '.join(UPDATE_FORMS)}")
 
-    def describe(self) -> str:
-        """Which model prices an estimate, in a few words (every output that shows a time says it).
+    def step_error(self, cluster: Cluster) -> float:
+        """How far this model's step time was off a published run, for the rates that price ``cluster``'s
+        GPUs (:data:`~postplace.cost.achieved.MEASURED_STEP_ERROR`; datasheet rates where any GPU model has
+        no achieved ones).
 
-        >>> RooflineCostModel().describe()
+        >>> from postplace.cluster import load_cluster
+        >>> RooflineCostModel().step_error(load_cluster("dgx8")), RooflineCostModel().step_error(load_cluster("k80x4"))
+        (0.157, 0.346)
+        """
+        gpus = {d.model for d in cluster.devices if d.kind == "gpu"}
+        achieved = self.kernels == "achieved" and all(m in ACHIEVED for m in gpus)
+        return MEASURED_STEP_ERROR["achieved" if achieved else "datasheet"]
+
+    def describe(self, cluster: Cluster | None = None) -> str:
+        """Which model prices an estimate, in a few words (every output that shows a time says it); given
+        the cluster, which of its GPU models have no achieved rates and so keep the datasheet's.
+
+        >>> from postplace.cluster import load_cluster
+        >>> RooflineCostModel().describe(load_cluster("dgx8"))
         'roofline at achieved kernel rates, foreach update'
+        >>> RooflineCostModel().describe(load_cluster("k80x2"))
+        'roofline at datasheet rates (no kernel rates known for K80), foreach update'
         """
         rates = "achieved kernel rates" if self.kernels == "achieved" else "datasheet rates"
+        if self.kernels == "achieved" and cluster is not None:
+            models = sorted({d.model for d in cluster.devices if d.kind == "gpu"})
+            unknown = [m for m in models if m not in ACHIEVED]
+            if unknown and len(unknown) == len(models):
+                rates = f"datasheet rates (no kernel rates known for {', '.join(unknown)})"
+            elif unknown:
+                rates += f" (datasheet rates for {', '.join(unknown)}: none known)"
         return f"roofline at {rates}, {self.update} update"
 
     def op_times(self, graph: OpGraph, cluster: Cluster) -> OpTimes:

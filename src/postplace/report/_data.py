@@ -907,6 +907,29 @@ def start_info(s: dict) -> dict | None:
             "per_m": sorted(per_m, key=lambda x: x["m"])}  # fmt: skip
 
 
+def bound_info(recorded, per_m, schedule: dict, drawn: str) -> dict:
+    """The one lower bound a report quotes, in its header and its table alike, and which bound it is.
+
+    ``recorded``: the run's own (``summary.json`` or ``compare.json``), the bound every row of its table
+    is divided by; ``per_m``: a run over several micro-batch counts records each count's, and its own is
+    the least of them (each count's bound holds for that count's traced step only). The step the
+    schedule draws (the returned count's, or a plan's rewritten step) has its own bound: ``drawn_s``,
+    quoted beside it where it differs (the header quoted it alone before, so its "lower bound" and the
+    table's disagreed). A run that recorded none quotes the drawn step's.
+    """
+    own = schedule["lower_bound_s"]
+    lb = _number(recorded)
+    counts = sorted(int(m) for m in per_m if isinstance(m, str) and m.isdigit()) if isinstance(per_m, dict) else []
+    if lb is None:
+        return {"lower_bound_s": own, "which": f"the simulator's bound on {drawn}", "drawn_s": own, "drawn": drawn}
+    if len(counts) > 1:
+        which = ("the least over m = " + ", ".join(map(str, counts))
+                 + " of the simulator's bound on each micro-batch count's traced step")  # fmt: skip
+    else:
+        which = "the simulator's bound on the run's traced step"
+    return {"lower_bound_s": lb, "which": which, "drawn_s": own, "drawn": drawn}
+
+
 def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.cluster.placement import load_placement
 
@@ -974,6 +997,10 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
         "versions": versions(g), "cost_model": _get(s, "cost_model"),
     }  # fmt: skip
+    drawn = (f"the returned plan's step ({plan})" if isinstance(plan, str)
+             else f"the returned count's step (m = {s['microbatches']})" if type(s.get("microbatches")) is int
+             and isinstance(counts, list) else "the run's traced step")  # fmt: skip
+    bound = bound_info(s.get("lower_bound_s"), s.get("lower_bound_per_microbatches"), schedule, drawn)
     numbers = {k: s.get(k) for k in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s",
                                      "lower_bound_s", "ratio_to_lower_bound", "ratio_to_single_device", "samples",
                                      "feasible_samples", "mfu", "tokens_per_s_per_device")}  # fmt: skip
@@ -983,7 +1010,8 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars, "candidates": candidates,
         "seeds": 1, "microbatch_counts": counts if isinstance(counts, list) else None,
         "search_start": start_info(s),
-        "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": s.get("lower_bound_s")},
+        "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": bound["lower_bound_s"]},
+        "lower_bound": bound,
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
     }  # fmt: skip
     return data, sched
@@ -1039,6 +1067,7 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
                                        else "")}
             for r in rows]  # fmt: skip
     search_names = [r["strategy"] for r in rows if r.get("kind") == "search"]
+    bound = bound_info(rep.get("lower_bound_s"), None, schedule, "the compared step")
     prov = {
         "kind": "compare", "graph": _graph_info(g), "cluster": _cluster_info(c),
         "strategies": [r["strategy"] for r in rows], "strategy_configs": strategy_configs(search_names, problem.space),
@@ -1060,7 +1089,8 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
                     rep.get("single_device_step_time_s"),
                     "rows": {r["strategy"]: r.get("best_step_time_s") for r in rows}},
         "curves": curves, "bars": bars,
-        "lines": {"single_device_s": rep.get("single_device_step_time_s"), "lower_bound_s": rep.get("lower_bound_s")},
+        "lines": {"single_device_s": rep.get("single_device_step_time_s"), "lower_bound_s": bound["lower_bound_s"]},
+        "lower_bound": bound,
         "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
     }  # fmt: skip
     return data, sched

@@ -9,6 +9,10 @@ import math
 from pathlib import Path
 
 from postplace.report._data import seeds_of
+from postplace.report.text import clip
+
+NOTE_CELL = 80
+"""Characters of a note in a cell of the per-m table (cut at a word; the step-time table holds it whole)."""
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1250px; color: #222; }
@@ -181,7 +185,8 @@ def _bars_table(data: dict) -> str:
     if not any(b["kind"] == "single" for b in rows) and isinstance(single, int | float):
         rows.append({"label": "best single device", "kind": "bound", "best_s": single, "note": ""})
     if isinstance(lb, int | float):
-        rows.append({"label": "lower bound", "kind": "bound", "best_s": lb, "note": ""})
+        which = (data.get("lower_bound") or {}).get("which", "")
+        rows.append({"label": "lower bound", "kind": "bound", "best_s": lb, "note": which})
     any_oom = any(b.get("oom") for b in rows)
     body = []
     for b in rows:
@@ -240,7 +245,7 @@ def _by_m_table(data: dict) -> str:
             if c is None:
                 row.append("not tried")
             elif c["best_s"] is None:
-                row.append((c["note"] or "none")[:40])
+                row.append(clip(c["note"] or "none", NOTE_CELL))
             else:
                 row.append(_ms(c["best_s"]))
         body.append(row)
@@ -274,18 +279,21 @@ def _memory_table(m: dict) -> str:
     return table(["device", "peak", "capacity", "used", "OOM"], body, num={1, 2, 3})
 
 
-def _figure(folder: Path, name: str, fig: dict, text: dict | None = None) -> str:
+def _figure(folder: Path, name: str, fig: dict, text: dict | None = None, link: str = "") -> str:
+    """A figure embedded, with a link to its file (``link``: the files' folder as the page reaches it)."""
     title, caption = (text or FIGURE_TEXT).get(name, (name, ""))
     b64 = base64.b64encode((folder / fig["file"]).read_bytes()).decode("ascii")
+    path = link + fig["file"]
     return (f'<figure id="fig-{esc(name)}"><h3>{esc(title)}</h3>'
             f'<img alt="{esc(title)}" width="{fig["width_px"]}" height="{fig["height_px"]}" '
             f'src="data:image/png;base64,{b64}">'
-            f'<figcaption>{esc(caption)} File: <a href="{esc(fig["file"])}">{esc(fig["file"])}</a></figcaption>'
+            f'<figcaption>{esc(caption)} File: <a href="{esc(path)}">{esc(path)}</a></figcaption>'
             "</figure>")  # fmt: skip
 
 
 def captions(data: dict) -> dict:
-    """The figures' titles and captions, worded for the report's number of seeds."""
+    """The figures' titles and captions, worded for the report's number of seeds, naming what a figure drew
+    off scale."""
     text = dict(FIGURE_TEXT)
     kinds = {b["kind"] for b in data.get("bars", [])}
     hatched = [what for kind, what in (("placer", "one-shot placers (//)"),
@@ -300,6 +308,11 @@ def captions(data: dict) -> dict:
     if n == 1:
         text["curves_samples"] = ("Learning curves against samples", "Best feasible step time found so far (one seed).")
         text["curves_wall"] = ("Learning curves against wall time", "Log time axis.")
+    for name, (title, caption) in list(text.items()):
+        off = (data.get("figures") or {}).get(name, {}).get("off_scale")
+        if off:
+            text[name] = (title, f"{caption} Off scale (far past the rest, so the axis stops short of it, to keep "
+                                 f"the others readable): {'; '.join(off)}.")  # fmt: skip
     return text
 
 
@@ -325,8 +338,23 @@ def _utilisation(data: dict) -> str:
     return words + "." if words else ""
 
 
-def render_html(data: dict, folder: Path) -> str:
-    """The page of a place or compare report (figures already written into ``folder``)."""
+def bound_text(data: dict) -> str:
+    """The header's lower bound: the table's, saying which bound it is, and the drawn step's own where it
+    differs (``Lower bound 0.396 ms (the least over m = 1, 2 of ...); the returned count's step (m = 1) has
+    its own bound, 0.402 ms.``)."""
+    b = data.get("lower_bound")
+    if not isinstance(b, dict):  # a report.json from before it said which bound
+        return f"Lower bound {_ms(data['schedule']['lower_bound_s'])} ms."
+    text = f"Lower bound {_ms(b['lower_bound_s'])} ms ({b['which']})"
+    own = b.get("drawn_s")
+    if isinstance(own, int | float) and not math.isclose(own, b["lower_bound_s"], rel_tol=1e-9, abs_tol=0.0):
+        text += f"; {b['drawn']} has its own bound, {_ms(own)} ms"
+    return text + "."
+
+
+def render_html(data: dict, folder: Path, link: str = "") -> str:
+    """The page of a place or compare report (figures, report.json and trace.json already written into
+    ``folder``, which the page reaches as ``link``: empty beside it, else ``NAME_files/``)."""
     figs = data["figures"]
     text = captions(data)
     prov = dict(data["provenance"])
@@ -334,7 +362,7 @@ def render_html(data: dict, folder: Path) -> str:
     s = data["schedule"]
 
     def figure(name):
-        return _figure(folder, name, figs[name], text)
+        return _figure(folder, name, figs[name], text, link)
 
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
@@ -342,9 +370,9 @@ def render_html(data: dict, folder: Path) -> str:
         f"<h1>{esc(data['title'])}</h1>",
         f"<p><span class=tag>{esc(data['kind'])} run</span> <span class=tag>evaluator: "
         f"{esc(prov.get('evaluator'))}</span> Schedule, memory and trace of {esc(s['source'])}, simulated: step "
-        f"{_ms(s['step_time_s'])} ms, lower bound {_ms(s['lower_bound_s'])} ms.{esc(_utilisation(data))} Data: "
-        '<a href="report.json">report.json</a>; Chrome trace (opens in Perfetto): '
-        '<a href="trace.json">trace.json</a>.</p>',
+        f"{_ms(s['step_time_s'])} ms. {esc(bound_text(data))}{esc(_utilisation(data))} Data: "
+        f'<a href="{esc(link)}report.json">{esc(link)}report.json</a>; Chrome trace (opens in Perfetto): '
+        f'<a href="{esc(link)}trace.json">{esc(link)}trace.json</a>.</p>',
         "<h2>Step times</h2>", start_line(data), _bars_table(data),
         "<p class=note>/ single: the step time over the best single device's; / LB: over the lower bound.</p>",
         _by_m_table(data),
@@ -361,11 +389,15 @@ def render_html(data: dict, folder: Path) -> str:
     return "\n".join(parts)
 
 
-def render_paper_html(data: dict, folder: Path, table_text: str) -> str:
-    """The paper experiment's page: the headline table, its figure, links to each pair's report."""
+def render_paper_html(data: dict, folder: Path, table_text: str, *, link: str = "", run_dir: Path | None = None,
+                      runs: str = "") -> str:
+    """The paper experiment's page: the headline table, its figure, links to each pair's report.
+    ``folder``: where its figure and report.json were written, reached from the page as ``link``;
+    ``run_dir``: the paper folder (default ``folder``), reached from the page as ``runs``."""
     fig = data["figures"]["paper_reductions"]
-    links = "".join(f'<li><a href="{esc(p)}/report.html">{esc(p)}</a></li>' for p in data["pairs"]
-                    if (folder / p / "report.html").exists())  # fmt: skip
+    run_dir = folder if run_dir is None else run_dir
+    links = "".join(f'<li><a href="{esc(runs + p)}/report.html">{esc(p)}</a></li>' for p in data["pairs"]
+                    if (run_dir / p / "report.html").exists())  # fmt: skip
     cfg = data["config"]
     return "\n".join([
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
@@ -373,10 +405,12 @@ def render_paper_html(data: dict, folder: Path, table_text: str) -> str:
         "<h1>The Post paper's comparison, reproduced by postplace paper</h1>",
         f"<p><span class=tag>evaluator: {esc(data.get('evaluator'))}</span> {esc(data['paper_claim']['source'])}.</p>",
         "<h2>Headline</h2><pre>" + esc(table_text) + "</pre>",
-        _figure(folder, "paper_reductions", fig),
+        _figure(folder, "paper_reductions", fig, link=link),
         "<h2>Each model and machine</h2><ul>" + links + "</ul>",
         "<h2>Provenance</h2>", kv_table({**cfg, "wall_time_of_the_last_call_s": data.get("wall_time_s_this_call"),
                                           "versions": data.get("versions", {})}),
-        f"<p>Data: <a href=\"paper.json\">paper.json</a>. Written {esc(data.get('created_utc', ''))}.</p>",
+        f"<p>Data: <a href=\"{esc(runs)}paper.json\">{esc(runs)}paper.json</a>, "
+        f"<a href=\"{esc(link)}report.json\">{esc(link)}report.json</a>. "
+        f"Written {esc(data.get('created_utc', ''))}.</p>",
         "</body></html>",
     ])  # fmt: skip

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace.report.text import clip
+
 DPI = 100
 PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
 KIND_STYLE = {  # bar colour and hatch per kind of row
@@ -38,19 +40,62 @@ def _ms(v):
     return None if v is None else v * 1e3
 
 
-def _save(fig, folder: Path, name: str) -> dict:
+def _save(fig, folder: Path, name: str, extra: dict | None = None) -> dict:
     path = folder / f"{name}.png"
     w, h = fig.get_size_inches()
     fig.savefig(path, dpi=DPI)
     _plt().close(fig)
-    return {"file": path.name, "width_px": int(round(w * DPI)), "height_px": int(round(h * DPI))}
+    return {"file": path.name, "width_px": int(round(w * DPI)), "height_px": int(round(h * DPI)), **(extra or {})}
 
 
-def _reference_lines(ax, lines: dict, *, vertical: bool = False) -> None:
-    for key, label, style in (("single_device_s", "best single device", "--"), ("lower_bound_s", "lower bound", ":")):
+OUTLIER = 10.0
+"""A value more than this many times the median of a figure's values is drawn off scale: the axis stops
+at the largest of the rest, and the outlier is marked with its value (a 53-second CPU row beside 0.2-0.9 s
+candidates flattened every bar and curve that mattered)."""
+
+
+def off_scale_limit(values_ms) -> float | None:
+    """The axis's top value when some of a figure's values are outliers (more than :data:`OUTLIER` times the
+    median of its finite positive values): the largest of the others; None when none is an outlier.
+
+    Why an axis cut and not a log scale: the candidates that matter stay on a linear axis, where a bar 20%
+    longer is a step 20% slower (on a log axis from 0.2 ms to 50 s, 240 against 290 ms is a hair), and the
+    outlier's value is printed where it is marked."""
+    v = np.array([x for x in values_ms if x is not None and np.isfinite(x) and x > 0], dtype=float)
+    if v.size < 2:
+        return None
+    rest = v[v <= OUTLIER * float(np.median(v))]
+    return float(rest.max()) if rest.size < v.size else None
+
+
+def _fmt_ms(v: float) -> str:
+    """A step time in ms as the figures print one: 3 significant digits, whole ms with commas from 1,000
+    to 9,999,999, powers of ten past them (a label that fits beside the axes)."""
+    return f"{v:,.0f} ms" if 1000 <= v < 1e7 else f"{v:.3g} ms"
+
+
+REFERENCE = (("single_device_s", "best single device", "--"), ("lower_bound_s", "lower bound", ":"))
+
+
+def _reference_lines(ax, lines: dict, *, vertical: bool = False, limit: float | None = None) -> list[str]:
+    """The best single device and the lower bound as lines; one past ``limit`` (ms, an axis cut by
+    :func:`off_scale_limit`) keeps its legend entry, saying it is off scale, and is named with its value
+    in the axes' top corner (the bar chart's legend gives the value). Returns those off scale, with
+    their values."""
+    off = []
+    for key, label, style in REFERENCE:
         v = lines.get(key)
-        if isinstance(v, int | float) and np.isfinite(v):
-            (ax.axvline if vertical else ax.axhline)(v * 1e3, color="black", ls=style, lw=1, label=label)
+        if not (isinstance(v, int | float) and np.isfinite(v)):
+            continue
+        if limit is not None and v * 1e3 > limit:
+            ax.plot([], [], color="black", ls=style, lw=1, label=f"{label} (off scale)")
+            off.append(f"{label} {_fmt_ms(v * 1e3)}")
+            continue
+        (ax.axvline if vertical else ax.axhline)(v * 1e3, color="black", ls=style, lw=1, label=label)
+    if off and not vertical:  # the bar chart's legend gives their values
+        ax.text(0.99, 0.97, "off scale \u2191 " + "; ".join(off), transform=ax.transAxes, ha="right", va="top",
+                fontsize=8, bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 2})  # fmt: skip
+    return off
 
 
 def _colours(n: int):
@@ -88,23 +133,27 @@ def curve_label(c: dict) -> str:
 
 def learning_curves(data: dict, folder: Path) -> dict:
     """Best-so-far step time against samples (median and range over seeds) and against wall time. A
-    curve with no feasible sample draws nothing and is named in a note (never a failed report)."""
+    curve with no feasible sample draws nothing and is named in a note (never a failed report). A curve
+    or reference line far above the rest (:func:`off_scale_limit`) is left above the axis, its legend
+    entry saying so with its value, so that it does not flatten the curves that matter."""
     plt = _plt()
     curves = data["curves"]
+    lo, hi, limit = _curve_scale(curves, data["lines"])
+    labels = [curve_label(c) + _off_scale_words(c, limit) for c in curves]
     figs = {}
     fig, ax = plt.subplots(figsize=(9, 5.2))
     drawn = False
-    for c, col in zip(curves, _colours(len(curves)), strict=True):
+    for c, col, label in zip(curves, _colours(len(curves)), labels, strict=True):
         x = np.array(c["x_samples"], dtype=float)
-        med, lo, hi = _nan_ms(c["median_s"]), _nan_ms(c["min_s"]), _nan_ms(c["max_s"])
+        med, lo_s, hi_s = _nan_ms(c["median_s"]), _nan_ms(c["min_s"]), _nan_ms(c["max_s"])
         seeds = len(c["seeds"])
         if not np.isfinite(med).any():
             continue
-        ax.step(x, med, where="post", color=col, lw=1.6, label=curve_label(c))
+        ax.step(x, med, where="post", color=col, lw=1.6, label=label)
         drawn = True
         if seeds > 1:
-            ax.fill_between(x, lo, hi, step="post", color=col, alpha=0.18, lw=0)
-    _reference_lines(ax, data["lines"])
+            ax.fill_between(x, lo_s, hi_s, step="post", color=col, alpha=0.18, lw=0)
+    off = _reference_lines(ax, data["lines"], limit=limit)
     _no_feasible_note(ax, curves)
     if not drawn and any(c["x_samples"] for c in curves):  # the samples taken, though none fits
         ax.set_xlim(0, max(c["x_samples"][-1] for c in curves if c["x_samples"]))
@@ -113,11 +162,12 @@ def learning_curves(data: dict, folder: Path) -> dict:
     many = any(len(c["seeds"]) > 1 for c in curves)
     ax.set_title("learning curves: best feasible step time against samples"
                  + (" (line: median, band: min-max over seeds)" if many else ""))  # fmt: skip
-    _ylim_from_curves(ax, curves, data["lines"])
+    if lo is not None:
+        ax.set_ylim(lo, hi)
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
-    figs["curves_samples"] = _save(fig, folder, "curves_samples")
+    figs["curves_samples"] = _save(fig, folder, "curves_samples", _scale_info(limit, off, curves, labels))
 
     fig, ax = plt.subplots(figsize=(9, 5.2))
     drawn_x = []  # wall times of points drawn (a finite step time at a finite time)
@@ -130,9 +180,10 @@ def learning_curves(data: dict, folder: Path) -> dict:
             if not ok.any():
                 continue
             drawn_x.extend(x[ok].tolist())
-            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85, label=None if labelled else c["strategy"])
+            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85,
+                    label=None if labelled else c["strategy"] + _off_scale_words(c, limit))  # fmt: skip
             labelled = True
-    _reference_lines(ax, data["lines"])
+    off = _reference_lines(ax, data["lines"], limit=limit)
     _no_feasible_note(ax, curves)
     log = any(v > 0 for v in drawn_x)  # a log axis with nothing positive on it cannot place its ticks
     if log:
@@ -143,17 +194,35 @@ def learning_curves(data: dict, folder: Path) -> dict:
     ax.set_title("learning curves against wall time" + (", one line per seed" if many else "") +
                  (" (time estimated from each run's total)" if any(s.startswith("estimated") for s in src) else ""),
                  fontsize=10)  # fmt: skip
-    _ylim_from_curves(ax, curves, data["lines"])
+    if lo is not None:
+        ax.set_ylim(lo, hi)
     ax.grid(alpha=0.3)
     _legend(ax)
     fig.tight_layout()
-    figs["curves_wall"] = _save(fig, folder, "curves_wall")
+    figs["curves_wall"] = _save(fig, folder, "curves_wall", _scale_info(limit, off, curves, labels))
     return figs
 
 
-def _ylim_from_curves(ax, curves, lines) -> None:
-    """Start the y axis just below the lower bound and stop it at the worst median after 5% of the budget
-    (the first samples are often many times worse than the rest and would flatten every curve)."""
+def _off_scale_words(curve: dict, limit: float | None) -> str:
+    """`` (off scale: best 50,873 ms)`` for a curve whose best stays above the axis's cut, else nothing."""
+    med = _nan_ms(curve["median_s"])
+    best = float(np.nanmin(med)) if np.isfinite(med).any() else None
+    return f" (off scale: best {_fmt_ms(best)})" if limit is not None and best is not None and best > limit else ""
+
+
+def _scale_info(limit: float | None, lines_off: list[str], curves=(), labels=()) -> dict:
+    """What a figure drew off scale, for report.json and the caption: the axis's cut (ms) and each item
+    past it (a reference line, a curve or a bar, with its value)."""
+    off = list(lines_off) + [label for c, label in zip(curves, labels, strict=True) if _off_scale_words(c, limit)]
+    return {"axis_cut_ms": limit, "off_scale": off} if off else {}
+
+
+def _curve_scale(curves, lines) -> tuple[float | None, float | None, float | None]:
+    """The learning curves' y axis ``(bottom, top, cut)`` in ms: from just below the lower bound to the
+    worst median after 5% of the budget (the first samples are often many times worse than the rest and
+    would flatten every curve) or the best single device, whichever is higher, leaving out any of those
+    far above the rest (``cut``: :func:`off_scale_limit`; None when nothing is). None, None, None when no
+    curve has a feasible sample."""
     vals = []
     for c in curves:
         med = [v for v in c["median_s"] if v is not None and np.isfinite(v)]
@@ -164,15 +233,19 @@ def _ylim_from_curves(ax, curves, lines) -> None:
     single = lines.get("single_device_s")
     extra = [v for v in (lb, single) if isinstance(v, int | float) and np.isfinite(v)]
     if not vals:
-        return
-    lo = min(vals + extra) * 1e3
-    hi = max(vals + ([single] if single in extra else [])) * 1e3
+        return None, None, None
+    limit = off_scale_limit([v * 1e3 for v in vals + extra])
+    tops = [v * 1e3 for v in vals + ([single] if single in extra else [])]
+    tops = [v for v in tops if limit is None or v <= limit] or [limit]
+    lo = min([v * 1e3 for v in vals + extra] + tops)
+    hi = max(tops)
     pad = (hi - lo) * 0.08 or hi * 0.05 or 1.0
-    ax.set_ylim(lo - pad, hi + pad)
+    return lo - pad, hi + pad, limit
 
 
-def bar_legend_labels(data: dict) -> list[str]:
-    """The bar chart's legend: the kinds of bar drawn, then the reference lines with their values."""
+def bar_legend_labels(data: dict, limit: float | None = None) -> list[str]:
+    """The bar chart's legend: the kinds of bar drawn, then the reference lines with their values (those
+    past ``limit``, the axis's cut in ms, marked off scale)."""
     from postplace.report._data import seeds_of
 
     n = seeds_of(data)
@@ -181,31 +254,47 @@ def bar_legend_labels(data: dict) -> list[str]:
             "data-parallel": "* data parallelism (micro-batch k on GPU k)", "returned": "returned",
             "single": "single device", "warm start": "warm start"}  # fmt: skip
     out = [text[k] for k in LEGEND_KINDS if any(b["kind"] == k for b in data["bars"])]
-    for key, label in (("single_device_s", "best single device"), ("lower_bound_s", "lower bound")):
+    for key, label, _style in REFERENCE:
         v = data["lines"].get(key)
         if isinstance(v, int | float) and np.isfinite(v):
-            out.append(f"{label} {v * 1e3:.3g} ms")
+            out.append(f"{label} {_fmt_ms(v * 1e3)}" + (" (off scale)" if limit is not None and v * 1e3 > limit
+                                                        else ""))  # fmt: skip
     return out
 
 
 def bar_chart(data: dict, folder: Path) -> dict:
     """Best step time per strategy, each bar labelled with its value; one-shot placers and data
     parallelism hatched; the best single device and the lower bound as vertical lines. The legend sits
-    below the axes, so it hides no bar and no label."""
+    below the axes, so it hides no bar and no label. A bar or line far past the rest
+    (:func:`off_scale_limit`: a CPU row 100 times the others) does not set the axis: the axis stops past
+    the others, the bar is broken (white strokes) at its end and labelled with its value."""
     plt = _plt()
     bars = list(data["bars"])
     fig, ax = plt.subplots(figsize=(9, max(2.6, 0.36 * len(bars) + 1.4) + 0.8))
     y = np.arange(len(bars))[::-1]
-    top = max([_ms(b["best_s"]) for b in bars if b.get("best_s") is not None]
+    values = ([_ms(b["best_s"]) for b in bars if b.get("best_s") is not None]
               + [_ms(b["max_s"]) for b in bars if b.get("max_s") is not None and b["kind"] == "search"]
-              + [v * 1e3 for v in data["lines"].values() if isinstance(v, int | float) and np.isfinite(v)],
-              default=1.0)  # fmt: skip
+              + [v * 1e3 for v in data["lines"].values() if isinstance(v, int | float) and np.isfinite(v)])  # fmt: skip
+    limit = off_scale_limit(values)
+    top = limit if limit is not None else max(values, default=1.0)
+    right = top * 1.12
+    off = []
     for yi, b in zip(y, bars, strict=True):
         colour, hatch = KIND_STYLE.get(b["kind"], ("#4C72B0", ""))
         v = _ms(b.get("best_s"))
         if v is None:
-            why = (b.get("note") or "no feasible placement").split(":")[0][:40]
+            why = clip((b.get("note") or "no feasible placement").split(":")[0], 48)
             ax.text(0, yi, f"  none ({why})", va="center", fontsize=8)
+            continue
+        if limit is not None and v > limit:  # broken at the axis's end, its value written on it
+            ax.barh(yi, right, color=colour, hatch=hatch, edgecolor="black", lw=0.5)
+            for dx in (0.0, 0.018):
+                x0 = top * (1.035 + dx)
+                ax.plot([x0 - top * 0.008, x0 + top * 0.008], [yi - 0.45, yi + 0.45], color="white", lw=2.5,
+                        solid_capstyle="butt")  # fmt: skip
+            ax.text(top, yi, f"{_fmt_ms(v)}, off scale" + (" OOM" if b.get("oom") else ""), va="center",
+                    ha="right", fontsize=8, bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 1})  # fmt: skip
+            off.append(f"{b['label']} {_fmt_ms(v)}")
             continue
         xerr = None
         if (
@@ -216,26 +305,27 @@ def bar_chart(data: dict, folder: Path) -> dict:
         ):
             xerr = [[v - b["min_s"] * 1e3], [b["max_s"] * 1e3 - v]]
         ax.barh(yi, v, color=colour, hatch=hatch, edgecolor="black", lw=0.5, xerr=xerr, capsize=3)
-        end = b["max_s"] * 1e3 if xerr is not None else v
+        end = min(b["max_s"] * 1e3 if xerr is not None else v, top)
         ax.text(end + top * 0.01, yi, f"{v:.3g}" + (" OOM" if b.get("oom") else ""), va="center", fontsize=8,
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8})  # fmt: skip
     ax.set_yticks(y, [b["label"] + (" *" if b["kind"] == "data-parallel" else "") for b in bars], fontsize=9)
-    ax.set_xlim(0, top * 1.12)
-    _reference_lines(ax, data["lines"], vertical=True)
+    ax.set_xlim(0, right)
+    off += _reference_lines(ax, data["lines"], vertical=True, limit=limit)
     from matplotlib.patches import Patch
 
-    labels = bar_legend_labels(data)
+    labels = bar_legend_labels(data, limit)
     kinds = [k for k in LEGEND_KINDS if any(b["kind"] == k for b in bars)]  # as bar_legend_labels names them
     handles = [Patch(facecolor=KIND_STYLE.get(k, ("#4C72B0", ""))[0], hatch=KIND_STYLE.get(k, ("", ""))[1],
                      edgecolor="black") for k in kinds]  # fmt: skip
     handles += ax.get_legend_handles_labels()[0]
     fig.legend(handles=handles, labels=labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
-    ax.set_xlabel("best step time (ms)")
+    cut = f"; axis cut at {_fmt_ms(top)}: longer bars broken, their value written" if limit is not None else ""
+    ax.set_xlabel(f"best step time (ms{cut})")
     ax.set_title("best step time per strategy (shorter is better)")
     ax.grid(axis="x", alpha=0.3)
     rows = (len(labels) + 2) // 3
     fig.tight_layout(rect=(0, 0.04 + 0.2 * rows / fig.get_size_inches()[1], 1, 1))
-    return {"bars": _save(fig, folder, "bars")}
+    return {"bars": _save(fig, folder, "bars", _scale_info(limit, off))}
 
 
 def gantt(data: dict, folder: Path) -> dict:
