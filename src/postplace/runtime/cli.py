@@ -1,6 +1,7 @@
 """What the runtime commands show, as plain functions returning text, so ``cli.py`` wires each in one line:
 ``postplace train MODEL --placement FILE --steps N [--map-all-to cpu]`` -> :func:`cmd_train`,
-``postplace calibrate MODEL`` -> :func:`cmd_calibrate`. Errors are :class:`PostplaceError` lines.
+``postplace calibrate MODEL`` -> :func:`cmd_calibrate`, ``postplace launch RUN_FOLDER`` -> :func:`cmd_launch`.
+Errors are :class:`PostplaceError` lines.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from postplace.errors import PostplaceError
 
-__all__ = ["cmd_calibrate", "cmd_train"]
+__all__ = ["cmd_calibrate", "cmd_launch", "cmd_train"]
 
 MAX_THREADS = 1024
 """The most torch threads ``--threads`` sets: beyond the cores of any machine, and OpenMP crashed the
@@ -146,7 +147,7 @@ def _size_for(model: str, placement: str, size: str | None) -> str:
 
 def cmd_train(
     model: str,
-    placement: str,
+    placement: str | None,
     steps: int = 10,
     *,
     size: str | None = None,
@@ -160,6 +161,7 @@ def cmd_train(
     colocation: str = "none",
     lr: float | None = None,
     precision: str | None = None,
+    as_json: bool = False,
 ) -> str:
     """``postplace train MODEL --placement FILE --steps N``: train zoo model ``MODEL`` (a fresh random batch
     every step) under a placement and report each step's measured time and loss, the median of the
@@ -178,7 +180,22 @@ def cmd_train(
     say (``mb0_...mb{m-1}_`` copies: m; none: 1); a count that disagrees with the file is one error line.
     ``optimizer``/``lr``/``precision``: the step's update and autocast dtype; default as the
     placement's run recorded them, else SGD (lr 0.1, momentum 0.9) in fp32.
+
+    ``MODEL`` may be a run folder of ``postplace place`` instead (``postplace train RUN_FOLDER``): its
+    zoo model and ``placement.json``, on its cluster unless ``cluster`` says otherwise. ``as_json``: one
+    JSON object ``{"losses": [...], "step_times_s": [...], ...}`` instead of the table (the losses
+    ``postplace launch RUN_FOLDER --json`` prints, from the same batches: torch's generator is seeded
+    with ``seed`` before the first step, the batches drawn from a generator seeded alike).
     """
+    if Path(model).is_dir():
+        from postplace.runtime.launcher import run_folder
+
+        if placement is not None:
+            raise PostplaceError(f"{model} is a run folder, whose placement is its placement.json; drop --placement")
+        run = run_folder(model)
+        model, placement, cluster = run["name"], str(run["placement"]), cluster or run["cluster"]
+    elif placement is None:
+        raise PostplaceError(f"give --placement FILE (or single:DEVICE) for zoo model '{model}', or a run folder")
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
     size = _size_for(model, placement, size)
@@ -191,7 +208,7 @@ def cmd_train(
     try:
         step = _step_for(placement, optimizer, lr, precision)
         return _train(model, placement, steps, size, cluster, map_all_to, device_map, step, seed, microbatches,
-                      colocation)  # fmt: skip
+                      colocation, as_json)  # fmt: skip
     finally:
         torch.set_num_threads(saved)
 
@@ -213,7 +230,7 @@ def _file_microbatches(spec: str, mb: int | None) -> tuple[int, bool]:
 
 
 def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_kw, seed, mb=None,
-           coloc="none") -> str:  # fmt: skip
+           coloc="none", as_json=False) -> str:  # fmt: skip
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
     from postplace.runtime.zoo_step import trace_zoo_step
@@ -249,7 +266,8 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
         lines.append(f"each step: {mb} micro-batches{src}, gradients accumulated, one {traced.optimizer.name} update")
     lines.append(f"update: {traced.optimizer}; precision {traced.precision}")
     lines.append(f"{'step':>5} {'loss':>10} {'time ms':>10}")
-    times = []
+    times, losses = [], []
+    torch.manual_seed(seed)  # random ops (dropout) draw as every rank of `postplace launch` does
     try:
         for k in range(steps):
             batch = [_random_like(x, gen) for x in traced.batch or traced.inputs]
@@ -257,6 +275,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
             loss = step(*batch)
             step.synchronize()
             value = float(loss)
+            losses.append(value)
             times.append(time.perf_counter() - t0)
             lines.append(f"{k + 1:5d} {value:10.4f} {times[-1] * 1e3:10.2f}")
     except torch.OutOfMemoryError as exc:
@@ -264,6 +283,12 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
         raise PostplaceError(f"step {len(times) + 1} ran out of device memory ({msg})") from None
     except (RuntimeError, AssertionError) as exc:
         raise PostplaceError(f"step {len(times) + 1} failed: {_explain(exc)}") from None
+    if as_json:
+        import json
+
+        return json.dumps({"losses": losses, "step_times_s": times, "placement": placement,
+                           "devices": dict(zip(step.device_names, map(str, step.torch_devices), strict=True)),
+                           "threads": torch.get_num_threads(), "seed": seed})  # fmt: skip
     tail = times[len(times) // 2 :]
     lines.append(
         f"measured step time: median {np.median(tail) * 1e3:.2f} ms over steps {steps - len(tail) + 1}..{steps} "
@@ -368,3 +393,55 @@ def cmd_calibrate(
             f"use them with: postplace simulate {out_graph} --cluster {out_cluster} --placement single:cpu",
         ]
     )
+
+
+def cmd_launch(
+    folder: str,
+    steps: int = 3,
+    *,
+    as_json: bool = False,
+    seed: int = 0,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    threads: int | None = 1,
+) -> str:
+    """``postplace launch RUN_FOLDER``: run the folder's placement with one process per device it uses
+    (:func:`postplace.runtime.launcher.launch_run`) and report each step's loss, and each rank's bytes per
+    step (measured, beside the simulator's for the same placement) and measured step time.
+
+    ``as_json``: one JSON object ``{"losses", "bytes_sent", "bytes_received", "ranks", "step_times_s",
+    "comm_times_s", "backend", "simulated_bytes_sent", "simulated_bytes_received", "measured_on"}``
+    (bytes per step, by rank).
+    """
+    import json
+
+    from postplace.runtime.launcher import launch_run
+
+    if threads is not None:
+        _check_threads(threads)
+    result, sim = launch_run(folder, steps=steps, seed=seed, timeout=timeout, backend=backend, threads=threads)
+    where = ("CPU processes (gloo) standing in for the devices" if backend == "gloo"
+             else "one process per GPU (nccl)")  # fmt: skip
+    if as_json:
+        simulated = {f"simulated_{k}": {str(r): n for r, n in v.items()} for k, v in sim.items()}
+        return json.dumps({**result.to_json(), **simulated, "measured_on": where, "steps": steps, "seed": seed})
+    plan = result.plan
+    lines = [
+        f"{folder}: {plan.world_size} processes by torch's elastic launcher, {len(plan.messages)} messages per step",
+        f"measured on {where}; torch {torch.__version__}, "
+        f"{threads if threads is not None else torch.get_num_threads()} CPU thread(s) per rank",
+        f"{'step':>5} {'loss':>12}",
+    ]
+    lines += [f"{k + 1:5d} {loss:12.6f}" for k, loss in enumerate(result.losses)]
+    lines.append("")
+    lines.append(f"{'rank':>4} {'device':8} {'sent B/step':>12} {'simulated':>12} {'received':>12} {'simulated':>12} "
+                 f"{'step ms':>9} {'comm ms':>9}")  # fmt: skip
+    for r, device in result.ranks.items():
+        tail = result.step_times_s[r][len(result.step_times_s[r]) // 2 :]
+        comm = result.comm_times_s[r][len(result.comm_times_s[r]) // 2 :]
+        lines.append(f"{r:4d} {device:8} {result.bytes_sent[r]:12,d} {sim['bytes_sent'][r]:12,d} "
+                     f"{result.bytes_received[r]:12,d} {sim['bytes_received'][r]:12,d} "
+                     f"{np.median(tail) * 1e3:9.2f} {np.median(comm) * 1e3:9.2f}")  # fmt: skip
+    lines.append("step and comm ms: medians over the second half of the steps (measured; comm: inside sends and "
+                 "receives, waits included)")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Placed steps as one process per device: measured step time per rank beside the simulated one.
+
+    python benchmarks/distributed_run.py [--models resnet50,gpt2] [--stages 2] [--microbatches 1] [--steps 10]
+                                         [--backend gloo]
+
+For each zoo model (small: batch 2) a GPipe-style pipeline (``place_pipeline``) over ``--stages`` GPUs of
+``k80x2`` / ``k80x4``, the step traced as ``--microbatches`` micro-batches, is launched through torch's elastic
+launcher (:func:`postplace.runtime.launch`), one process per stage, and timed: per rank the median
+step time over the second half of the steps, the part of it inside sends and receives (waits
+included), and the bytes it sent per step. Beside it: the same placement run in one process (every
+device on the CPU, transfers as copies, :func:`postplace.runtime.apply`), and the simulator's step
+time and bytes on the plan's cluster. With gloo the ranks are CPU processes standing in for the GPUs
+(each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
+``--backend nccl`` runs the ranks on their GPUs where they exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+
+from postplace.cluster import load_cluster
+from postplace.placers.pipeline import place_pipeline
+from postplace.runtime import apply, launch
+from postplace.runtime.launcher import RandomBatches
+from postplace.runtime.zoo_step import trace_zoo_step
+from postplace.sim import Simulator
+
+
+def one_process_ms(traced, placement, cluster, steps: int, threads: int) -> float:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        step = apply(traced.model, traced, placement, cluster, device_map="cpu")
+        batches = RandomBatches(0)
+        times = []
+        for _ in range(steps):
+            batch = batches(traced)
+            t0 = time.perf_counter()
+            float(step(*batch))
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(saved)
+    return float(np.median(times[len(times) // 2 :])) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,gpt2")
+    ap.add_argument("--stages", type=int, default=2, help="pipeline stages = processes (2 on k80x2, up to 4 on k80x4)")
+    ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--backend", default="gloo")
+    args = ap.parse_args()
+    cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
+    print(f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; backend {args.backend}, "
+          f"{args.threads} thread(s) per rank, {args.steps} steps (medians of the second half); cluster {cluster.name}, "
+          f"{args.microbatches} micro-batch(es)")  # fmt: skip
+    print(f"{'model':<10} {'rank':>4} {'device':<6} {'step ms':>8} {'comm ms':>8} {'sent B':>9} {'sim sent B':>10} "
+          f"{'1-proc ms':>9} {'sim ms':>8} {'launch s':>8}")  # fmt: skip
+    for name in args.models.split(","):
+        traced = trace_zoo_step(name, "small", microbatches=args.microbatches)
+        placement = place_pipeline(traced.graph, cluster, stages=args.stages)
+        schedule = Simulator(traced.graph, cluster).schedule(placement)
+        t0 = time.perf_counter()
+        result = launch(traced, placement, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend,
+                        threads=args.threads)  # fmt: skip
+        wall = time.perf_counter() - t0
+        single = one_process_ms(traced, placement, cluster, args.steps, args.threads)
+        sim_sent = {}
+        for _op, _slot, a, _b, nbytes, *_ in schedule.transfers:
+            sim_sent[a] = sim_sent.get(a, 0) + int(nbytes)
+        for r, device in result.ranks.items():
+            half = len(result.step_times_s[r]) // 2
+            step_ms = np.median(result.step_times_s[r][half:]) * 1e3
+            comm_ms = np.median(result.comm_times_s[r][half:]) * 1e3
+            d = result.plan.ranks[r]
+            print(f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
+                  f"{sim_sent.get(d, 0):10,d} {single:9.2f} {schedule.step_time * 1e3:8.3f} {wall:8.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,815 @@
+"""Run a placed step as one process per device over torch.distributed (DESIGN.md section 7).
+
+* :func:`run_rank`: what one rank runs: the rank's program of a :class:`~postplace.runtime.ranks.RankPlan`
+  with its own parameters, buffers and optimizer state only (those of the ops placed on its device),
+  every crossing tensor a ``torch.distributed`` send/recv. It is the per-rank entry point for users who
+  start ``torchrun`` themselves (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` from it);
+* :func:`launch`: starts those processes through torch's own launcher, the elastic agent behind
+  ``torchrun`` (:func:`torch.distributed.launcher.api.elastic_launch`, one node, ``--nproc-per-node``
+  = the devices the placement uses, c10d rendezvous on a free localhost port, no restarts), collects
+  every rank's result and turns any failure into one error line;
+* :func:`launch_run`: the same for a run folder of ``postplace place`` (``postplace launch RUN_FOLDER``).
+
+Backends: ``gloo`` (default) runs every rank on the CPU, processes standing in for the devices, so any
+placement runs and is checked on a CPU-only machine; ``nccl`` runs rank k on its GPU (``gpuK`` ->
+``cuda:K``), for placements on GPUs only.
+
+Faults: every rank's process group is made with ``timeout`` seconds, so a receive whose peer died or
+never sends fails within it (gloo notices a closed connection at once), a rank that never arrives fails
+the others' start within it, and the agent stops every rank as soon as one exits. Each failure becomes
+one line naming the rank, its device, the step and the message it waited for.
+
+What is not here yet: collectives (the ddp/zero/fsdp plans' rewritten steps), per-rank checkpoints,
+batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
+global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from postplace.errors import PostplaceError
+from postplace.runtime.ranks import RECV, SEND, RankPlan, incoming, outgoing, rank_plan
+
+__all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_run", "run_rank"]
+
+BACKENDS = ("gloo", "nccl")
+
+
+@dataclasses.dataclass
+class RankResult:
+    """What one rank returns: the losses it computed (the rank that holds the loss), its bytes sent and
+    received per step (measured: what it passed to torch.distributed), the seconds of each step and of
+    the sends and receives in it, and its parameters and buffers (CPU copies, by name)."""
+
+    rank: int
+    device: str
+    losses: list[float]
+    bytes_sent: int
+    bytes_received: int
+    step_times_s: list[float]
+    comm_times_s: list[float]
+    parameters: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    digest: str
+
+
+@dataclasses.dataclass
+class LaunchResult:
+    """What :func:`launch` returns.
+
+    Parameters
+    ----------
+    losses : list of float
+        The loss of every step.
+    ranks : dict of int to str
+        Each rank's logical device.
+    bytes_sent, bytes_received : dict of int to int
+        Bytes each rank sent and received per step (measured), by rank.
+    step_times_s, comm_times_s : dict of int to list of float
+        Each rank's measured seconds per step, and the part of it spent in sends and receives.
+    parameters, buffers : dict of str to torch.Tensor
+        The trained state gathered from the ranks (CPU tensors), by name.
+    held : dict of int to list of str
+        The parameters and buffers each rank held (its own only: those of the ops placed on its device).
+    backend : str
+    plan : RankPlan
+        The plan the ranks ran (built and checked before they started).
+    """
+
+    losses: list[float]
+    ranks: dict[int, str]
+    bytes_sent: dict[int, int]
+    bytes_received: dict[int, int]
+    step_times_s: dict[int, list[float]]
+    comm_times_s: dict[int, list[float]]
+    parameters: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    held: dict[int, list[str]]
+    backend: str
+    plan: RankPlan
+
+    def copy_to_model(self, model: torch.nn.Module) -> None:
+        """Write the trained parameters and buffers into ``model`` (a module with the traced names).
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+        """
+        with torch.no_grad():
+            for name, t in {**self.parameters, **self.buffers}.items():
+                target = model.get_parameter(name) if name in self.parameters else model.get_buffer(name)
+                target.copy_(t.to(target.device))
+
+    def to_json(self) -> dict:
+        """``{"losses", "bytes_sent", "bytes_received", "ranks", "step_times_s", "comm_times_s", "backend"}``
+        (rank keys as strings; bytes per step)."""
+        return {
+            "losses": self.losses,
+            "bytes_sent": {str(r): n for r, n in self.bytes_sent.items()},
+            "bytes_received": {str(r): n for r, n in self.bytes_received.items()},
+            "ranks": {str(r): d for r, d in self.ranks.items()},
+            "step_times_s": {str(r): t for r, t in self.step_times_s.items()},
+            "comm_times_s": {str(r): t for r, t in self.comm_times_s.items()},
+            "backend": self.backend,
+        }
+
+
+class RandomBatches:
+    """A fresh random batch every step, like the traced one (``postplace train``'s batches: floats from
+    a normal distribution, integers below the traced batch's largest + 1), from one seeded generator,
+    so every rank and the one-process ``train`` draw the same batches."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._gen = None
+
+    def __call__(self, traced) -> list[torch.Tensor]:
+        from postplace.runtime.cli import _random_like
+
+        if self._gen is None:
+            self._gen = torch.Generator().manual_seed(self.seed)
+        return [_random_like(x, self._gen) for x in traced.batch or traced.inputs]
+
+
+# ------------------------------------------------------------------------------ one rank
+class _PeerError(PostplaceError):
+    """A failure seen from one rank that another rank caused (a lost or late message, a group that did
+    not form): the launcher names the other rank's own failure first."""
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of a backend's error without its source location (``[.../pair.cc:537] ``) and
+    its boilerplate."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h|hpp):\d+\]\s*", "", text)
+    return text.split(". This is typically")[0][:160]
+
+
+class _Channel:
+    """Blocking sends and receives of one rank's messages, counted and timed, each failure one line."""
+
+    def __init__(self, plan: RankPlan, rank: int, device: torch.device, graph_names, step: list[int]):
+        import torch.distributed as dist
+
+        self.dist, self.plan, self.rank, self.device = dist, plan, rank, device
+        self.graph_names = graph_names
+        self.step = step
+        self.sent = self.received = 0
+        self.seconds = 0.0
+        self.tags = device.type == "cpu"  # gloo matches tags; NCCL ignores them
+
+    def _fail(self, verb: str, index: int, exc: BaseException, t0: float) -> PostplaceError:
+        m = self.plan.messages[index]
+        peer = m.dst if verb == "sending" else m.src
+        op = f", op {self.graph_names[m.op]}" if m.op >= 0 else ""
+        why = _short(exc)
+        return _PeerError(
+            f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: {verb} '{m.value}' ({m.nbytes:,} bytes{op}; "
+            f"message {index + 1} of {len(self.plan.messages)}) {'to' if verb == 'sending' else 'from'} "
+            f"{self.plan.rank_name(peer)} failed after {time.perf_counter() - t0:.1f} s: {why}"
+        )
+
+    def send(self, index: int, value: torch.Tensor) -> None:
+        m = self.plan.messages[index]
+        if m.numel == 0:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.dist.send(outgoing(m, value), dst=m.dst, tag=index if self.tags else 0)
+        except PostplaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - gloo and NCCL raise several kinds: each becomes one line
+            raise self._fail("sending", index, exc, t0) from None
+        self.seconds += time.perf_counter() - t0
+        self.sent += m.nbytes
+
+    def recv(self, index: int) -> torch.Tensor:
+        m = self.plan.messages[index]
+        t, flat = incoming(m, self.device)
+        if m.numel == 0:
+            return t
+        t0 = time.perf_counter()
+        try:
+            self.dist.recv(flat, src=m.src, tag=index if self.tags else 0)
+        except Exception as exc:  # noqa: BLE001 - as in send
+            raise self._fail("receiving", index, exc, t0) from None
+        self.seconds += time.perf_counter() - t0
+        self.received += m.nbytes
+        return t
+
+
+def _op_devices(traced, placement, devices) -> tuple[np.ndarray, list[str]]:
+    """(op-level device ids, device names) from a placement file, a mapping or an array."""
+    from postplace.runtime.placed import _device_names
+    from postplace.runtime.placed import _op_devices as op_devices
+
+    cluster = devices
+    if isinstance(devices, str | Path):
+        from postplace.cluster import load_cluster
+
+        cluster = load_cluster(devices)
+    if isinstance(placement, str | Path):
+        from postplace.cluster.placement import load_placement
+
+        if not hasattr(cluster, "device_names"):
+            raise PostplaceError(f"{placement}: reading a placement file needs its cluster (a preset, file or Cluster)")
+        if not Path(placement).is_file():
+            raise PostplaceError(f"{placement}: no such placement file")
+        return load_placement(placement, traced.graph, cluster), list(cluster.device_names)
+    if isinstance(placement, Mapping) and hasattr(cluster, "device_names"):
+        from postplace.cluster.placement import from_mapping
+
+        return from_mapping(traced.graph, cluster, dict(placement)), list(cluster.device_names)
+    names = _device_names(cluster, placement, traced.graph.num_ops)
+    return op_devices(traced.graph, placement, names), names
+
+
+def _rank_device(backend: str, plan: RankPlan, rank: int) -> torch.device:
+    if backend == "gloo":
+        return torch.device("cpu")
+    name = plan.device_names[plan.ranks[rank]]
+    from postplace.runtime.placed import default_device_map
+
+    return torch.device(default_device_map([name])[name])
+
+
+def _check_backend(backend: str, op_device, names) -> None:
+    """One line for a backend the placement's devices cannot use here."""
+    if backend not in BACKENDS:
+        raise PostplaceError(f"--backend '{backend}': use gloo (every rank on the CPU) or nccl (ranks on their GPUs)")
+    if backend == "nccl":
+        used = [names[d] for d in sorted({int(d) for d in np.unique(op_device)})]
+        cpu = [n for n in used if not (n.startswith("gpu") and n[3:].isdigit())]
+        if cpu:
+            raise PostplaceError(f"--backend nccl: the placement uses {cpu[0]}, which is not a GPU (gpuK); NCCL sends "
+                                 "between GPUs only: use --backend gloo")  # fmt: skip
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        need = max(int(n[3:]) for n in used) + 1
+        if have < need:
+            raise PostplaceError(f"--backend nccl: the placement uses {', '.join(used)}, and this machine has {have} "
+                                 f"CUDA device(s); run it where the GPUs are, or use --backend gloo")  # fmt: skip
+
+
+def _check_steps(steps: int) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise PostplaceError(f"--steps {steps}: give at least 1 step")
+
+
+def _check_timeout(timeout: float) -> None:
+    if not (isinstance(timeout, int | float) and np.isfinite(timeout) and timeout > 0):
+        raise PostplaceError(f"--timeout {timeout}: give the seconds a rank waits for a peer (more than 0)")
+
+
+def run_rank(
+    traced,
+    placement,
+    devices=None,
+    *,
+    steps: int = 1,
+    batches: Callable | None = None,
+    seed: int = 0,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    threads: int | None = 1,
+) -> RankResult:
+    """Run this process's rank of a placed step for ``steps`` training steps (under ``torchrun``).
+
+    The per-rank entry point for users who start ``torchrun`` themselves. Every rank calls it with the
+    same arguments; it joins the default process group (made here from the environment ``torchrun``
+    sets when none exists, with ``timeout``), builds the :class:`~postplace.runtime.ranks.RankPlan`,
+    checks it (:meth:`~postplace.runtime.ranks.RankPlan.check`) and that every rank built the same one,
+    copies the rank's own parameters, buffers and optimizer state (the traced model itself stays whole
+    in every process; :func:`launch` sends each rank its own state only), and runs its program. A
+    script for ``torchrun --nproc-per-node 2 script.py``::
+
+        from postplace.runtime.launcher import run_rank
+        from postplace.runtime.zoo_step import trace_zoo_step
+
+        result = run_rank(trace_zoo_step("gpt2", "small"), "run/placement.json", "k80x2", steps=3)
+        print(result.rank, result.losses, result.bytes_sent)
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The traced step; its model's current weights are where the ranks start (each copies only its own).
+    placement : path, mapping or array of int
+        A ``placement.json`` (with ``devices`` a cluster), ``{op name: device name}``, or device ids per op.
+    devices : Cluster, str or list of str, optional
+        The placement's cluster (a preset or file) or its device names.
+    steps : int
+        Training steps.
+    batches : callable, optional
+        ``batches(traced) -> tensors``: the full batch of the next step (inputs, then targets), called
+        once per step on every rank alike; default: the traced batch every step.
+    seed : int
+        Every rank seeds torch's generator with it before the first step (random ops draw alike).
+    timeout : float
+        Seconds any rank waits for a peer (process group start, every receive).
+    backend : {"gloo", "nccl"}
+    threads : int, optional
+        torch CPU threads per rank (default 1; None leaves them).
+
+    Returns
+    -------
+    RankResult
+
+    Raises
+    ------
+    PostplaceError
+        One line: a world size that is not the number of devices the placement uses, ranks that built
+        different plans, a peer that died, failed or did not answer within ``timeout``.
+    """
+    import torch.distributed as dist
+
+    _check_steps(steps)
+    _check_timeout(timeout)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    op_device, names = _op_devices(traced, placement, devices)
+    _check_backend(backend, op_device, names)
+    plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
+    plan.check()
+    created = not dist.is_initialized()
+    if created:
+        _join(backend, timeout, os.environ.get("RANK", "?"))
+    try:
+        rank = _agree(plan)
+        device = _rank_device(backend, plan, rank)
+        args, owned = _rank_state(traced, plan, rank)
+        op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
+        return _execute(plan, rank, device, args, owned, traced, batches, steps, seed, op_names, None)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def _agree(plan: RankPlan) -> int:
+    """This process's rank, once the world is one process per device of ``plan`` and every rank built
+    the same plan (digests compared through the process group's store, not its messages)."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    names = plan.device_names
+    if world != plan.world_size:
+        used = ", ".join(names[d] for d in plan.ranks)
+        raise PostplaceError(f"rank {rank}: the world has {world} processes, but the placement uses "
+                             f"{plan.world_size} devices ({used}); start one process per device")  # fmt: skip
+    digest = plan.digest()
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"postplace/plan/{rank}", digest)
+    for r in range(world):
+        other = store.get(f"postplace/plan/{r}").decode()
+        if other != digest:
+            raise PostplaceError(f"{plan.rank_name(rank)} and {plan.rank_name(r)} built different plans (digests "
+                                 f"{digest} and {other}): every rank must run one placement of one step")  # fmt: skip
+    return rank
+
+
+def _execute(plan: RankPlan, rank: int, device: torch.device, args: list, owned: dict, inputs, batches, steps: int,
+             seed: int, op_names: dict, progress: Path | None) -> RankResult:  # fmt: skip
+    """Run rank ``rank``'s program ``steps`` times on ``device`` with its state ``args`` (``owned``:
+    position in ``args`` -> ``(kind, name)`` of its parameters and buffers)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    prog = plan.programs[rank]
+    gm = prog.gm.to(device)
+    args = [t.to(device) for t in args]
+    step_no = [0]
+    channel = _Channel(plan, rank, device, op_names, step_no)
+    for name in (SEND, RECV):  # a program that sends or receives nothing has no such module
+        if hasattr(gm, name):
+            getattr(gm, name).channel = channel
+    losses, times, comm = [], [], []
+    per_step = (0, 0)
+    torch.manual_seed(seed)
+    for k in range(steps):
+        step_no[0] = k
+        if progress is not None:
+            progress.write_text(str(k + 1))
+        full = batches(inputs) if batches is not None else ()
+        xs = inputs.split_batch(tuple(full))
+        batch = [xs[i - plan.n_persistent].to(device, copy=True) for i in prog.inputs if i >= plan.n_persistent]
+        sent, received, seconds = channel.sent, channel.received, channel.seconds
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = gm(*args, *batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if 0 in prog.outputs:
+            losses.append(float(out[prog.outputs.index(0)]))
+        times.append(time.perf_counter() - t0)
+        comm.append(channel.seconds - seconds)
+        per_step = (channel.sent - sent, channel.received - received)
+    params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
+    bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
+    return RankResult(rank, plan.device_names[plan.ranks[rank]], losses, per_step[0], per_step[1], times, comm,
+                      params, bufs, plan.digest())  # fmt: skip
+
+
+def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], dict[int, tuple[str, str]]]:
+    """The persistent placeholders of one rank (its parameters, buffers, optimizer state), as CPU copies
+    of the model's and zeros; and which of them are parameters or buffers: position -> (kind, name)."""
+    pnames = [n for n, _ in traced.model.named_parameters()]
+    bnames = [n for n, _ in traced.model.named_buffers()]
+    params = [p.detach() for p in traced.model.parameters()]
+    bufs = [b.detach() for b in traced.model.buffers()]
+    state = [t for i, p in enumerate(params) for t in traced.optimizer.initial_state(i, p, device="meta")]
+    if len(params) + len(bufs) + len(state) != plan.n_persistent:
+        raise PostplaceError("the traced step's parameters, buffers and optimizer state do not match its placeholders")
+    args, owned = [], {}
+    for i in plan.programs[rank].inputs:
+        if i >= plan.n_persistent:
+            break
+        if i < len(params):
+            owned[len(args)] = ("parameter", pnames[i])
+            args.append(params[i].to("cpu", copy=True))
+        elif i < len(params) + len(bufs):
+            owned[len(args)] = ("buffer", bnames[i - len(params)])
+            args.append(bufs[i - len(params)].to("cpu", copy=True))
+        else:
+            args.append(torch.zeros_like(state[i - len(params) - len(bufs)], device="cpu"))
+    return args, owned
+
+
+# ------------------------------------------------------------------------------ the launcher
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """What a launched rank keeps of the traced step's batch: the traced tensors (the template of
+    :class:`RandomBatches`) and how a batch splits into micro-batches (``Traced.split_batch``)."""
+
+    inputs: tuple
+    batch: tuple
+    microbatches: int
+
+    def split_batch(self, tensors) -> tuple:
+        from postplace.graph.trace_torch import Traced
+
+        return Traced.split_batch(self, tensors)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What every worker process reads (``folder/job.pkl``); its state it reads from
+    ``folder/state-RANK.pt``, written for it alone."""
+
+    plan: RankPlan
+    inputs: _Inputs
+    op_names: dict
+    steps: int
+    batches: Callable | None
+    seed: int
+    timeout: float
+    backend: str
+    threads: int | None
+    folder: str
+
+
+def _worker(folder: str) -> RankResult:
+    """The entry point of one launched process: read the job (``folder/job.pkl``: a file, so that
+    starting a process never waits on a pipe the child reads only after its imports), join the group,
+    load this rank's state, run its program; a failure leaves its one line in ``folder`` (``error-RANK``,
+    written before the group is left, so a rank's own failure is older than its peers' lost messages)."""
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    folder = Path(folder)
+    joined = False
+    try:
+        job = pickle.loads((folder / "job.pkl").read_bytes())
+        if job.threads is not None:
+            torch.set_num_threads(job.threads)
+        _join(job.backend, job.timeout, rank)
+        joined = True
+        rank = _agree(job.plan)
+        state = torch.load(folder / f"state-{rank}.pt", weights_only=True)
+        device = _rank_device(job.backend, job.plan, rank)
+        return _execute(job.plan, rank, device, state["args"], state["owned"], job.inputs, job.batches, job.steps,
+                        job.seed, job.op_names, folder / f"step-{rank}")  # fmt: skip
+    except BaseException as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not isinstance(exc, PostplaceError):
+            step = folder / f"step-{rank}"
+            where = f", step {step.read_text()}" if step.is_file() else ""
+            name = job.plan.rank_name(rank) if joined else f"rank {rank}"
+            msg = f"{name}{where}: {type(exc).__name__}: {msg[:300]}"
+        kind = "peer" if isinstance(exc, _PeerError) else "own"
+        (folder / f"error-{rank}").write_text(f"{kind}\n{msg}")
+        raise
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+def _join(backend: str, timeout: float, rank) -> None:
+    """The default process group from the environment (``torchrun``'s variables), each failure one line."""
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+    except Exception as exc:  # noqa: BLE001 - the store's and the backends' errors alike become one line
+        raise _PeerError(f"rank {rank}: the process group did not form within {timeout:g} s ({_short(exc)}); "
+                         "start every rank (one per device) and check MASTER_ADDR/MASTER_PORT") from None  # fmt: skip
+
+
+def launch(
+    traced,
+    placement,
+    devices=None,
+    *,
+    steps: int = 3,
+    batches: Callable | None = None,
+    seed: int = 0,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    threads: int | None = 1,
+) -> LaunchResult:
+    """Run a placed step as one process per device, through torch's elastic launcher (torchrun's agent).
+
+    Everything that can be checked is checked here, before any process starts: the placement against
+    the traced step, the per-rank programs (:meth:`~postplace.runtime.ranks.RankPlan.check`), the
+    backend against the devices. Each rank's parameters, buffers and optimizer state are written to a
+    file of its own; then one process per device the placement uses receives the plan, loads its own
+    state only, and runs ``steps`` steps. Nothing is traced again in the ranks.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The traced step (``trace(model, inputs, loss_fn, targets=...)``, or a zoo model's); its model's
+        current weights are where the ranks start.
+    placement : path, mapping or array of int
+        As for :func:`run_rank`.
+    devices : Cluster, str or list of str, optional
+        The placement's cluster or device names.
+    steps, batches, seed, timeout, backend, threads
+        As for :func:`run_rank`; ``batches`` must be picklable (a module-level function or class
+        instance), each rank calling its own copy as ``batches(inputs)`` where ``inputs`` has the traced
+        step's ``inputs``, ``batch`` and ``split_batch``.
+
+    Returns
+    -------
+    LaunchResult
+
+    Raises
+    ------
+    PostplaceError
+        One line: bad input before any process starts; else the failure of the first rank that failed
+        (a rank that died, a peer that did not answer within ``timeout``, ranks that disagree).
+
+    Notes
+    -----
+    A sketch (the tests run it; the caller's main module must be importable, as for any spawned
+    process: guard the script with ``if __name__ == "__main__":``)::
+
+        from postplace.runtime.zoo_step import trace_zoo_step
+
+        result = launch(trace_zoo_step("gpt2", "small"), "run/placement.json", "k80x2", steps=3)
+        result.losses, result.bytes_sent
+    """
+    _check_steps(steps)
+    _check_timeout(timeout)
+    op_device, names = _op_devices(traced, placement, devices)
+    return _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads)
+
+
+def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads) -> LaunchResult:
+    _check_backend(backend, op_device, names)
+    plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
+    plan.check()
+    folder = Path(tempfile.mkdtemp(prefix="postplace-launch-"))
+    try:
+        for r in range(plan.world_size):
+            args, owned = _rank_state(traced, plan, r)
+            torch.save({"args": args, "owned": owned}, folder / f"state-{r}.pt")
+        inputs = _Inputs(tuple(traced.inputs), tuple(traced.batch), traced.microbatches)
+        op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
+        job = _Job(plan, inputs, op_names, steps, batches, seed, float(timeout), backend, threads, str(folder))
+        try:
+            (folder / "job.pkl").write_bytes(pickle.dumps(job))
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise PostplaceError(f"the ranks' job cannot be sent to their processes ({exc}); give batches= a "
+                                 "module-level function or class instance") from None  # fmt: skip
+        results = _elastic(job, plan)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    losses = next((r.losses for r in results.values() if r.losses), [])
+    params, bufs = {}, {}
+    for r in results.values():
+        params.update(r.parameters)
+        bufs.update(r.buffers)
+    order = [n for n, _ in traced.model.named_parameters()]
+    border = [n for n, _ in traced.model.named_buffers()]
+    ranks = sorted(results)
+    return LaunchResult(
+        losses=losses,
+        ranks={r: results[r].device for r in ranks},
+        bytes_sent={r: results[r].bytes_sent for r in ranks},
+        bytes_received={r: results[r].bytes_received for r in ranks},
+        step_times_s={r: results[r].step_times_s for r in ranks},
+        comm_times_s={r: results[r].comm_times_s for r in ranks},
+        parameters={n: params[n] for n in order if n in params},
+        buffers={n: bufs[n] for n in border if n in bufs},
+        held={r: [*results[r].parameters, *results[r].buffers] for r in ranks},
+        backend=backend,
+        plan=plan,
+    )
+
+
+def _elastic(job: _Job, plan: RankPlan) -> dict[int, RankResult]:
+    """The processes, through ``elastic_launch``; the agent's handlers, environment and logging as they were."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=plan.world_size,
+        run_id=f"postplace-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        rdzv_configs={"join_timeout": max(int(job.timeout), 1)},
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=job.folder, redirects=Std.ALL),
+    )
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    env = dict(os.environ)
+    quiet = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.distributed.launcher",
+                                            "torch.multiprocessing.spawn")]  # fmt: skip
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
+    try:
+        return elastic_launch(config, _worker)(job.folder)
+    except ChildFailedError as exc:
+        raise PostplaceError(_failure_line(exc, job, plan)) from None
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
+        for s, h in handlers.items():
+            if h is not None:
+                signal.signal(s, h)
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _failure_line(exc, job: _Job, plan: RankPlan) -> str:
+    """One line from the agent's failures and the ranks' own lines: ranks that died first, then ranks
+    that failed on their own, then what their peers saw (a lost or late message), oldest first."""
+    folder = Path(job.folder)
+    died, own, peer = [], [], []
+    for r in range(plan.world_size):
+        step = folder / f"step-{r}"
+        at = f" in step {step.read_text()}" if step.is_file() else " before its first step"
+        err = folder / f"error-{r}"
+        if err.is_file():
+            kind, _, text = err.read_text().partition("\n")
+            (peer if kind == "peer" else own).append((err.stat().st_mtime, text.strip()))
+        elif r in exc.failures:
+            code = exc.failures[r].exitcode
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            died.append(f"{plan.rank_name(r)} {how}{at}")
+    parts = died + [t for _, t in sorted(own)] + [t for _, t in sorted(peer)]
+    if not parts:
+        parts = [f"rank {r} failed (exit code {f.exitcode})" for r, f in sorted(exc.failures.items())]
+    return f"launch failed: {'; '.join(parts[:2])[:600]}"
+
+
+# ------------------------------------------------------------------------------ run folders
+def _run_target(folder: Path) -> tuple[dict, dict, Path]:
+    """(summary, run settings, placement path) of a run folder, each missing piece one line."""
+    if not folder.is_dir():
+        raise PostplaceError(f"{folder}: no such run folder (postplace place ... --out FOLDER writes one)")
+    placement = folder / "placement.json"
+    if not placement.is_file():
+        raise PostplaceError(f"{folder}: no placement.json; launch a folder that postplace place finished "
+                             "(it writes placement.json last)")  # fmt: skip
+    out = []
+    for name in ("summary.json", "run.json"):
+        path = folder / name
+        try:
+            data = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise PostplaceError(f"{path}: not readable JSON ({exc}); run postplace place again") from None
+        out.append(data if isinstance(data, dict) else {})
+    return out[0], out[1], placement
+
+
+def run_folder(folder: str | Path) -> dict:
+    """What a run folder of a zoo model holds to run it again, checked, each missing piece one line:
+    ``{"name", "size", "placement" (path), "cluster" (spec), "target" (run.json's target), "microbatches",
+    "colocation"}``. What :func:`launch_run` and ``postplace train RUN_FOLDER`` start from."""
+    from postplace.graph.opgraph import read_json
+    from postplace.runtime.zoo_step import check_placement_microbatches
+
+    folder = Path(folder)
+    summary, run, placement = _run_target(folder)
+    target = summary.get("target_spec") or run.get("target") or {}
+    if not isinstance(target, dict) or target.get("kind") != "zoo":
+        kind = target.get("kind", "unknown") if isinstance(target, dict) else "unknown"
+        raise PostplaceError(f"{folder}: its target is a {kind}, not a zoo model; a run folder keeps no code of a "
+                             "module: call postplace.runtime.launcher.launch(traced, placement, cluster) with your "
+                             "traced module")  # fmt: skip
+    plan = summary.get("returned_plan")
+    if plan:
+        raise PostplaceError(f"{folder}: the returned plan is '{plan}', whose replicas meet in collectives; launch "
+                             "runs op-level placements (point-to-point messages only) for now")  # fmt: skip
+    spec = run.get("cluster_spec") or summary.get("cluster")
+    if not spec:
+        raise PostplaceError(f"{folder}/run.json: no cluster_spec; run postplace place again")
+    mapping = read_json(placement)
+    if not isinstance(mapping, dict):
+        raise PostplaceError(f"{placement}: a placement file is one JSON object {{op name: device name}}")
+    return {
+        "name": target["name"],
+        "size": target.get("size", "full"),
+        "placement": placement,
+        "cluster": spec,
+        "target": target,
+        "microbatches": check_placement_microbatches(mapping, None, str(placement)),
+        "colocation": summary.get("microbatch_colocation") or target.get("microbatch_colocation") or "none",
+    }
+
+
+def launch_run(
+    folder: str | Path,
+    *,
+    steps: int = 3,
+    seed: int = 0,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    threads: int | None = 1,
+) -> tuple[LaunchResult, dict]:
+    """``postplace launch RUN_FOLDER``: the folder's placement of its zoo model, one process per device.
+
+    Every step trains on a fresh random batch (:class:`RandomBatches` with ``seed``: the batches
+    ``postplace train RUN_FOLDER --seed`` draws), so the losses can be held against the one-process run.
+
+    Parameters
+    ----------
+    folder : path
+        A run folder of ``postplace place`` on a zoo model.
+    steps, seed, timeout, backend, threads
+        As for :func:`launch`.
+
+    Returns
+    -------
+    tuple
+        ``(LaunchResult, simulated)``: the run, and the simulator's bytes per rank for the same
+        placement (``{"bytes_sent": {rank: n}, "bytes_received": {rank: n}}``, per step).
+
+    Raises
+    ------
+    PostplaceError
+        One line before any process starts: a missing folder or placement.json, a target that is not
+        a zoo model, a returned plan with collectives, a placement naming devices the run's cluster
+        lacks; else as :func:`launch`.
+    """
+    from postplace.cluster import load_cluster
+    from postplace.cluster.placement import load_placement
+    from postplace.graph.optimizers import recorded_step
+    from postplace.runtime.zoo_step import trace_zoo_step
+
+    _check_steps(steps)
+    _check_timeout(timeout)
+    run = run_folder(folder)
+    cluster = load_cluster(run["cluster"])
+    traced = trace_zoo_step(run["name"], run["size"], microbatches=run["microbatches"], colocation=run["colocation"],
+                            **recorded_step(run["target"]))  # fmt: skip
+    op_device = load_placement(run["placement"], traced.graph, cluster)
+    result = _launch(traced, op_device, list(cluster.device_names), steps, RandomBatches(seed), seed, timeout,
+                     backend, threads)  # fmt: skip
+    return result, simulated_bytes(traced.graph, cluster, op_device, result.plan)
+
+
+def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
+    """The simulator's bytes sent and received per step by each rank of ``plan``, for ``op_device``."""
+    from postplace.sim import Simulator
+
+    schedule = Simulator(graph, cluster).schedule(np.asarray(op_device))
+    rank_of = {d: r for r, d in enumerate(plan.ranks)}
+    sent = dict.fromkeys(range(plan.world_size), 0)
+    received = dict.fromkeys(range(plan.world_size), 0)
+    for _op, _slot, a, b, nbytes, *_ in schedule.transfers:
+        sent[rank_of[a]] += int(nbytes)
+        received[rank_of[b]] += int(nbytes)
+    return {"bytes_sent": sent, "bytes_received": received}
+

@@ -1,0 +1,503 @@
+"""One program per rank from a placed step: the ops of one device, with torch.distributed send/recv
+for every tensor that crosses devices (DESIGN.md section 7).
+
+:func:`rank_plan` takes the traced step (:class:`~postplace.graph.trace_torch.Traced`) and an op-level
+placement and returns a :class:`RankPlan`: one rank per device the placement uses (rank k runs the
+k-th of those devices in device order), and for each rank a :class:`RankProgram`, an fx GraphModule of
+the nodes placed on its device. The programs are cut out of the one-process placed step
+(:func:`postplace.runtime.placed.placed_graph_module`), node for node in its order, so a rank runs the
+same ops in the same order as the one-process step does, and only the copies differ:
+
+* every :func:`~postplace.runtime.placed.transfer` of the placed step becomes a message from the
+  sender's rank to the receiver's rank, posted by both at the transfer's place in the one global
+  program order (the sender's send and the receiver's recv of message k come after every message
+  before k on both ranks);
+* a message carries the tensor an op produced (its output, or one output of several), not a view of
+  it: a view that crosses devices is rebuilt on the receiver from the message, as the simulator
+  charges the op's output once per receiving device; a message is sent once per (tensor, receiving
+  device) and again only after the tensor was written in place on the sender (or its copy on the
+  receiver);
+* what the receiver's ops read is laid out as the one-process step's copy is (``tensor.to(device,
+  copy=True)``: the same strides, a fresh allocation), so every op reads what it read in one process
+  and the results agree bit for bit (on the CPU, with the same torch threads);
+* a random op (``torch.Tag.nondeterministic_seeded``: dropout, ``bernoulli_``...) on a CPU rank is
+  replayed on scratch tensors by every other CPU rank, so every rank's CPU generator draws what the one
+  process's generator draws, in the same order (seed every rank alike before the first step).
+
+:meth:`RankPlan.check` proves, before anything is launched, that both ends of every message agree on
+the order and that blocking sends and receives cannot deadlock (:func:`check_order`): the plan is run
+as if every send waited for its receive.
+
+Nothing here starts a process or touches torch.distributed; :mod:`postplace.runtime.launcher` runs the
+programs, one process per rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.fx
+
+from postplace.errors import PostplaceError
+from postplace.runtime.placed import _aliased_arg, _written_args, placed_graph_module, transfer
+
+__all__ = ["Message", "RankPlan", "RankProgram", "check_order", "rank_plan"]
+
+SEND = "postplace_send"
+"""The submodule of a rank's GraphModule that posts a send: ``postplace_send(message index, value)``."""
+RECV = "postplace_recv"
+"""The submodule of a rank's GraphModule that posts a receive: ``postplace_recv(message index) -> tensor``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One tensor sent from one rank to another in one training step.
+
+    ``index`` is its place in the global order (every rank posts its messages in increasing index);
+    ``value`` the fx node of the placed step whose tensor it carries and ``op`` that node's op in the
+    OpGraph (-1: none); ``shape``/``stride``/``dtype`` the layout both ends allocate (the layout of the
+    one-process step's copy of it).
+    """
+
+    index: int
+    src: int
+    dst: int
+    value: str
+    op: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * torch.empty((), dtype=self.dtype).element_size()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RankProgram:
+    """What one rank runs: ``gm`` called with the placeholders ``inputs`` names (indices into the
+    traced step's placeholders: parameters, buffers, optimizer state, then the batch) returns the
+    step's outputs ``outputs`` names (indices into the traced step's outputs; the loss is output 0).
+    ``actions`` lists its sends and receives in the order it posts them: ``("send" | "recv", message)``.
+    """
+
+    rank: int
+    device: int
+    gm: torch.fx.GraphModule
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    actions: tuple[tuple[str, int], ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RankPlan:
+    """Per-rank programs of one placed step (see the module docstring).
+
+    Parameters
+    ----------
+    device_names : tuple of str
+        Every logical device of the placement's machine.
+    ranks : tuple of int
+        The logical device of each rank: the devices the placement uses, in device order.
+    messages : tuple of Message
+        Every message of one step, in the global order.
+    programs : tuple of RankProgram
+        One per rank.
+    n_persistent : int
+        Placeholders before the batch (parameters, buffers, optimizer state).
+    """
+
+    device_names: tuple[str, ...]
+    ranks: tuple[int, ...]
+    messages: tuple[Message, ...]
+    programs: tuple[RankProgram, ...]
+    n_persistent: int
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def rank_name(self, rank: int) -> str:
+        """``rank 1 (gpu0)``: a rank as error lines name it."""
+        return f"rank {rank} ({self.device_names[self.ranks[rank]]})"
+
+    def bytes_sent(self) -> dict[int, int]:
+        """Bytes each rank sends in one step, by rank."""
+        out = dict.fromkeys(range(self.world_size), 0)
+        for m in self.messages:
+            out[m.src] += m.nbytes
+        return out
+
+    def bytes_received(self) -> dict[int, int]:
+        """Bytes each rank receives in one step, by rank."""
+        out = dict.fromkeys(range(self.world_size), 0)
+        for m in self.messages:
+            out[m.dst] += m.nbytes
+        return out
+
+    def bytes_by_tensor(self) -> dict[tuple[int, int, int], int]:
+        """Bytes of one step by ``(producing op, sending device, receiving device)`` (logical device
+        ids), the key the simulator's transfers (:class:`postplace.sim.trace.Schedule`) sum to."""
+        out: dict[tuple[int, int, int], int] = {}
+        for m in self.messages:
+            key = (m.op, self.ranks[m.src], self.ranks[m.dst])
+            out[key] = out.get(key, 0) + m.nbytes
+        return out
+
+    def digest(self) -> str:
+        """A short hash of the ranks and the messages (who sends what to whom, in which order): two
+        processes that built the same plan agree on it."""
+        h = hashlib.sha256(repr((self.device_names, self.ranks)).encode())
+        for m in self.messages:
+            h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
+        return h.hexdigest()[:16]
+
+    def check(self) -> None:
+        """:func:`check_order` on this plan's programs; one :class:`PostplaceError` line when they
+        could deadlock or disagree."""
+        check_order([p.actions for p in self.programs], self.messages, [self.rank_name(r) for r in
+                                                                          range(self.world_size)])  # fmt: skip
+
+
+def check_order(actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence[Message],
+                names: Sequence[str] | None = None) -> None:  # fmt: skip
+    """Prove that blocking sends and receives in these per-rank orders cannot deadlock.
+
+    Every message must be sent by its ``src`` rank and received by its ``dst`` rank exactly once.
+    Then the ranks are run as if every send waited for its matching receive (the strictest blocking
+    semantics; buffered sends only make progress easier): each rank advances while its next action is
+    the send or receive whose other end is posted at the same time. If every rank finishes, the order
+    cannot deadlock, and both ends of every pair of ranks agree on the order of their messages.
+
+    Parameters
+    ----------
+    actions : sequence of sequences of (str, int)
+        Per rank, ``("send", message index)`` / ``("recv", message index)`` in the order posted.
+    messages : sequence of Message
+        By index.
+    names : sequence of str, optional
+        How each rank is named in the error line (default ``rank K``).
+
+    Raises
+    ------
+    PostplaceError
+        One line naming what the first stuck ranks wait for, or the message posted by the wrong rank.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from postplace.runtime.ranks import Message, check_order
+    >>> a = Message(0, 0, 1, "x", 0, (2,), (1,), torch.float32)
+    >>> b = Message(1, 1, 0, "y", 1, (2,), (1,), torch.float32)
+    >>> check_order([[("send", 0), ("recv", 1)], [("recv", 0), ("send", 1)]], [a, b])
+    >>> check_order([[("recv", 1), ("send", 0)], [("recv", 0), ("send", 1)]], [a, b])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    postplace.errors.PostplaceError: the per-rank programs can deadlock: rank 0 waits to receive message 1 (y) ...
+    """
+    names = list(names) if names is not None else [f"rank {r}" for r in range(len(actions))]
+    seen: dict[tuple[str, int], int] = {}
+    for r, acts in enumerate(actions):
+        for kind, k in acts:
+            m = messages[k]
+            if kind not in ("send", "recv") or (kind, k) in seen or (m.src if kind == "send" else m.dst) != r:
+                owner = m.src if kind == "send" else m.dst
+                raise PostplaceError(f"the per-rank programs are inconsistent: {names[r]} posts {kind} of message {k} "
+                                     f"({m.value}), which belongs to rank {owner}'s program, or posts it twice; "
+                                     "build every rank's program from one plan")  # fmt: skip
+            seen[(kind, k)] = r
+    for m in messages:
+        for kind in ("send", "recv"):
+            if (kind, m.index) not in seen:
+                who = names[m.src] if kind == "send" else names[m.dst]
+                raise PostplaceError(f"the per-rank programs are inconsistent: {who} never posts the {kind} of message "
+                                     f"{m.index} ({m.value}); build every rank's program from one plan")  # fmt: skip
+    pos = [0] * len(actions)
+    progress = True
+    while progress:
+        progress = False
+        for r in range(len(actions)):
+            while pos[r] < len(actions[r]):
+                kind, k = actions[r][pos[r]]
+                m = messages[k]
+                peer, other = (m.dst, "recv") if kind == "send" else (m.src, "send")
+                if pos[peer] < len(actions[peer]) and actions[peer][pos[peer]] == (other, k):
+                    pos[r] += 1
+                    pos[peer] += 1
+                    progress = True
+                else:
+                    break
+    stuck = [r for r in range(len(actions)) if pos[r] < len(actions[r])]
+    if stuck:
+        waits = []
+        for r in stuck[:2]:
+            kind, k = actions[r][pos[r]]
+            m = messages[k]
+            what = (f"send message {k} ({m.value}) to {names[m.dst]}" if kind == "send"
+                    else f"receive message {k} ({m.value}) from {names[m.src]}")  # fmt: skip
+            waits.append(f"{names[r]} waits to {what}")
+        raise PostplaceError(f"the per-rank programs can deadlock: {', and '.join(waits)}; every rank must post its "
+                             "sends and receives in one global order")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ message buffers
+def outgoing(message: Message, value: torch.Tensor) -> torch.Tensor:
+    """The 1-d tensor a sender passes to ``send``: ``value``'s memory in the message's layout (no copy
+    when ``value`` is laid out so already)."""
+    if tuple(value.shape) != message.shape or value.dtype != message.dtype:
+        raise PostplaceError(f"message {message.index} ({message.value}): the step made a {value.dtype} "
+                             f"{tuple(value.shape)} tensor where the plan expects {message.dtype} {message.shape}; "
+                             "every rank must run the step the plan was made from")  # fmt: skip
+    if tuple(value.stride()) != message.stride:
+        value = torch.empty_strided(message.shape, message.stride, dtype=message.dtype,
+                                    device=value.device).copy_(value)  # fmt: skip
+    return value.as_strided((message.numel,), (1,), value.storage_offset())
+
+
+def incoming(message: Message, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tensor, its 1-d memory)``: a fresh tensor in the message's layout, and what ``recv`` fills."""
+    t = torch.empty_strided(message.shape, message.stride, dtype=message.dtype, device=device)
+    return t, t.as_strided((message.numel,), (1,), 0)
+
+
+# ------------------------------------------------------------------------------ building the plan
+class _Comm(torch.nn.Module):
+    """The send or receive of a rank's program; :mod:`postplace.runtime.launcher` sets ``channel``."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.channel = None
+
+    def forward(self, index: int, value=None):
+        if self.channel is None:
+            raise PostplaceError("a rank's program runs only under postplace.runtime.launcher (no channel is set)")
+        if self.kind == "send":
+            self.channel.send(index, value)
+            return None
+        return self.channel.recv(index)
+
+
+def _val(node: torch.fx.Node):
+    """The fake value of a node of the placed step (a transfer: its source's)."""
+    v = node.meta.get("val")
+    if v is None and node.op == "call_function" and node.target is transfer:
+        return _val(node.args[0])
+    return v
+
+
+#: ops whose outputs are views of their input although their schema says otherwise (LSTM gates)
+_UNSAFE_VIEWS = ("unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk")
+
+
+def _is_unsafe_view(node: torch.fx.Node) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return node.op == "call_function" and packet is not None and packet.__name__ in _UNSAFE_VIEWS
+
+
+def _is_view_op(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.returns:
+        return False
+    return (schema.returns[0].alias_info is not None or _is_unsafe_view(node)) and not _written_args(node)
+
+
+def _view_base(x: torch.fx.Node) -> torch.fx.Node | None:
+    """The node ``x`` is a view of, rebuilt from it alone (a view op, or one output of a view op such
+    as ``split``); None when ``x`` holds a tensor of its own."""
+    if x.op != "call_function" or x.target is transfer:
+        return None
+    if x.target is operator.getitem:
+        base = x.args[0]
+        return base if isinstance(base, torch.fx.Node) and _is_view_op(base) else None
+    if not _is_view_op(x) or len(x.all_input_nodes) != 1:
+        return None
+    return x.all_input_nodes[0]
+
+
+def _copy_layout(val: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``val.to(device, copy=True)`` gives (the one-process step's copy)."""
+    meta = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device="meta")
+    return tuple(meta.to("meta", copy=True).stride())
+
+
+def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torch.device = "cpu") -> RankPlan:
+    """The per-rank programs of ``traced``'s step under an op-level placement (module docstring).
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The traced step.
+    op_device : array of int
+        Logical device id per op of ``traced.graph``.
+    device_names : sequence of str
+        The logical devices' names (``op_device`` indexes them).
+    device : str or torch.device
+        The torch device every rank's program runs on (its own; ``cpu`` for gloo processes).
+
+    Returns
+    -------
+    RankPlan
+        Not yet checked: call :meth:`RankPlan.check`.
+
+    Raises
+    ------
+    PostplaceError
+        When a value that crosses devices is not a tensor (a Python number an op returned), which a
+        message cannot carry.
+    """
+    op_device = np.asarray(op_device, dtype=np.int64)
+    torch_device = torch.device(device)
+    names = tuple(device_names)
+    placed, _ = placed_graph_module(traced.gm, traced.op_of_node, op_device, [torch_device] * len(names))
+    nodes = list(placed.graph.nodes)
+    used = sorted({int(d) for d in np.unique(op_device)} | {n.meta["postplace_device"] for n in nodes
+                                                              if n.op != "output"})  # fmt: skip
+    rank_of = {d: r for r, d in enumerate(used)}
+    world = len(used)
+    graphs = [torch.fx.Graph() for _ in range(world)]
+    env: list[dict[str, torch.fx.Node]] = [{} for _ in range(world)]
+    inputs: list[list[int]] = [[] for _ in range(world)]
+    actions: list[list[tuple[str, int]]] = [[] for _ in range(world)]
+    consts: list[set[str]] = [set() for _ in range(world)]
+    messages: list[Message] = []
+    # (root node, receiving rank) -> (the received tensor, the write count when it was sent)
+    cache: dict[tuple[str, int], tuple[torch.fx.Node, int]] = {}
+    root_of: dict[str, str] = {}  # storage root of every placed node (views and in-place results share it)
+    piece_of: dict[str, str] = {}  # storage root of an output of unsafe_split -> the root of what it splits
+    stamp: dict[str, int] = {}  # storage root -> the count of the last write into it
+    part: dict[str, int] = {}  # storage root -> the count of the last write into one of its unsafe pieces
+    fresh: dict[str, tuple[str, int]] = {}  # transfer node whose value is a received tensor itself -> its key
+    n_ph = writes = 0
+
+    def storage_root(n: torch.fx.Node) -> str:
+        if n.target is operator.getitem and _is_unsafe_view(n.args[0]):
+            return n.name  # one piece of an unsafe split: apart from the others (piece_of links its whole)
+        base = _aliased_arg(n) if n.op == "call_function" and n.target is not transfer else None
+        return root_of.get(base.name, base.name) if base is not None else n.name
+
+    def valid(root: torch.fx.Node, chain: list, sent: int) -> bool:
+        """Whether what was sent at write count ``sent`` still holds the values ``chain`` reads."""
+        if stamp.get(root_of[root.name], -1) >= sent:
+            return False
+        pieces = [v for v in chain if v.target is operator.getitem and _is_unsafe_view(v.args[0])]
+        if not pieces:  # reads the whole tensor: a write into any unsafe piece of it counts
+            return part.get(root_of[root.name], -1) < sent
+        return all(stamp.get(root_of[v.name], -1) < sent for v in pieces)
+
+    for node in nodes:
+        if node.op == "output":
+            continue
+        d = node.meta["postplace_device"]
+        r = rank_of[d]
+        g = graphs[r]
+        root_of[node.name] = storage_root(node)
+        if node.target is operator.getitem and _is_unsafe_view(node.args[0]):
+            piece_of[root_of[node.name]] = root_of[node.args[0].all_input_nodes[0].name]
+        if node.op == "call_function" and node.target is transfer:
+            src = node.args[0]
+            a = src.meta["postplace_device"]
+            root, chain = src, []
+            while (base := _view_base(root)) is not None and base.meta["postplace_device"] == a:
+                chain.append(root)
+                root = base
+            chain.reverse()
+            key = (root.name, r)
+            if key in cache and valid(root, chain, cache[key][1]):
+                x, is_fresh = cache[key][0], False
+            else:
+                val = _val(root)
+                if not isinstance(val, torch.Tensor):
+                    raise PostplaceError(
+                        f"'{root.name}' ({type(val).__name__}) is used on {names[d]} but made on {names[a]}: "
+                        "a message carries tensors only; place the ops that use it with the op that makes it"
+                    )
+                k = len(messages)
+                messages.append(Message(k, rank_of[a], r, root.name, int(traced.op_of_node.get(root.name, -1)),
+                                        tuple(val.shape), _copy_layout(val), val.dtype))  # fmt: skip
+                graphs[rank_of[a]].call_module(SEND, (k, env[rank_of[a]][root.name]))
+                actions[rank_of[a]].append(("send", k))
+                x = g.call_module(RECV, (k,))
+                x.meta["val"] = val
+                actions[r].append(("recv", k))
+                writes += 1
+                cache[key] = (x, writes)
+                is_fresh = True
+            for view in chain:  # rebuilt on the receiver from the message
+                base = x
+                x = g.node_copy(view, lambda _a, base=base: base)
+            if chain or not is_fresh:  # a fresh copy, as the one-process transfer makes
+                x = g.call_function(transfer, (x, torch_device))
+            else:
+                fresh[node.name] = key
+            x.meta["val"] = _val(node)
+            env[r][node.name] = x
+            continue
+        cp = g.node_copy(node, lambda arg, r=r: env[r][arg.name])
+        env[r][node.name] = cp
+        if node.op == "placeholder":
+            inputs[r].append(n_ph)
+            n_ph += 1
+        elif node.op == "get_attr":
+            consts[r].add(node.target)
+        elif node.op == "call_function" and _is_random(node):
+            _replay_random(node, r, graphs, torch_device)
+        for j in _written_args(node):  # written in place: what was sent of that storage is stale now
+            writes += 1
+            written = root_of[node.args[j].name]
+            stamp[written] = writes
+            if written in piece_of:
+                part[piece_of[written]] = writes
+            if written in fresh:  # the receiver wrote into the received tensor itself
+                cache.pop(fresh.pop(written), None)
+    outputs: list[list[int]] = [[] for _ in range(world)]
+    out_node = nodes[-1]
+    flat = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
+    for i, v in enumerate(flat):
+        if isinstance(v, torch.fx.Node):
+            outputs[rank_of[v.meta["postplace_device"]]].append(i)
+    programs = []
+    for r in range(world):
+        graphs[r].output(tuple(env[r][flat[i].name] for i in outputs[r]))
+        root = torch.nn.Module()
+        for c in consts[r]:
+            setattr(root, c, getattr(placed, c))
+        root.add_module(SEND, _Comm("send"))
+        root.add_module(RECV, _Comm("recv"))
+        gm = torch.fx.GraphModule(root, graphs[r])
+        programs.append(RankProgram(r, used[r], gm, tuple(inputs[r]), tuple(outputs[r]), tuple(actions[r])))
+    n_persistent = n_ph - len(traced.inputs)
+    return RankPlan(names, tuple(used), tuple(messages), tuple(programs), n_persistent)
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def _replay_random(node: torch.fx.Node, owner: int, graphs, torch_device: torch.device) -> None:
+    """On every other rank (CPU ranks: one generator per process), the same random op on scratch
+    tensors, so each rank's generator advances as the one process's does."""
+    if torch_device.type != "cpu":
+        return
+    for r, g in enumerate(graphs):
+        if r == owner:
+            continue
+
+        def scratch(arg, g=g):
+            val = arg.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise PostplaceError(f"random op '{node.name}' reads '{arg.name}', which is not a tensor; it cannot "
+                                     "be replayed on the other ranks")  # fmt: skip
+            return g.call_function(torch.zeros, (tuple(val.shape),), {"dtype": val.dtype, "device": torch_device})
+
+        g.node_copy(node, scratch)
+
