@@ -162,6 +162,12 @@ def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path
     close = {k for k, t in s["candidates"].items() if t and k != s["returned"]
              and t <= s["best_step_time_s"] * (1 + 0.157)}  # fmt: skip
     assert set(s["within_error"]) == close
+    from postplace.report import write_report
+
+    page = write_report(tmp_path / "run", size="small").read_text()
+    assert close  # this instance has candidates within 16% of the answer, so the report must name them
+    assert "Within the cost model&#x27;s error" in page or "Within the cost model's error" in page
+    assert all(name in page for name in close)
 
 
 def test_compare_gives_each_row_its_mfu_over_the_devices_it_uses(tmp_path):

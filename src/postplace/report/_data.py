@@ -996,6 +996,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         "groups": _get(s, "groups"), "evaluator": _get(s, "evaluator"), "warm_start": _get(s, "warm_start"),
         "wall_time_s": _get(s, "wall_time_s"), "interrupted": _get(s, "interrupted"),
         "versions": versions(g), "cost_model": _get(s, "cost_model"),
+        "cost_model_error": _get(s, "cost_model_error"), "within_error": s.get("within_error") or [],
     }  # fmt: skip
     drawn = (f"the returned plan's step ({plan})" if isinstance(plan, str)
              else f"the returned count's step (m = {s['microbatches']})" if type(s.get("microbatches")) is int

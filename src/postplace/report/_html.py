@@ -177,6 +177,16 @@ KIND_TEXT = {"returned": "returned", "search": "search", "placer": "one-shot pla
              "data-parallel": "data parallelism", "warm start": "warm start", "bound": "reference"}  # fmt: skip
 
 
+def _within_error_text(data: dict) -> str:
+    """The candidates the cost model cannot rank apart from the answer, as the run recorded them."""
+    prov = data.get("provenance") or {}
+    names, err = prov.get("within_error") or [], prov.get("cost_model_error")
+    if not names or not isinstance(err, int | float):
+        return ""
+    return (f"<p class=note>Within the cost model's error of the returned one ({err:.0%}: how far its rates were off a "
+            f"published run): {esc(', '.join(names))}; the simulator cannot rank these apart from it.</p>")
+
+
 def _bars_table(data: dict) -> str:
     lines = data["lines"]
     single, lb = lines.get("single_device_s"), lines.get("lower_bound_s")
@@ -373,7 +383,7 @@ def render_html(data: dict, folder: Path, link: str = "") -> str:
         f"{_ms(s['step_time_s'])} ms. {esc(bound_text(data))}{esc(_utilisation(data))} Data: "
         f'<a href="{esc(link)}report.json">{esc(link)}report.json</a>; Chrome trace (opens in Perfetto): '
         f'<a href="{esc(link)}trace.json">{esc(link)}trace.json</a>.</p>',
-        "<h2>Step times</h2>", start_line(data), _bars_table(data),
+        "<h2>Step times</h2>", start_line(data), _bars_table(data), _within_error_text(data),
         "<p class=note>/ single: the step time over the best single device's; / LB: over the lower bound.</p>",
         _by_m_table(data),
         figure("bars"),
