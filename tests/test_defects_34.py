@@ -277,3 +277,20 @@ def test_help_shows_flags_as_flags():
         r = run_cli(*args)
         assert r.returncode == 0 and "--help" in r.stdout, r.stderr
         assert "<bool>" not in r.stdout and "BOOLEAN" not in r.stdout, r.stdout
+
+
+def test_a_search_whose_stderr_is_not_a_terminal_prints_plain_progress_lines(monkeypatch, capsys):
+    """Issue 34 item 3: progress where no bar can be drawn (a log, CI), at most every PLAIN_EVERY_S seconds."""
+    from postplace.search import Budget, make_problem, make_strategy, run
+    from postplace.testing import star_cluster
+
+    chain = OpGraph.build([f"op{i}" for i in range(8)], [(i, i + 1, 1e3) for i in range(7)], flops=[1e9] * 8)
+    problem = make_problem(chain, star_cluster(("gpu", "gpu")))
+    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.0)
+    run(make_strategy("random", problem.space, seed=0), problem.simulator, Budget(samples=32), progress=True)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("search: ")]
+    assert lines and all("/32 samples, best" in x for x in lines)
+    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 3600.0)
+    run(make_strategy("random", problem.space, seed=1), problem.simulator, Budget(samples=32), progress=True)
+    assert "search: " not in capsys.readouterr().err  # a short run stays quiet

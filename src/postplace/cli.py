@@ -736,7 +736,9 @@ def _given(ctx: typer.Context, param: str) -> bool:
 
 
 def _progress(as_json: bool) -> bool:
-    return not as_json and sys.stderr.isatty()
+    """Progress on stderr unless the output is JSON: a bar on a terminal, a plain line every few seconds
+    elsewhere (a log, CI), so a first run that traces for minutes is never silent."""
+    return not as_json
 
 
 _REPORT_FILES = "report.html (with report.json, trace.json and the PNG figures beside it)"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +195,7 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
             strat = _strategy(settings, arm.problem.space)
             again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()
             if progress:
-                print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", flush=True)
+                print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", file=sys.stderr, flush=True)
             warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)
             arm.result = run(strat, arm.problem.simulator, share, out_dir=arm.folder, resume=again, progress=progress,
                              warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
