@@ -294,3 +294,30 @@ def test_a_search_whose_stderr_is_not_a_terminal_prints_plain_progress_lines(mon
     monkeypatch.setattr(runner, "PLAIN_EVERY_S", 3600.0)
     run(make_strategy("random", problem.space, seed=1), problem.simulator, Budget(samples=32), progress=True)
     assert "search: " not in capsys.readouterr().err  # a short run stays quiet
+
+
+def test_batch_norm_under_micro_batches_is_warned_and_noted():
+    """Issue 34 item 7: a step split into micro-batches changes what batch norm normalises over: tracing it
+    warns, and an answer at m > 1 says so in its note; a model without batch norm gets neither."""
+    import warnings
+
+    import torch
+    from torch import nn
+
+    from postplace.graph import from_torch
+    from postplace.graph.trace_torch import MicrobatchNormWarning
+
+    def mse(o, t):
+        return ((o - t) ** 2).mean()
+
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 16), torch.randn(32, 4)
+    with_bn = nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)).train()
+    with pytest.warns(MicrobatchNormWarning, match="1 batch-norm layer"):
+        g = from_torch(with_bn, (x,), mse, targets=(y,), microbatches=4)
+    assert g.metadata["microbatch_norms"] == ["1"]
+    plain = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MicrobatchNormWarning)
+        assert "microbatch_norms" not in from_torch(plain, (x,), mse, targets=(y,), microbatches=4).metadata
+        from_torch(with_bn, (x,), mse, targets=(y,))  # one micro-batch: the whole batch, nothing to say

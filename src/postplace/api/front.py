@@ -239,10 +239,16 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets, **step)
     c, cluster_spec = _load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
-    more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
-                                                       microbatches=m, microbatch_colocation=colocation,
-                                                       targets=targets, **step),
-                                 microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
+    import warnings
+
+    from postplace.graph.trace_torch import MicrobatchNormWarning
+
+    with warnings.catch_warnings():  # said once below, and only if the answer splits the batch
+        warnings.simplefilter("ignore", MicrobatchNormWarning)
+        more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
+                                                           microbatches=m, microbatch_colocation=colocation,
+                                                           targets=targets, **step),
+                                     microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
     targets_by_m = {1: first, **more}
     settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
                          **kw)  # fmt: skip
@@ -251,6 +257,8 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
                     graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
     result = _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
                          progress=progress)  # fmt: skip
+    if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
+        warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
     return _with_report(result, out, report)
 
 

@@ -260,6 +260,12 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0):
         "single_device_step_time_s": single.step_time_s if single else None,
         "ratio_to_single_device": best.step_time_s / single.step_time_s if single else None,
     })  # fmt: skip
+    norms = graph.metadata.get("microbatch_norms")
+    if norms and arm.m > 1:  # the answer's batch norms see micro-batches, not the batch: say so beside the table
+        from postplace.graph.trace_torch import norm_note
+
+        note = norm_note(str(graph.metadata.get("model", graph.name)), list(norms))
+        summary["microbatch_note"] = "; ".join(x for x in (summary.get("microbatch_note"), note) if x)
     lb = summary["lower_bound_s"]
     summary["ratio_to_lower_bound"] = best.step_time_s / lb if lb > 0 else None
     search_ops = None

@@ -277,6 +277,9 @@ def trace(
         raise PostplaceError(_explain(label, exc)) from None
     if m > 1:
         gm = replicate_microbatches(gm, m, len(params) + len(bufs) + len(state))
+    norms = _batch_norms(model) if m > 1 else []
+    if norms:
+        warnings.warn(MicrobatchNormWarning(norm_note(label, norms)), stacklevel=2)
     trace_s = time.perf_counter() - t0
     meta = {
         "source": "torch",
@@ -288,6 +291,7 @@ def trace(
         "trace_seconds": trace_s,
         "microbatches": m,
         "microbatch_colocation": microbatch_colocation,
+        **({"microbatch_norms": norms} if norms else {}),
         **(metadata or {}),
     }
     graph, op_of_node = build_graph(
@@ -330,6 +334,24 @@ def _warn_captured(graph: OpGraph, label: str) -> None:
 
 class CapturedTensorWarning(UserWarning):
     """The traced step reads a tensor captured at trace time (a loss closed over its targets)."""
+
+
+class MicrobatchNormWarning(UserWarning):
+    """A step split into micro-batches changes what a batch-norm layer normalises over."""
+
+
+def _batch_norms(model) -> list[str]:
+    """The batch-norm layers in training mode (their batch statistics depend on the batch they see)."""
+    return [name or type(mod).__name__ for name, mod in model.named_modules()
+            if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.training]  # fmt: skip
+
+
+def norm_note(label: str, norms: list[str]) -> str:
+    """What splitting into micro-batches does to ``norms``, in one line (a warning, and a table's note)."""
+    first = ", ".join(norms[:2]) + (", ..." if len(norms) > 2 else "")
+    return (f"{label}: {len(norms)} batch-norm layer(s) ({first}) compute their batch statistics over each "
+            "micro-batch, not the whole batch, so a step of more than one micro-batch trains differently from "
+            "eager full-batch training; place at microbatches=1 to keep full-batch statistics")
 
 
 def _split(tensors: tuple, m: int, label: str) -> list:

@@ -405,7 +405,9 @@ def trace_model(
         For an unknown model or size, or a step that cannot be traced (see :func:`build` and
         :func:`postplace.graph.from_torch`).
     """
-    from postplace.graph.trace_torch import trace
+    import warnings
+
+    from postplace.graph.trace_torch import MicrobatchNormWarning, trace
 
     model, inputs, loss_fn = build(name, size, batch=batch, init=init)
     cfg = {**spec(name).config(size), **({"batch": batch} if batch is not None else {})}
@@ -413,19 +415,21 @@ def trace_model(
     label = f"{name}-{size}" if microbatches == 1 else f"{name}-{size}-mb{microbatches}-{colocation}"
     if microbatches == 1 and size not in spec(name).meta_only:
         return trace(model, inputs, loss_fn, optimizer, lr=lr, precision=precision, name=label, metadata=meta)
-    return trace(
-        model,
-        inputs,
-        loss_fn.fn,
-        optimizer,
-        lr=lr,
-        precision=precision,
-        name=label,
-        metadata=meta,
-        microbatches=microbatches,
-        targets=loss_fn.targets,
-        microbatch_colocation=colocation,
-    )
+    with warnings.catch_warnings():  # the graph records its batch norms; place says so where its answer splits
+        warnings.simplefilter("ignore", MicrobatchNormWarning)
+        return trace(
+            model,
+            inputs,
+            loss_fn.fn,
+            optimizer,
+            lr=lr,
+            precision=precision,
+            name=label,
+            metadata=meta,
+            microbatches=microbatches,
+            targets=loss_fn.targets,
+            microbatch_colocation=colocation,
+        )
 
 
 def cache_dir() -> Path:
