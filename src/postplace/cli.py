@@ -409,7 +409,7 @@ def compare(
         t.add_row(name, "-" if best is None else f"{best * 1e3:.2f}", rng_,
                   "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
                   "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
-                  "-" if r.get("mfu") is None else f"{r['mfu']:.1%}" if r["mfu"] >= 0.01 else f"{r['mfu']:.2%}",
+                  _percent(r.get("mfu")),
                   "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
                   str(r["oom_count"]), _seconds(r["wall_time_s"]), start, r["note"])
     console.print(t)
@@ -763,33 +763,27 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     t.add_column("MFU", justify="right")
     t.add_column("note")
     best = s["best_step_time_s"]
-    mfu = dict(s.get("candidate_mfu") or {})
-    mfu[f"returned placement ({s['returned']})"] = s.get("mfu")
-    rows = [(f"returned placement ({s['returned']})", best, "", fig["best_step_time_s"])]
+    mfu = {**(s.get("candidate_mfu") or {}), s["returned"]: s.get("mfu")}
+    # each row: (name, time, note, how it was judged, its key in summary["candidates"])
+    rows = [(f"returned placement ({s['returned']})", best, "", fig["best_step_time_s"], s["returned"])]
     at = f"m={s['search_microbatches']}, " if s.get("search_microbatches") else ""
     sample = f" ({at}sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
+    search = f"search @m{s['search_microbatches']}" if s.get("microbatch_counts") else "search"
     rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", ""),
-                 fig["search_best_step_time_s"]))  # fmt: skip
-    per = s.get("candidate_mfu") or {}
-    mfu[rows[-1][0]] = per.get("search", per.get(f"search @m{s.get('search_microbatches')}"))
-    for name, v, note, key in _candidate_rows(s):
-        rows.append((name, v, note, fig["candidates"]))
-        mfu[name] = (s.get("candidate_mfu") or {}).get(key)
-    for name, v, note, how in rows:
+                 fig["search_best_step_time_s"], search))  # fmt: skip
+    rows += [(name, v, note, fig["candidates"], key) for name, v, note, key in _candidate_rows(s)]
+    for name, v, note, how, key in rows:
         time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
         # never a measured time over a simulated one, nor a ratio to a zero-time step
         ratio = "-" if v is None or not kind or not best else f"{v / best:.3f}x"
-        use = mfu.get(name)
-        t.add_row(name, time_, ratio, "-" if use is None else f"{use:.1%}" if use >= 0.01 else f"{use:.2%}",
-                  clip(note, NOTE_CHARS))  # fmt: skip
+        t.add_row(name, time_, ratio, _percent(mfu.get(key)), clip(note, NOTE_CHARS))
     console.print(t)
     if s.get("cost_model"):
         tokens = s.get("tokens_per_s_per_device")
         console.print(f"priced by the {s['cost_model']}" + (f"; {tokens:,.0f} tokens/s per device" if tokens else ""),
                       highlight=False)  # fmt: skip
-    err = s.get("cost_model_error")
-    others = rows[2:] if s["returned"].startswith("search") else rows[1:]  # not the returned one itself
-    close = [n for n, v, _, _ in others if err and kind == "simulated" and v and best and v <= best * (1 + err)]
+    err, within = s.get("cost_model_error"), set(s.get("within_error") or ())
+    close = [name for name, *_, key in rows[1:] if key in within] if kind == "simulated" else []
     if close:
         console.print(f"within the cost model's error of the returned one ({err:.0%}: how far it was off a published "
                       f"run): {', '.join(close)}; the model cannot rank these apart from it", highlight=False)
@@ -830,6 +824,11 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
 def _seconds(x: float) -> str:
     """A wall time that a placer's milliseconds do not round to 0.0."""
     return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
+
+
+def _percent(x: float | None) -> str:
+    """An MFU cell: ``72.5%``, two decimals below 1% (a tiny model), ``-`` when there is none."""
+    return "-" if x is None else f"{x:.1%}" if x >= 0.01 else f"{x:.2%}"
 
 
 def _candidate_rows(s: dict) -> list[tuple[str, float | None, str, str]]:
