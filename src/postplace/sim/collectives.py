@@ -189,21 +189,10 @@ def _islands(cluster: Cluster, members: tuple[int, ...]) -> list[list[int]]:
     both = np.minimum(bw, bw.T)
     off = ~np.eye(k, dtype=bool)
     slowest = both[off].min()
-    parent = list(range(k))
+    from scipy.sparse.csgraph import connected_components
 
-    def root(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i in range(k):
-        for j in range(i + 1, k):
-            if both[i, j] > slowest:
-                a, b = root(i), root(j)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
+    _, label = connected_components(both > slowest, directed=False)
     groups: dict[int, list[int]] = {}
     for i in range(k):  # ranks in order, so islands come out ordered by their lowest rank
-        groups.setdefault(root(i), []).append(members[i])
+        groups.setdefault(int(label[i]), []).append(members[i])
     return list(groups.values())
