@@ -52,7 +52,7 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
     probe = load_target(target, size=size, optimizer=optimizer, lr=lr, precision=precision)
     c, _ = _load_cluster(cluster, probe.graph)
     devices = plan_devices(c, spec, exclude)
-    k = len(devices) // (spec.pipeline or 1)  # the data-parallel replicas
+    k = spec.replicas_over(len(devices))
     fixed = isinstance(target, OpGraph) or probe.spec.get("kind") == "file"  # cannot be traced again
     traced_m = microbatch_count(probe.graph) if fixed else None
     m = spec.microbatches or traced_m or k

@@ -154,8 +154,7 @@ class RooflineCostModel:
         >>> RooflineCostModel().step_error(load_cluster("dgx8")), RooflineCostModel().step_error(load_cluster("k80x4"))
         (0.157, 0.346)
         """
-        gpus = {d.model for d in cluster.devices if d.kind == "gpu"}
-        achieved = self.kernels == "achieved" and all(m in ACHIEVED for m in gpus)
+        achieved = self.kernels == "achieved" and not _without_rates(cluster)[1]
         return MEASURED_STEP_ERROR["achieved" if achieved else "datasheet"]
 
     def describe(self, cluster: Cluster | None = None) -> str:
@@ -170,8 +169,7 @@ class RooflineCostModel:
         """
         rates = "achieved kernel rates" if self.kernels == "achieved" else "datasheet rates"
         if self.kernels == "achieved" and cluster is not None:
-            models = sorted({d.model for d in cluster.devices if d.kind == "gpu"})
-            unknown = [m for m in models if m not in ACHIEVED]
+            models, unknown = _without_rates(cluster)
             if unknown and len(unknown) == len(models):
                 rates = f"datasheet rates (no kernel rates known for {', '.join(unknown)})"
             elif unknown:
@@ -277,6 +275,12 @@ class RooflineCostModel:
         float
         """
         return cluster.transfer_time(nbytes, a, b)
+
+
+def _without_rates(cluster: Cluster) -> tuple[list[str], list[str]]:
+    """``(the cluster's GPU models, those of them with no achieved kernel rates)``, sorted."""
+    models = sorted({d.model for d in cluster.devices if d.kind == "gpu"})
+    return models, [m for m in models if m not in ACHIEVED]
 
 
 def _check_peaks(graph: OpGraph, cluster: Cluster, dev, peak: np.ndarray, estimated: np.ndarray) -> None:

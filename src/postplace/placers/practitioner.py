@@ -95,7 +95,7 @@ def plan_words(plan, devices, microbatches: int) -> str:
     words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({device_span(devices)}), "
     if spec.pipeline:
         how = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(spec.schedule or "1f1b", spec.schedule)
-        words += f"pp {spec.pipeline} x dp {len(devices) // spec.pipeline}, {how}, "
+        words += f"pp {spec.pipeline} x dp {spec.replicas_over(len(devices))}, {how}, "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
@@ -166,11 +166,10 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
-    pp = spec.pipeline or 1
-    planned = apply_plan(graph, spec, len(devices) // pp)
+    planned = apply_plan(graph, spec, spec.replicas_over(len(devices)))
     cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
     cpu = cpus[0] if cpus else None
-    if pp > 1:
+    if spec.pipeline:
         planned, dev = _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model)
     else:
         dev = planned.placement(devices, cpu)
@@ -196,7 +195,7 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     from postplace.plans._step import units
     from postplace.plans.schedule import pipeline_schedule
 
-    pp, dp = spec.pipeline, len(devices) // spec.pipeline
+    pp, dp = spec.pipeline, spec.replicas_over(len(devices))
     first = [devices[dp * s] for s in range(pp)]
     cut = place_pipeline(graph, cluster, stages=pp, devices=first, cost_model=cost_model)
     at = [first.index(d) if d in first else -1 for d in cut.tolist()]

@@ -63,6 +63,14 @@ class PlanSpec:
     pipeline: int | None = None
     schedule: str | None = None
 
+    def replicas_over(self, gpus: int) -> int:
+        """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of them.
+
+        >>> PlanSpec("ddp", pipeline=2).replicas_over(8), PlanSpec("fsdp").replicas_over(8)
+        (4, 8)
+        """
+        return gpus // (self.pipeline or 1)
+
     @property
     def name(self) -> str:
         """The plan's name without its options (``fsdp+recompute``): a candidate's name in a table."""
