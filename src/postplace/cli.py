@@ -163,7 +163,7 @@ def simulate(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt,
     placement: Annotated[str | None, typer.Option("--placement", "-p", help="single:DEVICE or a placement JSON file.")] = None,
-    plan: Annotated[str | None, typer.Option("--plan", help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K (e.g. fsdp+recompute:m=8).")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8).")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,
     size: SizeOpt = "full",
     as_json: JsonOpt = False,

@@ -93,9 +93,11 @@ def plan_words(plan, devices, microbatches: int) -> str:
     devices = list(devices)
     level = "hybrid" if spec.shard is not None else spec.level
     words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({device_span(devices)}), "
+    dims = [f"tp {spec.tensor}"] * bool(spec.tensor) + [f"pp {spec.pipeline}"] * bool(spec.pipeline)
+    if dims:
+        words += " x ".join([*dims, f"dp {spec.replicas_over(len(devices))}"]) + ", "
     if spec.pipeline:
-        how = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(spec.schedule or "1f1b", spec.schedule)
-        words += f"pp {spec.pipeline} x dp {spec.replicas_over(len(devices))}, {how}, "
+        words += {"1f1b": "1F1B", "gpipe": "GPipe"}.get(spec.schedule or "1f1b", spec.schedule) + ", "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
@@ -130,13 +132,14 @@ def _units(names) -> str:
 
 def plan_devices(cluster, spec, exclude=()) -> list[int]:
     """The GPUs a plan runs on: the cluster's GPUs minus ``exclude``, the first ``spec.replicas`` of them
-    (times ``spec.pipeline`` stages, for a pipeline: by default as many whole pipelines as fit)."""
+    (times ``tp x pp``, the GPUs of one replica: by default as many whole replicas as fit)."""
     excluded = {cluster.device_index(d) for d in exclude}
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu" and d not in excluded]
-    pp = spec.pipeline or 1
+    pp = spec.model_parallel
     if gpus and pp > len(gpus):
-        raise PostplaceError(f"plan '{spec}': pp={pp} needs {pp} GPUs and cluster '{cluster.name}' has {len(gpus)}"
-                             + (" after --exclude" if excluded else "") + "; lower pp")  # fmt: skip
+        what = " x ".join(f"{k}={v}" for k, v in (("tp", spec.tensor), ("pp", spec.pipeline)) if v)
+        raise PostplaceError(f"plan '{spec}': {what} needs {pp} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+                             + (" after --exclude" if excluded else "") + "; lower them")  # fmt: skip
     k = spec.replicas * pp if spec.replicas else len(gpus) // pp * pp
     if not gpus:
         raise PostplaceError(f"plan '{spec}': cluster '{cluster.name}' has no GPU left for replicas"
@@ -188,14 +191,15 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
     layers cut as :func:`postplace.placers.place_pipeline` cuts them on the first pipeline's GPUs (a block
     kept whole on the stage its forward starts on, as Megatron-LM cuts at layer boundaries), each
-    replica's op on GPU ``devices[replica + dp x stage]``, a made op (a collective's member) on the stage
+    replica's op on GPU ``devices[slot + slots x stage]`` (a replica's slot, ``tp`` of them per replica),
+    a made op (a collective's member) on the stage
     of the nearest op it exchanges data with."""
     from postplace.placers.pipeline import place_pipeline
     from postplace.plans import PlannedStep
-    from postplace.plans._step import units
+    from postplace.plans._step import traced_name, units
     from postplace.plans.schedule import pipeline_schedule
 
-    pp, dp = spec.pipeline, spec.replicas_over(len(devices))
+    pp, dp = spec.pipeline, planned.replicas
     first = [devices[dp * s] for s in range(pp)]
     cut = place_pipeline(graph, cluster, stages=pp, devices=first, cost_model=cost_model)
     at = [first.index(d) if d in first else -1 for d in cut.tolist()]
@@ -206,11 +210,7 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
             unit_stage.setdefault(unit[i], at[i])
     stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
     g = planned.graph
-    def source(name: str) -> str:  # "r3/rc:mb0_x" -> "mb0_x": a replica's copy, a recomputed clone
-        name = name.split("/", 1)[1] if name.startswith("r") and "/" in name else name
-        return name.removeprefix("rc:")
-
-    stage = np.array([stage_of.get(source(n), -2) for n in g.names])
+    stage = np.array([stage_of.get(traced_name(n), -2) for n in g.names])
     near: list[list[int]] = [[] for _ in range(g.num_ops)]
     for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True):
         near[s].append(d)
@@ -241,12 +241,13 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
 def _check_pins(pins, base, graph, cluster, dev, spec) -> None:
     if not pins:
         return
+    from postplace.plans._step import traced_name
     from postplace.search.problem import parse_pins
 
     pin = parse_pins(list(pins), base, cluster)
     want = {base.names[i]: int(pin[i]) for i in np.flatnonzero(pin >= 0)}
     for j, name in enumerate(graph.names):
-        own = name.split("/", 1)[1] if name.startswith("r") and "/" in name else name
+        own = traced_name(name, keep_clones=True)
         d = want.get(own)
         if d is not None and dev[j] != d:
             raise PostplaceError(f"plan '{spec}' runs op '{own}' on {cluster.device_names[dev[j]]} while --pin puts "

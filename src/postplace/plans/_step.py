@@ -37,6 +37,20 @@ def unit_of(module: str) -> str:
     return ""
 
 
+_RANK_PREFIX = re.compile(r"^(?:t\d+/)?(?:r\d+/)?")
+
+
+def traced_name(name: str, *, keep_clones: bool = False) -> str:
+    """The traced op a planned op copies: its tensor rank's and replica's prefixes dropped, and a recomputed
+    clone's ``rc:`` unless ``keep_clones``.
+
+    >>> traced_name("t1/r3/rc:mb0_mm"), traced_name("r0/mb2_add"), traced_name("rc:x", keep_clones=True)
+    ('mb0_mm', 'mb2_add', 'rc:x')
+    """
+    name = _RANK_PREFIX.sub("", name, count=1)
+    return name if keep_clones else name.removeprefix("rc:")
+
+
 def units(graph: OpGraph) -> list[str]:
     """Per op, its unit."""
     cache = {m: unit_of(m) for m in set(graph.module)}

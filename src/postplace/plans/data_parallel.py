@@ -75,9 +75,10 @@ class PlannedStep:
     graph : OpGraph
         The rewritten step (with its collectives).
     replica : numpy.ndarray
-        ``int[n]``: the replica of each op (0..k-1).
+        ``int[n]``: the GPU slot of each op (0..k-1): its replica, or under tensor parallelism
+        ``tensor rank + tp x replica``.
     replicas : int
-        k.
+        k, the slots (the GPUs of one pipeline stage).
     level : str
         One of :data:`LEVELS`.
     """

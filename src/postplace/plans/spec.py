@@ -12,15 +12,16 @@ from postplace.graph import OpGraph
 from postplace.plans._step import units
 from postplace.plans.data_parallel import LEVELS, PlannedStep, data_parallel
 from postplace.plans.recompute import recompute
+from postplace.plans.tensor import over_tensor_ranks, tensor_parallel
 
 __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
-_OPTION = re.compile(r"^(m|dp|pp)=([0-9]+)$")
+_OPTION = re.compile(r"^(m|dp|pp|tp)=([0-9]+)$")
 _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
 _UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
-_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,pp=P][,schedule=gpipe|1f1b|interleaved-V][,shard=U/U...]"
-        f"[,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
-        "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b)")  # fmt: skip
+_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
+        f"[,shard=U/U...][,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
+        "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class PlanSpec:
     schedule : str, optional
         With ``pipeline``: ``gpipe``, ``1f1b`` (the default) or ``interleaved-V``
         (:mod:`postplace.plans.schedule`).
+    tensor : int, optional
+        ``tp``: the tensor-parallel degree (:mod:`postplace.plans.tensor`); GPUs ``j + tp x i`` (Megatron-LM's
+        rank order: a group is tp neighbouring GPUs). None: no tensor parallelism.
     """
 
     level: str
@@ -62,14 +66,22 @@ class PlanSpec:
     selective: bool = False
     pipeline: int | None = None
     schedule: str | None = None
+    tensor: int | None = None
 
     def replicas_over(self, gpus: int) -> int:
-        """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of them.
+        """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of ``tensor`` GPUs.
 
         >>> PlanSpec("ddp", pipeline=2).replicas_over(8), PlanSpec("fsdp").replicas_over(8)
         (4, 8)
+        >>> PlanSpec("fsdp", pipeline=2, tensor=2).replicas_over(8)
+        2
         """
-        return gpus // (self.pipeline or 1)
+        return gpus // self.model_parallel
+
+    @property
+    def model_parallel(self) -> int:
+        """The GPUs of one replica: ``tp x pp``."""
+        return (self.pipeline or 1) * (self.tensor or 1)
 
     @property
     def name(self) -> str:
@@ -81,6 +93,8 @@ class PlanSpec:
     def __str__(self) -> str:
         opts = [f"m={self.microbatches}"] * (self.microbatches is not None) + [f"dp={self.replicas}"] * (
             self.replicas is not None)  # fmt: skip
+        if self.tensor is not None:
+            opts.append(f"tp={self.tensor}")
         if self.pipeline is not None:
             opts += [f"pp={self.pipeline}", f"schedule={self.schedule or '1f1b'}"]
         for key, names in (("shard", self.shard), ("recompute", self.recompute_units)):
@@ -111,8 +125,8 @@ def parse_plan(text: str) -> PlanSpec:
         opt = opt.strip()
         match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt)
         if not match or match.group(1) in options:
-            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, pp=P, schedule=S, shard=U/U or "
-                                 f"recompute=U/U (each once); {_HOW}")  # fmt: skip
+            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
+                                 f"shard=U/U or recompute=U/U (each once); {_HOW}")  # fmt: skip
         if match.re is _SCHEDULE:
             options["schedule"] = match.group(2)
             continue
@@ -134,11 +148,12 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': interleaved schedules need layers cut into V chunks per GPU, which "
                              "plans do not make yet; use schedule=1f1b or gpipe")  # fmt: skip
     units = options.get("recompute")
-    pp = options.get("pp")
+    pp, tp = options.get("pp"), options.get("tp")
     return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
                     options.get("shard"), units, selective=extras == ["selective"],
                     pipeline=pp if pp and pp > 1 else None,
-                    schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None)  # fmt: skip
+                    schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None,
+                    tensor=tp if tp and tp > 1 else None)  # fmt: skip
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
@@ -150,6 +165,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
         The step traced as m micro-batches, m a multiple of ``replicas``.
     spec : PlanSpec
     replicas : int
+        The data-parallel degree (each replica ``tp`` GPUs wide).
 
     Returns
     -------
@@ -164,5 +180,11 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
                                  f"'{graph.name}' does not have (its units: {some}, ...)")  # fmt: skip
     which = list(spec.recompute_units) if spec.recompute_units is not None else None
     step = recompute(graph, which, selective=spec.selective) if spec.recompute else graph
+    if spec.tensor:
+        step = tensor_parallel(step, spec.tensor)
     shard = frozenset(spec.shard) if spec.shard is not None else None
-    return data_parallel(step, replicas, spec.level, shard=shard)
+    planned = data_parallel(step, replicas, spec.level, shard=shard)
+    if not spec.tensor:
+        return planned
+    ranks, slot = over_tensor_ranks(planned.graph, planned.replica, spec.tensor)
+    return PlannedStep(ranks, slot, planned.replicas * spec.tensor, planned.level)

@@ -1,0 +1,258 @@
+"""Tensor parallelism as a graph pass: Megatron-LM's split of a block's linear layers over t GPUs.
+
+Megatron-LM (Shoeybi et al. 2019, Sec. 3) splits the first linear layer of an MLP by columns and the
+second by rows, so the element-wise stretch between them runs on each GPU's columns alone and only the
+second layer's output needs an all-reduce (forward), and the first layer's input gradient another
+(backward); attention the same way, by heads: the query/key/value projections by columns, the output
+projection by rows. Four all-reduces of one activation per block and micro-batch, nothing else.
+
+The pass finds that pattern in the traced step by data flow, so it works on any module, not by names:
+a *linear* is a forward ``mm``/``addmm`` one of whose operands comes from parameters alone (the weight,
+its transpose, its cast); a linear L is *column-split* when everything its output reaches in the forward
+pass before the next linear layer flows into one and the same linear R (nothing escapes to the
+residual stream or the loss), and R is then *row-split*. Several column linears may share one R (the
+query, key and value projections; SwiGLU's gate and up projections). Every other op stays whole: each
+GPU runs it entirely (the norms, the residual adds, the embedding and the output head: Megatron splits
+the last two by vocabulary, which this pass does not do yet) and :func:`tensor_parallel` lists the
+linear layers it left whole.
+
+What each op then is on one GPU follows from its inputs, forward and backward alike, as a sharding
+rule: a split parameter (the weights and biases of the split linears) is a *shard* (1/t of it per GPU);
+an op reading a shard computes a shard (1/t of its FLOPs, bytes and output); a matrix product of a
+shard of activations with a shard of a weight is a *partial sum* (full size, 1/t of the FLOPs: the
+row-split forward, the column-split input gradient), and sums of partial sums stay partial; any other
+op reading a partial sum waits for its all-reduce. The gradients, their sums and the optimizer's
+update of a shard are shards too, so the data-parallel pass that runs next (:mod:`postplace.plans
+.data_parallel`) reduces, shards and gathers 1/t of them.
+
+The pass runs in two halves around the data-parallel pass. :func:`tensor_parallel` rewrites the step
+as one GPU of the group sees it, with a no-cost ``tp_all_reduce`` op (in place on the partial sum)
+where the all-reduce goes; :func:`over_tensor_ranks` then copies a planned step once per GPU of the
+group (``t{j}/NAME``) and makes each ``tp_all_reduce`` a collective over the group's copies.
+Megatron-LM's rank order follows: GPU ``j + t x replica``, so a group is t neighbouring GPUs.
+Sequence parallelism (the norms split by sequence, all-gather and reduce-scatter instead of all-reduce)
+is not built.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.plans._draft import Draft
+from postplace.plans._step import FORWARD, parameter_ops
+
+__all__ = ["TP_ALL_REDUCE", "over_tensor_ranks", "split_linears", "tensor_parallel"]
+
+TP_ALL_REDUCE = "tp_all_reduce"
+_PRODUCTS = ("mm", "addmm")
+_LINEAR = ("add", "add_", "_to_copy", "clone", "view", "_unsafe_view", "reshape", "alias")  # of partial sums: partial
+_NORMS = ("mean", "var", "var_mean", "std")  # a reduction over the split features: not Megatron's pattern
+WHOLE, SHARD, PARTIAL = 0, 1, 2
+
+
+def _inputs(graph: OpGraph) -> list[list[int]]:
+    """Per op, the ops whose data it reads (zero-byte ordering edges left out)."""
+    ins: list[list[int]] = [[] for _ in range(graph.num_ops)]
+    for s, d, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True):
+        if b > 0 and s not in ins[d]:
+            ins[d].append(s)
+    return ins
+
+
+def _from_parameters(graph: OpGraph, ins: list[list[int]]) -> np.ndarray:
+    """``bool[n]``: parameters, and ops reading nothing but such ops (a weight's transpose, its cast)."""
+    out = parameter_ops(graph).copy()
+    for i in range(graph.num_ops):
+        if not out[i] and ins[i]:
+            out[i] = all(out[s] for s in ins[i])
+    return out
+
+
+def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
+    """The Megatron pattern in ``graph`` (read off its first micro-batch's forward pass).
+
+    Returns
+    -------
+    (dict, list)
+        The parameter ops to split, each with ``"column"`` or ``"row"``; and the linear ops left whole.
+    """
+    ins = _inputs(graph)
+    outs: list[list[int]] = [[] for _ in range(graph.num_ops)]
+    for d, srcs in enumerate(ins):
+        for s in srcs:
+            outs[s].append(d)
+    weights = _from_parameters(graph, ins)
+    is_param = parameter_ops(graph)
+    first = int(graph.microbatch.max()) if graph.microbatch.max() < 0 else 0
+    forward = (graph.phase == FORWARD) & (graph.microbatch == first)
+    linear = np.array([forward[i] and graph.op_types[i] in _PRODUCTS and any(weights[s] for s in ins[i])
+                       and not all(weights[s] for s in ins[i]) for i in range(graph.num_ops)])  # fmt: skip
+
+    readers: dict[int, set[int]] = {}  # parameter -> the forward ops reading it (through its transpose, cast...)
+    for p in np.flatnonzero(is_param).tolist():
+        seen, todo, found = set(), [p], set()
+        while todo:
+            j = todo.pop()
+            for d in outs[j]:
+                if weights[d] and d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+                elif not weights[d] and forward[d]:
+                    found.add(d)
+        readers[p] = found
+    params: dict[int, list[int]] = {i: [] for i in np.flatnonzero(linear).tolist()}
+    for p, found in readers.items():
+        for d in found:
+            if d in params:
+                params[d].append(p)
+
+    def reaches(i: int) -> int | None:
+        """The one linear everything ``i`` feeds in the forward pass flows into; None when it escapes."""
+        seen, todo, ends = set(), deque([i]), set()
+        while todo:
+            j = todo.popleft()
+            nxt = [d for d in outs[j] if forward[d]]
+            if not nxt:
+                return None
+            for d in nxt:
+                if "norm" in graph.op_types[d] or graph.op_types[d] in _NORMS:
+                    return None
+                if linear[d]:
+                    ends.add(d)
+                elif d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return ends.pop() if len(ends) == 1 else None
+
+    role: dict[int, str] = {}
+    rows: set[int] = set()
+    for col in params:  # in program order, so a row-split layer is never split by columns again
+        row = reaches(col) if col not in rows else None
+        if row is None or row == col or any(readers[p] != {i} for i in (col, row) for p in params[i]):
+            continue
+        rows.add(row)
+        for p in params[col]:
+            role[p] = "column"
+        weight = max(params[row], key=lambda p: graph.output_bytes[p])  # a row-split layer's bias stays whole
+        role[weight] = "row"
+    whole = [i for i in params if not any(p in role for p in params[i])]
+    return role, whole
+
+
+def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
+    """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
+
+    Parameters
+    ----------
+    graph : OpGraph
+        A traced step (any micro-batch count, recomputation already applied).
+    degree : int
+        t, the GPUs of the group.
+
+    Returns
+    -------
+    OpGraph
+        Split ops at 1/t, ``tp_all_reduce`` ops where the group meets; ``metadata["tensor_parallel"]``
+        says what was split and what was left whole.
+
+    Raises
+    ------
+    PostplaceError
+        No linear layer pair to split, or t not dividing the model's attention heads.
+    """
+    role, whole = split_linears(graph)
+    if not role:
+        raise PostplaceError(f"tensor parallelism: graph '{graph.name}' has no pair of linear layers Megatron-LM would "
+                             "split (a linear, an element-wise stretch or attention, a linear); use tp=1")  # fmt: skip
+    config = (graph.metadata.get("zoo") or {}).get("config") or {}
+    for key in ("heads", "kv_heads"):
+        if config.get(key) and config[key] % degree:
+            what = key.replace("_", " ")
+            raise PostplaceError(f"tensor parallelism: tp={degree} does not divide the {config[key]} {what} of "
+                                 f"'{graph.name}'; choose a tp that divides them")  # fmt: skip
+    ins = _inputs(graph)
+    weights = _from_parameters(graph, ins)
+    n, t = graph.num_ops, float(degree)
+    state = np.full(n, WHOLE, dtype=np.int64)
+    for i in range(n):
+        if i in role:
+            state[i] = SHARD
+            continue
+        got = [state[s] for s in ins[i]]
+        if PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
+            state[i] = PARTIAL
+        elif graph.op_types[i] in _PRODUCTS and any(state[s] == SHARD and weights[s] for s in ins[i]) and any(
+                state[s] == SHARD and not weights[s] for s in ins[i]):  # fmt: skip
+            state[i] = PARTIAL
+        elif SHARD in got:
+            state[i] = SHARD
+    draft = Draft(graph)
+    for i in range(n):
+        if state[i] == WHOLE:
+            draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
+            continue
+        change = {"inplace_base": int(graph.inplace_base[i])}
+        if state[i] == PARTIAL:
+            change["output_bytes"] = float(graph.output_bytes[i])
+        if i in role:
+            change["persistent_bytes"] = float(graph.persistent_bytes[i]) / t
+        draft.copy(i, graph.names[i], (float(i), 0), scale=1.0 / t, **change)
+    reduced: dict[int, int] = {}
+    src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
+    for e in range(len(src)):
+        s, d, b = src[e], dst[e], nbytes[e]
+        if state[s] == SHARD:
+            draft.edge(s, d, slot[e], b / t)
+        elif state[s] == PARTIAL and state[d] != PARTIAL and b > 0:
+            if s not in reduced:
+                reduced[s] = draft.make(f"{TP_ALL_REDUCE}:{graph.names[s]}", (s + 0.5, 1), phase=int(graph.phase[s]),
+                                        microbatch=int(graph.microbatch[s]), module=graph.module[s],
+                                        op_type=TP_ALL_REDUCE, inplace=True)  # fmt: skip
+                draft.set(reduced[s], "inplace_base", s)
+                draft.edge(s, reduced[s], slot[e], b)
+            draft.edge(reduced[s], d, 0, b)
+        else:
+            draft.edge(s, d, slot[e], b)
+    split = sorted({graph.module[i] for i in range(n) if i in role})
+    meta = {"degree": degree, "split": split, "whole_linears": sorted({graph.module[i] for i in whole}),
+            "all_reduces": len(reduced)}  # fmt: skip
+    out, _ = draft.freeze(f"{graph.name}+tp{degree}", {**graph.metadata, "tensor_parallel": meta})
+    return out
+
+
+def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple[OpGraph, np.ndarray]:
+    """``graph`` (a planned step of :func:`tensor_parallel`, each op's replica in ``replica``) copied once
+    per GPU of each group: ``(step, each op's GPU slot j + t x replica)``; each data-parallel collective
+    becomes one per group rank j, each ``tp_all_reduce`` an all-reduce over its group."""
+    draft = Draft(graph)
+    n = graph.num_ops
+    ncoloc = int(graph.colocation.max()) + 1 if n else 0
+    copies = np.empty((n, degree), dtype=np.int64)
+    coll = graph.collective.tolist()
+    per_rank = [[draft.add_collective(c.kind, c.nbytes, f"{c.name}:t{j}") for j in range(degree)]
+                for c in graph.collectives]  # fmt: skip
+    for i in range(n):
+        tp_reduce = graph.op_types[i] == TP_ALL_REDUCE
+        group = draft.add_collective("all_reduce", float(graph.edge_bytes[graph.in_edges[graph.in_ptr[i]]]),
+                                     f"tp:{graph.names[i]}") if tp_reduce else -1  # fmt: skip
+        for j in range(degree):
+            change = {"inplace_base": -1}
+            if graph.colocation[i] >= 0:
+                change["colocation"] = int(graph.colocation[i]) + j * ncoloc
+            if tp_reduce:
+                change["op_types"] = "all_reduce"
+            k = draft.copy(i, f"t{j}/{graph.names[i]}", (i, j), int(replica[i]) * degree + j, **change)
+            draft.collective[k] = group if tp_reduce else (per_rank[coll[i]][j] if coll[i] >= 0 else -1)
+            copies[i, j] = k
+    for i in np.flatnonzero(graph.inplace_base >= 0).tolist():
+        for j in range(degree):
+            draft.set(int(copies[i, j]), "inplace_base", int(copies[graph.inplace_base[i], j]))
+    for s, d, sl, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_slot.tolist(),
+                           graph.edge_bytes.tolist(), strict=True):  # fmt: skip
+        for j in range(degree):
+            draft.edge(int(copies[s, j]), int(copies[d, j]), sl, b)
+    return draft.freeze(graph.name, graph.metadata)
