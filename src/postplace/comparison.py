@@ -50,8 +50,10 @@ from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
 PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
-PLAN_NAMES = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
-"""The practitioner plans' rows: each at its fastest micro-batch count, where the target can be traced again."""
+PLAN_NAMES = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute", "best-3d")
+"""The practitioner plans' rows: each at its fastest micro-batch count, where the target can be traced again;
+``best-3d`` the fastest of the tp x pp x dp grid (:mod:`postplace.placers.grid`) at any count, or of the
+plain plans' rows above it."""
 SEARCH_NAMES = ("random", "anneal", "hp", "reinforce", "ce", "ppo", "post-start", "local", "post")
 """The search rows of ``all``; ``post-start`` (Post's start, no learning) says what learning adds to it,
 ``local`` (local moves alone from that start) what the policy adds to the moves."""
@@ -127,6 +129,8 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
             rows.append(_yardstick_row("pipeline", retraced, cluster))
         elif name == "data-parallel":
             rows.append(_data_parallel_row(graph, cluster))
+        elif name == "best-3d":
+            rows.append(_grid_row(retraced, cluster, [r for r in rows if r.strategy in PLAN_NAMES]))
         elif name in PLAN_NAMES:
             rows.append(_plan_row(name, retraced, cluster))
         elif name in PLACER_NAMES:
@@ -286,6 +290,36 @@ def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
     step, m, k, peak, used = best
     return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
                note=f"fastest at m={m} of {sorted(retraced)}, dp={k}, simulated")  # fmt: skip
+
+
+def _grid_row(retraced: dict | None, cluster, plain: list[Row]) -> Row:
+    """``best-3d``: the practitioner's grid (:func:`postplace.placers.grid.best_3d`) at every m of
+    ``retraced``, the fastest plan that fits, or the fastest of the ``plain`` plan rows where it is faster."""
+    from postplace.placers.grid import best_3d
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import parse_plan
+
+    t = time.perf_counter()
+    kind = "practitioner plan (simulated)"
+    if not retraced:
+        return Row("best-3d", kind, None, note="needs a step that can be traced again as micro-batches (a zoo model)")
+    gpus = plan_devices(cluster, parse_plan("ddp"))
+    best, tried = None, 0
+    for g in retraced.values():
+        grid = best_3d(g, cluster, gpus)
+        tried += len(grid.tried)
+        b = grid.best
+        if b is not None and (best is None or b.step_time_s < best[0]):
+            best = (b.step_time_s, b.describe(), float(b.peak_memory_bytes.max()), list(b.devices))
+    for r in plain:
+        if r.best_step_time_s is not None and (best is None or r.best_step_time_s < best[0]):
+            best = (r.best_step_time_s, f"{r.strategy} ({r.note})", r.peak_memory_bytes, r.devices_used)
+    wall = time.perf_counter() - t
+    if best is None:
+        return Row("best-3d", kind, None, wall_time_s=wall, note=f"no plan of {tried} fits")
+    step, words, peak, used = best
+    return Row("best-3d", kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
+               note=f"{words}; best of {tried} grid plans over m={sorted(retraced)} and the plain rows, simulated")
 
 
 def _data_parallel_row(graph, cluster) -> Row:

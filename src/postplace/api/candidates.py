@@ -222,6 +222,49 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
 
 
+GRID_WORK = 2e7
+"""The ``best-3d`` grid simulates plans while their op x GPU count adds up to at most this (each plan
+counts its step's ops times its GPUs, twice when recomputed); the rest of the grid is left out with a
+note. GPT-2 on ``dgx8`` at m = 8 (12 plans) fits whole; LLaMA-7B gets the first few shapes. A count, not
+a time, so an answer does not depend on the machine's speed."""
+
+
+def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
+    """``best-3d``: the fastest plan of the practitioner's grid at this micro-batch count
+    (:func:`postplace.placers.grid.best_3d`: every tp x pp x dp over the GPUs ``--exclude`` leaves,
+    pruned as a practitioner prunes it), or of the plain plans ``plans`` where none of the grid beats
+    them; none below 2 GPUs or when nothing fits."""
+    from postplace.placers.grid import best_3d
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import parse_plan
+    from postplace.plans._step import microbatch_count
+
+    try:
+        gpus = plan_devices(problem.cluster, parse_plan("ddp"), settings.get("exclude") or ())
+    except PostplaceError:
+        return []
+    m = microbatch_count(problem.graph)
+    if len(gpus) < 2:
+        return []
+    grid = best_3d(problem.graph, problem.cluster, gpus, pins=settings.get("pins") or (),
+                   cost_model=problem.simulator.problem.cost_model, work=GRID_WORK)  # fmt: skip
+    plans = [p for p in plans if p.name in PRACTITIONER_PLANS and p.plan]
+    options = [(p.step_time_s, p.placement, p.graph, p.plan) for p in plans if p.feasible]
+    if grid.best is not None:
+        b = grid.best
+        options.append((b.step_time_s, b.placement, b.graph, b.plan))
+    if not options and not grid.tried:
+        return []
+    if not options:
+        return [Candidate("best-3d", None, None, False, f"no plan of the grid at m={m} fits; " + "; ".join(grid.notes))]
+    step, placement, graph, plan = min(options, key=lambda o: o[0])
+    tried = len(grid.tried) + len(plans)
+    note = f"best of {tried} plans at m={m} (the plain plans and the tp x pp x dp grid)"
+    if grid.notes:
+        note += "; " + "; ".join(n for n in grid.notes if ": schedule" not in n)
+    return [Candidate("best-3d", placement, step, True, note, graph, plan)]
+
+
 def plan_candidate_words(best: Candidate, cluster) -> str:
     """A practitioner plan candidate in words (:func:`postplace.placers.practitioner.plan_words`)."""
     from postplace.placers.practitioner import plan_words

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.candidates import (
+    grid_candidate,
     hybrid_candidate,
     oneshot_candidates,
     plan_candidates,
@@ -171,6 +172,9 @@ def place_over_m(settings: dict, targets: dict, cluster, *, out: Path | None, re
     if plans:  # the hybrid, at the count where the plans do best
         arm = arms[min(plans)[1]]
         arm.oneshot += hybrid_candidate(settings, arm.problem, [c for c in arm.oneshot if c.plan])
+    if arms:  # the 3D grid there too (at the most micro-batches when no plain plan fits)
+        arm = arms[min(plans)[1]] if plans else arms[max(arms)]
+        arm.oneshot += grid_candidate(settings, arm.problem, [c for c in arm.oneshot if c.plan])
     recorded = _read_plans(out, counts, sizes) if out is not None and resume else []
     meta = {"settings_checksum": checksum}
     spent = dict.fromkeys(counts, 0.0)

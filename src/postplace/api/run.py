@@ -13,6 +13,7 @@ from pathlib import Path
 from postplace.api.candidates import (
     CANDIDATE_PLACERS,
     _candidates,
+    grid_candidate,
     hybrid_candidate,
     plan_candidates,
     warm_start_ops,
@@ -110,7 +111,7 @@ def _run(settings: dict, tgt: Target, c, *, out: Path | None, resume: bool, prog
     cands = _candidates(settings, problem, judge, result, warm_ops)
     if judge.name == "simulator" and not confirm_k:  # the plans are simulated: never beside measured times
         plans = plan_candidates(settings, problem)
-        cands += plans + hybrid_candidate(settings, problem, plans)
+        cands += plans + hybrid_candidate(settings, problem, plans) + grid_candidate(settings, problem, plans)
     feasible = [k for k in cands if k.feasible]
     if not feasible:
         raise PostplaceError(

@@ -1,0 +1,69 @@
+"""The practitioner's 3D grid (issue 31 item 3): the shapes a practitioner would try, pruned by hand-checkable
+rules, and its best plan where no plain plan fits; the ``best-3d`` row in ``place`` and ``compare``."""
+
+from __future__ import annotations
+
+import pytest
+
+from postplace import zoo
+from postplace.cluster import load_cluster
+from postplace.placers.grid import best_3d, grid_specs, node_size
+from postplace.placers.practitioner import plan_step
+from postplace.plans import parse_plan
+from postplace.testing import star_cluster
+
+PLAIN = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
+
+
+def gpus(cluster):
+    return [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+
+
+def test_a_tensor_group_stays_within_a_node():
+    assert node_size(load_cluster("dgx8x2"), gpus(load_cluster("dgx8x2"))) == 8
+    assert node_size(load_cluster("dgx8"), gpus(load_cluster("dgx8"))) == 8
+    assert node_size(load_cluster("k80x4"), gpus(load_cluster("k80x4"))) == 4
+
+
+def test_the_grid_is_what_a_practitioner_would_try():
+    """LLaMA small has 4 heads in 2 key/value groups (tp at most 2) and 2 blocks (pp at most 2); at m = 8 on
+    8 GPUs every shape but tp 1 x pp 1 (the plain plans) is tried, FSDP without a pipeline only."""
+    g = zoo.cached_graph("llama", "small", "adamw", microbatches=2)
+    c = load_cluster("dgx8")
+    specs, notes = grid_specs(g, c, gpus(c), 8)
+    assert [str(s) for s in specs] == ["zero1:m=8,dp=4,tp=2", "fsdp:m=8,dp=4,tp=2", "zero1:m=8,dp=4,pp=2,schedule=1f1b",
+                                       "zero1:m=8,dp=2,tp=2,pp=2,schedule=1f1b"]  # fmt: skip
+    specs, notes = grid_specs(g, c, gpus(c), 2)  # dp must divide m, and each pipeline needs pp micro-batches
+    assert [str(s) for s in specs] == [] and any("m/dp >= pp" in n for n in notes)
+    convs = zoo.cached_graph("resnet50", "small", "sgd")
+    specs, notes = grid_specs(convs, load_cluster("k80x4"), gpus(load_cluster("k80x4")), 4)
+    assert all(s.tensor is None for s in specs) and "tp: no linear layers to split" in notes
+
+
+def test_the_grid_finds_a_plan_that_fits_where_no_plain_plan_does():
+    g = zoo.cached_graph("llama", "small", "adamw", microbatches=2)
+    c = star_cluster(("gpu",) * 4, bandwidth=1e11, memory=2.5e5)
+    for name in PLAIN:  # each holds the whole model's activations of a micro-batch, or all its parameters
+        assert plan_step(g, c, parse_plan(f"{name}:m=2,dp=2"), [0, 1]).oom, name
+    grid = best_3d(g, c, [0, 1, 2, 3])
+    assert grid.best is not None and not grid.best.oom
+    assert parse_plan(grid.best.plan).tensor == 2
+    assert max(grid.best.peak_memory_bytes) <= 2.5e5
+    assert grid.best.step_time_s == min(t for _, t in grid.tried if t is not None)
+    assert grid.best.describe().startswith("fsdp over 4 GPUs (gpu0..gpu3), tp 2 x dp 2, 2 micro-batches")
+
+
+def test_compare_and_place_have_the_best_3d_row(tmp_path):
+    import postplace
+
+    rep = postplace.compare("llama", "k80x4", size="small", strategies="fsdp,best-3d", budget=8, seeds=1,
+                            out=tmp_path / "c", optimizer="adamw")  # fmt: skip
+    rows = {r["strategy"]: r for r in rep["rows"]}
+    assert rows["best-3d"]["best_step_time_s"] <= rows["fsdp"]["best_step_time_s"]
+    assert "grid plans" in rows["best-3d"]["note"]
+    r = postplace.place("llama", "k80x4", size="small", optimizer="adamw", budget=16, microbatches=2,
+                        out=tmp_path / "p", report=False)  # fmt: skip
+    cands = r.summary["candidates"]
+    best = cands.get("best-3d @m2", cands.get("best-3d"))
+    plain = [v for k, v in cands.items() if k.split(" @")[0] in PLAIN and v is not None]
+    assert best is not None and best == pytest.approx(min([best, *plain])), cands
