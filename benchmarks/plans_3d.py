@@ -19,8 +19,9 @@ import json
 import time
 
 PLAIN = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
-CASES = [("gpt2", "full", "dgx8", 8), ("gpt2", "full", "dgx8", 16), ("llama", "1b", "dgx8", 8)]
-BIG = [("llama", "7b", "dgx8", 8), ("llama", "7b", "dgx8x2", 16)]
+CASES = [("gpt2", "full", "dgx8", 8), ("gpt2", "full@16", "dgx8", 16), ("llama", "1b", "dgx8", 8),
+         ("llama", "1b@16", "dgx8", 16)]  # SIZE@N: the model at a global batch of N sequences
+BIG = [("llama", "7b", "dgx8", 8), ("llama", "7b@16", "dgx8x2", 16)]
 
 
 def case(model: str, size: str, cluster_name: str, m: int) -> dict:

@@ -67,3 +67,25 @@ def test_compare_and_place_have_the_best_3d_row(tmp_path):
     best = cands.get("best-3d @m2", cands.get("best-3d"))
     plain = [v for k, v in cands.items() if k.split(" @")[0] in PLAIN and v is not None]
     assert best is not None and best == pytest.approx(min([best, *plain])), cands
+
+
+def test_a_global_batch_is_part_of_the_size(capsys):
+    """``--batch N`` (``SIZE@N``) traces the zoo model at that batch: GPT-2 small at 8 sequences splits into
+    8 micro-batches (its own batch of 2 cannot), moving the tokens of 8 sequences; bad batches are one line."""
+    import json
+
+    from tests.clihelp import cli_error, run_cli
+
+    own = zoo.cached_graph("gpt2", "small", "adamw")
+    big = zoo.cached_graph("gpt2", "small@8", "adamw", microbatches=8)
+    assert big.metadata["zoo"]["config"]["batch"] == 8
+    embed = lambda g: sum(g.output_bytes[i] for i, n in enumerate(g.names) if n.endswith("embedding"))  # noqa: E731
+    assert embed(big) == pytest.approx(4 * embed(own))
+    res = run_cli("simulate", "gpt2", "--size", "small", "--batch", "8", "--cluster", "k80x4", "--plan", "ddp:m=8",
+                  "--optimizer", "adamw", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["step_time_s"] > 0
+    assert "whole number from 1 to 1048576" in cli_error(["simulate", "gpt2", "--size", "small@0", "--cluster",
+                                                          "k80x4", "--plan", "ddp"], capsys)  # fmt: skip
+    assert "give the batch once" in cli_error(["simulate", "gpt2", "--size", "small@4", "--batch", "4", "--cluster",
+                                               "k80x4", "--plan", "ddp"], capsys)  # fmt: skip

@@ -44,10 +44,23 @@ ClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b); SIZE@N at a global batch of N.")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", help="A zoo model's global batch (sequences or samples; default the size's own): --size SIZE@N.")]
 OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's).")]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, or bf16 / fp16 (autocast, fp32 master weights).")]
+
+
+def _with_batch(size: str, batch: int | None) -> str:
+    """``--size`` with ``--batch`` folded in: ``7b`` and 512 make ``7b@512``."""
+    if batch is None:
+        return size
+    if "@" in size:
+        raise PostplaceError(f"--batch {batch} with --size {size}: give the batch once (--size {size.partition('@')[0]} "
+                             f"--batch {batch})")  # fmt: skip
+    if not 1 <= batch <= 2**20:
+        raise PostplaceError(f"--batch {batch}: give a global batch from 1 to 1048576 (sequences or samples)")
+    return f"{size}@{batch}"
 
 
 def load_target(target: str, size: str = "full") -> OpGraph:
@@ -166,6 +179,7 @@ def simulate(
     plan: Annotated[str | None, typer.Option("--plan", help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8).")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,
     size: SizeOpt = "full",
+    batch: BatchOpt = None,
     as_json: JsonOpt = False,
     microbatches: Annotated[int | None, typer.Option("--microbatches", help="A zoo model's step as M micro-batches (default: the m a placement file's op names imply, else 1).")] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module.")] = "none",
@@ -183,6 +197,7 @@ def simulate(
     from postplace.sim import Simulator
 
     cost_model = RooflineCostModel(kernels=kernels, update=update)
+    size = _with_batch(size, batch)
     if (placement is None) == (plan is None):
         raise PostplaceError("simulate needs exactly one of --placement (single:DEVICE or a file) and --plan "
                              "(ddp, zero2, fsdp, ...)")
@@ -365,6 +380,7 @@ def compare(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
     expert_split: Annotated[str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")] = None,
     size: SizeOpt = "full",
+    batch: BatchOpt = None,
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     microbatches: Annotated[str, typer.Option("--microbatches", help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).")] = "1",
@@ -380,6 +396,7 @@ def compare(
             console.print(f"  running {name}...", highlight=False)
 
     try:
+        size = _with_batch(size, batch)
         m = _microbatches(microbatches)
         if m == "auto":
             raise PostplaceError("compare --microbatches auto: compare runs one m; give a count (place weighs every m)")
@@ -630,6 +647,7 @@ def place(
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a field of the strategy's config (repeatable).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="A TOML file of the strategy's config fields.")] = None,
     size: SizeOpt = "full",
+    batch: BatchOpt = None,
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
     confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
@@ -683,6 +701,7 @@ def place(
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
+            size = _with_batch(size, batch)
             out = out or default_out(target, cluster, strategy, seed)
             if not as_json:
                 console.print(f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}",

@@ -70,12 +70,12 @@ class ModelSpec:
         return (*SIZES, *(s for s in self.sizes if s not in SIZES))
 
     def config(self, size: str) -> dict:
-        """A copy of the config of ``size``.
+        """A copy of the config of ``size``; ``SIZE@N`` is that size at a global batch of N.
 
         Parameters
         ----------
         size : str
-            One of :meth:`size_names`.
+            One of :meth:`size_names`, optionally ``@N`` (N from 1 to 1,048,576).
 
         Returns
         -------
@@ -86,6 +86,12 @@ class ModelSpec:
         PostplaceError
             For an unknown size.
         """
+        base, at, batch = size.partition("@")
+        if at:
+            if not batch.isdigit() or not 1 <= int(batch) <= 2**20:
+                raise PostplaceError(f"size '{size}' of model '{self.name}': the batch after '@' must be a whole "
+                                     "number from 1 to 1048576 (e.g. 7b@512)")  # fmt: skip
+            return {**self.config(base), "batch": int(batch)}
         if size == "full":
             return dict(self.full)
         if size == "small":
@@ -174,6 +180,11 @@ MODELS: dict[str, ModelSpec] = {
         ),
     )
 }
+
+
+def base_size(size: str) -> str:
+    """The size without its batch: ``7b`` of ``7b@512``."""
+    return size.partition("@")[0]
 
 
 def spec(name: str) -> ModelSpec:
@@ -302,7 +313,7 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
 
     s = spec(name)
     cfg = s.config(size)
-    meta = size in s.meta_only
+    meta = base_size(size) in s.meta_only
     if meta and init:
         raise PostplaceError(
             f"{name} at size {size} is traced on the meta device and never materialised, so it has no weights "
@@ -413,7 +424,7 @@ def trace_model(
     cfg = {**spec(name).config(size), **({"batch": batch} if batch is not None else {})}
     meta = {"zoo": {"name": name, "size": size, "config": _jsonable(cfg)}}
     label = f"{name}-{size}" if microbatches == 1 else f"{name}-{size}-mb{microbatches}-{colocation}"
-    if microbatches == 1 and size not in spec(name).meta_only:
+    if microbatches == 1 and base_size(size) not in spec(name).meta_only:
         return trace(model, inputs, loss_fn, optimizer, lr=lr, precision=precision, name=label, metadata=meta)
     with warnings.catch_warnings():  # the graph records its batch norms; place says so where its answer splits
         warnings.simplefilter("ignore", MicrobatchNormWarning)
