@@ -427,7 +427,8 @@ def cmd_launch(
         return json.dumps({**result.to_json(), **simulated, "measured_on": where, "steps": steps, "seed": seed})
     plan = result.plan
     lines = [
-        f"{folder}: {plan.world_size} processes by torch's elastic launcher, {len(plan.messages)} messages per step",
+        f"{folder}: {plan.world_size} processes by torch's elastic launcher, {len(plan.messages)} messages"
+        + (f" and {len(plan.collectives)} all-reduces" if plan.collectives else "") + " per step",
         f"measured on {where}; torch {torch.__version__}, "
         f"{threads if threads is not None else torch.get_num_threads()} CPU thread(s) per rank",
         f"{'step':>5} {'loss':>12}",

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from postplace.errors import PostplaceError
-from postplace.runtime.ranks import RECV, SEND, RankPlan, incoming, outgoing, rank_plan
+from postplace.runtime.ranks import RECV, REDUCE, SEND, RankPlan, incoming, outgoing, rank_plan
 
 __all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_run", "run_rank"]
 
@@ -199,6 +199,23 @@ class _Channel:
             raise self._fail("sending", index, exc, t0) from None
         self.seconds += time.perf_counter() - t0
         self.sent += m.nbytes
+
+    def all_reduce(self, index: int, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over every rank (collective ``index`` of the step), counted as bytes sent and
+        received once each (the payload: a ring moves ``2 (k - 1) / k`` of it each way)."""
+        c = self.plan.collectives[index]
+        t = value if value.is_contiguous() else value.contiguous()
+        t0 = time.perf_counter()
+        try:
+            self.dist.all_reduce(t)
+        except Exception as exc:  # noqa: BLE001 - as in send
+            raise _PeerError(f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-reduce of '{c.value}' "
+                             f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
+                             f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}") from None  # fmt: skip
+        self.seconds += time.perf_counter() - t0
+        self.sent += c.nbytes
+        self.received += c.nbytes
+        return t
 
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
@@ -393,7 +410,7 @@ def _execute(plan: RankPlan, rank: int, device: torch.device, args: list, owned:
     args = [t.to(device) for t in args]
     step_no = [0]
     channel = _Channel(plan, rank, device, op_names, step_no)
-    for name in (SEND, RECV):  # a program that sends or receives nothing has no such module
+    for name in (SEND, RECV, REDUCE):  # a program that sends or receives nothing has no such module
         if hasattr(gm, name):
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
@@ -592,6 +609,11 @@ def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, th
     _check_backend(backend, op_device, names)
     plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
     plan.check()
+    return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads)
+
+
+def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, threads) -> LaunchResult:
+    """Every rank of ``plan`` in its own process; their results as one."""
     folder = Path(tempfile.mkdtemp(prefix="postplace-launch-"))
     try:
         for r in range(plan.world_size):
@@ -608,7 +630,10 @@ def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, th
         results = _elastic(job, plan)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    losses = next((r.losses for r in results.values() if r.losses), [])
+    if plan.partial_loss:  # data parallelism: each rank's share of every step's loss
+        losses = [float(sum(r.losses[k] for r in results.values())) for k in range(steps)]
+    else:
+        losses = next((r.losses for r in results.values() if r.losses), [])
     params, bufs = {}, {}
     for r in results.values():
         params.update(r.parameters)
@@ -730,8 +755,12 @@ def run_folder(folder: str | Path) -> dict:
                              "traced module")  # fmt: skip
     plan = summary.get("returned_plan")
     if plan:
-        raise PostplaceError(f"{folder}: the returned plan is '{plan}', whose replicas meet in collectives; launch "
-                             "runs op-level placements (point-to-point messages only) for now")  # fmt: skip
+        from postplace.plans import parse_plan
+
+        p = parse_plan(plan)
+        if p.level != "ddp" or p.recompute or p.shard is not None or p.pipeline or p.tensor or not p.microbatches:
+            raise PostplaceError(f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
+                                 "plain ddp plans so far (zero, fsdp, recompute, tp, pp: simulated only)")  # fmt: skip
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
         raise PostplaceError(f"{folder}/run.json: no cluster_spec; run postplace place again")
@@ -744,8 +773,9 @@ def run_folder(folder: str | Path) -> dict:
         "placement": placement,
         "cluster": spec,
         "target": target,
-        "microbatches": check_placement_microbatches(mapping, None, str(placement)),
+        "microbatches": p.microbatches if plan else check_placement_microbatches(mapping, None, str(placement)),
         "colocation": summary.get("microbatch_colocation") or target.get("microbatch_colocation") or "none",
+        "plan": plan or None,
     }
 
 
@@ -780,8 +810,8 @@ def launch_run(
     ------
     PostplaceError
         One line before any process starts: a missing folder or placement.json, a target that is not
-        a zoo model, a returned plan with collectives, a placement naming devices the run's cluster
-        lacks; else as :func:`launch`.
+        a zoo model, a returned plan launch does not run (all but plain ddp), a placement naming
+        devices the run's cluster lacks; else as :func:`launch`.
     """
     from postplace.cluster import load_cluster
     from postplace.cluster.placement import load_placement
@@ -794,6 +824,17 @@ def launch_run(
     cluster = load_cluster(run["cluster"])
     traced = trace_zoo_step(run["name"], run["size"], microbatches=run["microbatches"], colocation=run["colocation"],
                             **recorded_step(run["target"]))  # fmt: skip
+    if run["plan"]:
+        from postplace.runtime.ddp import launch_plan
+
+        result = launch_plan(traced, run["plan"], cluster, steps=steps, batches=RandomBatches(seed), seed=seed,
+                             timeout=timeout, backend=backend, threads=threads)  # fmt: skip
+        from postplace.plans import data_parallel
+
+        planned = data_parallel(traced.graph, result.plan.world_size, "ddp")  # the simulated plan's buckets
+        grads = int(sum(c.nbytes for c in planned.graph.collectives if c.kind == "all_reduce"))
+        every = dict.fromkeys(range(result.plan.world_size), grads)
+        return result, {"bytes_sent": every, "bytes_received": dict(every)}
     op_device = load_placement(run["placement"], traced.graph, cluster)
     result = _launch(traced, op_device, list(cluster.device_names), steps, RandomBatches(seed), seed, timeout,
                      backend, threads)  # fmt: skip

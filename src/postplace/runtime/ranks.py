@@ -46,12 +46,33 @@ import torch.fx
 from postplace.errors import PostplaceError
 from postplace.runtime.placed import _aliased_arg, _written_args, placed_graph_module, transfer
 
-__all__ = ["Message", "RankPlan", "RankProgram", "check_order", "rank_plan"]
+__all__ = ["Collective", "Message", "RankPlan", "RankProgram", "check_order", "rank_plan"]
 
 SEND = "postplace_send"
 """The submodule of a rank's GraphModule that posts a send: ``postplace_send(message index, value)``."""
 RECV = "postplace_recv"
 """The submodule of a rank's GraphModule that posts a receive: ``postplace_recv(message index) -> tensor``."""
+REDUCE = "postplace_all_reduce"
+"""The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
+ALL_REDUCE = "all_reduce"
+"""The kind of :class:`_Comm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective of a step, called by every rank in ``index`` order: its kind, the fx node whose value
+    it carries, and that value's shape and dtype."""
+
+    index: int
+    kind: str
+    value: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        numel = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return numel * torch.empty((), dtype=self.dtype).element_size()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +135,11 @@ class RankPlan:
         One per rank.
     n_persistent : int
         Placeholders before the batch (parameters, buffers, optimizer state).
+    collectives : tuple of Collective
+        Every collective of one step, in the order every rank calls them.
+    partial_loss : bool
+        Each rank returns its share of the loss (data parallelism: the launcher sums them); else one
+        rank returns the whole loss.
     """
 
     device_names: tuple[str, ...]
@@ -121,6 +147,8 @@ class RankPlan:
     messages: tuple[Message, ...]
     programs: tuple[RankProgram, ...]
     n_persistent: int
+    collectives: tuple[Collective, ...] = ()
+    partial_loss: bool = False
 
     @property
     def world_size(self) -> int:
@@ -159,6 +187,8 @@ class RankPlan:
         h = hashlib.sha256(repr((self.device_names, self.ranks)).encode())
         for m in self.messages:
             h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
+        for c in self.collectives:
+            h.update(repr((c.index, c.kind, c.value, c.shape, str(c.dtype))).encode())
         return h.hexdigest()[:16]
 
     def check(self) -> None:
@@ -284,6 +314,8 @@ class _Comm(torch.nn.Module):
         if self.kind == "send":
             self.channel.send(index, value)
             return None
+        if self.kind == ALL_REDUCE:
+            return self.channel.all_reduce(index, value)
         return self.channel.recv(index)
 
 

@@ -1,0 +1,202 @@
+"""The ``ddp`` plan as one program per rank: each replica's micro-batches, its own gradient sums, and a
+torch.distributed all-reduce of every gradient before the update (DESIGN.md section 7).
+
+A step traced as m micro-batches sums each gradient over them in a chain (``acc1_x = mb0_x + mb1_x``,
+``acc2_x = acc1_x + mb2_x``...) and the update reads the chain's last sum. Replica r of k runs
+micro-batches ``r*b .. r*b + b - 1`` (b = m/k) of the same fx graph: the other replicas' micro-batch
+nodes are left out, its chain starts at its own first micro-batch's value (the sum before it belongs to
+other replicas) and stops at its last, and every update node reads, instead of the whole step's sum, the
+all-reduce (a sum over the replicas) of the replica's own: the gradient of the whole step, on every
+rank, so every rank runs the same update to the same parameters. The loss each rank returns is its
+micro-batches' share of the step's loss (each micro-batch's loss is already divided by m); the launcher
+sums them.
+
+The all-reduces run in the order the update first reads the gradients, the same on every rank (a
+collective must be called in one order by all). Each is one tensor; the bytes each rank all-reduces in a
+step are the step's gradient bytes, what the simulated ``ddp`` plan's buckets hold. DDP's bucketing and
+its overlap with the backward pass are timings the simulator prices, not numerics, and are not
+reproduced here. The sum's order differs from one process's chain (``(a + b) + (c + d)`` instead of
+``((a + b) + c) + d``), so the result equals the one-process step within rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.fx
+
+from postplace.errors import PostplaceError
+from postplace.graph import PHASES
+from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankPlan, RankProgram, _Comm
+
+__all__ = ["ddp_plan"]
+
+_MICROBATCH = re.compile(r"^mb(\d+)_")
+_CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
+_UPDATE = PHASES.index("update")
+
+
+def _persistent(traced) -> int:
+    params = list(traced.model.parameters())
+    state = sum(len(traced.optimizer.initial_state(i, p, device="meta")) for i, p in enumerate(params))
+    return len(params) + len(list(traced.model.buffers())) + state
+
+
+def ddp_plan(traced, devices: list[int], device_names) -> RankPlan:
+    """Per-rank programs of the ``ddp`` plan of ``traced`` over the logical devices ``devices`` (one
+    replica each, in order).
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The step traced as m micro-batches, m a multiple of ``len(devices)``.
+    devices : list of int
+        The replicas' logical devices.
+    device_names : sequence of str
+        Every logical device's name.
+
+    Returns
+    -------
+    RankPlan
+        With no messages, one all-reduce per gradient (``collectives``) and ``partial_loss``.
+
+    Raises
+    ------
+    PostplaceError
+        Fewer than 2 replicas, a micro-batch count they do not divide, or a step whose micro-batches
+        write shared state (batch norm's running statistics): DDP would keep one copy per replica.
+    """
+    k, m = len(devices), traced.microbatches
+    if k < 2 or m % k:
+        raise PostplaceError(f"ddp over {k} processes needs at least 2 and a micro-batch count they divide; the "
+                             f"step has {m} micro-batch{'es' if m > 1 else ''}")  # fmt: skip
+    if traced.graph.metadata.get("microbatch_norms"):
+        raise PostplaceError("ddp launch: the step's batch norms update running statistics shared by every micro-"
+                             "batch, which each replica would keep apart; launch a model without them")  # fmt: skip
+    programs, reduced = [], None
+    for r in range(k):
+        gm, order = _replica(traced, r, m // k)
+        if reduced is None:
+            reduced = order
+        elif order != reduced:  # the same graph cut the same way: never; checked because a mismatch would hang
+            raise AssertionError("ddp replicas all-reduce in different orders")
+        n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        programs.append(RankProgram(r, devices[r], gm, tuple(range(n_in)), (0,), ()))
+    shapes = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
+    collectives = tuple(Collective(j, "all_reduce", name, tuple(shapes[name].shape), shapes[name].dtype)
+                        for j, name in enumerate(reduced))  # fmt: skip
+    return RankPlan(tuple(device_names), tuple(devices), (), tuple(programs), _persistent(traced),
+                    collectives=collectives, partial_loss=True)  # fmt: skip
+
+
+def _replica(traced, r: int, b: int) -> tuple[torch.fx.GraphModule, list[str]]:
+    """Replica r's GraphModule (every placeholder kept, so its inputs are the traced step's) and the values
+    it all-reduces, in order."""
+    src = traced.gm.graph
+    m = traced.microbatches
+    first, last = r * b, r * b + b - 1
+    phase = traced.graph.phase
+    op_of = traced.op_of_node
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    reduced: dict[torch.fx.Node, torch.fx.Node] = {}
+    order: list[str] = []
+    comm = REDUCE
+
+    def updating(n) -> bool:
+        op = op_of.get(n.name, -1)
+        return op >= 0 and phase[op] == _UPDATE
+
+    def value(x: torch.fx.Node, into_update: bool) -> torch.fx.Node:
+        c = _CHAIN.match(x.name)
+        if into_update and c and int(c.group(1) or c.group(2)) == m - 1 and x.name.startswith("acc"):
+            if x not in reduced:
+                reduced[x] = g.call_module(comm, (len(order), env[x]))
+                order.append(x.name)
+            return reduced[x]
+        if x not in env:
+            raise PostplaceError(f"ddp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
+                                 "value; this step cannot be split into replicas")  # fmt: skip
+        return env[x]
+
+    for n in src.nodes:
+        if n.op == "placeholder":
+            env[n] = g.node_copy(n)
+            continue
+        if n.op == "output":
+            g.output(torch.fx.map_arg(n.args[0], lambda x: value(x, False)))
+            continue
+        j = _MICROBATCH.match(n.name)
+        if j and not first <= int(j.group(1)) <= last:
+            continue
+        c = _CHAIN.match(n.name)
+        if c:
+            k = int(c.group(1) or c.group(2))
+            nodes = [a for a in n.args if isinstance(a, torch.fx.Node)]
+            own = next(a for a in nodes if a.name.startswith(f"mb{k}_"))
+            prev = next(a for a in nodes if a is not own)
+            if k < first:
+                continue
+            if k == first:
+                env[n] = env[own]
+                continue
+            if k > last:
+                env[n] = env[prev]
+                continue
+        into = updating(n)
+        env[n] = g.node_copy(n, lambda x, into=into: value(x, into))
+    root = torch.nn.Module()
+    for n in g.nodes:
+        if n.op == "get_attr":
+            setattr(root, n.target, getattr(traced.gm, n.target))
+    root.add_module(comm, _Comm(ALL_REDUCE))
+    return torch.fx.GraphModule(root, g), order
+
+
+def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, seed: int = 0, timeout: float = 60.0,
+                backend: str = "gloo", threads: int | None = 1):  # fmt: skip
+    """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
+
+    Only ``ddp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every GPU of
+    ``cluster``) runs so far; the sharded levels, recomputation, tensor parallelism and pipelines are
+    refused in one line.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The step traced as M micro-batches.
+    plan : str
+        The plan as ``place`` returns it (``summary.json``'s ``returned_plan``).
+    cluster : Cluster or str
+        The plan's cluster (a preset or file).
+    steps, batches, seed, timeout, backend, threads
+        As for :func:`postplace.runtime.launcher.launch`.
+
+    Returns
+    -------
+    postplace.runtime.launcher.LaunchResult
+        ``losses`` the step's whole loss (the ranks' shares summed), ``bytes_sent`` each rank's
+        all-reduced bytes.
+    """
+    from postplace.cluster import load_cluster
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import parse_plan
+    from postplace.runtime.launcher import _check_steps, _check_timeout, _run_plan
+
+    _check_steps(steps)
+    _check_timeout(timeout)
+    spec = parse_plan(plan)
+    if spec.level != "ddp" or spec.recompute or spec.shard is not None or spec.pipeline or spec.tensor:
+        raise PostplaceError(f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
+                             "fsdp, recomputation, tensor and pipeline parallelism are simulated only")  # fmt: skip
+    if spec.microbatches is not None and spec.microbatches != traced.microbatches:
+        raise PostplaceError(f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
+                             f"{traced.microbatches}; trace it at m={spec.microbatches}")  # fmt: skip
+    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    gpus = plan_devices(cluster, spec)
+    if backend == "nccl" and torch.cuda.device_count() < len(gpus):
+        raise PostplaceError(f"--backend nccl: the plan runs on {len(gpus)} GPUs and this host has "
+                             f"{torch.cuda.device_count()}; use --backend gloo")  # fmt: skip
+    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names))
+    return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)

@@ -1,0 +1,101 @@
+"""The ``ddp`` plan run as one gloo process per replica (issue 33): each rank its micro-batches and an
+all-reduce of every gradient, the step's loss and parameters after 3 steps equal to the one-process step
+within fp32 rounding (the sums run in another order), and each rank all-reducing the bytes the simulated
+plan's buckets hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph.trace_torch import trace
+from postplace.plans import data_parallel
+from postplace.runtime.ddp import ddp_plan, launch_plan
+from postplace.runtime.launcher import RandomBatches
+from postplace.runtime.placed import apply
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
+
+
+def mlp_step(m: int, optimizer="adamw"):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    return trace(model, (x,), nn.functional.cross_entropy, optimizer, microbatches=m, targets=(y,))
+
+
+def one_process(traced, steps: int, seed: int = 0):
+    """The reference: the step on one device, the same batches."""
+    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
+    batches = RandomBatches(seed)
+    losses = [float(step(*batches(traced))) for _ in range(steps)]
+    return losses, step.parameters()
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_ddp_trains_as_one_process_does(replicas):
+    res = launch_plan(mlp_step(4), f"ddp:m=4,dp={replicas}", K80X4, steps=3, batches=RandomBatches(0), seed=0)
+    losses, params = one_process(mlp_step(4), 3)
+    assert res.losses == pytest.approx(losses, rel=1e-6)
+    assert losses[2] < losses[0]  # it trains
+    assert list(res.parameters) == list(params)
+    for name, p in params.items():
+        torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)
+    assert sorted(res.ranks.values()) == [f"gpu{i}" for i in range(replicas)]
+    planned = data_parallel(mlp_step(4).graph, replicas, "ddp")
+    simulated = sum(c.nbytes for c in planned.graph.collectives if c.kind == "all_reduce")
+    grads = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    assert simulated == grads
+    assert all(b == grads for b in res.bytes_sent.values())  # every rank all-reduces every gradient once
+
+
+def test_each_replica_runs_its_own_micro_batches():
+    plan = ddp_plan(mlp_step(4), [1, 2], K80X4.device_names)
+    for r, prog in enumerate(plan.programs):
+        names = {n.name for n in prog.gm.graph.nodes if n.op == "call_function"}
+        mine = {f"mb{2 * r}_", f"mb{2 * r + 1}_"}
+        assert any(n.startswith(tuple(mine)) for n in names)
+        assert not any(n.startswith("mb") and not n.startswith(tuple(mine)) for n in names)
+    again = ddp_plan(mlp_step(4), [1, 2], K80X4.device_names)
+    assert [c.value for c in plan.collectives] == [c.value for c in again.collectives]  # one order, every time
+
+
+def test_plans_launch_does_not_run_are_one_line():
+    with pytest.raises(PostplaceError, match="runs plain ddp plans") as e:
+        launch_plan(mlp_step(4), "fsdp:m=4", K80X4)
+    assert "\n" not in str(e.value)
+    with pytest.raises(PostplaceError, match="traced as 4"):
+        launch_plan(mlp_step(4), "ddp:m=8", K80X4)
+    with pytest.raises(PostplaceError, match="micro-batch count they divide"):
+        ddp_plan(mlp_step(4), [1, 2, 3], K80X4.device_names)
+
+
+def test_launch_runs_a_run_folders_ddp_plan(tmp_path):
+    """A run folder whose returned plan is ``ddp:m=2,dp=2`` (GPT-2 small on two K80s): ``postplace launch``
+    runs it as two processes, the losses those of the one-process step, the bytes the simulated plan's."""
+    import json
+
+    from postplace.runtime.zoo_step import trace_zoo_step
+    from tests.clihelp import run_cli
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
+    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": "ddp:m=2,dp=2"}))
+    (folder / "run.json").write_text(json.dumps({"cluster_spec": "k80x2"}))
+    (folder / "placement.json").write_text("{}")
+    got = run_cli("launch", folder, "--steps", "2", "--json")
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    traced = trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw")
+    losses, _ = one_process(traced, 2)
+    assert out["losses"] == pytest.approx(losses, rel=1e-6)
+    assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
+    text = run_cli("launch", folder, "--steps", "1")
+    assert "2 processes by torch's elastic launcher, 0 messages and" in text.stdout, text.stdout
