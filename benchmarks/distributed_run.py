@@ -12,6 +12,10 @@ device on the CPU, transfers as copies, :func:`postplace.runtime.apply`), and th
 time and bytes on the plan's cluster. With gloo the ranks are CPU processes standing in for the GPUs
 (each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
 ``--backend nccl`` runs the ranks on their GPUs where they exist.
+
+``--plan ddp`` launches the ``ddp`` plan instead (:func:`postplace.runtime.ddp.launch_plan`: one process per
+replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each rank's
+all-reduced gradient bytes, "sim sent B" the simulated plan's, "sim ms" the simulated ``ddp`` step.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--plan", default=None, help="ddp: launch the ddp plan over --stages replicas")
     args = ap.parse_args()
     cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
     print(f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; backend {args.backend}, "
@@ -66,6 +71,9 @@ def main() -> None:
           f"{'1-proc ms':>9} {'sim ms':>8} {'launch s':>8}")  # fmt: skip
     for name in args.models.split(","):
         traced = trace_zoo_step(name, "small", microbatches=args.microbatches)
+        if args.plan:
+            ddp_rows(name, traced, cluster, args)
+            continue
         placement = place_pipeline(traced.graph, cluster, stages=args.stages)
         schedule = Simulator(traced.graph, cluster).schedule(placement)
         t0 = time.perf_counter()
@@ -83,6 +91,29 @@ def main() -> None:
             d = result.plan.ranks[r]
             print(f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
                   f"{sim_sent.get(d, 0):10,d} {single:9.2f} {schedule.step_time * 1e3:8.3f} {wall:8.1f}")  # fmt: skip
+
+
+def ddp_rows(name, traced, cluster, args) -> None:
+    """The ddp plan over ``args.stages`` replicas, launched and simulated."""
+    from postplace.placers.practitioner import plan_step
+    from postplace.plans import parse_plan
+    from postplace.runtime.ddp import launch_plan
+
+    plan = f"{args.plan}:m={args.microbatches},dp={args.stages}"
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]
+    sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
+    sim_sent = int(sum(c.nbytes for c in sim.graph.collectives if c.kind == "all_reduce"))
+    t0 = time.perf_counter()
+    result = launch_plan(traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend,
+                         threads=args.threads)  # fmt: skip
+    wall = time.perf_counter() - t0
+    single = one_process_ms(traced, np.zeros(traced.graph.num_ops, dtype=np.int64), cluster, args.steps, args.threads)
+    for r, device in result.ranks.items():
+        half = len(result.step_times_s[r]) // 2
+        step_ms = np.median(result.step_times_s[r][half:]) * 1e3
+        comm_ms = np.median(result.comm_times_s[r][half:]) * 1e3
+        print(f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
+              f"{sim_sent:10,d} {single:9.2f} {sim.step_time_s * 1e3:8.3f} {wall:8.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ def test_each_replica_runs_its_own_micro_batches():
         assert not any(n.startswith("mb") and not n.startswith(tuple(mine)) for n in names)
     again = ddp_plan(mlp_step(4), [1, 2], K80X4.device_names)
     assert [c.value for c in plan.collectives] == [c.value for c in again.collectives]  # one order, every time
+    grads = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    assert len(plan.collectives) == 1 and plan.collectives[0].nbytes == grads  # one 25 MB bucket holds them all
+    small = ddp_plan(mlp_step(4), [1, 2], K80X4.device_names, bucket_bytes=2100)  # the first layer's weight alone
+    assert [c.nbytes for c in small.collectives] == [2048, grads - 2048]  # in the order the gradients are final
 
 
 def test_plans_launch_does_not_run_are_one_line():

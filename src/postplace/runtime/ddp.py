@@ -11,16 +11,19 @@ rank, so every rank runs the same update to the same parameters. The loss each r
 micro-batches' share of the step's loss (each micro-batch's loss is already divided by m); the launcher
 sums them.
 
-The all-reduces run in the order the update first reads the gradients, the same on every rank (a
-collective must be called in one order by all). Each is one tensor; the bytes each rank all-reduces in a
-step are the step's gradient bytes, what the simulated ``ddp`` plan's buckets hold. DDP's bucketing and
-its overlap with the backward pass are timings the simulator prices, not numerics, and are not
-reproduced here. The sum's order differs from one process's chain (``(a + b) + (c + d)`` instead of
-``((a + b) + c) + d``), so the result equals the one-process step within rounding, not bit for bit.
+The all-reduces run once the backward pass is done, before the first update node, in DDP's buckets:
+the gradients in the order they become final, up to ``bucket_bytes`` (DDP's ``bucket_cap_mb``, 25 MB)
+per bucket, each bucket one flat buffer and one all-reduce, in the same order on every rank (a collective
+must be called in one order by all). The bytes each rank all-reduces in a step are the step's gradient
+bytes, what the simulated ``ddp`` plan's buckets hold. DDP's overlap of the buckets with the backward
+pass is a timing the simulator prices, not numerics, and is not reproduced here. The sum's order differs
+from one process's chain (``(a + b) + (c + d)`` instead of ``((a + b) + c) + d``), so the result equals
+the one-process step within rounding, not bit for bit.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 
 import torch
@@ -43,7 +46,7 @@ def _persistent(traced) -> int:
     return len(params) + len(list(traced.model.buffers())) + state
 
 
-def ddp_plan(traced, devices: list[int], device_names) -> RankPlan:
+def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6) -> RankPlan:
     """Per-rank programs of the ``ddp`` plan of ``traced`` over the logical devices ``devices`` (one
     replica each, in order).
 
@@ -55,6 +58,8 @@ def ddp_plan(traced, devices: list[int], device_names) -> RankPlan:
         The replicas' logical devices.
     device_names : sequence of str
         Every logical device's name.
+    bucket_bytes : float
+        DDP's bucket size (``bucket_cap_mb``): gradients all-reduced together, one flat buffer each.
 
     Returns
     -------
@@ -76,21 +81,21 @@ def ddp_plan(traced, devices: list[int], device_names) -> RankPlan:
                              "batch, which each replica would keep apart; launch a model without them")  # fmt: skip
     programs, reduced = [], None
     for r in range(k):
-        gm, order = _replica(traced, r, m // k)
+        gm, order = _replica(traced, r, m // k, bucket_bytes)
         if reduced is None:
             reduced = order
         elif order != reduced:  # the same graph cut the same way: never; checked because a mismatch would hang
             raise AssertionError("ddp replicas all-reduce in different orders")
         n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         programs.append(RankProgram(r, devices[r], gm, tuple(range(n_in)), (0,), ()))
-    shapes = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
-    collectives = tuple(Collective(j, "all_reduce", name, tuple(shapes[name].shape), shapes[name].dtype)
-                        for j, name in enumerate(reduced))  # fmt: skip
+    vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
+    collectives = tuple(Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),),
+                                   vals[names[0]].dtype) for j, names in enumerate(reduced))  # fmt: skip
     return RankPlan(tuple(device_names), tuple(devices), (), tuple(programs), _persistent(traced),
                     collectives=collectives, partial_loss=True)  # fmt: skip
 
 
-def _replica(traced, r: int, b: int) -> tuple[torch.fx.GraphModule, list[str]]:
+def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.fx.GraphModule, list[tuple]]:
     """Replica r's GraphModule (every placeholder kept, so its inputs are the traced step's) and the values
     it all-reduces, in order."""
     src = traced.gm.graph
@@ -101,19 +106,36 @@ def _replica(traced, r: int, b: int) -> tuple[torch.fx.GraphModule, list[str]]:
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-    order: list[str] = []
+    order: list[tuple[str, ...]] = []
     comm = REDUCE
 
     def updating(n) -> bool:
         op = op_of.get(n.name, -1)
         return op >= 0 and phase[op] == _UPDATE
 
+    finals = [n for n in src.nodes if n.name.startswith("acc") and int(_CHAIN.match(n.name).group(1)) == m - 1
+              and any(updating(u) for u in n.users)]  # fmt: skip
+
+    def reduce_all() -> None:
+        """Every gradient, in buckets of ``bucket_bytes`` in the order they become final, one all-reduce each."""
+        buckets: list[list[torch.fx.Node]] = []
+        size = 0.0
+        for x in finals:
+            val = x.meta["val"]
+            nbytes = val.numel() * val.element_size()
+            if not buckets or size + nbytes > bucket_bytes or buckets[-1][0].meta["val"].dtype != val.dtype:
+                buckets.append([])
+                size = 0.0
+            buckets[-1].append(x)
+            size += nbytes
+        for bucket in buckets:
+            out = g.call_module(comm, (len(order), [env[x] for x in bucket]))
+            for i, x in enumerate(bucket):
+                reduced[x] = g.call_function(operator.getitem, (out, i))
+            order.append(tuple(x.name for x in bucket))
+
     def value(x: torch.fx.Node, into_update: bool) -> torch.fx.Node:
-        c = _CHAIN.match(x.name)
-        if into_update and c and int(c.group(1) or c.group(2)) == m - 1 and x.name.startswith("acc"):
-            if x not in reduced:
-                reduced[x] = g.call_module(comm, (len(order), env[x]))
-                order.append(x.name)
+        if into_update and x in reduced:
             return reduced[x]
         if x not in env:
             raise PostplaceError(f"ddp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
@@ -145,6 +167,8 @@ def _replica(traced, r: int, b: int) -> tuple[torch.fx.GraphModule, list[str]]:
                 env[n] = env[prev]
                 continue
         into = updating(n)
+        if into and finals and not reduced:  # the backward is done: every gradient's all-reduce, in buckets
+            reduce_all()
         env[n] = g.node_copy(n, lambda x, into=into: value(x, into))
     root = torch.nn.Module()
     for n in g.nodes:

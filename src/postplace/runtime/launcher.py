@@ -200,11 +200,13 @@ class _Channel:
         self.seconds += time.perf_counter() - t0
         self.sent += m.nbytes
 
-    def all_reduce(self, index: int, value: torch.Tensor) -> torch.Tensor:
-        """``value`` summed over every rank (collective ``index`` of the step), counted as bytes sent and
-        received once each (the payload: a ring moves ``2 (k - 1) / k`` of it each way)."""
+    def all_reduce(self, index: int, value: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors of one bucket summed over every rank (collective ``index`` of the step: one flat
+        buffer, DDP's bucket), counted as bytes sent and received once each (the payload: a ring moves
+        ``2 (k - 1) / k`` of it each way)."""
         c = self.plan.collectives[index]
-        t = value if value.is_contiguous() else value.contiguous()
+        parts = list(value)
+        t = torch.cat([x.reshape(-1) for x in parts]) if len(parts) > 1 else parts[0].contiguous().reshape(-1)
         t0 = time.perf_counter()
         try:
             self.dist.all_reduce(t)
@@ -215,7 +217,7 @@ class _Channel:
         self.seconds += time.perf_counter() - t0
         self.sent += c.nbytes
         self.received += c.nbytes
-        return t
+        return [piece.view(x.shape) for piece, x in zip(t.split([x.numel() for x in parts]), parts, strict=True)]
 
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
