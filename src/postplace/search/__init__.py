@@ -114,6 +114,10 @@ STRATEGIES = {
     "local": LocalStrategy,
 }
 STRATEGIES.update({name: _variant(name) for name in VARIANTS})
+ON_LAYERS = ("reinforce", "random", "anneal")
+"""Strategies written for units that act, on a micro-batched step, on Post's layers and stripes
+(:mod:`postplace.search.on_layers`), so a comparison differs only in the learning rule. The hierarchical
+planner keeps its own grouper."""
 
 
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:
@@ -160,7 +164,13 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
         name = "post-paper"
     if name not in STRATEGIES:
         raise PostplaceError(f"unknown strategy '{name}'; choose one of {', '.join(STRATEGIES)}")
-    return with_local(STRATEGIES[name](space, seed=seed, config=None if isinstance(config, str) else config))
+    config = None if isinstance(config, str) else config
+    base = VARIANTS[name][0] if name in VARIANTS else name
+    if base in ON_LAYERS:
+        from postplace.search.on_layers import on_layers
+
+        return with_local(on_layers(STRATEGIES[name], space, seed=seed, config=config))
+    return with_local(STRATEGIES[name](space, seed=seed, config=config))
 
 
 __all__ = [
