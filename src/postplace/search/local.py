@@ -33,7 +33,7 @@ import numpy as np
 
 from postplace.search.config import ranged
 from postplace.search.layers import action_space
-from postplace.search.strategy import SearchSpace, asked_origins, scores
+from postplace.search.strategy import SearchSpace, Wrapper, asked_origins, scores
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ def _digest(placement: np.ndarray) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
-class WithLocalMoves:
+class WithLocalMoves(Wrapper):
     """A strategy with the local-move add-on: its own batch, plus local moves of the incumbent.
 
     Each ask (once a placement was told, and never beside the probe's candidates) asks the strategy
@@ -279,19 +279,6 @@ class WithLocalMoves:
         self.told = 0  # placements told so far: whose turn the first move's kind is
         self.last_origins: list[str] | None = None
         self.own_in_last_ask = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.inner.name = value
-
-    def __getattr__(self, key: str):
-        if key.startswith("__") or key == "inner":  # copy and pickle look for hooks before __dict__ is filled
-            raise AttributeError(key)
-        return getattr(self.inner, key)
 
     def ask(self, max_n: int) -> np.ndarray:
         """The strategy's own batch, then the local moves (:class:`WithLocalMoves`)."""

@@ -20,12 +20,12 @@ import numpy as np
 
 from postplace.search.layers import action_space
 from postplace.search.start_prior import make_probe, start_state
-from postplace.search.strategy import SearchSpace, scores
+from postplace.search.strategy import SearchSpace, Wrapper, scores
 
 __all__ = ["OnLayers", "on_layers"]
 
 
-class OnLayers:
+class OnLayers(Wrapper):
     """``make(action space)``'s strategy acting on ``space``'s layers (see the module docstring).
 
     Parameters
@@ -45,19 +45,6 @@ class OnLayers:
         if getattr(self.inner, "probe", None) is not None:  # Post's layer starts, probed on the units
             self.probe = make_probe(space, self.inner.config.fill_fraction)
             self.inner.probe = None
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.inner.name = value
-
-    def __getattr__(self, key: str):
-        if key.startswith("__") or key == "inner":  # copy and pickle look for hooks before __dict__ is filled
-            raise AttributeError(key)
-        return getattr(self.inner, key)
 
     def units(self, actions: np.ndarray) -> np.ndarray:
         """``int[k, G]``: the unit placements of ``int[k, L]`` layer actions."""

@@ -94,6 +94,26 @@ class SearchSpace:
         return float(np.sum(self.capacity)) if self.capacity is not None else 1e9
 
 
+class Wrapper:
+    """A strategy around another, ``inner``: its ``name`` and every attribute it does not define itself
+    (``config``, ``policy``, ``start_name``...) are the inner strategy's."""
+
+    inner: object
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.inner.name = value
+
+    def __getattr__(self, key: str):
+        if key.startswith("__") or key == "inner":  # copy and pickle look for hooks before __dict__ is filled
+            raise AttributeError(key)
+        return getattr(self.inner, key)
+
+
 class Strategy(Protocol):
     """The ask/tell contract of a search strategy: propose placements, learn from their results.
 
