@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import replace
 
-PAIRS = [("resnet50", "small", "k80x4", 4), ("gpt2", "full", "dgx8", 8), ("nmt2", "small", "k80x4", 4)]
+PAIRS = [("resnet50", "full", "k80x4", 4), ("gpt2", "full", "k80x4", 4), ("gpt2", "full", "dgx8", 8)]
 RIVALS = ("reinforce", "random", "anneal")
 
 

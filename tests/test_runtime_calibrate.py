@@ -105,7 +105,11 @@ def test_fidelity_scores():
     rows[0].simulated = 10.0  # now ranks disagree
     assert r.scores("held-out")["spearman"] < 1.0
     text = r.format()
-    assert "worst held-out cases: c0" in text and "calibration: 1 cases" in text
+    assert "worst held-out cases: c0" in text
+    assert "calibration: 1 case, no rank correlation (it needs 3 or more cases)" in text
+    for row in rows[:4]:
+        row.measured = 2.0  # every measured time alike: ranks are undefined, and said to be
+    assert "held-out: 4 cases, no rank correlation (the simulated or the measured times are all equal)" in r.format()
 
 
 def test_profile_ops_and_measure_config_on_this_cpu():
@@ -129,18 +133,11 @@ def test_trace_config_overrides_and_restores_the_zoo():
 
 
 def test_cmd_calibrate_writes_a_cluster_and_a_measured_graph(tmp_path):
-    out = cmd_calibrate(
-        "gpt2",
-        "small",
-        out_cluster=tmp_path / "m.toml",
-        out_graph=tmp_path / "g.json",
-        batches=(2, 3, 4, 6),
-        runs=1,
-        threads=1,
-    )
-    assert "Spearman rank correlation" in out and "held-out: 2 cases" in out
-    c = load_cluster(tmp_path / "m.toml")
-    g = OpGraph.load(tmp_path / "g.json")
+    out = cmd_calibrate("gpt2", "small", out=tmp_path / "cal", batches=(2, 3, 4, 6), runs=1, threads=1)
+    # 2 calibration and 2 held-out cases: too few to rank, and it says so instead of printing nan
+    assert "held-out: 2 cases, no rank correlation (it needs 3 or more cases)" in out and "nan" not in out
+    c = load_cluster(tmp_path / "cal" / "measured.toml")
+    g = OpGraph.load(tmp_path / "cal" / "graph.json")
     assert c.device_names[0] == "cpu" and c.devices[0].model == g.measured[-1].key
     sim = Simulator(g, c)
     assert "measured" in sim.sources[0]

@@ -498,8 +498,9 @@ def launch(
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
     size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")] = "small",
-    cluster_out: Annotated[Path, typer.Option("--cluster-out", help="Write the measured cluster TOML here.")] = Path("measured.toml"),
-    graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for measured.toml and graph.json (default runs/calibrate-MODEL-SIZE).")] = None,
+    cluster_out: Annotated[Path | None, typer.Option("--cluster-out", help="Write the measured cluster TOML here instead (default OUT/measured.toml).")] = None,
+    graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here instead (default OUT/graph.json).")] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
     score_on: Annotated[list[str] | None, typer.Option("--score-on", help="Zoo models to score on (repeatable).")] = None,
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per measurement.")] = 3,
@@ -514,7 +515,7 @@ def calibrate(
             batch_list = [int(b) for b in batches.split(",")]
         except ValueError:
             raise PostplaceError(f"--batches '{batches}': give comma-separated integers, e.g. 2,8") from None
-    console.print(cmd_calibrate(model, size, out_cluster=cluster_out, out_graph=graph_out, batches=batch_list,
+    console.print(cmd_calibrate(model, size, out=out, out_cluster=cluster_out, out_graph=graph_out, batches=batch_list,
                                 score_on=score_on or (), runs=runs, threads=threads), highlight=False)
 
 

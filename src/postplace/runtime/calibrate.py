@@ -502,7 +502,8 @@ class FidelityReport:
             return {"n": 0, "spearman": float("nan"), "mdape": float("nan")}
         sim = [r.simulated for r in rows]
         mea = [r.measured for r in rows]
-        rho = float(spearmanr(sim, mea).statistic) if len(rows) > 2 else float("nan")
+        ranked = len(rows) > 2 and np.ptp(sim) > 0 and np.ptp(mea) > 0  # else no rank correlation is defined
+        rho = float(spearmanr(sim, mea).statistic) if ranked else float("nan")
         return {"n": len(rows), "spearman": rho, "mdape": float(np.median([r.ape for r in rows]))}
 
     def format(self, worst: int = 5) -> str:
@@ -516,10 +517,14 @@ class FidelityReport:
             )
         for split in ("calibration", "held-out"):
             s = self.scores(split)
-            out.append(
-                f"{split}: {s['n']} cases, Spearman rank correlation {s['spearman']:.3f}, "
-                f"median absolute error {s['mdape']:.1%}"
-            )
+            if np.isfinite(s["spearman"]):
+                rank = f"Spearman rank correlation {s['spearman']:.3f}"
+            elif s["n"] < 3:
+                rank = "no rank correlation (it needs 3 or more cases)"
+            else:
+                rank = "no rank correlation (the simulated or the measured times are all equal)"
+            error = f"median absolute error {s['mdape']:.1%}" if s["n"] else "nothing measured"
+            out.append(f"{split}: {s['n']} case{'' if s['n'] == 1 else 's'}, {rank}, {error}")
         held = sorted((r for r in self.rows if r.split == "held-out"), key=lambda r: -r.ape)[:worst]
         if held:
             out.append(

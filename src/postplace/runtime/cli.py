@@ -310,7 +310,8 @@ def cmd_calibrate(
     model: str,
     size: str = "small",
     *,
-    out_cluster: str | Path = "measured.toml",
+    out: str | Path | None = None,
+    out_cluster: str | Path | None = None,
     out_graph: str | Path | None = None,
     batches: Sequence[int] | None = None,
     score_on: Sequence[str] = (),
@@ -318,8 +319,9 @@ def cmd_calibrate(
     threads: int | None = None,
 ) -> str:
     """``postplace calibrate MODEL``: measure op and transfer times on the devices present, write them into
-    a cluster file (``out_cluster``) and the graph of ``MODEL`` at ``size`` (``out_graph``, default
-    ``MODEL-SIZE-measured.json``), and print a fidelity report of simulated against measured step time.
+    a cluster file (``out_cluster``, default ``OUT/measured.toml``) and the graph of ``MODEL`` at ``size``
+    (``out_graph``, default ``OUT/graph.json``; ``out`` default ``runs/calibrate-MODEL-SIZE``), and print a
+    fidelity report of simulated against measured step time.
 
     The fidelity part uses the mid-sized configuration of ``MODEL`` (see
     :data:`postplace.runtime.calibrate.FIDELITY_CONFIGS`) at ``batches`` (default: its four batch
@@ -371,11 +373,15 @@ def cmd_calibrate(
         used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(saved)
+    folder = Path(out or f"runs/calibrate-{model}-{size}")
+    out_cluster = Path(out_cluster or folder / "measured.toml")
+    out_graph = Path(out_graph or folder / "graph.json")
     try:
-        Path(out_cluster).write_text(cal.cluster_toml(devices, rooflines, links, fits))
+        for path in (out_cluster, out_graph):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        out_cluster.write_text(cal.cluster_toml(devices, rooflines, links, fits))
     except OSError as exc:
         raise PostplaceError(f"{out_cluster}: cannot write the cluster file ({exc.strerror or exc})") from None
-    out_graph = Path(out_graph or f"{model}-{size}-measured.json")
     target.graph.save(out_graph)
     report.header = (
         f"calibrated on {model} at batch {bs[0]} and {bs[-1]}; scored on "
