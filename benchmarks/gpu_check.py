@@ -1,7 +1,7 @@
 """One-command GPU check: numerics, calibration, fidelity and confirm on the CPU and CUDA GPUs present.
 
 For a machine with one CPU and one or more CUDA GPUs; under 8 minutes on one modern GPU. Four parts,
-everything written to one folder (``--out``, default ``gpu_check_out``):
+everything written to one folder (``--out``, default ``runs/gpu_check``):
 
 A. numerics: every zoo model (small) trained two steps with its ops split across ``cpu`` and ``gpu0``
    (a random placement by colocation set; dropout ops kept on the CPU so both runs draw the same mask),
@@ -25,7 +25,7 @@ and colocation still checked) and B-D are skipped, saying why; ``--rehearse`` ru
 
 Run (repository root; how to install on the lent GPU machine: benchmarks/gpu_check.sh)::
 
-    python benchmarks/gpu_check.py --out gpu_check_out
+    python benchmarks/gpu_check.py --out runs/gpu_check
     python benchmarks/gpu_check.py --rehearse --models gpt2,rnnlm,nmt2 --budget 240   # CPU-only rehearsal
 """
 
@@ -269,7 +269,7 @@ def kernel_rates(log: Log) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="gpu_check_out")
+    ap.add_argument("--out", default="runs/gpu_check")
     ap.add_argument("--models", default="gpt2,rnnlm,nmt2,resnet50", help="zoo models for fidelity/confirm (>= 3)")
     ap.add_argument("--budget", type=int, default=480, help="Post samples per model on the calibrated cluster")
     ap.add_argument("--randoms", type=int, default=4, help="random CPU+GPU splits per model")
