@@ -171,3 +171,24 @@ def test_read_only_buffers_do_not_tie_every_layer_together():
     bn = load_target("resnet50", size="small").graph
     written = [i for i, t in enumerate(bn.op_types) if t == "buffer" and "running_mean" in bn.names[i]]
     assert written and all(bn.colocation[i] >= 0 for i in written)
+
+
+def test_interleaved_plans_put_chunks_round_robin_and_shrink_the_bubble():
+    """``schedule=interleaved-2`` over pp 2: eight equal blocks in four chunks, chunk c on GPU c mod 2
+    (blocks 0-1 and 4-5 on gpu0, 2-3 and 6-7 on gpu1); with free communication the step is shorter than
+    1F1B's (the bubble shrinks V-fold); a model with fewer blocks than chunks is refused in one line."""
+    from postplace.errors import PostplaceError
+    from postplace.placers.practitioner import plan_step
+    from postplace.plans import parse_plan
+    from tests.test_plans import step
+
+    g = step(4, layers=8, optimizer="sgd")
+    c = star_cluster(("gpu",) * 2, bandwidth=1e15)
+    inter = plan_step(g, c, parse_plan("ddp:pp=2,m=4,schedule=interleaved-2"), [0, 1])
+    plain = plan_step(g, c, parse_plan("ddp:pp=2,m=4,schedule=1f1b"), [0, 1])
+    for k in range(8):
+        (i,) = [j for j, n in enumerate(inter.graph.names) if n == f"param:blocks.{k}.0.weight"]
+        assert inter.placement[i] == (k // 2) % 2, k
+    assert inter.step_time_s < plain.step_time_s
+    with pytest.raises(PostplaceError, match="4 chunks, and .* has 2 blocks"):
+        plan_step(step(4, layers=2, optimizer="sgd"), c, parse_plan("ddp:pp=2,m=4,schedule=interleaved-2"), [0, 1])

@@ -7,8 +7,9 @@ practitioner prunes it:
 * tp a power of two that divides the model's heads, within one node (a tensor group never crosses the
   slow links), and only where :func:`postplace.plans.tensor.split_linears` finds layers to split;
 * pp at most the model's numbered units (blocks), each pipeline holding at least pp micro-batches
-  (``m / dp >= pp``) and dp dividing m; the schedule 1F1B (GPipe's bubble with fewer activations held;
-  interleaved schedules are not plan options yet);
+  (``m / dp >= pp``) and dp dividing m; the schedule 1F1B (GPipe's bubble with fewer activations held),
+  and interleaved 1F1B with 2 chunks per GPU where the blocks make 2 pp chunks and each pipeline's
+  micro-batches are a multiple of pp (Megatron-LM's condition);
 * the sharding ``zero1`` (Megatron-LM's distributed optimizer) or ``fsdp`` (torchtitan's FSDP2) under
   model parallelism, pipelines with ``zero1`` only (FSDP's gathers and a schedule's order conflict in
   :mod:`postplace.placers.practitioner`: not built); without model parallelism, the plain plans ``place``
@@ -88,10 +89,14 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
         notes.append(f"{skipped} shapes need dp to divide m={m} and m/dp >= pp")
     if any(pp > 1 for *_, pp, _ in shapes):
         notes.append("pipelines with zero1 only (FSDP's gathers conflict with a schedule's order: not built)")
-    specs = [PlanSpec(level, microbatches=m, replicas=dp, pipeline=pp if pp > 1 else None,
-                      schedule="1f1b" if pp > 1 else None, tensor=tp if tp > 1 else None)
-             for _, _, tp, pp, dp in sorted(shapes)
-             for level in GRID_LEVELS if pp == 1 or level == "zero1"]  # fmt: skip
+    specs = []
+    for _, _, tp, pp, dp in sorted(shapes):
+        schedules = [None] if pp == 1 else ["1f1b"]
+        if pp > 1 and blocks >= 2 * pp and (m // dp) % pp == 0:  # Megatron-LM's virtual stages, 2 per GPU
+            schedules.append("interleaved-2")
+        specs += [PlanSpec(level, microbatches=m, replicas=dp, pipeline=pp if pp > 1 else None, schedule=schedule,
+                           tensor=tp if tp > 1 else None)
+                  for schedule in schedules for level in GRID_LEVELS if pp == 1 or level == "zero1"]  # fmt: skip
     return specs, notes
 
 
@@ -132,8 +137,10 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
         if spent >= work:
             left += 1
             continue
+        if schedule == "gpipe" and (spec.schedule or "").startswith("interleaved"):
+            continue  # stages that do not chain: no 1F1B of any kind
         for attempt in (spec, replace(spec, recompute=True)):
-            if attempt.pipeline:
+            if attempt.pipeline and schedule == "gpipe":
                 attempt = replace(attempt, schedule=schedule)
             spent += graph.num_ops * len(gpus) * (2 if attempt.recompute else 1)
             r, error = simulate(attempt)

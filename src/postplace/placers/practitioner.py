@@ -97,7 +97,9 @@ def plan_words(plan, devices, microbatches: int) -> str:
     if dims:
         words += " x ".join([*dims, f"dp {spec.replicas_over(len(devices))}"]) + ", "
     if spec.pipeline:
-        words += {"1f1b": "1F1B", "gpipe": "GPipe"}.get(spec.schedule or "1f1b", spec.schedule) + ", "
+        schedule = spec.schedule or "1f1b"
+        words += {"1f1b": "1F1B", "gpipe": "GPipe"}.get(schedule, f"interleaved 1F1B ({schedule[12:]} chunks per GPU)")
+        words += ", "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
@@ -196,8 +198,8 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     of the nearest op it exchanges data with."""
     from postplace.placers.pipeline import place_pipeline
     from postplace.plans import PlannedStep
-    from postplace.plans._step import traced_name, units
-    from postplace.plans.schedule import pipeline_schedule
+    from postplace.plans._step import numbered_units, traced_name, units
+    from postplace.plans.schedule import chunks_of, pipeline_schedule
 
     pp, dp = spec.pipeline, planned.replicas
     first = [devices[dp * s] for s in range(pp)]
@@ -208,6 +210,14 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     for i in np.flatnonzero(graph.phase == 0).tolist():
         if unit[i] and at[i] >= 0:
             unit_stage.setdefault(unit[i], at[i])
+    v = chunks_of(spec.schedule or "1f1b")
+    if v > 1:  # interleaved: the blocks cut evenly into pp x V chunks, chunk c on GPU c mod pp (Megatron-LM's)
+        numbered = numbered_units(graph)
+        if len(numbered) < pp * v:
+            raise PostplaceError(f"plan '{spec}': {spec.schedule} over pp={pp} cuts the layers into {pp * v} chunks, "
+                                 f"and '{graph.name}' has {len(numbered)} blocks; lower pp or V")  # fmt: skip
+        unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
+        at = [a if a <= 0 else pp * v - 1 if a == pp - 1 else a * v for a in at]  # the root's ops: ends stay ends
     stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
     g = planned.graph
     stage = np.array([stage_of.get(traced_name(n), -2) for n in g.names])
@@ -228,7 +238,7 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
             break
         todo = left
     stage[stage == -2] = 0
-    dev = np.asarray(devices, dtype=np.int64)[planned.replica + dp * np.maximum(stage, 0)]
+    dev = np.asarray(devices, dtype=np.int64)[planned.replica + dp * (np.maximum(stage, 0) % pp)]
     if cpu is not None:
         dev[(g.allowed_kinds & 2) == 0] = cpu
     on_cpu = dev == cpu if cpu is not None else np.zeros(g.num_ops, dtype=bool)

@@ -50,8 +50,8 @@ class PlanSpec:
         ``pp``: pipeline stages; each data-parallel replica's layers cut into that many stages, GPU
         ``dp_rank + dp x stage`` (Megatron-LM's rank order without tensor parallelism). None: no pipeline.
     schedule : str, optional
-        With ``pipeline``: ``gpipe``, ``1f1b`` (the default) or ``interleaved-V``
-        (:mod:`postplace.plans.schedule`).
+        With ``pipeline``: ``gpipe``, ``1f1b`` (the default) or ``interleaved-V`` (the blocks cut into
+        ``pipeline x V`` chunks, chunk c on the pipeline's GPU c mod ``pipeline``: :mod:`postplace.plans.schedule`).
     tensor : int, optional
         ``tp``: the tensor-parallel degree (:mod:`postplace.plans.tensor`); GPUs ``j + tp x i`` (Megatron-LM's
         rank order: a group is tp neighbouring GPUs). None: no tensor parallelism.
@@ -144,9 +144,6 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': give '+recompute' (every unit) or recompute=U/U (those), not both")
     if "schedule" in options and "pp" not in options:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
-    if options.get("schedule", "").startswith("interleaved"):
-        raise PostplaceError(f"--plan '{text}': interleaved schedules need layers cut into V chunks per GPU, which "
-                             "plans do not make yet; use schedule=1f1b or gpipe")  # fmt: skip
     units = options.get("recompute")
     pp, tp = options.get("pp"), options.get("tp")
     return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
