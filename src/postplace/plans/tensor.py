@@ -11,10 +11,13 @@ a *linear* is a forward ``mm``/``addmm`` one of whose operands comes from parame
 its transpose, its cast); a linear L is *column-split* when everything its output reaches in the forward
 pass before the next linear layer flows into one and the same linear R (nothing escapes to the
 residual stream or the loss), and R is then *row-split*. Several column linears may share one R (the
-query, key and value projections; SwiGLU's gate and up projections). Every other op stays whole: each
-GPU runs it entirely (the norms, the residual adds, the embedding and the output head: Megatron splits
-the last two by vocabulary, which this pass does not do yet) and :func:`tensor_parallel` lists the
-linear layers it left whole.
+query, key and value projections; SwiGLU's gate and up projections). In a model with such pairs, a
+linear whose output reaches the loss with no linear or norm between (a transformer's output head, its
+weight read by it alone) is split by *vocabulary*: each GPU computes its share of the logits, and the
+softmax over them all-reduces each token's maximum and sum (Megatron-LM's vocabulary-parallel
+cross-entropy, two fp32 values per token). Every other op stays whole: each GPU runs it entirely (the
+norms, the residual adds, the embedding, which Megatron-LM also splits by vocabulary, and a head tied to
+it) and :func:`tensor_parallel` lists the linear layers it left whole.
 
 What each op then is on one GPU follows from its inputs, forward and backward alike, as a sharding
 rule: a split parameter (the weights and biases of the split linears) is a *shard* (1/t of it per GPU);
@@ -51,6 +54,8 @@ TP_ALL_REDUCE = "tp_all_reduce"
 _PRODUCTS = ("mm", "addmm")
 _LINEAR = ("add", "add_", "_to_copy", "clone", "view", "_unsafe_view", "reshape", "alias")  # of partial sums: partial
 _NORMS = ("mean", "var", "var_mean", "std")  # a reduction over the split features: not Megatron's pattern
+_SOFTMAXES = ("_log_softmax", "log_softmax", "_softmax", "softmax", "logsumexp", "amax")
+_ELEMENT_BYTES = (4.0, 2.0, 2.0)  # by graph.precision: fp32, bf16, fp16
 WHOLE, SHARD, PARTIAL = 0, 1, 2
 
 
@@ -128,6 +133,18 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
                     todo.append(d)
         return ends.pop() if len(ends) == 1 else None
 
+    def ends_in_loss(i: int) -> bool:
+        """Everything ``i`` feeds in the forward pass reaches the loss with no linear layer or norm between."""
+        seen, todo = set(), deque([i])
+        while todo:
+            for d in (d for d in outs[todo.popleft()] if forward[d]):
+                if linear[d] or "norm" in graph.op_types[d] or graph.op_types[d] in _NORMS:
+                    return False
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return True
+
     role: dict[int, str] = {}
     rows: set[int] = set()
     for col in params:  # in program order, so a row-split layer is never split by columns again
@@ -139,6 +156,11 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
             role[p] = "column"
         weight = max(params[row], key=lambda p: graph.output_bytes[p])  # a row-split layer's bias stays whole
         role[weight] = "row"
+    for head in params:  # a transformer's output head: split by vocabulary, with its cross-entropy
+        if role and head not in rows and not any(p in role for p in params[head]) and params[head] and all(
+                readers[p] == {head} for p in params[head]) and ends_in_loss(head):  # fmt: skip
+            for p in params[head]:
+                role[p] = "vocab"
     whole = [i for i in params if not any(p in role for p in params[i])]
     return role, whole
 
@@ -217,11 +239,69 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
             draft.edge(reduced[s], d, 0, b)
         else:
             draft.edge(s, d, slot[e], b)
+    vocab = _vocab_reductions(graph, role, state, ins)
+    for i, nbytes_ in vocab.items():  # the softmax over split logits: each token's max and sum all-reduced
+        ar = draft.make(f"{TP_ALL_REDUCE}:{graph.names[i]}", (i + 0.5, 1), phase=int(graph.phase[i]),
+                        microbatch=int(graph.microbatch[i]), module=graph.module[i], op_type=TP_ALL_REDUCE,
+                        inplace=True, output_bytes=nbytes_)  # fmt: skip
+        draft.set(ar, "inplace_base", i)
+        draft.order(i, ar)
+        for e in range(graph.out_ptr[i], graph.out_ptr[i + 1]):
+            draft.order(ar, dst[e])
     split = sorted({graph.module[i] for i in range(n) if i in role})
     meta = {"degree": degree, "split": split, "whole_linears": sorted({graph.module[i] for i in whole}),
-            "all_reduces": len(reduced)}  # fmt: skip
+            "all_reduces": len(reduced) + len(vocab)}  # fmt: skip
     out, _ = draft.freeze(f"{graph.name}+tp{degree}", {**graph.metadata, "tensor_parallel": meta})
     return out
+
+
+def _vocab_reductions(graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]]) -> dict[int, float]:
+    """The softmax-like ops over a vocabulary-split head's logits (in the forward), each with the bytes its
+    all-reduce carries: two fp32 values (the running maximum and the sum) per token, Megatron-LM's
+    vocabulary-parallel cross-entropy. Tokens are the logits' elements over the vocabulary, which follows
+    from the head's weight (vocabulary x width), input (tokens x width) and output (tokens x vocabulary)."""
+    heads = [i for i in range(graph.num_ops) if graph.phase[i] == FORWARD and graph.op_types[i] in _PRODUCTS
+             and any(role.get(s) == "vocab" for s in _param_sources(graph, ins, i))]  # fmt: skip
+    out: dict[int, float] = {}
+    outs: list[list[int]] = [[] for _ in range(graph.num_ops)]
+    for d, srcs in enumerate(ins):
+        for s in srcs:
+            outs[s].append(d)
+    for h in heads:
+        weight = max(_param_sources(graph, ins, h), key=lambda p: graph.output_bytes[p])
+        x = max((s for s in ins[h] if state[s] != SHARD), key=lambda s: graph.output_bytes[s], default=None)
+        if x is None:
+            continue
+        logits = float(graph.output_bytes[h])
+        vocab = np.sqrt(graph.output_bytes[weight] / 4.0 * logits / float(graph.output_bytes[x]))
+        tokens = logits / (vocab * _ELEMENT_BYTES[int(graph.precision[h])])
+        seen, todo = {h}, deque([h])
+        while todo:
+            for d in outs[todo.popleft()]:
+                if d in seen or graph.phase[d] != FORWARD:
+                    continue
+                seen.add(d)
+                if graph.op_types[d] in _SOFTMAXES:
+                    out[d] = 2 * 4.0 * tokens
+                else:
+                    todo.append(d)
+    return out
+
+
+def _param_sources(graph: OpGraph, ins: list[list[int]], i: int) -> list[int]:
+    """The parameter ops ``i`` reads, directly or through ops of parameters alone (a transpose, a cast)."""
+    found, todo, seen = [], list(ins[i]), set()
+    is_param = parameter_ops(graph)
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if is_param[s]:
+            found.append(s)
+        elif graph.microbatch[s] < 0 or graph.op_types[s] in ("t", "_to_copy", "view", "transpose"):
+            todo.extend(ins[s])
+    return found
 
 
 def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple[OpGraph, np.ndarray]:
@@ -237,8 +317,9 @@ def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple
                 for c in graph.collectives]  # fmt: skip
     for i in range(n):
         tp_reduce = graph.op_types[i] == TP_ALL_REDUCE
-        group = draft.add_collective("all_reduce", float(graph.edge_bytes[graph.in_edges[graph.in_ptr[i]]]),
-                                     f"tp:{graph.names[i]}") if tp_reduce else -1  # fmt: skip
+        if tp_reduce:  # a partial sum's bytes come in on its edge; a vocabulary reduction's are its own
+            size = float(graph.output_bytes[i]) or float(graph.edge_bytes[graph.in_edges[graph.in_ptr[i]]])
+        group = draft.add_collective("all_reduce", size, f"tp:{graph.names[i]}") if tp_reduce else -1
         for j in range(degree):
             change = {"inplace_base": -1}
             if graph.colocation[i] >= 0:
