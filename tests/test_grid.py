@@ -89,3 +89,31 @@ def test_a_global_batch_is_part_of_the_size(capsys):
                                                           "k80x4", "--plan", "ddp"], capsys)  # fmt: skip
     assert "give the batch once" in cli_error(["simulate", "gpt2", "--size", "small@4", "--batch", "4", "--cluster",
                                                "k80x4", "--plan", "ddp"], capsys)  # fmt: skip
+
+
+def test_after_an_exclusion_no_tensor_group_straddles_two_nodes():
+    from postplace.placers.grid import groups_within_nodes
+
+    c = load_cluster("dgx8x2")
+    every = gpus(c)
+    assert groups_within_nodes(c, every, 8) and not groups_within_nodes(c, every, 16)
+    left = [g for g in every if c.device_names[g] not in ("gpu0", "gpu8")]  # 7 GPUs per node left
+    assert not groups_within_nodes(c, left, 2)  # (gpu7, gpu9) would cross the 50 GB/s link
+    specs, _ = grid_specs(zoo.cached_graph("llama", "small", "adamw", microbatches=2), c, left, 14)
+    assert all(s.tensor is None for s in specs)
+
+
+def test_a_run_at_a_batch_is_trained_and_reported_at_that_batch(tmp_path, capsys):
+    import json
+
+    from postplace.runtime.cli import _size_for
+    from postplace.zoo import known_size
+    from tests.clihelp import cli_error
+
+    assert known_size("gpt2", "small@8") and not known_size("gpt2", "small@x") and not known_size("gpt2", "tiny")
+    (tmp_path / "summary.json").write_text(json.dumps({"target_spec": {"kind": "zoo", "name": "gpt2",
+                                                                       "size": "small@8"}}))  # fmt: skip
+    (tmp_path / "placement.json").write_text("{}")
+    assert _size_for("gpt2", str(tmp_path / "placement.json"), None) == "small@8"
+    line = cli_error(["place", "--resume", str(tmp_path), "--batch", "8"], capsys)
+    assert "drop --batch" in line

@@ -49,3 +49,27 @@ def test_a_warm_start_placed_op_by_op_is_evaluated_but_not_learned_from(problem)
     assert np.array_equal(before, s.policy.logits)  # not a sample of its policy: nothing to learn
     res = run(make_strategy("reinforce", problem.space, seed=0), problem.simulator, Budget(samples=8), warm_start=odd)
     assert res.samples == 8 and np.isfinite(res.best_step_time)
+
+
+def test_a_rival_on_layers_resumes_where_it_stopped(problem):
+    """``reinforce-probe`` on layers: its state (the probe of the units, the policy on the layers) saved
+    after the probe and loaded into a fresh strategy gives the same next samples."""
+    import copy
+
+    from postplace.search.on_layers import OnLayers
+
+    def layered(s):
+        return s if isinstance(s, OnLayers) else s.inner
+
+    s = make_strategy("reinforce-probe", problem.space, seed=0)
+    for _ in range(4):
+        asked = np.atleast_2d(s.ask(8))
+        res = problem.simulator.evaluate(asked)
+        s.tell(asked, res.step_time, res.feasible)
+    assert layered(s).probe.done
+    state = copy.deepcopy(s.state_dict())
+    again = make_strategy("reinforce-probe", problem.space, seed=0)
+    again.load_state_dict(state)
+    assert layered(again).probe.done and layered(again).inner.probe is None
+    assert again.start_name == s.start_name
+    np.testing.assert_array_equal(again.ask(8), s.ask(8))

@@ -679,6 +679,9 @@ def place(
         parse_address(ray)  # a malformed address is one line before anything is traced
     try:
         if resume is not None:
+            if batch is not None:
+                raise PostplaceError(f"--batch {batch} with --resume {resume}: a resumed run keeps the size and batch "
+                                     "it was started with (run.json); drop --batch")  # fmt: skip
             if out is not None and out.resolve() != resume.resolve():
                 raise PostplaceError(f"--out {out} with --resume {resume}: a resumed run stays in its own folder; "
                                      "drop --out")  # fmt: skip

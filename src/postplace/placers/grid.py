@@ -31,7 +31,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["GRID_LEVELS", "GridResult", "best_3d", "grid_specs", "node_size"]
+__all__ = ["GRID_LEVELS", "GridResult", "best_3d", "grid_specs", "groups_within_nodes", "node_size"]
 
 GRID_LEVELS = ("zero1", "fsdp")
 
@@ -57,6 +57,22 @@ def node_size(cluster, gpus: list[int]) -> int:
     return 1 + int(np.sum(row >= row.max()))
 
 
+def groups_within_nodes(cluster, gpus: list[int], t: int) -> bool:
+    """Every tensor group of ``t`` neighbouring GPUs of ``gpus`` is joined by the fastest links among them
+    (after ``--exclude`` a group may straddle two nodes even when ``t`` fits one)."""
+    if t < 2:
+        return True
+    bw = np.minimum(cluster.bandwidth, cluster.bandwidth.T)
+    idx = np.asarray(gpus, dtype=np.int64)
+    sub = bw[np.ix_(idx, idx)]
+    fastest = sub[~np.eye(len(idx), dtype=bool)].max()
+    for k in range(0, len(idx) - t + 1, t):
+        block = sub[k:k + t, k:k + t]
+        if block[~np.eye(t, dtype=bool)].min() < fastest:
+            return False
+    return True
+
+
 def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
     """``(specs, notes)``: the grid's model-parallel plans at ``microbatches`` on ``gpus``, in the order
     they are tried, and what the practitioner's rules pruned."""
@@ -74,7 +90,7 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
     if not splits:
         notes.append("tp: no linear layers to split")
     tps = [t for t in (2**k for k in range(8)) if t <= node and G % t == 0 and all(h % t == 0 for h in heads)
-           and (t == 1 or splits)]  # fmt: skip
+           and (t == 1 or splits) and groups_within_nodes(cluster, gpus, t)]  # fmt: skip
     shapes, skipped = [], 0
     for tp in tps:
         for pp in (p for p in range(1, G // tp + 1) if (G // tp) % p == 0 and p <= max(blocks, 1)):
@@ -149,6 +165,7 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
                 out.notes.append("1F1B refused (the stages do not form a chain: a layer used at both ends, as a "
                                  "tied embedding and head); the pipelines run GPipe")  # fmt: skip
                 attempt = replace(attempt, schedule=schedule)
+                spent += graph.num_ops * len(gpus) * (2 if attempt.recompute else 1)
                 r, error = simulate(attempt)
             out.tried.append((str(attempt), None if r is None or r.oom else r.step_time_s))
             if error:

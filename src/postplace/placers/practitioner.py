@@ -217,7 +217,7 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
             raise PostplaceError(f"plan '{spec}': {spec.schedule} over pp={pp} cuts the layers into {pp * v} chunks, "
                                  f"and '{graph.name}' has {len(numbered)} blocks; lower pp or V")  # fmt: skip
         unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
-        at = [a if a <= 0 else pp * v - 1 if a == pp - 1 else a * v for a in at]  # the root's ops: ends stay ends
+        at = [pp * v - 1 if a == pp - 1 else a for a in at]  # the root's ops: the last stage's to the last chunk
     stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
     g = planned.graph
     stage = np.array([stage_of.get(traced_name(n), -2) for n in g.names])

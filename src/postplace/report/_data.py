@@ -411,9 +411,9 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
         m = m if type(m) is int and m >= 1 else 1
         kind = spec.get("kind")
         if kind == "zoo" and isinstance(spec.get("name"), str) and isinstance(spec.get("size"), str):
-            from postplace.zoo import MODELS, cached_graph, sizes
+            from postplace.zoo import cached_graph, known_size
 
-            if spec["name"] in MODELS and spec["size"] in sizes(spec["name"]):
+            if known_size(spec["name"], spec["size"]):
                 from postplace.graph.optimizers import recorded_step
 
                 coloc = (record.get("microbatch_colocation") or spec.get("microbatch_colocation")) if m > 1 else "none"
@@ -430,9 +430,9 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
     if target is None:
         name = str(record.get("graph", ""))
         model, _, sz = name.rpartition("-")
-        from postplace.zoo import MODELS, sizes
+        from postplace.zoo import known_size
 
-        if model in MODELS and sz in sizes(model):
+        if known_size(model, sz):
             target, size = model, size or sz
         else:
             raise PostplaceError(f"the run does not record where its graph '{name}' came from; pass --graph TARGET")

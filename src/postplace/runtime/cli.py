@@ -93,6 +93,15 @@ def _sizes_of(model: str) -> tuple[str, ...]:
     return sizes(model) if model in MODELS else SIZES
 
 
+def _known(model: str, size) -> bool:
+    """``size`` is one of ``model``'s (:func:`_sizes_of`), optionally at a batch (``small@8``)."""
+    from postplace.zoo import MODELS, known_size
+
+    if not isinstance(size, str):
+        return False
+    return known_size(model, size) if model in MODELS else size in _sizes_of(model)
+
+
 def _recorded_spec(placement: str) -> dict | None:
     """The target a placement's run was made for (the ``summary.json`` beside a ``placement.json``)."""
     import json
@@ -134,7 +143,7 @@ def _size_for(model: str, placement: str, size: str | None) -> str:
     ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default small);
     a ``size`` or model that disagrees with the run is one error line naming both."""
     spec = _recorded_spec(placement)
-    if isinstance(spec, dict) and spec.get("kind") == "zoo" and spec.get("size") in _sizes_of(model):
+    if isinstance(spec, dict) and spec.get("kind") == "zoo" and _known(model, spec.get("size")):
         if spec.get("name") != model:
             raise PostplaceError(f"{placement} was made for zoo model '{spec.get('name')}' (its summary.json), not "
                                  f"'{model}'; train {spec.get('name')}")  # fmt: skip
@@ -199,8 +208,8 @@ def cmd_train(
     if steps < 1:
         raise PostplaceError(f"--steps {steps}: give at least 1 step")
     size = _size_for(model, placement, size)
-    if size not in _sizes_of(model):
-        raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))}")
+    if not _known(model, size):
+        raise PostplaceError(f"--size '{size}': use one of {', '.join(_sizes_of(model))} (SIZE@N at a batch of N)")
     _check_threads(threads)
     saved = torch.get_num_threads()
     if threads is not None:

@@ -113,7 +113,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
         op = op_of.get(n.name, -1)
         return op >= 0 and phase[op] == _UPDATE
 
-    finals = [n for n in src.nodes if n.name.startswith("acc") and int(_CHAIN.match(n.name).group(1)) == m - 1
+    finals = [n for n in src.nodes if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1
               and any(updating(u) for u in n.users)]  # fmt: skip
 
     def reduce_all() -> None:

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from postplace.search.layers import action_space
-from postplace.search.start_prior import make_probe, start_state
+from postplace.search.start_prior import make_probe
 from postplace.search.strategy import SearchSpace, Wrapper, scores
 
 __all__ = ["OnLayers", "on_layers"]
@@ -112,16 +112,18 @@ class OnLayers(Wrapper):
             self.inner.probe = None
 
     def state_dict(self) -> dict:
+        """The strategy's state (its ``start`` without probe progress: it probes nothing itself), and the
+        probe of the units under ``layer_probe``."""
         state = self.inner.state_dict()
         if self.probe is not None:
-            state["start"] = start_state(self.probe, self.inner.start_name, self.inner.start_step_time)
+            state["layer_probe"] = self.probe.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.inner.load_state_dict(state)
         if self.probe is not None:
             self.inner.probe = None
-            self.probe.load_state_dict(state["start"])
+            self.probe.load_state_dict(state["layer_probe"])
 
 
 def on_layers(make, space: SearchSpace, *, seed: int = 0, config=None):

@@ -187,6 +187,12 @@ def base_size(size: str) -> str:
     return size.partition("@")[0]
 
 
+def known_size(name: str, size: str) -> bool:
+    """``size`` is one of model ``name``'s sizes, optionally at a batch (``7b@512``)."""
+    base, at, batch = size.partition("@")
+    return name in MODELS and base in spec(name).size_names() and (not at or (batch.isdigit() and int(batch) >= 1))
+
+
 def spec(name: str) -> ModelSpec:
     if name not in MODELS:
         raise PostplaceError(f"unknown zoo model '{name}'; known models: {', '.join(MODELS)}")
