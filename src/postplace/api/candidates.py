@@ -225,8 +225,10 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
 GRID_WORK = 2e7
 """The ``best-3d`` grid simulates plans while their op x GPU count adds up to at most this (each plan
 counts its step's ops times its GPUs, twice when recomputed); the rest of the grid is left out with a
-note. GPT-2 on ``dgx8`` at m = 8 (12 plans) fits whole; LLaMA-7B gets the first few shapes. A count, not
-a time, so an answer does not depend on the machine's speed."""
+note. Whole grids fit for GPT-2 on ``dgx8`` at m = 8 (84,160 per plan, 237 plans allowed) and LLaMA-7B
+there (366,824 per plan, 54 allowed, the grid 18: about 3 minutes of ``place``'s time on 2 cores,
+``benchmarks/plans_3d.py``); a 64-GPU cluster gets its first shapes. A count, not a time, so an answer
+does not depend on the machine's speed."""
 
 
 def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
