@@ -222,13 +222,14 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
 
 
-GRID_WORK = 2e7
+GRID_WORK = 2e6
 """The ``best-3d`` grid simulates plans while their op x GPU count adds up to at most this (each plan
 counts its step's ops times its GPUs, twice when recomputed); the rest of the grid is left out with a
-note. Whole grids fit for GPT-2 on ``dgx8`` at m = 8 (84,160 per plan, 237 plans allowed) and LLaMA-7B
-there (366,824 per plan, 54 allowed, the grid 18: about 3 minutes of ``place``'s time on 2 cores,
-``benchmarks/plans_3d.py``); a 64-GPU cluster gets its first shapes. A count, not a time, so an answer
-does not depend on the machine's speed."""
+note that says so. Whole grids fit for ResNet-50 on ``k80x4`` at m = 4 (49,008 per plan) and GPT-2 on
+``dgx8`` at m = 8 (84,160 per plan, 23 allowed, its grid 14); LLaMA-7B there (366,824 per plan) gets
+the first 6 of its 18 (tensor parallelism 2, a 2-stage pipeline: about 70 s on 2 cores, where the whole
+grid would add 3 minutes to ``place``: ``benchmarks/plans_3d.py`` runs it). A count, not a time, so an
+answer does not depend on the machine's speed."""
 
 
 def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
