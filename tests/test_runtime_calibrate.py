@@ -121,15 +121,29 @@ def test_profile_ops_and_measure_config_on_this_cpu():
     assert set(m.step_times) == {"single:cpu"} and np.isfinite(m.step_times["single:cpu"])
 
 
-def test_op_times_charge_the_calls_not_the_interpreter():
-    """The per-op times sum to about the step run whole (issue 34 item 9: timing each fx node with the
-    interpreter's own argument fetching inside made the measured graph simulate 1.9x its measured step;
-    the calls alone: 1.2x, the rest the timer and the views folded into ops)."""
-    tr = trace_model("gpt2", "small")
-    m = cal.measure_config(tr, [("cpu", torch.device("cpu"))], rooflines={}, runs=3, steps=6, discard=2)
-    total = float(sum(m.op_times[k].sum() for k in m.op_times))
-    assert total < 1.6 * m.step_times["single:cpu"], (total, m.step_times)
-    assert m.graph.measured[-1].key == cal.device_model(torch.device("cpu"))
+def test_op_times_charge_the_calls_not_the_interpreter(monkeypatch):
+    """Issue 34 item 9: timing each fx node with the interpreter's own work inside (fetching the node's
+    arguments) made a measured GPT-2 small step simulate 1.9x its measured time. With 20 ms added to every
+    argument fetch, no op is charged for it, in either timer (``profile_cpu`` and calibrate's)."""
+    import time
+
+    from torch import nn
+
+    from postplace.cost.profile import profile_cpu
+    from postplace.graph.trace_torch import trace
+
+    torch.manual_seed(0)
+    tr = trace(nn.Sequential(nn.Linear(8, 8), nn.Tanh()), (torch.randn(4, 8),), lambda out: out.sum())
+    fetch = torch.fx.Interpreter.fetch_args_kwargs_from_env
+
+    def slow(self, n):
+        time.sleep(0.02)
+        return fetch(self, n)
+
+    monkeypatch.setattr(torch.fx.Interpreter, "fetch_args_kwargs_from_env", slow)
+    graph, _ = profile_cpu(tr, runs=1, warmup=0, peak_flops=1e9, mem_bw=1e9)
+    assert graph.measured[-1].times.max() < 0.01
+    assert cal.profile_ops(tr, torch.device("cpu"), runs=1, warmup=0).max() < 0.01
 
 
 def test_trace_config_overrides_and_restores_the_zoo():
