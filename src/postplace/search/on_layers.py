@@ -46,34 +46,21 @@ class OnLayers(Wrapper):
             self.probe = make_probe(space, self.inner.config.fill_fraction)
             self.inner.probe = None
 
-    def units(self, actions: np.ndarray) -> np.ndarray:
-        """``int[k, G]``: the unit placements of ``int[k, L]`` layer actions."""
-        lay = self.layers
-        return lay.stripes[np.asarray(actions)[:, lay.unit_layer], lay.unit_column]
-
     def ask(self, max_n: int) -> np.ndarray:
         if self.probe is not None and (first := self.probe.ask(max_n)) is not None:
             self.last_origins = self.probe.last_origins
             return first
         actions = np.atleast_2d(np.asarray(self.inner.ask(max_n)))
         self.last_origins = getattr(self.inner, "last_origins", None)
-        placements = self.units(actions)
+        placements = self.layers.expand(actions)
         self._asked = {row.tobytes(): a for row, a in zip(placements, actions, strict=True)}
         return placements
 
     def actions_of(self, placement: np.ndarray) -> np.ndarray | None:
         """The layer actions that make ``placement`` (one stripe per layer), or None where a layer's units
         follow no stripe (a warm start placed op by op)."""
-        lay = self.layers
-        out = np.empty(lay.num_layers, dtype=np.int64)
-        for layer in range(lay.num_layers):
-            units = np.flatnonzero(lay.unit_layer == layer)
-            match = np.flatnonzero(lay.allowed[layer] & np.all(lay.stripes[:, lay.unit_column[units]]
-                                                                == placement[units], axis=1))  # fmt: skip
-            if match.size == 0:
-                return None
-            out[layer] = match[0]
-        return out
+        actions = self.layers.collapse(placement)  # per layer, the allowed stripe agreeing with most units
+        return actions if np.array_equal(self.layers.expand(actions), placement) else None
 
     def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray,
              overflow: np.ndarray | None = None) -> None:  # fmt: skip
