@@ -68,6 +68,30 @@ def _inputs(graph: OpGraph) -> list[list[int]]:
     return ins
 
 
+def _outputs(ins: list[list[int]]) -> list[list[int]]:
+    """Per op, the ops that read its data (the reverse of :func:`_inputs`)."""
+    outs: list[list[int]] = [[] for _ in ins]
+    for d, srcs in enumerate(ins):
+        for s in srcs:
+            outs[s].append(d)
+    return outs
+
+
+def _params_read(ins: list[list[int]], weights: np.ndarray, is_param: np.ndarray, i: int) -> list[int]:
+    """The parameter ops ``i`` reads, directly or through ops of parameters alone (``weights``: a
+    transpose, a cast)."""
+    found, todo, seen = [], [s for s in ins[i] if weights[s]], set()
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if is_param[s]:
+            found.append(s)
+        todo.extend(x for x in ins[s] if weights[x])
+    return found
+
+
 def _from_parameters(graph: OpGraph, ins: list[list[int]]) -> np.ndarray:
     """``bool[n]``: parameters, and ops reading nothing but such ops (a weight's transpose, its cast)."""
     out = parameter_ops(graph).copy()
@@ -86,10 +110,7 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
         The parameter ops to split, each with ``"column"`` or ``"row"``; and the linear ops left whole.
     """
     ins = _inputs(graph)
-    outs: list[list[int]] = [[] for _ in range(graph.num_ops)]
-    for d, srcs in enumerate(ins):
-        for s in srcs:
-            outs[s].append(d)
+    outs = _outputs(ins)
     weights = _from_parameters(graph, ins)
     is_param = parameter_ops(graph)
     first = int(graph.microbatch.max()) if graph.microbatch.max() < 0 else 0
@@ -213,6 +234,15 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         elif SHARD in got:
             state[i] = SHARD
     draft = Draft(graph)
+
+    def all_reduce_after(i: int, **made) -> int:
+        """A no-cost ``tp_all_reduce`` op in place on op ``i``'s output, right after it."""
+        ar = draft.make(f"{TP_ALL_REDUCE}:{graph.names[i]}", (i + 0.5, 1), phase=int(graph.phase[i]),
+                        microbatch=int(graph.microbatch[i]), module=graph.module[i], op_type=TP_ALL_REDUCE,
+                        inplace=True, **made)  # fmt: skip
+        draft.set(ar, "inplace_base", i)
+        return ar
+
     for i in range(n):
         if state[i] == WHOLE:
             draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
@@ -231,20 +261,14 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
             draft.edge(s, d, slot[e], b / t)
         elif state[s] == PARTIAL and state[d] != PARTIAL and b > 0:
             if s not in reduced:
-                reduced[s] = draft.make(f"{TP_ALL_REDUCE}:{graph.names[s]}", (s + 0.5, 1), phase=int(graph.phase[s]),
-                                        microbatch=int(graph.microbatch[s]), module=graph.module[s],
-                                        op_type=TP_ALL_REDUCE, inplace=True)  # fmt: skip
-                draft.set(reduced[s], "inplace_base", s)
+                reduced[s] = all_reduce_after(s)
                 draft.edge(s, reduced[s], slot[e], b)
             draft.edge(reduced[s], d, 0, b)
         else:
             draft.edge(s, d, slot[e], b)
-    vocab = _vocab_reductions(graph, role, state, ins)
+    vocab = _vocab_reductions(graph, role, state, ins, weights)
     for i, nbytes_ in vocab.items():  # the softmax over split logits: each token's max and sum all-reduced
-        ar = draft.make(f"{TP_ALL_REDUCE}:{graph.names[i]}", (i + 0.5, 1), phase=int(graph.phase[i]),
-                        microbatch=int(graph.microbatch[i]), module=graph.module[i], op_type=TP_ALL_REDUCE,
-                        inplace=True, output_bytes=nbytes_)  # fmt: skip
-        draft.set(ar, "inplace_base", i)
+        ar = all_reduce_after(i, output_bytes=nbytes_)
         draft.order(i, ar)
         for e in range(graph.out_ptr[i], graph.out_ptr[i + 1]):
             draft.order(ar, dst[e])
@@ -255,20 +279,20 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     return out
 
 
-def _vocab_reductions(graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]]) -> dict[int, float]:
+def _vocab_reductions(graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]],
+                      weights: np.ndarray) -> dict[int, float]:  # fmt: skip
     """The softmax-like ops over a vocabulary-split head's logits (in the forward), each with the bytes its
     all-reduce carries: two fp32 values (the running maximum and the sum) per token, Megatron-LM's
     vocabulary-parallel cross-entropy. Tokens are the logits' elements over the vocabulary, which follows
     from the head's weight (vocabulary x width), input (tokens x width) and output (tokens x vocabulary)."""
-    heads = [i for i in range(graph.num_ops) if graph.phase[i] == FORWARD and graph.op_types[i] in _PRODUCTS
-             and any(role.get(s) == "vocab" for s in _param_sources(graph, ins, i))]  # fmt: skip
+    is_param = parameter_ops(graph)
+    params = {i: _params_read(ins, weights, is_param, i) for i in range(graph.num_ops)
+              if graph.phase[i] == FORWARD and graph.op_types[i] in _PRODUCTS}  # fmt: skip
+    heads = {i: ps for i, ps in params.items() if any(role.get(p) == "vocab" for p in ps)}
     out: dict[int, float] = {}
-    outs: list[list[int]] = [[] for _ in range(graph.num_ops)]
-    for d, srcs in enumerate(ins):
-        for s in srcs:
-            outs[s].append(d)
-    for h in heads:
-        weight = max(_param_sources(graph, ins, h), key=lambda p: graph.output_bytes[p])
+    outs = _outputs(ins)
+    for h, ps in heads.items():
+        weight = max(ps, key=lambda p: graph.output_bytes[p])
         x = max((s for s in ins[h] if state[s] != SHARD), key=lambda s: graph.output_bytes[s], default=None)
         if x is None:
             continue
@@ -288,22 +312,6 @@ def _vocab_reductions(graph: OpGraph, role: dict, state: np.ndarray, ins: list[l
     return out
 
 
-def _param_sources(graph: OpGraph, ins: list[list[int]], i: int) -> list[int]:
-    """The parameter ops ``i`` reads, directly or through ops of parameters alone (a transpose, a cast)."""
-    found, todo, seen = [], list(ins[i]), set()
-    is_param = parameter_ops(graph)
-    while todo:
-        s = todo.pop()
-        if s in seen:
-            continue
-        seen.add(s)
-        if is_param[s]:
-            found.append(s)
-        elif graph.microbatch[s] < 0 or graph.op_types[s] in ("t", "_to_copy", "view", "transpose"):
-            todo.extend(ins[s])
-    return found
-
-
 def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple[OpGraph, np.ndarray]:
     """``graph`` (a planned step of :func:`tensor_parallel`, each op's replica in ``replica``) copied once
     per GPU of each group: ``(step, each op's GPU slot j + t x replica)``; each data-parallel collective
@@ -316,18 +324,19 @@ def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple
     per_rank = [[draft.add_collective(c.kind, c.nbytes, f"{c.name}:t{j}") for j in range(degree)]
                 for c in graph.collectives]  # fmt: skip
     for i in range(n):
-        tp_reduce = graph.op_types[i] == TP_ALL_REDUCE
-        if tp_reduce:  # a partial sum's bytes come in on its edge; a vocabulary reduction's are its own
+        group = -1
+        if graph.op_types[i] == TP_ALL_REDUCE:
+            # a vocabulary reduction's bytes are its own output's; a partial sum's come in on its edge
             size = float(graph.output_bytes[i]) or float(graph.edge_bytes[graph.in_edges[graph.in_ptr[i]]])
-        group = draft.add_collective("all_reduce", size, f"tp:{graph.names[i]}") if tp_reduce else -1
+            group = draft.add_collective("all_reduce", size, f"tp:{graph.names[i]}")
         for j in range(degree):
             change = {"inplace_base": -1}
             if graph.colocation[i] >= 0:
                 change["colocation"] = int(graph.colocation[i]) + j * ncoloc
-            if tp_reduce:
+            if group >= 0:
                 change["op_types"] = "all_reduce"
             k = draft.copy(i, f"t{j}/{graph.names[i]}", (i, j), int(replica[i]) * degree + j, **change)
-            draft.collective[k] = group if tp_reduce else (per_rank[coll[i]][j] if coll[i] >= 0 else -1)
+            draft.collective[k] = group if group >= 0 else (per_rank[coll[i]][j] if coll[i] >= 0 else -1)
             copies[i, j] = k
     for i in np.flatnonzero(graph.inplace_base >= 0).tolist():
         for j in range(degree):
