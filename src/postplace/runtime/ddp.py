@@ -33,17 +33,11 @@ from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankPlan, RankProgram, _Comm
 
-__all__ = ["ddp_plan"]
+__all__ = ["ddp_plan", "launch_plan", "plain_ddp"]
 
 _MICROBATCH = re.compile(r"^mb(\d+)_")
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
 _UPDATE = PHASES.index("update")
-
-
-def _persistent(traced) -> int:
-    params = list(traced.model.parameters())
-    state = sum(len(traced.optimizer.initial_state(i, p, device="meta")) for i, p in enumerate(params))
-    return len(params) + len(list(traced.model.buffers())) + state
 
 
 def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6) -> RankPlan:
@@ -91,7 +85,8 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
     collectives = tuple(Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),),
                                    vals[names[0]].dtype) for j, names in enumerate(reduced))  # fmt: skip
-    return RankPlan(tuple(device_names), tuple(devices), (), tuple(programs), _persistent(traced),
+    n_persistent = n_in - len(traced.inputs)  # every replica keeps every placeholder; the batch's come last
+    return RankPlan(tuple(device_names), tuple(devices), (), tuple(programs), n_persistent,
                     collectives=collectives, partial_loss=True)  # fmt: skip
 
 
@@ -178,6 +173,12 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
     return torch.fx.GraphModule(root, g), order
 
 
+def plain_ddp(spec) -> bool:
+    """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`launch_plan` runs: ``ddp`` with no
+    recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
+    return spec.level == "ddp" and not spec.recompute and spec.shard is None and not spec.pipeline and not spec.tensor
+
+
 def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, seed: int = 0, timeout: float = 60.0,
                 backend: str = "gloo", threads: int | None = 1):  # fmt: skip
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
@@ -206,12 +207,12 @@ def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, see
     from postplace.cluster import load_cluster
     from postplace.placers.practitioner import plan_devices
     from postplace.plans import parse_plan
-    from postplace.runtime.launcher import _check_steps, _check_timeout, _run_plan
+    from postplace.runtime.launcher import _check_backend, _check_steps, _check_timeout, _run_plan
 
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
-    if spec.level != "ddp" or spec.recompute or spec.shard is not None or spec.pipeline or spec.tensor:
+    if not plain_ddp(spec):
         raise PostplaceError(f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
                              "fsdp, recomputation, tensor and pipeline parallelism are simulated only")  # fmt: skip
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
@@ -219,8 +220,6 @@ def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, see
                              f"{traced.microbatches}; trace it at m={spec.microbatches}")  # fmt: skip
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec)
-    if backend == "nccl" and torch.cuda.device_count() < len(gpus):
-        raise PostplaceError(f"--backend nccl: the plan runs on {len(gpus)} GPUs and this host has "
-                             f"{torch.cuda.device_count()}; use --backend gloo")  # fmt: skip
+    _check_backend(backend, gpus, list(cluster.device_names))
     rank_programs = ddp_plan(traced, gpus, list(cluster.device_names))
     return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)

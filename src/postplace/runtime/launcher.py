@@ -758,9 +758,10 @@ def run_folder(folder: str | Path) -> dict:
     plan = summary.get("returned_plan")
     if plan:
         from postplace.plans import parse_plan
+        from postplace.runtime.ddp import plain_ddp
 
         p = parse_plan(plan)
-        if p.level != "ddp" or p.recompute or p.shard is not None or p.pipeline or p.tensor or not p.microbatches:
+        if not plain_ddp(p) or not p.microbatches:
             raise PostplaceError(f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                                  "plain ddp plans so far (zero, fsdp, recompute, tp, pp: simulated only)")  # fmt: skip
     spec = run.get("cluster_spec") or summary.get("cluster")

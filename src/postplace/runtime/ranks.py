@@ -58,6 +58,10 @@ ALL_REDUCE = "all_reduce"
 """The kind of :class:`_Comm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
 
 
+def _numel(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+
+
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective of a step, called by every rank in ``index`` order: its kind, the fx node whose value
@@ -71,8 +75,7 @@ class Collective:
 
     @property
     def nbytes(self) -> int:
-        numel = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-        return numel * torch.empty((), dtype=self.dtype).element_size()
+        return _numel(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +99,7 @@ class Message:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return _numel(self.shape)
 
     @property
     def nbytes(self) -> int:
