@@ -58,8 +58,10 @@ def _with_batch(size: str, batch: int | None) -> str:
     if "@" in size:
         raise PostplaceError(f"--batch {batch} with --size {size}: give the batch once (--size {size.partition('@')[0]} "
                              f"--batch {batch})")  # fmt: skip
-    if not 1 <= batch <= 2**20:
-        raise PostplaceError(f"--batch {batch}: give a global batch from 1 to 1048576 (sequences or samples)")
+    from postplace.zoo import MAX_BATCH
+
+    if not 1 <= batch <= MAX_BATCH:
+        raise PostplaceError(f"--batch {batch}: give a global batch from 1 to {MAX_BATCH} (sequences or samples)")
     return f"{size}@{batch}"
 
 

@@ -24,6 +24,9 @@ from postplace.errors import PostplaceError
 __all__ = ["MODELS", "SIZES", "ModelSpec", "TargetLoss", "build", "cache_dir", "cached_graph", "graph_factory",
            "sizes", "trace_model"]
 
+MAX_BATCH = 2**20
+"""The largest global batch a zoo size may carry (``SIZE@N``)."""
+
 #: The sizes every zoo model has; :func:`sizes` gives one model's, extra named sizes included.
 SIZES = ("small", "full")
 
@@ -88,9 +91,9 @@ class ModelSpec:
         """
         base, at, batch = size.partition("@")
         if at:
-            if not batch.isdigit() or not 1 <= int(batch) <= 2**20:
+            if not batch.isdigit() or not 1 <= int(batch) <= MAX_BATCH:
                 raise PostplaceError(f"size '{size}' of model '{self.name}': the batch after '@' must be a whole "
-                                     "number from 1 to 1048576 (e.g. 7b@512)")  # fmt: skip
+                                     f"number from 1 to {MAX_BATCH} (e.g. 7b@512)")  # fmt: skip
             return {**self.config(base), "batch": int(batch)}
         if size == "full":
             return dict(self.full)
@@ -188,9 +191,15 @@ def base_size(size: str) -> str:
 
 
 def known_size(name: str, size: str) -> bool:
-    """``size`` is one of model ``name``'s sizes, optionally at a batch (``7b@512``)."""
-    base, at, batch = size.partition("@")
-    return name in MODELS and base in spec(name).size_names() and (not at or (batch.isdigit() and int(batch) >= 1))
+    """``size`` is one of model ``name``'s sizes, optionally at a batch (``7b@512``): what
+    :meth:`ModelSpec.config` accepts."""
+    if name not in MODELS:
+        return False
+    try:
+        spec(name).config(size)
+    except PostplaceError:
+        return False
+    return True
 
 
 def spec(name: str) -> ModelSpec:
