@@ -142,13 +142,17 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
     out = GridResult(None, [(p.plan, None if p.oom else p.step_time_s) for p in plain], notes)
     fits = [p for p in plain if not p.oom]
 
+    spent, left, schedule = 0.0, 0, "1f1b"
+
     def simulate(spec):
+        """The plan simulated (or its error line), its work counted."""
+        nonlocal spent
+        spent += graph.num_ops * len(gpus) * (2 if spec.recompute else 1)
         try:
             return plan_step(graph, cluster, spec, gpus, pins=pins, cost_model=cost_model), None
         except PostplaceError as exc:
             return None, str(exc)
 
-    spent, left, schedule = 0.0, 0, "1f1b"
     for spec in specs:
         if spent >= work:
             left += 1
@@ -158,14 +162,12 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
         for attempt in (spec, replace(spec, recompute=True)):
             if attempt.pipeline and schedule == "gpipe":
                 attempt = replace(attempt, schedule=schedule)
-            spent += graph.num_ops * len(gpus) * (2 if attempt.recompute else 1)
             r, error = simulate(attempt)
             if error and schedule == "1f1b" and "do not form a chain" in error:  # a tied embedding and head
                 schedule = "gpipe"
                 out.notes.append("1F1B refused (the stages do not form a chain: a layer used at both ends, as a "
                                  "tied embedding and head); the pipelines run GPipe")  # fmt: skip
                 attempt = replace(attempt, schedule=schedule)
-                spent += graph.num_ops * len(gpus) * (2 if attempt.recompute else 1)
                 r, error = simulate(attempt)
             out.tried.append((str(attempt), None if r is None or r.oom else r.step_time_s))
             if error:
