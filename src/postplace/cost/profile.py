@@ -114,9 +114,14 @@ class ProfileReport:
         return "\n".join(lines)
 
 
-class _TimingInterpreter(torch.fx.Interpreter):
-    def __init__(self, gm):
+class NodeTimer(torch.fx.Interpreter):
+    """Runs an fx graph node by node and times each aten call alone (``times``: seconds by node name): the
+    interpreter's own work per node (fetching the arguments) is no op's cost. On a CUDA ``device`` the
+    call is synchronised on both sides, so its time is the kernel's, launch included."""
+
+    def __init__(self, gm, device: torch.device | None = None):
         super().__init__(gm)
+        self.cuda = device if device is not None and device.type == "cuda" else None
         self.times: dict[str, float] = {}
 
     def run_node(self, n):
@@ -124,9 +129,12 @@ class _TimingInterpreter(torch.fx.Interpreter):
         return super().run_node(n)
 
     def call_function(self, target, args, kwargs):
-        # the call alone: the interpreter's own work per node (fetching the arguments) is no op's cost
+        if self.cuda is not None:
+            torch.cuda.synchronize(self.cuda)
         t0 = time.perf_counter()
         out = super().call_function(target, args, kwargs)
+        if self.cuda is not None:
+            torch.cuda.synchronize(self.cuda)
         self.times[self._node.name] = time.perf_counter() - t0
         return out
 
@@ -186,7 +194,7 @@ def _time_runs(traced, samples, runs, warmup) -> None:
     """Fill ``samples[run, op]`` with the seconds of the aten calls folded into each op."""
     with torch.no_grad():
         for r in range(warmup + runs):
-            interp = _TimingInterpreter(traced.gm)
+            interp = NodeTimer(traced.gm)
             interp.run(traced.real_args())
             if r >= warmup:
                 for node_name, t in interp.times.items():

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from postplace.cost.profile import NodeTimer
 from postplace.errors import PostplaceError
 
 __all__ = [
@@ -188,26 +189,6 @@ def measure_link(a: torch.device, b: torch.device, sizes=(2**12, 2**16, 2**20, 2
     return 1.0 / max(slope, 1e-15), max(float(intercept), 0.0)
 
 
-class _NodeTimer(torch.fx.Interpreter):
-    def __init__(self, gm, device):
-        super().__init__(gm)
-        self.device = device
-        self.times: dict[str, float] = {}
-
-    def run_node(self, n):
-        self._node = n
-        return super().run_node(n)
-
-    def call_function(self, target, args, kwargs):
-        # the call alone: the interpreter's own work per node (fetching the arguments) is no op's cost
-        _sync(self.device)
-        t0 = time.perf_counter()
-        out = super().call_function(target, args, kwargs)
-        _sync(self.device)
-        self.times[self._node.name] = time.perf_counter() - t0
-        return out
-
-
 def profile_ops(traced, device: torch.device, *, runs: int = 3, warmup: int = 1) -> np.ndarray:
     """Median seconds of each op when the whole step runs on ``device``, node by node, synchronised
     around every aten call (for a CUDA device: what one op costs there, launch included)."""
@@ -219,7 +200,7 @@ def profile_ops(traced, device: torch.device, *, runs: int = 3, warmup: int = 1)
     xs = [x.to(device) for x in traced.inputs]
     with torch.no_grad():
         for r in range(warmup + runs):
-            timer = _NodeTimer(step.gm, device)
+            timer = NodeTimer(step.gm, device)
             timer.run(*step.args[: step.n_persistent], *xs)
             if r >= warmup:
                 for name, t in timer.times.items():
