@@ -167,3 +167,18 @@ def test_place_with_ray_local_gives_the_in_process_answer_and_history(ray_cluste
     assert on_ray.returned == local.returned and on_ray.step_time_s == local.step_time_s
     np.testing.assert_array_equal(on_ray.placement, local.placement)
     assert ray.is_initialized()  # it joined the running instance and left it running
+
+
+def test_ray_over_every_micro_batch_count_gives_the_in_process_answer(ray_cluster, tmp_path):
+    """``--ray`` at every count (the one answer path): each count's history and the answer equal the
+    in-process run's."""
+    import postplace
+
+    kw = dict(size="small", budget=16, groups=6, microbatches="auto", report=False)
+    local = postplace.place("gpt2", "k80x2", out=tmp_path / "local", **kw)
+    on_ray = postplace.place("gpt2", "k80x2", out=tmp_path / "ray", ray="local", **kw)
+    assert on_ray.summary["microbatch_counts"] == [1, 2]
+    for m in (1, 2):
+        ray_history, local_history = (tmp_path / run / f"m{m}" / HISTORY for run in ("ray", "local"))
+        assert ray_history.read_text() == local_history.read_text()
+    assert on_ray.returned == local.returned and on_ray.step_time_s == local.step_time_s

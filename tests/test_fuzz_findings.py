@@ -153,12 +153,12 @@ def test_a_history_line_removed_with_its_digest_recomputed_is_damage(run):
 
 
 def test_plans_counts_must_be_integers():
-    from postplace.api.over_m import _read_plans
+    from postplace.api.over_m import read_plans
 
     def plans(tmp, counts):
         (tmp / "plans.json").write_text(json.dumps({"format": "postplace-plans", "counts": counts,
                                                     "rounds": [[1, 2]]}))  # fmt: skip
-        return _read_plans(tmp, [1, 2], [2, 1])
+        return read_plans(tmp, [1, 2], [2, 1])
 
     import tempfile
     from pathlib import Path
@@ -188,7 +188,7 @@ def test_read_meta_of_a_checkpoint_whose_meta_is_not_an_object(run):
 
     edited(run, Edit("checkpoint.json", "set", "meta", "x"))
     with pytest.raises(PostplaceError, match="meta"):
-        read_meta(run)  # before: AttributeError in place_over_m's check of each m folder
+        read_meta(run)  # before: AttributeError in the answer path's check of each m folder
 
 
 # ------------------------------------------------------------------------------------ workload files

@@ -315,5 +315,3 @@ def test_place_searches_a_micro_batched_step_and_auto_returns_the_best_m(tmp_pat
     assert (tmp_path / "auto" / "m1" / "history.jsonl").exists() and (tmp_path / "auto" / "summary.json").exists()
     with pytest.raises(PostplaceError, match="--microbatches"):
         postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches=0)
-    with pytest.raises(PostplaceError, match="in simulation: drop --evaluator torch"):
-        postplace.place("gpt2", "k80x2", size="small", budget=8, microbatches="auto", evaluator="torch")

@@ -34,7 +34,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["ConfirmResult", "ConfirmRow", "candidates_from_cache", "candidates_from_run", "confirm"]
+__all__ = ["ConfirmResult", "ConfirmRow", "candidates_from_cache", "candidates_from_run", "confirm", "merge_results"]
 
 
 @dataclass
@@ -218,3 +218,16 @@ def _spearman(rows: list[ConfirmRow]) -> float:
         warnings.simplefilter("ignore")  # constant input: NaN, said as "n/a"
         rho = spearmanr([r.simulated_s for r in rows], [r.measured_s for r in rows]).statistic
     return float(rho)
+
+
+def merge_results(results: list[ConfirmResult]) -> ConfirmResult:
+    """One :class:`ConfirmResult` of several (placements measured at several micro-batch counts, each on
+    its own measurer): every row, in the simulator's order, the fastest measured one returned, and the
+    rank correlation over all that ran."""
+    if len(results) == 1:
+        return results[0]
+    rows = sorted((r for res in results for r in res.rows), key=lambda r: r.simulated_s)
+    ran = [r for r in rows if r.status == "ok"]
+    best = min(ran, key=lambda r: r.measured_s)  # each result holds one that ran
+    notes = [n for res in results for n in res.notes]
+    return ConfirmResult(rows, best, _spearman(ran), results[0].simulator, results[0].evaluator, notes)

@@ -6,8 +6,9 @@ parses, calls and prints), one file per decision:
 * :mod:`~postplace.api.target`: what is placed (model, file, graph or module, with its optimizer,
   precision and micro-batch count) and on which cluster;
 * :mod:`~postplace.api.settings`: the run's settings (``run.json``), built, written and checked;
-* :mod:`~postplace.api.run`: the search at one micro-batch count, then the choice;
-* :mod:`~postplace.api.over_m`: the answer over micro-batch counts, by successive halving;
+* :mod:`~postplace.api.run`: the one answer path: the search at every micro-batch count (one count the
+  special case), the candidates at each, then the choice;
+* :mod:`~postplace.api.over_m`: which counts, and the budget's successive halving over them;
 * :mod:`~postplace.api.candidates`: the candidates (search, warm start, data parallelism, pipeline,
   one-shot placers) and which one is returned;
 * :mod:`~postplace.api.measure`: measured evaluation (``--evaluator torch``, ``--ray``, ``--confirm``);

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from postplace.api.result import PlaceResult
-from postplace.api.run import _run, _run_over_m
+from postplace.api.run import place_run
 from postplace.api.settings import (
     SETTINGS,
     _budget_text,
@@ -66,7 +66,8 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
     if fingerprint(tgt.graph) != settings["graph_sha"]:
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
-    return _run(settings, tgt, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+    m = settings.get("microbatches", spec.get("microbatches", 1))
+    return place_run(settings, {m: tgt}, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
 
 
 def _check_over_m_extension(out: Path, given, new, old) -> None:
@@ -131,7 +132,7 @@ def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, 
             raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
         targets_by_m[m] = tgt
     c = _recorded_cluster(out, settings, cluster, targets_by_m[counts[0]].graph)
-    return _run_over_m(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm=confirm, ray=ray)
+    return place_run(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
 
 
 def _resolved(value) -> str:

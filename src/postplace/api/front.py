@@ -10,7 +10,7 @@ import numpy as np
 
 from postplace.api.folder import _resume
 from postplace.api.result import CompareResult, PlaceResult
-from postplace.api.run import _run, _run_over_m, _with_report
+from postplace.api.run import _with_report, place_run
 from postplace.api.settings import _check_same_optimizer, _settings
 from postplace.api.target import _batch_of, _load_cluster, _recorded_step, default_compare_out, load_target
 from postplace.errors import PostplaceError
@@ -105,10 +105,11 @@ def place(
     confirm : int
         Measure the K best candidates for real and return the fastest measured (needs code to run).
     ray : str, optional
-        ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (one m only).
+        ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (at every count).
     microbatches : int, "auto" or None
-        None (default): ``"auto"`` where the step can be traced again, else 1. ``"auto"``: answer
-        over every count m (above). An int pins m (it must divide the batch).
+        None (default): ``"auto"`` where the step can be traced again and the search is simulated, else 1
+        (measured runs weigh every count when asked: each count's search is then measured for real).
+        ``"auto"``: answer over every count m (above). An int pins m (it must divide the batch).
     microbatch_colocation : {"none", "module"}
         ``none``: a layer's micro-batches may go to different devices (data parallelism);
         ``module``: they stay together (pipelines only).
@@ -161,7 +162,7 @@ def place(
     >>> abs(r.step_time_s - ((1e9 + 4e9 + 1e9) / 2.8e12 + 3 * 1e-5)) < 1e-15
     True
     """
-    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm or ray, targets,
+    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm, targets,
                               _batch_of(target, size, inputs))
     if m_mode == "auto":
         return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
@@ -179,14 +180,15 @@ def place(
                          size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
     settings.update(microbatches=m_mode, microbatch_colocation=microbatch_colocation)
     if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and (
-            evaluator != "simulator" or confirm or ray is not None):  # fmt: skip
-        settings["microbatch_note"] = ("one micro-batch count only: --evaluator torch, --confirm and --ray run one "
-                                       "search; m = 1 was placed (pin another with --microbatches M)")  # fmt: skip
+            evaluator != "simulator" or confirm):  # fmt: skip
+        settings["microbatch_note"] = ("measured runs place m = 1 unless asked (every count's search is measured "
+                                       "for real): pass --microbatches auto to weigh every count, or M to pin "
+                                       "one")  # fmt: skip
     elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
         settings["microbatch_note"] = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to "
                                        "weigh micro-batch counts, data parallelism and pipelines")  # fmt: skip
-    result = _run(settings, tgt, c, out=None if out is None else Path(out), resume=False, progress=progress,
-                  confirm_k=confirm, ray=ray)  # fmt: skip
+    result = place_run(settings, {m_mode: tgt}, c, out=None if out is None else Path(out), resume=False,
+                       progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
     return _with_report(result, out, report)
 
 
@@ -206,15 +208,12 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
     elif traceable:
         traceable = targets is not None
     measured = evaluator != "simulator" or bool(confirm)
-    if microbatches is None:
+    if microbatches is None:  # a measured search at every count costs real steps: asked for, not the default
         return "auto" if traceable and not measured else 1
     if microbatches == "auto":
         if not traceable:
             raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
                                  "or an nn.Module with targets=; a graph file is one traced step")  # fmt: skip
-        if measured:
-            raise PostplaceError("--microbatches auto runs a search per count, in simulation: drop --evaluator "
-                                 "torch / --confirm / --ray, or pin a count with --microbatches M")  # fmt: skip
         return "auto"
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...) or 'auto'")
@@ -229,9 +228,6 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     """Trace the step at every count of :func:`postplace.api.over_m.microbatch_counts` and answer over all."""
     from postplace.api.over_m import fitting_count, microbatch_counts, trace_counts
 
-    if ray is not None:
-        raise PostplaceError("--ray runs one search; over several micro-batch counts it is not wired: "
-                             "pin a count with --microbatches M")  # fmt: skip
     batch = _batch_of(target, size, inputs)
     if batch is None:
         raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
@@ -255,8 +251,8 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
                     microbatch_skipped=skipped,
                     graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
-    result = _run_over_m(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
-                         progress=progress)  # fmt: skip
+    result = place_run(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
+                       progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
     if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
         warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
     return _with_report(result, out, report)

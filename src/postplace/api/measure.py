@@ -71,43 +71,71 @@ def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
     return RayEvaluator(factory, address=address)
 
 
-def _confirm(k: int, settings: dict, tgt: Target, c, problem, out: Path, ray: str | None, answer=()):
-    """Measure the ``k`` best distinct candidates of the answer (the search's best placements from its
-    cache and the one-shot candidates ``answer``: placers, data parallelism, pipeline, warm start, by
-    simulated step time) and the best single device; the fastest measured wins."""
-    from postplace.confirm import candidates_from_run
+def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), *, over_m: bool = False):
+    """Measure the ``k`` best distinct candidates of the whole run by simulated step time (each count's
+    search best from its cache, and the one-shot candidates ``answer``: placers, data parallelism,
+    pipeline, warm start), each on a measurer traced at its own micro-batch count, and the best single
+    device at the smallest count; the fastest measured wins. Returns the
+    :class:`postplace.confirm.ConfirmResult` and the count of its best row."""
+    from postplace.confirm import candidates_from_run, merge_results
     from postplace.confirm import confirm as measure
 
-    searched = candidates_from_run(out, problem.simulator, k)
-    pool = []  # (simulated step time, order, label, op placement)
-    if len(searched):
-        times = problem.simulator.evaluate_ops(searched).step_time
-        pool += [(float(t), i, f"search #{i + 1}", ops) for i, (t, ops) in enumerate(zip(times, searched, strict=True))]
-    pool += [(k_.step_time_s, len(pool) + j, k_.name, k_.placement) for j, k_ in enumerate(answer)
-             if k_.feasible and k_.name != "search" and not k_.name.startswith("single:")]  # fmt: skip
+    pool = []  # (simulated step time, order, label, op placement, m)
+    at = (lambda m: f" @m{m}") if over_m else (lambda m: "")
+    for m, arm in arms.items():
+        searched = candidates_from_run(arm.folder, arm.problem.simulator, k)
+        if len(searched):
+            times = arm.problem.simulator.evaluate_ops(searched).step_time
+            pool += [(float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m)
+                     for i, (t, ops) in enumerate(zip(times, searched, strict=True))]  # fmt: skip
+    for j, k_ in enumerate(answer):
+        base, _, tail = k_.name.partition(" @m")
+        if k_.feasible and base != "search" and not base.startswith("single:"):
+            pool.append((k_.step_time_s, len(pool) + j, k_.name, k_.placement, int(tail) if tail else min(arms)))
     pool.sort(key=lambda x: (x[0], x[1]))
-    chosen, seen = [], set()
-    for _t, _i, label, ops in pool:
-        key = np.asarray(ops, dtype=np.int64).tobytes()
-        if key not in seen:
+    chosen: dict[int, list] = {}
+    seen = set()
+    for _t, _i, label, ops, m in pool:
+        key = (m, np.asarray(ops, dtype=np.int64).tobytes())
+        if key not in seen and len(seen) < k:
             seen.add(key)
-            chosen.append((label, ops))
-        if len(chosen) == k:
-            break
-    cands = np.stack([ops for _, ops in chosen]) if chosen else np.zeros((0, tgt.graph.num_ops), dtype=np.int64)
-    labels = [label for label, _ in chosen]
-    if ray is not None:  # a zoo model: _check_confirm refused a module before the search
-        from postplace.distributed import RayEvaluator, TorchZooFactory
+            chosen.setdefault(m, []).append((label, ops))
+    results, errors = [], []
+    for m, arm in arms.items():
+        rows = chosen.get(m, [])
+        if not rows and m != min(arms):
+            continue
+        graph = arm.target.graph
+        cands = np.stack([ops for _, ops in rows]) if rows else np.zeros((0, graph.num_ops), dtype=np.int64)
+        measurer = _confirm_measurer(settings, arm.target, c, ray)
+        try:
+            res = measure(arm.problem.simulator, measurer, cands, single=m == min(arms), allowed=arm.problem.op_allowed,
+                          labels=[label for label, _ in rows] or None)  # fmt: skip
+        except PostplaceError as exc:
+            errors.append(exc)
+            continue
+        finally:
+            if hasattr(measurer, "shutdown"):
+                measurer.shutdown()
+        for row in res.rows:
+            if over_m and " @m" not in row.label:  # the single device: at its count too
+                row.label += at(m)
+        results.append((m, res))
+    if not results:
+        raise errors[0]
+    merged = merge_results([res for _, res in results])
+    return merged, next(m for m, res in results if any(r is merged.best for r in res.rows))
 
-        measurer = RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c,
-                                                device_map=settings["map_all_to"],
-                                                microbatches=tgt.spec.get("microbatches", 1),
-                                                colocation=tgt.spec.get("microbatch_colocation", "none")),
-                                address=ray)  # fmt: skip
-    else:
-        measurer = _measurer(settings, tgt, c)
-    try:
-        return measure(problem.simulator, measurer, cands, allowed=problem.op_allowed, labels=labels or None)
-    finally:
-        if hasattr(measurer, "shutdown"):
-            measurer.shutdown()
+
+def _confirm_measurer(settings: dict, tgt: Target, c, ray: str | None):
+    """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, or on Ray actors."""
+    if ray is None:
+        return _measurer(settings, tgt, c)
+    from postplace.distributed import RayEvaluator, TorchZooFactory
+
+    # a zoo model: _check_confirm refused a module before the search
+    return RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, device_map=settings["map_all_to"],
+                                        microbatches=tgt.spec.get("microbatches", 1),
+                                        colocation=tgt.spec.get("microbatch_colocation", "none"),
+                                        **_recorded_step(tgt.spec)),
+                        address=ray)  # fmt: skip
