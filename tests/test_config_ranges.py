@@ -13,7 +13,8 @@ from postplace.testing import fuzz
 from tests.clihelp import cli_error
 
 NAMES = ["post", "post-paper", "post-start", "ce", "ce-paper", "ppo", "ppo-paper", "reinforce", "reinforce-paper",
-         "reinforce-probe", "hp", "hp-probe", "anneal", "random"]
+         "reinforce-probe", "hp", "hp-probe", "anneal", "random", "post-probe", "ce-probe", "ppo-probe",
+         "reinforce-local", "hp-local"]
 
 
 def fields_of(name):
@@ -156,6 +157,20 @@ def test_anchor_weight_is_reinforces_as_well():
     refused("reinforce", {"anchor_weight": "1.5"}, "anchor_weight must be a number in [0, 1]")
     refused("reinforce", {"init": "bogus"}, "init must be one of 'uniform', 'speed', 'memory', 'probe'")
     assert build_config("reinforce", {"init": "probe"}) == build_config("reinforce-probe")
+
+
+def test_each_table_of_the_paper_differs_from_the_next_in_one_mechanism():
+    """The paper's tables (uniform start, probe start, probe start with local moves): a ``-probe`` variant
+    is its method's default start without local moves, a ``-local`` one the same with them."""
+    for name in ("post-paper", "ce-paper", "ppo-paper", "reinforce-paper", "post-probe", "ce-probe", "ppo-probe",
+                 "reinforce-probe", "hp-probe", "post-start"):
+        assert build_config(name).use_local is False, name
+    for name in ("post", "ce", "ppo", "reinforce-local", "hp-local", "local"):
+        assert build_config(name).use_local is True, name
+    for method in ("post", "ce", "ppo"):
+        assert build_config(f"{method}-probe") == dataclasses.replace(build_config(method), use_local=False)
+    for method in ("reinforce", "hp"):
+        assert build_config(f"{method}-local") == dataclasses.replace(build_config(f"{method}-probe"), use_local=True)
 
 
 def test_a_toml_file_is_checked(tmp_path):

@@ -335,19 +335,19 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
 
     monkeypatch.setattr(zoo, "cached_graph", lambda name, size="full", optimizer="sgd": two_layer_graph())
     cfg = replace(PaperConfig.quick(), models=("two",), clusters=("k80x2",), budget=24, hp_budget=8,
-                  strategies=("single", "metis", "data-parallel", "reinforce-probe", "post", "hp-probe"))  # fmt: skip
+                  strategies=("single", "metis", "data-parallel", "reinforce-local", "post", "hp-local"))  # fmt: skip
     seen = []
     data = run_paper(tmp_path, cfg, progress=lambda what, done, total: seen.append((done, total)))
     assert seen[-1][0] == pytest.approx(seen[-1][1]) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False))
     pair = json.loads((tmp_path / "two-k80x2" / "compare.json").read_text())
     rows = {r["strategy"]: r for r in pair["rows"]}
     assert set(rows) == set(cfg.strategies)
-    hp = tmp_path / "two-k80x2" / "runs" / "hp-probe" / "seed0" / "result.json"
+    hp = tmp_path / "two-k80x2" / "runs" / "hp-local" / "seed0" / "result.json"
     assert json.loads(hp.read_text())["samples"] == 8
-    h = data["headline"][0]  # Post's default start: the probe table
-    assert h["reduction"]["hp-probe"] == reduction(rows["post"]["best_step_time_s"],
-                                                   rows["hp-probe"]["best_step_time_s"])  # fmt: skip
-    assert "vs hp-probe" in format_table(data)
+    h = data["headline"][0]  # Post's default (probe start, local moves): the last table
+    assert h["reduction"]["hp-local"] == reduction(rows["post"]["best_step_time_s"],
+                                                   rows["hp-local"]["best_step_time_s"])  # fmt: skip
+    assert "vs hp-local" in format_table(data)
     mtime = (tmp_path / "two-k80x2" / "runs" / "post" / "seed0" / "result.json").stat().st_mtime_ns
     again = run_paper(tmp_path, cfg)
     assert again["headline"] == data["headline"]
@@ -357,17 +357,17 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     pair = json.loads((tmp_path / "two-k80x2" / "compare.json").read_text())
     rows = {r["strategy"]: r for r in pair["rows"]}
     assert [r["strategy"] for r in pair["rows"]] == list(cfg.strategies)
-    assert (rows["hp-probe"]["seeds"], rows["post"]["seeds"], pair["hp_seeds"]) == (1, 2, 1)
+    assert (rows["hp-local"]["seeds"], rows["post"]["seeds"], pair["hp_seeds"]) == (1, 2, 1)
     assert fewer["config"]["planner_seeds"] == 1 and "x 1 seeds" in format_table(fewer)
     # collecting searches nothing and leaves out what did not finish
     import shutil
 
-    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "reinforce-probe" / "seed1")
-    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "hp-probe" / "seed0")
+    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "reinforce-local" / "seed1")
+    shutil.rmtree(tmp_path / "two-k80x2" / "runs" / "hp-local" / "seed0")
     got = run_paper(tmp_path, replace(cfg, seeds=2), collect=True)
-    assert got["missing"] == {"two-k80x2": ["reinforce-probe", "hp-probe"]}
-    assert not (tmp_path / "two-k80x2" / "runs" / "reinforce-probe" / "seed1").exists()
-    assert "left out: reinforce-probe, hp-probe" in format_table(got)
+    assert got["missing"] == {"two-k80x2": ["reinforce-local", "hp-local"]}
+    assert not (tmp_path / "two-k80x2" / "runs" / "reinforce-local" / "seed1").exists()
+    assert "left out: reinforce-local, hp-local" in format_table(got)
     page = write_report(tmp_path)
     assert page.exists() and (tmp_path / "two-k80x2" / "report.html").exists()
     assert "two-k80x2/report.html" in page.read_text() and "https://" not in page.read_text()

@@ -271,9 +271,9 @@ def test_a_state_taken_during_the_probe_resumes_exactly(name):
 
 
 # ------------------------------------------------------------------------------ the paper
-def test_the_paper_shows_both_tables_and_names_each_start(tmp_path, monkeypatch):
+def test_the_paper_shows_three_tables_what_each_mechanism_adds_and_names_each_start(tmp_path, monkeypatch):
     import postplace.zoo as zoo
-    from postplace.paper import PLANNERS, PaperConfig, format_table, gap_closed, run_paper
+    from postplace.paper import PLANNERS, PaperConfig, format_table, gap_closed, reduction, run_paper
     from postplace.report.markdown import TABLES
 
     monkeypatch.setattr(zoo, "cached_graph", lambda name, size="full", optimizer="sgd": layered_graph(name=name))
@@ -281,21 +281,34 @@ def test_the_paper_shows_both_tables_and_names_each_start(tmp_path, monkeypatch)
     cfg = dataclasses.replace(PaperConfig.quick(), models=("layered",), clusters=("k80x4",), budget=48, hp_budget=8,
                               strategies=("single", *searches))  # fmt: skip
     data = run_paper(tmp_path, cfg)
-    assert set(data["tables"]) == {"uniform", "probe"} and set(PLANNERS) <= set(searches)
-    uniform, probe = data["tables"]["uniform"], data["tables"]["probe"]
-    assert uniform["post"] == "post-paper" and probe["post"] == "post" and data["headline"] == probe["headline"]
+    assert set(data["tables"]) == {"uniform", "probe", "local"} and set(PLANNERS) <= set(searches)
+    uniform, probe, local = (data["tables"][k] for k in ("uniform", "probe", "local"))
+    assert (uniform["post"], probe["post"], local["post"]) == ("post-paper", "post-probe", "post")
+    assert data["headline"] == local["headline"]  # Post's default: its probe start with local moves
     assert set(uniform["headline"][0]["reduction"]) >= {"ce-paper", "ppo-paper", "reinforce-paper", "hp"}
-    assert set(probe["headline"][0]["reduction"]) >= {"post-start", "ce", "ppo", "reinforce-probe", "hp-probe"}
+    assert set(probe["headline"][0]["reduction"]) >= {"post-start", "ce-probe", "ppo-probe", "reinforce-probe",
+                                                      "hp-probe"}  # fmt: skip
+    assert set(local["headline"][0]["reduction"]) >= {"local", "ce", "ppo", "reinforce-local", "hp-local"}
     text = format_table(data)
-    assert "From the paper's uniform start: post-paper against ce-paper" in text
-    assert "From the same default start (Post's probe): post against post-start" in text
-    assert "From the paper's uniform start, Post (post-paper) vs hp:" in text
-    assert "From the same default start (Post's probe), Post (post) vs hp-probe:" in text
+    assert "From the paper's uniform start, no local moves: post-paper against ce-paper" in text
+    assert "From Post's probe start, no local moves: post-probe against post-start" in text
+    assert "From Post's probe start, with local moves: post against local" in text
+    assert "From the paper's uniform start, no local moves, Post (post-paper) vs hp:" in text
+    # read across tables: what local moves and the probe start add to each method, 1 - with / without
+    rep = json.loads((tmp_path / "layered-k80x4" / "compare.json").read_text())
+    best = {r["strategy"]: r["best_step_time_s"] for r in rep["rows"]}
+    moves = data["effects"]["local moves"]["pairs"]["layered-k80x4"]
+    assert moves["post-probe -> post"] == reduction(best["post"], best["post-probe"])
+    assert moves["post-start -> local"] == reduction(best["local"], best["post-start"])
+    assert moves["hp-probe -> hp-local"] == reduction(best["hp-local"], best["hp-probe"])
+    start = data["effects"]["the probe start"]["pairs"]["layered-k80x4"]
+    assert start["reinforce-paper -> reinforce-probe"] == reduction(best["reinforce-probe"], best["reinforce-paper"])
+    assert "What local moves add to each method" in text and "post-start -> local" in text
     # per pair: each search's start, its final step time and the share of the gap learning closed
     pair = data["starts"]["layered-k80x4"]
-    rep = json.loads((tmp_path / "layered-k80x4" / "compare.json").read_text())
     rows = {r["strategy"]: r for r in rep["rows"]}
-    for name in ("post", "post-start", "ce", "ppo", "reinforce-probe", "hp-probe"):
+    for name in ("post", "post-start", "ce", "ppo", "reinforce-probe", "hp-probe", "post-probe", "local",
+                 "reinforce-local", "hp-local"):
         r = pair["strategies"][name]
         assert r["start_name"] == pair["strategies"]["post"]["start_name"] is not None
         assert r["start_step_time_s"] == rows[name]["start_step_time_s"] is not None

@@ -376,7 +376,7 @@ def profile(
 def compare(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt = "k80x4",
-    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, local, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start), reinforce-probe, hp-probe (Post's probe start).")] = "all",
+    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, local, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start); post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe (Post's probe start, no local moves); reinforce-local, hp-local (that start with local moves).")] = "all",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Samples per search run.")] = 2400,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per search strategy.")] = 3,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
@@ -553,7 +553,7 @@ def paper(
     hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
     collect: Annotated[bool, typer.Option("--collect", help="Search nothing: table the finished runs.")] = False,
-    strategies: Annotated[str | None, typer.Option("--strategies", help="Comma-separated names, as compare takes them (default: the placers, random, anneal and both tables' strategies: post-paper, ce-paper, ppo-paper, reinforce-paper, hp from the paper's uniform start; post, post-start, ce, ppo, reinforce-probe, hp-probe from Post's probe start).")] = None,
+    strategies: Annotated[str | None, typer.Option("--strategies", help="Comma-separated names, as compare takes them (default: the placers, random, anneal and the three tables' strategies: post-paper, ce-paper, ppo-paper, reinforce-paper, hp from the paper's uniform start; post-probe, post-start, ce-probe, ppo-probe, reinforce-probe, hp-probe from Post's probe start without local moves; post, local, ce, ppo, reinforce-local, hp-local from it with local moves).")] = None,
 ) -> None:
     """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival from the paper's start and from Post's); resumable."""
     from dataclasses import replace
@@ -636,7 +636,7 @@ def place(
     ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random, local (local moves alone); named starts: ce-paper, ppo-paper, reinforce-paper, reinforce-probe, hp-probe.")] = "post",
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random, local (local moves alone); named starts: ce-paper, ppo-paper, reinforce-paper, post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe, reinforce-local, hp-local.")] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")] = None,

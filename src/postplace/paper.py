@@ -7,17 +7,21 @@ about 2,400 sampled placements per search; they report up to 63.7% shorter train
 state of the art. :func:`run_paper` runs that grid here, one :func:`postplace.comparison.compare` folder
 per model x machine (so it resumes exactly as ``compare`` does: finished runs are read back, unfinished
 ones continue from their checkpoint), then writes the headline tables (``paper.json``, ``paper.md``):
-Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine, twice
-(:data:`postplace.report.markdown.TABLES`): every strategy from the paper's uniform start (``post-paper``
-against ``ce-paper``, ``ppo-paper``, ``reinforce-paper`` and ``hp``, the paper's algorithms: none makes
-local moves, :mod:`postplace.search.local`), and every strategy from Post's
-default probe start (``post`` against ``post-start``, ``ce``, ``ppo``, ``reinforce-probe`` and
-``hp-probe``), since a comparison from different starts measures the starts as much as the learning.
+Post's step-time reduction ``1 - post / rival`` against each rival, per model and machine, three times
+(:data:`postplace.report.markdown.TABLES`), every strategy of a table from the same start and with local
+moves (:mod:`postplace.search.local`) alike: from the paper's uniform start without local moves
+(``post-paper`` against ``ce-paper``, ``ppo-paper``, ``reinforce-paper`` and ``hp``, the paper's
+algorithms), from Post's default probe start without them (``post-probe`` against ``post-start``,
+``ce-probe``, ``ppo-probe``, ``reinforce-probe`` and ``hp-probe``), and from that start with them (``post``
+against ``local``, the moves alone, ``ce``, ``ppo``, ``reinforce-local`` and ``hp-local``), since a
+comparison from different starts or with different add-ons measures those as much as the learning.
+Read across tables, ``effects`` says what local moves and the probe start add to each method
+(:data:`postplace.report.markdown.EFFECTS`).
 Per pair ``paper.json`` also records each search's start (name, step time), its final step time and
 the share of the gap to the lower bound that learning closed (``starts``).
 
 The order of work puts the expensive part last: every cheap search strategy on every pair first, then
-the hierarchical planners (``hp``, ``hp-probe``) one seed at a time over all pairs (their runs take
+the hierarchical planners (``hp``, ``hp-probe``, ``hp-local``) one seed at a time over all pairs (their runs take
 minutes, the others seconds), then the one-shot placers and the tables. An experiment stopped early
 therefore has complete rows for everything but the planners' later seeds.
 """
@@ -34,16 +38,17 @@ from pathlib import Path
 
 from postplace.comparison import PLACER_NAMES, compare
 from postplace.errors import PostplaceError
-from postplace.report.markdown import COLUMNS, OTHERS, TABLES, format_table
+from postplace.report.markdown import COLUMNS, EFFECTS, OTHERS, TABLES, format_table
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
 CHEAP_SEARCH = ("random", "anneal", "reinforce-paper", "ce-paper", "ppo-paper", "post-paper", "post-start",
-                "reinforce-probe", "ce", "ppo", "post")
+                "reinforce-probe", "ce-probe", "ppo-probe", "post-probe", "local", "reinforce-local", "ce", "ppo",
+                "post")  # fmt: skip
 """Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s): the
-uniform start's and the probe start's of every table, with random search and annealing."""
-PLANNERS = ("hp", "hp-probe")
-"""The hierarchical planner from each start: run last, with their own budget and seeds."""
+strategies of every table (:data:`postplace.report.markdown.TABLES`), with random search and annealing."""
+PLANNERS = ("hp", "hp-probe", "hp-local")
+"""The hierarchical planner in each table: run last, with their own budget and seeds."""
 HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
 """One-shot placers whose best (that fits) is the "best heuristic" column."""
 PAPER_CLAIM = 0.637
@@ -131,6 +136,24 @@ def headline(report: dict, model: str, cluster: str, post: str = "post", rivals=
     hp_seeds = planner.get("seeds") if planner is not None else None
     return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals,
                     post_name)  # fmt: skip
+
+
+def effects(reports: dict, pairs) -> dict:
+    """What one mechanism adds (:data:`postplace.report.markdown.EFFECTS`): per model x machine of
+    ``reports`` (``{pair: compare.json}``), ``1 - with / without`` for each ``(without, with)`` of
+    ``pairs`` present, and per column the pairs, how many it helps on, the median, smallest and largest."""
+    per = {}
+    for pair, rep in reports.items():
+        best = {r["strategy"]: r["best_step_time_s"] for r in rep["rows"]}
+        per[pair] = {f"{a} -> {b}": reduction(best.get(b), best.get(a)) for a, b in pairs
+                     if a in best and b in best}  # fmt: skip
+    summary = {}
+    for col in dict.fromkeys(c for vals in per.values() for c in vals):
+        vals = [v[col] for v in per.values() if v.get(col) is not None]
+        if vals:
+            summary[col] = {"pairs": len(vals), "helps": sum(v > 0 for v in vals), "median": statistics.median(vals),
+                            "min": min(vals), "max": max(vals)}  # fmt: skip
+    return {"pairs": per, "summary": summary}
 
 
 def starts(report: dict) -> dict:
@@ -253,9 +276,10 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         "evaluator": "simulator",
         "pairs": [f"{m}-{c}" for m, c in pairs],
         "tables": tables,
-        # one headline for readers of a single table (older tools): Post's, from its default start
-        "headline": tables["probe"]["headline"],
-        "summary": tables["probe"]["summary"],
+        # one headline for readers of a single table (older tools): Post's default (probe start, local moves)
+        "headline": tables["local"]["headline"],
+        "summary": tables["local"]["summary"],
+        "effects": {name: effects(reports, pairs) for name, pairs in EFFECTS.items()},
         "starts": {pair: starts(rep) for pair, rep in reports.items()},
         "wall_time_s_this_call": time.perf_counter() - t0,
         "missing": missing if collect else {},

@@ -9,25 +9,37 @@ and its column order from here.
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "OTHERS", "RIVALS", "TABLES", "format_table", "method"]
+__all__ = ["COLUMNS", "EFFECTS", "OTHERS", "RIVALS", "TABLES", "format_table", "method"]
 
 TABLES = {
-    "uniform": {"start": "the paper's uniform start", "post": "post-paper",
+    "uniform": {"start": "the paper's uniform start, no local moves", "post": "post-paper",
                 "rivals": ("ce-paper", "ppo-paper", "reinforce-paper", "hp")},
-    "probe": {"start": "the same default start (Post's probe)", "post": "post",
-              "rivals": ("post-start", "ce", "ppo", "reinforce-probe", "hp-probe")},
+    "probe": {"start": "Post's probe start, no local moves", "post": "post-probe",
+              "rivals": ("post-start", "ce-probe", "ppo-probe", "reinforce-probe", "hp-probe")},
+    "local": {"start": "Post's probe start, with local moves", "post": "post",
+              "rivals": ("local", "ce", "ppo", "reinforce-local", "hp-local")},
 }  # fmt: skip
-"""Post against each rival twice, every strategy of a table from the same start: the paper's uniform
-one (``hp`` starts as the paper's: from its random weights), and Post's default probe start
-(``post-start``: that start sampled with no learning). Per table: what the start is, Post's strategy
-name, and its rivals' names, in column order."""
+"""Post against each rival three times, every strategy of a table from the same start and with local
+moves alike: the paper's uniform start without local moves (the paper's algorithms; ``hp`` starts as the
+paper's, from its random weights), Post's default probe start without them (``post-start``: that start
+sampled with no learning), and that start with them (``local``: the moves alone, no policy). Per table:
+what the start is, Post's strategy name, and its rivals' names, in column order."""
+EFFECTS = {
+    "local moves": (("post-probe", "post"), ("post-start", "local"), ("ce-probe", "ce"), ("ppo-probe", "ppo"),
+                    ("reinforce-probe", "reinforce-local"), ("hp-probe", "hp-local")),
+    "the probe start": (("post-paper", "post-probe"), ("ce-paper", "ce-probe"), ("ppo-paper", "ppo-probe"),
+                        ("reinforce-paper", "reinforce-probe"), ("hp", "hp-probe")),
+}  # fmt: skip
+"""What one mechanism adds to each method, read across two tables that differ only in it: per
+``(without, with)`` pair of strategies, ``1 - with / without`` on each model x machine (positive: the
+mechanism shortens the step). ``post-start`` -> ``local`` is what local moves add to the start alone."""
 OTHERS = ("best heuristic", "single", "data-parallel", "pipeline")
 """Columns every table has after its rivals: the best one-shot heuristic that fits, the fastest single
 device, data parallelism and the pipeline."""
 RIVALS = ("post-paper", "ce", "ppo", "reinforce", "hp")
 """The rivals of a ``paper.json`` from before the two tables (Post's default against each, whatever its
 start), so that such a folder still reports."""
-COLUMNS = (*dict.fromkeys((*RIVALS, *TABLES["uniform"]["rivals"], *TABLES["probe"]["rivals"])), *OTHERS)
+COLUMNS = (*dict.fromkeys((*RIVALS, *(r for t in TABLES.values() for r in t["rivals"]))), *OTHERS)
 """Every column a headline may have, in table order."""
 
 
@@ -70,6 +82,9 @@ def format_table(data: dict) -> str:
         for s in sorted((s for s in t["rivals"] if method(s) in ("hp", "reinforce") and s in t["summary"]),
                         key=lambda s: method(s) != "hp"):  # fmt: skip
             lines.append(_rl_line(f"From {t['start']}, Post ({t['post']}) vs {s}:", t["summary"][s], claim))
+    for mechanism, e in (data.get("effects") or {}).items():
+        lines += ["", f"What {mechanism} add to each method: 1 - with/without, per pair (positive: shorter step)"]
+        lines += _effect_table(e)
     lines += _starts(data.get("starts") or {})
     for pair, names in (data.get("missing") or {}).items():
         if names:
@@ -87,6 +102,18 @@ def _table(heads: list[dict], post: str, columns) -> list[str]:
         lines.append(f"{h['model']:<13} {h['cluster']:<7} {ms:>{max(10, len(post) + 3)}} "
                      + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
                      + f"  {h.get('hp_seeds') or '-':>8}")  # fmt: skip
+    return lines
+
+
+def _effect_table(e: dict) -> list[str]:
+    """One line per model x machine, a column per ``without -> with`` pair, then each column's median."""
+    cols = list(e["summary"])
+    width = [max(9, len(c)) for c in cols]
+    lines = [f"{'pair':<24} " + " ".join(f"{c:>{w}}" for c, w in zip(cols, width, strict=True))]
+    for pair, vals in e["pairs"].items():
+        lines.append(f"{pair:<24} " + " ".join(f"{_pct(vals.get(c)):>{w}}" for c, w in zip(cols, width, strict=True)))
+    lines.append(f"{'median':<24} " + " ".join(f"{_pct(e['summary'][c]['median']):>{w}}"
+                                               for c, w in zip(cols, width, strict=True)))  # fmt: skip
     return lines
 
 

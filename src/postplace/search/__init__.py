@@ -74,12 +74,18 @@ VARIANTS = {
     "ce-paper": ("ce", {"init": "uniform", "use_local": False}),
     "ppo-paper": ("ppo", {"init": "uniform", "use_local": False}),
     "reinforce-paper": ("reinforce", {"init": "uniform", "use_local": False}),
-    "reinforce-probe": ("reinforce", {"init": "probe"}),
-    "hp-probe": ("hp", {"init": "probe"}),
+    "post-probe": ("post", {"use_local": False}),
+    "ce-probe": ("ce", {"use_local": False}),
+    "ppo-probe": ("ppo", {"use_local": False}),
+    "reinforce-probe": ("reinforce", {"init": "probe", "use_local": False}),
+    "hp-probe": ("hp", {"init": "probe", "use_local": False}),
+    "reinforce-local": ("reinforce", {"init": "probe", "use_local": True}),
+    "hp-local": ("hp", {"init": "probe", "use_local": True}),
 }
 """Named starts of a strategy: ``name -> (strategy, changes to its default config)``. ``-paper``: the
 paper's uniform start and algorithm (no local moves); ``-probe``: Post's probe start
-(:mod:`postplace.search.start_prior`)."""
+(:mod:`postplace.search.start_prior`) without local moves; ``-local``: that start with local moves
+(:mod:`postplace.search.local`), as ``post``, ``ce`` and ``ppo`` make them by default."""
 
 
 def _hierarchical(space, *, seed=0, config=None):
@@ -128,7 +134,8 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
     name : str
         A key of :data:`STRATEGIES`: ``post``, ``ce``, ``ppo``, ``post-start``, ``reinforce``,
         ``random``, ``anneal``, ``hp``, ``local``, or a named start of :data:`VARIANTS` (``post-paper``,
-        ``ce-paper``, ``ppo-paper``, ``reinforce-paper``, ``reinforce-probe``, ``hp-probe``).
+        ``ce-paper``, ``ppo-paper``, ``reinforce-paper``, ``post-probe``, ``ce-probe``, ``ppo-probe``,
+        ``reinforce-probe``, ``hp-probe``, ``reinforce-local``, ``hp-local``).
     space : SearchSpace
         What the strategy places (``make_problem(...).space``).
     seed : int
