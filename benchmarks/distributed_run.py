@@ -13,7 +13,7 @@ time and bytes on the plan's cluster. With gloo the ranks are CPU processes stan
 (each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
 ``--backend nccl`` runs the ranks on their GPUs where they exist.
 
-``--plan ddp`` launches the ``ddp`` plan instead (:func:`postplace.runtime.ddp.launch_plan`: one process per
+``--plan ddp`` launches the ``ddp`` plan instead (:func:`postplace.runtime.launcher.launch_plan`: one process per
 replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each rank's
 all-reduced gradient bytes, "sim sent B" the simulated plan's, "sim ms" the simulated ``ddp`` step.
 """
@@ -97,7 +97,7 @@ def ddp_rows(name, traced, cluster, args) -> None:
     """The ddp plan over ``args.stages`` replicas, launched and simulated."""
     from postplace.placers.practitioner import plan_step
     from postplace.plans import parse_plan
-    from postplace.runtime.ddp import launch_plan
+    from postplace.runtime.launcher import launch_plan
 
     plan = f"{args.plan}:m={args.microbatches},dp={args.stages}"
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]

@@ -30,8 +30,7 @@ def best(strategy, problem, budget: int) -> float:
 def main() -> None:
     from postplace import zoo
     from postplace.cluster import load_cluster
-    from postplace.search import STRATEGIES, make_strategy
-    from postplace.search.config import config_class
+    from postplace.search import STRATEGIES, config_class, make_strategy
     from postplace.search.on_layers import on_layers
     from postplace.search.problem import make_problem
 

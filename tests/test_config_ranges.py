@@ -8,7 +8,9 @@ import pytest
 
 import postplace
 from postplace.errors import PostplaceError
-from postplace.search.config import build_config, config_class, field_range, read_config_file
+from postplace.search import config_class
+from postplace.search.config import build_config, read_config_file
+from postplace.search.ranges import field_range
 from postplace.testing import fuzz
 from tests.clihelp import cli_error
 

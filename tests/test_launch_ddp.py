@@ -14,8 +14,8 @@ from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
 from postplace.graph.trace_torch import trace
 from postplace.plans import data_parallel
-from postplace.runtime.ddp import ddp_plan, launch_plan
-from postplace.runtime.launcher import RandomBatches
+from postplace.runtime.ddp import ddp_plan
+from postplace.runtime.launcher import RandomBatches, launch_plan
 from postplace.runtime.placed import apply
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -129,8 +129,7 @@ def test_post_over_layers_keeps_the_strategy_contract(name):
     a layered space, with cross-entropy steps inside the samples driven."""
     from dataclasses import replace
 
-    from postplace.search import make_strategy
-    from postplace.search.config import config_class
+    from postplace.search import config_class, make_strategy
     from postplace.testing.contracts import check_strategy_contract
 
     g = chain_step(10, 4)

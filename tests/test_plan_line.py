@@ -93,8 +93,8 @@ def test_replicas_that_cannot_each_hold_the_state_are_sharded_data_parallelism(s
 
 
 def test_a_practitioner_plan_names_a_cpu_its_step_uses():
-    from postplace.api.candidates import plan_candidate_words
     from postplace.api.result import Candidate
+    from postplace.api.summary import plan_candidate_words
 
     c = load_cluster("k80x2")
     g = OpGraph.build(["a", "b", "host"], [(0, 1, 1e6), (1, 2, 8)], flops=[1e9, 1e9, 1e3],

@@ -19,8 +19,8 @@ import pytest
 import postplace
 from postplace.cluster import load_cluster
 from postplace.comparison import compare, parse_strategies
-from postplace.search import Budget, SearchSpace, make_problem, make_strategy, run
-from postplace.search.config import build_config, config_class
+from postplace.search import Budget, SearchSpace, config_class, make_problem, make_strategy, run
+from postplace.search.config import build_config
 from postplace.search.local import WithLocalMoves
 from postplace.search.origins import origin_stats
 from postplace.search.runner import HISTORY

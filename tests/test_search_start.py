@@ -255,7 +255,7 @@ def test_reinforce_from_the_probe_starts_from_posts_prior_and_hp_from_a_bias_tow
 @pytest.mark.parametrize("name", ["reinforce-probe", "hp-probe"])
 def test_a_state_taken_during_the_probe_resumes_exactly(name):
     """The strategy contract's round trip runs after the probe; this one cuts inside it."""
-    from postplace.search.config import config_class
+    from postplace.search import config_class
 
     cfg = config_class(name)[1]
     if name == "hp-probe":

@@ -23,7 +23,7 @@ def contract_config(name):
         return None
     from dataclasses import replace
 
-    from postplace.search.config import config_class
+    from postplace.search import config_class
 
     return replace(config_class(name)[1], grouper_hidden=8, placer_hidden=16, device_embedding=8)
 
@@ -39,7 +39,7 @@ def small_ce(name):
     the contract drives cross several CE steps (the default N = 480 is never reached there)."""
     from dataclasses import replace
 
-    from postplace.search.config import config_class
+    from postplace.search import config_class
 
     cfg = replace(config_class(name)[1], batch_size=8, ce_every=24)
     return lambda space, seed: make_strategy(name, space, seed=seed, config=cfg)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.result import Candidate
-from postplace.api.summary import also_on
+from postplace.api.summary import plan_gpus
 from postplace.errors import PostplaceError
 
 CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
@@ -189,7 +189,7 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     if not corners:
         return []
     start = min(corners, key=lambda p: p.step_time_s)
-    devices = _plan_gpus(start)
+    devices = plan_gpus(start)
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
         return []
@@ -266,22 +266,6 @@ def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]
     if grid.notes:
         note += "; " + "; ".join(n for n in grid.notes if ": schedule" not in n)
     return [Candidate("best-3d", placement, step, True, note, graph, plan)]
-
-
-def plan_candidate_words(best: Candidate, cluster) -> str:
-    """A practitioner plan candidate in words (:func:`postplace.placers.practitioner.plan_words`)."""
-    from postplace.placers.practitioner import plan_words
-    from postplace.plans import parse_plan
-
-    spec = parse_plan(best.plan)
-    gpus = _plan_gpus(best)
-    return (plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
-            + also_on(cluster.device_names, np.asarray(best.placement), gpus))  # ops only a CPU runs, say
-
-
-def _plan_gpus(cand: Candidate) -> list[int]:
-    """The GPUs a plan candidate's replicas run on (its ops that may run on a GPU)."""
-    return sorted({int(d) for d in cand.placement[(cand.graph.allowed_kinds & 2) != 0].tolist()})
 
 
 def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:

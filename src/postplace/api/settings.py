@@ -278,8 +278,8 @@ def _jsonable(d: dict) -> dict:
 
 def _config(strategy: str, config):
     """The strategy's full config dataclass from ``config`` (None, "paper", a dict of overrides, or an instance)."""
-    from postplace.search import STRATEGIES, make_strategy
-    from postplace.search.config import build_config, config_class
+    from postplace.search import STRATEGIES, config_class, make_strategy
+    from postplace.search.config import build_config
 
     if strategy not in STRATEGIES:
         make_strategy(strategy, None)  # raises the one-line "unknown strategy" error

@@ -93,8 +93,6 @@ def plan_line(best, graph, cluster, cost_model, peak: np.ndarray) -> str:
     simulated peak per device) says whether its replicas could each hold the whole state
     (:func:`postplace.placers.data_parallel.replicated_peak`), else the plan is sharded data parallelism."""
     if best.plan is not None:
-        from postplace.api.candidates import plan_candidate_words
-
         return plan_candidate_words(best, cluster)
     from postplace.placers.data_parallel import replicated_peak
 
@@ -108,6 +106,22 @@ def plan_line(best, graph, cluster, cost_model, peak: np.ndarray) -> str:
         need = replicated_peak(graph, placement, np.asarray(peak, dtype=np.float64), replicas)
         sharded = bool(np.any(need > np.asarray(cluster.capacity, dtype=np.float64)[replicas]))
     return describe_plan(graph, cluster, placement, times, sharded=sharded)
+
+
+def plan_candidate_words(best, cluster) -> str:
+    """A practitioner plan candidate in words (:func:`postplace.placers.practitioner.plan_words`)."""
+    from postplace.placers.practitioner import plan_words
+    from postplace.plans import parse_plan
+
+    spec = parse_plan(best.plan)
+    gpus = plan_gpus(best)
+    return (plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
+            + also_on(cluster.device_names, np.asarray(best.placement), gpus))  # ops only a CPU runs, say
+
+
+def plan_gpus(cand) -> list[int]:
+    """The GPUs a plan candidate's replicas run on (its ops that may run on a GPU)."""
+    return sorted({int(d) for d in cand.placement[(cand.graph.allowed_kinds & 2) != 0].tolist()})
 
 
 def also_on(names, placement: np.ndarray, named, weights: np.ndarray | None = None) -> str:

@@ -78,13 +78,6 @@ def _explain(exc: BaseException) -> str:
     return msg + hint
 
 
-def _random_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    if x.is_floating_point():
-        return torch.randn(x.shape, generator=gen, dtype=x.dtype)
-    hi = int(x.max()) + 1 if x.numel() else 1
-    return torch.randint(0, max(hi, 1), x.shape, generator=gen, dtype=x.dtype)
-
-
 def _sizes_of(model: str) -> tuple[str, ...]:
     """The sizes zoo model ``model`` has (``small``, ``full`` for a name the zoo does not know: that
     is reported where the model is built)."""
@@ -242,7 +235,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
            coloc="none", as_json=False) -> str:  # fmt: skip
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
-    from postplace.runtime.zoo_step import trace_zoo_step
+    from postplace.runtime.zoo_step import random_like, trace_zoo_step
 
     c = load_cluster(cluster) if cluster else None
     mb, inferred = _file_microbatches(placement, mb)
@@ -279,7 +272,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
     torch.manual_seed(seed)  # random ops (dropout) draw as every rank of `postplace launch` does
     try:
         for k in range(steps):
-            batch = [_random_like(x, gen) for x in traced.batch or traced.inputs]
+            batch = [random_like(x, gen) for x in traced.batch or traced.inputs]
             t0 = time.perf_counter()
             loss = step(*batch)
             step.synchronize()

@@ -33,7 +33,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankPlan, RankProgram, _Comm
 
-__all__ = ["ddp_plan", "launch_plan", "plain_ddp"]
+__all__ = ["ddp_plan", "plain_ddp"]
 
 _MICROBATCH = re.compile(r"^mb(\d+)_")
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
@@ -174,52 +174,6 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
 
 
 def plain_ddp(spec) -> bool:
-    """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`launch_plan` runs: ``ddp`` with no
-    recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
+    """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
+    runs: ``ddp`` with no recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
     return spec.level == "ddp" and not spec.recompute and spec.shard is None and not spec.pipeline and not spec.tensor
-
-
-def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, seed: int = 0, timeout: float = 60.0,
-                backend: str = "gloo", threads: int | None = 1):  # fmt: skip
-    """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
-
-    Only ``ddp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every GPU of
-    ``cluster``) runs so far; the sharded levels, recomputation, tensor parallelism and pipelines are
-    refused in one line.
-
-    Parameters
-    ----------
-    traced : postplace.graph.trace_torch.Traced
-        The step traced as M micro-batches.
-    plan : str
-        The plan as ``place`` returns it (``summary.json``'s ``returned_plan``).
-    cluster : Cluster or str
-        The plan's cluster (a preset or file).
-    steps, batches, seed, timeout, backend, threads
-        As for :func:`postplace.runtime.launcher.launch`.
-
-    Returns
-    -------
-    postplace.runtime.launcher.LaunchResult
-        ``losses`` the step's whole loss (the ranks' shares summed), ``bytes_sent`` each rank's
-        all-reduced bytes.
-    """
-    from postplace.cluster import load_cluster
-    from postplace.placers.practitioner import plan_devices
-    from postplace.plans import parse_plan
-    from postplace.runtime.launcher import _check_backend, _check_steps, _check_timeout, _run_plan
-
-    _check_steps(steps)
-    _check_timeout(timeout)
-    spec = parse_plan(plan)
-    if not plain_ddp(spec):
-        raise PostplaceError(f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
-                             "fsdp, recomputation, tensor and pipeline parallelism are simulated only")  # fmt: skip
-    if spec.microbatches is not None and spec.microbatches != traced.microbatches:
-        raise PostplaceError(f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
-                             f"{traced.microbatches}; trace it at m={spec.microbatches}")  # fmt: skip
-    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    gpus = plan_devices(cluster, spec)
-    _check_backend(backend, gpus, list(cluster.device_names))
-    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names))
-    return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)

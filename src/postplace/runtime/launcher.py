@@ -47,7 +47,7 @@ import torch
 from postplace.errors import PostplaceError
 from postplace.runtime.ranks import RECV, REDUCE, SEND, RankPlan, incoming, outgoing, rank_plan
 
-__all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_run", "run_rank"]
+__all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_plan", "launch_run", "run_rank"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -141,11 +141,11 @@ class RandomBatches:
         self._gen = None
 
     def __call__(self, traced) -> list[torch.Tensor]:
-        from postplace.runtime.cli import _random_like
+        from postplace.runtime.zoo_step import random_like
 
         if self._gen is None:
             self._gen = torch.Generator().manual_seed(self.seed)
-        return [_random_like(x, self._gen) for x in traced.batch or traced.inputs]
+        return [random_like(x, self._gen) for x in traced.batch or traced.inputs]
 
 
 # ------------------------------------------------------------------------------ one rank
@@ -828,7 +828,6 @@ def launch_run(
     traced = trace_zoo_step(run["name"], run["size"], microbatches=run["microbatches"], colocation=run["colocation"],
                             **recorded_step(run["target"]))  # fmt: skip
     if run["plan"]:
-        from postplace.runtime.ddp import launch_plan
 
         result = launch_plan(traced, run["plan"], cluster, steps=steps, batches=RandomBatches(seed), seed=seed,
                              timeout=timeout, backend=backend, threads=threads)  # fmt: skip
@@ -857,3 +856,48 @@ def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
         received[rank_of[b]] += int(nbytes)
     return {"bytes_sent": sent, "bytes_received": received}
 
+
+def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, seed: int = 0, timeout: float = 60.0,
+                backend: str = "gloo", threads: int | None = 1):  # fmt: skip
+    """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
+
+    Only ``ddp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every GPU of
+    ``cluster``) runs so far; the sharded levels, recomputation, tensor parallelism and pipelines are
+    refused in one line.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The step traced as M micro-batches.
+    plan : str
+        The plan as ``place`` returns it (``summary.json``'s ``returned_plan``).
+    cluster : Cluster or str
+        The plan's cluster (a preset or file).
+    steps, batches, seed, timeout, backend, threads
+        As for :func:`launch`.
+
+    Returns
+    -------
+    postplace.runtime.launcher.LaunchResult
+        ``losses`` the step's whole loss (the ranks' shares summed), ``bytes_sent`` each rank's
+        all-reduced bytes.
+    """
+    from postplace.cluster import load_cluster
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import parse_plan
+    from postplace.runtime.ddp import ddp_plan, plain_ddp
+
+    _check_steps(steps)
+    _check_timeout(timeout)
+    spec = parse_plan(plan)
+    if not plain_ddp(spec):
+        raise PostplaceError(f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
+                             "fsdp, recomputation, tensor and pipeline parallelism are simulated only")  # fmt: skip
+    if spec.microbatches is not None and spec.microbatches != traced.microbatches:
+        raise PostplaceError(f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
+                             f"{traced.microbatches}; trace it at m={spec.microbatches}")  # fmt: skip
+    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    gpus = plan_devices(cluster, spec)
+    _check_backend(backend, gpus, list(cluster.device_names))
+    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names))
+    return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)

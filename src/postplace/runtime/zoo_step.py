@@ -132,3 +132,14 @@ def apply_zoo(
                 "placement was made for (a result's target_spec['microbatches'])"
             )
     return apply(model if model is not None else traced.model, traced, placement, cluster, device_map=device_map)
+
+
+def random_like(x, gen):
+    """A new random batch tensor shaped and typed as ``x`` (from torch generator ``gen``): normal floats,
+    integers (labels, token ids) below ``x``'s largest + 1."""
+    import torch
+
+    if x.is_floating_point():
+        return torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    hi = int(x.max()) + 1 if x.numel() else 1
+    return torch.randint(0, max(hi, 1), x.shape, generator=gen, dtype=x.dtype)

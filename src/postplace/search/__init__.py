@@ -7,8 +7,9 @@ learning step switched off: it samples its start prior only, the row that says h
 start), ``random``, ``anneal`` and ``local`` (local moves alone from Post's start, no learning). Named
 starts of the learning rivals (:data:`VARIANTS`): ``-paper`` is the paper's uniform start
 (``post-paper``, ``ce-paper``, ``ppo-paper``, ``reinforce-paper``; ``hp`` itself starts as the
-paper's), and the paper's algorithm: no local moves; ``-probe`` Post's probe start (``reinforce-probe``,
-``hp-probe``; ``post``, ``ce`` and ``ppo`` have it already).
+paper's), and the paper's algorithm: no local moves; ``-probe`` Post's probe start without local moves
+(``post-probe``, ``ce-probe``, ``ppo-probe``, ``reinforce-probe``, ``hp-probe``); ``-local`` that start with
+them (``reinforce-local``, ``hp-local``; ``post``, ``ce`` and ``ppo`` have both by default).
 
 Local moves (:mod:`postplace.search.local`) are an add-on, not part of Post: every strategy's config
 has ``use_local`` (with ``local_fraction`` and ``local_units``), on by default for ``post``, ``ce`` and
@@ -19,10 +20,10 @@ import dataclasses
 
 from postplace.search.anneal import AnnealConfig, AnnealStrategy
 from postplace.search.local import LocalSettings, with_local
-from postplace.search.post import LocalStrategy, PostConfig, PostStrategy, ce_strategy, ppo_strategy
+from postplace.search.post import LocalStrategy, PostConfig, PostStrategy, ce_strategy, local_config, ppo_strategy
 from postplace.search.problem import Problem, make_problem
-from postplace.search.random_search import RandomStrategy
-from postplace.search.reinforce import ReinforceStrategy
+from postplace.search.random_search import RandomConfig, RandomStrategy
+from postplace.search.reinforce import ReinforceConfig, ReinforceStrategy
 from postplace.search.runner import Budget, SearchResult, run
 from postplace.search.strategy import SearchSpace, Strategy, scores
 
@@ -99,8 +100,6 @@ def _variant(name: str):
     base, _ = VARIANTS[name]
 
     def make(space, *, seed=0, config=None):
-        from postplace.search.config import config_class
-
         s = STRATEGIES[base](space, seed=seed, config=config if config is not None else config_class(name)[1])
         s.name = name
         return s
@@ -120,6 +119,57 @@ STRATEGIES = {
     "local": LocalStrategy,
 }
 STRATEGIES.update({name: _variant(name) for name in VARIANTS})
+
+
+def _hierarchical_config():
+    from postplace.search.hierarchical import HierarchicalConfig  # needs torch: only when asked for
+
+    return HierarchicalConfig()
+
+
+CONFIGS = {
+    "post": PostConfig,
+    "ce": PostConfig,
+    "ppo": PostConfig,
+    "post-start": lambda: learning_off(PostConfig()),
+    "reinforce": ReinforceConfig,
+    "random": RandomConfig,
+    "anneal": AnnealConfig,
+    "hp": _hierarchical_config,
+    "local": local_config,
+}
+"""Each strategy's default config, made on demand, beside its maker in :data:`STRATEGIES` (a named start
+of :data:`VARIANTS` is its strategy's default with the start's changes)."""
+
+
+def config_class(strategy: str):
+    """The config dataclass of a strategy name, and its default instance for that name.
+
+    Parameters
+    ----------
+    strategy : str
+        A key of :data:`CONFIGS` or of :data:`VARIANTS` (its strategy's default with the start's changes).
+
+    Returns
+    -------
+    tuple
+        ``(config class, default config)``.
+
+    Raises
+    ------
+    PostplaceError
+        For a name that is no strategy.
+    """
+    if strategy in VARIANTS:
+        base, changes = VARIANTS[strategy]
+        cls, default = config_class(base)
+        return cls, dataclasses.replace(default, **changes)
+    if strategy not in CONFIGS:
+        from postplace.errors import PostplaceError
+
+        raise PostplaceError(f"unknown strategy '{strategy}'")
+    default = CONFIGS[strategy]()
+    return type(default), default
 ON_LAYERS = ("reinforce", "random", "anneal")
 """Strategies written for units that act, on a micro-batched step, on Post's layers and stripes
 (:mod:`postplace.search.on_layers`), so a comparison differs only in the learning rule. The hierarchical
@@ -181,6 +231,7 @@ def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) 
 
 
 __all__ = [
+    "CONFIGS",
     "LEARNING",
     "STRATEGIES",
     "VARIANTS",
@@ -195,6 +246,7 @@ __all__ = [
     "SearchResult",
     "SearchSpace",
     "Strategy",
+    "config_class",
     "learning_off",
     "make_problem",
     "make_strategy",

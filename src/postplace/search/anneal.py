@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from postplace.search.config import ranged
 from postplace.search.local import LocalSettings
+from postplace.search.ranges import ranged
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 

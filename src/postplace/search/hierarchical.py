@@ -83,8 +83,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from postplace.search.config import ranged
 from postplace.search.local import LocalSettings
+from postplace.search.ranges import ranged
 from postplace.search.start_prior import make_probe, start_prior, start_state
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 

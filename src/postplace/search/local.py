@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postplace.search.config import ranged
 from postplace.search.layers import action_space
+from postplace.search.ranges import ranged
 from postplace.search.strategy import SearchSpace, Wrapper, asked_origins, scores
 
 

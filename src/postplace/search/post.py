@@ -73,7 +73,6 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from postplace.search.config import ranged
 from postplace.search.layers import action_space, device_space, layer_candidates
 from postplace.search.local import LocalMoves, LocalSettings
 from postplace.search.policy import (
@@ -83,6 +82,7 @@ from postplace.search.policy import (
     normalized_advantage,
     ppo_gradient,
 )
+from postplace.search.ranges import ranged
 from postplace.search.starts import StartProbe, home_devices
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 

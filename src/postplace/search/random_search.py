@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postplace.search.config import ranged
 from postplace.search.local import LocalSettings
 from postplace.search.policy import CategoricalPolicy
+from postplace.search.ranges import ranged
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state
 
 

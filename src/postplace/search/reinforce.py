@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from postplace.search.config import ranged
 from postplace.search.local import LocalSettings
 from postplace.search.policy import Adam, CategoricalPolicy, reinforce_gradient
 from postplace.search.post import initial_logits
+from postplace.search.ranges import ranged
 from postplace.search.start_prior import make_probe, start_prior, start_state
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 

@@ -780,7 +780,8 @@ def config_cases(rng: random.Random, n: int) -> Iterator[Case]:
     import dataclasses
     import typing
 
-    from postplace.search.config import config_class, field_range
+    from postplace.search import config_class
+    from postplace.search.ranges import field_range
 
     good = {GRAPH: json.dumps(base_graph().to_dict()).encode(), CLUSTER: base_cluster_toml().encode()}
     base = ["place", GRAPH, "--cluster", CLUSTER, "--budget", "16", "--groups", "none", "--out", "out", "--json",
