@@ -33,6 +33,7 @@ from postplace.cluster import Cluster
 from postplace.cost.utilisation import model_flops, peak_of_devices_used
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
+from postplace.placers import REGISTRY
 from postplace.search import Budget, make_problem, make_strategy, run
 from postplace.search.origins import history_origin_stats
 from postplace.search.runner import (
@@ -49,7 +50,8 @@ from postplace.search.starts import start_record
 from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder
 
-PLACER_NAMES = ("single", "cpu", "expert", "data-parallel", "pipeline", "metis", "heft", "m-topo", "m-etf", "m-sct")
+PLACER_NAMES = (*REGISTRY, "data-parallel")
+"""The one-shot rows: every placer (:data:`postplace.placers.REGISTRY`), then data parallelism."""
 PLAN_NAMES = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute", "best-3d")
 """The practitioner plans' rows: each at its fastest micro-batch count, where the target can be traced again;
 ``best-3d`` the fastest of the tp x pp x dp grid (:mod:`postplace.placers.grid`) at any count, or of the

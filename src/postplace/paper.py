@@ -38,6 +38,7 @@ from pathlib import Path
 
 from postplace.comparison import PLACER_NAMES, compare
 from postplace.errors import PostplaceError
+from postplace.placers import REGISTRY
 from postplace.report.markdown import COLUMNS, EFFECTS, OTHERS, TABLES, format_table
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
@@ -49,7 +50,7 @@ CHEAP_SEARCH = ("random", "anneal", "reinforce-paper", "ce-paper", "ppo-paper", 
 strategies of every table (:data:`postplace.report.markdown.TABLES`), with random search and annealing."""
 PLANNERS = ("hp", "hp-probe", "hp-local")
 """The hierarchical planner in each table: run last, with their own budget and seeds."""
-HEURISTICS = ("expert", "metis", "heft", "m-topo", "m-etf", "m-sct")
+HEURISTICS = tuple(name for name, p in REGISTRY.items() if p.heuristic)
 """One-shot placers whose best (that fits) is the "best heuristic" column."""
 PAPER_CLAIM = 0.637
 """The paper's headline: up to 63.7% shorter step time than the RL state of the art (its abstract)."""

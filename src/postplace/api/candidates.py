@@ -18,8 +18,10 @@ import numpy as np
 from postplace.api.result import Candidate
 from postplace.api.summary import plan_gpus
 from postplace.errors import PostplaceError
+from postplace.placers import REGISTRY
 
-CANDIDATE_PLACERS = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert")
+CANDIDATE_PLACERS = tuple(name for name, p in REGISTRY.items() if p.candidate)
+"""The one-shot placers ``place`` weighs beside the search, in the order that breaks ties."""
 
 OWNER_DP = "param-server"
 OWNER_DP_SHARDED = "param-server (sharded state)"
@@ -33,7 +35,7 @@ PRACTITIONER_PLANS = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute"
 multiple of the GPUs it runs on."""
 
 
-QUADRATIC_PLACERS = ("m-etf", "m-sct")
+QUADRATIC_PLACERS = tuple(name for name, p in REGISTRY.items() if p.quadratic)
 
 
 QUADRATIC_PLACER_MAX_OPS = 20_000

@@ -24,6 +24,7 @@ replicas that each hold the whole state. For a file workload that cannot be trac
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,6 +48,8 @@ from postplace.placers.single import NoSingleDeviceFits, place_cpu, place_single
 
 __all__ = [
     "PLACERS",
+    "REGISTRY",
+    "Placer",
     "DataParallelPlan",
     "DataParallelResult",
     "NoSingleDeviceFits",
@@ -67,17 +70,45 @@ __all__ = [
     "simulate_data_parallel",
 ]
 
-PLACERS: dict[str, Callable[..., np.ndarray]] = {
-    "single": place_single,
-    "cpu": place_cpu,
-    "expert": place_expert,
-    "metis": place_metis,
-    "pipeline": place_pipeline,
-    "heft": place_heft,
-    "m-topo": place_m_topo,
-    "m-etf": place_m_etf,
-    "m-sct": place_m_sct,
+@dataclass(frozen=True)
+class Placer:
+    """One placer as the rest of the project sees it: its function, and the roles it plays.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(graph, cluster, **kw) -> int64[n_ops]``.
+    candidate : bool
+        ``place`` weighs it beside the search (:data:`postplace.api.CANDIDATE_PLACERS`).
+    heuristic : bool
+        A one-shot heuristic of the literature: the best of them that fits is the paper's "best
+        heuristic" column.
+    quadratic : bool
+        Its time grows with ops x ready ops: ``place`` leaves it out on very large steps.
+    """
+
+    fn: Callable[..., np.ndarray]
+    candidate: bool = False
+    heuristic: bool = False
+    quadratic: bool = False
+
+
+REGISTRY: dict[str, Placer] = {
+    "single": Placer(place_single, candidate=True),
+    "pipeline": Placer(place_pipeline, candidate=True),
+    "m-topo": Placer(place_m_topo, candidate=True, heuristic=True),
+    "m-etf": Placer(place_m_etf, candidate=True, heuristic=True, quadratic=True),
+    "m-sct": Placer(place_m_sct, candidate=True, heuristic=True, quadratic=True),
+    "metis": Placer(place_metis, candidate=True, heuristic=True),
+    "expert": Placer(place_expert, candidate=True, heuristic=True),
+    "cpu": Placer(place_cpu),
+    "heft": Placer(place_heft, heuristic=True),
 }
+"""Every placer by name, with its roles: the one list a new placer joins (in the order ``place`` weighs
+the candidates, which breaks ties)."""
+
+PLACERS: dict[str, Callable[..., np.ndarray]] = {name: p.fn for name, p in REGISTRY.items()}
+"""Every placer's function by name."""
 
 
 def place(name: str, graph: OpGraph, cluster: Cluster, **kw) -> np.ndarray:
