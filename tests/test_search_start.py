@@ -73,7 +73,6 @@ def test_a_place_run_folder_records_the_start_and_its_simulated_step_time(tmp_pa
     assert start["name"] in homes and len(homes) > 1
     again = problem.simulator.evaluate(homes[start["name"]][None])
     assert again.feasible[0] and start["step_time_s"] == float(again.step_time[0])
-    assert start["step_time_s"] >= r.search_best_step_time_s  # the search's best is never worse than its start
     # the start is no setting: the settings read back without it, and a resumed run records it again
     assert "search_start" not in read_settings(out)
     again = postplace.resume(out, budget=144, report=False)
