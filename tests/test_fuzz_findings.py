@@ -377,12 +377,21 @@ def test_the_fix_the_summary_error_gives_works(run):
 def test_harmless_summary_edits_still_draw(run):
     from postplace.report import write_report
 
-    edited(run, Edit("summary.json", "set", "samples", "x"), Edit("summary.json", "set", "cluster", "nosuch"),
-           Edit("summary.json", "set", "candidate_notes", 3), Edit("summary.json", "set", "best_step_time_s", None))
-    path = write_report(run)  # the cluster from run.json, not the summary's edited name
+    edited(run, Edit("summary.json", "set", "samples", "x"), Edit("summary.json", "set", "candidate_notes", 3))
+    path = write_report(run)
     data = json.loads((run / "report.json").read_text())
-    assert path.is_file() and data["numbers"]["best_step_time_s"] is None
-    assert data["provenance"]["cluster"]["name"] == "tiny" and ", x samples" in data["title"]
+    assert path.is_file() and data["provenance"]["cluster"]["name"] == "tiny" and ", x samples" in data["title"]
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("cluster", "nosuch", ["field 'cluster' says 'nosuch'", "records cluster 'tiny'"]),  # before: drawn on tiny
+    ("best_step_time_s", None, ["field 'best_step_time_s' is missing"]),  # before: drawn without an answer
+    ("returned", 3, ["field 'returned' is 3, not a name"]),
+])  # fmt: skip
+def test_a_summary_that_names_no_answer_or_another_cluster_is_refused(run, key, value, words):
+    """Issue 34 item 12: the report drew whatever summary.json said."""
+    edited(run, Edit("summary.json", "set", key, value))
+    report_refused(run, "summary.json", *words)
 
 
 def test_a_history_step_time_of_1e308_is_one_line(run):

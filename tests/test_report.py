@@ -308,7 +308,8 @@ def test_schedule_lanes_carry_every_transfer():
 def test_report_errors_are_one_line(tmp_path):
     r = run_cli("report", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
-    (tmp_path / "summary.json").write_text(json.dumps({"graph": "mystery", "cluster": "k80x2"}))
+    (tmp_path / "summary.json").write_text(json.dumps({"graph": "mystery", "cluster": "k80x2", "returned": "search",
+                                                       "best_step_time_s": 0.01}))  # fmt: skip
     with pytest.raises(PostplaceError, match="--graph"):
         build_report_data(tmp_path)
 

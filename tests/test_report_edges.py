@@ -4,6 +4,7 @@ cluster a run recorded (its file, moved or changed since); step times past what 
 import json
 import re
 
+import numpy as np
 import pytest
 
 import postplace
@@ -199,3 +200,40 @@ def test_a_simulated_step_past_what_a_figure_draws_is_one_line(tmp_path):
         write_report(run, graph=str(tmp_path / "huge.json"), cluster=str(tmp_path / "slow.toml"))
     text = str(exc.value)
     assert "\n" not in text and "simulated step" in text and "1e+300" in text and "graph 'tiny'" in text, text
+
+
+# ------------------------------------------------------------------------------ issue 34 item 12
+def test_cluster_naming_another_machine_than_the_runs_is_one_line(tmp_path):
+    """Before: ``report --cluster dgx8`` on a run made on another machine drew its placement there."""
+    run, r = toml_run(tmp_path)
+    with pytest.raises(PostplaceError) as exc:
+        write_report(run, cluster="dgx8")
+    text = str(exc.value)
+    assert "\n" not in text and "--cluster dgx8" in text and ", ".join(r.cluster.device_names) in text, text
+    assert not (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"returned": ' + "9" * 5000 + "}"])
+def test_a_run_folder_file_past_any_written_one_is_one_line(tmp_path, text):
+    """Before: nesting deeper than Python's recursion limit (RecursionError) and an integer of 5,000
+    digits (ValueError) ended the report in a traceback."""
+    run, _ = toml_run(tmp_path)
+    (run / "summary.json").write_text(text)
+    with pytest.raises(PostplaceError) as exc:
+        write_report(run)
+    assert "\n" not in str(exc.value) and "summary.json" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["", ".", "checkpoint-0.npz\x00", "../checkpoint-1234abcd.npz", "other.npz"])
+def test_a_checkpoints_arrays_file_name_is_the_one_it_writes(tmp_path, name):
+    """Before: an empty name, '.' or a NUL in it raised ValueError from pathlib (a traceback)."""
+    from postplace.search.state_io import load_state, save_state
+
+    path = tmp_path / "checkpoint.json"
+    save_state(path, {"x": np.arange(3)})
+    assert (load_state(path)["x"] == np.arange(3)).all()
+    head = json.loads(path.read_text())
+    head["arrays"] = name
+    path.write_text(json.dumps(head))
+    with pytest.raises(PostplaceError, match="arrays file"):
+        load_state(path)

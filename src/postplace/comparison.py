@@ -48,7 +48,7 @@ from postplace.search.runner import (
 )
 from postplace.search.starts import start_record
 from postplace.search.state_io import fingerprint
-from postplace.validate import make_folder
+from postplace.validate import make_folder, read_json
 
 PLACER_NAMES = (*REGISTRY, "data-parallel")
 """The one-shot rows: every placer (:data:`postplace.placers.REGISTRY`), then data parallelism."""
@@ -350,7 +350,7 @@ def _recorded_key(folder: Path):
     done = folder / "result.json"
     try:
         if done.exists():
-            return json.loads(done.read_text()).get("key"), True
+            return read_json(done, "result file", finite=False).get("key"), True
         if (folder / CHECKPOINT).exists():
             return read_meta(folder).get("key"), False
     except (PostplaceError, ValueError, OSError, AttributeError):
@@ -399,7 +399,7 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
             shutil.rmtree(folder)  # made with other settings (or damaged): stale, never reused
             recorded, finished = None, False
         if finished:
-            rec = json.loads(done.read_text())
+            rec = read_json(done, "result file", finite=False)
         else:
             resume = (folder / CHECKPOINT).exists()
             t = time.perf_counter()

@@ -73,15 +73,18 @@ def read_text(path: str | Path, what: str = "file") -> str:
         ) from None
 
 
-def parse_json(text: str, source: str):
-    """Parse JSON strictly: no NaN/Infinity, no number beyond float range, no absurd nesting."""
+def parse_json(text: str, source: str, *, finite: bool = True):
+    """Parse JSON strictly: no NaN/Infinity, no number beyond float range, no absurd nesting. With
+    ``finite=False`` (a file postplace wrote, whose readers check each field: a step time may be
+    ``Infinity`` there) NaN, Infinity and numbers past float range are read as floats; integers of
+    hundreds of digits and absurd nesting are still one error line."""
 
     def reject(token):
         raise PostplaceError(f"{source}: the value {token} is not allowed; numbers must be finite")
 
     def as_float(token):
         v = float(token)
-        if not math.isfinite(v):
+        if finite and not math.isfinite(v):
             raise PostplaceError(f"{source}: the number {token[:40]} is too large for a float; numbers must be finite")
         return v
 
@@ -91,7 +94,7 @@ def parse_json(text: str, source: str):
         return int(token)
 
     try:
-        return json.loads(text, parse_constant=reject, parse_float=as_float, parse_int=as_int)
+        return json.loads(text, parse_constant=reject if finite else float, parse_float=as_float, parse_int=as_int)
     except json.JSONDecodeError as exc:
         ends_open = text.rstrip()[-1:] not in ("}", "]")
         hint = " (the file looks truncated: it does not end with } or ])" if ends_open else ""
@@ -102,9 +105,9 @@ def parse_json(text: str, source: str):
         raise PostplaceError(f"{source}: JSON nested too deeply to read; this is not a file postplace wrote") from None
 
 
-def read_json(path: str | Path, what: str = "JSON file"):
-    """:func:`read_text` then :func:`parse_json`."""
-    return parse_json(read_text(path, what), str(path))
+def read_json(path: str | Path, what: str = "JSON file", *, finite: bool = True):
+    """:func:`read_text` then :func:`parse_json` (``finite``: as it takes it)."""
+    return parse_json(read_text(path, what), str(path), finite=finite)
 
 
 def _is_number(v) -> bool:

@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 from postplace.errors import PostplaceError
+from postplace.validate import read_json
 
 __all__ = ["PLANS", "fitting_count", "halving_rounds", "microbatch_counts", "read_plans", "trace_counts",
            "write_plans"]
@@ -109,9 +110,9 @@ def read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int]
                                  "halving's decisions are lost: deleted?); start a new run")  # fmt: skip
         return []
     try:
-        d = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise PostplaceError(f"{path}: damaged ({type(exc).__name__}); start a new run") from None
+        d = read_json(path, "plans file", finite=False)
+    except PostplaceError as exc:
+        raise PostplaceError(f"{path}: damaged ({str(exc).removeprefix(f'{path}: ')}); start a new run") from None
     rounds = d.get("rounds") if isinstance(d, dict) else None
     recorded = d.get("counts") if isinstance(d, dict) else None
     ok = isinstance(d, dict) and d.get("format") == "postplace-plans" and isinstance(recorded, list)

@@ -15,6 +15,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint
+from postplace.validate import read_json
 
 SETTINGS = "run.json"  # postplace.search.state_io.RUN_SETTINGS, which the report reads
 
@@ -33,9 +34,10 @@ def read_settings(out: str | Path) -> dict:
     if not path.exists():
         raise PostplaceError(f"{out}: not a postplace run folder (no {SETTINGS}); start a run with --out {out}")
     try:
-        s = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise PostplaceError(f"{path}: damaged run settings ({type(exc).__name__}); start a new run") from None
+        s = read_json(path, "run settings file", finite=False)
+    except PostplaceError as exc:
+        raise PostplaceError(f"{path}: damaged run settings ({str(exc).removeprefix(f'{path}: ')}); start a new "
+                             "run") from None
     needed = ("format", "target", "graph_sha", "cluster_sha", "cluster_spec", "strategy", "budget", "seed",
               "groups", "pins", "exclude", "warm_start", "evaluator", "map_all_to", "config", "checksum")  # fmt: skip
     if not isinstance(s, dict) or s.get("format") != "postplace-run" or any(k not in s for k in needed):

@@ -70,14 +70,11 @@ def run_kind(run_dir: Path) -> str:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise PostplaceError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise PostplaceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except UnicodeDecodeError as exc:
-        raise PostplaceError(f"{path}: not UTF-8 at byte {exc.start}: the run folder is damaged") from None
+    """A run folder's JSON file, read with the limits every input file gets (size, encoding, integers of
+    hundreds of digits, nesting: :func:`postplace.validate.read_json`); its checker then checks each field."""
+    from postplace.validate import read_json
+
+    return read_json(path, "run folder file", finite=False)
 
 
 # ------------------------------------------------------------------------------ checks at the edge
@@ -141,7 +138,8 @@ def check_summary(s, run_dir: Path) -> dict:
     whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
     seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
     naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
-    figures; a negative one was drawn as if it were a time). Keys it leaves out stay "not recorded".
+    figures; a negative one was drawn as if it were a time). It must name what was returned, its step time
+and the cluster (every place run records them); other keys it leaves out stay "not recorded".
 
     Raises
     ------
@@ -152,6 +150,12 @@ def check_summary(s, run_dir: Path) -> dict:
     if not isinstance(s, dict):
         kind = "null" if s is None else {list: "a list", str: "a string", bool: "a boolean"}.get(type(s), "a number")
         raise _edited(path, run_dir, f"{kind}, not a JSON object of the run's figures")
+    for key in ("returned", "best_step_time_s", "cluster"):  # every place run records them
+        if s.get(key) is None:
+            raise _edited(path, run_dir, f"field '{key}' is missing (every place run records it)")
+    if not isinstance(s["returned"], str) or not isinstance(s["cluster"], str):
+        key = "returned" if not isinstance(s["returned"], str) else "cluster"
+        raise _edited(path, run_dir, f"field '{key}' is {_shown(s[key])}, not a name")
     if "strategy" in s and not (isinstance(s["strategy"], str) and s["strategy"]):
         raise _edited(path, run_dir, f"field 'strategy' is {_shown(s['strategy'])}, not a strategy name")
     for key in (*STEP_TIMES, "wall_time_s"):
@@ -930,6 +934,22 @@ def bound_info(recorded, per_m, schedule: dict, drawn: str) -> dict:
     return {"lower_bound_s": lb, "which": which, "drawn_s": own, "drawn": drawn}
 
 
+def _check_same_machine(s: dict, c, given, run_dir: Path) -> None:
+    """The cluster a place report draws on is the run's machine: the one its run folder records must carry
+    the summary's cluster name, and a ``--cluster`` given instead must have the devices the run had
+    (``capacity_bytes``; a changed link or speed is the user's choice, another machine is not)."""
+    path = run_dir / "summary.json"
+    if given is None and s["cluster"] != c.name:
+        raise _edited(path, run_dir, f"field 'cluster' says '{s['cluster'][:40]}', and the run folder records "
+                                     f"cluster '{c.name}'")  # fmt: skip
+    devices = s.get("capacity_bytes")
+    if given is not None and isinstance(devices, dict) and list(devices) != list(c.device_names):
+        raise PostplaceError(f"--cluster {given if isinstance(given, str) else c.name}: its devices "
+                             f"({', '.join(c.device_names)}) are not those of the machine the run in {run_dir} "
+                             f"placed on ({', '.join(map(str, devices))}); give that machine's cluster, or "
+                             "none")  # fmt: skip
+
+
 def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.cluster.placement import load_placement
 
@@ -945,6 +965,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         spec = parse_plan(plan)
         g = apply_plan(g, spec, spec.replicas or 1).graph
     c = resolve_cluster_for(s, g, cluster, run_dir)
+    _check_same_machine(s, c, cluster, run_dir)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
     from postplace.search.runner import TIMING, read_timing

@@ -23,12 +23,14 @@ import hashlib
 import io
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.validate import read_json
 
 FORMAT = "postplace-state"
 _TAGS = ("__ndarray__", "__dict__", "__tuple__", "__bytes__")
@@ -148,13 +150,15 @@ def load_state(path: str | Path):
     path = Path(path)
     bad = f"{path}: damaged or foreign checkpoint"
     try:
-        head = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise PostplaceError(f"{bad} ({type(exc).__name__}); start a new run") from None
+        head = read_json(path, "checkpoint", finite=False)
+    except PostplaceError as exc:
+        raise PostplaceError(f"{bad} ({str(exc).removeprefix(f'{path}: ')}); start a new run") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT or head.get("version") != 1:
         raise PostplaceError(f"{bad}: not a {FORMAT} version 1 file; start a new run")
     body, name = head.get("body"), head.get("arrays")
-    if not isinstance(name, str) or "/" in name or "\\" in name or _sha(_body_bytes(body)) != head.get("body_sha256"):
+    if not isinstance(name, str) or not re.fullmatch(re.escape(path.stem) + r"-[0-9a-f]{8}\.npz", name):
+        raise PostplaceError(f"{bad}: its arrays file {name!r} is not one save_state names; start a new run")
+    if _sha(_body_bytes(body)) != head.get("body_sha256"):
         raise PostplaceError(f"{bad}: its checksum does not match its content; start a new run")
     npz_path = path.with_name(name)
     try:
