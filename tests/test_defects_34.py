@@ -6,6 +6,8 @@ import json
 import pytest
 
 import postplace
+import postplace.search.checkpoint as checkpoint
+import postplace.search.progress as progress
 import postplace.search.runner as runner
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
@@ -52,7 +54,7 @@ def test_ctrl_c_in_the_first_batch_resumes_to_the_uninterrupted_result(tmp_path,
         with pytest.raises(KeyboardInterrupt):
             postplace.place("gpt2", "k80x2", out=cut, **args)
     assert not (cut / "placement.json").exists()
-    assert runner.checkpoint_samples(next(cut.rglob(runner.CHECKPOINT)).parent) == 0  # the state the defect needs
+    assert checkpoint.checkpoint_samples(next(cut.rglob(checkpoint.CHECKPOINT)).parent) == 0  # the defect's state
     resumed = postplace.resume(cut, report=False)
     clean = postplace.place("gpt2", "k80x2", out=whole, **args)
     a, b = resumed.summary, clean.summary
@@ -286,12 +288,12 @@ def test_a_search_whose_stderr_is_not_a_terminal_prints_plain_progress_lines(mon
 
     chain = OpGraph.build([f"op{i}" for i in range(8)], [(i, i + 1, 1e3) for i in range(7)], flops=[1e9] * 8)
     problem = make_problem(chain, star_cluster(("gpu", "gpu")))
-    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     run(make_strategy("random", problem.space, seed=0), problem.simulator, Budget(samples=32), progress=True)
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.startswith("search: ")]
     assert lines and all("/32 samples, best" in x for x in lines)
-    monkeypatch.setattr(runner, "PLAIN_EVERY_S", 3600.0)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 3600.0)
     run(make_strategy("random", problem.space, seed=1), problem.simulator, Budget(samples=32), progress=True)
     assert "search: " not in capsys.readouterr().err  # a short run stays quiet
 

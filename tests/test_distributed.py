@@ -9,7 +9,8 @@ import pytest
 
 from postplace.errors import PostplaceError
 from postplace.search import Budget, make_strategy, run
-from postplace.search.runner import CHECKPOINT, HISTORY
+from postplace.search.checkpoint import CHECKPOINT
+from postplace.search.history import HISTORY
 from tests.test_runner import problem
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'postplace[ray]')")

@@ -184,7 +184,7 @@ def test_a_run_over_m_whose_plans_file_was_deleted_is_refused(tmp_path):
 
 
 def test_read_meta_of_a_checkpoint_whose_meta_is_not_an_object(run):
-    from postplace.search.runner import read_meta
+    from postplace.search.checkpoint import read_meta
 
     edited(run, Edit("checkpoint.json", "set", "meta", "x"))
     with pytest.raises(PostplaceError, match="meta"):
@@ -296,7 +296,7 @@ def test_every_fuzz_edit_applies(template, tmp_path):
 def test_history_and_timing_lines_that_are_not_samples_are_left_out(tmp_path):
     """A report reads them: a line of the wrong shape (a list, a text step time, a 400-digit time) was an
     AttributeError, TypeError or OverflowError there."""
-    from postplace.search.runner import best_so_far, read_history, read_timing, sample_times
+    from postplace.search.history import best_so_far, read_history, read_timing, sample_times
 
     big = "1" + "0" * 400
     (tmp_path / "h.jsonl").write_text("\n".join([

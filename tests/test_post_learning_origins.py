@@ -21,9 +21,9 @@ from postplace.cluster import load_cluster
 from postplace.comparison import compare, parse_strategies
 from postplace.search import Budget, SearchSpace, config_class, make_problem, make_strategy, run
 from postplace.search.config import build_config
+from postplace.search.history import HISTORY
 from postplace.search.local import WithLocalMoves
 from postplace.search.origins import origin_stats
-from postplace.search.runner import HISTORY
 from postplace.search.starts import StartProbe, start_record
 from postplace.testing.contracts import check_strategy_contract, drive, toy_score
 from tests.test_search_start import layered_graph

@@ -177,7 +177,7 @@ def test_a_run_whose_first_samples_do_not_fit_resumes_without_a_numpy_warning(tm
 
 def test_a_checkpoint_whose_curve_rises_is_still_refused(tmp_path):
     from postplace.errors import PostplaceError
-    from postplace.search.runner import CHECKPOINT
+    from postplace.search.checkpoint import CHECKPOINT
     from postplace.search.state_io import load_state, save_state
 
     p = problem(memory=31.0)

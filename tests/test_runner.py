@@ -11,7 +11,8 @@ import pytest
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.search import Budget, make_problem, make_strategy, run
-from postplace.search.runner import CHECKPOINT, HISTORY, TIMING
+from postplace.search.checkpoint import CHECKPOINT
+from postplace.search.history import HISTORY, TIMING
 from postplace.testing import TableCostModel, star_cluster
 
 

@@ -35,17 +35,9 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.placers import REGISTRY
 from postplace.search import Budget, make_problem, make_strategy, run
+from postplace.search.checkpoint import CHECKPOINT, read_meta
+from postplace.search.history import HISTORY, TIMING, best_so_far, read_history, read_timing, sample_times
 from postplace.search.origins import history_origin_stats
-from postplace.search.runner import (
-    CHECKPOINT,
-    HISTORY,
-    TIMING,
-    best_so_far,
-    read_history,
-    read_meta,
-    read_timing,
-    sample_times,
-)
 from postplace.search.starts import start_record
 from postplace.search.state_io import fingerprint
 from postplace.validate import make_folder, read_json

@@ -26,7 +26,7 @@ from postplace.search.state_io import fingerprint
 
 def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
     from postplace.search import Budget
-    from postplace.search.runner import CHECKPOINT
+    from postplace.search.checkpoint import CHECKPOINT
 
     settings = read_settings(out)
     _check_given(out, settings, given)
@@ -39,7 +39,7 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
         if over_m:
             _check_over_m_extension(out, budget, new, old)
         elif new.samples is not None and (out / CHECKPOINT).exists():
-            from postplace.search.runner import checkpoint_samples
+            from postplace.search.checkpoint import checkpoint_samples
 
             done = checkpoint_samples(out)
             if new.samples < done:
@@ -87,7 +87,7 @@ def _check_checkpoint_settings(out: Path, settings: dict) -> None:
     """The checkpoint was written under these settings (its ``settings_checksum``), or under the same
     ones before a budget extension (``budgets_before``): a checkpoint of another seed, grouping or
     strategy would be continued as if it were this run's."""
-    from postplace.search.runner import CHECKPOINT, read_meta
+    from postplace.search.checkpoint import CHECKPOINT, read_meta
 
     meta = read_meta(out)
     want = meta.get("settings_checksum") if isinstance(meta, dict) else meta

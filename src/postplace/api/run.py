@@ -89,7 +89,7 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
     """Search every count of ``targets`` (``{m: Target}``) and return the fastest feasible candidate of
     all as a :class:`postplace.PlaceResult` (module docstring)."""
     from postplace.search import Budget, run
-    from postplace.search.runner import CHECKPOINT
+    from postplace.search.checkpoint import CHECKPOINT
 
     t0 = time.perf_counter()
     over_m = settings.get("microbatches") == "auto"
@@ -171,7 +171,7 @@ def _arm(settings: dict, m: int, tgt: Target, c, folder: Path | None, *, resume:
     """One count's problem, evaluator and warm start, every constraint checked before any search runs;
     on resume, its checkpoint must be this run's."""
     from postplace.search import make_problem
-    from postplace.search.runner import CHECKPOINT, read_meta
+    from postplace.search.checkpoint import CHECKPOINT, read_meta
 
     try:
         problem = make_problem(tgt.graph, c, groups=settings["groups"], pins=settings["pins"],

@@ -386,7 +386,7 @@ def checked_history(path: Path) -> list[dict]:
     """The samples of a ``history.jsonl`` (:func:`~postplace.search.runner.read_history` leaves out the
     lines that are not samples), each step time at most :data:`MAX_STEP_S`: a larger one (1e308) broke the
     learning curves' axes; it is one error line, naming the sample."""
-    from postplace.search.runner import read_history
+    from postplace.search.history import read_history
 
     rows = read_history(path)
     for k, row in enumerate(rows):
@@ -546,7 +546,7 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
     those lines cover every sample, else the run's wall time spread evenly over its samples (a folder
     written before timing was recorded; ``wall_source`` says which).
     """
-    from postplace.search.runner import best_so_far, sample_times
+    from postplace.search.history import best_so_far, sample_times
 
     per_seed = []
     curves = []
@@ -968,7 +968,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     _check_same_machine(s, c, cluster, run_dir)
     if not (run_dir / "placement.json").exists():
         raise PostplaceError(f"{run_dir}: no placement.json (the run found no feasible placement)")
-    from postplace.search.runner import TIMING, read_timing
+    from postplace.search.history import TIMING, read_timing
 
     ops = load_placement(run_dir / "placement.json", g, c)
     schedule, memory, sched = schedule_info(g, c, ops, f"placement.json ({_get(s, 'returned')})")
@@ -1041,7 +1041,7 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
 
 def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict, object]:
     from postplace.search import make_problem
-    from postplace.search.runner import TIMING, read_timing
+    from postplace.search.history import TIMING, read_timing
 
     rep = check_compare(_read_json(run_dir / "compare.json"), run_dir)
     g = resolve_graph(rep, graph, size, run_dir)

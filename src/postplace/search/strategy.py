@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from postplace.errors import PostplaceError
+
 if TYPE_CHECKING:
     from postplace.search.layers import LayerSpace
 
@@ -273,3 +275,20 @@ def rng_from_state(state: dict) -> np.random.Generator:
     rng = np.random.default_rng()
     rng.bit_generator.state = state
     return rng
+
+
+def check_allowed(placements: np.ndarray, allowed: np.ndarray | None, who: str) -> None:
+    """Every placement of ``placements`` (``[k, units]``) puts each unit on a device ``allowed[unit, d]``
+    permits (None: any); else one error line naming ``who``, the unit and the device."""
+    if allowed is None:
+        return
+    G, D = allowed.shape
+    if placements.ndim != 2 or placements.shape[1] != G:
+        raise PostplaceError(f"{who} gave placements of shape {placements.shape}; the search has {G} units")
+    bad = (placements < 0) | (placements >= D)
+    if not bad.any():
+        bad = ~allowed[np.arange(G)[None, :], placements]
+    if bad.any():
+        r, g = (int(x[0]) for x in np.nonzero(bad))
+        raise PostplaceError(f"{who} put unit {g} on device id {int(placements[r, g])}, which it may not use "
+                             "(its kinds, --pin and --exclude)")
