@@ -32,6 +32,10 @@ class Draft:
 
     def __init__(self, source: OpGraph):
         self.source = source
+        # the source's fields as Python lists, built once: indexing numpy arrays per copied op was most of
+        # a pass's time on a large step
+        self._source_fields = {f: list(getattr(source, f)) if isinstance(getattr(source, f), tuple)
+                               else getattr(source, f).tolist() for f in _COPIED}  # fmt: skip
         self.names: list[str] = []
         self.fields: dict[str, list] = {f: [] for f in _COPIED}
         self.inplace_base: list[int] = []
@@ -50,8 +54,7 @@ class Draft:
 
     def copy(self, i: int, name: str, key: tuple, tag: int = 0, *, scale: float = 1.0, **changes) -> int:
         """Copy source op ``i`` as ``name``; ``scale`` multiplies its FLOPs, bytes and measured time."""
-        g = self.source
-        values = {f: getattr(g, f)[i] for f in _COPIED}
+        values = {f: v[i] for f, v in self._source_fields.items()}
         values["flops"] *= scale
         values["bytes_accessed"] *= scale
         values["output_bytes"] *= scale
