@@ -206,7 +206,7 @@ def test_place_warm_start_is_sample_zero_and_said(graph_file, tmp_path):
 
 
 def test_train_prints_measured_step_times(tmp_path):
-    r = run("train", "rnnlm", "--placement", "single:gpu1", "--cluster", "k80x2", "--steps", "3",
+    r = run("train", "rnnlm", "--size", "small", "--placement", "single:gpu1", "--cluster", "k80x2", "--steps", "3",
             "--map-all-to", "cpu", "--threads", "1")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "measured step time: median" in r.stdout and "simulated step time on k80x2" in r.stdout

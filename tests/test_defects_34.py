@@ -79,12 +79,12 @@ def test_a_checkpoint_of_no_sample_resumes_through_the_cli(tmp_path, monkeypatch
 
 
 def test_train_on_a_device_the_cluster_lacks_is_one_line(tmp_path, capsys):
-    err = cli_error(["train", "rnnlm", "--placement", "single:gpu9", "--cluster", "k80x4", "--steps", "1",
-                     "--map-all-to", "cpu"], capsys)  # fmt: skip
+    err = cli_error(["train", "rnnlm", "--size", "small", "--placement", "single:gpu9", "--cluster", "k80x4",
+                     "--steps", "1", "--map-all-to", "cpu"], capsys)  # fmt: skip
     assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
     (tmp_path / "p.json").write_text(json.dumps({"param:embed.weight": "gpu9"}))
-    err = cli_error(["train", "rnnlm", "--placement", str(tmp_path / "p.json"), "--cluster", "k80x4", "--steps", "1",
-                     "--map-all-to", "cpu"], capsys)  # fmt: skip
+    err = cli_error(["train", "rnnlm", "--size", "small", "--placement", str(tmp_path / "p.json"), "--cluster",
+                     "k80x4", "--steps", "1", "--map-all-to", "cpu"], capsys)  # fmt: skip
     assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
 
 
@@ -323,3 +323,20 @@ def test_batch_norm_under_micro_batches_is_warned_and_noted():
         warnings.simplefilter("error", MicrobatchNormWarning)
         assert "microbatch_norms" not in from_torch(plain, (x,), mse, targets=(y,), microbatches=4).metadata
         from_torch(with_bn, (x,), mse, targets=(y,))  # one micro-batch: the whole batch, nothing to say
+
+
+def test_every_command_defaults_to_the_full_size():
+    """Issue 34 item 10: ``place`` defaulted to full, ``profile`` and ``calibrate`` to small, ``train`` to small
+    where no run recorded one: one rule now (full, unless a run recorded its size)."""
+    import typer.main
+
+    from postplace.cli import app
+    from postplace.runtime.cli import _size_for
+
+    commands = typer.main.get_command(app).commands
+    sized = {name: p.default for name, c in commands.items() for p in c.params if p.name == "size"}
+    assert {"place", "profile", "calibrate", "compare", "simulate", "train", "report"} <= set(sized)
+    assert {name: d for name, d in sized.items() if d is not None} == dict.fromkeys(
+        [n for n, d in sized.items() if d is not None], "full")
+    assert sized["train"] is None and sized["report"] is None  # the run's own size where it recorded one
+    assert _size_for("rnnlm", "single:cpu", None) == "full"

@@ -177,7 +177,8 @@ def test_cmd_train_prints_every_step(tmp_path):
 
     dev = np.where(rng.random(tr.graph.num_ops) < 0.5, 0, 2)[colocation_representative(tr.graph)]
     save_placement(tmp_path / "p.json", tr.graph, c, dev)
-    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, cluster="k80x2", map_all_to="cpu", threads=1)
+    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, size="small", cluster="k80x2", map_all_to="cpu",
+                    threads=1)
     lines = out.splitlines()
     steps = [ln for ln in lines if ln.strip()[:1].isdigit()]
     assert [int(s.split()[0]) for s in steps] == [1, 2, 3]
@@ -185,13 +186,13 @@ def test_cmd_train_prints_every_step(tmp_path):
     assert "simulated step time on k80x2" in out and "gpu1" in out and "transfer nodes" in out
     assert "1 CPU threads" in out and torch.get_num_threads() == 1  # the fixture's setting, restored
     # the same file without a cluster: every op is in it, device names come from the file
-    out2 = cmd_train("rnnlm", str(tmp_path / "p.json"), 1, map_all_to="cpu")
+    out2 = cmd_train("rnnlm", str(tmp_path / "p.json"), 1, size="small", map_all_to="cpu")
     assert "gpu1 -> cpu" in out2
     with pytest.raises(PostplaceError, match="at least 1"):
         cmd_train("rnnlm", "single:cpu", 0)
     (tmp_path / "partial.json").write_text(json.dumps({tr.graph.names[0]: "cpu"}))
     with pytest.raises(PostplaceError, match="no device"):
-        cmd_train("rnnlm", str(tmp_path / "partial.json"), 1)
+        cmd_train("rnnlm", str(tmp_path / "partial.json"), 1, size="small")
 
 
 def test_cmd_train_on_missing_gpus_says_what_is_missing():
@@ -201,7 +202,7 @@ def test_cmd_train_on_missing_gpus_says_what_is_missing():
     if k >= 16:
         pytest.skip("no preset names a 17th GPU")
     with pytest.raises(PostplaceError) as err:
-        cmd_train("gpt2", f"single:gpu{k}", 1, cluster="dgx8x2")  # gpu0..gpu15
+        cmd_train("gpt2", f"single:gpu{k}", 1, size="small", cluster="dgx8x2")  # gpu0..gpu15
     msg = str(err.value)
     assert "\n" not in msg
     if torch.cuda.is_available():

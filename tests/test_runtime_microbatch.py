@@ -122,20 +122,20 @@ def test_train_reads_the_micro_batch_count_from_the_placement_file_and_checks_a_
     g = cached_graph("gpt2", "small", microbatches=2)
     path = tmp_path / "placement.json"
     save_placement(path, g, c, random_legal_placement(g, c, 1))
-    text = cmd_train("gpt2", str(path), 2, map_all_to="cpu", threads=1)  # m read from the op names
+    text = cmd_train("gpt2", str(path), 2, size="small", map_all_to="cpu", threads=1)  # m read from the op names
     assert "gpt2-small-mb2-none" in text and "2 micro-batches (read from the placement's op names)" in text
-    text = cmd_train("gpt2", str(path), 1, cluster="k80x2", map_all_to="cpu", microbatches=2, threads=1)
+    text = cmd_train("gpt2", str(path), 1, size="small", cluster="k80x2", map_all_to="cpu", microbatches=2, threads=1)
     assert "gpt2-small-mb2-none" in text and "simulated step time on" in text
     for wrong in (1, 4):
         with pytest.raises(PostplaceError) as err:
-            cmd_train("gpt2", str(path), 1, map_all_to="cpu", microbatches=wrong)
+            cmd_train("gpt2", str(path), 1, size="small", map_all_to="cpu", microbatches=wrong)
         msg = str(err.value)
         assert "\n" not in msg and "2 micro-batches" in msg and f"--microbatches {wrong} was asked for" in msg
     one = tmp_path / "one.json"
     save_placement(one, cached_graph("gpt2", "small"), c, np.zeros(cached_graph("gpt2", "small").num_ops, int))
     with pytest.raises(PostplaceError, match="one micro-batch .*--microbatches 2 was asked for"):
-        cmd_train("gpt2", str(one), 1, map_all_to="cpu", microbatches=2)
-    assert "gpt2-small:" in cmd_train("gpt2", str(one), 1, map_all_to="cpu", threads=1)
+        cmd_train("gpt2", str(one), 1, size="small", map_all_to="cpu", microbatches=2)
+    assert "gpt2-small:" in cmd_train("gpt2", str(one), 1, size="small", map_all_to="cpu", threads=1)
 
 
 def test_train_cli_names_a_micro_batch_mismatch_in_one_line(tmp_path):
@@ -143,7 +143,8 @@ def test_train_cli_names_a_micro_batch_mismatch_in_one_line(tmp_path):
     g = cached_graph("gpt2", "small", microbatches=2)
     path = tmp_path / "placement.json"
     save_placement(path, g, c, np.zeros(g.num_ops, dtype=int))
-    r = run_cli("train", "gpt2", "--placement", str(path), "--map-all-to", "cpu", "--microbatches", "4")
+    r = run_cli("train", "gpt2", "--size", "small", "--placement", str(path), "--map-all-to", "cpu",
+                "--microbatches", "4")
     assert r.returncode != 0
     err = r.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
@@ -230,4 +231,4 @@ def test_train_takes_the_size_and_model_the_placement_was_made_for(tmp_path, cap
     assert "made for gpt2 at --size full" in err and "drop --size or give --size full" in err
     err = cli_error(["train", "rnnlm", "--placement", placement, "--steps", "1"], capsys)
     assert "made for zoo model 'gpt2'" in err
-    assert _size_for("gpt2", "single:cpu", None) == "small"
+    assert _size_for("gpt2", "single:cpu", None) == "full"  # no run to read it from: full, as every command

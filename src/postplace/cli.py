@@ -362,7 +362,7 @@ def graph(
 @app.command()
 def profile(
     target: Annotated[str, typer.Argument(help="Zoo model name or a traced zoo graph file.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")] = "small",
+    size: SizeOpt = "full",
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per op (the median is kept).")] = 5,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the measured graph here.")] = None,
 ) -> None:
@@ -458,7 +458,7 @@ def train(
     model: Annotated[str, typer.Argument(help="Zoo model name, or a run folder of `place` (its model and placement.json).")],
     placement: Annotated[str | None, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE); none for a run folder.")] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b) (default: the size the placement's run was made for, else small).")] = None,
+    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b) (default: the size the placement's run was made for, else full, as every command).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
     map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
@@ -499,7 +499,7 @@ def launch(
 @app.command()
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
-    size: Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b).")] = "small",
+    size: SizeOpt = "full",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for measured.toml and graph.json (default runs/calibrate-MODEL-SIZE).")] = None,
     cluster_out: Annotated[Path | None, typer.Option("--cluster-out", help="Write the measured cluster TOML here instead (default OUT/measured.toml).")] = None,
     graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here instead (default OUT/graph.json).")] = None,

@@ -133,7 +133,8 @@ def _step_for(placement: str, optimizer, lr, precision) -> dict:
 
 def _size_for(model: str, placement: str, size: str | None) -> str:
     """The zoo size to train: the one the placement was made for where its run folder says so (the
-    ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default small);
+    ``summary.json`` beside a ``placement.json`` records the target), else ``size`` (default full, as
+    every command's);
     a ``size`` or model that disagrees with the run is one error line naming both."""
     spec = _recorded_spec(placement)
     if isinstance(spec, dict) and spec.get("kind") == "zoo" and _known(model, spec.get("size")):
@@ -144,7 +145,7 @@ def _size_for(model: str, placement: str, size: str | None) -> str:
             raise PostplaceError(f"{placement} was made for {model} at --size {spec['size']} (its summary.json), not "
                                  f"--size {size}; drop --size or give --size {spec['size']}")  # fmt: skip
         return spec["size"]
-    return "small" if size is None else size
+    return "full" if size is None else size
 
 
 def cmd_train(
@@ -310,7 +311,7 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
 
 def cmd_calibrate(
     model: str,
-    size: str = "small",
+    size: str = "full",
     *,
     out: str | Path | None = None,
     out_cluster: str | Path | None = None,

@@ -92,7 +92,7 @@ def cmd_graph(
 
 
 def cmd_profile(
-    target: str, size: str = "small", runs: int = 5, out: str | Path | None = None, optimizer: str = "sgd"
+    target: str, size: str = "full", runs: int = 5, out: str | Path | None = None, optimizer: str = "sgd"
 ) -> str:
     """``postplace profile TARGET``: time a zoo model (name) or a traced zoo graph file on this CPU."""
     from postplace.cost.profile import check_runs, profile_cpu
