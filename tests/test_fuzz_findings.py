@@ -247,6 +247,7 @@ def test_place_with_ray_at_a_dead_port_is_one_line(tmp_path, monkeypatch, capsys
     rc, err = cli([*fuzz.PLACE_G, "--ray", "127.0.0.1:1"], tmp_path, monkeypatch, capsys)
     assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     assert time.perf_counter() - t0 < 30
+    assert not (tmp_path / "out").exists()  # a bad --ray writes no run folder: the same command runs again
 
 
 def test_simulate_microbatches_zero_is_refused(tmp_path, monkeypatch, capsys):

@@ -51,3 +51,36 @@ def test_the_torch_evaluator_searches_and_judges_every_count(tmp_path, torch_one
     assert not any(k.split(" @m")[0] in ("ddp", "fsdp", "best-3d") for k in s["candidates"])
     assert r.step_time_s == min(v for v in s["candidates"].values() if v is not None)
     assert (tmp_path / "run" / "m2" / "history.jsonl").exists()
+
+
+def test_confirm_knows_each_candidates_count_whatever_its_name(tmp_path, torch_one_thread):
+    """A warm start whose path holds " @m" (the suffix of a candidate's count) was parsed as a count: a
+    ValueError from int('/placement.json')."""
+    from postplace.cluster import load_cluster
+    from postplace.cluster.placement import save_placement, single_device
+    from postplace.zoo import cached_graph
+
+    g, c = cached_graph("gpt2", "small", microbatches=2), load_cluster("k80x2")
+    (tmp_path / "w @m").mkdir()
+    save_placement(tmp_path / "w @m" / "placement.json", g, c, single_device(g, c, "gpu1"))
+    r = postplace.place("gpt2", "k80x2", budget=8, microbatches=2, out=tmp_path / "run", confirm=2, report=False,
+                        warm_start=str(tmp_path / "w @m" / "placement.json"), **SMALL)  # fmt: skip
+    assert r.returned.startswith("confirmed:") and r.summary["microbatches"] == 2
+    assert any(x["label"].startswith("warm-start:") for x in r.summary["confirm"]["candidates"]) or \
+        r.summary["candidates"][f"warm-start:{tmp_path / 'w @m' / 'placement.json'}"] is not None  # fmt: skip
+
+
+def test_a_module_run_measured_for_real_cannot_be_continued_without_its_code(tmp_path, torch_one_thread):
+    """Resuming it reached TorchEvaluator.for_zoo with a module's record: KeyError 'name' (a traceback)."""
+    import pytest
+    import torch
+
+    from postplace.errors import PostplaceError
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    postplace.place(model, "k80x2", inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss, budget=2,
+                    groups=3, evaluator="torch", map_all_to="cpu", strategy="random", out=tmp_path / "run",
+                    report=False)  # fmt: skip
+    with pytest.raises(PostplaceError, match="a module's run folder keeps its graph, not the module"):
+        postplace.resume(tmp_path / "run", budget=4, report=False)

@@ -293,6 +293,7 @@ def test_the_paper_shows_three_tables_what_each_mechanism_adds_and_names_each_st
     assert "From Post's probe start, no local moves: post-probe against post-start" in text
     assert "From Post's probe start, with local moves: post against local" in text
     assert "From the paper's uniform start, no local moves, Post (post-paper) vs hp:" in text
+    assert "From Post's probe start, with local moves, Post (post) vs reinforce-local:" in text
     # read across tables: what local moves and the probe start add to each method, 1 - with / without
     rep = json.loads((tmp_path / "layered-k80x4" / "compare.json").read_text())
     best = {r["strategy"]: r["best_step_time_s"] for r in rep["rows"]}

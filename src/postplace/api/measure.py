@@ -30,6 +30,9 @@ def _measurer(settings: dict, tgt: Target, c, *, group_of_op=None):
     if tgt.traced is not None:
         return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings["map_all_to"])
     spec = tgt.spec
+    if spec.get("kind") != "zoo":
+        raise PostplaceError("measuring needs the step's code: a module's run folder keeps its graph, not the module; "
+                             "--evaluator torch and --confirm cannot continue it: start a new run from the module")
     return TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=group_of_op,
                                   device_map=settings["map_all_to"], graph=tgt.graph,
                                   microbatches=spec.get("microbatches", 1),
@@ -74,7 +77,8 @@ def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
 def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), *, over_m: bool = False):
     """Measure the ``k`` best distinct candidates of the whole run by simulated step time (each count's
     search best from its cache, and the one-shot candidates ``answer``: placers, data parallelism,
-    pipeline, warm start), each on a measurer traced at its own micro-batch count, and the best single
+    pipeline, warm start: ``(candidate, its count)`` pairs), each on a measurer traced at its own
+    micro-batch count, and the best single
     device at the smallest count; the fastest measured wins. Returns the
     :class:`postplace.confirm.ConfirmResult` and the count of its best row."""
     from postplace.confirm import candidates_from_run, merge_results
@@ -88,10 +92,10 @@ def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), 
             times = arm.problem.simulator.evaluate_ops(searched).step_time
             pool += [(float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m)
                      for i, (t, ops) in enumerate(zip(times, searched, strict=True))]  # fmt: skip
-    for j, k_ in enumerate(answer):
-        base, _, tail = k_.name.partition(" @m")
+    for j, (k_, m) in enumerate(answer):  # (candidate, its count)
+        base = k_.name.removesuffix(at(m))
         if k_.feasible and base != "search" and not base.startswith("single:"):
-            pool.append((k_.step_time_s, len(pool) + j, k_.name, k_.placement, int(tail) if tail else min(arms)))
+            pool.append((k_.step_time_s, len(pool) + j, k_.name, k_.placement, m))
     pool.sort(key=lambda x: (x[0], x[1]))
     chosen: dict[int, list] = {}
     seen = set()
@@ -100,7 +104,7 @@ def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), 
         if key not in seen and len(seen) < k:
             seen.add(key)
             chosen.setdefault(m, []).append((label, ops))
-    results, errors = [], []
+    results, errors, notes = [], [], []
     for m, arm in arms.items():
         rows = chosen.get(m, [])
         if not rows and m != min(arms):
@@ -113,6 +117,8 @@ def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), 
                           labels=[label for label, _ in rows] or None)  # fmt: skip
         except PostplaceError as exc:
             errors.append(exc)
+            notes.append(f"at {m} micro-batch{'es' if m > 1 else ''} nothing was measured ({exc}): "
+                         f"{', '.join(label for label, _ in rows) or 'the single device'} left out")
             continue
         finally:
             if hasattr(measurer, "shutdown"):
@@ -124,6 +130,7 @@ def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), 
     if not results:
         raise errors[0]
     merged = merge_results([res for _, res in results])
+    merged.notes.extend(notes)
     return merged, next(m for m, res in results if any(r is merged.best for r in res.rows))
 
 

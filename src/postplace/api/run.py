@@ -88,7 +88,7 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
               confirm_k: int = 0, ray: str | None = None) -> PlaceResult:  # fmt: skip
     """Search every count of ``targets`` (``{m: Target}``) and return the fastest feasible candidate of
     all as a :class:`postplace.PlaceResult` (module docstring)."""
-    from postplace.search import Budget, run
+    from postplace.search import Budget
     from postplace.search.checkpoint import CHECKPOINT
 
     t0 = time.perf_counter()
@@ -106,6 +106,32 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
         raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
     arms = {m: _arm(settings, m, targets[m], c, folders[m], resume=resume, over_m=over_m) for m in counts}
     _check_confirm(confirm_k, settings, targets[counts[0]], out, ray)
+    started = False  # Ray is started or joined before anything is written: a bad --ray leaves no folder
+    if ray is not None:
+        from postplace.distributed.ray_evaluator import init_ray
+
+        if settings["evaluator"] == "torch" and any(t.spec.get("kind") != "zoo" for t in targets.values()):
+            raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
+        started = init_ray(ray)
+    try:
+        return _search_and_answer(settings, arms, c, out=out, resume=resume, progress=progress, confirm_k=confirm_k,
+                                  ray=ray, over_m=over_m, t0=t0)  # fmt: skip
+    finally:
+        if started:  # as a RayEvaluator that started it would: nothing left running
+            import ray as ray_module
+
+            ray_module.shutdown()
+
+
+def _search_and_answer(settings, arms: dict, c, *, out, resume, progress, confirm_k, ray, over_m,
+                       t0) -> PlaceResult:  # fmt: skip
+    """Write the run folder, weigh the one-shot candidates, run the halving's rounds, answer."""
+    from postplace.search import Budget, run
+    from postplace.search.checkpoint import CHECKPOINT
+
+    counts = sorted(arms)
+    budget = Budget.parse(settings["budget"])
+    sizes = halving_rounds(len(counts))
     if out is not None:  # every count's constraints and warm start passed: a bad flag writes nothing
         make_folder(out)
         for arm in arms.values():
@@ -150,6 +176,7 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
             strat = _strategy(settings, arm.problem.space)
             again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()  # else: killed before its first
             warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)  # checkpoint
+            # one count's actors at a time: a second evaluator's would wait for CPUs the first holds
             judge = arm.judge if ray is None else _ray_evaluator(ray, settings, arm.target, c, arm.problem)
             try:
                 arm.result = run(strat, judge, share, out_dir=arm.folder, resume=again, progress=progress,
@@ -220,7 +247,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, con
     judge = arm.judge
     confirmed = None
     if confirm_k:
-        confirmed, m = _confirm(confirm_k, settings, cluster, arms, ray, [k for k, _ in pool], over_m=over_m)
+        confirmed, m = _confirm(confirm_k, settings, cluster, arms, ray, [(k, a.m) for k, a in pool], over_m=over_m)
         arm = arms[m]
         best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
                          "measured by --confirm")  # fmt: skip

@@ -473,15 +473,16 @@ def resolve_cluster_for(record: dict, graph, cluster=None, run_dir: Path | None 
 def run_settings(run_dir: Path | None) -> dict | None:
     """``run_dir/run.json`` when it is there and its checksum holds (None otherwise: an edited record is
     not followed, and the summary's own fields are the ones left to try)."""
-    import json
 
     from postplace.search.state_io import RUN_SETTINGS, settings_checksum
 
     if run_dir is None or not (run_dir / RUN_SETTINGS).is_file():
         return None
+    from postplace.validate import read_json
+
     try:
-        settings = json.loads((run_dir / RUN_SETTINGS).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        settings = read_json(run_dir / RUN_SETTINGS, "run settings file", finite=False)
+    except PostplaceError:
         return None
     if not isinstance(settings, dict):
         return None

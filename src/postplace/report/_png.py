@@ -475,7 +475,7 @@ def render_all(data: dict, folder: Path) -> dict:
 
 def paper_figure(data: dict, folder: Path) -> dict:
     """The paper experiment's headline: Post's reduction against each rival, a row per pair and start
-    (the uniform start's table, then the probe's), a column per method."""
+    (the uniform start's table, the probe's, then the probe's with local moves), a column per method."""
     from postplace.report.markdown import TABLES, method
 
     plt = _plt()
@@ -485,8 +485,8 @@ def paper_figure(data: dict, folder: Path) -> dict:
                  for key in TABLES if key in tables for h in tables[key]["headline"]]  # fmt: skip
     else:  # a paper.json from before the two tables
         heads = [(h, h["reduction"], "") for h in data["headline"]]
-    rivals = [r for r in ("post-paper", "post-start", "ce", "ppo", "reinforce", "hp", "best heuristic", "single",
-                          "data-parallel") if any(red.get(r) is not None for _, red, _ in heads)]  # fmt: skip
+    rivals = [r for r in ("post-paper", "post-start", "local", "ce", "ppo", "reinforce", "hp", "best heuristic",
+                          "single", "data-parallel") if any(red.get(r) is not None for _, red, _ in heads)]  # fmt: skip
     grid = np.array([[np.nan if red.get(r) is None else red[r] * 100 for r in rivals] for _, red, _ in heads],
                     dtype=float).reshape(len(heads), len(rivals))
     fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))

@@ -45,8 +45,9 @@ COLUMNS = (*dict.fromkeys((*RIVALS, *(r for t in TABLES.values() for r in t["riv
 
 def method(name: str) -> str:
     """The method behind a strategy name, its named start dropped: ``hp-probe`` -> ``hp``,
-    ``ce-paper`` -> ``ce`` (``post-start`` stays: it is no learning method)."""
-    for suffix in ("-paper", "-probe"):
+    ``ce-paper`` -> ``ce``, ``reinforce-local`` -> ``reinforce`` (``post-start`` and ``local`` stay: they
+    are no learning method)."""
+    for suffix in ("-paper", "-probe", "-local"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
