@@ -57,18 +57,30 @@ def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: s
         raise PostplaceError("--confirm with --ray needs a zoo model name (actors trace it themselves)")
 
 
+def _check_ray(settings: dict, targets) -> None:
+    """``--ray`` with ``--evaluator torch`` needs a zoo model at every count: the actors trace it themselves."""
+    if settings["evaluator"] == "torch" and any(t.spec.get("kind") != "zoo" for t in targets):
+        raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
+
+
+def _zoo_factory(settings: dict, tgt: Target, c, *, group_of_op=None):
+    """A Ray actor's TorchEvaluator of the zoo target ``tgt`` (its size, count, colocation and step)."""
+    from postplace.distributed import TorchZooFactory
+
+    spec = tgt.spec
+    return TorchZooFactory(spec["name"], spec["size"], c, group_of_op=group_of_op, device_map=settings["map_all_to"],
+                           microbatches=spec.get("microbatches", 1),
+                           colocation=spec.get("microbatch_colocation", "none"), **_recorded_step(spec))  # fmt: skip
+
+
 def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
-    """The search's evaluator on Ray actors (``--ray local`` or an address): the same answers, in parallel."""
-    from postplace.distributed import RayEvaluator, SimulatorFactory, TorchZooFactory
+    """The search's evaluator on Ray actors (``--ray local`` or an address): the same answers, in parallel
+    (:func:`_check_ray` first)."""
+    from postplace.distributed import RayEvaluator, SimulatorFactory
 
     gop = problem.grouping.group_of_op
     if settings["evaluator"] == "torch":
-        if tgt.spec.get("kind") != "zoo":
-            raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
-        factory = TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, group_of_op=gop,
-                                  device_map=settings["map_all_to"], microbatches=tgt.spec.get("microbatches", 1),
-                                  colocation=tgt.spec.get("microbatch_colocation", "none"),
-                                  **_recorded_step(tgt.spec))  # fmt: skip
+        factory = _zoo_factory(settings, tgt, c, group_of_op=gop)
     else:
         factory = SimulatorFactory(problem.graph, c, group_of_op=gop, cost_model=problem.simulator.problem.cost_model)
     return RayEvaluator(factory, address=address)
@@ -138,11 +150,6 @@ def _confirm_measurer(settings: dict, tgt: Target, c, ray: str | None):
     """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, or on Ray actors."""
     if ray is None:
         return _measurer(settings, tgt, c)
-    from postplace.distributed import RayEvaluator, TorchZooFactory
+    from postplace.distributed import RayEvaluator
 
-    # a zoo model: _check_confirm refused a module before the search
-    return RayEvaluator(TorchZooFactory(tgt.spec["name"], tgt.spec["size"], c, device_map=settings["map_all_to"],
-                                        microbatches=tgt.spec.get("microbatches", 1),
-                                        colocation=tgt.spec.get("microbatch_colocation", "none"),
-                                        **_recorded_step(tgt.spec)),
-                        address=ray)  # fmt: skip
+    return RayEvaluator(_zoo_factory(settings, tgt, c), address=ray)  # a zoo model: _check_confirm refused a module

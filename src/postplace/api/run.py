@@ -29,7 +29,7 @@ from postplace.api.candidates import (
     search_candidate,
     warm_start_ops,
 )
-from postplace.api.measure import _check_confirm, _confirm, _ray_evaluator, _torch_evaluator
+from postplace.api.measure import _check_confirm, _check_ray, _confirm, _ray_evaluator, _torch_evaluator
 from postplace.api.over_m import halving_rounds, read_plans, write_plans
 from postplace.api.result import Candidate, PlaceResult
 from postplace.api.settings import (
@@ -110,12 +110,11 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
     if ray is not None:
         from postplace.distributed.ray_evaluator import init_ray
 
-        if settings["evaluator"] == "torch" and any(t.spec.get("kind") != "zoo" for t in targets.values()):
-            raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
+        _check_ray(settings, targets.values())
         started = init_ray(ray)
     try:
-        return _search_and_answer(settings, arms, c, out=out, resume=resume, progress=progress, confirm_k=confirm_k,
-                                  ray=ray, over_m=over_m, t0=t0)  # fmt: skip
+        return _search_and_answer(settings, arms, c, budget, sizes, out=out, resume=resume, progress=progress,
+                                  confirm_k=confirm_k, ray=ray, over_m=over_m, t0=t0)  # fmt: skip
     finally:
         if started:  # as a RayEvaluator that started it would: nothing left running
             import ray as ray_module
@@ -123,15 +122,14 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
             ray_module.shutdown()
 
 
-def _search_and_answer(settings, arms: dict, c, *, out, resume, progress, confirm_k, ray, over_m,
-                       t0) -> PlaceResult:  # fmt: skip
-    """Write the run folder, weigh the one-shot candidates, run the halving's rounds, answer."""
+def _search_and_answer(settings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress, confirm_k, ray,
+                       over_m, t0) -> PlaceResult:  # fmt: skip
+    """Write the run folder, weigh the one-shot candidates, run the halving's rounds (``sizes``: how many
+    counts each keeps) over ``budget``, answer."""
     from postplace.search import Budget, run
     from postplace.search.checkpoint import CHECKPOINT
 
     counts = sorted(arms)
-    budget = Budget.parse(settings["budget"])
-    sizes = halving_rounds(len(counts))
     if out is not None:  # every count's constraints and warm start passed: a bad flag writes nothing
         make_folder(out)
         for arm in arms.values():
