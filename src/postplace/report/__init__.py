@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 
 from postplace.errors import PostplaceError
-from postplace.report._data import build_report_data_for as build_report_data
-from postplace.report._data import run_kind
+from postplace.report._build import build_report_data_for as build_report_data
+from postplace.report._folder import run_kind
 from postplace.validate import make_folder
 
 __all__ = ["build_report_data", "files_folder", "run_kind", "write_report"]
@@ -109,16 +109,19 @@ def write_report(run_dir, out=None, *, graph=None, cluster=None, size: str | Non
 def _write_paper(run_dir: Path, out: Path, folder: Path, link: str) -> Path:
     import os
 
-    from postplace.report import _data, _html, _png
+    from postplace.report import _html, _png
+    from postplace.report._checks import check_paper
+    from postplace.report._folder import read_run_json
+    from postplace.report._provenance import stamp, versions
     from postplace.report.markdown import format_table
 
-    data = _data.check_paper(_data._read_json(run_dir / "paper.json"), run_dir)
+    data = check_paper(read_run_json(run_dir / "paper.json"), run_dir)
     for h in data["headline"]:
         pair = run_dir / f"{h['model']}-{h['cluster']}"
         if (pair / "compare.json").exists():
             write_report(pair, graph=h["model"], cluster=h["cluster"], size=data["config"]["size"])
-    data = _data.stamp(data)
-    data["versions"] = _data.versions()
+    data = stamp(data)
+    data["versions"] = versions()
     data["figures"] = _png.paper_figure(data, folder)
     (folder / "report.json").write_text(json.dumps(data))
     runs = os.path.relpath(run_dir.resolve(), out.parent.resolve()).replace(os.sep, "/")

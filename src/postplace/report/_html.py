@@ -8,7 +8,7 @@ import html
 import math
 from pathlib import Path
 
-from postplace.report._data import seeds_of
+from postplace.report._build import seeds_of
 from postplace.report.text import clip
 
 NOTE_CELL = 80

@@ -246,7 +246,7 @@ def _curve_scale(curves, lines) -> tuple[float | None, float | None, float | Non
 def bar_legend_labels(data: dict, limit: float | None = None) -> list[str]:
     """The bar chart's legend: the kinds of bar drawn, then the reference lines with their values (those
     past ``limit``, the axis's cut in ms, marked off scale)."""
-    from postplace.report._data import seeds_of
+    from postplace.report._build import seeds_of
 
     n = seeds_of(data)
     search = f"search (median of {n} seeds, bar: min-max)" if n > 1 else "search (best of 1 seed)"
