@@ -6,16 +6,45 @@ report page of the README's demo run, and the tall screenshot is cut into the se
         --budget 480 --seeds 3 --out runs/demo-compare
     python docs/screenshots.py runs/demo-compare/report.html
 
-The crop boxes are pixel rows of that page at 1300 px wide (another run may need other rows).
+The page is taken 1300 px wide. Each picture is cut from one of the page's section headings (``<h2>``,
+found by the 1 px rule under it, ``border-bottom: 1px solid #ddd``) to the next one it names, so
+another run's page, with taller or shorter figures, is cut at the same sections.
 """
 
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
-CROPS = {"report-top.png": (0, 1310), "report-curves.png": (1300, 1990), "report-gantt.png": (2530, 3600)}
+SECTIONS = ("Step times", "Learning curves", "Schedule", "Memory", "Placement map", "Provenance")
+"""The page's ``<h2>`` headings, in order (``postplace.report._html.render_html``)."""
+CROPS = {"report-top.png": (None, "Learning curves"), "report-curves.png": ("Learning curves", "Schedule"),
+         "report-gantt.png": ("Schedule", "Memory")}  # fmt: skip
+"""Each picture: from the heading of one section (None: the page's top) to the heading of another."""
+RULE = (221, 221, 221)  # #ddd
+PAD = 12  # pixels kept above a heading's text
+
+
+def heading_tops(im: Image.Image) -> dict[str, int]:
+    """The pixel row where each section's heading text starts, from the rules under the headings: rows
+    of #ddd pixels across at least 80% of the page with a white row below."""
+    a = np.asarray(im.convert("RGB")).astype(int)
+    width = a.shape[1]
+    white = (a >= 250).all(2).all(1)
+    rules = [r for r in np.flatnonzero((a == RULE).all(2).sum(1) > 0.8 * width) if white[r + 1]]
+    if len(rules) != len(SECTIONS):
+        raise SystemExit(f"found {len(rules)} section rules on the page, not {len(SECTIONS)} ({', '.join(SECTIONS)})")
+    tops = {}
+    for name, r in zip(SECTIONS, rules, strict=True):
+        x = r - 1
+        while white[x]:  # the gap between the heading and its rule
+            x -= 1
+        while not white[x]:  # the heading's text
+            x -= 1
+        tops[name] = int(x + 1)
+    return tops
 
 
 def main() -> None:
@@ -25,9 +54,11 @@ def main() -> None:
                     "--virtual-time-budget=3000", f"--screenshot={full}", "--window-size=1300,9000",
                     f"file://{page}"], check=True, capture_output=True)  # fmt: skip
     im = Image.open(full)
+    tops = heading_tops(im)
     out = Path(__file__).parent
-    for name, (top, bottom) in CROPS.items():
-        im.crop((0, top, im.size[0], bottom)).save(out / name)
+    for name, (first, last) in CROPS.items():
+        top = 0 if first is None else tops[first] - PAD
+        im.crop((0, top, im.size[0], tops[last] - PAD)).save(out / name)
         print(out / name)
 
 
