@@ -104,10 +104,10 @@ def test_the_defaults_and_the_presets_pass(name):
 
 
 def test_paper_config_passes_through_the_api():
-    from postplace.api.settings import _config
+    from postplace.api.settings import strategy_config
 
-    assert _config("post", "paper") == build_config("post-paper")
-    assert _config("post", None) == build_config("post")
+    assert strategy_config("post", "paper") == build_config("post-paper")
+    assert strategy_config("post", None) == build_config("post")
 
 
 @pytest.mark.parametrize("name,key,hint,rng", [f for f in all_fields() if f[3] is not None and not f[3].choices

@@ -105,10 +105,9 @@ def test_a_checkpoint_written_under_other_settings_is_not_continued(run, path, v
 
 
 def test_a_budget_extension_killed_before_its_first_checkpoint_still_resumes(run):
-    from postplace.api.settings import _write_settings, read_settings
+    from postplace.api.settings import read_settings, write_settings
 
-    s = read_settings(run)
-    _write_settings(run, {**s, "budget": "96", "budgets_before": [s["budget"]]})  # what an extension writes first
+    write_settings(run, read_settings(run).extended("96"))  # what an extension writes first
     assert postplace.resume(run, report=False).summary["samples"] == 96
     assert postplace.resume(run, budget=120, report=False).summary["samples"] == 120
 

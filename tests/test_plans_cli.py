@@ -131,9 +131,9 @@ def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
 
     c = load_cluster(resources.files("postplace") / "data" / "epyc_k80x4_3gb.toml")
     problem = make_problem(g, c, groups=64)
-    plans = {p.name: p for p in plan_candidates({}, problem)}
+    plans = {p.name: p for p in plan_candidates(problem)}
     assert not plans["ddp"].feasible and plans["fsdp"].feasible
-    (hybrid,) = hybrid_candidate({}, problem, list(plans.values()))
+    (hybrid,) = hybrid_candidate(problem, list(plans.values()))
     assert hybrid.feasible and hybrid.step_time_s < plans["fsdp"].step_time_s
     assert "shard=" in hybrid.plan and hybrid.plan.startswith("ddp:")
     again = simulate_plan(g, c, hybrid.plan)

@@ -74,7 +74,7 @@ def test_a_place_run_folder_records_the_start_and_its_simulated_step_time(tmp_pa
     again = problem.simulator.evaluate(homes[start["name"]][None])
     assert again.feasible[0] and start["step_time_s"] == float(again.step_time[0])
     # the start is no setting: the settings read back without it, and a resumed run records it again
-    assert "search_start" not in read_settings(out)
+    assert "search_start" not in read_settings(out).to_json()
     again = postplace.resume(out, budget=144, report=False)
     assert again.summary["samples"] == 144 and json.loads((out / "run.json").read_text())["search_start"] == start
 

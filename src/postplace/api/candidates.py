@@ -126,7 +126,7 @@ def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
     return dev
 
 
-def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidate]:
+def plan_candidates(problem, *, pins=(), exclude=(), largest: bool = True) -> list[Candidate]:
     """The practitioner plans (:data:`PRACTITIONER_PLANS`) at this problem's micro-batch count m, on every
     GPU ``--exclude`` leaves when m is a multiple of their number; at the run's ``largest`` count
     otherwise on the first k of them, k the largest divisor of m they allow (a batch of 8 on 16 GPUs
@@ -143,7 +143,7 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
     for name in PRACTITIONER_PLANS:
         spec = parse_plan(name)
         try:
-            devices = plan_devices(c, spec, settings.get("exclude") or ())
+            devices = plan_devices(c, spec, exclude)
         except PostplaceError as exc:
             cands.append(Candidate(name, None, None, False, str(exc)))
             continue
@@ -152,7 +152,7 @@ def plan_candidates(settings, problem, *, largest: bool = True) -> list[Candidat
         if len(devices) < 2:
             continue
         try:
-            r = plan_step(graph, c, spec, devices, pins=settings.get("pins") or (), cost_model=cm)
+            r = plan_step(graph, c, spec, devices, pins=pins, cost_model=cm)
         except PostplaceError as exc:
             cands.append(Candidate(name, None, None, False, str(exc)))
             continue
@@ -173,7 +173,7 @@ not depend on the machine's speed."""
 HYBRID_PLANS = 48
 
 
-def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
+def hybrid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=(), seed: int = 0) -> list[Candidate]:
     """A hybrid of the practitioner plans per unit: per group of units (the root, and the numbered units in
     up to eight runs), DDP or FSDP, recomputed or not (:class:`postplace.placers.practitioner.PlanChoices`).
 
@@ -195,7 +195,7 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
         return []
-    space = PlanChoices(problem.graph, problem.cluster, devices, pins=settings.get("pins") or (),
+    space = PlanChoices(problem.graph, problem.cluster, devices, pins=pins,
                         cost_model=problem.simulator.problem.cost_model)  # fmt: skip
     found = {}  # search -> (step, choice)
     current = [CHOICES.index(parse_plan(start.plan).name)] * len(space.groups)
@@ -210,7 +210,7 @@ def hybrid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidat
             if res.feasible[0] and res.step_time[0] < best_time:
                 current, best_time = trial, float(res.step_time[0])
                 found["hill-climb"] = (best_time, tuple(trial))
-    step, choice, _ = space.search("post-paper", budget - len(space.tried), int(settings.get("seed", 0) or 0))
+    step, choice, _ = space.search("post-paper", budget - len(space.tried), int(seed))
     if choice is not None:
         found["Post"] = (step, choice)
     if not found:
@@ -234,7 +234,7 @@ grid would add 3 minutes to ``place``: ``benchmarks/plans_3d.py`` runs it). A co
 answer does not depend on the machine's speed."""
 
 
-def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]:
+def grid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=()) -> list[Candidate]:
     """``best-3d``: the fastest plan of the practitioner's grid at this micro-batch count
     (:func:`postplace.placers.grid.best_3d`: every tp x pp x dp over the GPUs ``--exclude`` leaves,
     pruned as a practitioner prunes it), or of the plain plans ``plans`` where none of the grid beats
@@ -245,13 +245,13 @@ def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]
     from postplace.plans._step import microbatch_count
 
     try:
-        gpus = plan_devices(problem.cluster, parse_plan("ddp"), settings.get("exclude") or ())
+        gpus = plan_devices(problem.cluster, parse_plan("ddp"), exclude)
     except PostplaceError:
         return []
     m = microbatch_count(problem.graph)
     if len(gpus) < 2:
         return []
-    grid = best_3d(problem.graph, problem.cluster, gpus, pins=settings.get("pins") or (),
+    grid = best_3d(problem.graph, problem.cluster, gpus, pins=pins,
                    cost_model=problem.simulator.problem.cost_model, work=GRID_WORK)  # fmt: skip
     plans = [p for p in plans if p.name in PRACTITIONER_PLANS and p.plan]
     options = [(p.step_time_s, p.placement, p.graph, p.plan) for p in plans if p.feasible]
@@ -270,19 +270,15 @@ def grid_candidate(settings, problem, plans: list[Candidate]) -> list[Candidate]
     return [Candidate("best-3d", placement, step, True, note, graph, plan)]
 
 
-def _candidates(settings, problem, judge, result, warm_ops) -> list[Candidate]:
-    """The search's own best first, then every one-shot candidate (:func:`oneshot_candidates`)."""
-    return [search_candidate(problem, result), *oneshot_candidates(settings, problem, judge, warm_ops)]
-
-
 def search_candidate(problem, result) -> Candidate:
     if result.best_placement is not None:
         return Candidate("search", problem.grouping.expand(result.best_placement), result.best_step_time, True)
     return Candidate("search", None, None, False, "no feasible sample")
 
 
-def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
-    """The warm start's own placement, data parallelism (a micro-batched graph: micro-batch k on GPU k,
+def oneshot_candidates(problem, judge, warm_ops, warm_start: str | None = None) -> list[Candidate]:
+    """The warm start's own placement (``warm_ops``, named by its spec ``warm_start``), data parallelism (a
+    micro-batched graph: micro-batch k on GPU k,
     judged OOM where the replicated state does not fit), the GPipe-style pipeline (the fastest of 2,
     4... stages) and the memory-aware placers, each under the problem's pins and exclusions, judged by
     ``judge``; failed and OOM ones carry a note and no step time."""
@@ -293,7 +289,7 @@ def oneshot_candidates(settings, problem, judge, warm_ops) -> list[Candidate]:
     c, graph, allowed = problem.cluster, problem.graph, problem.op_allowed
     named: list[tuple[str, np.ndarray | None, str]] = []
     if warm_ops is not None:
-        named.append((f"warm-start:{settings['warm_start']}", warm_ops, ""))
+        named.append((f"warm-start:{warm_start}", warm_ops, ""))
     if len(set(np.asarray(graph.microbatch).tolist()) - {-1}) >= 2:  # data parallelism needs micro-batches
         from postplace.placers.data_parallel import simulate_data_parallel
 

@@ -5,37 +5,36 @@ was written under, the recorded cluster checked against its fingerprint, then th
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from postplace.api.result import PlaceResult
 from postplace.api.run import place_run
 from postplace.api.settings import (
     SETTINGS,
-    _budget_text,
-    _check_same_optimizer,
-    _config,
-    _jsonable,
-    accepted_checksums,
+    RunSettings,
+    budget_text,
+    check_same_optimizer,
+    config_json,
     read_settings,
+    strategy_config,
 )
-from postplace.api.target import Target, _load_cluster, _recorded_step, load_target
+from postplace.api.target import Target, load_cluster, load_target, recorded_step
 from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint
 
 
-def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
+def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
     from postplace.search import Budget
     from postplace.search.checkpoint import CHECKPOINT
 
     settings = read_settings(out)
     _check_given(out, settings, given)
-    if settings.get("microbatches") != "auto" and (out / CHECKPOINT).exists():
+    over_m = settings.over_m
+    if not over_m and (out / CHECKPOINT).exists():
         _check_checkpoint_settings(out, settings)
-    over_m = settings.get("microbatches") == "auto"
     if budget is not None:
         new = Budget.parse(budget)
-        old = Budget.parse(settings["budget"])
+        old = Budget.parse(settings.budget)
         if over_m:
             _check_over_m_extension(out, budget, new, old)
         elif new.samples is not None and (out / CHECKPOINT).exists():
@@ -45,9 +44,8 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
             if new.samples < done:
                 raise PostplaceError(f"--budget {budget}: the run in {out} already has {done} samples")
         if new != old:  # the old budget is kept: a checkpoint from before the extension still belongs here
-            settings["budgets_before"] = [*settings.get("budgets_before", []), settings["budget"]]
-            settings["budget"] = _budget_text(new)
-    spec = settings["target"]
+            settings = settings.extended(budget_text(new))
+    spec = settings.target
     if over_m:
         return _resume_over_m(out, settings, cluster, progress, confirm, ray)
     if spec["kind"] == "file":
@@ -55,7 +53,7 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
     elif spec["kind"] == "zoo":
         tgt = load_target(spec["name"], size=spec["size"], microbatches=spec.get("microbatches", 1),
                           microbatch_colocation=spec.get("microbatch_colocation", "none"),
-                          **_recorded_step(spec))  # fmt: skip
+                          **recorded_step(spec))  # fmt: skip
     elif graph is not None:
         tgt = Target(graph, None, spec)
     elif (out / "graph.json").exists():
@@ -63,11 +61,11 @@ def _resume(out: Path, budget, graph, cluster, progress: bool, confirm, ray, giv
         tgt.spec = spec
     else:
         raise PostplaceError(f"{out}: the run was started from an in-memory graph; pass graph= to resume it")
-    if fingerprint(tgt.graph) != settings["graph_sha"]:
+    if fingerprint(tgt.graph) != settings.graph_sha:
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
-    m = settings.get("microbatches", spec.get("microbatches", 1))
-    return place_run(settings, {m: tgt}, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+    return place_run(settings, {settings.pinned_count: tgt}, c, out=out, resume=True, progress=progress,
+                     confirm_k=confirm, ray=ray)
 
 
 def _check_over_m_extension(out: Path, given, new, old) -> None:
@@ -76,14 +74,14 @@ def _check_over_m_extension(out: Path, given, new, old) -> None:
     least what it holds, and its searches resume from their checkpoints."""
     if (new.samples is None) != (old.samples is None):
         raise PostplaceError(f"--budget {given}: the run in {out} over several micro-batch counts was given "
-                             f"{_budget_text(old)}; extend it in {'samples' if old.samples is not None else 'seconds'}"
+                             f"{budget_text(old)}; extend it in {'samples' if old.samples is not None else 'seconds'}"
                              ", as it was started")  # fmt: skip
     if (new.samples, new.seconds) < (old.samples, old.seconds):  # one of the two is None in both
-        raise PostplaceError(f"--budget {given}: the run in {out} was given {_budget_text(old)}, shared out over its "
+        raise PostplaceError(f"--budget {given}: the run in {out} was given {budget_text(old)}, shared out over its "
                              "micro-batch counts; give at least that much")  # fmt: skip
 
 
-def _check_checkpoint_settings(out: Path, settings: dict) -> None:
+def _check_checkpoint_settings(out: Path, settings: RunSettings) -> None:
     """The checkpoint was written under these settings (its ``settings_checksum``), or under the same
     ones before a budget extension (``budgets_before``): a checkpoint of another seed, grouping or
     strategy would be continued as if it were this run's."""
@@ -93,38 +91,34 @@ def _check_checkpoint_settings(out: Path, settings: dict) -> None:
     want = meta.get("settings_checksum") if isinstance(meta, dict) else meta
     if want is None:  # a folder from before checkpoints recorded it
         return
-    if want not in accepted_checksums(settings):
+    if want not in settings.accepted_checksums():
         raise PostplaceError(f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
                              "them edited, or copied from another run); start a new run")  # fmt: skip
 
 
-def _recorded_cluster(out: Path, settings: dict, cluster, graph):
+def _recorded_cluster(out: Path, settings: RunSettings, cluster, graph):
     """The cluster a run was started with (``cluster`` where it was in memory), checked against its fingerprint."""
     if cluster is None:
-        if settings["cluster_spec"] is None:
+        if settings.cluster_spec is None:
             raise PostplaceError(f"{out}: the run was started with an in-memory cluster; pass cluster= to resume it")
-        cluster = settings["cluster_spec"]
-    c, _ = _load_cluster(cluster, graph)
-    if fingerprint(c) != settings["cluster_sha"]:
+        cluster = settings.cluster_spec
+    c, _ = load_cluster(cluster, graph)
+    if fingerprint(c) != settings.cluster_sha:
         raise PostplaceError(f"{out}: the cluster is not the one this run was started with (its file changed?)")
     return c
 
 
-def _resume_over_m(out: Path, settings: dict, cluster, progress: bool, confirm, ray) -> PlaceResult:
-    spec, shas = settings["target"], settings.get("graph_shas")
-    counts = settings.get("microbatch_counts")
-    if (not isinstance(counts, list) or not counts or any(type(m) is not int or m < 1 for m in counts)
-            or not isinstance(shas, dict) or sorted(shas) != sorted(str(m) for m in counts)):  # fmt: skip
-        raise PostplaceError(f"{out}/{SETTINGS}: its micro-batch counts are damaged; start a new run")
+def _resume_over_m(out: Path, settings: RunSettings, cluster, progress: bool, confirm, ray) -> PlaceResult:
+    spec, shas, counts = settings.target, settings.graph_shas, settings.microbatch_counts  # read_settings checked
     targets_by_m = {}
     for m in counts:
         if spec["kind"] == "zoo":
             tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
-                              microbatch_colocation=settings["microbatch_colocation"],
-                              **_recorded_step(spec))  # fmt: skip
+                              microbatch_colocation=settings.colocation,
+                              **recorded_step(spec))  # fmt: skip
         elif (out / f"m{m}" / "graph.json").exists():
             own = spec if m == 1 else {**spec, "microbatches": m,
-                                       "microbatch_colocation": settings["microbatch_colocation"]}  # fmt: skip
+                                       "microbatch_colocation": settings.colocation}  # fmt: skip
             tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, own)
         else:
             raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
@@ -140,44 +134,49 @@ def _resolved(value) -> str:
     return str(p.resolve()) if p.exists() else str(value)
 
 
-def _check_given(out: Path, settings: dict, given: dict) -> None:
+def _check_given(out: Path, settings: RunSettings, given: dict) -> None:
     """Settings given again with --resume must equal the recorded ones (``budget`` aside)."""
     if {"optimizer", "lr"} & set(given):
-        _check_same_optimizer(settings["target"].get("optimizer", "sgd"), given.pop("optimizer", None),
+        check_same_optimizer(settings.target.get("optimizer", "sgd"), given.pop("optimizer", None),
                               given.pop("lr", None), f"--resume {out}: the run")  # fmt: skip
     for key, value in given.items():
         if key == "precision":
-            recorded = settings["target"].get("precision", "fp32")
+            recorded = settings.target.get("precision", "fp32")
             if value != recorded:
                 raise PostplaceError(f"--resume {out}: the run was started with precision {recorded}, not {value}; "
                                      "drop the flag or start a new run")  # fmt: skip
             continue
         if key == "config":
-            cfg = _jsonable(dataclasses.asdict(_config(settings["strategy"], value)))
+            cfg = config_json(strategy_config(settings.strategy, value))
             for field_ in value:
-                if _norm(cfg[field_]) != _norm(settings["config"].get(field_)):
+                if _norm(cfg[field_]) != _norm(settings.config.get(field_)):
                     raise PostplaceError(f"--resume {out}: the run was started with {field_}="
-                                         f"{settings['config'].get(field_)!r}, not {cfg[field_]!r}; drop the "
+                                         f"{settings.config.get(field_)!r}, not {cfg[field_]!r}; drop the "
                                          "setting or start a new run")  # fmt: skip
             continue
         if key == "target":
-            spec = settings["target"]
+            spec = settings.target
             recorded, value = spec.get("path") or spec.get("name"), _resolved(value)
         elif key == "cluster":
-            recorded, value = settings["cluster_spec"], _resolved(value)
+            recorded, value = settings.cluster_spec, _resolved(value)
         elif key == "warm_start":
-            recorded, value = settings["warm_start"], None if value is None else _resolved(value)
+            recorded, value = settings.warm_start, None if value is None else _resolved(value)
         elif key in ("microbatches", "microbatch_colocation"):
-            recorded = settings.get(key, settings["target"].get(key, 1 if key == "microbatches" else "none"))
+            recorded = settings.colocation if key == "microbatch_colocation" else (
+                "auto" if settings.over_m else settings.pinned_count)  # fmt: skip
             if value is None:  # not given: the default
                 continue
-        elif key in settings:
-            recorded = settings[key]
+        elif key in _GIVEN_AGAIN:
+            recorded = getattr(settings, key)
         else:
             raise PostplaceError(f"resume: unknown setting '{key}'")
         if _norm(value) != _norm(recorded):
             raise PostplaceError(f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
                                  "drop the flag or start a new run")
+
+
+_GIVEN_AGAIN = ("strategy", "seed", "groups", "pins", "exclude", "evaluator", "map_all_to", "size")
+"""The settings ``--resume`` may be given again (each must equal the recorded one), beside those above."""
 
 
 def _norm(v):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from postplace.api.folder import _resume
+from postplace.api.folder import resume_folder
 from postplace.api.result import CompareResult, PlaceResult
-from postplace.api.run import _with_report, place_run
-from postplace.api.settings import _check_same_optimizer, _settings
-from postplace.api.target import _batch_of, _load_cluster, _recorded_step, default_compare_out, load_target
+from postplace.api.run import place_run, with_report
+from postplace.api.settings import check_same_optimizer, make_settings
+from postplace.api.target import batch_of, default_compare_out, load_cluster, load_target, recorded_step
 from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint
 
@@ -163,7 +163,7 @@ def place(
     True
     """
     m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm, targets,
-                              _batch_of(target, size, inputs))
+                              batch_of(target, size, inputs))
     if m_mode == "auto":
         return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
                              exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
@@ -174,22 +174,22 @@ def place(
     tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m_mode,
                       microbatch_colocation=microbatch_colocation, targets=targets, optimizer=optimizer, lr=lr,
                       precision=precision)  # fmt: skip
-    c, cluster_spec = _load_cluster(cluster, tgt.graph)
-    settings = _settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
-                         exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
-                         size=size, map_all_to=map_all_to, confirm=confirm)  # fmt: skip
-    settings.update(microbatches=m_mode, microbatch_colocation=microbatch_colocation)
+    c, cluster_spec = load_cluster(cluster, tgt.graph)
+    note = None
     if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and (
             evaluator != "simulator" or confirm):  # fmt: skip
-        settings["microbatch_note"] = ("measured runs place m = 1 unless asked (every count's search is measured "
-                                       "for real): pass --microbatches auto to weigh every count, or M to pin "
-                                       "one")  # fmt: skip
+        note = ("measured runs place m = 1 unless asked (every count's search is measured for real): pass "
+                "--microbatches auto to weigh every count, or M to pin one")  # fmt: skip
     elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
-        settings["microbatch_note"] = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to "
-                                       "weigh micro-batch counts, data parallelism and pipelines")  # fmt: skip
+        note = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to weigh micro-batch "
+                "counts, data parallelism and pipelines")  # fmt: skip
+    settings = make_settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
+                             exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
+                             size=size, map_all_to=map_all_to, confirm=confirm, microbatches=m_mode,
+                             microbatch_colocation=microbatch_colocation, microbatch_note=note)  # fmt: skip
     result = place_run(settings, {m_mode: tgt}, c, out=None if out is None else Path(out), resume=False,
                        progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
-    return _with_report(result, out, report)
+    return with_report(result, out, report)
 
 
 def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, confirm, targets,
@@ -228,12 +228,12 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
     """Trace the step at every count of :func:`postplace.api.over_m.microbatch_counts` and answer over all."""
     from postplace.api.over_m import fitting_count, microbatch_counts, trace_counts
 
-    batch = _batch_of(target, size, inputs)
+    batch = batch_of(target, size, inputs)
     if batch is None:
         raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
                              "pin a count with --microbatches M")  # fmt: skip
     first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets, **step)
-    c, cluster_spec = _load_cluster(cluster, first.graph)
+    c, cluster_spec = load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
     import warnings
 
@@ -246,16 +246,16 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
                                                            targets=targets, **step),
                                      microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
     targets_by_m = {1: first, **more}
-    settings = _settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, size=size,
-                         **kw)  # fmt: skip
-    settings.update(microbatches="auto", microbatch_colocation=colocation, microbatch_counts=sorted(targets_by_m),
-                    microbatch_skipped=skipped,
-                    graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()})  # fmt: skip
+    settings = make_settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm,
+                             size=size, microbatches="auto", microbatch_colocation=colocation,
+                             microbatch_counts=tuple(sorted(targets_by_m)), microbatch_skipped=skipped,
+                             graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()},
+                             **kw)  # fmt: skip
     result = place_run(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
                        progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
     if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
         warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
-    return _with_report(result, out, report)
+    return with_report(result, out, report)
 
 
 def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
@@ -311,7 +311,7 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     >>> r.summary["samples"], r.returned
     (96, 'search')
     """
-    return _with_report(_resume(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
+    return with_report(resume_folder(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
 
 
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
@@ -388,13 +388,13 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
             raise PostplaceError(f"--{label} {v!r}: give a positive integer, at most {most:,}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...)")
-    batch = _batch_of(target, size, None)
+    batch = batch_of(target, size, None)
     if microbatches > 1 and batch is not None and batch % microbatches:
         raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
                              "give a divisor of it")  # fmt: skip
     step = {"optimizer": optimizer, "lr": lr, "precision": precision}
     tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
-    c, cluster_spec = _load_cluster(cluster, tgt.graph)
+    c, cluster_spec = load_cluster(cluster, tgt.graph)
     retraced = None
     if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline", *PLAN_NAMES} & set(names)):
         from postplace.api.over_m import microbatch_counts, trace_counts
@@ -468,13 +468,13 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
                              "process per GPU under torchrun (DDP/FSDP as its library sets it up), not as one "
                              "placed process; apply runs the search's placements only (postplace launch RUN_FOLDER "
                              "runs a plain ddp plan so)")  # fmt: skip
-    _check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
+    check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
     if traced is None and ts.get("kind") == "zoo":
         from postplace.runtime import apply_zoo
 
         return apply_zoo(ts["name"], ts["size"], result.placement, result.cluster,
                          microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
-                         model=model, device_map=device_map, **_recorded_step(ts))  # fmt: skip
+                         model=model, device_map=device_map, **recorded_step(ts))  # fmt: skip
     if traced is None:
         raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
                              "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from postplace.api.target import Target, _recorded_step
+from postplace.api.settings import RunSettings
+from postplace.api.target import Target, recorded_step
 from postplace.errors import PostplaceError
 
 
-def _torch_evaluator(settings: dict, tgt: Target, c, problem):
+def torch_evaluator(settings: RunSettings, tgt: Target, c, problem):
     from dataclasses import replace
 
     judge = _measurer(settings, tgt, c, group_of_op=problem.grouping.group_of_op)
@@ -22,30 +23,30 @@ def _torch_evaluator(settings: dict, tgt: Target, c, problem):
     return judge, space
 
 
-def _measurer(settings: dict, tgt: Target, c, *, group_of_op=None):
+def _measurer(settings: RunSettings, tgt: Target, c, *, group_of_op=None):
     """The in-process TorchEvaluator of the target's own code (a traced module or a zoo model), over
     ``group_of_op``'s units or, without it, at op level."""
     from postplace.runtime.evaluator import TorchEvaluator
 
     if tgt.traced is not None:
-        return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings["map_all_to"])
+        return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings.map_all_to)
     spec = tgt.spec
     if spec.get("kind") != "zoo":
         raise PostplaceError("measuring needs the step's code: a module's run folder keeps its graph, not the module; "
                              "--evaluator torch and --confirm cannot continue it: start a new run from the module")
     return TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=group_of_op,
-                                  device_map=settings["map_all_to"], graph=tgt.graph,
+                                  device_map=settings.map_all_to, graph=tgt.graph,
                                   microbatches=spec.get("microbatches", 1),
                                   colocation=spec.get("microbatch_colocation", "none"))  # fmt: skip
 
 
-def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: str | None) -> None:
+def check_confirm(k: int, settings: RunSettings, tgt: Target, out: Path | None, ray: str | None) -> None:
     """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
         raise PostplaceError(f"--confirm {k!r}: give how many of the search's best placements to measure (0 = none)")
     if not k:
         return
-    if settings["evaluator"] != "simulator":
+    if settings.evaluator != "simulator":
         raise PostplaceError("--confirm measures a simulated search's best; with --evaluator torch every sample "
                              "is measured already: drop --confirm")  # fmt: skip
     if tgt.traced is None and tgt.spec.get("kind") != "zoo":
@@ -57,36 +58,36 @@ def _check_confirm(k: int, settings: dict, tgt: Target, out: Path | None, ray: s
         raise PostplaceError("--confirm with --ray needs a zoo model name (actors trace it themselves)")
 
 
-def _check_ray(settings: dict, targets) -> None:
+def check_ray(settings: RunSettings, targets) -> None:
     """``--ray`` with ``--evaluator torch`` needs a zoo model at every count: the actors trace it themselves."""
-    if settings["evaluator"] == "torch" and any(t.spec.get("kind") != "zoo" for t in targets):
+    if settings.evaluator == "torch" and any(t.spec.get("kind") != "zoo" for t in targets):
         raise PostplaceError("--ray with --evaluator torch needs a zoo model name (actors trace it themselves)")
 
 
-def _zoo_factory(settings: dict, tgt: Target, c, *, group_of_op=None):
+def _zoo_factory(settings: RunSettings, tgt: Target, c, *, group_of_op=None):
     """A Ray actor's TorchEvaluator of the zoo target ``tgt`` (its size, count, colocation and step)."""
     from postplace.distributed import TorchZooFactory
 
     spec = tgt.spec
-    return TorchZooFactory(spec["name"], spec["size"], c, group_of_op=group_of_op, device_map=settings["map_all_to"],
+    return TorchZooFactory(spec["name"], spec["size"], c, group_of_op=group_of_op, device_map=settings.map_all_to,
                            microbatches=spec.get("microbatches", 1),
-                           colocation=spec.get("microbatch_colocation", "none"), **_recorded_step(spec))  # fmt: skip
+                           colocation=spec.get("microbatch_colocation", "none"), **recorded_step(spec))  # fmt: skip
 
 
-def _ray_evaluator(address: str, settings: dict, tgt: Target, c, problem):
+def ray_evaluator(address: str, settings: RunSettings, tgt: Target, c, problem):
     """The search's evaluator on Ray actors (``--ray local`` or an address): the same answers, in parallel
-    (:func:`_check_ray` first)."""
+    (:func:`check_ray` first)."""
     from postplace.distributed import RayEvaluator, SimulatorFactory
 
     gop = problem.grouping.group_of_op
-    if settings["evaluator"] == "torch":
+    if settings.evaluator == "torch":
         factory = _zoo_factory(settings, tgt, c, group_of_op=gop)
     else:
         factory = SimulatorFactory(problem.graph, c, group_of_op=gop, cost_model=problem.simulator.problem.cost_model)
     return RayEvaluator(factory, address=address)
 
 
-def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), *, over_m: bool = False):
+def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, answer=(), *, over_m: bool = False):
     """Measure the ``k`` best distinct candidates of the whole run by simulated step time (each count's
     search best from its cache, and the one-shot candidates ``answer``: placers, data parallelism,
     pipeline, warm start: ``(candidate, its count)`` pairs), each on a measurer traced at its own
@@ -146,10 +147,10 @@ def _confirm(k: int, settings: dict, c, arms: dict, ray: str | None, answer=(), 
     return merged, next(m for m, res in results if any(r is merged.best for r in res.rows))
 
 
-def _confirm_measurer(settings: dict, tgt: Target, c, ray: str | None):
+def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None):
     """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, or on Ray actors."""
     if ray is None:
         return _measurer(settings, tgt, c)
     from postplace.distributed import RayEvaluator
 
-    return RayEvaluator(_zoo_factory(settings, tgt, c), address=ray)  # a zoo model: _check_confirm refused a module
+    return RayEvaluator(_zoo_factory(settings, tgt, c), address=ray)  # a zoo model: check_confirm refused a module

@@ -43,14 +43,14 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
         A plan that does not parse, an m that does not divide the batch or is no multiple of the
         replicas, more replicas than GPUs, a pin the plan breaks.
     """
-    from postplace.api.target import _load_cluster, load_target
+    from postplace.api.target import load_cluster, load_target
     from postplace.graph import OpGraph
     from postplace.plans import PlanSpec, parse_plan
     from postplace.plans._step import microbatch_count
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
     probe = load_target(target, size=size, optimizer=optimizer, lr=lr, precision=precision)
-    c, _ = _load_cluster(cluster, probe.graph)
+    c, _ = load_cluster(cluster, probe.graph)
     devices = plan_devices(c, spec, exclude)
     k = spec.replicas_over(len(devices))
     fixed = isinstance(target, OpGraph) or probe.spec.get("kind") == "file"  # cannot be traced again

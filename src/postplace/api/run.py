@@ -29,25 +29,17 @@ from postplace.api.candidates import (
     search_candidate,
     warm_start_ops,
 )
-from postplace.api.measure import _check_confirm, _check_ray, _confirm, _ray_evaluator, _torch_evaluator
+from postplace.api.measure import check_confirm, check_ray, confirm_best, ray_evaluator, torch_evaluator
 from postplace.api.over_m import halving_rounds, read_plans, write_plans
 from postplace.api.result import Candidate, PlaceResult
-from postplace.api.settings import (
-    SETTINGS,
-    _checksum,
-    _record_start,
-    _search_start,
-    _strategy,
-    _write_settings,
-    accepted_checksums,
-)
-from postplace.api.summary import _summary, plan_line
+from postplace.api.settings import SETTINGS, RunSettings, build_strategy, record_start, search_start, write_settings
+from postplace.api.summary import plan_line, run_summary
 from postplace.api.target import Target
 from postplace.errors import PostplaceError
 from postplace.validate import make_folder
 
 
-def _with_report(result: PlaceResult, out, report: bool) -> PlaceResult:
+def with_report(result: PlaceResult, out, report: bool) -> PlaceResult:
     """The run folder's report, drawn as the CLI draws it; one that cannot be drawn is a warning."""
     if out is None or not report:
         return result
@@ -84,7 +76,7 @@ class _Arm:
         return min(best, default=math.inf)
 
 
-def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None, resume: bool, progress: bool,
+def place_run(settings: RunSettings, targets: dict[int, Target], c, *, out: Path | None, resume: bool, progress: bool,
               confirm_k: int = 0, ray: str | None = None) -> PlaceResult:  # fmt: skip
     """Search every count of ``targets`` (``{m: Target}``) and return the fastest feasible candidate of
     all as a :class:`postplace.PlaceResult` (module docstring)."""
@@ -92,9 +84,9 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
     from postplace.search.checkpoint import CHECKPOINT
 
     t0 = time.perf_counter()
-    over_m = settings.get("microbatches") == "auto"
+    over_m = settings.over_m
     counts = sorted(targets)
-    budget = Budget.parse(settings["budget"])
+    budget = Budget.parse(settings.budget)
     sizes = halving_rounds(len(counts))
     need = len(sizes) * len(counts)  # round 0 gives every count budget / (rounds x counts) samples
     if budget.samples is not None and budget.samples < need:
@@ -105,12 +97,12 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
                                            or any((f / CHECKPOINT).exists() for f in folders.values())):
         raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
     arms = {m: _arm(settings, m, targets[m], c, folders[m], resume=resume, over_m=over_m) for m in counts}
-    _check_confirm(confirm_k, settings, targets[counts[0]], out, ray)
+    check_confirm(confirm_k, settings, targets[counts[0]], out, ray)
     started = False  # Ray is started or joined before anything is written: a bad --ray leaves no folder
     if ray is not None:
         from postplace.distributed.ray_evaluator import init_ray
 
-        _check_ray(settings, targets.values())
+        check_ray(settings, targets.values())
         started = init_ray(ray)
     try:
         return _search_and_answer(settings, arms, c, budget, sizes, out=out, resume=resume, progress=progress,
@@ -122,8 +114,8 @@ def place_run(settings: dict, targets: dict[int, Target], c, *, out: Path | None
             ray_module.shutdown()
 
 
-def _search_and_answer(settings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress, confirm_k, ray,
-                       over_m, t0) -> PlaceResult:  # fmt: skip
+def _search_and_answer(settings: RunSettings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress,
+                       confirm_k, ray, over_m, t0) -> PlaceResult:  # fmt: skip
     """Write the run folder, weigh the one-shot candidates, run the halving's rounds (``sizes``: how many
     counts each keeps) over ``budget``, answer."""
     from postplace.search import Budget, run
@@ -136,20 +128,23 @@ def _search_and_answer(settings, arms: dict, c, budget, sizes: list[int], *, out
             if arm.target.spec["kind"] in ("graph", "module") and not (arm.folder / "graph.json").exists():
                 make_folder(arm.folder)
                 arm.target.graph.save(arm.folder / "graph.json")
-        _write_settings(out, settings)
-    simulated = settings["evaluator"] == "simulator" and not confirm_k  # plans are simulated: never beside
+        write_settings(out, settings)
+    simulated = settings.evaluator == "simulator" and not confirm_k  # plans are simulated: never beside
     for arm in arms.values():                                            # measured times
-        arm.oneshot = oneshot_candidates(settings, arm.problem, arm.judge, arm.warm_ops)
+        arm.oneshot = oneshot_candidates(arm.problem, arm.judge, arm.warm_ops, settings.warm_start)
         if simulated:
-            arm.oneshot += plan_candidates(settings, arm.problem, largest=arm.m == counts[-1])
+            arm.oneshot += plan_candidates(arm.problem, pins=settings.pins, exclude=settings.exclude,
+                                           largest=arm.m == counts[-1])
     plans = [(k.step_time_s, m) for m, a in arms.items() for k in a.oneshot if k.plan and k.feasible]
     if simulated:  # the hybrid and the 3D grid at the count where the plans do best (else at the most m)
         arm = arms[min(plans)[1]] if plans else arms[counts[-1]]
         if plans:
-            arm.oneshot += hybrid_candidate(settings, arm.problem, [k for k in arm.oneshot if k.plan])
-        arm.oneshot += grid_candidate(settings, arm.problem, [k for k in arm.oneshot if k.plan])
+            arm.oneshot += hybrid_candidate(arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins,
+                                            exclude=settings.exclude, seed=settings.seed)
+        arm.oneshot += grid_candidate(arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins,
+                                      exclude=settings.exclude)
     recorded = read_plans(out, counts, sizes) if out is not None and resume and over_m else []
-    meta = {"settings_checksum": _checksum(settings)}
+    meta = {"settings_checksum": settings.checksum()}
     spent = dict.fromkeys(counts, 0.0)
     alive = list(counts)
     rounds: list[list[int]] = []
@@ -171,11 +166,11 @@ def _search_and_answer(settings, arms: dict, c, budget, sizes: list[int], *, out
                 share = Budget(seconds=spent[m])
             if progress and over_m:
                 print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", file=sys.stderr, flush=True)
-            strat = _strategy(settings, arm.problem.space)
+            strat = build_strategy(settings, arm.problem.space)
             again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()  # else: killed before its first
             warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)  # checkpoint
             # one count's actors at a time: a second evaluator's would wait for CPUs the first holds
-            judge = arm.judge if ray is None else _ray_evaluator(ray, settings, arm.target, c, arm.problem)
+            judge = arm.judge if ray is None else ray_evaluator(ray, settings, arm.target, c, arm.problem)
             try:
                 arm.result = run(strat, judge, share, out_dir=arm.folder, resume=again, progress=progress,
                                  warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
@@ -188,38 +183,39 @@ def _search_and_answer(settings, arms: dict, c, budget, sizes: list[int], *, out
     res = _answer(settings, arms, rounds, c, out, t0, over_m=over_m, confirm_k=confirm_k, ray=ray)
     if out is not None:
         res.save(out)
-        _record_start(out, settings, res.summary)
+        record_start(out, settings, res.summary)
     return res
 
 
-def _arm(settings: dict, m: int, tgt: Target, c, folder: Path | None, *, resume: bool, over_m: bool) -> _Arm:
+def _arm(settings: RunSettings, m: int, tgt: Target, c, folder: Path | None, *, resume: bool, over_m: bool) -> _Arm:
     """One count's problem, evaluator and warm start, every constraint checked before any search runs;
     on resume, its checkpoint must be this run's."""
     from postplace.search import make_problem
     from postplace.search.checkpoint import CHECKPOINT, read_meta
 
     try:
-        problem = make_problem(tgt.graph, c, groups=settings["groups"], pins=settings["pins"],
-                               exclude=settings["exclude"], seed=settings["seed"])  # fmt: skip
+        problem = make_problem(tgt.graph, c, groups=settings.groups, pins=settings.pins,
+                               exclude=settings.exclude, seed=settings.seed)  # fmt: skip
         judge = problem.simulator
-        if settings["evaluator"] == "torch":
-            judge, space = _torch_evaluator(settings, tgt, c, problem)
+        if settings.evaluator == "torch":
+            judge, space = torch_evaluator(settings, tgt, c, problem)
             problem = dataclasses.replace(problem, space=space)
-        warm = None if settings["warm_start"] is None else warm_start_ops(settings["warm_start"], problem)
-        _strategy(settings, problem.space)
+        warm = None if settings.warm_start is None else warm_start_ops(settings.warm_start, problem)
+        build_strategy(settings, problem.space)
     except PostplaceError as exc:
         if not over_m:
             raise
         raise PostplaceError(f"at {m} micro-batch{'es' if m > 1 else ''}: {exc}") from None
     if resume and over_m and folder is not None and (folder / CHECKPOINT).exists():
         meta = read_meta(folder)
-        if not isinstance(meta, dict) or meta.get("settings_checksum") not in accepted_checksums(settings):
+        if not isinstance(meta, dict) or meta.get("settings_checksum") not in settings.accepted_checksums():
             raise PostplaceError(f"{folder}: written by another run (its settings differ from {folder.parent}/"
                                  f"{SETTINGS}); start a new run")  # fmt: skip
     return _Arm(m, tgt, problem, judge, warm, folder)
 
 
-def _answer(settings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, confirm_k: int, ray) -> PlaceResult:
+def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, confirm_k: int,
+            ray) -> PlaceResult:  # fmt: skip
     from postplace.sim import Simulator
 
     pool = []  # (candidate, arm), named "NAME @mM" over several counts
@@ -245,7 +241,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, con
     judge = arm.judge
     confirmed = None
     if confirm_k:
-        confirmed, m = _confirm(confirm_k, settings, cluster, arms, ray, [(k, a.m) for k, a in pool], over_m=over_m)
+        confirmed, m = confirm_best(confirm_k, settings, cluster, arms, ray, [(k, a.m) for k, a in pool], over_m=over_m)
         arm = arms[m]
         best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
                          "measured by --confirm")  # fmt: skip
@@ -256,8 +252,8 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, con
     cm = problem.simulator.problem.cost_model
     sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
     cands = [k for k, _ in pool]
-    summary = _summary(settings, problem, judge, top.result, cands, best, sched, out, time.perf_counter() - t0,
-                       start=_search_start(top.strategy))  # fmt: skip
+    summary = run_summary(settings, problem, judge, top.result, cands, best, sched, out, time.perf_counter() - t0,
+                       start=search_start(top.strategy))  # fmt: skip
     summary["plan"] = plan_line(best, graph, cluster, cm, sched.peak_memory)
     summary["returned_plan"] = best.plan
     if over_m:
@@ -284,7 +280,7 @@ def _answer(settings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, con
                        summary["lower_bound_s"], sched, summary, arm.target.traced, arm.target.spec)  # fmt: skip
 
 
-def _over_m_figures(settings, arms: dict, rounds, arm: _Arm, top: _Arm, best: Candidate) -> dict:
+def _over_m_figures(settings: RunSettings, arms: dict, rounds, arm: _Arm, top: _Arm, best: Candidate) -> dict:
     """What ``summary.json`` adds over several counts: each count's groups, samples, best and bound, the
     halving's rounds, and the whole run's totals."""
     one = arms.get(1)
@@ -292,9 +288,9 @@ def _over_m_figures(settings, arms: dict, rounds, arm: _Arm, top: _Arm, best: Ca
     ran = [a.result for a in arms.values() if a.result is not None]
     return {
         "graph": arm.target.graph.name if best.graph is None else best.graph.name, "microbatches": arm.m,
-        "target_spec": arm.target.spec, "microbatch_colocation": settings["microbatch_colocation"],
+        "target_spec": arm.target.spec, "microbatch_colocation": settings.colocation,
         "microbatch_counts": sorted(arms), "halving_rounds": rounds,
-        "microbatch_skipped": settings.get("microbatch_skipped", {}),
+        "microbatch_skipped": settings.microbatch_skipped or {},
         "search_microbatches": top.m if top.result is not None and top.result.best_placement is not None else None,
         "samples": sum(r.samples for r in ran), "feasible_samples": sum(r.feasible_samples for r in ran),
         "evaluations": sum(r.evaluations for r in ran), "wall_time_s": sum(r.wall_time_s for r in ran),
@@ -304,7 +300,7 @@ def _over_m_figures(settings, arms: dict, rounds, arm: _Arm, top: _Arm, best: Ca
         "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
                                   for m, a in arms.items()},
         # each count's search starts from its own probe (its own graph): recorded where it searched
-        "search_start_per_microbatches": {str(m): _search_start(a.strategy) for m, a in arms.items()
+        "search_start_per_microbatches": {str(m): search_start(a.strategy) for m, a in arms.items()
                                           if a.strategy is not None},
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),

@@ -1,8 +1,8 @@
-"""A run's settings, ``run.json``: built from the arguments of ``place`` (strategy, budget, seed,
-groups, pins, exclusions, warm start, evaluator, the strategy's config dataclass), written first and
-checksummed, read back and checked field by field as if it came from the command line (a run folder
-is data the user may have edited); once the search ended it also records the search's start
-(:data:`START_KEYS`).
+"""A run's settings, ``run.json``: one frozen :class:`RunSettings`, built once from the arguments of
+``place`` (strategy, budget, seed, groups, pins, exclusions, warm start, evaluator, the strategy's
+config dataclass, the micro-batch counts), written first and checksummed, read back and checked field
+by field as if it came from the command line (a run folder is data the user may have edited); once
+the search ended ``run.json`` also records the search's start (:data:`START_KEYS`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,108 @@ EVALUATORS = ("simulator", "torch")
 
 
 START_KEYS = ("search_start", "search_start_per_microbatches")
-"""What ``run.json`` and ``summary.json`` record of the search's start (:func:`_search_start`): a result,
+"""What ``run.json`` and ``summary.json`` record of the search's start (:func:`search_start`): a result,
 not a setting, so :func:`read_settings` checks and leaves them out (a folder from before has none)."""
 
 
-def read_settings(out: str | Path) -> dict:
-    """The settings a run folder was started with (``run.json``)."""
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """Everything a run was started with, as ``run.json`` records it: made once from ``place``'s arguments
+    (:func:`make_settings`), or read back and checked field by field (:func:`read_settings`); never edited
+    in place (a budget extension is :meth:`extended`). The optional fields are None where the file has no
+    such key (a folder from before it, or a run that has no use for it)."""
+
+    target: dict  # what was placed and how to load it again (postplace.api.target.Target.spec)
+    graph_sha: str
+    cluster_sha: str
+    cluster_spec: str | None  # None: an in-memory cluster, given again to resume
+    strategy: str
+    budget: str  # as text: "2400" or "60s"
+    seed: int
+    groups: int | None  # None: op-level
+    pins: tuple[str, ...]
+    exclude: tuple[str, ...]
+    warm_start: str | None
+    evaluator: str
+    map_all_to: str | None
+    config: dict  # the strategy's config dataclass, every field
+    graph: str | None = None
+    cluster: str | None = None
+    size: str | None = None
+    version: int | None = 1
+    microbatches: int | str | None = None  # "auto": over the counts below; else the pinned count
+    microbatch_colocation: str | None = None
+    microbatch_counts: tuple[int, ...] | None = None
+    graph_shas: dict | None = None  # {"m": fingerprint} over several counts
+    microbatch_skipped: dict | None = None
+    microbatch_note: str | None = None
+    budgets_before: tuple[str, ...] | None = None  # the budgets before each extension, oldest first
+
+    @property
+    def over_m(self) -> bool:
+        """A run over several micro-batch counts (``--microbatches auto``)."""
+        return self.microbatches == "auto"
+
+    @property
+    def pinned_count(self) -> int:
+        """The one count a run not over m was traced at."""
+        return self.target.get("microbatches", 1) if self.microbatches in (None, "auto") else self.microbatches
+
+    @property
+    def colocation(self) -> str:
+        return self.microbatch_colocation or self.target.get("microbatch_colocation", "none")
+
+    def to_json(self) -> dict:
+        """The body of ``run.json`` (without its checksum): the optional fields that are None left out."""
+        body = {"format": "postplace-run"}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.name in _OPTIONAL:
+                continue
+            body[f.name] = list(v) if isinstance(v, tuple) else v
+        return body
+
+    def checksum(self) -> str:
+        return _checksum(self.to_json())
+
+    def accepted_checksums(self) -> set[str]:
+        """The checksums a checkpoint of this run may carry: these settings', and those they had before each
+        budget extension (:attr:`budgets_before`: the same run with its earlier budget)."""
+        before = self.budgets_before or ()
+        accepted = {self.checksum()}
+        for k, b in enumerate(before):
+            accepted.add(dataclasses.replace(self, budget=b, budgets_before=before[:k] or None).checksum())
+        return accepted
+
+    def extended(self, budget: str) -> RunSettings:
+        """The same run with a new budget, the old one kept (a checkpoint from before still belongs here)."""
+        if budget == self.budget:
+            return self
+        return dataclasses.replace(self, budget=budget, budgets_before=(*(self.budgets_before or ()), self.budget))
+
+    def with_start(self, summary: dict) -> dict:
+        """``run.json``'s body once the search ended: the settings and the search's start (:data:`START_KEYS`)."""
+        return {**self.to_json(), **{k: summary[k] for k in START_KEYS if k in summary}}
+
+    @classmethod
+    def from_json(cls, body: dict, path: Path) -> RunSettings:
+        """Settings from ``run.json``'s body, every field checked as if it came from the command line."""
+        _check_settings(path, body)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(body) - known - {"format"})
+        if unknown:
+            raise PostplaceError(f"{path}: unknown field '{unknown[0]}' (edited, or written by another postplace); "
+                                 "start a new run")  # fmt: skip
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items() if k != "format"}
+        kw.setdefault("version", None)
+        return cls(**kw)
+
+
+_OPTIONAL = frozenset(f.name for f in dataclasses.fields(RunSettings) if f.default is not dataclasses.MISSING)
+
+
+def read_settings(out: str | Path) -> RunSettings:
+    """The settings a run folder was started with (``run.json``), checked once."""
     path = Path(out) / SETTINGS
     if not path.exists():
         raise PostplaceError(f"{out}: not a postplace run folder (no {SETTINGS}); start a run with --out {out}")
@@ -47,11 +143,10 @@ def read_settings(out: str | Path) -> dict:
         raise PostplaceError(f"{path}: its checksum does not match its content (edited or damaged); start a new run")
     _check_start_record(path, body)
     body = {k: v for k, v in body.items() if k not in START_KEYS}  # what the search found, not a setting
-    _check_settings(path, body)
-    return body
+    return RunSettings.from_json(body, path)
 
 
-def _search_start(strategy) -> dict:
+def search_start(strategy) -> dict:
     """The search's start as run.json and summary.json record it: ``{"name", "step_time_s"}``, the probe's
     fastest candidate where the strategy probed (``anchor_name`` beside it where the policy was anchored
     on another), else the strategy's ``start_name`` and ``start_step_time`` (None where it has none):
@@ -61,10 +156,10 @@ def _search_start(strategy) -> dict:
     return start_record(strategy)
 
 
-def _record_start(out: Path, settings: dict, summary: dict) -> None:
+def record_start(out: Path, settings: RunSettings, summary: dict) -> None:
     """Rewrite run.json with the search's start (:data:`START_KEYS` of ``summary``) beside the settings,
     under one checksum; the settings' own checksum (the checkpoints') stays that of the settings alone."""
-    _write_settings(out, {**settings, **{k: summary[k] for k in START_KEYS if k in summary}})
+    _write_json(out, settings.with_start(summary))
 
 
 def _check_start_record(path: Path, s: dict) -> None:
@@ -225,21 +320,10 @@ def _checksum(body: dict) -> str:
     return settings_checksum(body)
 
 
-def accepted_checksums(settings: dict) -> set[str]:
-    """The checksums a checkpoint of this run may carry: these settings', and those they had before each
-    budget extension (``budgets_before``: the same run with its earlier budget)."""
-    before = settings.get("budgets_before", [])
-    accepted = {_checksum(settings)}
-    for k, b in enumerate(before):
-        older = {**settings, "budget": b, "budgets_before": before[:k]}
-        if not k:
-            older.pop("budgets_before")
-        accepted.add(_checksum(older))
-    return accepted
-
-
-def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config, groups,
-              size, map_all_to, confirm=0) -> dict:  # fmt: skip
+def make_settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config,
+                  groups, size, map_all_to, confirm=0, **microbatch_fields) -> RunSettings:  # fmt: skip
+    """The settings of a new run from ``place``'s arguments, each checked (one line for a bad one);
+    ``microbatch_fields``: the :class:`RunSettings` fields of its micro-batch counts."""
     from postplace.search import Budget
 
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
@@ -256,29 +340,30 @@ def _settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, wa
     for name, seq in (("pins", pins), ("exclude", exclude)):
         if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
             raise PostplaceError(f"{name} must be a list of strings")
-    budget_text = _budget_text(budget if hasattr(budget, "samples") else Budget.parse(budget))
-    cfg = _config(strategy, config)
+    text = budget_text(budget if hasattr(budget, "samples") else Budget.parse(budget))
+    cfg = strategy_config(strategy, config)
     if warm_start is not None and Path(str(warm_start)).exists():
         warm_start = str(Path(str(warm_start)).resolve())  # a run folder resumes from any directory
-    return {
-        "format": "postplace-run", "version": 1, "target": tgt.spec, "graph": tgt.graph.name,
-        "graph_sha": fingerprint(tgt.graph), "cluster": c.name, "cluster_spec": cluster_spec,
-        "cluster_sha": fingerprint(c), "strategy": strategy, "budget": budget_text, "seed": int(seed),
-        "groups": None if groups is None else int(groups), "size": size, "pins": list(pins),
-        "exclude": list(exclude), "warm_start": None if warm_start is None else str(warm_start),
-        "evaluator": evaluator, "map_all_to": map_all_to, "config": _jsonable(dataclasses.asdict(cfg)),
-    }  # fmt: skip
+    return RunSettings(
+        target=tgt.spec, graph=tgt.graph.name, graph_sha=fingerprint(tgt.graph), cluster=c.name,
+        cluster_spec=cluster_spec, cluster_sha=fingerprint(c), strategy=strategy, budget=text, seed=int(seed),
+        groups=None if groups is None else int(groups), size=size, pins=tuple(pins), exclude=tuple(exclude),
+        warm_start=None if warm_start is None else str(warm_start), evaluator=evaluator, map_all_to=map_all_to,
+        config=config_json(cfg), **microbatch_fields,
+    )  # fmt: skip
 
 
-def _budget_text(b) -> str:
+def budget_text(b) -> str:
+    """A :class:`postplace.search.Budget` as ``run.json`` records it."""
     return f"{b.samples}" if b.samples is not None else f"{b.seconds:g}s"
 
 
-def _jsonable(d: dict) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+def config_json(cfg) -> dict:
+    """A strategy's config dataclass as ``run.json`` records it."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg).items()}
 
 
-def _config(strategy: str, config):
+def strategy_config(strategy: str, config):
     """The strategy's full config dataclass from ``config`` (None, "paper", a dict of overrides, or an instance)."""
     from postplace.search import STRATEGIES, config_class, make_strategy
     from postplace.search.config import build_config
@@ -299,30 +384,36 @@ def _config(strategy: str, config):
     return config
 
 
-def _strategy(settings: dict, space):
+def build_strategy(settings: RunSettings, space):
+    """The run's strategy over ``space``, from its recorded config (a config that cannot be built is one line)."""
     from postplace.search import make_strategy
     from postplace.search.config import build_config
 
-    cfg = build_config(settings["strategy"], settings["config"], source="config")
+    cfg = build_config(settings.strategy, settings.config, source="config")
     init = getattr(cfg, "init", None)
     units = space.allowed.shape[0]
     if isinstance(init, list | tuple) and len(init) != units:
         raise PostplaceError(f"config init: a start placement needs one device id per unit ({units} here), not "
                              f"{len(init)}; use init=random or give {units} ids")  # fmt: skip
     try:
-        return make_strategy(settings["strategy"], space, seed=settings["seed"], config=cfg)
+        return make_strategy(settings.strategy, space, seed=settings.seed, config=cfg)
     except (ValueError, ZeroDivisionError) as exc:
-        raise PostplaceError(f"config of '{settings['strategy']}': {exc}") from None
+        raise PostplaceError(f"config of '{settings.strategy}': {exc}") from None
 
 
-def _write_settings(out: Path, settings: dict) -> None:
-    data = {**settings, "checksum": _checksum(settings)}
+def write_settings(out: Path, settings: RunSettings) -> None:
+    """Write ``run.json`` (atomically, checksummed)."""
+    _write_json(out, settings.to_json())
+
+
+def _write_json(out: Path, body: dict) -> None:
+    data = {**body, "checksum": _checksum(body)}
     tmp = out / (SETTINGS + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(out / SETTINGS)
 
 
-def _check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placement") -> None:
+def check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placement") -> None:
     from postplace.graph.optimizers import optimizer_mismatch
 
     differ = optimizer_mismatch(recorded, optimizer, lr)

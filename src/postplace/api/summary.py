@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from postplace.api.settings import RunSettings
 from postplace.search.origins import origin_stats, with_candidate
 
 
-def _summary(settings, problem, judge, result, cands, best, sched, out, wall, *, start: dict | None = None) -> dict:
-    """Every figure of a run (what summary.json holds); ``start``: the search's start (:func:`_search_start`)."""
+def run_summary(settings: RunSettings, problem, judge, result, cands, best, sched, out, wall, *,
+                start: dict | None = None) -> dict:  # fmt: skip
+    """Every figure of a run (what summary.json holds); ``start``: the search's start (:func:`search_start`)."""
     c = problem.cluster
     measured = judge.name != "simulator"
     kind = "measured" if measured else "simulated"
@@ -20,19 +22,19 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall, *,
     single_time = single.step_time_s if single is not None else None
     peak = sched.peak_memory
     return {**_utilisation(problem, best, cands),
-        "graph": problem.graph.name, "cluster": c.name, "strategy": settings["strategy"], "seed": settings["seed"],
-        "microbatches": settings["target"].get("microbatches", 1),
-        "microbatch_colocation": settings["target"].get("microbatch_colocation"),
-        "evaluator": judge.name, "budget": settings["budget"], "samples": result.samples,
+        "graph": problem.graph.name, "cluster": c.name, "strategy": settings.strategy, "seed": settings.seed,
+        "microbatches": settings.target.get("microbatches", 1),
+        "microbatch_colocation": settings.target.get("microbatch_colocation"),
+        "evaluator": judge.name, "budget": settings.budget, "samples": result.samples,
         "feasible_samples": result.feasible_samples, "evaluations": result.evaluations,
-        "groups": problem.grouping.num_groups, "config": settings["config"],
+        "groups": problem.grouping.num_groups, "config": settings.config,
         "returned": best.name, "best_step_time_s": best.step_time_s,
         "search_best_step_time_s": result.best_step_time if result.best_placement is not None else None,
         "search_best_sample": result.best_sample if result.best_placement is not None else None,
         "search_start": start if start is not None else {"name": None, "step_time_s": None},
         "search_origins": with_candidate(origin_stats(result.origins, result.step_times, lb), best.name,
                                          None if measured else best.step_time_s),  # fmt: skip
-        "local_moves": bool(settings["config"].get("use_local", False)),
+        "local_moves": bool(settings.config.get("use_local", False)),
         "single_device": single.name.split(":", 1)[1] if single is not None and single.feasible else None,
         "single_device_step_time_s": single_time,
         "candidates": {k.name: k.step_time_s for k in cands},
@@ -51,10 +53,10 @@ def _summary(settings, problem, judge, result, cands, best, sched, out, wall, *,
                     "single_device_step_time_s": kind,
                     "candidates": kind, "lower_bound_s": "simulated", "simulated_step_time_s": "simulated",
                     "peak_memory_bytes": "simulated", "busy_s": "simulated", "bytes_moved": "simulated"},
-        "pins": settings["pins"], "exclude": settings["exclude"], "warm_start": settings["warm_start"],
-        "map_all_to": settings["map_all_to"], "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
-        "target_spec": settings["target"], "microbatch_note": settings.get("microbatch_note"),
-        "optimizer": settings["target"].get("optimizer"), "precision": settings["target"].get("precision", "fp32"),
+        "pins": list(settings.pins), "exclude": list(settings.exclude), "warm_start": settings.warm_start,
+        "map_all_to": settings.map_all_to, "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
+        "target_spec": settings.target, "microbatch_note": settings.microbatch_note,
+        "optimizer": settings.target.get("optimizer"), "precision": settings.target.get("precision", "fp32"),
         "out": None if out is None else str(out),
     }  # fmt: skip
 

@@ -129,14 +129,14 @@ def _step_spec(graph) -> dict:
     return {"optimizer": graph.metadata.get("optimizer", "sgd"), "precision": graph.metadata.get("precision", "fp32")}
 
 
-def _recorded_step(spec: dict) -> dict:
+def recorded_step(spec: dict) -> dict:
     """``load_target`` keyword arguments that trace the recorded step again (older folders: SGD, fp32)."""
     from postplace.graph.optimizers import recorded_step
 
     return recorded_step(spec)
 
 
-def _batch_of(target, size: str, inputs) -> int | None:
+def batch_of(target, size: str, inputs) -> int | None:
     """The global batch of a target that can be traced again (a zoo model; a module's first input's
     dim 0), else None."""
     if isinstance(target, str) and not Path(target).exists():
@@ -150,7 +150,7 @@ def _batch_of(target, size: str, inputs) -> int | None:
     return int(shape[0]) if shape is not None and len(shape) else None
 
 
-def _load_cluster(cluster, graph):
+def load_cluster(cluster, graph):
     """A Cluster, a preset name, a .toml file, or ``workload:PRESET`` (the graph file's own machine)."""
     from postplace.cluster import Cluster
     from postplace.cluster.from_workload import resolve_cluster

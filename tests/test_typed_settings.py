@@ -1,0 +1,78 @@
+"""Issue 34 item 16: a run's settings are one frozen, typed object, checked once where they enter
+(``place``'s arguments or ``run.json``) and written back byte-equal; the api's modules share them
+through public names only."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import postplace
+from postplace.api.settings import SETTINGS, RunSettings, read_settings, write_settings
+from postplace.errors import PostplaceError
+from postplace.graph import OpGraph
+from postplace.search.checkpoint import read_meta
+
+
+def chain():
+    return OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="chain")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("typed") / "run"
+    postplace.place(chain(), "k80x2", budget=48, groups=None, pins=["a=gpu1"], out=out, report=False)
+    return out
+
+
+def test_settings_read_back_equal_what_was_written(run, tmp_path):
+    s = read_settings(run)
+    assert isinstance(s, RunSettings) and s.pins == ("a=gpu1",) and s.budget == "48" and not s.over_m
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.budget = "96"  # type: ignore[misc]
+    recorded = json.loads((run / SETTINGS).read_text())
+    body = {k: v for k, v in recorded.items() if k not in ("checksum", "search_start")}
+    assert s.to_json() == body  # every key, none added: the checkpoint's checksum is this body's
+    assert read_meta(run)["settings_checksum"] == s.checksum()  # what resume checks the checkpoint against
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    write_settings(copy, s)
+    assert read_settings(copy) == s
+
+
+def test_an_extension_keeps_the_checksums_of_the_budgets_before(run):
+    s = read_settings(run)
+    once = s.extended("96")
+    twice = once.extended("144")
+    assert twice.budgets_before == ("48", "96") and twice.budget == "144"
+    assert {s.checksum(), once.checksum(), twice.checksum()} == twice.accepted_checksums()
+    assert s.extended("48") is s
+
+
+def test_a_field_run_json_does_not_know_is_refused_in_one_line(run, tmp_path):
+    from postplace.api.settings import _checksum
+
+    d = json.loads((run / SETTINGS).read_text())
+    d.pop("checksum")
+    d["budgett"] = "96"
+    d["checksum"] = _checksum(d)
+    (tmp_path / SETTINGS).write_text(json.dumps(d))
+    with pytest.raises(PostplaceError, match="unknown field 'budgett'") as err:
+        read_settings(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_api_modules_share_only_public_names():
+    """The api's modules import no underscored name from one another (21 did): what one module uses of
+    another is that module's interface, and says so by its name."""
+    api = Path(postplace.__file__).parent / "api"
+    private = []
+    for path in sorted(api.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("postplace.api"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert private == []
