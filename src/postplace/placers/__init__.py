@@ -13,6 +13,11 @@ sharded) and :func:`simulate_data_parallel` times it with the simulator and repo
 replicas that each hold the whole state. For a file workload that cannot be traced again,
 :func:`data_parallel_step_time` is an analytic estimate (replicas, not a placement), labelled as one.
 
+Each placer registers itself where it is defined, with :func:`register_placer` (its name, roles and
+rank; :mod:`postplace.placers.registry`): :data:`REGISTRY` and :data:`PLACERS` hold them all, and every
+list of placer names elsewhere (``place``'s candidates, ``compare``'s rows, the paper's heuristics) is
+derived from :data:`REGISTRY`. A new placer is its own module, imported below.
+
 >>> from postplace.graph import OpGraph
 >>> from postplace.testing import star_cluster
 >>> sorted(PLACERS)
@@ -23,15 +28,15 @@ replicas that each hold the whole state. For a file workload that cannot be trac
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
 from postplace.cluster import Cluster
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.placers._common import PlacementError, memory_account
+
+# each placer module registers its placers where it defines them (postplace.placers.registry); importing
+# them here fills REGISTRY, in the order their ranks give, whatever the order of these imports
 from postplace.placers.baechi import place_m_etf, place_m_sct, place_m_topo
 from postplace.placers.data_parallel import (
     DataParallelPlan,
@@ -44,6 +49,7 @@ from postplace.placers.expert import place_expert
 from postplace.placers.heft import place_heft
 from postplace.placers.metis import place_metis
 from postplace.placers.pipeline import place_pipeline
+from postplace.placers.registry import PLACERS, REGISTRY, Placer, register_placer
 from postplace.placers.single import NoSingleDeviceFits, place_cpu, place_single
 
 __all__ = [
@@ -67,48 +73,9 @@ __all__ = [
     "place_metis",
     "place_pipeline",
     "place_single",
+    "register_placer",
     "simulate_data_parallel",
 ]
-
-@dataclass(frozen=True)
-class Placer:
-    """One placer as the rest of the project sees it: its function, and the roles it plays.
-
-    Parameters
-    ----------
-    fn : callable
-        ``fn(graph, cluster, **kw) -> int64[n_ops]``.
-    candidate : bool
-        ``place`` weighs it beside the search (:data:`postplace.api.CANDIDATE_PLACERS`).
-    heuristic : bool
-        A one-shot heuristic of the literature: the best of them that fits is the paper's "best
-        heuristic" column.
-    quadratic : bool
-        Its time grows with ops x ready ops: ``place`` leaves it out on very large steps.
-    """
-
-    fn: Callable[..., np.ndarray]
-    candidate: bool = False
-    heuristic: bool = False
-    quadratic: bool = False
-
-
-REGISTRY: dict[str, Placer] = {
-    "single": Placer(place_single, candidate=True),
-    "pipeline": Placer(place_pipeline, candidate=True),
-    "m-topo": Placer(place_m_topo, candidate=True, heuristic=True),
-    "m-etf": Placer(place_m_etf, candidate=True, heuristic=True, quadratic=True),
-    "m-sct": Placer(place_m_sct, candidate=True, heuristic=True, quadratic=True),
-    "metis": Placer(place_metis, candidate=True, heuristic=True),
-    "expert": Placer(place_expert, candidate=True, heuristic=True),
-    "cpu": Placer(place_cpu),
-    "heft": Placer(place_heft, heuristic=True),
-}
-"""Every placer by name, with its roles: the one list a new placer joins (in the order ``place`` weighs
-the candidates, which breaks ties)."""
-
-PLACERS: dict[str, Callable[..., np.ndarray]] = {name: p.fn for name, p in REGISTRY.items()}
-"""Every placer's function by name."""
 
 
 def place(name: str, graph: OpGraph, cluster: Cluster, **kw) -> np.ndarray:

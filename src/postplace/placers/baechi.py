@@ -37,6 +37,7 @@ from postplace.placers._common import (
     op_time_table,
     units,
 )
+from postplace.placers.registry import register_placer
 
 __all__ = ["list_schedule", "place_m_etf", "place_m_sct", "place_m_topo", "sct_favorites"]
 
@@ -88,6 +89,7 @@ def _no_room(who: str, graph: OpGraph, cluster: Cluster, members, u: int, acct: 
 
 
 # ------------------------------------------------------------------------------------------ m-TOPO
+@register_placer("m-topo", candidate=True, heuristic=True, rank=30)
 def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                  devices: list | None = None, memory: str = "checked",
                  allowed: np.ndarray | None = None) -> np.ndarray:
@@ -281,6 +283,7 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     return dev, start, finish
 
 
+@register_placer("m-etf", candidate=True, heuristic=True, quadratic=True, rank=40)
 def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                 devices: list | None = None, memory: str = "checked",
                 allowed: np.ndarray | None = None) -> np.ndarray:
@@ -406,6 +409,7 @@ def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     return fav
 
 
+@register_placer("m-sct", candidate=True, heuristic=True, quadratic=True, rank=50)
 def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                 devices: list | None = None, memory: str = "checked",
                 allowed: np.ndarray | None = None) -> np.ndarray:

@@ -27,6 +27,7 @@ from postplace.placers._common import (
     op_time_table,
     units,
 )
+from postplace.placers.registry import register_placer
 
 __all__ = ["EMBEDDING_PATTERN", "LAYER_PATTERN", "SOFTMAX_PATTERN", "place_expert"]
 
@@ -36,6 +37,7 @@ SOFTMAX_PATTERN = re.compile(r"softmax|logits|lm_head|predictions|classifier|cro
                              re.IGNORECASE)
 
 
+@register_placer("expert", candidate=True, heuristic=True, rank=70)
 def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                  split: str | Path | dict | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """Place the model the way a human expert would split it over the GPUs.

@@ -23,6 +23,7 @@ from postplace.placers._common import (
     mean_transfer_time,
     op_time_table,
 )
+from postplace.placers.registry import register_placer
 
 __all__ = ["heft_schedule", "place_heft", "upward_rank"]
 
@@ -108,6 +109,7 @@ def _insertion_start(slots: list[tuple[float, float]], ready: float, dur: float)
     return max(prev_end, ready)
 
 
+@register_placer("heft", heuristic=True, rank=90)
 def place_heft(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
                seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
     """Place ops by HEFT: upward-rank priorities, insertion-based earliest-finish-time device choice.

@@ -15,12 +15,14 @@ from postplace.cost import CostModel
 from postplace.graph import OpGraph
 from postplace.graph.metis import part_graph, symmetric_csr
 from postplace.placers._common import check_graph, constrained_devices, op_time_table, units
+from postplace.placers.registry import register_placer
 
 __all__ = ["place_metis"]
 
 _SCALE = 1_000_000  # METIS takes integer weights: the largest weight maps to about this
 
 
+@register_placer("metis", candidate=True, heuristic=True, rank=60)
 def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                 devices: list | None = None, repair: bool = True, allowed: np.ndarray | None = None) -> np.ndarray:
     """Partition the (colocation-contracted, undirected) op graph into one part per device with METIS.

@@ -49,6 +49,7 @@ from postplace.placers._common import (
     devices_of_kind,
     units,
 )
+from postplace.placers.registry import register_placer
 
 __all__ = ["pipeline_layers", "place_pipeline", "stage_counts"]
 
@@ -176,6 +177,7 @@ def _partition(T: np.ndarray, mem: np.ndarray | None, cap: np.ndarray) -> np.nda
     return stage
 
 
+@register_placer("pipeline", candidate=True, rank=20)
 def place_pipeline(graph: OpGraph, cluster: Cluster, *, stages: int | None = None, devices: list | None = None,
                    cost_model: CostModel | None = None, seed: int = 0,
                    allowed: np.ndarray | None = None) -> np.ndarray:

@@ -9,6 +9,7 @@ from postplace.cluster.placement import single_device
 from postplace.cost import CostModel
 from postplace.graph import OpGraph
 from postplace.placers._common import PlacementError, allowed_matrix, check_graph, devices_of_kind
+from postplace.placers.registry import register_placer
 
 __all__ = ["NoSingleDeviceFits", "place_cpu", "place_single"]
 
@@ -17,6 +18,7 @@ class NoSingleDeviceFits(PlacementError):
     """No single-device placement of the graph fits in memory (the model needs model parallelism)."""
 
 
+@register_placer("single", candidate=True, rank=10)
 def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
                  devices: list[str] | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
     """Every op on the one device that runs the step fastest without running out of memory.
@@ -91,6 +93,7 @@ def on_device(graph: OpGraph, cluster: Cluster, device: str, allowed: np.ndarray
     return np.where(ok[:, d], d, ok.argmax(axis=1)).astype(np.int64)
 
 
+@register_placer("cpu", rank=80)
 def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
               seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
     """Every op on the (first) CPU; ops that may not run on a CPU go to the first device they may use.

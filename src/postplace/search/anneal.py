@@ -34,6 +34,7 @@ import numpy as np
 
 from postplace.search.local import LocalSettings
 from postplace.search.ranges import ranged
+from postplace.search.registry import register_strategy
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
 
@@ -88,6 +89,7 @@ class AnnealConfig(LocalSettings):
     at the price of speculative proposals discarded after an acceptance. At least 1."""
 
 
+@register_strategy("anneal", config=AnnealConfig, rank=70, on_layers=True)
 class AnnealStrategy:
     """Simulated annealing (Metropolis MCMC) over placements; see the module docstring.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from postplace.errors import PostplaceError
 from postplace.search.ranges import Range, field_limit, field_range
+from postplace.search.registry import STRATEGIES, config_class
 
 
 def parse_set(items) -> dict[str, str]:
@@ -53,8 +54,6 @@ def read_config_file(path: str | Path, strategy: str) -> dict:
     table = data.get(strategy, data)
     if not isinstance(table, dict):
         raise PostplaceError(f"--config {path}: [{strategy}] must be a table of config fields")
-    from postplace.search import STRATEGIES
-
     own = table is not data  # inside [strategy] every table is a mistake; at the top, other strategies' tables
     for k, v in table.items():
         if isinstance(v, dict) and (own or k not in STRATEGIES):
@@ -66,8 +65,6 @@ def read_config_file(path: str | Path, strategy: str) -> dict:
 
 def build_config(strategy: str, overrides: dict | None = None, *, source: str = "--set"):
     """The strategy's default config with ``overrides`` (text or typed values) applied and checked."""
-    from postplace.search import config_class
-
     cls, base = config_class(strategy)
     if not overrides:
         return base

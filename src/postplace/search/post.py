@@ -69,7 +69,7 @@ itself, so it is the per-device policy exactly (``tests/test_layers.py``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
@@ -83,6 +83,7 @@ from postplace.search.policy import (
     ppo_gradient,
 )
 from postplace.search.ranges import ranged
+from postplace.search.registry import register_strategy, register_variant
 from postplace.search.starts import StartProbe, home_devices
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
@@ -278,6 +279,7 @@ def initial_logits(space: SearchSpace, init: str, anchor_weight: float, fill_fra
     raise ValueError(f"init must be 'uniform', 'speed', 'memory' or 'probe', not {init!r}")
 
 
+@register_strategy("post", config=PostConfig, rank=10)
 class PostStrategy:
     """Post: cross-entropy steps interleaved with PPO over a per-unit softmax policy; see the module docstring.
 
@@ -561,6 +563,7 @@ def _start_logits(space: SearchSpace, cfg: PostConfig) -> np.ndarray | None:
     return anchored_prior(action_space(space), home_devices(device_space(space), fill), cfg.anchor_weight)
 
 
+@register_strategy("ce", config=PostConfig, rank=20)
 def ce_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None) -> PostStrategy:
     """The cross-entropy method alone (Post without PPO)."""
     s = PostStrategy(space, seed=seed, config=replace(config or PostConfig(), use_ppo=False))
@@ -568,6 +571,7 @@ def ce_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None 
     return s
 
 
+@register_strategy("ppo", config=PostConfig, rank=30)
 def ppo_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None) -> PostStrategy:
     """PPO alone (Post without cross-entropy steps)."""
     s = PostStrategy(space, seed=seed, config=replace(config or PostConfig(), use_ce=False))
@@ -575,6 +579,12 @@ def ppo_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None
     return s
 
 
+def local_config(config: PostConfig | None = None) -> PostConfig:
+    """``config`` (default Post's) as the ``local`` strategy runs it: no cross-entropy, no PPO, local moves on."""
+    return replace(config or PostConfig(), use_ce=False, use_ppo=False, use_local=True)
+
+
+@register_strategy("local", config=local_config, rank=90)
 class LocalStrategy(PostStrategy):
     """``local``: local moves alone from Post's start, a rival of its own (issue 32).
 
@@ -611,6 +621,55 @@ class LocalStrategy(PostStrategy):
         return k
 
 
-def local_config(config: PostConfig | None = None) -> PostConfig:
-    """``config`` (default Post's) as the ``local`` strategy runs it: no cross-entropy, no PPO, local moves on."""
-    return replace(config or PostConfig(), use_ce=False, use_ppo=False, use_local=True)
+LEARNING = ("use_ce", "use_ppo", "use_local")
+"""Post's learning steps, each a boolean of :class:`PostConfig` (those it has): all off in ``post-start``."""
+
+
+def learning_off(config: PostConfig) -> PostConfig:
+    """``config`` with every learning step of :data:`LEARNING` that :class:`PostConfig` has switched off.
+
+    Parameters
+    ----------
+    config : PostConfig
+
+    Returns
+    -------
+    PostConfig
+        The same start and sampling, no cross-entropy, PPO or local step.
+    """
+    names = {f.name for f in fields(PostConfig)}
+    return replace(config, **{k: False for k in LEARNING if k in names})
+
+
+@register_strategy("post-start", config=lambda: learning_off(PostConfig()), rank=40)
+def post_start_strategy(space: SearchSpace, *, seed: int = 0, config: PostConfig | None = None) -> PostStrategy:
+    """Post's start alone (``post-start``): Post with every learning step switched off.
+
+    With ``config`` (default ``PostConfig()``: the probe start) otherwise, so its policy stays the
+    start's prior and it samples that prior only: the row that says how much learning adds to the start.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    seed : int
+    config : PostConfig, optional
+        Its learning switches are turned off whatever they say.
+
+    Returns
+    -------
+    PostStrategy
+        Named ``post-start``.
+    """
+    s = PostStrategy(space, seed=seed, config=learning_off(config or PostConfig()))
+    s.name = "post-start"
+    return s
+
+
+# Named starts (postplace.search.VARIANTS): -paper is the paper's uniform start and algorithm (no local
+# moves); -probe Post's probe start (postplace.search.start_prior) without local moves.
+register_variant("post-paper", "post", rank=10, init="uniform", use_local=False)
+register_variant("ce-paper", "ce", rank=20, init="uniform", use_local=False)
+register_variant("ppo-paper", "ppo", rank=30, init="uniform", use_local=False)
+register_variant("post-probe", "post", rank=50, use_local=False)
+register_variant("ce-probe", "ce", rank=60, use_local=False)
+register_variant("ppo-probe", "ppo", rank=70, use_local=False)

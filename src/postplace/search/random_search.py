@@ -9,6 +9,7 @@ import numpy as np
 from postplace.search.local import LocalSettings
 from postplace.search.policy import CategoricalPolicy
 from postplace.search.ranges import ranged
+from postplace.search.registry import register_strategy
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state
 
 
@@ -23,6 +24,7 @@ class RandomConfig(LocalSettings):
     least 1."""
 
 
+@register_strategy("random", config=RandomConfig, rank=60, on_layers=True)
 class RandomStrategy:
     name = "random"
 

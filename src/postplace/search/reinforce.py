@@ -19,6 +19,7 @@ from postplace.search.local import LocalSettings
 from postplace.search.policy import Adam, CategoricalPolicy, reinforce_gradient
 from postplace.search.post import initial_logits
 from postplace.search.ranges import ranged
+from postplace.search.registry import register_strategy, register_variant
 from postplace.search.start_prior import make_probe, start_prior, start_state
 from postplace.search.strategy import SearchSpace, rng_from_state, rng_state, scores
 
@@ -49,6 +50,7 @@ class ReinforceConfig(LocalSettings):
     """With init='memory' or 'probe' (its memory fill): as PostConfig.fill_fraction, in (0, 1]."""
 
 
+@register_strategy("reinforce", config=ReinforceConfig, rank=50, on_layers=True)
 class ReinforceStrategy:
     """REINFORCE over Post's per-unit softmax policy; see the module docstring.
 
@@ -138,3 +140,10 @@ class ReinforceStrategy:
         else:
             self.probe = None
         self.start_name, self.start_step_time = start["name"], start.get("step_time")
+
+
+# Named starts (postplace.search.VARIANTS): -paper the paper's uniform start without local moves, -probe
+# Post's probe start without them, -local that start with them.
+register_variant("reinforce-paper", "reinforce", rank=40, init="uniform", use_local=False)
+register_variant("reinforce-probe", "reinforce", rank=80, init="probe", use_local=False)
+register_variant("reinforce-local", "reinforce", rank=100, init="probe", use_local=True)
