@@ -31,7 +31,7 @@ import torch.fx
 
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES
-from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankPlan, RankProgram, _Comm
+from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankComm, RankPlan, RankProgram
 
 __all__ = ["ddp_plan", "plain_ddp"]
 
@@ -169,7 +169,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
     for n in g.nodes:
         if n.op == "get_attr":
             setattr(root, n.target, getattr(traced.gm, n.target))
-    root.add_module(comm, _Comm(ALL_REDUCE))
+    root.add_module(comm, RankComm(ALL_REDUCE))
     return torch.fx.GraphModule(root, g), order
 
 

@@ -236,8 +236,7 @@ class _Channel:
 
 def _op_devices(traced, placement, devices) -> tuple[np.ndarray, list[str]]:
     """(op-level device ids, device names) from a placement file, a mapping or an array."""
-    from postplace.runtime.placed import _device_names
-    from postplace.runtime.placed import _op_devices as op_devices
+    from postplace.runtime.placed import device_names_of, op_devices
 
     cluster = devices
     if isinstance(devices, str | Path):
@@ -256,7 +255,7 @@ def _op_devices(traced, placement, devices) -> tuple[np.ndarray, list[str]]:
         from postplace.cluster.placement import from_mapping
 
         return from_mapping(traced.graph, cluster, dict(placement)), list(cluster.device_names)
-    names = _device_names(cluster, placement, traced.graph.num_ops)
+    names = device_names_of(cluster, placement, traced.graph.num_ops)
     return op_devices(traced.graph, placement, names), names
 
 

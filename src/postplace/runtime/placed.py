@@ -147,7 +147,7 @@ def resolve_device_map(names: Sequence[str], device_map: str | Mapping[str, str]
 _UNDECLARED_WRITES = {"native_batch_norm": (3, 4)}
 
 
-def _written_args(node) -> list[int]:
+def written_args(node) -> list[int]:
     """Indices of the (tensor) arguments a node writes in place."""
     schema = getattr(node.target, "_schema", None)
     if schema is None or node.op != "call_function":
@@ -162,7 +162,7 @@ def _written_args(node) -> list[int]:
     ]
 
 
-def _aliased_arg(node) -> torch.fx.Node | None:
+def aliased_arg(node) -> torch.fx.Node | None:
     """The argument whose storage a node's result shares (a view, ``getitem``, or an in-place op that
     returns what it wrote), or None for a fresh result."""
     if node.op != "call_function":
@@ -257,9 +257,9 @@ def placed_graph_module(
     def propagate(x: torch.fx.Node, aliases) -> None:
         """``x``'s value on its device was just written: carry the write along what it aliases, across
         devices where a write went to a copy (see the module docstring)."""
-        while (y := _aliased_arg(x)) is not None:
+        while (y := aliased_arg(x)) is not None:
             if dev[y.name] != dev[x.name]:
-                if not _written_args(x):
+                if not written_args(x):
                     return  # a view of a copy: its original is not reachable from here
                 write_back(fetch(x, dev[y.name]), y, aliases)
             x = y
@@ -278,11 +278,11 @@ def placed_graph_module(
         cp.meta["postplace_device"] = d
         new[node.name] = cp
         # storage roots: a view or an in-place result shares its input's storage
-        base = _aliased_arg(node)
+        base = aliased_arg(node)
         root = root_of.get(base.name, base.name) if base is not None else node.name
         root_of[node.name] = root
         by_root[root].add(node.name)
-        for k in _written_args(node):
+        for k in written_args(node):
             y = node.args[k]
             yroot = root_of.get(y.name, y.name)
             for alias in by_root[yroot]:  # written in place: copies sent before are stale now
@@ -526,8 +526,8 @@ def apply(
             "a graph file has no code to run"
         )
     traced = graph
-    names = _device_names(devices, placement, traced.graph.num_ops)
-    op_device = _op_devices(traced.graph, placement, names)
+    names = device_names_of(devices, placement, traced.graph.num_ops)
+    op_device = op_devices(traced.graph, placement, names)
     tdev = resolve_device_map(names, device_map)
     _check_runnable(model, names, tdev, op_device)
     pnames = [n for n, _ in traced.model.named_parameters()]
@@ -568,7 +568,9 @@ def _check_runnable(model, names, tdev, op_device) -> None:
                              "give a device_map onto the devices it has")  # fmt: skip
 
 
-def _device_names(devices, placement, n_ops) -> list[str]:
+def device_names_of(devices, placement, n_ops) -> list[str]:
+    """The logical device names a placement refers to: the cluster's or the given list's, else those a
+    mapping names (cpu first) or ``cpu, gpu0...`` for an array of ids."""
     if devices is None:
         if isinstance(placement, Mapping):
             found = sorted(set(placement.values()), key=lambda s: (s != "cpu", s))
@@ -580,7 +582,8 @@ def _device_names(devices, placement, n_ops) -> list[str]:
     return [str(d) for d in devices]
 
 
-def _op_devices(graph, placement, names) -> np.ndarray:
+def op_devices(graph, placement, names) -> np.ndarray:
+    """Each op's device id in ``names`` from a mapping (op name -> device) or an array of ids."""
     if isinstance(placement, Mapping):
         idx = {n: i for i, n in enumerate(names)}
         dev = np.full(graph.num_ops, -1, dtype=np.int64)

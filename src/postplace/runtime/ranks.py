@@ -44,7 +44,7 @@ import torch
 import torch.fx
 
 from postplace.errors import PostplaceError
-from postplace.runtime.placed import _aliased_arg, _written_args, placed_graph_module, transfer
+from postplace.runtime.placed import aliased_arg, placed_graph_module, transfer, written_args
 
 __all__ = ["Collective", "Message", "RankPlan", "RankProgram", "check_order", "rank_plan"]
 
@@ -55,7 +55,7 @@ RECV = "postplace_recv"
 REDUCE = "postplace_all_reduce"
 """The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
 ALL_REDUCE = "all_reduce"
-"""The kind of :class:`_Comm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
+"""The kind of :class:`RankComm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -303,7 +303,7 @@ def incoming(message: Message, device: torch.device) -> tuple[torch.Tensor, torc
 
 
 # ------------------------------------------------------------------------------ building the plan
-class _Comm(torch.nn.Module):
+class RankComm(torch.nn.Module):
     """The send or receive of a rank's program; :mod:`postplace.runtime.launcher` sets ``channel``."""
 
     def __init__(self, kind: str):
@@ -343,7 +343,7 @@ def _is_view_op(node: torch.fx.Node) -> bool:
     schema = getattr(node.target, "_schema", None)
     if node.op != "call_function" or schema is None or not schema.returns:
         return False
-    return (schema.returns[0].alias_info is not None or _is_unsafe_view(node)) and not _written_args(node)
+    return (schema.returns[0].alias_info is not None or _is_unsafe_view(node)) and not written_args(node)
 
 
 def _view_base(x: torch.fx.Node) -> torch.fx.Node | None:
@@ -417,7 +417,7 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
     def storage_root(n: torch.fx.Node) -> str:
         if n.target is operator.getitem and _is_unsafe_view(n.args[0]):
             return n.name  # one piece of an unsafe split: apart from the others (piece_of links its whole)
-        base = _aliased_arg(n) if n.op == "call_function" and n.target is not transfer else None
+        base = aliased_arg(n) if n.op == "call_function" and n.target is not transfer else None
         return root_of.get(base.name, base.name) if base is not None else n.name
 
     def valid(root: torch.fx.Node, chain: list, sent: int) -> bool:
@@ -486,7 +486,7 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
             consts[r].add(node.target)
         elif node.op == "call_function" and _is_random(node):
             _replay_random(node, r, graphs, torch_device)
-        for j in _written_args(node):  # written in place: what was sent of that storage is stale now
+        for j in written_args(node):  # written in place: what was sent of that storage is stale now
             writes += 1
             written = root_of[node.args[j].name]
             stamp[written] = writes
@@ -506,8 +506,8 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
         root = torch.nn.Module()
         for c in consts[r]:
             setattr(root, c, getattr(placed, c))
-        root.add_module(SEND, _Comm("send"))
-        root.add_module(RECV, _Comm("recv"))
+        root.add_module(SEND, RankComm("send"))
+        root.add_module(RECV, RankComm("recv"))
         gm = torch.fx.GraphModule(root, graphs[r])
         programs.append(RankProgram(r, used[r], gm, tuple(inputs[r]), tuple(outputs[r]), tuple(actions[r])))
     n_persistent = n_ph - len(traced.inputs)
