@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.search.history import _INT64_MAX, HISTORY, _history_digest
+from postplace.search.history import HISTORY, INT64_MAX, history_digest
 from postplace.search.state_io import load_state, save_state
 from postplace.search.strategy import check_allowed
 
 CHECKPOINT = "checkpoint.json"
 
-_NOT_IN_RUNNER = ("cache", "curve", "origins", "step_times")  # saved apart (the cache, the curve) or not at all
+NOT_IN_RUNNER = ("cache", "curve", "origins", "step_times")  # saved apart (the cache, the curve) or not at all
 
-def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
+def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
     """A ``cls`` (the runner's state) from a checkpoint's data, or one error line naming what does not hold."""
 
     def bad(what: str) -> PostplaceError:
@@ -28,7 +28,7 @@ def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
         raise bad("not a search checkpoint (no runner state)")
     runner = snap["runner"]
 
-    def count(key: str, hi: int = _INT64_MAX) -> int:
+    def count(key: str, hi: int = INT64_MAX) -> int:
         v = runner.get(key, 0)
         if type(v) is not int or not 0 <= v <= hi:
             raise bad(f"runner '{key}' is {str(v)[:40]}, not an integer in [0, {hi}]")
@@ -127,7 +127,7 @@ def _checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
         raise bad("its history digest is not text")
     return state
 
-def _load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> None:
+def load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> None:
     """Restore the strategy's state: its structure must be the one this strategy (with this run's
     config, on this search space) writes, and a copy of the restored strategy must ask for valid
     placements; else one error line."""
@@ -233,7 +233,8 @@ def _plain(x):
         return [_plain(v) for v in x]
     return x
 
-def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
+def save_checkpoint(out: Path, snapshot: dict, history, meta: dict | None) -> None:
+    """Write the checkpoint (the runner's ``snapshot``, the history's digest, ``meta``) atomically."""
     if history:
         history.flush()
     curve, n_curve = snapshot["curve"]
@@ -252,7 +253,7 @@ def _save(out: Path, snapshot: dict, history, meta: dict | None) -> None:
         "cache_reasons": [v[3] for _, v in entries],
         "cache_overflow": np.array([v[4] for _, v in entries], dtype=np.float64),
         "meta": meta or {},
-        "history_digest": _history_digest(out / HISTORY, int(snapshot["runner"]["history_bytes"])),
+        "history_digest": history_digest(out / HISTORY, int(snapshot["runner"]["history_bytes"])),
     }
     save_state(out / CHECKPOINT, on_disk)
 

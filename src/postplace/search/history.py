@@ -17,9 +17,9 @@ HISTORY = "history.jsonl"
 
 TIMING = "timing.jsonl"
 
-_INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
 
-def _history_origins(path: Path) -> tuple[list[str], list[float]]:
+def history_origins(path: Path) -> tuple[list[str], list[float]]:
     """Each line's origin (``"unknown"`` where it has none: written before origins were recorded) and
     step time (inf where OOM, failed or unreadable) of a history the checkpoint covers."""
     origins, times = [], []
@@ -46,10 +46,11 @@ def _prefix_chunks(path: Path, size: int):
             yield chunk
             left -= len(chunk)
 
-def _count_lines(path: Path, size: int) -> int:
+def count_lines(path: Path, size: int) -> int:
+    """The lines in the first ``size`` bytes of ``path``."""
     return sum(chunk.count(b"\n") for chunk in _prefix_chunks(path, size))
 
-def _keep_timing(path: Path, samples: int) -> None:
+def keep_timing(path: Path, samples: int) -> None:
     """Keep the timing lines a resumed checkpoint covers. The file is a record, not state: a damaged line
     is dropped, never an error."""
     kept = [row for row in read_timing(path) if row["samples"] <= samples]
@@ -69,7 +70,7 @@ def read_timing(path: str | Path) -> list[dict]:
             n, t = row["samples"], row["time_s"]
         except (json.JSONDecodeError, TypeError, KeyError, IndexError, RecursionError):
             continue
-        if type(n) is int and last < n <= _INT64_MAX and type(t) in (int, float) and abs(t) <= 1e300 and t >= 0:
+        if type(n) is int and last < n <= INT64_MAX and type(t) in (int, float) and abs(t) <= 1e300 and t >= 0:
             rows.append({"samples": n, "time_s": float(t)})
             last = n
     return rows
@@ -126,7 +127,7 @@ def best_so_far(history: list[dict]) -> np.ndarray:
                   for h in history], dtype=float)  # fmt: skip
     return np.minimum.accumulate(t) if t.size else t
 
-def _history_digest(path: Path, size: int) -> str:
+def history_digest(path: Path, size: int) -> str:
     """A hash of the first ``size`` bytes of the history: what the checkpoint covers, so a resume can tell a
     damaged history from a whole one."""
     h = hashlib.blake2b(digest_size=16)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 
-class _Progress:
+class Progress:
     """A bar on a terminal; elsewhere (a log file, a pipe, CI) one plain line on stderr every
     :data:`PLAIN_EVERY_S` seconds, so a long run is never silent."""
 

@@ -39,21 +39,21 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.search.checkpoint import (
-    _NOT_IN_RUNNER,
     CHECKPOINT,
-    _checked_state,
-    _load_strategy,
-    _save,
+    NOT_IN_RUNNER,
+    checked_state,
+    load_strategy,
+    save_checkpoint,
 )
 from postplace.search.history import (
     HISTORY,
     TIMING,
-    _count_lines,
-    _history_digest,
-    _history_origins,
-    _keep_timing,
+    count_lines,
+    history_digest,
+    history_origins,
+    keep_timing,
 )
-from postplace.search.progress import _Progress
+from postplace.search.progress import Progress
 from postplace.search.state_io import load_state
 from postplace.search.strategy import asked_origins, check_allowed, overflow_bytes
 from postplace.sim import Evaluator
@@ -249,7 +249,7 @@ def run(
     # a folder from before timing was recorded gets none: lines for its resumed part alone would put
     # every earlier sample at the first resumed batch's time
     timing = open(out / TIMING, "a") if out is not None and (out / TIMING).exists() else None  # noqa: SIM115
-    bar = _Progress(budget, state.samples) if progress else None
+    bar = Progress(budget, state.samples) if progress else None
     start = time.perf_counter() - state.elapsed
     snapshot = state.snapshot(strategy) if out is not None else None
     interrupted = False
@@ -272,7 +272,7 @@ def run(
                 state.history_bytes = history.tell()
                 snapshot = state.snapshot(strategy)
                 if state.samples - state.checkpointed >= checkpoint_every:
-                    _save(out, snapshot, history, meta)
+                    save_checkpoint(out, snapshot, history, meta)
                     state.checkpointed = state.samples
             if bar:
                 bar.update(state)
@@ -282,7 +282,7 @@ def run(
         if bar:
             bar.close()
         if out is not None and snapshot is not None:
-            _save(out, snapshot, history, meta)
+            save_checkpoint(out, snapshot, history, meta)
         if history:
             history.close()
         if timing:
@@ -400,7 +400,7 @@ class _RunState:
         time) instead of copying them at every batch."""
         return {
             "strategy": strategy.state_dict(),
-            "runner": {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_RUNNER},
+            "runner": {k: v for k, v in self.__dict__.items() if k not in NOT_IN_RUNNER},
             "curve": (self.curve, len(self.curve)),
             "cache": (self.cache, len(self.cache)),  # dicts keep insertion order: the first n entries
         }
@@ -413,26 +413,26 @@ class _RunState:
         if not path.exists():
             raise PostplaceError(f"{out}: no {CHECKPOINT} to resume from; start a new run with --out {out}")
         snap = load_state(path)
-        state = _checked_state(cls, path, snap, allowed)
-        _load_strategy(path, strategy, snap.get("strategy"), allowed)
+        state = checked_state(cls, path, snap, allowed)
+        load_strategy(path, strategy, snap.get("strategy"), allowed)
         hist = out / HISTORY
         size = hist.stat().st_size if hist.exists() else -1
         if size < state.history_bytes:
             raise PostplaceError(f"{hist}: {max(size, 0)} bytes, shorter than the {state.history_bytes} the checkpoint "
                                  "covers: the run folder is damaged; start a new run")
         want = snap.get("history_digest")
-        if want is not None and _history_digest(hist, state.history_bytes) != want:
+        if want is not None and history_digest(hist, state.history_bytes) != want:
             raise PostplaceError(f"{hist}: its first {state.history_bytes} bytes are not the ones the checkpoint "
                                  "recorded: the run folder is damaged; start a new run")  # fmt: skip
-        lines = _count_lines(hist, state.history_bytes)
+        lines = count_lines(hist, state.history_bytes)
         if lines != state.samples:
             raise PostplaceError(f"{hist}: {lines} lines where the checkpoint covers {state.samples} samples: the run "
                                  "folder is damaged; start a new run")  # fmt: skip
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
-        state.origins, state.step_times = _history_origins(hist)
+        state.origins, state.step_times = history_origins(hist)
         if (out / TIMING).exists():
-            _keep_timing(out / TIMING, state.samples)
+            keep_timing(out / TIMING, state.samples)
         return state
 
 
