@@ -21,12 +21,18 @@ runs the first N cases through a real ``python -m postplace.cli`` subprocess and
 class is the same. The library half loads every graph/cluster/placement file with
 ``load_graph`` / ``load_cluster`` / ``load_placement`` (in a fork as well, to catch hangs).
 
-Outcomes: clean (exit 2, one ``error:`` line), usage (exit 2 from the argument parser, naming the
-flag), internal (exit 3 or a traceback), hang, accepted (exit 0 and the answer checks out: every
+Every case carries what the documentation promises (``expect``: certainly invalid, certainly valid,
+undecided; a corrupted file is re-read with ``json``/``tomllib`` and judged by the documented rules).
+Outcomes: clean (exit 2, one ``error:`` line, for an invalid or undecided input), usage (exit 2 from
+the argument parser, naming the flag), refused-valid (either, for an input the documentation promises
+is accepted: a defect), internal (exit 3 or a traceback), hang, accepted (exit 0 and the answer checks out: every
 number finite, and for ``simulate`` the step time equals the library's for the same files),
 accepted-wrong (exit 0 on an input that is certainly invalid, or an answer that does not check out:
 for ``place``, the returned step time is not the simulated one of the returned placement, or a
-figure is below the lower bound). ``--log FILE`` writes one JSON line per case (its arguments and
+figure is below the lower bound; or, computed by the fuzz itself apart from the simulator
+(:mod:`postplace.testing.fuzz_oracle`), a ``simulate`` step time outside the documented model's bounds,
+or not the sum of the op times when every op is on one device, or a ``place`` answer below what any
+placement can reach). ``--log FILE`` writes one JSON line per case (its arguments and
 outcome), to reproduce any one of them.
 """
 
@@ -53,7 +59,7 @@ torch.set_num_threads(1)
 
 from postplace.testing import fuzz  # noqa: E402
 
-ORDER = ["clean", "usage", "internal", "hang", "accepted", "accepted-wrong"]
+ORDER = list(fuzz.OUTCOMES)
 
 
 def forked(fn, timeout: float) -> tuple[int | None, str, str]:
@@ -160,6 +166,12 @@ def simulate_check(cwd: Path, argv: list[str]):
     return check
 
 
+def both(*checks):
+    """One check that holds when every given check (None: none) holds."""
+    given = [c for c in checks if c is not None]
+    return (lambda out: all(c(out) for c in given)) if given else None
+
+
 def make_run_template(root: Path, timeout: float, kind: str = "file") -> Path:
     """A real tiny ``place`` run to corrupt: ``file``, the base graph file on the base cluster at one
     micro-batch count; ``zoo``, the small RNNLM on k80x2 over m = 1, 2 (``m1/``, ``m2/``, ``plans.json``)."""
@@ -263,9 +275,9 @@ def main() -> None:
         took = time.perf_counter() - started
         check = None
         if rc == 0 and case.argv[0] == "simulate":
-            check = simulate_check(cwd, case.argv)
+            check = both(simulate_check(cwd, case.argv), fuzz.simulate_check(case.files, case.argv))
         elif rc == 0 and case.argv[0] == "place":
-            check = place_check(case.argv)
+            check = both(place_check(case.argv), fuzz.place_check(case.files, case.argv))
         try:
             outcome = fuzz.classify(case, rc, out, err, check)
         except Exception as exc:  # the check itself failed: the CLI accepted what the library refuses
@@ -274,12 +286,14 @@ def main() -> None:
         counts[f"CLI: {case.category}"][outcome] += 1
         if outcome not in ("clean", "accepted", "usage") and len(examples[outcome]) < args.show * 4:
             last = (err.strip().splitlines() or [""])[-1][:200]
-            examples[outcome].append(f"[{case.category}] {case.label} -> rc {rc}: {last}")
+            why = f" ({case.why})" if case.why else ""
+            examples[outcome].append(f"[{case.category}] {case.label}{why}: postplace {' '.join(case.argv)[:160]} "
+                                     f"-> rc {rc}: {last}")
         if args.log:
             last = (err.strip().splitlines() or [""])[-1][:300]
             with open(args.log, "a") as f:
                 f.write(json.dumps({"category": case.category, "label": case.label, "argv": case.argv,
-                                    "outcome": outcome, "rc": rc, "err": last, "wall_s": round(took, 2)}) + "\n")  # fmt: skip
+                                    "expect": case.expect, "why": case.why, "outcome": outcome, "rc": rc, "err": last, "wall_s": round(took, 2)}) + "\n")  # fmt: skip
         if k < args.real:
             real = subprocess.run(
                 [sys.executable, "-m", "postplace.cli", *case.argv], cwd=cwd, capture_output=True, text=True,
@@ -290,7 +304,9 @@ def main() -> None:
             counts["real subprocess agrees"]["yes" if same else "no"] += 1
         if case.category in ("graph file", "cluster file", "placement file"):
             rc, out, err = forked(library_load(case, cwd), args.timeout)
-            lib_case = fuzz.Case(case.category, case.label, ["library"], must_fail=case.must_fail)
+            # the library reads the placement file too: judge the files as simulate reads them
+            expect = fuzz.expect_files(case.files, fuzz.SIMULATE_G)[0] if case.why else case.expect
+            lib_case = fuzz.Case(case.category, case.label, ["library"], expect=expect)
             counts[f"library: {case.category}"][fuzz.classify(lib_case, rc, out, err)] += 1
             n_lib += 1
         shutil.rmtree(cwd, ignore_errors=True)
