@@ -45,7 +45,7 @@ def row(size: str, cluster: str, precision: str, budget: int) -> dict:
         os.environ["POSTPLACE_CACHE"] = cache  # cold: every count traced inside the timed call
         trace_s, ops, state = trace_cost(size, precision)
         t0 = time.perf_counter()
-        r = postplace.place("llama", cluster, size=size, optimizer="adamw", precision=precision, budget=budget)
+        r = postplace.place("llama", cluster, size=size, budget=budget, step=postplace.Step(optimizer="adamw", precision=precision))
         wall = time.perf_counter() - t0
     s = r.summary
     dp = min((v for k, v in s["candidates"].items() if v is not None and k.startswith(("param-server",

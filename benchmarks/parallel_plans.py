@@ -58,7 +58,7 @@ def target(model: str):
         from postplace import zoo
 
         net, inputs, loss = zoo.build("gpt2", "full", batch=64, init=False)
-        return net, {"inputs": inputs, "loss_fn": loss.fn, "targets": loss.targets}
+        return net, {"step": postplace.Step(inputs=inputs, loss_fn=loss.fn, targets=loss.targets)}
     return model, {}
 
 

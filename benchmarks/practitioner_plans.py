@@ -49,7 +49,7 @@ def row(spec: str, budget: int) -> dict:
     model, cluster = spec.split("/")
     kw = {}
     if model.startswith("llama"):
-        kw = {"size": model.split("-")[1], "optimizer": "adamw", "precision": "bf16"}
+        kw = {"size": model.split("-")[1], "step": postplace.Step(optimizer="adamw", precision="bf16")}
         model = "llama"
     t0 = time.perf_counter()
     r = postplace.place(model, cluster, budget=budget, **kw)

@@ -22,9 +22,15 @@ def graph30(cpu_only=()):
     out = rng.integers(1, 5, n).astype(float) * 1e6
     edges = [(i, j, out[i]) for j in range(1, n) for i in range(max(0, j - 3), j) if rng.random() < 0.5]
     kinds = [["cpu"] if i in cpu_only else ["cpu", "gpu"] for i in range(n)]
-    return OpGraph.build([f"op{i}" for i in range(n)], edges, flops=rng.uniform(1e9, 1e10, n), output_bytes=out,
-                         persistent_bytes=rng.integers(0, 3, n).astype(float) * 1e6, allowed_kinds=kinds,
-                         name="g30")  # fmt: skip
+    return OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        edges,
+        flops=rng.uniform(1e9, 1e10, n),
+        output_bytes=out,
+        persistent_bytes=rng.integers(0, 3, n).astype(float) * 1e6,
+        allowed_kinds=kinds,
+        name="g30",
+    )
 
 
 def test_docstring_example_runs():
@@ -73,8 +79,9 @@ def test_summary_equals_resimulating_the_written_placement(tmp_path):
 def test_pins_and_exclusions_hold_for_every_candidate():
     g = graph30()
     c = load_cluster("k80x4")
-    r = postplace.place(g, c, strategy="random", budget=24, groups=None, pins=["^op0$=gpu2", "^op1[0-9]$=cpu"],
-                        exclude=["gpu0"])  # fmt: skip
+    r = postplace.place(
+        g, c, strategy="random", budget=24, groups=None, pins=["^op0$=gpu2", "^op1[0-9]$=cpu"], exclude=["gpu0"]
+    )
     names = c.device_names
     checked = 0
     for k in r.candidates:
@@ -141,9 +148,17 @@ def test_config_overrides_are_validated_and_recorded(tmp_path):
 
 def test_bad_arguments_are_one_line_errors():
     g = graph30()
-    for kwargs, fragment in [({"seed": -1}, "seed"), ({"groups": 0}, "groups"), ({"evaluator": "gpu"}, "evaluator"),
-                             ({"strategy": "nope"}, "unknown strategy"), ({"budget": "soon"}, "--budget"),
-                             ({"map_all_to": "cpu"}, "--map-all-to")]:  # fmt: skip
+    for kwargs, fragment in [
+        ({"seed": -1}, "seed"),
+        ({"groups": 0}, "groups"),
+        ({"measure": postplace.Measure(evaluator="gpu")}, "evaluator 'gpu'"),
+        ({"strategy": "nope"}, "unknown strategy"),
+        ({"budget": "soon"}, "--budget"),
+        ({"measure": postplace.Measure(map_all_to="cpu")}, "--map-all-to"),
+        ({"precision": "bf16"}, "part of step="),
+        ({"ray": "local"}, "part of measure="),
+        ({"step": "adamw"}, "takes a postplace.Step"),
+    ]:
         with pytest.raises(PostplaceError, match=fragment):
             postplace.place(g, "k80x2", **kwargs)
 
@@ -159,8 +174,15 @@ def test_module_target_measured_and_applied(torch_one_thread):
     def loss_fn(out):
         return torch.nn.functional.mse_loss(out, y)
 
-    r = postplace.place(model, "k80x2", inputs=(x,), loss_fn=loss_fn, budget=2, groups=3, evaluator="torch",
-                        map_all_to="cpu", strategy="random")  # fmt: skip
+    r = postplace.place(
+        model,
+        "k80x2",
+        budget=2,
+        groups=3,
+        strategy="random",
+        step=postplace.Step(inputs=(x,), loss_fn=loss_fn),
+        measure=postplace.Measure(evaluator="torch", map_all_to="cpu"),
+    )
     s = r.summary
     assert s["evaluator"] == "torch" and s["figures"]["best_step_time_s"] == "measured"
     assert s["figures"]["lower_bound_s"] == "simulated" and s["ratio_to_lower_bound"] is None

@@ -25,8 +25,14 @@ class Scripted:
         t = self.fn(self.sim.evaluate_ops(placements).step_time)
         n = len(t)
         oom = np.array([i in self.oom_rows for i in range(n)])
-        return EvalResult(np.where(oom, np.inf, t), np.zeros((n, 3)), oom, np.zeros(n, bool),
-                          ["out of memory: test" if o else None for o in oom], self.name)  # fmt: skip
+        return EvalResult(
+            np.where(oom, np.inf, t),
+            np.zeros((n, 3)),
+            oom,
+            np.zeros(n, bool),
+            ["out of memory: test" if o else None for o in oom],
+            self.name,
+        )
 
 
 def finished_run(tmp_path, p):
@@ -104,8 +110,16 @@ def test_place_confirm_returns_the_fastest_measured_and_labels_every_figure(tmp_
     from postplace.cluster.placement import load_placement
 
     out = tmp_path / "run"
-    r = postplace.place("gpt2", "k80x2", size="small", budget=48, groups=6, out=out, confirm=2, map_all_to="cpu",
-                        exclude=["cpu"])  # fmt: skip
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        size="small",
+        budget=48,
+        groups=6,
+        out=out,
+        exclude=["cpu"],
+        measure=postplace.Measure(confirm=2, map_all_to="cpu"),
+    )
     s = r.summary
     rows = s["confirm"]["candidates"]
     ran = [x for x in rows if x["measured_s"] is not None]
@@ -125,9 +139,11 @@ def test_confirm_needs_code_to_run(tmp_path):
 
     g = OpGraph.load(next(iter(_tiny_graph_files(tmp_path))))
     with pytest.raises(PostplaceError, match="--confirm runs placements for real"):
-        postplace.place(g, "k80x2", budget=8, out=tmp_path / "r", confirm=1)
+        postplace.place(g, "k80x2", budget=8, out=tmp_path / "r", measure=postplace.Measure(confirm=1))
     with pytest.raises(PostplaceError, match="--confirm"):
-        postplace.place("gpt2", "k80x2", size="small", budget=8, out=tmp_path / "r2", confirm=-1)
+        postplace.place(
+            "gpt2", "k80x2", size="small", budget=8, out=tmp_path / "r2", measure=postplace.Measure(confirm=-1)
+        )
 
 
 def _tiny_graph_files(tmp_path):
@@ -142,8 +158,17 @@ def test_confirm_measures_the_best_candidates_of_the_answer_placers_included(tmp
     """Where one-shot placers beat the search in simulation, "confirm the simulator's best" measures them."""
     import postplace
 
-    r = postplace.place("gpt2", "k80x2", size="small", budget=8, strategy="random", groups=6, out=tmp_path / "run",
-                        confirm=2, map_all_to="cpu", exclude=["cpu"])  # fmt: skip
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        size="small",
+        budget=8,
+        strategy="random",
+        groups=6,
+        out=tmp_path / "run",
+        exclude=["cpu"],
+        measure=postplace.Measure(confirm=2, map_all_to="cpu"),
+    )
     s = r.summary
     measured = [x for x in s["confirm"]["candidates"] if not x["label"].startswith("single:")]
     pool = sorted(v for k, v in s["candidates"].items() if v is not None and not k.startswith("single:"))

@@ -163,7 +163,7 @@ def test_place_with_ray_local_gives_the_in_process_answer_and_history(ray_cluste
     p = problem(memory=40.0)
     kw = dict(budget=96, seed=3, groups=None)
     local = postplace.place(p.graph, p.cluster, out=tmp_path / "local", **kw)
-    on_ray = postplace.place(p.graph, p.cluster, out=tmp_path / "ray", ray="local", **kw)
+    on_ray = postplace.place(p.graph, p.cluster, out=tmp_path / "ray", **kw, measure=postplace.Measure(ray="local"))
     assert (tmp_path / "ray" / HISTORY).read_text() == (tmp_path / "local" / HISTORY).read_text()
     assert on_ray.returned == local.returned and on_ray.step_time_s == local.step_time_s
     np.testing.assert_array_equal(on_ray.placement, local.placement)
@@ -177,7 +177,7 @@ def test_ray_over_every_micro_batch_count_gives_the_in_process_answer(ray_cluste
 
     kw = dict(size="small", budget=16, groups=6, microbatches="auto", report=False)
     local = postplace.place("gpt2", "k80x2", out=tmp_path / "local", **kw)
-    on_ray = postplace.place("gpt2", "k80x2", out=tmp_path / "ray", ray="local", **kw)
+    on_ray = postplace.place("gpt2", "k80x2", out=tmp_path / "ray", **kw, measure=postplace.Measure(ray="local"))
     assert on_ray.summary["microbatch_counts"] == [1, 2]
     for m in (1, 2):
         ray_history, local_history = (tmp_path / run / f"m{m}" / HISTORY for run in ("ray", "local"))

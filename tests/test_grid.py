@@ -31,8 +31,12 @@ def test_the_grid_is_what_a_practitioner_would_try():
     g = zoo.cached_graph("llama", "small", "adamw", microbatches=2)
     c = load_cluster("dgx8")
     specs, notes = grid_specs(g, c, gpus(c), 8)
-    assert [str(s) for s in specs] == ["zero1:m=8,dp=4,tp=2", "fsdp:m=8,dp=4,tp=2", "zero1:m=8,dp=4,pp=2,schedule=1f1b",
-                                       "zero1:m=8,dp=2,tp=2,pp=2,schedule=1f1b"]  # fmt: skip
+    assert [str(s) for s in specs] == [
+        "zero1:m=8,dp=4,tp=2",
+        "fsdp:m=8,dp=4,tp=2",
+        "zero1:m=8,dp=4,pp=2,schedule=1f1b",
+        "zero1:m=8,dp=2,tp=2,pp=2,schedule=1f1b",
+    ]
     specs, notes = grid_specs(g, c, gpus(c), 2)  # dp must divide m, and each pipeline needs pp micro-batches
     assert [str(s) for s in specs] == [] and any("m/dp >= pp" in n for n in notes)
     convs = zoo.cached_graph("resnet50", "small", "sgd")
@@ -56,13 +60,29 @@ def test_the_grid_finds_a_plan_that_fits_where_no_plain_plan_does():
 def test_compare_and_place_have_the_best_3d_row(tmp_path):
     import postplace
 
-    rep = postplace.compare("llama", "k80x4", size="small", strategies="fsdp,best-3d", budget=8, seeds=1,
-                            out=tmp_path / "c", optimizer="adamw")  # fmt: skip
+    rep = postplace.compare(
+        "llama",
+        "k80x4",
+        size="small",
+        strategies="fsdp,best-3d",
+        budget=8,
+        seeds=1,
+        out=tmp_path / "c",
+        step=postplace.Step(optimizer="adamw"),
+    )
     rows = {r["strategy"]: r for r in rep["rows"]}
     assert rows["best-3d"]["best_step_time_s"] <= rows["fsdp"]["best_step_time_s"]
     assert "grid plans" in rows["best-3d"]["note"]
-    r = postplace.place("llama", "k80x4", size="small", optimizer="adamw", budget=16, microbatches=2,
-                        out=tmp_path / "p", report=False)  # fmt: skip
+    r = postplace.place(
+        "llama",
+        "k80x4",
+        size="small",
+        budget=16,
+        microbatches=2,
+        out=tmp_path / "p",
+        report=False,
+        step=postplace.Step(optimizer="adamw"),
+    )
     cands = r.summary["candidates"]
     best = cands.get("best-3d @m2", cands.get("best-3d"))
     plain = [v for k, v in cands.items() if k.split(" @")[0] in PLAIN and v is not None]
@@ -81,14 +101,29 @@ def test_a_global_batch_is_part_of_the_size(capsys):
     assert big.metadata["zoo"]["config"]["batch"] == 8
     embed = lambda g: sum(g.output_bytes[i] for i, n in enumerate(g.names) if n.endswith("embedding"))  # noqa: E731
     assert embed(big) == pytest.approx(4 * embed(own))
-    res = run_cli("simulate", "gpt2", "--size", "small", "--batch", "8", "--cluster", "k80x4", "--plan", "ddp:m=8",
-                  "--optimizer", "adamw", "--json")  # fmt: skip
+    res = run_cli(
+        "simulate",
+        "gpt2",
+        "--size",
+        "small",
+        "--batch",
+        "8",
+        "--cluster",
+        "k80x4",
+        "--plan",
+        "ddp:m=8",
+        "--optimizer",
+        "adamw",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["step_time_s"] > 0
-    assert "whole number from 1 to 1048576" in cli_error(["simulate", "gpt2", "--size", "small@0", "--cluster",
-                                                          "k80x4", "--plan", "ddp"], capsys)  # fmt: skip
-    assert "give the batch once" in cli_error(["simulate", "gpt2", "--size", "small@4", "--batch", "4", "--cluster",
-                                               "k80x4", "--plan", "ddp"], capsys)  # fmt: skip
+    assert "whole number from 1 to 1048576" in cli_error(
+        ["simulate", "gpt2", "--size", "small@0", "--cluster", "k80x4", "--plan", "ddp"], capsys
+    )
+    assert "give the batch once" in cli_error(
+        ["simulate", "gpt2", "--size", "small@4", "--batch", "4", "--cluster", "k80x4", "--plan", "ddp"], capsys
+    )
 
 
 def test_after_an_exclusion_no_tensor_group_straddles_two_nodes():
@@ -111,8 +146,9 @@ def test_a_run_at_a_batch_is_trained_and_reported_at_that_batch(tmp_path, capsys
     from tests.clihelp import cli_error
 
     assert known_size("gpt2", "small@8") and not known_size("gpt2", "small@x") and not known_size("gpt2", "tiny")
-    (tmp_path / "summary.json").write_text(json.dumps({"target_spec": {"kind": "zoo", "name": "gpt2",
-                                                                       "size": "small@8"}}))  # fmt: skip
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"target_spec": {"kind": "zoo", "name": "gpt2", "size": "small@8"}})
+    )
     (tmp_path / "placement.json").write_text("{}")
     assert _size_for("gpt2", str(tmp_path / "placement.json"), None) == "small@8"
     line = cli_error(["place", "--resume", str(tmp_path), "--batch", "8"], capsys)

@@ -195,8 +195,9 @@ def test_place_spreads_a_step_that_no_single_device_holds_and_fits_every_device(
     counts = (1, 2, 4, 8)  # what place tries: powers of two dividing the batch of 256, up to max(8, 2 GPUs)
     graphs = {m: trace(model, (x,), mse, targets=(y,), microbatches=m).graph for m in counts}
     roomy = star_cluster(("gpu",))
-    need = min(Simulator(g, roomy).evaluate_ops(np.zeros((1, g.num_ops), dtype=int)).peak_mem[0, 0]
-               for g in graphs.values())  # fmt: skip
+    need = min(
+        Simulator(g, roomy).evaluate_ops(np.zeros((1, g.num_ops), dtype=int)).peak_mem[0, 0] for g in graphs.values()
+    )
     capacity = 0.75 * float(need)
     (tmp_path / "two.toml").write_text(f"""name = "two-small-gpus"
 [[device]]
@@ -217,7 +218,9 @@ a = "gpu1"
 b = "hub"
 bandwidth = 1e10
 """)
-    r = postplace.place(model, tmp_path / "two.toml", inputs=(x,), loss_fn=mse, targets=(y,), budget=48, groups=16)
+    r = postplace.place(
+        model, tmp_path / "two.toml", budget=48, groups=16, step=postplace.Step(inputs=(x,), loss_fn=mse, targets=(y,))
+    )
     s = r.summary
     assert s["microbatch_counts"] == list(counts)
     assert s["single_device"] is None and s["single_device_step_time_s"] is None
@@ -245,8 +248,14 @@ def test_place_over_m_on_a_module_with_targets_splits_the_budget_by_halving_and_
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]).train()
     x, y = torch.randn(64, 64), torch.randn(64, 64)
-    r = postplace.place(model, star_cluster(("gpu", "gpu")), inputs=(x,), loss_fn=lambda o, t: ((o - t) ** 2).mean(),
-                        targets=(y,), budget=4 * 96, strategy="random", groups=16)  # fmt: skip
+    r = postplace.place(
+        model,
+        star_cluster(("gpu", "gpu")),
+        budget=4 * 96,
+        strategy="random",
+        groups=16,
+        step=postplace.Step(inputs=(x,), loss_fn=lambda o, t: ((o - t) ** 2).mean(), targets=(y,)),
+    )
     s = r.summary
     assert s["microbatch_counts"] == [1, 2, 4, 8]  # batch 64, 2 GPUs: up to max(8, 2)
     # rounds of 4, 2, 1 counts, 384 / 3 = 128 samples a round: 32 each, then 64, then 128

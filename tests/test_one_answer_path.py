@@ -10,7 +10,7 @@ import numpy as np
 import postplace
 from postplace.cluster.placement import load_placement
 
-SMALL = dict(size="small", groups=6, map_all_to="cpu", exclude=["cpu"])  # gpt2 small: batch 2, m in {1, 2}
+SMALL = dict(size="small", groups=6, exclude=["cpu"])  # gpt2 small: batch 2, m in {1, 2}
 
 
 def _count(label: str) -> int:
@@ -19,7 +19,16 @@ def _count(label: str) -> int:
 
 def test_confirm_over_every_count_measures_the_runs_best_each_at_its_own_count(tmp_path, torch_one_thread):
     out = tmp_path / "run"
-    r = postplace.place("gpt2", "k80x2", budget=16, out=out, confirm=3, microbatches="auto", report=False, **SMALL)
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        budget=16,
+        out=out,
+        microbatches="auto",
+        report=False,
+        **SMALL,
+        measure=postplace.Measure(confirm=3, map_all_to="cpu"),
+    )
     s = r.summary
     assert s["microbatch_counts"] == [1, 2]
     rows = s["confirm"]["candidates"]
@@ -41,8 +50,16 @@ def test_confirm_over_every_count_measures_the_runs_best_each_at_its_own_count(t
 
 
 def test_the_torch_evaluator_searches_and_judges_every_count(tmp_path, torch_one_thread):
-    r = postplace.place("gpt2", "k80x2", budget=8, evaluator="torch", microbatches="auto", report=False,
-                        out=tmp_path / "run", **SMALL)  # fmt: skip
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        budget=8,
+        microbatches="auto",
+        report=False,
+        out=tmp_path / "run",
+        **SMALL,
+        measure=postplace.Measure(evaluator="torch", map_all_to="cpu"),
+    )
     s = r.summary
     assert s["evaluator"] == "torch" and s["figures"]["best_step_time_s"] == "measured"
     assert s["microbatch_counts"] == [1, 2] and all(s["samples_per_microbatches"][m] > 0 for m in ("1", "2"))
@@ -63,11 +80,22 @@ def test_confirm_knows_each_candidates_count_whatever_its_name(tmp_path, torch_o
     g, c = cached_graph("gpt2", "small", microbatches=2), load_cluster("k80x2")
     (tmp_path / "w @m").mkdir()
     save_placement(tmp_path / "w @m" / "placement.json", g, c, single_device(g, c, "gpu1"))
-    r = postplace.place("gpt2", "k80x2", budget=8, microbatches=2, out=tmp_path / "run", confirm=2, report=False,
-                        warm_start=str(tmp_path / "w @m" / "placement.json"), **SMALL)  # fmt: skip
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        budget=8,
+        microbatches=2,
+        out=tmp_path / "run",
+        report=False,
+        warm_start=str(tmp_path / "w @m" / "placement.json"),
+        **SMALL,
+        measure=postplace.Measure(confirm=2, map_all_to="cpu"),
+    )
     assert r.returned.startswith("confirmed:") and r.summary["microbatches"] == 2
-    assert any(x["label"].startswith("warm-start:") for x in r.summary["confirm"]["candidates"]) or \
-        r.summary["candidates"][f"warm-start:{tmp_path / 'w @m' / 'placement.json'}"] is not None  # fmt: skip
+    assert (
+        any(x["label"].startswith("warm-start:") for x in r.summary["confirm"]["candidates"])
+        or r.summary["candidates"][f"warm-start:{tmp_path / 'w @m' / 'placement.json'}"] is not None
+    )
 
 
 def test_a_module_run_measured_for_real_cannot_be_continued_without_its_code(tmp_path, torch_one_thread):
@@ -79,8 +107,16 @@ def test_a_module_run_measured_for_real_cannot_be_continued_without_its_code(tmp
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     x, y = torch.randn(4, 8), torch.randn(4, 1)
-    postplace.place(model, "k80x2", inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss, budget=2,
-                    groups=3, evaluator="torch", map_all_to="cpu", strategy="random", out=tmp_path / "run",
-                    report=False)  # fmt: skip
+    postplace.place(
+        model,
+        "k80x2",
+        budget=2,
+        groups=3,
+        strategy="random",
+        out=tmp_path / "run",
+        report=False,
+        step=postplace.Step(inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss),
+        measure=postplace.Measure(evaluator="torch", map_all_to="cpu"),
+    )
     with pytest.raises(PostplaceError, match="a module's run folder keeps its graph, not the module"):
         postplace.resume(tmp_path / "run", budget=4, report=False)

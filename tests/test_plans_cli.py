@@ -39,17 +39,20 @@ def test_plan_table():
     assert "(simulated)" in r.stdout and "reduce-scatter" in r.stdout
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--plan", "ddp+"], "only '+recompute'"),
-    (["--plan", "zero3"], "unknown plan 'zero3'"),
-    (["--plan", "ddp:m=3"], "m=3 is not a multiple of its 2 replicas"),
-    (["--plan", "ddp:m=4"], "pick m dividing 2"),
-    (["--plan", "ddp:dp=3"], "dp=3 needs 3 GPUs"),
-    (["--plan", "ddp", "--pin", "^mm$=gpu1"], "--pin puts it on gpu1"),
-    (["--plan", "ddp", "--exclude", "gpu0", "--exclude", "gpu1"], "no GPU left"),
-    (["--plan", "ddp", "--placement", "single:gpu0"], "exactly one of --placement"),
-    (["--plan", "ddp", "--microbatches", "2"], "write the count into the plan"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--plan", "ddp+"], "only '+recompute'"),
+        (["--plan", "zero3"], "unknown plan 'zero3'"),
+        (["--plan", "ddp:m=3"], "m=3 is not a multiple of its 2 replicas"),
+        (["--plan", "ddp:m=4"], "pick m dividing 2"),
+        (["--plan", "ddp:dp=3"], "dp=3 needs 3 GPUs"),
+        (["--plan", "ddp", "--pin", "^mm$=gpu1"], "--pin puts it on gpu1"),
+        (["--plan", "ddp", "--exclude", "gpu0", "--exclude", "gpu1"], "no GPU left"),
+        (["--plan", "ddp", "--placement", "single:gpu0"], "exactly one of --placement"),
+        (["--plan", "ddp", "--microbatches", "2"], "write the count into the plan"),
+    ],
+)
 def test_bad_plans_are_one_line(args, words, capsys):
     line = cli_error(["simulate", "gpt2", "--size", "small", "--cluster", "k80x2", *args], capsys)
     assert words in line, line
@@ -71,8 +74,14 @@ def test_a_plan_that_wins_is_returned_reported_and_timed_again(tmp_path):
 
     torch.manual_seed(0)
     x, y = torch.randn(1024, 2048), torch.randint(0, 8, (1024,))
-    r = postplace.place(Blocks(2048, 4), "k80x4", inputs=(x,), targets=(y,), optimizer="adamw", budget=32,
-                        loss_fn=torch.nn.functional.cross_entropy, out=tmp_path / "run", report=False)
+    r = postplace.place(
+        Blocks(2048, 4),
+        "k80x4",
+        budget=32,
+        out=tmp_path / "run",
+        report=False,
+        step=postplace.Step(inputs=(x,), targets=(y,), optimizer="adamw", loss_fn=torch.nn.functional.cross_entropy),
+    )
     from postplace.plans import parse_plan
 
     plan = r.summary["returned_plan"]
@@ -146,8 +155,15 @@ def test_compare_has_the_plans_rows(tmp_path):
     import postplace
     from postplace.api.plans import simulate_plan
 
-    rep = postplace.compare("gpt2", "k80x2", size="small", strategies="ddp,fsdp+recompute,data-parallel", budget=8,
-                            seeds=1, out=tmp_path / "c")  # fmt: skip
+    rep = postplace.compare(
+        "gpt2",
+        "k80x2",
+        size="small",
+        strategies="ddp,fsdp+recompute,data-parallel",
+        budget=8,
+        seeds=1,
+        out=tmp_path / "c",
+    )
     rows = {r["strategy"]: r for r in rep["rows"]}
     assert rows["ddp"]["kind"] == "practitioner plan (simulated)" and "m=2" in rows["ddp"]["note"]
     assert rows["ddp"]["best_step_time_s"] == simulate_plan("gpt2", "k80x2", "ddp:m=2", size="small").step_time_s

@@ -32,8 +32,15 @@ def adamw_bf16_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "mlp"
     x, y = data(0)
     opt = (torch.optim.AdamW, {"lr": 3e-3, "weight_decay": 0.05})
-    result = postplace.place(mlp(), "dgx8", inputs=x, loss_fn=nn.functional.cross_entropy, targets=y, optimizer=opt,
-                             precision="bf16", budget=48, groups=None, microbatches=1, out=out)  # fmt: skip
+    result = postplace.place(
+        mlp(),
+        "dgx8",
+        budget=48,
+        groups=None,
+        microbatches=1,
+        out=out,
+        step=postplace.Step(inputs=x, loss_fn=nn.functional.cross_entropy, targets=y, optimizer=opt, precision="bf16"),
+    )
     return result, out
 
 
@@ -83,14 +90,23 @@ def test_help_of_place_documents_every_parameter():
     import inspect
 
     doc = postplace.place.__doc__
-    for name in inspect.signature(postplace.place).parameters:
-        assert f"\n    {name}" in doc or f", {name}" in doc, name
+    for name, param in inspect.signature(postplace.place).parameters.items():
+        stars = "**" if param.kind is param.VAR_KEYWORD else ""
+        assert f"\n    {stars}{name}" in doc or f", {name}" in doc, name
 
 
 def test_zoo_step_with_adamw_holds_adams_state_and_train_reads_it_back(tmp_path):
     out = tmp_path / "gpt2"
-    r = postplace.place("gpt2", "k80x2", size="small", optimizer="adamw", lr=1e-2, budget=48, microbatches=1,
-                        out=out, report=False)  # fmt: skip
+    r = postplace.place(
+        "gpt2",
+        "k80x2",
+        size="small",
+        budget=48,
+        microbatches=1,
+        out=out,
+        report=False,
+        step=postplace.Step(optimizer="adamw", lr=1e-2),
+    )
     sgd = postplace.place("gpt2", "k80x2", size="small", budget=48, microbatches=1)
     ratio = _parameter_bytes(r.graph) / _parameter_bytes(sgd.graph)
     assert 1.49 < ratio < 1.51  # parameter + two moments against parameter + momentum
@@ -106,5 +122,7 @@ def _parameter_bytes(graph) -> float:
 
 def test_bf16_on_a_cluster_without_bf16_is_one_line_and_writes_nothing(tmp_path):
     with pytest.raises(PostplaceError, match=r"gpu0 \(K80\) has no bf16 units") as err:
-        postplace.place("gpt2", "k80x2", size="small", precision="bf16", budget=48, out=tmp_path / "r")
+        postplace.place(
+            "gpt2", "k80x2", size="small", budget=48, out=tmp_path / "r", step=postplace.Step(precision="bf16")
+        )
     assert "\n" not in str(err.value) and not (tmp_path / "r").exists()

@@ -5,7 +5,9 @@ The library is the product; the ``postplace`` command is a thin shell over it:
 * :func:`place` searches a placement and returns the best of the search, the best single device
   and the memory-aware one-shot placers (a :class:`PlaceResult`); :func:`resume` continues a run folder;
 * :func:`compare` runs every baseline and strategy side by side (a :class:`CompareResult`);
-* :func:`apply` gives a placed training step for the user's own module.
+* :func:`apply` gives a placed training step for the user's own module;
+* :class:`Step` (a module's batch, loss and labels, the optimizer, the precision) and :class:`Measure`
+  (the torch evaluator, ``confirm``, Ray) group the arguments of ``place`` that travel together.
 
 They are imported on first use, so ``import postplace`` stays fast.
 """
@@ -13,9 +15,10 @@ They are imported on first use, so ``import postplace`` stays fast.
 from postplace._version import __version__ as __version__
 from postplace.errors import PostplaceError
 
-__all__ = ["CompareResult", "PlaceResult", "PostplaceError", "apply", "compare", "load_target", "place", "resume"]
+__all__ = ["CompareResult", "Measure", "PlaceResult", "PostplaceError", "Step", "apply", "compare", "load_target",
+           "place", "resume"]
 
-_API = {"CompareResult", "PlaceResult", "apply", "compare", "load_target", "place", "resume"}
+_API = {"CompareResult", "Measure", "PlaceResult", "Step", "apply", "compare", "load_target", "place", "resume"}
 
 
 def __getattr__(name):

@@ -404,7 +404,7 @@ def compare(
             raise PostplaceError("compare --microbatches auto: compare runs one m; give a count (place weighs every m)")
         report = api.compare(target, cluster, strategies=strategies, budget=budget, seeds=seeds, out=out,
                              expert_split=expert_split, size=size, progress=progress, microbatches=m,
-                             optimizer=optimizer, lr=lr, precision=precision)  # fmt: skip
+                             step=api.Step(optimizer=optimizer, lr=lr, precision=precision))  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}",
               file=sys.stderr)  # fmt: skip
@@ -703,7 +703,8 @@ def place(
                     given[flag] = ctx.params[flag]
             explicit_budget = _given(ctx, "budget")
             result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
-                                confirm=confirm, ray=ray, report=not no_report, **given)  # fmt: skip
+                                measure=api.Measure(confirm=confirm, ray=ray), report=not no_report,
+                                **given)  # fmt: skip
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
@@ -713,12 +714,14 @@ def place(
                 console.print(f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}",
                               highlight=False)  # fmt: skip
             result = api.place(target, cluster, strategy=strategy, budget=budget, seed=seed, pins=pin or (),
-                               exclude=exclude or (), warm_start=warm_start, evaluator=evaluator, out=out,
-                               config=overrides or None, groups=n_groups, size=size, map_all_to=map_all_to,
-                               progress=_progress(as_json), confirm=confirm, ray=ray,
+                               exclude=exclude or (), warm_start=warm_start, out=out, config=overrides or None,
+                               groups=n_groups, size=size, progress=_progress(as_json),
                                microbatches=None if microbatches is None else _microbatches(microbatches),
-                               microbatch_colocation=microbatch_colocation, optimizer=optimizer, lr=lr,
-                               precision=precision, report=not no_report)  # fmt: skip
+                               microbatch_colocation=microbatch_colocation,
+                               step=api.Step(optimizer=optimizer, lr=lr, precision=precision),
+                               measure=api.Measure(evaluator=evaluator, map_all_to=map_all_to, confirm=confirm,
+                                                   ray=ray),
+                               report=not no_report)  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
               file=sys.stderr)  # fmt: skip

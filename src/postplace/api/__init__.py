@@ -15,12 +15,15 @@ parses, calls and prints), one file per decision:
 * :mod:`~postplace.api.summary`: ``summary.json`` and the plan in words;
 * :mod:`~postplace.api.folder`: continuing a run folder;
 * :mod:`~postplace.api.result`: what ``place`` and ``compare`` return;
+* :mod:`~postplace.api.options`: the grouped arguments ``Step`` (the training step) and ``Measure``;
 * :mod:`~postplace.api.front`: the four calls themselves.
 """
 
 from postplace.api.candidates import CANDIDATE_PLACERS
 from postplace.api.front import apply, compare, place, resume
+from postplace.api.options import Measure, Step
 from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.target import load_target
 
-__all__ = ["CANDIDATE_PLACERS", "CompareResult", "PlaceResult", "apply", "compare", "load_target", "place", "resume"]
+__all__ = ["CANDIDATE_PLACERS", "CompareResult", "Measure", "PlaceResult", "Step", "apply", "compare", "load_target",
+           "place", "resume"]

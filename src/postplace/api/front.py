@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from postplace.api.folder import resume_folder
+from postplace.api.options import Measure, Step, check_moved, grouped
 from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.run import place_run, with_report
 from postplace.api.settings import check_same_optimizer, make_settings
@@ -27,27 +28,20 @@ def place(
     strategy: str = "post",
     budget: int | str = 2400,
     seed: int = 0,
+    config=None,
+    groups: int | None = 256,
     pins=(),
     exclude=(),
     warm_start: str | None = None,
-    evaluator: str = "simulator",
-    out: str | Path | None = None,
-    config=None,
-    groups: int | None = 256,
-    size: str = "full",
-    inputs=None,
-    loss_fn=None,
-    map_all_to: str | None = None,
-    progress: bool = False,
-    confirm: int = 0,
-    ray: str | None = None,
     microbatches: int | str | None = None,
     microbatch_colocation: str = "none",
-    targets=None,
-    optimizer="sgd",
-    lr: float | None = None,
-    precision: str = "fp32",
+    size: str = "full",
+    step: Step | None = None,
+    measure: Measure | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
     report: bool = True,
+    **moved,
 ) -> PlaceResult:
     """Find a fast placement of one training step on a cluster.
 
@@ -64,7 +58,7 @@ def place(
     ----------
     target : OpGraph, str, path or torch.nn.Module
         A graph, a graph file, a zoo model name (see ``postplace models``), or a module with
-        ``inputs`` (example batch) and ``loss_fn`` (outputs -> scalar loss); a module is traced.
+        ``step=Step(inputs=..., loss_fn=...)``; a module is traced.
     cluster : str, path or Cluster
         A preset name (``k80x2``, ``k80x4``, ``dgx8``, ``dgx8x2``, ``mixed``, ``h100``), a cluster TOML
         file, or a Cluster.
@@ -76,6 +70,11 @@ def place(
         Samples (``2400``) or wall-clock time (``"60s"``, ``"5m"``).
     seed : int
         Seed of the grouping and the strategy (>= 0).
+    config : dataclass, dict or str, optional
+        The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
+        overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
+    groups : int or None
+        Number of groups to place (None: op-level).
     pins : sequence of str
         ``"REGEX=DEVICE"``: ops whose name matches go on DEVICE (with their colocation sets).
     exclude : sequence of str
@@ -83,29 +82,6 @@ def place(
     warm_start : str, optional
         A placer name (``heft``, ``m-etf``...), ``single:DEVICE`` or a placement JSON file. Its own
         op-level placement is a candidate; its collapse to the search's groups is the first sample.
-    evaluator : {"simulator", "torch"}
-        Simulate, or measure real steps (zoo models and modules only).
-    out : str or path, optional
-        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``, ``checkpoint.json``
-        (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html`` (as the CLI writes it);
-        ``run.json`` and ``summary.json`` then record the search's start (``search_start``: its name and step time).
-    config : dataclass, dict or str, optional
-        The strategy's config (e.g. :class:`postplace.search.PostConfig`), or a dict of field
-        overrides (``{"lr": 0.05}``), or ``"paper"`` for Post.
-    groups : int or None
-        Number of groups to place (None: op-level).
-    size : str
-        Zoo model size (``full`` or ``small``).
-    inputs, loss_fn
-        Needed when ``target`` is an ``nn.Module``.
-    map_all_to : str, optional
-        With ``evaluator="torch"``: run every logical device on this torch device (e.g. ``cpu``).
-    progress : bool
-        Show a progress bar.
-    confirm : int
-        Measure the K best candidates for real and return the fastest measured (needs code to run).
-    ray : str, optional
-        ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (at every count).
     microbatches : int, "auto" or None
         None (default): ``"auto"`` where the step can be traced again and the search is simulated, else 1
         (measured runs weigh every count when asked: each count's search is then measured for real).
@@ -113,23 +89,29 @@ def place(
     microbatch_colocation : {"none", "module"}
         ``none``: a layer's micro-batches may go to different devices (data parallelism);
         ``module``: they stay together (pipelines only).
-    targets : tensor or tuple of tensors, optional
-        A module's labels: the loss is ``loss_fn(outputs, *targets)``, they are split with the inputs
-        into micro-batches, and the placed step takes new ones each call (``step(inputs, targets)``).
-        Without them a module is placed at m = 1 only, and a loss that closed over its labels is
-        warned about (every step would train on those).
-    optimizer : str, torch.optim class, (class, kwargs) or factory
-        The update the step ends with (:mod:`postplace.graph.optimizers`): ``"sgd"`` (default: lr 0.1,
-        momentum 0.9, the paper zoo's), ``"adam"``, ``"adamw"``, ``torch.optim.AdamW``,
-        ``(torch.optim.AdamW, {"lr": 3e-4})``, or ``params -> Optimizer`` (param groups kept).
-        Its state (Adam's two moments) is memory the placement must fit.
-    lr : float, optional
-        The learning rate of a named optimizer or class.
-    precision : {"fp32", "bf16", "fp16"}
-        ``bf16``/``fp16``: the forward pass runs under ``torch.autocast`` in that dtype with fp32
-        master weights; each op is priced at its device's peak for the dtype it runs in.
+    size : str
+        Zoo model size (``full`` or ``small``).
+    step : Step, optional
+        The training step (:class:`postplace.Step`): a module's ``inputs``, ``loss_fn`` and ``targets``
+        (its labels: without them a module is placed at m = 1 only, and a loss that closed over its
+        labels is warned about), the ``optimizer`` and ``lr`` it ends with, its ``precision``.
+        Default: SGD (lr 0.1, momentum 0.9) in fp32.
+    measure : Measure, optional
+        How placements are judged beyond the simulator (:class:`postplace.Measure`): ``evaluator="torch"``
+        measures every sample, ``confirm=K`` the K best candidates, ``ray=`` evaluates on Ray actors,
+        ``map_all_to=`` runs every device on one torch device. Default: simulated.
+    out : str or path, optional
+        The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``,
+        ``checkpoint.json`` (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html``
+        (as the CLI writes it); ``run.json`` and ``summary.json`` then record the search's start
+        (``search_start``: its name and step time).
+    progress : bool
+        Show a progress bar.
     report : bool
         Write ``report.html`` into ``out`` (a report that cannot be drawn is a warning, never a failed run).
+    **moved
+        Nothing: a field of ``step`` or ``measure`` passed loose (``precision="bf16"``) is one error line
+        naming the group it belongs to.
 
     Returns
     -------
@@ -162,37 +144,37 @@ def place(
     >>> abs(r.step_time_s - ((1e9 + 4e9 + 1e9) / 2.8e12 + 3 * 1e-5)) < 1e-15
     True
     """
-    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, evaluator, confirm, targets,
-                              batch_of(target, size, inputs))
+    check_moved("place", moved)
+    step, measure = grouped(step, Step, "step"), grouped(measure, Measure, "measure")
+    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, measure, step.targets,
+                              batch_of(target, size, step.inputs))  # fmt: skip
     if m_mode == "auto":
         return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
                              exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
-                             inputs=inputs, loss_fn=loss_fn, targets=targets, colocation=microbatch_colocation,
-                             progress=progress, evaluator=evaluator, confirm=confirm, ray=ray,
-                             map_all_to=map_all_to, step={"optimizer": optimizer, "lr": lr, "precision": precision},
+                             colocation=microbatch_colocation, step=step, measure=measure, progress=progress,
                              report=report)  # fmt: skip
-    tgt = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, microbatches=m_mode,
-                      microbatch_colocation=microbatch_colocation, targets=targets, optimizer=optimizer, lr=lr,
-                      precision=precision)  # fmt: skip
+    tgt = load_target(target, size=size, inputs=step.inputs, loss_fn=step.loss_fn, microbatches=m_mode,
+                      microbatch_colocation=microbatch_colocation, targets=step.targets,
+                      **step.traced_step())  # fmt: skip
     c, cluster_spec = load_cluster(cluster, tgt.graph)
     note = None
-    if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and (
-            evaluator != "simulator" or confirm):  # fmt: skip
+    if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and measure.measured:
         note = ("measured runs place m = 1 unless asked (every count's search is measured for real): pass "
                 "--microbatches auto to weigh every count, or M to pin one")  # fmt: skip
-    elif microbatches is None and tgt.spec["kind"] == "module" and targets is None:
-        note = ("placed at m = 1 only: give targets= (and a loss_fn(outputs, *targets)) to weigh micro-batch "
-                "counts, data parallelism and pipelines")  # fmt: skip
+    elif microbatches is None and tgt.spec["kind"] == "module" and step.targets is None:
+        note = ("placed at m = 1 only: give Step(targets=...) (and a loss_fn(outputs, *targets)) to weigh "
+                "micro-batch counts, data parallelism and pipelines")  # fmt: skip
     settings = make_settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
-                             exclude=exclude, warm_start=warm_start, evaluator=evaluator, config=config, groups=groups,
-                             size=size, map_all_to=map_all_to, confirm=confirm, microbatches=m_mode,
-                             microbatch_colocation=microbatch_colocation, microbatch_note=note)  # fmt: skip
+                             exclude=exclude, warm_start=warm_start, evaluator=measure.evaluator, config=config,
+                             groups=groups, size=size, map_all_to=measure.map_all_to, confirm=measure.confirm,
+                             microbatches=m_mode, microbatch_colocation=microbatch_colocation,
+                             microbatch_note=note)  # fmt: skip
     result = place_run(settings, {m_mode: tgt}, c, out=None if out is None else Path(out), resume=False,
-                       progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
+                       progress=progress, confirm_k=measure.confirm, ray=measure.ray)  # fmt: skip
     return with_report(result, out, report)
 
 
-def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, confirm, targets,
+def _microbatch_mode(target, microbatches, colocation: str, measure: Measure, targets,
                      batch: int | None) -> int | str:
     """``"auto"`` (the default where the step can be traced again: a zoo model, a module with
     ``targets``) or the pinned count; refuses what cannot be done, in one line, before any search."""
@@ -207,13 +189,13 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
         traceable = str(target) in zoo.MODELS
     elif traceable:
         traceable = targets is not None
-    measured = evaluator != "simulator" or bool(confirm)
+    measured = measure.measured
     if microbatches is None:  # a measured search at every count costs real steps: asked for, not the default
         return "auto" if traceable and not measured else 1
     if microbatches == "auto":
         if not traceable:
             raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
-                                 "or an nn.Module with targets=; a graph file is one traced step")  # fmt: skip
+                                 "or an nn.Module with Step(targets=...); a graph file is one traced step")  # fmt: skip
         return "auto"
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...) or 'auto'")
@@ -223,16 +205,17 @@ def _microbatch_mode(target, microbatches, colocation: str, evaluator: str, conf
     return int(microbatches)
 
 
-def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, colocation, progress, evaluator, confirm,
-                  ray, map_all_to, step, report, **kw) -> PlaceResult:  # fmt: skip
+def _place_over_m(target, cluster, *, out, size, colocation, step: Step, measure: Measure, progress, report,
+                  **kw) -> PlaceResult:  # fmt: skip
     """Trace the step at every count of :func:`postplace.api.over_m.microbatch_counts` and answer over all."""
     from postplace.api.over_m import fitting_count, microbatch_counts, trace_counts
 
-    batch = batch_of(target, size, inputs)
+    batch = batch_of(target, size, step.inputs)
     if batch is None:
         raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
                              "pin a count with --microbatches M")  # fmt: skip
-    first = load_target(target, size=size, inputs=inputs, loss_fn=loss_fn, targets=targets, **step)
+    module = {"inputs": step.inputs, "loss_fn": step.loss_fn, "targets": step.targets, **step.traced_step()}
+    first = load_target(target, size=size, **module)
     c, cluster_spec = load_cluster(cluster, first.graph)
     gpus = sum(dv.kind == "gpu" for dv in c.devices)
     import warnings
@@ -241,25 +224,24 @@ def _place_over_m(target, cluster, *, out, size, inputs, loss_fn, targets, coloc
 
     with warnings.catch_warnings():  # said once below, and only if the answer splits the batch
         warnings.simplefilter("ignore", MicrobatchNormWarning)
-        more, skipped = trace_counts(lambda m: load_target(target, size=size, inputs=inputs, loss_fn=loss_fn,
-                                                           microbatches=m, microbatch_colocation=colocation,
-                                                           targets=targets, **step),
+        more, skipped = trace_counts(lambda m: load_target(target, size=size, microbatches=m,
+                                                           microbatch_colocation=colocation, **module),
                                      microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
     targets_by_m = {1: first, **more}
-    settings = make_settings(first, c, cluster_spec, evaluator=evaluator, map_all_to=map_all_to, confirm=confirm,
-                             size=size, microbatches="auto", microbatch_colocation=colocation,
+    settings = make_settings(first, c, cluster_spec, evaluator=measure.evaluator, map_all_to=measure.map_all_to,
+                             confirm=measure.confirm, size=size, microbatches="auto", microbatch_colocation=colocation,
                              microbatch_counts=tuple(sorted(targets_by_m)), microbatch_skipped=skipped,
                              graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()},
                              **kw)  # fmt: skip
     result = place_run(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
-                       progress=progress, confirm_k=confirm, ray=ray)  # fmt: skip
+                       progress=progress, confirm_k=measure.confirm, ray=measure.ray)  # fmt: skip
     if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
         warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
     return with_report(result, out, report)
 
 
-def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None, progress: bool = False,
-           confirm: int = 0, ray: str | None = None, report: bool = True, **given) -> PlaceResult:  # fmt: skip
+def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None,
+           measure: Measure | None = None, progress: bool = False, report: bool = True, **given) -> PlaceResult:
     """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
 
     A run killed before its first checkpoint starts over with the recorded settings.
@@ -275,16 +257,17 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         each count's search resumed from its checkpoint.
     graph, cluster : optional
         Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
+    measure : Measure, optional
+        ``confirm=K`` measures the K best candidates for real and ``ray=`` evaluates on Ray actors, as
+        :func:`place` takes them; its ``evaluator`` and ``map_all_to``, where not the defaults, must
+        equal the recorded ones.
     progress : bool
         Show a progress bar.
-    confirm : int
-        Measure the K best candidates for real, as :func:`place` does.
-    ray : str, optional
-        ``"local"`` or a Ray address, as :func:`place` takes it.
     report : bool
         Draw ``report.html`` at the end, as :func:`place` does.
     **given
-        Any other setting of :func:`place` (``strategy=``, ``seed=``...): it must equal the recorded one.
+        Any setting the run recorded (``strategy=``, ``seed=``, ``precision=``...): it must equal the
+        recorded one.
 
     Returns
     -------
@@ -311,13 +294,18 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
     >>> r.summary["samples"], r.returned
     (96, 'search')
     """
-    return with_report(resume_folder(Path(out), budget, graph, cluster, progress, confirm, ray, given), out, report)
+    measure = grouped(measure, Measure, "measure")
+    for key in ("evaluator", "map_all_to"):  # the recorded ones hold: given again, they must agree
+        if getattr(measure, key) != getattr(Measure(), key):
+            given[key] = getattr(measure, key)
+    check_moved("resume", {k: v for k, v in given.items() if k in ("confirm", "ray")})
+    return with_report(resume_folder(Path(out), budget, graph, cluster, progress, measure.confirm, measure.ray,
+                                     given), out, report)  # fmt: skip
 
 
 def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
-            expert_split: str | None = None, size: str = "full", progress=None,
-            microbatches: int = 1, optimizer="sgd", lr: float | None = None,
-            precision: str = "fp32") -> CompareResult:  # fmt: skip
+            expert_split: str | None = None, size: str = "full", progress=None, microbatches: int = 1,
+            step: Step | None = None, **moved) -> CompareResult:  # fmt: skip
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     Search runs go to ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph,
@@ -351,8 +339,9 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
         For a zoo model the ``data-parallel`` and ``pipeline`` rows are simulated at every micro-batch
         count ``place`` weighs (their fastest that fits); for a graph file data parallelism is an
         analytic estimate, labelled as one.
-    optimizer, lr, precision
-        The step traced, as :func:`place` takes them.
+    step : Step, optional
+        The update and precision of the step traced (:class:`postplace.Step`'s ``optimizer``, ``lr``,
+        ``precision``), as :func:`place` takes them; a module's fields do not apply.
 
     Returns
     -------
@@ -380,6 +369,11 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     from postplace.comparison import PLAN_NAMES, parse_strategies
     from postplace.comparison import compare as run_compare
 
+    check_moved("compare", moved)
+    step = grouped(step, Step, "step")
+    if step.inputs is not None or step.loss_fn is not None or step.targets is not None:
+        raise PostplaceError("compare takes a graph, a graph file or a zoo model: Step's inputs, loss_fn and "
+                             "targets (a module's) do not apply; place the module instead")  # fmt: skip
     names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
     from postplace.search.runner import MAX_BUDGET_SAMPLES
 
@@ -392,15 +386,15 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     if microbatches > 1 and batch is not None and batch % microbatches:
         raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
                              "give a divisor of it")  # fmt: skip
-    step = {"optimizer": optimizer, "lr": lr, "precision": precision}
-    tgt = load_target(target, size=size, microbatches=int(microbatches), **step)
+    traced_step = step.traced_step()
+    tgt = load_target(target, size=size, microbatches=int(microbatches), **traced_step)
     c, cluster_spec = load_cluster(cluster, tgt.graph)
     retraced = None
     if tgt.spec["kind"] == "zoo" and batch is not None and ({"data-parallel", "pipeline", *PLAN_NAMES} & set(names)):
         from postplace.api.over_m import microbatch_counts, trace_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)
-        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m, **step).graph,
+        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m, **traced_step).graph,
                                    microbatch_counts(batch, gpus))  # fmt: skip
     out = Path(out) if out is not None else default_compare_out(target, c.name)
     report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
@@ -415,7 +409,7 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
     """A placed training step (:class:`postplace.runtime.placed.PlacedStep`) for the returned placement.
 
     Call the step to run one training step, ``step(inputs, targets)`` for a module placed with
-    ``targets=`` (``step()`` reruns the traced batch); it returns the loss. The step updates with the
+    ``Step(targets=...)`` (``step()`` reruns the traced batch); it returns the loss. The step updates with the
     optimizer and precision the placement was made for.
 
     Parameters
@@ -449,8 +443,8 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
     >>> _ = torch.manual_seed(0)
     >>> model = torch.nn.Linear(4, 2)
     >>> x, y = torch.randn(8, 4), torch.randn(8, 2)
-    >>> result = postplace.place(model, "k80x2", inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss,
-    ...                          budget=48, microbatches=1)
+    >>> training = postplace.Step(inputs=(x,), targets=(y,), loss_fn=torch.nn.functional.mse_loss)
+    >>> result = postplace.place(model, "k80x2", step=training, budget=48, microbatches=1)
     >>> step = postplace.apply(result, device_map="cpu")
     >>> loss = step(x, y)
     >>> loss.shape, loss.dtype
@@ -476,7 +470,7 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
                          microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
                          model=model, device_map=device_map, **recorded_step(ts))  # fmt: skip
     if traced is None:
-        raise PostplaceError("apply needs the code of the step: place an nn.Module (target=model, inputs=..., "
-                             "loss_fn=...) or a zoo model; a graph file has no code to run")  # fmt: skip
+        raise PostplaceError("apply needs the code of the step: place an nn.Module (with step=Step(inputs=..., "
+                             "loss_fn=...)) or a zoo model; a graph file has no code to run")  # fmt: skip
     return run_apply(model if model is not None else traced.model, traced, result.placement, result.cluster,
                      device_map=device_map)  # fmt: skip

@@ -99,10 +99,11 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
         torch = None
     if torch is not None and isinstance(target, torch.nn.Module):
         if inputs is None or loss_fn is None:
-            raise PostplaceError("placing an nn.Module needs example inputs= and a loss_fn= (outputs -> scalar loss)")
+            raise PostplaceError("placing an nn.Module needs example inputs and a loss_fn (outputs -> scalar loss): "
+                                 "step=postplace.Step(inputs=(x,), loss_fn=...)")  # fmt: skip
         if microbatches != 1 and targets is None:
             raise PostplaceError(f"--microbatches {microbatches}: splitting your module's batch needs its labels "
-                                 "apart from the loss: pass targets=(y,) and a loss_fn(outputs, y)")  # fmt: skip
+                                 "apart from the loss: pass Step(targets=(y,)) and a loss_fn(outputs, y)")  # fmt: skip
         from postplace.graph.trace_torch import trace
 
         kw = {} if targets is None else {"targets": targets}
