@@ -450,7 +450,7 @@ def test_report_of_an_edited_comparison_is_one_line(compare_template, tmp_path, 
 
     shutil.copytree(compare_template, tmp_path / "t")
     folder = tmp_path / "t" / "cmp"
-    doc = fuzz._set_path(json.loads((folder / "compare.json").read_text()), path, value)
+    doc = fuzz.set_path(json.loads((folder / "compare.json").read_text()), path, value)
     (folder / "compare.json").write_text(json.dumps(doc))
     with pytest.raises(PostplaceError) as exc:
         write_report(folder, cluster=str(tmp_path / "t" / fuzz.CLUSTER))

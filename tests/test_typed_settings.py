@@ -76,3 +76,24 @@ def test_api_modules_share_only_public_names():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("postplace.api"):
                 private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert private == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    """Across the whole package: a name one module uses of another is public (an underscored module, a
+    package's private part such as ``postplace.report._html``, may be imported as a whole)."""
+    import importlib
+
+    root = Path(postplace.__file__).parent
+    private = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("postplace")):
+                continue
+            for alias in node.names:
+                if not alias.name.startswith("_") or alias.name.startswith("__"):
+                    continue
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")  # a module: allowed
+                except ImportError:
+                    private.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
+    assert private == []

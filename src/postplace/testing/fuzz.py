@@ -28,16 +28,16 @@ import random
 from collections.abc import Iterator
 
 from postplace.testing.fuzz_config import WORKLOAD_MUTATIONS, config_cases, workload_cases
-from postplace.testing.fuzz_edits import Edit, _dumps, _set_path, _walk, apply_edit
+from postplace.testing.fuzz_edits import Edit, apply_edit, dumps_json, set_path, walk_path
 from postplace.testing.fuzz_expect import expect_files
 from postplace.testing.fuzz_files import (
     BAD_INTS,
     BAD_NUMBERS,
     GRAPH_FLOAT_FIELDS,
-    _cluster_mutation,
-    _graph_mutation,
-    _placement_mutation,
+    cluster_mutation,
     file_cases,
+    graph_mutation,
+    placement_mutation,
     run_folder_cases,
     train_cases,
 )
@@ -70,14 +70,14 @@ from postplace.testing.fuzz_inputs import (
     VALID,
     WORKLOAD,
     Case,
-    _agnostic,
-    _json_bytes,
+    agnostic_corruption,
     base_cluster_toml,
     base_graph,
     base_placement,
     base_workload,
     corrupt_run_file,
     expect_of,
+    json_bytes,
 )
 from postplace.testing.fuzz_judge import OUTCOMES, classify
 from postplace.testing.fuzz_oracle import place_check, placement_bounds, simulate_check
@@ -86,8 +86,8 @@ from postplace.testing.fuzz_runs import RESUME, run_edit_cases, run_edit_pool
 __all__ = ["BAD_INTS", "BAD_NUMBERS", "BIG", "CLUSTER", "CLUSTER_DOC", "COMPARE_Z", "DELETE", "FLAG_CASES", "GRAPH",
            "GRAPH_FLOAT_FIELDS", "GRAPH_Z", "HUGE", "INF", "INVALID", "NAN", "OUTCOMES", "PLACEMENT", "PLACE_G",
            "PLACE_Z", "PLACE_Z1", "RESUME", "SIMULATE_G", "SIMULATE_Z", "TRAIN_Z", "UNDECIDED", "VALID", "WORKLOAD",
-           "WORKLOAD_MUTATIONS", "ZOO", "Case", "Edit", "_agnostic", "_cluster_mutation", "_dumps",
-           "_graph_mutation", "_json_bytes", "_placement_mutation", "_set_path", "_walk", "apply_edit",
+           "WORKLOAD_MUTATIONS", "ZOO", "Case", "Edit", "agnostic_corruption", "cluster_mutation", "dumps_json",
+           "graph_mutation", "json_bytes", "placement_mutation", "set_path", "walk_path", "apply_edit",
            "base_cluster_toml", "base_graph", "base_placement", "base_workload", "cases", "classify", "config_cases",
            "corrupt_run_file", "expect_files", "expect_of", "flag_family_cases", "place_check", "placement_bounds",
            "run_edit_cases", "run_edit_pool", "simulate_check", "workload_cases"]  # fmt: skip

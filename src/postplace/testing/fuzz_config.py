@@ -24,11 +24,11 @@ from postplace.testing.fuzz_inputs import (
     NAN,
     WORKLOAD,
     Case,
-    _json_bytes,
     base_cluster_toml,
     base_graph,
     base_workload,
     expect_of,
+    json_bytes,
 )
 
 __all__ = ["WORKLOAD_MUTATIONS", "config_cases", "workload_cases"]
@@ -107,7 +107,7 @@ def workload_cases(rng: random.Random, n: int) -> Iterator[Case]:
     picked = todo if n >= len(todo) else sorted(rng.sample(range(len(todo)), n))
     for item in picked:
         (label, mutate, must), argv = todo[item] if isinstance(item, int) else item
-        data = _json_bytes(mutate(json.loads(json.dumps(base_workload()))))
+        data = json_bytes(mutate(json.loads(json.dumps(base_workload()))))
         if label.startswith("max") and not any(a.startswith("workload:") for a in argv):
             must = None  # the file's machine is only built for --cluster workload:PRESET
         yield Case("workload file", f"{argv[0]}: {label}", list(argv), {**good, WORKLOAD: data}, expect_of(must))

@@ -46,7 +46,7 @@ class Edit:
         return f"{where} {self.kind} {v}"[:100] + ("" if self.recompute else " (checksum kept)")
 
 
-def _walk(doc, path: str):
+def walk_path(doc, path: str):
     """(container, key) of ``path`` ("a.b.0") in a JSON document."""
     parts = path.split(".")
     node = doc
@@ -56,10 +56,10 @@ def _walk(doc, path: str):
     return node, int(last) if isinstance(node, list) else last
 
 
-def _set_path(doc, path: str, value):
+def set_path(doc, path: str, value):
     if path == "":
         return value
-    node, key = _walk(doc, path)
+    node, key = walk_path(doc, path)
     if value != DELETE:
         node[key] = value
     elif isinstance(node, dict):
@@ -69,7 +69,7 @@ def _set_path(doc, path: str, value):
     return doc
 
 
-def _dumps(doc) -> bytes:
+def dumps_json(doc) -> bytes:
     return json.dumps(doc).replace(f'"{BIG}"', "1e400").encode()
 
 
@@ -80,8 +80,8 @@ def apply_edit(folder, edit: Edit, rng: random.Random) -> None:
     import shutil
     from pathlib import Path
 
-    from postplace.api.settings import _checksum
     from postplace.search import state_io
+    from postplace.search.state_io import settings_checksum as _checksum
 
     folder = Path(folder)
     paths = sorted(folder.glob(edit.file)) or [folder / edit.file]
@@ -104,25 +104,25 @@ def apply_edit(folder, edit: Edit, rng: random.Random) -> None:
     if edit.kind == "set" and p.name == "checkpoint.json":
         head = json.loads(p.read_bytes())
         if edit.path.startswith("@"):
-            _set_path(head, edit.path[1:], edit.value)
+            set_path(head, edit.path[1:], edit.value)
         else:
-            head["body"] = _set_path(head["body"], edit.path, edit.value)
+            head["body"] = set_path(head["body"], edit.path, edit.value)
             if edit.recompute:
                 head["body_sha256"] = state_io._sha(state_io._body_bytes(head["body"]))
-        p.write_bytes(_dumps(head))
+        p.write_bytes(dumps_json(head))
         return
     if edit.kind == "set":
-        doc = _set_path(json.loads(p.read_bytes()), edit.path, edit.value)
+        doc = set_path(json.loads(p.read_bytes()), edit.path, edit.value)
         if p.name == "run.json" and edit.recompute and isinstance(doc, dict):
             body = {k: v for k, v in doc.items() if k != "checksum"}
             if edit.path != "checksum":
                 doc["checksum"] = _checksum(body)
-        p.write_bytes(_dumps(doc))
+        p.write_bytes(dumps_json(doc))
         return
     if edit.kind == "npz":
         ckpt = p if p.name == "checkpoint.json" else p.parent / "checkpoint.json"
         head = json.loads(ckpt.read_bytes())
-        node, key = _walk(head["body"], edit.path)
+        node, key = walk_path(head["body"], edit.path)
         name = node[key]["__ndarray__"]
         npz = ckpt.with_name(head["arrays"])
         with np.load(npz, allow_pickle=False) as z:
@@ -140,7 +140,7 @@ def apply_edit(folder, edit: Edit, rng: random.Random) -> None:
         if isinstance(edit.value, dict):
             row = json.loads(lines[k])
             row.update(edit.value)
-            new = _dumps(row).decode() + "\n"
+            new = dumps_json(row).decode() + "\n"
         else:
             new = str(edit.value) + "\n"
         ckpt = p.parent / "checkpoint.json"

@@ -4,7 +4,7 @@ format-agnostic corruptions of them, each case run through ``simulate`` (or ``in
 A structured mutation sets one field of a valid file to a value of the wrong type, a non-finite or
 negative number, a name that does not exist, a number past float range, a nesting too deep to
 parse: certainly invalid, but for a documented optional field left out of a cluster (certainly
-valid). A format-agnostic corruption (:func:`~postplace.testing.fuzz_inputs._agnostic`) may leave a
+valid). A format-agnostic corruption (:func:`~postplace.testing.fuzz_inputs.agnostic_corruption`) may leave a
 valid file or not: :func:`~postplace.testing.fuzz_expect.expect_files` decides from the documented
 rules where it can. Also here: placement files for ``postplace train`` and corrupted run folders.
 """
@@ -26,12 +26,12 @@ from postplace.testing.fuzz_inputs import (
     UNDECIDED,
     VALID,
     Case,
-    _agnostic,
-    _json_bytes,
-    _zoo_placement,
+    agnostic_corruption,
     base_cluster_toml,
     base_graph,
     base_placement,
+    json_bytes,
+    zoo_placement,
 )
 
 __all__ = ["file_cases", "run_folder_cases", "train_cases"]
@@ -41,7 +41,7 @@ BAD_INTS = ["0", True, None, 1.5, -7, 2**70]
 GRAPH_FLOAT_FIELDS = ["flops", "bytes_accessed", "output_bytes", "persistent_bytes"]
 
 
-def _graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
+def graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
     """One structured mutation of the graph file's dict that makes it certainly invalid."""
     d = json.loads(json.dumps(doc))
     ops, edges, n = d["ops"], d["edges"], len(doc["ops"]["name"])
@@ -109,10 +109,10 @@ def _graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
         edges["slot"][e] = -1
     else:
         d = rng.choice([[], "graph", 3, None, {"format": "postplace.opgraph"}])
-    return kind, _json_bytes(d)
+    return kind, json_bytes(d)
 
 
-def _cluster_mutation(rng: random.Random) -> tuple[str, dict, bool]:
+def cluster_mutation(rng: random.Random) -> tuple[str, dict, bool]:
     """A structured mutation of the cluster document: (label, document, certainly invalid)."""
     d = json.loads(json.dumps(CLUSTER_DOC))
     kind = rng.choice(["device_num", "link_num", "latency", "kind", "name", "link_end", "missing", "shape",
@@ -157,7 +157,7 @@ def _cluster_mutation(rng: random.Random) -> tuple[str, dict, bool]:
     return kind, d, True
 
 
-def _placement_mutation(rng: random.Random) -> tuple[str, object]:
+def placement_mutation(rng: random.Random) -> tuple[str, object]:
     p = base_placement()
     kind = rng.choice(["unknown_op", "unknown_device", "device_type", "top", "split", "kind", "empty"])
     if kind == "unknown_op":
@@ -195,32 +195,32 @@ def file_cases(rng: random.Random, per_kind: int) -> Iterator[Case]:
     good = {GRAPH: graph_bytes, CLUSTER: cluster_bytes, PLACEMENT: place_bytes}
     for k in range(per_kind):
         if k % 2 == 0:
-            label, data = _graph_mutation(rng, graph_doc)
+            label, data = graph_mutation(rng, graph_doc)
         else:
-            label, data = _agnostic(rng, graph_bytes)
+            label, data = agnostic_corruption(rng, graph_bytes)
         argv = _simulate() if rng.random() < 0.7 else ["info", GRAPH, "--cluster", CLUSTER, "--json"]
         files = {**good, GRAPH: data}
         yield Case("graph file", label, argv, files) if k % 2 == 0 else _agnostic_case("graph file", label, argv, files)
     for k in range(per_kind):
         if k % 2 == 0:
-            label, doc, must = _cluster_mutation(rng)
+            label, doc, must = cluster_mutation(rng)
             yield Case("cluster file", label, _simulate(), {**good, CLUSTER: base_cluster_toml(doc).encode()},
                        INVALID if must else VALID)  # fmt: skip
         else:
-            label, data = _agnostic(rng, cluster_bytes)
+            label, data = agnostic_corruption(rng, cluster_bytes)
             yield _agnostic_case("cluster file", label, _simulate(), {**good, CLUSTER: data})
     for k in range(per_kind):
         if k % 2 == 0:
-            label, doc = _placement_mutation(rng)
+            label, doc = placement_mutation(rng)
             yield Case("placement file", label, _simulate(), {**good, PLACEMENT: json.dumps(doc).encode()})
         else:
-            label, data = _agnostic(rng, place_bytes)
+            label, data = agnostic_corruption(rng, place_bytes)
             yield _agnostic_case("placement file", label, _simulate(), {**good, PLACEMENT: data})
 
 
 def train_cases(rng: random.Random, n: int) -> Iterator[Case]:
     """``n`` placement files naming what the small RNNLM does not have, for ``postplace train``."""
-    zoo_place = _zoo_placement() if n else {}
+    zoo_place = zoo_placement() if n else {}
     for _ in range(n):
         p = dict(zoo_place)
         kind = rng.choice(["unknown_op", "unknown_device", "device_type", "top"])
@@ -242,6 +242,6 @@ def run_folder_cases(rng: random.Random, n: int) -> Iterator[Case]:
     for _ in range(n):
         target = rng.choice(["checkpoint.json", "checkpoint-*.npz", "run.json", "history.jsonl", "summary.json",
                              "placement.json"])  # fmt: skip (a glob names the file whose name holds a checksum)
-        label, data = _agnostic(rng, b"\x00")  # the label only; the bytes are made from the real file
+        label, data = agnostic_corruption(rng, b"\x00")  # the label only; the bytes are made from the real file
         yield Case("run folder", f"{target}: {label}", ["place", "--resume", "run", "--json"],
                    {f"run/{target}": label.encode()}, UNDECIDED, copy_run=True)  # fmt: skip

@@ -22,12 +22,12 @@ from postplace.testing.fuzz_inputs import (
     VALID,
     WORKLOAD,
     Case,
-    _json_bytes,
     base_cluster_toml,
     base_graph,
     base_placement,
     base_workload,
     expect_of,
+    json_bytes,
 )
 from postplace.testing.fuzz_runs import RESUME
 
@@ -148,14 +148,14 @@ def flag_cases() -> Iterator[Case]:
 
 
 def _workload_with(**machine) -> bytes:
-    return _json_bytes({**base_workload(), **machine})
+    return json_bytes({**base_workload(), **machine})
 
 
 def flag_family_cases() -> Iterator[Case]:
     """The flags added since the first fuzz: ``--microbatches``, ``--confirm``, ``--ray``, ``--optimizer``
     / ``--lr`` / ``--precision``, ``--cluster workload:`` and ``--resume`` with other flags."""
     good = {GRAPH: json.dumps(base_graph().to_dict()).encode(), CLUSTER: base_cluster_toml().encode(),
-            WORKLOAD: _json_bytes(base_workload())}  # fmt: skip
+            WORKLOAD: json_bytes(base_workload())}  # fmt: skip
     families = {
         "--microbatches": [
             *[([*PLACE_G, "--microbatches", m], m != "1") for m in ("auto", "2", "0", "-1", HUGE, "1", "1.5", "")],

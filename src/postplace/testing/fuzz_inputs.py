@@ -3,7 +3,7 @@
 The base inputs are one small valid input of each kind: a seven-op graph (:func:`base_graph`), a
 cluster of one CPU and two GPUs (:data:`CLUSTER_DOC`, as TOML by :func:`base_cluster_toml`), a
 placement of that graph on it (:func:`base_placement`) and a dnn-partitioning workload
-(:func:`base_workload`). :func:`_agnostic` corrupts any bytes without knowing their format (flipped
+(:func:`base_workload`). :func:`agnostic_corruption` corrupts any bytes without knowing their format (flipped
 bits, truncation, a deleted span, garbage, non-UTF-8 bytes, NUL bytes, an empty file).
 
 Every :class:`Case` carries what the documentation promises about it (``expect``): :data:`INVALID`
@@ -157,7 +157,7 @@ def base_workload() -> dict:
     return {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes, "edges": edges}
 
 
-def _zoo_placement() -> dict:
+def zoo_placement() -> dict:
     """Every op of the small RNNLM on the CPU: a valid placement file for ``postplace train``."""
     from postplace import zoo
 
@@ -165,12 +165,12 @@ def _zoo_placement() -> dict:
 
 
 # ------------------------------------------------------------------------------------ corruptions
-def _json_bytes(doc) -> bytes:
+def json_bytes(doc) -> bytes:
     text = json.dumps(doc)
     return text.replace(f'"{BIG}"', "1e400").encode()
 
 
-def _agnostic(rng: random.Random, data: bytes) -> tuple[str, bytes]:
+def agnostic_corruption(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     """One format-agnostic corruption of ``data``."""
     kind = rng.choice(["flip", "flip", "truncate", "delete", "garbage", "non-utf8", "empty", "nul"])
     b = bytearray(data)
@@ -201,7 +201,7 @@ def _agnostic(rng: random.Random, data: bytes) -> tuple[str, bytes]:
 def corrupt_run_file(rng: random.Random, data: bytes, label: str) -> bytes:
     """Apply the format-agnostic corruption ``label`` to a run folder file's real bytes."""
     for _ in range(50):
-        kind, out = _agnostic(rng, data or b"\x00")
+        kind, out = agnostic_corruption(rng, data or b"\x00")
         if kind == label:
             return out
     return data[: len(data) // 2]
