@@ -45,32 +45,40 @@ def main() -> None:
     args = ap.parse_args()
     names = [x for g in args.graphs.split(",") for x in (SHARED_NAMES if g == "SHARED" else [g])]
     cluster = load_cluster(args.cluster)
-    header = f"{'graph':<18} {'strategy':<11} {'best ms (median)':>16} {'range ms':>19} {'/single':>8} " \
-             f"{'samples to 5%':>13} {'wall s':>7}"  # fmt: skip
+    header = (
+        f"{'graph':<18} {'strategy':<11} {'best ms (median)':>16} {'range ms':>19} {'/single':>8} "
+        f"{'samples to 5%':>13} {'wall s':>7}"
+    )
     print(f"budget {args.budget} samples, {args.seeds} seeds, cluster {args.cluster}, evaluator simulator")
     print(header)
     for name in names:
         graph = load(name)
         problem = make_problem(graph, cluster)
-        singles = problem.simulator.evaluate_ops(np.stack([single_device(graph, cluster, d)
-                                                           for d in cluster.device_names]))  # fmt: skip
+        singles = problem.simulator.evaluate_ops(
+            np.stack([single_device(graph, cluster, d) for d in cluster.device_names])
+        )
         single = float(singles.step_time[singles.feasible].min())
         for strategy in args.strategies.split(","):
             bests, reach, walls = [], [], []
             for seed in range(args.seeds):
                 t = time.perf_counter()
-                r = run(make_strategy(strategy, problem.space, seed=seed), problem.simulator,
-                        Budget(samples=args.budget))  # fmt: skip
+                r = run(
+                    make_strategy(strategy, problem.space, seed=seed), problem.simulator, Budget(samples=args.budget)
+                )
                 walls.append(time.perf_counter() - t)
                 bests.append(r.best_step_time)
                 if (k := samples_to_within(r.curve)) is not None:  # None: nothing feasible found
                     reach.append(k)
             med = statistics.median(bests)
-            print(f"{name:<18} {strategy:<11} {med * 1e3:>16.2f} {min(bests) * 1e3:>9.2f}-{max(bests) * 1e3:<9.2f} "
-                  f"{med / single:>8.3f} {statistics.median(reach) if reach else float('nan'):>13.0f} {statistics.median(walls):>7.1f}",
-                  flush=True)  # fmt: skip
-        print(f"{name:<18} {'(single)':<11} {single * 1e3:>16.2f}   lower bound {problem.simulator.lower_bound * 1e3:.2f} ms",
-              flush=True)  # fmt: skip
+            print(
+                f"{name:<18} {strategy:<11} {med * 1e3:>16.2f} {min(bests) * 1e3:>9.2f}-{max(bests) * 1e3:<9.2f} "
+                f"{med / single:>8.3f} {statistics.median(reach) if reach else float('nan'):>13.0f} {statistics.median(walls):>7.1f}",
+                flush=True,
+            )
+        print(
+            f"{name:<18} {'(single)':<11} {single * 1e3:>16.2f}   lower bound {problem.simulator.lower_bound * 1e3:.2f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -138,7 +138,9 @@ def parse(text: str) -> tuple[list[Block], list[str]]:
             problems += why
             if block is not None:
                 if not any(s == section and block.command in b for s, b in bash):
-                    problems.append(f"line {i + 1}: '{block.command}' is not in a ```bash block above it in its section")
+                    problems.append(
+                        f"line {i + 1}: '{block.command}' is not in a ```bash block above it in its section"
+                    )
                 if not any(b.section == section for b in blocks):
                     block.lead = _prose(lines, section_at + 1, stop=i)
                 blocks.append(block)
@@ -148,8 +150,9 @@ def parse(text: str) -> tuple[list[Block], list[str]]:
         if fence:
             end = _closing(lines, i)
             if not fence.group(1):
-                problems.append(f"line {i + 1}: an output block (``` with no language) without a check marker "
-                                "before it")  # fmt: skip
+                problems.append(
+                    f"line {i + 1}: an output block (``` with no language) without a check marker before it"
+                )
             elif fence.group(1) in ("bash", "sh", "shell", "console"):
                 bash.append((section, "\n".join(lines[i + 1 : end])))
             i = end + 1
@@ -395,8 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         elif (diff := first_difference(b.quoted, now)) is not None:
             status = "STALE"
             first = f"line {b.line + 1 + diff[0]}: {diff[1].strip()!r} -> now {diff[2].strip()!r}"
-            details.append(f"block {b.number}, README line {b.line + 1 + diff[0]}:\n  quoted: {diff[1]}\n"
-                           f"  now:    {diff[2]}")  # fmt: skip
+            details.append(
+                f"block {b.number}, README line {b.line + 1 + diff[0]}:\n  quoted: {diff[1]}\n  now:    {diff[2]}"
+            )
             fixes[b.span] = now
         rows.append([f"{b.number} (line {b.line})", b.command, status, f"{r.wall_s:.1f}", first])
     for row, b in zip(rows, blocks, strict=True):

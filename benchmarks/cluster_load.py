@@ -19,9 +19,20 @@ import time
 def mesh_toml(switches: int) -> str:
     out = ['name = "mesh"']
     for s in range(switches):
-        out += ["[[device]]", f'name = "gpu{s}"', 'kind = "gpu"', "peak_flops = 1e13",
-                "memory_bandwidth = 1e12", "memory = 1.6e10", "[[switch]]", f'name = "sw{s}"',
-                "[[link]]", f'a = "gpu{s}"', f'b = "sw{s}"', "bandwidth = 2.5e10"]  # fmt: skip
+        out += [
+            "[[device]]",
+            f'name = "gpu{s}"',
+            'kind = "gpu"',
+            "peak_flops = 1e13",
+            "memory_bandwidth = 1e12",
+            "memory = 1.6e10",
+            "[[switch]]",
+            f'name = "sw{s}"',
+            "[[link]]",
+            f'a = "gpu{s}"',
+            f'b = "sw{s}"',
+            "bandwidth = 2.5e10",
+        ]
     for a in range(switches):
         for b in range(a + 1, switches):
             out += ["[[link]]", f'a = "sw{a}"', f'b = "sw{b}"', "bandwidth = 2.5e10", "latency = 1e-6"]
@@ -31,8 +42,14 @@ def mesh_toml(switches: int) -> str:
 def leaf_spine_toml(spines: int, leaves: int, per_leaf: int) -> str:
     out = ['name = "leafspine"']
     for g in range(leaves * per_leaf):
-        out += ["[[device]]", f'name = "gpu{g}"', 'kind = "gpu"', "peak_flops = 1e13",
-                "memory_bandwidth = 1e12", "memory = 1.6e10"]  # fmt: skip
+        out += [
+            "[[device]]",
+            f'name = "gpu{g}"',
+            'kind = "gpu"',
+            "peak_flops = 1e13",
+            "memory_bandwidth = 1e12",
+            "memory = 1.6e10",
+        ]
     out += [f'[[switch]]\nname = "spine{s}"' for s in range(spines)]
     out += [f'[[switch]]\nname = "leaf{f}"' for f in range(leaves)]
     for g in range(leaves * per_leaf):

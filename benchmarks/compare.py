@@ -44,30 +44,48 @@ def main() -> None:
         graph = cached_graph(model, "full")
         for cname in args.clusters.split(","):
             t = time.perf_counter()
-            report = compare(graph, load_cluster(cname), names, budget=args.budget, seeds=args.seeds,
-                             out=Path(args.out) / f"{model}-{cname}")  # fmt: skip
+            report = compare(
+                graph,
+                load_cluster(cname),
+                names,
+                budget=args.budget,
+                seeds=args.seeds,
+                out=Path(args.out) / f"{model}-{cname}",
+            )
             rows = {r["strategy"]: r for r in report["rows"]}
             print(f"\n## {model} on {cname} ({time.perf_counter() - t:.0f} s)", flush=True)
             print(f"{'strategy':<14} {'best ms':>10} {'/single':>8} {'/LB':>7} {'OOM':>4} {'wall s':>8}")
             for r in report["rows"]:
                 best = r["best_step_time_s"]
-                print(f"{r['strategy']:<14} {'-' if best is None else f'{best * 1e3:.2f}':>10} "
-                      f"{r['ratio_to_single'] or float('nan'):>8.3f} {r['ratio_to_lower_bound'] or float('nan'):>7.3f} "
-                      f"{r['oom_count']:>4} {r['wall_time_s']:>8.1f}", flush=True)  # fmt: skip
+                print(
+                    f"{r['strategy']:<14} {'-' if best is None else f'{best * 1e3:.2f}':>10} "
+                    f"{r['ratio_to_single'] or float('nan'):>8.3f} {r['ratio_to_lower_bound'] or float('nan'):>7.3f} "
+                    f"{r['oom_count']:>4} {r['wall_time_s']:>8.1f}",
+                    flush=True,
+                )
             post = rows["post"]["best_step_time_s"]
-            heur = [rows[h]["best_step_time_s"] for h in HEURISTICS if h in rows and rows[h]["best_step_time_s"] is not None
-                    and not rows[h]["oom_count"]]  # fmt: skip
+            heur = [
+                rows[h]["best_step_time_s"]
+                for h in HEURISTICS
+                if h in rows and rows[h]["best_step_time_s"] is not None and not rows[h]["oom_count"]
+            ]
             best_heur = min(heur) if heur else None
             hp = rows["hp"]["best_step_time_s"] if "hp" in rows else None
             dp = rows["data-parallel"]["best_step_time_s"] if "data-parallel" in rows else None
             lines.append((model, cname, post, hp, best_heur, dp, report["single_device_step_time_s"]))
-    print(f"\n## Post's reduction of step time (median of {args.seeds} seeds, {args.budget} samples; "
-          f"total wall {time.perf_counter() - t0:.0f} s)")  # fmt: skip
-    print(f"{'model':<14} {'cluster':<7} {'post ms':>9} {'vs hp':>8} {'vs best heuristic':>18} {'vs data-par':>12} "
-          f"{'vs single':>10}")  # fmt: skip
+    print(
+        f"\n## Post's reduction of step time (median of {args.seeds} seeds, {args.budget} samples; "
+        f"total wall {time.perf_counter() - t0:.0f} s)"
+    )
+    print(
+        f"{'model':<14} {'cluster':<7} {'post ms':>9} {'vs hp':>8} {'vs best heuristic':>18} {'vs data-par':>12} "
+        f"{'vs single':>10}"
+    )
     for model, cname, post, hp, heur, dp, single in lines:
-        print(f"{model:<14} {cname:<7} {post * 1e3:>9.2f} {reduction(post, hp):>8} {reduction(post, heur):>18} "
-              f"{reduction(post, dp):>12} {reduction(post, single):>10}")  # fmt: skip
+        print(
+            f"{model:<14} {cname:<7} {post * 1e3:>9.2f} {reduction(post, hp):>8} {reduction(post, heur):>18} "
+            f"{reduction(post, dp):>12} {reduction(post, single):>10}"
+        )
 
 
 if __name__ == "__main__":

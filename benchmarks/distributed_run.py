@@ -64,11 +64,15 @@ def main() -> None:
     ap.add_argument("--plan", default=None, help="ddp: launch the ddp plan over --stages replicas")
     args = ap.parse_args()
     cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
-    print(f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; backend {args.backend}, "
-          f"{args.threads} thread(s) per rank, {args.steps} steps (medians of the second half); cluster {cluster.name}, "
-          f"{args.microbatches} micro-batch(es)")  # fmt: skip
-    print(f"{'model':<10} {'rank':>4} {'device':<6} {'step ms':>8} {'comm ms':>8} {'sent B':>9} {'sim sent B':>10} "
-          f"{'1-proc ms':>9} {'sim ms':>8} {'launch s':>8}")  # fmt: skip
+    print(
+        f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; backend {args.backend}, "
+        f"{args.threads} thread(s) per rank, {args.steps} steps (medians of the second half); cluster {cluster.name}, "
+        f"{args.microbatches} micro-batch(es)"
+    )
+    print(
+        f"{'model':<10} {'rank':>4} {'device':<6} {'step ms':>8} {'comm ms':>8} {'sent B':>9} {'sim sent B':>10} "
+        f"{'1-proc ms':>9} {'sim ms':>8} {'launch s':>8}"
+    )
     for name in args.models.split(","):
         traced = trace_zoo_step(name, "small", microbatches=args.microbatches)
         if args.plan:
@@ -77,8 +81,15 @@ def main() -> None:
         placement = place_pipeline(traced.graph, cluster, stages=args.stages)
         schedule = Simulator(traced.graph, cluster).schedule(placement)
         t0 = time.perf_counter()
-        result = launch(traced, placement, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend,
-                        threads=args.threads)  # fmt: skip
+        result = launch(
+            traced,
+            placement,
+            cluster,
+            steps=args.steps,
+            batches=RandomBatches(0),
+            backend=args.backend,
+            threads=args.threads,
+        )
         wall = time.perf_counter() - t0
         single = one_process_ms(traced, placement, cluster, args.steps, args.threads)
         sim_sent = {}
@@ -89,8 +100,10 @@ def main() -> None:
             step_ms = np.median(result.step_times_s[r][half:]) * 1e3
             comm_ms = np.median(result.comm_times_s[r][half:]) * 1e3
             d = result.plan.ranks[r]
-            print(f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
-                  f"{sim_sent.get(d, 0):10,d} {single:9.2f} {schedule.step_time * 1e3:8.3f} {wall:8.1f}")  # fmt: skip
+            print(
+                f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
+                f"{sim_sent.get(d, 0):10,d} {single:9.2f} {schedule.step_time * 1e3:8.3f} {wall:8.1f}"
+            )
 
 
 def ddp_rows(name, traced, cluster, args) -> None:
@@ -104,16 +117,19 @@ def ddp_rows(name, traced, cluster, args) -> None:
     sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
     sim_sent = int(sum(c.nbytes for c in sim.graph.collectives if c.kind == "all_reduce"))
     t0 = time.perf_counter()
-    result = launch_plan(traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend,
-                         threads=args.threads)  # fmt: skip
+    result = launch_plan(
+        traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend, threads=args.threads
+    )
     wall = time.perf_counter() - t0
     single = one_process_ms(traced, np.zeros(traced.graph.num_ops, dtype=np.int64), cluster, args.steps, args.threads)
     for r, device in result.ranks.items():
         half = len(result.step_times_s[r]) // 2
         step_ms = np.median(result.step_times_s[r][half:]) * 1e3
         comm_ms = np.median(result.comm_times_s[r][half:]) * 1e3
-        print(f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
-              f"{sim_sent:10,d} {single:9.2f} {sim.step_time_s * 1e3:8.3f} {wall:8.1f}")  # fmt: skip
+        print(
+            f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
+            f"{sim_sent:10,d} {single:9.2f} {sim.step_time_s * 1e3:8.3f} {wall:8.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ def main() -> None:
     ap.add_argument("--models", default="inception_v3,resnet50,rnnlm,nmt2,nmt4,gpt2")
     ap.add_argument("--clusters", default="k80x2,k80x4,dgx8,dgx8x2,mixed")
     args = ap.parse_args()
-    print(f"{'model':12} {'cluster':7} {'old est':>8} {'new est':>8} {'simulated':>9} {'m':>2} {'grad MB old':>11} "
-          f"{'new':>6}  (ms)")  # fmt: skip
+    print(
+        f"{'model':12} {'cluster':7} {'old est':>8} {'new est':>8} {'simulated':>9} {'m':>2} {'grad MB old':>11} "
+        f"{'new':>6}  (ms)"
+    )
     for model in args.models.split(","):
         g1 = cached_graph(model)
         batch = int(spec(model).config("full")["batch"])
@@ -51,8 +53,11 @@ def main() -> None:
                 if not dp.oom and dp.step_time < best:
                     best, best_m = dp.step_time, m
             sim = "OOM" if best_m is None else f"{best * 1e3:.1f}"
-            print(f"{model:12} {name:7} {old.step_time * 1e3:8.1f} {new.step_time * 1e3:8.1f} {sim:>9} "
-                  f"{best_m or '-':>2} {old_bytes / 1e6:11.1f} {new.gradient_bytes / 1e6:6.1f}", flush=True)
+            print(
+                f"{model:12} {name:7} {old.step_time * 1e3:8.1f} {new.step_time * 1e3:8.1f} {sim:>9} "
+                f"{best_m or '-':>2} {old_bytes / 1e6:11.1f} {new.gradient_bytes / 1e6:6.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -180,8 +180,19 @@ def make_run_template(root: Path, timeout: float, kind: str = "file") -> Path:
     fuzz.base_graph().save(tpl / fuzz.GRAPH)
     (tpl / fuzz.CLUSTER).write_text(fuzz.base_cluster_toml())
     if kind == "file":
-        argv = ["place", fuzz.GRAPH, "--cluster", fuzz.CLUSTER, "--budget", "48", "--groups", "none", "--out", "run",
-                "--json"]  # fmt: skip
+        argv = [
+            "place",
+            fuzz.GRAPH,
+            "--cluster",
+            fuzz.CLUSTER,
+            "--budget",
+            "48",
+            "--groups",
+            "none",
+            "--out",
+            "run",
+            "--json",
+        ]
     else:
         argv = ["place", *fuzz.ZOO, "--cluster", "k80x2", "--budget", "48", "--out", "run", "--json"]
     rc, out, err = forked(cli(argv, tpl), timeout * 3)
@@ -197,8 +208,11 @@ def place_check(argv: list[str]):
     def check(out: str) -> bool:
         doc = json.loads(out.strip().splitlines()[-1])
         lb = doc["lower_bound_s"]
-        times = [doc["best_step_time_s"], doc["search_best_step_time_s"],
-                 *[v for v in doc["candidates"].values() if v is not None]]  # fmt: skip
+        times = [
+            doc["best_step_time_s"],
+            doc["search_best_step_time_s"],
+            *[v for v in doc["candidates"].values() if v is not None],
+        ]
         ok = all(t is None or t >= lb * (1 - 1e-9) for t in times)
         if doc["evaluator"] == "simulator" and "confirm" not in doc:
             ok = ok and abs(doc["best_step_time_s"] - doc["simulated_step_time_s"]) <= 1e-9 * doc["best_step_time_s"]
@@ -216,8 +230,12 @@ def main() -> None:
     ap.add_argument("--workload", type=int, default=150, help="dnn-partitioning workload files")
     ap.add_argument("--flags", type=int, default=1, help="1: the flag families (--microbatches, --confirm, --ray...)")
     ap.add_argument("--config", type=int, default=150, help="generated --set/--config values (beside the fixed ones)")
-    ap.add_argument("--run-edits", type=int, default=450,
-                    help="run folders damaged or edited file by file (checksums recomputed), for --resume and report")
+    ap.add_argument(
+        "--run-edits",
+        type=int,
+        default=450,
+        help="run folders damaged or edited file by file (checksums recomputed), for --resume and report",
+    )
     ap.add_argument("--log", default="", help="append one JSON line per case (category, label, outcome) here")
     ap.add_argument("--only", default="", help="run only the categories whose name contains this text")
     ap.add_argument("--timeout", type=float, default=40.0, help="seconds per case before it counts as a hang")
@@ -239,13 +257,26 @@ def main() -> None:
     )
     root = Path(tempfile.mkdtemp(prefix="postplace-fuzz-"))
     t0 = time.perf_counter()
-    all_cases = [c for c in fuzz.cases(args.seed, per_kind=args.per_kind, train=args.train, run_folder=args.run_folder,
-                                       workload=args.workload, flags=bool(args.flags), config=args.config,
-                                       run_edits=args.run_edits)
-                 if args.only in c.category]  # fmt: skip
-    templates = {kind: make_run_template(root, args.timeout, kind)
-                 for kind in sorted({c.template for c in all_cases if c.template} | ({"file"} if any(
-                     c.copy_run for c in all_cases) else set()))}  # fmt: skip
+    all_cases = [
+        c
+        for c in fuzz.cases(
+            args.seed,
+            per_kind=args.per_kind,
+            train=args.train,
+            run_folder=args.run_folder,
+            workload=args.workload,
+            flags=bool(args.flags),
+            config=args.config,
+            run_edits=args.run_edits,
+        )
+        if args.only in c.category
+    ]
+    templates = {
+        kind: make_run_template(root, args.timeout, kind)
+        for kind in sorted(
+            {c.template for c in all_cases if c.template} | ({"file"} if any(c.copy_run for c in all_cases) else set())
+        )
+    }
     rng = random.Random(args.seed + 1)
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     examples: dict[str, list[str]] = collections.defaultdict(list)
@@ -287,18 +318,37 @@ def main() -> None:
         if outcome not in ("clean", "accepted", "usage") and len(examples[outcome]) < args.show * 4:
             last = (err.strip().splitlines() or [""])[-1][:200]
             why = f" ({case.why})" if case.why else ""
-            examples[outcome].append(f"[{case.category}] {case.label}{why}: postplace {' '.join(case.argv)[:160]} "
-                                     f"-> rc {rc}: {last}")
+            examples[outcome].append(
+                f"[{case.category}] {case.label}{why}: postplace {' '.join(case.argv)[:160]} -> rc {rc}: {last}"
+            )
         if args.log:
             last = (err.strip().splitlines() or [""])[-1][:300]
             with open(args.log, "a") as f:
-                f.write(json.dumps({"category": case.category, "label": case.label, "argv": case.argv,
-                                    "expect": case.expect, "why": case.why, "outcome": outcome, "rc": rc, "err": last, "wall_s": round(took, 2)}) + "\n")  # fmt: skip
+                f.write(
+                    json.dumps(
+                        {
+                            "category": case.category,
+                            "label": case.label,
+                            "argv": case.argv,
+                            "expect": case.expect,
+                            "why": case.why,
+                            "outcome": outcome,
+                            "rc": rc,
+                            "err": last,
+                            "wall_s": round(took, 2),
+                        }
+                    )
+                    + "\n"
+                )
         if k < args.real:
             real = subprocess.run(
-                [sys.executable, "-m", "postplace.cli", *case.argv], cwd=cwd, capture_output=True, text=True,
-                timeout=args.timeout * 3, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-            )  # fmt: skip
+                [sys.executable, "-m", "postplace.cli", *case.argv],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=args.timeout * 3,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            )
             again = fuzz.classify(case, real.returncode, real.stdout, real.stderr, None)
             same = again == outcome or {again, outcome} <= {"accepted", "accepted-wrong"}
             counts["real subprocess agrees"]["yes" if same else "no"] += 1

@@ -78,9 +78,13 @@ class Memo:
                 self.cache[p.tobytes()] = (res.step_time[j], res.peak_mem[j], res.oom[j], res.failed[j], res.reasons[j])
         rows = [self.cache[p.tobytes()] for p in placements]
         return EvalResult(
-            np.array([r[0] for r in rows]), np.stack([r[1] for r in rows]), np.array([r[2] for r in rows]),
-            np.array([r[3] for r in rows]), [r[4] for r in rows], self.name,
-        )  # fmt: skip
+            np.array([r[0] for r in rows]),
+            np.stack([r[1] for r in rows]),
+            np.array([r[2] for r in rows]),
+            np.array([r[3] for r in rows]),
+            [r[4] for r in rows],
+            self.name,
+        )
 
 
 # ------------------------------------------------------------------------------ A. numerics
@@ -108,11 +112,21 @@ def numerics(log: Log, gpu: str, tol: float = 1e-3) -> list[dict]:
             q = step.parameters()[pname].detach().to("cpu")
             param_err = max(param_err, float(((q - p.detach()).abs() / (p.detach().abs() + 1e-4)).max()))
         ok = loss_err < tol and param_err < 100 * tol
-        row = {"model": name, "ops": g.num_ops, "on_gpu0": int((dev == 1).sum()), "transfers": step.summary["transfers"],
-               "loss_rel_err": loss_err, "param_rel_err": param_err, "ok": bool(ok), "s": time.perf_counter() - t0}  # fmt: skip
+        row = {
+            "model": name,
+            "ops": g.num_ops,
+            "on_gpu0": int((dev == 1).sum()),
+            "transfers": step.summary["transfers"],
+            "loss_rel_err": loss_err,
+            "param_rel_err": param_err,
+            "ok": bool(ok),
+            "s": time.perf_counter() - t0,
+        }
         rows.append(row)
-        log(f"  {name:14} {g.num_ops:5} ops, {row['on_gpu0']:5} on gpu0 ({gpu}), {row['transfers']:5} transfers: "
-            f"loss rel err {loss_err:.1e}, param rel err {param_err:.1e}  {'ok' if ok else 'MISMATCH'}")  # fmt: skip
+        log(
+            f"  {name:14} {g.num_ops:5} ops, {row['on_gpu0']:5} on gpu0 ({gpu}), {row['transfers']:5} transfers: "
+            f"loss rel err {loss_err:.1e}, param rel err {param_err:.1e}  {'ok' if ok else 'MISMATCH'}"
+        )
     return rows
 
 
@@ -174,8 +188,9 @@ def fidelity_and_confirm(log: Log, devices, dmap, rooflines, links, fits, models
         measurer = Memo(TorchEvaluator(tr, cluster, device_map=dmap, steps=10, discard=5, timeout=60))
         meas = measurer.evaluate(ops)
         simd = sim.evaluate_ops(ops)
-        for label, s, t, ok, why in zip(labels, simd.step_time, meas.step_time, ~(meas.oom | meas.failed), meas.reasons,
-                                        strict=True):  # fmt: skip
+        for label, s, t, ok, why in zip(
+            labels, simd.step_time, meas.step_time, ~(meas.oom | meas.failed), meas.reasons, strict=True
+        ):
             rows.append(cal.FidelityRow(cfg.label, label, float(s), float(t) if ok else float("inf"), "held-out"))
             if not ok:
                 log(f"  {cfg.label} {label}: did not run ({why})")
@@ -189,11 +204,23 @@ def fidelity_and_confirm(log: Log, devices, dmap, rooflines, links, fits, models
     report.header = "fidelity: placements measured for real against the calibrated simulator"
     text = report.format(worst=5)
     (out / "fidelity.txt").write_text(text + "\n")
-    (out / "fidelity.json").write_text(json.dumps({
-        "scores": report.scores("held-out"),
-        "rows": [{"config": r.config, "placement": r.placement, "simulated_s": r.simulated,
-                  "measured_s": r.measured if np.isfinite(r.measured) else None} for r in rows],
-    }, indent=1))  # fmt: skip
+    (out / "fidelity.json").write_text(
+        json.dumps(
+            {
+                "scores": report.scores("held-out"),
+                "rows": [
+                    {
+                        "config": r.config,
+                        "placement": r.placement,
+                        "simulated_s": r.simulated,
+                        "measured_s": r.measured if np.isfinite(r.measured) else None,
+                    }
+                    for r in rows
+                ],
+            },
+            indent=1,
+        )
+    )
     (out / "confirm.json").write_text(json.dumps(confirms, indent=1))
     log(text)
     return report
@@ -234,8 +261,15 @@ def kernel_rates(log: Log) -> dict:
     def predicted(flops, bytes_, out_bytes, kind):
         if cluster is None:
             return None
-        g = OpGraph.build(["k"], [], op_types=[kind], flops=[flops], bytes_accessed=[bytes_], output_bytes=[out_bytes],
-                          precision=["bf16"])  # fmt: skip
+        g = OpGraph.build(
+            ["k"],
+            [],
+            op_types=[kind],
+            flops=[flops],
+            bytes_accessed=[bytes_],
+            output_bytes=[out_bytes],
+            precision=["bf16"],
+        )
         return float(RooflineCostModel().op_times(g, cluster).table[0, preset[1]])
 
     for m, n, k in GEMM_SHAPES:
@@ -256,8 +290,14 @@ def kernel_rates(log: Log) -> dict:
         bufs = [torch.ones(128 * 2**20, device=f"cuda:{d}", dtype=torch.bfloat16) for d in range(k)]
         s = _cuda_seconds(lambda: nccl.all_reduce(bufs), repeats=10)
         nbytes = 2.0 * bufs[0].numel()
-        rows.append({"kernel": f"all-reduce 256 MB over {k} GPUs", "measured_s": s, "predicted_s": None,
-                     "busbw_gbps": 2 * (k - 1) / k * nbytes / s / 1e9})  # fmt: skip
+        rows.append(
+            {
+                "kernel": f"all-reduce 256 MB over {k} GPUs",
+                "measured_s": s,
+                "predicted_s": None,
+                "busbw_gbps": 2 * (k - 1) / k * nbytes / s / 1e9,
+            }
+        )
     else:
         log("  all-reduce skipped: one GPU")
     for r in rows:
@@ -289,11 +329,15 @@ def main(argv=None) -> int:
         print(f"error: unknown model(s) {unknown}; choose from {', '.join(cal.FIDELITY_CONFIGS)}", file=sys.stderr)
         return 2
     env = {
-        "python": platform.python_version(), "torch": torch.__version__, "cuda": cuda,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": cuda,
         "gpus": [torch.cuda.get_device_name(k) for k in range(torch.cuda.device_count())] if cuda else [],
-        "cpu": cal.device_model(torch.device("cpu")), "cpu_threads": torch.get_num_threads(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rehearse": args.rehearse,
-    }  # fmt: skip
+        "cpu": cal.device_model(torch.device("cpu")),
+        "cpu_threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rehearse": args.rehearse,
+    }
     log(f"postplace GPU check: {json.dumps(env)}")
     skip = set(args.skip.upper().split(",")) - {""}
     skipped, times, failed = [], {}, []
@@ -318,8 +362,11 @@ def main(argv=None) -> int:
     gpu = "cuda:0" if cuda else "cpu"
     if not cuda:
         log("no CUDA device: part A maps gpu0 to the CPU (placement, transfers and colocation still checked)")
-    num = part("A", f"numerics: every zoo model (small), ops split across cpu and gpu0 ({gpu}), vs eager CPU training",
-               lambda: numerics(log, gpu))  # fmt: skip
+    num = part(
+        "A",
+        f"numerics: every zoo model (small), ops split across cpu and gpu0 ({gpu}), vs eager CPU training",
+        lambda: numerics(log, gpu),
+    )
     if num is not None:
         (out / "numerics.json").write_text(json.dumps(num, indent=1))
         if not all(r["ok"] for r in num):
@@ -329,22 +376,33 @@ def main(argv=None) -> int:
             devices = cal.devices_present()
         else:
             devices = [("cpu", torch.device("cpu")), ("gpu0", torch.device("cpu"))]
-            log("\nREHEARSAL: no CUDA device; gpu0 is a second logical device on the CPU. The numbers below test the "
-                "code paths only: they are not GPU results.")  # fmt: skip
+            log(
+                "\nREHEARSAL: no CUDA device; gpu0 is a second logical device on the CPU. The numbers below test the "
+                "code paths only: they are not GPU results."
+            )
         dmap = {n: str(d) for n, d in devices}
-        calib = part("B", "calibration on " + ", ".join(f"{n} ({d})" for n, d in devices),
-                     lambda: calibration(log, devices, out, args.runs))  # fmt: skip
+        calib = part(
+            "B",
+            "calibration on " + ", ".join(f"{n} ({d})" for n, d in devices),
+            lambda: calibration(log, devices, out, args.runs),
+        )
         if calib is not None:
-            part("C", f"fidelity and confirm on {', '.join(models)}",
-                 lambda: fidelity_and_confirm(log, devices, dmap, *calib, models, args.budget, out, args.randoms))  # fmt: skip
+            part(
+                "C",
+                f"fidelity and confirm on {', '.join(models)}",
+                lambda: fidelity_and_confirm(log, devices, dmap, *calib, models, args.budget, out, args.randoms),
+            )
         elif "C" not in skip:
             skipped.append("C, D (fidelity, confirm): calibration (B) did not finish")
     else:
         why = "no CUDA device (torch.cuda.is_available() is False); --rehearse runs them with gpu0 on the CPU"
         skipped += [f"B (calibration): {why}", f"C (fidelity, >= 30 placements): {why}", f"D (confirm): {why}"]
     if cuda:
-        rates = part("E", "kernel rates: GEMMs, a streaming add, an all-reduce vs the achieved-rate cost model",
-                     lambda: kernel_rates(log))  # fmt: skip
+        rates = part(
+            "E",
+            "kernel rates: GEMMs, a streaming add, an all-reduce vs the achieved-rate cost model",
+            lambda: kernel_rates(log),
+        )
         if rates is not None:
             (out / "kernels.json").write_text(json.dumps(rates, indent=1))
     else:
@@ -356,8 +414,9 @@ def main(argv=None) -> int:
         log(f"skipped {s}")
     for f in failed:
         log(f"FAILED {f}")
-    (out / "env.json").write_text(json.dumps({**env, "times_s": times, "total_s": total, "skipped": skipped,
-                                              "failed": failed}, indent=1))  # fmt: skip
+    (out / "env.json").write_text(
+        json.dumps({**env, "times_s": times, "total_s": total, "skipped": skipped, "failed": failed}, indent=1)
+    )
     log(f"everything is in {out}/")
     return 1 if failed else 0
 

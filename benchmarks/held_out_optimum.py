@@ -33,14 +33,23 @@ def main() -> None:
         best, _ = optimum(problem)
         cells = []
         for name in names:
-            ratio = np.array([run(make_strategy(name, problem.space, seed=s), problem.simulator,
-                                  Budget(samples=args.budget)).best_step_time / best for s in range(args.seeds)])  # fmt: skip
+            ratio = np.array(
+                [
+                    run(
+                        make_strategy(name, problem.space, seed=s), problem.simulator, Budget(samples=args.budget)
+                    ).best_step_time
+                    / best
+                    for s in range(args.seeds)
+                ]
+            )
             hits = int(np.sum(ratio <= 1.01))
             totals[name] += hits
             cells.append(f"{hits:>9}/{args.seeds:<2} {np.median(ratio):7.3f} {ratio.max():7.3f}")
         print(f"{inst:>8} {best:8.3f} " + " ".join(cells), flush=True)
-    print("total   " + "  ".join(f"{n} {totals[n]}/{len(HELD_OUT) * args.seeds}" for n in names),
-          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(
+        "total   " + "  ".join(f"{n} {totals[n]}/{len(HELD_OUT) * args.seeds}" for n in names),
+        f"({time.perf_counter() - t0:.0f} s)",
+    )
 
 
 if __name__ == "__main__":

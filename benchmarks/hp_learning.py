@@ -35,8 +35,14 @@ def layered_dag(n: int, seed: int = 0) -> OpGraph:
     for j in range(1, n):
         for i in sorted(set(rng.integers(max(0, j - 20), j, size=rng.integers(1, 3)).tolist())):
             edges.append((i, j, out[i]))
-    return OpGraph.build([f"op{i}" for i in range(n)], edges, flops=rng.uniform(1e7, 1e10, n),
-                         bytes_accessed=rng.uniform(1e5, 1e8, n), output_bytes=out, name=f"layered-{n}")  # fmt: skip
+    return OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        edges,
+        flops=rng.uniform(1e7, 1e10, n),
+        bytes_accessed=rng.uniform(1e5, 1e8, n),
+        output_bytes=out,
+        name=f"layered-{n}",
+    )
 
 
 class Uniform:
@@ -81,8 +87,13 @@ def main():
     g = layered_dag(args.ops)
     cluster = load_cluster(args.cluster)
     sim = Simulator(g, cluster, group_of_op=np.arange(g.num_ops))
-    space = SearchSpace(np.isfinite(sim.problem.op_time), sim.failure_step_time, unit_time=sim.problem.op_time,
-                        device_names=cluster.device_names, edges=(g.edge_src, g.edge_dst, g.edge_bytes))  # fmt: skip
+    space = SearchSpace(
+        np.isfinite(sim.problem.op_time),
+        sim.failure_step_time,
+        unit_time=sim.problem.op_time,
+        device_names=cluster.device_names,
+        edges=(g.edge_src, g.edge_dst, g.edge_bytes),
+    )
     lb = sim.lower_bound
     single = [float(sim.evaluate(np.full((1, g.num_ops), d)).step_time[0]) for d in range(space.num_devices)]
     print(

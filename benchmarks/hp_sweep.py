@@ -37,7 +37,9 @@ def main() -> None:
         cfg = replace(HierarchicalConfig.paper(), lr=lr)
         ratios, t = [], time.perf_counter()
         for _, problem, single in problems:
-            r = run(HierarchicalPlanner(problem.space, seed=0, config=cfg), problem.simulator, Budget(samples=args.budget))
+            r = run(
+                HierarchicalPlanner(problem.space, seed=0, config=cfg), problem.simulator, Budget(samples=args.budget)
+            )
             ratios.append(r.best_step_time / single)
         score = float(np.exp(np.mean(np.log(ratios))))
         cells = " ".join(f"{n}={x:.3f}" for (n, _, _), x in zip(problems, ratios, strict=True))

@@ -45,16 +45,37 @@ def row(size: str, cluster: str, precision: str, budget: int) -> dict:
         os.environ["POSTPLACE_CACHE"] = cache  # cold: every count traced inside the timed call
         trace_s, ops, state = trace_cost(size, precision)
         t0 = time.perf_counter()
-        r = postplace.place("llama", cluster, size=size, budget=budget, step=postplace.Step(optimizer="adamw", precision=precision))
+        r = postplace.place(
+            "llama", cluster, size=size, budget=budget, step=postplace.Step(optimizer="adamw", precision=precision)
+        )
         wall = time.perf_counter() - t0
     s = r.summary
-    dp = min((v for k, v in s["candidates"].items() if v is not None and k.startswith(("param-server",
-              "param-server (sharded state)"))), default=math.inf)  # fmt: skip
-    return {"size": size, "cluster": cluster, "precision": precision, "trace_cpu_s": trace_s, "place_wall_s": wall,
-            "ops": ops, "state_gb": state / 1e9, "single_s": s.get("single_device_step_time_s"),
-            "single": s.get("single_device"), "gpu_fits": _gpu_fits(r),
-            "answer_s": r.step_time_s, "m": s.get("microbatches"), "returned": r.returned, "plan": s.get("plan"),
-            "dp_s": dp if math.isfinite(dp) else None, "counts": s.get("microbatch_counts")}  # fmt: skip
+    dp = min(
+        (
+            v
+            for k, v in s["candidates"].items()
+            if v is not None and k.startswith(("param-server", "param-server (sharded state)"))
+        ),
+        default=math.inf,
+    )
+    return {
+        "size": size,
+        "cluster": cluster,
+        "precision": precision,
+        "trace_cpu_s": trace_s,
+        "place_wall_s": wall,
+        "ops": ops,
+        "state_gb": state / 1e9,
+        "single_s": s.get("single_device_step_time_s"),
+        "single": s.get("single_device"),
+        "gpu_fits": _gpu_fits(r),
+        "answer_s": r.step_time_s,
+        "m": s.get("microbatches"),
+        "returned": r.returned,
+        "plan": s.get("plan"),
+        "dp_s": dp if math.isfinite(dp) else None,
+        "counts": s.get("microbatch_counts"),
+    }
 
 
 def _gpu_fits(r) -> bool:
@@ -71,8 +92,10 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     rows = []
-    head = ("| size | cluster | precision | trace CPU s | place wall s | ops | state GB | 1 GPU | single ms | DP ms | answer ms "
-            "| m | returned | plan |")  # fmt: skip
+    head = (
+        "| size | cluster | precision | trace CPU s | place wall s | ops | state GB | 1 GPU | single ms | DP ms | answer ms "
+        "| m | returned | plan |"
+    )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for size in a.sizes.split(","):
@@ -80,10 +103,13 @@ def main() -> None:
             for precision in a.precisions.split(","):
                 r = row(size, cluster, precision, a.budget)
                 rows.append(r)
-                print(f"| {size} | {cluster} | {precision} | {r['trace_cpu_s']:.1f} | {r['place_wall_s']:.0f} | "
-                      f"{r['ops']} | {r['state_gb']:.1f} | {'fits' if r['gpu_fits'] else 'OOM'} | "
-                      f"{ms(r['single_s'])} ({r['single']}) | {ms(r['dp_s'])} | "
-                      f"{ms(r['answer_s'])} | {r['m']} | {r['returned']} | {r['plan']} |", flush=True)  # fmt: skip
+                print(
+                    f"| {size} | {cluster} | {precision} | {r['trace_cpu_s']:.1f} | {r['place_wall_s']:.0f} | "
+                    f"{r['ops']} | {r['state_gb']:.1f} | {'fits' if r['gpu_fits'] else 'OOM'} | "
+                    f"{ms(r['single_s'])} ({r['single']}) | {ms(r['dp_s'])} | "
+                    f"{ms(r['answer_s'])} | {r['m']} | {r['returned']} | {r['plan']} |",
+                    flush=True,
+                )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

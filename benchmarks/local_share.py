@@ -52,8 +52,10 @@ def main() -> None:
             print(f"{model + '-' + name:22} {local * 1e3:9.2f} " + " ".join(cells), flush=True)
     for f in fractions:
         g = gains[f]
-        print(f"local_fraction {f}: median {statistics.median(g) * 100:+.2f}%, Post ahead on {sum(x > 0 for x in g)}"
-              f"/{len(g)} pairs, worst {min(g) * 100:+.1f}%")
+        print(
+            f"local_fraction {f}: median {statistics.median(g) * 100:+.2f}%, Post ahead on {sum(x > 0 for x in g)}"
+            f"/{len(g)} pairs, worst {min(g) * 100:+.1f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -140,11 +140,15 @@ def main() -> None:
     table = {"test": TEST, "tune": TUNE}
     cases = table.get(args.cases) or {n: {**TEST, **TUNE}[n] for n in args.cases.split(",")}
     t0 = time.perf_counter()
-    print(f"budget {args.budget} samples, {args.seeds} seeds, simulator; times in ms; 'first' = samples to the "
-          f"first feasible placement (median/worst); 'feas' = median share of feasible samples; '1GPU' = peak "
-          f"memory of the whole step on gpu0 over its capacity")  # fmt: skip
-    print(f"{'case':<18} {'GPUs':>4} {'1GPU':>5} {'best heuristic':>22} {'strategy':<22} {'best (median)':>13} {'range':>19} "
-          f"{'/heur':>6} {'first':>9} {'feas':>5} {'LB':>8} {'place':>9}")  # fmt: skip
+    print(
+        f"budget {args.budget} samples, {args.seeds} seeds, simulator; times in ms; 'first' = samples to the "
+        f"first feasible placement (median/worst); 'feas' = median share of feasible samples; '1GPU' = peak "
+        f"memory of the whole step on gpu0 over its capacity"
+    )
+    print(
+        f"{'case':<18} {'GPUs':>4} {'1GPU':>5} {'best heuristic':>22} {'strategy':<22} {'best (median)':>13} {'range':>19} "
+        f"{'/heur':>6} {'first':>9} {'feas':>5} {'LB':>8} {'place':>9}"
+    )
     for name, (gspec, preset, mem) in cases.items():
         graph, cluster = load_case(gspec, preset, mem)
         problem = make_problem(graph, cluster)
@@ -175,10 +179,12 @@ def main() -> None:
             placed = min([med, hbest])
             worst_first = max(firsts)
             first = f"{statistics.median(firsts):.0f}/{worst_first if worst_first <= args.budget else 'never'}"
-            print(f"{name:<18} {gpus:>4} {one:>5.2f} {hname + f' {hbest * 1e3:.1f}':>22} {strategy:<22} {med * 1e3:>13.1f} "
-                  f"{min(bests) * 1e3:>9.1f}-{max(bests) * 1e3:<9.1f} {med / hbest:>6.3f} {first:>9} "
-                  f"{statistics.median(feas):>5.2f} {sim.lower_bound * 1e3:>8.1f} {placed * 1e3:>9.1f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{name:<18} {gpus:>4} {one:>5.2f} {hname + f' {hbest * 1e3:.1f}':>22} {strategy:<22} {med * 1e3:>13.1f} "
+                f"{min(bests) * 1e3:>9.1f}-{max(bests) * 1e3:<9.1f} {med / hbest:>6.3f} {first:>9} "
+                f"{statistics.median(feas):>5.2f} {sim.lower_bound * 1e3:>8.1f} {placed * 1e3:>9.1f}",
+                flush=True,
+            )
     print(f"wall time {time.perf_counter() - t0:.0f} s")
 
 

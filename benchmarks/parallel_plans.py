@@ -97,14 +97,29 @@ def row(model: str, cluster: str, budget: int, seeds: int, m1: bool) -> dict:
     mid = sorted(runs, key=lambda s: s["best_step_time_s"])[len(runs) // 2]
     yard = min(dp, pipe, placers)
     return {
-        "model": model, "cluster": cluster, "answer_s": med, "answers_s": answers, "m": mid["microbatches"],
-        "returned": mid["returned"], "plan": mid["plan"], "dp_s": dp, "pipeline_s": pipe, "placers_s": placers,
-        "post_s": statistics.median(posts), "posts_s": posts, "start": starts[mid_post][0],
-        "start_s": starts[mid_post][1], "paper_s": statistics.median(paper), "papers_s": paper,
-        "m1_s": statistics.median(one) if one else None, "single_s": s0["single_device_step_time_s"], "lower_bound_s": s0["lower_bound_s"],
-        "ok": all(a <= yard * (1 + 1e-9) for a in answers), "place_wall_s": wall,
+        "model": model,
+        "cluster": cluster,
+        "answer_s": med,
+        "answers_s": answers,
+        "m": mid["microbatches"],
+        "returned": mid["returned"],
+        "plan": mid["plan"],
+        "dp_s": dp,
+        "pipeline_s": pipe,
+        "placers_s": placers,
+        "post_s": statistics.median(posts),
+        "posts_s": posts,
+        "start": starts[mid_post][0],
+        "start_s": starts[mid_post][1],
+        "paper_s": statistics.median(paper),
+        "papers_s": paper,
+        "m1_s": statistics.median(one) if one else None,
+        "single_s": s0["single_device_step_time_s"],
+        "lower_bound_s": s0["lower_bound_s"],
+        "ok": all(a <= yard * (1 + 1e-9) for a in answers),
+        "place_wall_s": wall,
         "samples_per_m": mid["samples_per_microbatches"],
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -117,9 +132,12 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows = []
-    print(f"{'model':12} {'cluster':7} {'answer':>8} {'m':>2} {'DP':>8} {'pipe':>8} {'placers':>8} {'post':>8} "
-          f"{'paper':>8} {'m=1':>8} {'single':>8} {'LB':>7} {'ok':>3} {'wall s':>6}  start (ms) | returned / plan "
-          "(ms, simulated, median of seeds)", flush=True)  # fmt: skip
+    print(
+        f"{'model':12} {'cluster':7} {'answer':>8} {'m':>2} {'DP':>8} {'pipe':>8} {'placers':>8} {'post':>8} "
+        f"{'paper':>8} {'m=1':>8} {'single':>8} {'LB':>7} {'ok':>3} {'wall s':>6}  start (ms) | returned / plan "
+        "(ms, simulated, median of seeds)",
+        flush=True,
+    )
     for model in args.models.split(","):
         for cluster in args.clusters.split(","):
             if model == "gpt2-b64" and cluster != "k80x4":
@@ -131,11 +149,13 @@ def main() -> None:
                 continue
             rows.append(r)
             dp = "OOM" if not math.isfinite(r["dp_s"]) else ms(r["dp_s"])
-            print(f"{model:12} {cluster:7} {ms(r['answer_s']):>8} {r['m']:>2} {dp:>8} {ms(r['pipeline_s']):>8} "
-                  f"{ms(r['placers_s']):>8} {ms(r['post_s']):>8} {ms(r['paper_s']):>8} {ms(r['m1_s']):>8} "
-                  f"{ms(r['single_s']):>8} {ms(r['lower_bound_s']):>7} {'yes' if r['ok'] else 'NO':>3} "
-                  f"{r['place_wall_s']:6.0f}  {r['start']} {ms(r['start_s'])} | {r['returned']} / {r['plan']}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{model:12} {cluster:7} {ms(r['answer_s']):>8} {r['m']:>2} {dp:>8} {ms(r['pipeline_s']):>8} "
+                f"{ms(r['placers_s']):>8} {ms(r['post_s']):>8} {ms(r['paper_s']):>8} {ms(r['m1_s']):>8} "
+                f"{ms(r['single_s']):>8} {ms(r['lower_bound_s']):>7} {'yes' if r['ok'] else 'NO':>3} "
+                f"{r['place_wall_s']:6.0f}  {r['start']} {ms(r['start_s'])} | {r['returned']} / {r['plan']}",
+                flush=True,
+            )
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(rows, f, indent=1)
@@ -144,8 +164,10 @@ def main() -> None:
     yard = [min(r["dp_s"], r["pipeline_s"]) for r in rows]
     at = sum(r["post_s"] <= y * (1 + 1e-9) for r, y in zip(rows, yard, strict=True))
     below = sum(r["post_s"] <= 0.95 * y for r, y in zip(rows, yard, strict=True))
-    print(f"post at or below min(DP, pipeline) on {at} of {len(rows)} rows (goal: two thirds); "
-          f"5% or more below it on {below} (goal: a quarter)")
+    print(
+        f"post at or below min(DP, pipeline) on {at} of {len(rows)} rows (goal: two thirds); "
+        f"5% or more below it on {below} (goal: a quarter)"
+    )
     pick = [r for r in rows if r["cluster"] in ("k80x4", "dgx8") and math.isfinite(r["dp_s"])]
     near = sum(r["paper_s"] <= 1.1 * r["dp_s"] for r in pick)
     print(f"paper (uniform start) within 10% of DP on {near} of {len(pick)} k80x4/dgx8 rows (goal: half)")

@@ -43,8 +43,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), help="shared workloads to run (file stems)")
     args = ap.parse_args()
-    header = (f"{'cluster':<7} {'graph':<18} {'placer':<14} {'step (s)':>10} {'/LB':>6} {'/single':>8} {'OOM':>4} "
-              f"{'wall (s)':>9}")
+    header = (
+        f"{'cluster':<7} {'graph':<18} {'placer':<14} {'step (s)':>10} {'/LB':>6} {'/single':>8} {'OOM':>4} "
+        f"{'wall (s)':>9}"
+    )
     for cname in args.clusters:
         cluster = load_cluster(cname)
         print(header)
@@ -73,10 +75,14 @@ def main() -> None:
             rows.append(("data-parallel*", dp.step_time, dp.oom, wall))
             for name, step, oom, wall in rows:
                 ratio = f"{step / single:8.3f}" if single else f"{'-':>8}"
-                print(f"{cname:<7} {wl:<18} {name:<14} {step:10.4f} {step / lb:6.3f} {ratio} "
-                      f"{'yes' if oom else 'no':>4} {wall:9.4f}")
-            print(f"{'':<7} {wl:<18} lower bound {lb:.4f} s; data parallel: compute {dp.compute_time:.4f} s + "
-                  f"all-reduce {dp.allreduce_time:.4f} s of {dp.gradient_bytes / 1e6:.1f} MB ({dp.gradient_source})")
+                print(
+                    f"{cname:<7} {wl:<18} {name:<14} {step:10.4f} {step / lb:6.3f} {ratio} "
+                    f"{'yes' if oom else 'no':>4} {wall:9.4f}"
+                )
+            print(
+                f"{'':<7} {wl:<18} lower bound {lb:.4f} s; data parallel: compute {dp.compute_time:.4f} s + "
+                f"all-reduce {dp.allreduce_time:.4f} s of {dp.gradient_bytes / 1e6:.1f} MB ({dp.gradient_source})"
+            )
         print()
     print("* data-parallel is not a placement: replicas on every GPU plus a ring all-reduce (analytic estimate)")
 

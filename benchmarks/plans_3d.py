@@ -19,8 +19,12 @@ import json
 import time
 
 PLAIN = ("ddp", "zero2", "fsdp", "ddp+recompute", "zero2+recompute", "fsdp+recompute")
-CASES = [("gpt2", "full", "dgx8", 8), ("gpt2", "full@16", "dgx8", 16), ("llama", "1b", "dgx8", 8),
-         ("llama", "1b@16", "dgx8", 16)]  # SIZE@N: the model at a global batch of N sequences
+CASES = [
+    ("gpt2", "full", "dgx8", 8),
+    ("gpt2", "full@16", "dgx8", 16),
+    ("llama", "1b", "dgx8", 8),
+    ("llama", "1b@16", "dgx8", 16),
+]  # SIZE@N: the model at a global batch of N sequences
 BIG = [("llama", "7b", "dgx8", 8), ("llama", "7b@16", "dgx8x2", 16)]
 
 
@@ -52,14 +56,27 @@ def case(model: str, size: str, cluster_name: str, m: int) -> dict:
         if r is None:
             return None
         use = utilisation(r.graph, r.cluster, r.placement, r.step_time_s)
-        return {"plan": r.plan, "words": r.describe(), "step_time_s": r.step_time_s, "mfu": use.mfu if use else None,
-                "peak_gib": float(max(r.peak_memory_bytes)) / 2**30}  # fmt: skip
+        return {
+            "plan": r.plan,
+            "words": r.describe(),
+            "step_time_s": r.step_time_s,
+            "mfu": use.mfu if use else None,
+            "peak_gib": float(max(r.peak_memory_bytes)) / 2**30,
+        }
 
-    return {"model": f"{model} {size}", "cluster": cluster_name, "m": m, "plain": figures(base),
-            "best_3d": figures(best), "grid_only": best is not None,
-            "ratio": best.step_time_s / base.step_time_s if best and base else None,
-            "tried": len(grid.tried), "notes": [n for n in grid.notes if ": schedule" not in n],
-            "plain_wall_s": t1 - t0, "grid_wall_s": t2 - t1}  # fmt: skip
+    return {
+        "model": f"{model} {size}",
+        "cluster": cluster_name,
+        "m": m,
+        "plain": figures(base),
+        "best_3d": figures(best),
+        "grid_only": best is not None,
+        "ratio": best.step_time_s / base.step_time_s if best and base else None,
+        "tried": len(grid.tried),
+        "notes": [n for n in grid.notes if ": schedule" not in n],
+        "plain_wall_s": t1 - t0,
+        "grid_wall_s": t2 - t1,
+    }
 
 
 def main() -> None:
@@ -73,12 +90,18 @@ def main() -> None:
         x = case(*spec)
         rows.append(x)
         p, b = x["plain"], x["best_3d"]
-        print(f"{x['model']} | {x['cluster']} | {x['m']} | {p['plan'] if p else 'none fits'} | "
-              f"{p['step_time_s'] * 1e3:.2f} | " if p else f"{x['model']} | {x['cluster']} | {x['m']} | none fits | - | ",
-              end="")  # fmt: skip
+        print(
+            f"{x['model']} | {x['cluster']} | {x['m']} | {p['plan'] if p else 'none fits'} | "
+            f"{p['step_time_s'] * 1e3:.2f} | "
+            if p
+            else f"{x['model']} | {x['cluster']} | {x['m']} | none fits | - | ",
+            end="",
+        )
         if b:
-            print(f"{b['words']} | {b['step_time_s'] * 1e3:.2f} | {x['ratio']:.3f} | {b['mfu']:.1%} | "
-                  f"{b['peak_gib']:.1f} | {x['tried']} | {x['grid_wall_s']:.0f}")  # fmt: skip
+            print(
+                f"{b['words']} | {b['step_time_s'] * 1e3:.2f} | {x['ratio']:.3f} | {b['mfu']:.1%} | "
+                f"{b['peak_gib']:.1f} | {x['tried']} | {x['grid_wall_s']:.0f}"
+            )
         else:
             print(f"none fits | - | - | - | - | {x['tried']} | {x['grid_wall_s']:.0f}")
         for n in x["notes"]:

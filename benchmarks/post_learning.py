@@ -44,8 +44,10 @@ class Counting(PostStrategy):
 
 
 def from_the_start(samples: int, seed: int) -> None:
-    print("model        cluster m  local  start                 start ms  own  own<start  own median/start  "
-          "local  local<start  best ms")  # fmt: skip
+    print(
+        "model        cluster m  local  start                 start ms  own  own<start  own median/start  "
+        "local  local<start  best ms"
+    )
     for name, cluster, m in CASES:
         p = make_problem(zoo.cached_graph(name, "full", microbatches=m), load_cluster(cluster))
         for local in (False, True):
@@ -54,9 +56,12 @@ def from_the_start(samples: int, seed: int) -> None:
             start = s.start_step_time
             own = np.concatenate(s.own_times)
             loc = np.concatenate(s.local_times) if s.local_times else np.zeros(0)
-            print(f"{name:12} {cluster:7} {m}  {'on' if local else 'off':5}  {s.start_name:20} {start * 1e3:9.1f} "
-                  f"{len(own):4} {int((own < start).sum()):10} {np.median(own) / start:17.2f} {len(loc):6} "
-                  f"{int((loc < start).sum()):12} {r.best_step_time * 1e3:8.2f}", flush=True)  # fmt: skip
+            print(
+                f"{name:12} {cluster:7} {m}  {'on' if local else 'off':5}  {s.start_name:20} {start * 1e3:9.1f} "
+                f"{len(own):4} {int((own < start).sum()):10} {np.median(own) / start:17.2f} {len(loc):6} "
+                f"{int((loc < start).sum()):12} {r.best_step_time * 1e3:8.2f}",
+                flush=True,
+            )
 
 
 def seeded(samples: int, seed: int) -> None:
@@ -72,8 +77,11 @@ def seeded(samples: int, seed: int) -> None:
             for local in (False, True):
                 s = PostStrategy(p.space, seed=seed, config=PostConfig(use_local=local))
                 r = run(s, p.simulator, Budget(samples=samples), space=p.space, warm_start=warm)
-                print(f"{name:12} {cluster:7} {m}  {'layers' if layers else 'groups':8}  {'on' if local else 'off':5} "
-                      f"{start * 1e3:8.2f} -> {r.best_step_time * 1e3:8.2f}", flush=True)  # fmt: skip
+                print(
+                    f"{name:12} {cluster:7} {m}  {'layers' if layers else 'groups':8}  {'on' if local else 'off':5} "
+                    f"{start * 1e3:8.2f} -> {r.best_step_time * 1e3:8.2f}",
+                    flush=True,
+                )
 
 
 def main() -> None:

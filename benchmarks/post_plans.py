@@ -36,17 +36,22 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
     uniform = {name: ev.evaluate(np.full((1, G), k)) for k, name in enumerate(CHOICES)}
     fits = {k: float(v.step_time[0]) for k, v in uniform.items() if v.feasible[0]}
     best_uniform = min(fits.values()) if fits else None
-    print(f"{spec}: {G} groups x {len(CHOICES)} choices; uniform: "
-          + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()), flush=True)  # fmt: skip
+    print(
+        f"{spec}: {G} groups x {len(CHOICES)} choices; uniform: "
+        + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()),
+        flush=True,
+    )
     for strategy in ("random", "ce", "post-paper"):
         t0 = time.perf_counter()
         res = [ev.search(strategy, budget, seed) for seed in range(seeds)]
         bests = [b for b, _, _ in res]
         below = sum(b < best_uniform - 1e-12 for b in bests) if best_uniform else 0
-        print(f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
-              f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, _, a in res]}, "
-              f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
+            f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, _, a in res]}, "
+            f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
 
 
 def main() -> None:

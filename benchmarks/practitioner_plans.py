@@ -28,8 +28,10 @@ import time
 import postplace
 from postplace.api.candidates import PRACTITIONER_PLANS
 
-DEFAULT_ROWS = ("resnet50/k80x4,inception_v3/k80x4,gpt2/dgx8,gpt2/dgx8x2,gpt2/mixed,resnet50/mixed,"
-                "llama-1b/dgx8,llama-1b/dgx8x2,llama-7b/dgx8")  # fmt: skip
+DEFAULT_ROWS = (
+    "resnet50/k80x4,inception_v3/k80x4,gpt2/dgx8,gpt2/dgx8x2,gpt2/mixed,resnet50/mixed,"
+    "llama-1b/dgx8,llama-1b/dgx8x2,llama-7b/dgx8"
+)
 
 
 def ms(x) -> str:
@@ -60,11 +62,20 @@ def row(spec: str, budget: int) -> dict:
     fitted = [v for v in plans.values() if v is not None and math.isfinite(v)]
     best_plan = min(fitted) if fitted else None
     own = s.get("search_best_step_time_s")
-    out = {"row": spec, "plans": plans, "hybrid": best_of(cands, "hybrid"), "pipeline": best_of(cands, "pipeline"),
-           "own": own,
-           "start": (s.get("search_start") or {}).get("step_time_s"), "answer": r.step_time_s,
-           "returned": r.returned, "plan": s.get("plan"), "best_plan": best_plan,
-           "own_over_best_plan": own / best_plan if own and best_plan else None, "wall_s": wall}  # fmt: skip
+    out = {
+        "row": spec,
+        "plans": plans,
+        "hybrid": best_of(cands, "hybrid"),
+        "pipeline": best_of(cands, "pipeline"),
+        "own": own,
+        "start": (s.get("search_start") or {}).get("step_time_s"),
+        "answer": r.step_time_s,
+        "returned": r.returned,
+        "plan": s.get("plan"),
+        "best_plan": best_plan,
+        "own_over_best_plan": own / best_plan if own and best_plan else None,
+        "wall_s": wall,
+    }
     if model == "llama":
         out["mfu"] = mfu(r, kw["size"])
     return out
@@ -88,17 +99,46 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows = []
-    short = {"ddp": "ddp", "zero2": "zero2", "fsdp": "fsdp", "ddp+recompute": "ddp+rc", "zero2+recompute": "zero2+rc",
-             "fsdp+recompute": "fsdp+rc"}  # fmt: skip
-    head = ["row", *short.values(), "hybrid", "pipe", "start", "own", "answer", "own/best plan", "MFU", "wall s", "returned"]
+    short = {
+        "ddp": "ddp",
+        "zero2": "zero2",
+        "fsdp": "fsdp",
+        "ddp+recompute": "ddp+rc",
+        "zero2+recompute": "zero2+rc",
+        "fsdp+recompute": "fsdp+rc",
+    }
+    head = [
+        "row",
+        *short.values(),
+        "hybrid",
+        "pipe",
+        "start",
+        "own",
+        "answer",
+        "own/best plan",
+        "MFU",
+        "wall s",
+        "returned",
+    ]
     print(" | ".join(head))
     for spec in args.rows.split(","):
         x = row(spec, args.budget)
         rows.append(x)
         ratio = "-" if x["own_over_best_plan"] is None else f"{x['own_over_best_plan']:.3f}"
         mfu_s = f"{x['mfu'] * 100:.1f}%" if "mfu" in x else "-"
-        cells = [spec, *(ms(x["plans"][p]) for p in short), ms(x["hybrid"]), ms(x["pipeline"]), ms(x["start"]), ms(x["own"]),
-                 ms(x["answer"]), ratio, mfu_s, f"{x['wall_s']:.0f}", x["returned"]]  # fmt: skip
+        cells = [
+            spec,
+            *(ms(x["plans"][p]) for p in short),
+            ms(x["hybrid"]),
+            ms(x["pipeline"]),
+            ms(x["start"]),
+            ms(x["own"]),
+            ms(x["answer"]),
+            ratio,
+            mfu_s,
+            f"{x['wall_s']:.0f}",
+            x["returned"],
+        ]
         print(" | ".join(cells), flush=True)
     if args.json:
         with open(args.json, "w") as f:

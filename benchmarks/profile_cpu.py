@@ -1,6 +1,6 @@
 """Profile one zoo model's training step on this CPU and print measured vs roofline per op type.
 
-    PYTHONPATH=src python benchmarks/profile_cpu.py [--model resnet50] [--size full] [--runs 3]
+PYTHONPATH=src python benchmarks/profile_cpu.py [--model resnet50] [--size full] [--runs 3]
 """
 
 from __future__ import annotations

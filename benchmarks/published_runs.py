@@ -37,18 +37,29 @@ def row(plan: str, kernels: str) -> dict:
     use = utilisation(r.graph, r.cluster, r.placement, r.step_time_s)
     peak = float(max(r.peak_memory_bytes)) / 2**30
     tps = use.tokens_per_s_per_device
-    return {"plan": plan, "kernels": kernels, "cost_model": cm.describe(r.cluster), "step_time_s": r.step_time_s,
-            "tokens_per_s_per_gpu": tps, "mfu": use.mfu, "peak_gib": peak, "oom": r.oom,
-            "tps_error": tps / PUBLISHED["tokens_per_s_per_gpu"] - 1, "memory_error": peak / PUBLISHED["peak_gib"] - 1,
-            "wall_s": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "plan": plan,
+        "kernels": kernels,
+        "cost_model": cm.describe(r.cluster),
+        "step_time_s": r.step_time_s,
+        "tokens_per_s_per_gpu": tps,
+        "mfu": use.mfu,
+        "peak_gib": peak,
+        "oom": r.oom,
+        "tps_error": tps / PUBLISHED["tokens_per_s_per_gpu"] - 1,
+        "memory_error": peak / PUBLISHED["peak_gib"] - 1,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    print(f"published: {PUBLISHED['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {PUBLISHED['peak_gib']} GiB "
-          f"({PUBLISHED['source']})")  # fmt: skip
+    print(
+        f"published: {PUBLISHED['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {PUBLISHED['peak_gib']} GiB "
+        f"({PUBLISHED['source']})"
+    )
     print("plan | rates | step ms | tokens/s/GPU | error | MFU | peak GiB | error | wall s")
     rows = []
     for kernels in ("datasheet", "achieved"):
@@ -56,9 +67,12 @@ def main() -> None:
             x = row(plan, kernels)
             rows.append(x)
             oom = " OOM" if x["oom"] else ""
-            print(f"{plan} | {kernels} | {x['step_time_s'] * 1e3:.1f} | {x['tokens_per_s_per_gpu']:,.0f} | "
-                  f"{x['tps_error']:+.1%} | {x['mfu']:.1%} | {x['peak_gib']:.1f}{oom} | {x['memory_error']:+.1%} | "
-                  f"{x['wall_s']:.0f}", flush=True)  # fmt: skip
+            print(
+                f"{plan} | {kernels} | {x['step_time_s'] * 1e3:.1f} | {x['tokens_per_s_per_gpu']:,.0f} | "
+                f"{x['tps_error']:+.1%} | {x['mfu']:.1%} | {x['peak_gib']:.1f}{oom} | {x['memory_error']:+.1%} | "
+                f"{x['wall_s']:.0f}",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"published": PUBLISHED, "rows": rows}, f, indent=1)

@@ -53,8 +53,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     batches = {n: rng.integers(0, cluster.num_devices, (n, prob.space.num_units)) for n in (48, 480)}
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    print(f"{graph.name} ({graph.num_ops} ops, {prob.space.num_units} groups) on {cluster.name}; "
-          f"local Ray with {args.cpus} CPUs; machine: {os.cpu_count()} cores")  # fmt: skip
+    print(
+        f"{graph.name} ({graph.num_ops} ops, {prob.space.num_units} groups) on {cluster.name}; "
+        f"local Ray with {args.cpus} CPUs; machine: {os.cpu_count()} cores"
+    )
     print(f"{'evaluator':28} {'actors':>6} {'batch':>6} {'evals/s':>10} {'vs in-process':>14}")
     for label, fac, sizes in (
         ("simulator", sim, (48, 480)),

@@ -43,17 +43,24 @@ def main() -> None:
     for model, size, cluster, m in PAIRS:
         t0 = time.perf_counter()
         problem = make_problem(zoo.cached_graph(model, size, "sgd", microbatches=m), load_cluster(cluster))
-        post = statistics.median(best(make_strategy("post", problem.space, seed=s), problem, args.budget)
-                                 for s in range(args.seeds))  # fmt: skip
+        post = statistics.median(
+            best(make_strategy("post", problem.space, seed=s), problem, args.budget) for s in range(args.seeds)
+        )
         for name in RIVALS:
             cfg = config_class(name)[1]
             cfg = replace(cfg, use_local=False) if hasattr(cfg, "use_local") else cfg
-            units = statistics.median(best(STRATEGIES[name](problem.space, seed=s, config=cfg), problem, args.budget)
-                                      for s in range(args.seeds))  # fmt: skip
-            layers = statistics.median(best(on_layers(STRATEGIES[name], problem.space, seed=s, config=cfg), problem,
-                                            args.budget) for s in range(args.seeds))  # fmt: skip
-            print(f"{model} {size} / {cluster} m={m} | {name} | {units * 1e3:.3f} | {layers * 1e3:.3f} | "
-                  f"{layers / units:.3f} | {post * 1e3:.3f}")  # fmt: skip
+            units = statistics.median(
+                best(STRATEGIES[name](problem.space, seed=s, config=cfg), problem, args.budget)
+                for s in range(args.seeds)
+            )
+            layers = statistics.median(
+                best(on_layers(STRATEGIES[name], problem.space, seed=s, config=cfg), problem, args.budget)
+                for s in range(args.seeds)
+            )
+            print(
+                f"{model} {size} / {cluster} m={m} | {name} | {units * 1e3:.3f} | {layers * 1e3:.3f} | "
+                f"{layers / units:.3f} | {post * 1e3:.3f}"
+            )
         print(f"    ({time.perf_counter() - t0:.0f} s)")
 
 

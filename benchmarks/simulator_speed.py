@@ -35,9 +35,13 @@ def layered_dag(n: int, seed: int = 0) -> OpGraph:
     out = rng.uniform(1e5, 1e7, n)
     edges = [(i, j, out[i]) for i, j in zip(src, dst, strict=True)]
     return OpGraph.build(
-        [f"op{i}" for i in range(n)], edges, flops=rng.uniform(1e6, 1e10, n),
-        bytes_accessed=rng.uniform(1e5, 1e8, n), output_bytes=out, name=f"layered-{n // 1000}k",
-    )  # fmt: skip
+        [f"op{i}" for i in range(n)],
+        edges,
+        flops=rng.uniform(1e6, 1e10, n),
+        bytes_accessed=rng.uniform(1e5, 1e8, n),
+        output_bytes=out,
+        name=f"layered-{n // 1000}k",
+    )
 
 
 def random_placements(graph: OpGraph, D: int, m: int, seed: int) -> np.ndarray:
@@ -69,7 +73,9 @@ def main() -> None:
             print(f"(skipping {name}: {path} not found)")
     graphs += [layered_dag(10_000), layered_dag(100_000)]
 
-    print(f"{'graph':<20} {'ops':>7} {'edges':>7} {'numba /s':>10} {'ns/(op+edge)':>13} {'reference /s':>13} {'speed-up':>9}")
+    print(
+        f"{'graph':<20} {'ops':>7} {'edges':>7} {'numba /s':>10} {'ns/(op+edge)':>13} {'reference /s':>13} {'speed-up':>9}"
+    )
     for g in graphs:
         sim = Simulator(g, cluster)
         batch = max(4, int(2_000_000 / (g.num_ops + g.num_edges)))
@@ -77,10 +83,15 @@ def main() -> None:
         sim.evaluate(placements[:2])  # compile / load the cached kernel outside the timing
         fast = rate(lambda: sim.evaluate(placements), batch, args.repeats)  # noqa: B023
         ref_n = 3 if g.num_ops < 50_000 else 1
-        slow = rate(lambda: [reference.simulate(sim.problem, p) for p in placements[:ref_n]],  # noqa: B023
-                    ref_n, 1 if g.num_ops >= 50_000 else 3)  # fmt: skip
+        slow = rate(
+            lambda: [reference.simulate(sim.problem, p) for p in placements[:ref_n]],  # noqa: B023
+            ref_n,
+            1 if g.num_ops >= 50_000 else 3,
+        )
         ns = 1e9 / fast / (g.num_ops + g.num_edges)
-        print(f"{g.name:<20} {g.num_ops:>7} {g.num_edges:>7} {fast:>10.0f} {ns:>13.1f} {slow:>13.2f} {fast / slow:>8.0f}x")
+        print(
+            f"{g.name:<20} {g.num_ops:>7} {g.num_edges:>7} {fast:>10.0f} {ns:>13.1f} {slow:>13.2f} {fast / slow:>8.0f}x"
+        )
 
 
 if __name__ == "__main__":

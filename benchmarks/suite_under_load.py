@@ -43,8 +43,12 @@ def timed_suite(args: list[str], burners: int, log: Path | None = None) -> tuple
         watcher.start()
         t = time.perf_counter()
         with open(log or os.devnull, "w") as sink:
-            rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                                stdout=sink, stderr=subprocess.STDOUT).returncode  # fmt: skip
+            rc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                cwd=ROOT,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            ).returncode
         wall = time.perf_counter() - t
     finally:
         done.set()

@@ -43,11 +43,14 @@ def main() -> None:
         graph = cached_graph(name, "full")
         problem = make_problem(graph, cluster)
         singles = problem.simulator.evaluate_ops(
-            np.stack([single_device(graph, cluster, d) for d in cluster.device_names]))
+            np.stack([single_device(graph, cluster, d) for d in cluster.device_names])
+        )
         single = float(singles.step_time[singles.feasible].min())
         problems.append((name, problem, single))
-        print(f"# {name}: {graph.num_ops} ops, {problem.grouping.num_groups} groups, best single {single * 1e3:.2f} ms",
-              flush=True)  # fmt: skip
+        print(
+            f"# {name}: {graph.num_ops} ops, {problem.grouping.num_groups} groups, best single {single * 1e3:.2f} ms",
+            flush=True,
+        )
     results = []
     for values in itertools.product(*GRID.values()):
         params = dict(zip(GRID, values, strict=True))
@@ -55,8 +58,12 @@ def main() -> None:
         t = time.perf_counter()
         ratios = []
         for _, problem, single in problems:
-            best = [run(PostStrategy(problem.space, seed=s, config=cfg), problem.simulator,
-                        Budget(samples=args.budget)).best_step_time for s in range(args.seeds)]  # fmt: skip
+            best = [
+                run(
+                    PostStrategy(problem.space, seed=s, config=cfg), problem.simulator, Budget(samples=args.budget)
+                ).best_step_time
+                for s in range(args.seeds)
+            ]
             ratios.append(float(np.median(best)) / single)
         score = float(np.exp(np.mean(np.log(ratios))))
         results.append((score, params))

@@ -27,8 +27,9 @@ def tiny_problem(cpu_only=()):
     cluster = star_cluster(("cpu", "gpu", "gpu"), bandwidth=2.0, latency=0.5)
     sim = Simulator(g, cluster, cost_model=TableCostModel(table), group_of_op=np.arange(6))
     allowed = np.isfinite(sim.problem.op_time)
-    space = SearchSpace(allowed, sim.failure_step_time, unit_time=sim.problem.op_time,
-                        device_names=cluster.device_names)  # fmt: skip
+    space = SearchSpace(
+        allowed, sim.failure_step_time, unit_time=sim.problem.op_time, device_names=cluster.device_names
+    )
     return sim, space
 
 
@@ -133,9 +134,14 @@ def test_finds_an_optimum_that_random_search_misses():
     for instance, must_hit in ((109, True), (101, False), (104, False), (106, False)):
         problem = held_out_instance(instance)
         best, _ = enumerate_optimum(problem)
-        ratios = {name: [run(make_strategy(name, problem.space, seed=s), problem.simulator,
-                             Budget(samples=600)).best_step_time / best for s in range(5)]
-                  for name in ("anneal", "random")}  # fmt: skip
+        ratios = {
+            name: [
+                run(make_strategy(name, problem.space, seed=s), problem.simulator, Budget(samples=600)).best_step_time
+                / best
+                for s in range(5)
+            ]
+            for name in ("anneal", "random")
+        }
         if must_hit:
             assert max(ratios["anneal"]) <= 1 + 1e-9 and min(ratios["random"]) > 1.01, ratios
         assert np.median(ratios["anneal"]) < np.median(ratios["random"]), (instance, ratios)

@@ -51,23 +51,31 @@ def test_a_readme_that_breaks_the_convention_is_refused():
 
 
 def test_rich_tables_are_quoted_without_borders():
-    printed = ("     title (simulated)     \n"
-               "┏━━━━━━┳━━━━━━━━━━┓\n"
-               "┃      ┃     time ┃\n"
-               "┡━━━━━━╇━━━━━━━━━━┩\n"
-               "│ ddp  │ 1.000 ms │\n"
-               "└──────┴──────────┘\n"
-               "  times: gpu0 (K80)\n")  # fmt: skip
+    printed = (
+        "     title (simulated)     \n"
+        "┏━━━━━━┳━━━━━━━━━━┓\n"
+        "┃      ┃     time ┃\n"
+        "┡━━━━━━╇━━━━━━━━━━┩\n"
+        "│ ddp  │ 1.000 ms │\n"
+        "└──────┴──────────┘\n"
+        "  times: gpu0 (K80)\n"
+    )
     assert check_docs.plain(printed) == ["title (simulated)", "           time", "ddp    1.000 ms", "times: gpu0 (K80)"]
     assert check_docs.select(["a", "plan: x", "b", "lower bound 1", "c"], "^plan:", "^lower") == [
-        "plan: x", "b", "lower bound 1"]  # fmt: skip
+        "plan: x",
+        "b",
+        "lower bound 1",
+    ]
     assert check_docs.select(["a"], "^plan:", None) is None
 
 
 def test_numbers_compare_exactly_and_wall_times_loosely():
     assert check_docs.first_difference(["ddp  99.123 ms"], ["ddp  99.123 ms"]) is None
     assert check_docs.first_difference(["a", "ddp  99.123 ms"], ["a", "ddp  99.124 ms"]) == (
-        1, "ddp  99.123 ms", "ddp  99.124 ms")  # fmt: skip
+        1,
+        "ddp  99.123 ms",
+        "ddp  99.124 ms",
+    )
     assert check_docs.first_difference(["a"], ["a", "b"]) == (1, "(no line)", "b")
     assert check_docs.same_line("took 21.3 s of wall time", "took 19.8 s  of wall time")
     assert check_docs.same_line("wrote /tmp/a1/x.json", "wrote /tmp/b2/x.json")
@@ -80,7 +88,13 @@ def test_prose_figures_are_found_even_over_a_line_break():
     assert check_docs.stale_prose(prose, known) == ([], ["45.4 s", "2.4%"])
     stale, _ = check_docs.stale_prose(prose, known[1:])
     assert stale == ["line 10: 96.8 ms"]
-    assert check_docs.summary_numbers({"bytes_moved": 558376960.0, "peak_memory_bytes": {"gpu0": 1.166e9},
-                                       "best_step_time_s": 0.5, "search_best_sample": 7, "samples": 2400,
-                                       "note": "smallest peak is 4.45 GB"}) == [  # fmt: skip
-        ("GB", repr(0.55837696)), ("GB", repr(1.166)), ("ms", "500.0"), ("sample", "7"), ("GB", "4.45")]
+    assert check_docs.summary_numbers(
+        {
+            "bytes_moved": 558376960.0,
+            "peak_memory_bytes": {"gpu0": 1.166e9},
+            "best_step_time_s": 0.5,
+            "search_best_sample": 7,
+            "samples": 2400,
+            "note": "smallest peak is 4.45 GB",
+        }
+    ) == [("GB", repr(0.55837696)), ("GB", repr(1.166)), ("ms", "500.0"), ("sample", "7"), ("GB", "4.45")]

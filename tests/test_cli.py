@@ -19,9 +19,15 @@ def run(*args, cwd=None):
 @pytest.fixture
 def graph_file(tmp_path):
     g = OpGraph.build(
-        ["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 2e9, 1e9], bytes_accessed=[1e6] * 3,
-        output_bytes=[1e6] * 3, persistent_bytes=[4e6, 0, 0], colocation=[0, -1, 0], name="tiny",
-    )  # fmt: skip
+        ["a", "b", "c"],
+        [(0, 1, 1e6), (1, 2, 1e6)],
+        flops=[1e9, 2e9, 1e9],
+        bytes_accessed=[1e6] * 3,
+        output_bytes=[1e6] * 3,
+        persistent_bytes=[4e6, 0, 0],
+        colocation=[0, -1, 0],
+        name="tiny",
+    )
     path = tmp_path / "tiny.json"
     g.save(path)
     return path
@@ -32,8 +38,9 @@ def test_the_command_runs_as_its_own_process(graph_file):
 
     script = Path(sys.executable).with_name("postplace")  # the entry point pip installed beside the interpreter
     for command in ([sys.executable, "-m", "postplace.cli"], [str(script)]):
-        r = subprocess.run([*command, "info", str(graph_file), "--cluster", "k80x2", "--json"], capture_output=True,
-                           text=True)  # fmt: skip
+        r = subprocess.run(
+            [*command, "info", str(graph_file), "--cluster", "k80x2", "--json"], capture_output=True, text=True
+        )
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["ops"] == 3
         bad = subprocess.run([*command, "info", "no/such/graph.json"], capture_output=True, text=True)
@@ -50,8 +57,9 @@ def test_info_json(graph_file):
 
 def test_simulate_json_and_trace(graph_file, tmp_path):
     trace = tmp_path / "trace.json"
-    r = run("simulate", str(graph_file), "--cluster", "k80x2", "--placement", "single:gpu1", "--json",
-            "--trace", str(trace))  # fmt: skip
+    r = run(
+        "simulate", str(graph_file), "--cluster", "k80x2", "--placement", "single:gpu1", "--json", "--trace", str(trace)
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["evaluator"] == "simulator" and out["oom"] is False
@@ -123,8 +131,16 @@ def test_place_json_and_resume(graph_file, tmp_path):
     r = run("place", str(graph_file), "-c", "k80x2", "--budget", "96", "--seed", "3", "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    for key in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s", "lower_bound_s",
-                "samples", "strategy", "seed", "evaluator"):  # fmt: skip
+    for key in (
+        "best_step_time_s",
+        "search_best_step_time_s",
+        "single_device_step_time_s",
+        "lower_bound_s",
+        "samples",
+        "strategy",
+        "seed",
+        "evaluator",
+    ):
         assert key in s
     assert s["samples"] == 96 and s["evaluator"] == "simulator" and s["strategy"] == "post"
     # the answer is the optimum, found by every placement of the 3 ops (a and c colocated) on 3 devices
@@ -161,11 +177,27 @@ def test_place_returns_a_placer_that_beats_the_search_and_the_single_device(tmp_
     """A fork a -> (b, c) -> d with two heavy branches on k80x2. With one sample the search has only
     probed one device, so the answer must come from a one-shot placer that puts b and c on the two GPUs
     (a wrong rule, such as the best of the search and the single device, returns the slower one)."""
-    g = OpGraph.build(["a", "b", "c", "d"], [(0, 1, 1e6), (0, 2, 1e6), (1, 3, 1e6), (2, 3, 1e6)],
-                      flops=[1e8, 2e10, 2e10, 1e8], output_bytes=[1e6] * 4, name="fork")  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b", "c", "d"],
+        [(0, 1, 1e6), (0, 2, 1e6), (1, 3, 1e6), (2, 3, 1e6)],
+        flops=[1e8, 2e10, 2e10, 1e8],
+        output_bytes=[1e6] * 4,
+        name="fork",
+    )
     g.save(tmp_path / "fork.json")
-    r = run("place", str(tmp_path / "fork.json"), "-c", "k80x2", "--budget", "1", "--groups", "none",
-            "--out", str(tmp_path / "run"), "--json")  # fmt: skip
+    r = run(
+        "place",
+        str(tmp_path / "fork.json"),
+        "-c",
+        "k80x2",
+        "--budget",
+        "1",
+        "--groups",
+        "none",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     cands = s["candidates"]
@@ -187,8 +219,21 @@ def test_place_bad_budget(graph_file, tmp_path):
 
 def test_place_warm_start_is_sample_zero_and_said(graph_file, tmp_path):
     heft = tmp_path / "heft"
-    r = run("place", str(graph_file), "-c", "k80x2", "--budget", "48", "--out", str(heft), "--json",
-            "--warm-start", "heft", "--groups", "none")  # fmt: skip
+    r = run(
+        "place",
+        str(graph_file),
+        "-c",
+        "k80x2",
+        "--budget",
+        "48",
+        "--out",
+        str(heft),
+        "--json",
+        "--warm-start",
+        "heft",
+        "--groups",
+        "none",
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["warm_start"] == "heft"
@@ -201,13 +246,28 @@ def test_place_warm_start_is_sample_zero_and_said(graph_file, tmp_path):
     g, c = load_graph(graph_file), load_cluster("k80x2")
     heft_time = Simulator(g, c).evaluate_ops(place("heft", g, c)[None]).step_time[0]
     assert first["step_time_s"] == heft_time  # the heuristic's placement was sample 0
-    assert_one_error_line(run("place", str(graph_file), "-c", "k80x2", "--warm-start", "nope",
-                              "--out", str(tmp_path / "x")), "nope")  # fmt: skip
+    assert_one_error_line(
+        run("place", str(graph_file), "-c", "k80x2", "--warm-start", "nope", "--out", str(tmp_path / "x")), "nope"
+    )
 
 
 def test_train_prints_measured_step_times(tmp_path):
-    r = run("train", "rnnlm", "--size", "small", "--placement", "single:gpu1", "--cluster", "k80x2", "--steps", "3",
-            "--map-all-to", "cpu", "--threads", "1")  # fmt: skip
+    r = run(
+        "train",
+        "rnnlm",
+        "--size",
+        "small",
+        "--placement",
+        "single:gpu1",
+        "--cluster",
+        "k80x2",
+        "--steps",
+        "3",
+        "--map-all-to",
+        "cpu",
+        "--threads",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     assert "measured step time: median" in r.stdout and "simulated step time on k80x2" in r.stdout
     rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
@@ -224,8 +284,18 @@ def test_place_table_and_json_say_which_placement_was_returned(tmp_path):
     from tests.test_api import graph30
 
     graph30().save(tmp_path / "g30.json")
-    args = ("place", str(tmp_path / "g30.json"), "-c", "k80x2", "--strategy", "random", "--budget", "1",
-            "--groups", "none")  # fmt: skip
+    args = (
+        "place",
+        str(tmp_path / "g30.json"),
+        "-c",
+        "k80x2",
+        "--strategy",
+        "random",
+        "--budget",
+        "1",
+        "--groups",
+        "none",
+    )
     table = run(*args, "--out", str(tmp_path / "t"))
     assert table.returncode == 0, table.stderr
     assert "returned placement (m-etf)" in table.stdout and "search best" in table.stdout
@@ -235,8 +305,11 @@ def test_place_table_and_json_say_which_placement_was_returned(tmp_path):
 
 
 def test_a_flag_typer_cannot_parse_is_one_error_line():
-    for args, flag in ((["train", "gpt2", "--steps", "abc", "-p", "x"], "--steps"), (["place", "--nope"], "--nope"),
-                       (["simulate"], "target")):  # fmt: skip
+    for args, flag in (
+        (["train", "gpt2", "--steps", "abc", "-p", "x"], "--steps"),
+        (["place", "--nope"], "--nope"),
+        (["simulate"], "target"),
+    ):
         r = run(*args)
         assert r.returncode == 2, args
         lines = [x for x in r.stderr.splitlines() if x.strip()]

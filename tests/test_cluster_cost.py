@@ -54,13 +54,15 @@ def test_toml_cluster_devices_capacity_and_routes():
     assert c.transfer_time(1e9, 1, 2) == pytest.approx(5e-6 + 1.0)
     assert c.transfer_time(1e9, 1, 1) == 0.0
     D = 3
-    held = c.route_resources[c.route_ptr[1 * D + 2]:c.route_ptr[1 * D + 3]].tolist()
+    held = c.route_resources[c.route_ptr[1 * D + 2] : c.route_ptr[1 * D + 3]].tolist()
     assert held == [1, D + 2, 2 * D + 2 * 1 + 0, 2 * D + 2 * 2 + 1]  # egress, ingress, link1 up, link2 down
 
 
 def test_routes_prefer_the_widest_path():
-    text = TOML + '[[switch]]\nname = "nv"\n[[link]]\na = "gpu0"\nb = "nv"\nbandwidth = 5e10\n' \
-                  '[[link]]\na = "gpu1"\nb = "nv"\nbandwidth = 5e10\n'
+    text = (
+        TOML + '[[switch]]\nname = "nv"\n[[link]]\na = "gpu0"\nb = "nv"\nbandwidth = 5e10\n'
+        '[[link]]\na = "gpu1"\nb = "nv"\nbandwidth = 5e10\n'
+    )
     c = Cluster.from_toml_text(text)
     assert c.route(1, 2) == ["gpu0", "nv", "gpu1"] and c.bandwidth[1, 2] == 5e10
 
@@ -94,10 +96,14 @@ def test_presets_load_and_name_devices():
 def test_cost_model_prefers_model_then_kind_measurements_and_never_adds_overhead_to_them():
     c = Cluster.from_toml_text(TOML)
     g = OpGraph.build(
-        ["a", "b", "c"], flops=[1e9, 1e9, 0.0], bytes_accessed=[0.0, 1e9, 0.0],
-        measured=[Measurement("G", "gpu", np.array([0.5, np.nan, np.nan]), "model G"),
-                  Measurement("gpu", "gpu", np.array([0.7, 0.8, np.nan]), "any gpu")],
-    )  # fmt: skip
+        ["a", "b", "c"],
+        flops=[1e9, 1e9, 0.0],
+        bytes_accessed=[0.0, 1e9, 0.0],
+        measured=[
+            Measurement("G", "gpu", np.array([0.5, np.nan, np.nan]), "model G"),
+            Measurement("gpu", "gpu", np.array([0.7, 0.8, np.nan]), "any gpu"),
+        ],
+    )
     t = RooflineCostModel().op_times(g, c)
     assert t.table[0, 1] == 0.5  # exact model first, no overhead
     assert t.table[1, 1] == 0.8  # then the kind-level measurement

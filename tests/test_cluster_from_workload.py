@@ -15,8 +15,11 @@ from tests.clihelp import run_cli
 
 
 def workload_file(tmp_path, **machine):
-    d = {**machine, "nodes": [{"id": 0, "name": "a", "fpgaLatency": 2.0, "cpuLatency": 20.0, "size": 1e9,
-                               "isBackwardNode": 0}], "edges": []}  # fmt: skip
+    d = {
+        **machine,
+        "nodes": [{"id": 0, "name": "a", "fpgaLatency": 2.0, "cpuLatency": 20.0, "size": 1e9, "isBackwardNode": 0}],
+        "edges": [],
+    }
     p = tmp_path / "w.json"
     p.write_text(json.dumps(d))
     return load_graph(p)

@@ -68,8 +68,13 @@ def test_routes_equal_the_enumeration_of_every_simple_path():
 
 def test_a_wide_long_route_beats_a_narrow_short_one():
     devices = (Device("x", "gpu", "g", 1, 1, 1, 0.0), Device("y", "gpu", "g", 1, 1, 1, 0.0))
-    links = (Link("x", "s1", 1.0, 0.0), Link("s1", "y", 1.0, 0.0),  # 2 links, 1 byte/s
-             Link("x", "s2", 5.0, 0.0), Link("s2", "s3", 5.0, 0.0), Link("s3", "y", 5.0, 0.0))  # fmt: skip
+    links = (
+        Link("x", "s1", 1.0, 0.0),
+        Link("s1", "y", 1.0, 0.0),  # 2 links, 1 byte/s
+        Link("x", "s2", 5.0, 0.0),
+        Link("s2", "s3", 5.0, 0.0),
+        Link("s3", "y", 5.0, 0.0),
+    )
     c = Cluster("w", devices, ("s1", "s2", "s3"), links)
     assert c.route(0, 1) == ["x", "s2", "s3", "y"] and c.bandwidth[0, 1] == 5.0
 
@@ -172,8 +177,10 @@ def test_routes_equal_the_previous_route_finder_on_presets_and_random_clusters(m
 
     rng = np.random.default_rng(3)
     presets = [load_cluster(p) for p in ("k80x2", "k80x4", "dgx8", "dgx8x2", "mixed", "h100")]
-    clusters = presets + [random_cluster(rng, int(rng.integers(2, 8)), int(rng.integers(1, 7)),
-                                         int(rng.integers(0, 12))) for _ in range(150)]  # fmt: skip
+    clusters = presets + [
+        random_cluster(rng, int(rng.integers(2, 8)), int(rng.integers(1, 7)), int(rng.integers(0, 12)))
+        for _ in range(150)
+    ]
     clusters += [hetero_cluster(rng, n) for n in (8, 16, 33)]
     from postplace.cluster.cluster import _best_routes
 

@@ -138,10 +138,14 @@ def reduce_graph(k, *, kind="all_reduce", nbytes=S, out=0.0, static=False):
     names = [f"p{r}" for r in range(k)] + [f"m{r}" for r in range(k)] + [f"c{r}" for r in range(k)]
     edges = [(r, k + r, nbytes) for r in range(k)] + [(k + r, 2 * k + r, nbytes) for r in range(k)]
     return OpGraph.build(
-        names, edges, output_bytes=[nbytes] * k + [out] * k + [0.0] * k,
-        persistent_bytes=[1.0] * 3 * k if static else None, memory_mode="static" if static else "live",
-        collective=[-1] * k + [0] * k + [-1] * k, collectives=[Collective(kind, nbytes, "grads")],
-    )  # fmt: skip
+        names,
+        edges,
+        output_bytes=[nbytes] * k + [out] * k + [0.0] * k,
+        persistent_bytes=[1.0] * 3 * k if static else None,
+        memory_mode="static" if static else "live",
+        collective=[-1] * k + [0] * k + [-1] * k,
+        collectives=[Collective(kind, nbytes, "grads")],
+    )
 
 
 def times(graph, cluster, per_op):
@@ -186,8 +190,13 @@ def test_the_collective_waits_for_a_transfer_holding_its_links(dgx8):
     names = ["x", "y", *base.names]
     pairs = zip(base.edge_src, base.edge_dst, base.edge_bytes, strict=True)
     edges = [(0, 1, T)] + [(s + 2, d + 2, b) for s, d, b in pairs]
-    g = OpGraph.build(names, edges, output_bytes=[T, 0.0, *base.output_bytes], collective=[-1, -1, *base.collective],
-                      collectives=base.collectives)  # fmt: skip
+    g = OpGraph.build(
+        names,
+        edges,
+        output_bytes=[T, 0.0, *base.output_bytes],
+        collective=[-1, -1, *base.collective],
+        collectives=base.collectives,
+    )
     cost = times(g, dgx8, [0.0, 0.0] + [1e-3] * k + [0.0] * k + [2e-3] * k)
     _, s = schedule_both(g, dgx8, cost, [1, 2] + [1, 2, 3, 4] * 3)
     x_end = NV_LAT + T / NV
@@ -225,8 +234,13 @@ def test_a_members_output_lives_from_the_collective_start(dgx8):
     P, M, T = 1e9, 12e9, 9e9
     names = ["x", "y", "p0", "p1", "m0", "m1", "c0", "c1"]
     edges = [(0, 1, T), (2, 4, P), (3, 5, P), (4, 6, M), (5, 7, M)]
-    g = OpGraph.build(names, edges, output_bytes=[T, 0.0, P, P, M, M, 0.0, 0.0],
-                      collective=[-1] * 4 + [0, 0] + [-1] * 2, collectives=[Collective("all_reduce", M)])  # fmt: skip
+    g = OpGraph.build(
+        names,
+        edges,
+        output_bytes=[T, 0.0, P, P, M, M, 0.0, 0.0],
+        collective=[-1] * 4 + [0, 0] + [-1] * 2,
+        collectives=[Collective("all_reduce", M)],
+    )
     dev = [1, 3, 1, 2, 1, 2, 1, 2]
     sim, s = schedule_both(g, dgx8, times(g, dgx8, [0.0, 0.0, 1e-3, 1e-3, 0.0, 0.0, 1e-3, 1e-3]), dev)
     start, end = s.collectives[0][2], s.collectives[0][3]
@@ -255,8 +269,10 @@ def test_two_members_on_one_device_fail_with_a_reason(dgx8):
     sim = Simulator(g, dgx8)
     r = sim.evaluate(np.array([[1, 2, 1, 2, 1, 2], [1, 2, 1, 1, 1, 2]]))
     assert r.failed.tolist() == [False, True]
-    assert r.reasons[1] == ("collective 'grads' (all_reduce) has members 'm0' and 'm1' both on gpu0; "
-                            "put each member of a collective on its own device")  # fmt: skip
+    assert r.reasons[1] == (
+        "collective 'grads' (all_reduce) has members 'm0' and 'm1' both on gpu0; "
+        "put each member of a collective on its own device"
+    )
     with pytest.raises(ValueError, match="'m0' and 'm1' both on gpu0"):
         sim.schedule(np.array([1, 2, 1, 1, 1, 2]))
 
@@ -292,12 +308,14 @@ def test_graph_fields_round_trip_and_stay_read_only(tmp_path):
         ({"collectives": [Collective("all_reduce", -1.0)]}, "collective 0 field 'nbytes' is -1.0; it must be a finite"),
         ({"collectives": [Collective("all_reduce", float("inf"))]}, "collective 0 field 'nbytes' is inf"),
         ({"collectives": [Collective("all_reduce", 2e18)]}, "above the bound of 1e+18 bytes"),
-        ({"collectives": [Collective("all_reduce", 1.0), Collective("broadcast", 1.0, "b")]},
-         "collective 1 ('b') has no member ops"),
+        (
+            {"collectives": [Collective("all_reduce", 1.0), Collective("broadcast", 1.0, "b")]},
+            "collective 1 ('b') has no member ops",
+        ),
         ({"collective": [0, -1, 0]}, "a collective waits on its own members: b -> collective 0 -> b"),
         ({"collective": [0, 0, -1]}, "collective 0 member 'a' feeds its fellow member 'b'"),
     ],
-)  # fmt: skip
+)
 def test_validate_names_the_broken_collective(kw, message):
     args = {"collective": [0, -1, -1], "collectives": [Collective("all_reduce", 1.0)], **kw}
     with pytest.raises(GraphError, match="^graph 'graph': ") as err:
@@ -340,11 +358,17 @@ def two_nodes(fast, slow):
 
 @st.composite
 def collective_instances(draw):
-    cluster = draw(st.sampled_from([
-        star_cluster(("cpu", "gpu", "gpu", "gpu"), bandwidth=1.0, latency=0.125, shared={"sw": ["gpu0", "gpu1"]}),
-        star_cluster(("gpu", "gpu", "gpu"), bandwidth=4.0),
-        two_nodes(4.0, 1.0),
-    ]))  # fmt: skip
+    cluster = draw(
+        st.sampled_from(
+            [
+                star_cluster(
+                    ("cpu", "gpu", "gpu", "gpu"), bandwidth=1.0, latency=0.125, shared={"sw": ["gpu0", "gpu1"]}
+                ),
+                star_cluster(("gpu", "gpu", "gpu"), bandwidth=4.0),
+                two_nodes(4.0, 1.0),
+            ]
+        )
+    )
     D = cluster.num_devices
     n_target = draw(st.integers(2, 16))
     names, edges, coll_of, collectives, placement = [], [], [], [], []
@@ -369,11 +393,15 @@ def collective_instances(draw):
     n = len(names)
     live = draw(st.booleans())
     graph = OpGraph.build(
-        names, edges, output_bytes=[float(draw(st.integers(0, 5))) for _ in range(n)],
+        names,
+        edges,
+        output_bytes=[float(draw(st.integers(0, 5))) for _ in range(n)],
         persistent_bytes=[float(draw(st.integers(0, 3))) for _ in range(n)],
         inplace=[draw(st.booleans()) and c < 0 for c in coll_of],
-        memory_mode="live" if live else "static", collective=coll_of, collectives=collectives,
-    )  # fmt: skip
+        memory_mode="live" if live else "static",
+        collective=coll_of,
+        collectives=collectives,
+    )
     table = np.array([[draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])) for _ in range(D)] for _ in range(n)])
     return graph, cluster, TableCostModel(table), np.array(placement)
 

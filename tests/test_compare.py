@@ -17,9 +17,14 @@ def graph():
     n = 30
     out = rng.integers(1, 5, n).astype(float)
     edges = [(i, j, out[i]) for j in range(1, n) for i in range(max(0, j - 3), j) if rng.random() < 0.5]
-    return OpGraph.build([f"op{i}" for i in range(n)], edges, flops=rng.uniform(1e9, 1e10, n),
-                         output_bytes=out, persistent_bytes=rng.integers(0, 3, n).astype(float),
-                         phase=["forward"] * 15 + ["backward"] * 15)  # fmt: skip
+    return OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        edges,
+        flops=rng.uniform(1e9, 1e10, n),
+        output_bytes=out,
+        persistent_bytes=rng.integers(0, 3, n).astype(float),
+        phase=["forward"] * 15 + ["backward"] * 15,
+    )
 
 
 def test_rows_resume_and_files(tmp_path):
@@ -35,8 +40,10 @@ def test_rows_resume_and_files(tmp_path):
         r = rows[name]
         # each seed's best is that seed's own run, redone here; the row's figures are their min, median, max
         per = [s["best_step_time_s"] for s in r["per_seed"]]
-        assert per == [run(make_strategy(name, problem.space, seed=s), problem.simulator,
-                           Budget(samples=120)).best_step_time for s in range(2)]  # fmt: skip
+        assert per == [
+            run(make_strategy(name, problem.space, seed=s), problem.simulator, Budget(samples=120)).best_step_time
+            for s in range(2)
+        ]
         assert per[0] != per[1]  # the two seeds differ, so min, median and max are three different numbers
         assert r["seeds"] == 2 and r["min_step_time_s"] == min(per) and r["max_step_time_s"] == max(per)
         assert r["best_step_time_s"] == (per[0] + per[1]) / 2  # the median of two
@@ -109,8 +116,7 @@ def test_post_under_ce_every_says_it_ran_no_cross_entropy_step_and_placer_walls_
     from postplace.cluster import load_cluster
     from postplace.testing import fuzz
 
-    rep = compare(fuzz.base_graph(), load_cluster("k80x2"), ["metis", "ppo", "post"], budget=48, seeds=1,
-                  out=tmp_path)  # fmt: skip
+    rep = compare(fuzz.base_graph(), load_cluster("k80x2"), ["metis", "ppo", "post"], budget=48, seeds=1, out=tmp_path)
     rows = {r["strategy"]: r for r in rep["rows"]}
     assert "no cross-entropy step ran" in rows["post"]["note"] and rows["ppo"]["note"] == ""
     assert rows["post"]["best_step_time_s"] == rows["ppo"]["best_step_time_s"]  # the same run, as the note says

@@ -14,9 +14,27 @@ from postplace.search.ranges import field_range
 from postplace.testing import fuzz
 from tests.clihelp import cli_error
 
-NAMES = ["post", "post-paper", "post-start", "ce", "ce-paper", "ppo", "ppo-paper", "reinforce", "reinforce-paper",
-         "reinforce-probe", "hp", "hp-probe", "anneal", "random", "post-probe", "ce-probe", "ppo-probe",
-         "reinforce-local", "hp-local"]
+NAMES = [
+    "post",
+    "post-paper",
+    "post-start",
+    "ce",
+    "ce-paper",
+    "ppo",
+    "ppo-paper",
+    "reinforce",
+    "reinforce-paper",
+    "reinforce-probe",
+    "hp",
+    "hp-probe",
+    "anneal",
+    "random",
+    "post-probe",
+    "ce-probe",
+    "ppo-probe",
+    "reinforce-local",
+    "hp-local",
+]
 
 
 def fields_of(name):
@@ -55,11 +73,21 @@ def outside(rng, hint) -> list:
     integer = is_integer(hint)
     out = []
     if math.isfinite(rng.lo):
-        out.append(int(rng.lo) - 1 if integer and rng.lo_closed else rng.lo if not rng.lo_closed
-                   else math.nextafter(rng.lo, -math.inf))  # fmt: skip
+        out.append(
+            int(rng.lo) - 1
+            if integer and rng.lo_closed
+            else rng.lo
+            if not rng.lo_closed
+            else math.nextafter(rng.lo, -math.inf)
+        )
     if math.isfinite(rng.hi):
-        out.append(int(rng.hi) + 1 if integer and rng.hi_closed else rng.hi if not rng.hi_closed
-                   else math.nextafter(rng.hi, math.inf))  # fmt: skip
+        out.append(
+            int(rng.hi) + 1
+            if integer and rng.hi_closed
+            else rng.hi
+            if not rng.hi_closed
+            else math.nextafter(rng.hi, math.inf)
+        )
     return out
 
 
@@ -98,8 +126,11 @@ def test_the_defaults_and_the_presets_pass(name):
         paper = dataclasses.asdict(cls.paper())
         assert build_config(name, paper, source="config") == dataclasses.replace(default, **paper)
     # and as --set text
-    text = {k: ("none" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
-            for k, v in recorded.items() if not isinstance(v, list)}  # fmt: skip
+    text = {
+        k: ("none" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
+        for k, v in recorded.items()
+        if not isinstance(v, list)
+    }
     assert build_config(name, text) == default
 
 
@@ -110,8 +141,10 @@ def test_paper_config_passes_through_the_api():
     assert strategy_config("post", None) == build_config("post")
 
 
-@pytest.mark.parametrize("name,key,hint,rng", [f for f in all_fields() if f[3] is not None and not f[3].choices
-                                                or f[0] == "anneal" and f[1] == "init"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,key,hint,rng",
+    [f for f in all_fields() if f[3] is not None and not f[3].choices or f[0] == "anneal" and f[1] == "init"],
+)
 def test_a_value_just_outside_each_end_is_one_error_naming_the_field_and_the_range(name, key, hint, rng):
     bounds = rng.bounds()
     for value in outside(rng, hint):
@@ -120,8 +153,14 @@ def test_a_value_just_outside_each_end_is_one_error_naming_the_field_and_the_ran
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else repr(value)
         msg = refused(name, {key: shown}, f"--set {key}=", f"{key} must be", bounds, f"({rng.why})")
         assert msg.startswith(f"--set {key}={shown}: "), msg
-        refused(name, {key: list(value) if isinstance(value, tuple) else value}, f"config {key}=",
-                f"{key} must be", bounds, source="config")  # fmt: skip
+        refused(
+            name,
+            {key: list(value) if isinstance(value, tuple) else value},
+            f"config {key}=",
+            f"{key} must be",
+            bounds,
+            source="config",
+        )
     for value in inside(rng, hint):
         if is_placement(hint):
             value = (0, value)
@@ -149,8 +188,14 @@ def test_the_six_values_of_the_report_are_refused(name):
     refused(name, {"clip": "5"}, "--set clip=5: clip must be a number in (0, 1)")
     refused(name, {"probe_margin": "7"}, "--set probe_margin=7: probe_margin must be a number in [0, 1]")
     # the same through a TOML file's typed values
-    for typed in ({"ce_every": 0}, {"eps": 2}, {"anchor_weight": 1.5}, {"elite_fraction": 3}, {"clip": 5},
-                  {"probe_margin": 7}):  # fmt: skip
+    for typed in (
+        {"ce_every": 0},
+        {"eps": 2},
+        {"anchor_weight": 1.5},
+        {"elite_fraction": 3},
+        {"clip": 5},
+        {"probe_margin": 7},
+    ):
         (key,) = typed
         refused(name, typed, f"--config c.toml {key}=", f"{key} must be", source="--config c.toml")
 
@@ -164,8 +209,18 @@ def test_anchor_weight_is_reinforces_as_well():
 def test_each_table_of_the_paper_differs_from_the_next_in_one_mechanism():
     """The paper's tables (uniform start, probe start, probe start with local moves): a ``-probe`` variant
     is its method's default start without local moves, a ``-local`` one the same with them."""
-    for name in ("post-paper", "ce-paper", "ppo-paper", "reinforce-paper", "post-probe", "ce-probe", "ppo-probe",
-                 "reinforce-probe", "hp-probe", "post-start"):
+    for name in (
+        "post-paper",
+        "ce-paper",
+        "ppo-paper",
+        "reinforce-paper",
+        "post-probe",
+        "ce-probe",
+        "ppo-probe",
+        "reinforce-probe",
+        "hp-probe",
+        "post-start",
+    ):
         assert build_config(name).use_local is False, name
     for name in ("post", "ce", "ppo", "reinforce-local", "hp-local", "local"):
         assert build_config(name).use_local is True, name
@@ -180,8 +235,13 @@ def test_a_toml_file_is_checked(tmp_path):
     path.write_text("[post]\nelite_fraction = 3\n")
     refused("post", read_config_file(path, "post"), "elite_fraction=3", "in (0, 1]", source=f"--config {path}")
     path.write_text("[anneal]\ninit = [0, -1]\n")
-    refused("anneal", read_config_file(path, "anneal"), "init=0,-1", "'random' or a list of integers >= 0",
-            source=f"--config {path}")  # fmt: skip
+    refused(
+        "anneal",
+        read_config_file(path, "anneal"),
+        "init=0,-1",
+        "'random' or a list of integers >= 0",
+        source=f"--config {path}",
+    )
     path.write_text("[anneal]\ninit = [1, 0]\n")
     assert build_config("anneal", read_config_file(path, "anneal")).init == (1, 0)
 
@@ -230,6 +290,21 @@ def test_cli_names_the_flag_and_an_anneal_start_of_the_wrong_length_is_one_line(
     g = str(tmp_path / "g.json")
     err = cli_error(["place", g, "--cluster", "k80x2", "--budget", "4", "--set", "ce_every=0"], capsys)
     assert err.startswith("error: --set ce_every=0: ce_every must be an integer >= 1")
-    err = cli_error(["place", g, "--cluster", "k80x2", "--budget", "4", "--strategy", "anneal", "--groups", "none",
-                     "--set", "init=0,1"], capsys)  # fmt: skip
+    err = cli_error(
+        [
+            "place",
+            g,
+            "--cluster",
+            "k80x2",
+            "--budget",
+            "4",
+            "--strategy",
+            "anneal",
+            "--groups",
+            "none",
+            "--set",
+            "init=0,1",
+        ],
+        capsys,
+    )
     assert "one device id per unit" in err

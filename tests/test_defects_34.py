@@ -41,7 +41,8 @@ def _interrupt_first_batch(monkeypatch, where: str) -> None:
 
 def _lines(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("history.jsonl")), [
-        p.read_text() for p in sorted(folder.rglob("history.jsonl"))]
+        p.read_text() for p in sorted(folder.rglob("history.jsonl"))
+    ]
 
 
 @pytest.mark.parametrize("where", ["evaluate", "tell"])
@@ -67,8 +68,22 @@ def test_a_checkpoint_of_no_sample_resumes_through_the_cli(tmp_path, monkeypatch
     cut = tmp_path / "cut"
     with monkeypatch.context() as mp:
         _interrupt_first_batch(mp, "evaluate")
-        r = run_cli("place", "gpt2", "--size", "small", "-c", "k80x2", "--budget", "8", "--microbatches", "1",
-                    "--no-report", "--json", "--out", cut)  # fmt: skip
+        r = run_cli(
+            "place",
+            "gpt2",
+            "--size",
+            "small",
+            "-c",
+            "k80x2",
+            "--budget",
+            "8",
+            "--microbatches",
+            "1",
+            "--no-report",
+            "--json",
+            "--out",
+            cut,
+        )
     assert r.returncode == 130 and "--resume" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run_cli("place", "--resume", cut, "--json", "--no-report")
     assert r.returncode == 0, r.stderr
@@ -79,12 +94,42 @@ def test_a_checkpoint_of_no_sample_resumes_through_the_cli(tmp_path, monkeypatch
 
 
 def test_train_on_a_device_the_cluster_lacks_is_one_line(tmp_path, capsys):
-    err = cli_error(["train", "rnnlm", "--size", "small", "--placement", "single:gpu9", "--cluster", "k80x4",
-                     "--steps", "1", "--map-all-to", "cpu"], capsys)  # fmt: skip
+    err = cli_error(
+        [
+            "train",
+            "rnnlm",
+            "--size",
+            "small",
+            "--placement",
+            "single:gpu9",
+            "--cluster",
+            "k80x4",
+            "--steps",
+            "1",
+            "--map-all-to",
+            "cpu",
+        ],
+        capsys,
+    )
     assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
     (tmp_path / "p.json").write_text(json.dumps({"param:embed.weight": "gpu9"}))
-    err = cli_error(["train", "rnnlm", "--size", "small", "--placement", str(tmp_path / "p.json"), "--cluster",
-                     "k80x4", "--steps", "1", "--map-all-to", "cpu"], capsys)  # fmt: skip
+    err = cli_error(
+        [
+            "train",
+            "rnnlm",
+            "--size",
+            "small",
+            "--placement",
+            str(tmp_path / "p.json"),
+            "--cluster",
+            "k80x4",
+            "--steps",
+            "1",
+            "--map-all-to",
+            "cpu",
+        ],
+        capsys,
+    )
     assert "gpu9" in err and "cpu, gpu0, gpu1, gpu2, gpu3" in err
 
 
@@ -93,30 +138,55 @@ def test_train_on_a_device_the_cluster_lacks_is_one_line(tmp_path, capsys):
 
 def _workload(tmp_path):
     node = {"fpgaLatency": 1.0, "cpuLatency": 10.0, "size": 1.0, "isBackwardNode": 0}
-    w = {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": [{"id": i, "name": f"n{i}", **node}
-         for i in range(4)], "edges": [{"sourceId": i, "destId": i + 1, "size": 10.0} for i in range(3)]}  # fmt: skip
+    w = {
+        "maxSizePerFPGA": 1e9,
+        "maxFPGAs": 2,
+        "maxCPUs": 1,
+        "nodes": [{"id": i, "name": f"n{i}", **node} for i in range(4)],
+        "edges": [{"sourceId": i, "destId": i + 1, "size": 10.0} for i in range(3)],
+    }
     (tmp_path / "w.json").write_text(json.dumps(w))
     return tmp_path / "w.json"
 
 
 def _compare_split(tmp_path, split, strategies="single,expert"):
     (tmp_path / "split.json").write_text(json.dumps(split))
-    return ["compare", str(_workload(tmp_path)), "-c", "k80x2", "--strategies", strategies, "--budget", "8",
-            "--seeds", "1", "--out", str(tmp_path / "cmp"), "--no-report", "--json",
-            "--expert-split", str(tmp_path / "split.json")]  # fmt: skip
+    return [
+        "compare",
+        str(_workload(tmp_path)),
+        "-c",
+        "k80x2",
+        "--strategies",
+        strategies,
+        "--budget",
+        "8",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "cmp"),
+        "--no-report",
+        "--json",
+        "--expert-split",
+        str(tmp_path / "split.json"),
+    ]
 
 
-@pytest.mark.parametrize(("split", "fragment"), [
-    ({"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]},
-     "no device 'cpu1'; its devices are cpu, gpu0"),
-    ({"cpus": 3}, "field 'cpus' must be a list"),
-    ({"cpus": [3]}, "cpus[0] must be an object whose 'nodes' is a list"),
-    ({"fpgas": [{"nodes": 5}]}, "fpgas[0] must be an object whose 'nodes' is a list"),
-    ({"fpgas": [{"nodes": [[1]]}]}, "node ids are integers"),
-    ({"fpgas": [{"nodes": [True]}]}, "node ids are integers"),
-    ({"fpgas": {"a": 1}}, "field 'fpgas' must be a list"),
-    ([], "one JSON object"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("split", "fragment"),
+    [
+        (
+            {"cpus": [{"nodes": [0]}, {"nodes": [1]}], "fpgas": [{"nodes": [2]}]},
+            "no device 'cpu1'; its devices are cpu, gpu0",
+        ),
+        ({"cpus": 3}, "field 'cpus' must be a list"),
+        ({"cpus": [3]}, "cpus[0] must be an object whose 'nodes' is a list"),
+        ({"fpgas": [{"nodes": 5}]}, "fpgas[0] must be an object whose 'nodes' is a list"),
+        ({"fpgas": [{"nodes": [[1]]}]}, "node ids are integers"),
+        ({"fpgas": [{"nodes": [True]}]}, "node ids are integers"),
+        ({"fpgas": {"a": 1}}, "field 'fpgas' must be a list"),
+        ([], "one JSON object"),
+    ],
+)
 def test_compare_expert_split_errors_are_one_line(tmp_path, capsys, split, fragment):
     err = cli_error(_compare_split(tmp_path, split), capsys)
     assert fragment in err and "split.json" in err
@@ -165,20 +235,41 @@ bandwidth = 1.575e10
 
 @pytest.fixture
 def no_cpu(tmp_path):
-    g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 1e9, 1e9],
-                      allowed_kinds=[["cpu", "gpu"], ["cpu"], ["cpu", "gpu"]], name="cpuop")  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b", "c"],
+        [(0, 1, 1e6), (1, 2, 1e6)],
+        flops=[1e9, 1e9, 1e9],
+        allowed_kinds=[["cpu", "gpu"], ["cpu"], ["cpu", "gpu"]],
+        name="cpuop",
+    )
     g.save(tmp_path / "g.json")
     (tmp_path / "gpus.toml").write_text(GPUS_ONLY)
     return tmp_path
 
 
-@pytest.mark.parametrize("command", [
-    ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu0"],
-    ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu1", "--json"],
-    ["place", "{g}", "-c", "{c}", "--budget", "8", "--out", "{out}", "--no-report"],
-    ["compare", "{g}", "-c", "{c}", "--strategies", "single,post", "--budget", "8", "--seeds", "1", "--out", "{out}",
-     "--no-report"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu0"],
+        ["simulate", "{g}", "-c", "{c}", "-p", "single:gpu1", "--json"],
+        ["place", "{g}", "-c", "{c}", "--budget", "8", "--out", "{out}", "--no-report"],
+        [
+            "compare",
+            "{g}",
+            "-c",
+            "{c}",
+            "--strategies",
+            "single,post",
+            "--budget",
+            "8",
+            "--seeds",
+            "1",
+            "--out",
+            "{out}",
+            "--no-report",
+        ],
+    ],
+)
 def test_a_cpu_only_op_on_a_cluster_without_a_cpu_is_one_line(no_cpu, capsys, command):
     argv = [a.format(g=no_cpu / "g.json", c=no_cpu / "gpus.toml", out=no_cpu / "out") for a in command]
     err = cli_error(argv, capsys)
@@ -197,13 +288,29 @@ def test_a_cpu_only_op_without_a_cpu_in_the_api(no_cpu):
         postplace.place(g, c, budget=8, report=False)
 
 
-@pytest.mark.parametrize("command", [
-    ["place", "{g}", "-c", "k80x2", "--budget", "8", "--out", "{out}", "--no-report"],
-    ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0"],
-    ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0", "--json"],
-    ["compare", "{g}", "-c", "k80x2", "--strategies", "single,post", "--budget", "8", "--seeds", "1", "--out",
-     "{out}", "--no-report"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["place", "{g}", "-c", "k80x2", "--budget", "8", "--out", "{out}", "--no-report"],
+        ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0"],
+        ["simulate", "{g}", "-c", "k80x2", "-p", "single:gpu0", "--json"],
+        [
+            "compare",
+            "{g}",
+            "-c",
+            "k80x2",
+            "--strategies",
+            "single,post",
+            "--budget",
+            "8",
+            "--seeds",
+            "1",
+            "--out",
+            "{out}",
+            "--no-report",
+        ],
+    ],
+)
 def test_a_graph_with_no_op_is_one_line(tmp_path, capsys, command):
     OpGraph.build([], [], name="empty").save(tmp_path / "empty.json")
     argv = [a.format(g=tmp_path / "empty.json", out=tmp_path / "out") for a in command]
@@ -218,17 +325,43 @@ def test_a_graph_with_no_op_is_one_line(tmp_path, capsys, command):
 
 def _paper():
     """A paper.json as ``postplace paper`` writes it (one pair, both tables), without running the experiment."""
-    head = {"model": "rnnlm", "cluster": "k80x2", "post_s": 0.01, "hp_seeds": 1,
-            "reduction": {"ce": 0.1, "hp": None}, "rival_s": {"ce": 0.011, "hp": None}, "post": "post"}  # fmt: skip
+    head = {
+        "model": "rnnlm",
+        "cluster": "k80x2",
+        "post_s": 0.01,
+        "hp_seeds": 1,
+        "reduction": {"ce": 0.1, "hp": None},
+        "rival_s": {"ce": 0.011, "hp": None},
+        "post": "post",
+    }
     summary = {"ce": {"pairs": 1, "post_faster": 1, "median": 0.1, "max": 0.1, "min": 0.1}}
-    tables = {key: {"start": key, "post": "post", "rivals": ["ce", "hp"], "headline": [dict(head)], "summary": summary}
-              for key in ("uniform", "probe")}  # fmt: skip
-    return {"config": {"size": "small", "seeds": 1, "budget": 24, "planner_budget": 8, "planner_seeds": 1},
-            "paper_claim": {"max_reduction_vs_rl": 0.637, "source": "the abstract"}, "evaluator": "simulator",
-            "pairs": ["rnnlm-k80x2"], "tables": tables, "headline": [head], "summary": summary,
-            "starts": {"rnnlm-k80x2": {"strategies": {"post": {"start_name": "fastest", "start_step_time_s": 0.02,
-                                                               "final_step_time_s": 0.01, "gap_closed": 0.5}}}},
-            "wall_time_s_this_call": 1.0, "missing": {}}  # fmt: skip
+    tables = {
+        key: {"start": key, "post": "post", "rivals": ["ce", "hp"], "headline": [dict(head)], "summary": summary}
+        for key in ("uniform", "probe")
+    }
+    return {
+        "config": {"size": "small", "seeds": 1, "budget": 24, "planner_budget": 8, "planner_seeds": 1},
+        "paper_claim": {"max_reduction_vs_rl": 0.637, "source": "the abstract"},
+        "evaluator": "simulator",
+        "pairs": ["rnnlm-k80x2"],
+        "tables": tables,
+        "headline": [head],
+        "summary": summary,
+        "starts": {
+            "rnnlm-k80x2": {
+                "strategies": {
+                    "post": {
+                        "start_name": "fastest",
+                        "start_step_time_s": 0.02,
+                        "final_step_time_s": 0.01,
+                        "gap_closed": 0.5,
+                    }
+                }
+            }
+        },
+        "wall_time_s_this_call": 1.0,
+        "missing": {},
+    }
 
 
 def test_a_whole_paper_json_reports(tmp_path):
@@ -238,24 +371,29 @@ def test_a_whole_paper_json_reports(tmp_path):
     assert write_report(tmp_path).exists()
 
 
-@pytest.mark.parametrize(("edit", "fragment"), [
-    (lambda d: d.pop("config"), "field 'config' is null, not an object"),
-    (lambda d: d["config"].update(seeds="3"), "field 'config.seeds' is \"3\", not an integer"),
-    (lambda d: d["config"].update(size=None), "field 'config.size'"),
-    (lambda d: d["paper_claim"].update(max_reduction_vs_rl=None), "paper_claim.max_reduction_vs_rl"),
-    (lambda d: d.update(pairs="rnnlm-k80x2"), "field 'pairs'"),
-    (lambda d: d.pop("headline"), "field 'headline' is null, not a list"),
-    (lambda d: d["headline"][0].update(model=3), "field 'headline[0].model' is 3, not a name"),
-    (lambda d: d["headline"][0].update(model="../x"), "field 'headline[0].model'"),
-    (lambda d: d["headline"][0].update(post_s="fast"), "field 'headline[0].post_s'"),
-    (lambda d: d["tables"]["probe"]["headline"][0]["reduction"].update(ce="10%"),
-     "tables.probe.headline[0].reduction.ce"),
-    (lambda d: d["tables"]["uniform"].update(rivals="ce"), "tables.uniform.rivals"),
-    (lambda d: d["tables"]["uniform"]["summary"]["ce"].update(median=None), "tables.uniform.summary.ce.median"),
-    (lambda d: d.update(tables=[]), "field 'tables' is [], not an object"),
-    (lambda d: d["starts"]["rnnlm-k80x2"]["strategies"]["post"].update(start_step_time_s=-1), "start_step_time_s"),
-    (lambda d: d.update(missing={"rnnlm-k80x2": "ce"}), "missing.rnnlm-k80x2"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda d: d.pop("config"), "field 'config' is null, not an object"),
+        (lambda d: d["config"].update(seeds="3"), "field 'config.seeds' is \"3\", not an integer"),
+        (lambda d: d["config"].update(size=None), "field 'config.size'"),
+        (lambda d: d["paper_claim"].update(max_reduction_vs_rl=None), "paper_claim.max_reduction_vs_rl"),
+        (lambda d: d.update(pairs="rnnlm-k80x2"), "field 'pairs'"),
+        (lambda d: d.pop("headline"), "field 'headline' is null, not a list"),
+        (lambda d: d["headline"][0].update(model=3), "field 'headline[0].model' is 3, not a name"),
+        (lambda d: d["headline"][0].update(model="../x"), "field 'headline[0].model'"),
+        (lambda d: d["headline"][0].update(post_s="fast"), "field 'headline[0].post_s'"),
+        (
+            lambda d: d["tables"]["probe"]["headline"][0]["reduction"].update(ce="10%"),
+            "tables.probe.headline[0].reduction.ce",
+        ),
+        (lambda d: d["tables"]["uniform"].update(rivals="ce"), "tables.uniform.rivals"),
+        (lambda d: d["tables"]["uniform"]["summary"]["ce"].update(median=None), "tables.uniform.summary.ce.median"),
+        (lambda d: d.update(tables=[]), "field 'tables' is [], not an object"),
+        (lambda d: d["starts"]["rnnlm-k80x2"]["strategies"]["post"].update(start_step_time_s=-1), "start_step_time_s"),
+        (lambda d: d.update(missing={"rnnlm-k80x2": "ce"}), "missing.rnnlm-k80x2"),
+    ],
+)
 def test_a_damaged_paper_json_is_one_line(tmp_path, capsys, edit, fragment):
     data = json.loads(json.dumps(_paper()))  # no dict shared between tables, as read from the file
     edit(data)
@@ -337,6 +475,7 @@ def test_every_command_defaults_to_the_full_size():
     sized = {name: p.default for name, c in commands.items() for p in c.params if p.name == "size"}
     assert {"place", "profile", "calibrate", "compare", "simulate", "train", "report"} <= set(sized)
     assert {name: d for name, d in sized.items() if d is not None} == dict.fromkeys(
-        [n for n, d in sized.items() if d is not None], "full")
+        [n for n, d in sized.items() if d is not None], "full"
+    )
     assert sized["train"] is None and sized["report"] is None  # the run's own size where it recorded one
     assert _size_for("rnnlm", "single:cpu", None) == "full"

@@ -17,8 +17,15 @@ def workload(nodes, edges, **extra):
 
 
 def node(i, fpga, cpu=None, **kw):
-    return {"id": i, "name": f"n{i}", "fpgaLatency": fpga, "cpuLatency": cpu if cpu is not None else 10 * fpga,
-            "size": kw.pop("size", 1.0), "isBackwardNode": kw.pop("bw", 0), **kw}
+    return {
+        "id": i,
+        "name": f"n{i}",
+        "fpgaLatency": fpga,
+        "cpuLatency": cpu if cpu is not None else 10 * fpga,
+        "size": kw.pop("size", 1.0),
+        "isBackwardNode": kw.pop("bw", 0),
+        **kw,
+    }
 
 
 def write(tmp_path, d, name="w.json"):
@@ -29,12 +36,18 @@ def write(tmp_path, d, name="w.json"):
 
 def test_ids_from_one_units_slots_and_extra_keys(tmp_path):
     d = workload(
-        [node(1, 2.0, layerId=7), node(2, 1.0, supportedOnFpga=0), node(3, 0.5, colorClass=4),
-         node(4, 0.5, colorClass=4, bw=True)],
-        [{"sourceId": 1, "destId": 2, "size": 100.0, "cost": 99},
-         {"sourceId": 1, "destId": 3, "size": 100.0, "cost": 0},
-         {"sourceId": 1, "destId": 4, "size": 7.0, "cost": 0}],
-    )  # fmt: skip
+        [
+            node(1, 2.0, layerId=7),
+            node(2, 1.0, supportedOnFpga=0),
+            node(3, 0.5, colorClass=4),
+            node(4, 0.5, colorClass=4, bw=True),
+        ],
+        [
+            {"sourceId": 1, "destId": 2, "size": 100.0, "cost": 99},
+            {"sourceId": 1, "destId": 3, "size": 100.0, "cost": 0},
+            {"sourceId": 1, "destId": 4, "size": 7.0, "cost": 0},
+        ],
+    )
     g = load_graph(write(tmp_path, d))
     assert g.names == ("n1", "n2", "n3", "n4") and g.memory_mode == "static"
     gpu, cpu = g.measured
@@ -50,9 +63,15 @@ def test_ids_from_one_units_slots_and_extra_keys(tmp_path):
 
 
 def test_layer_graphs_get_forward_to_backward_dependencies(tmp_path):
-    d = workload([node(0, 1.0, colorClass=1), node(1, 1.0, colorClass=2),
-                  node(2, 1.0, colorClass=2, bw=1), node(3, 1.0, colorClass=1, bw=1)],
-                 [{"sourceId": 0, "destId": 1, "size": 1.0}, {"sourceId": 2, "destId": 3, "size": 1.0}])  # fmt: skip
+    d = workload(
+        [
+            node(0, 1.0, colorClass=1),
+            node(1, 1.0, colorClass=2),
+            node(2, 1.0, colorClass=2, bw=1),
+            node(3, 1.0, colorClass=1, bw=1),
+        ],
+        [{"sourceId": 0, "destId": 1, "size": 1.0}, {"sourceId": 2, "destId": 3, "size": 1.0}],
+    )
     g = load_graph(write(tmp_path, d))
     assert g.metadata["added_dependencies"] == 2
     c = load_cluster("k80x2")
@@ -115,8 +134,12 @@ def test_gnmt_expert_split_reads_and_respects_colocation(shared_data):
 # ---------------------------------------------------------------- backward orientation (issue 15)
 def two_layer(backward_edge=(4, 3)):
     """x -> y forward (1, 2 ms), their gradients yg (3 ms) and xg (4 ms); the file writes xg -> yg (mirrored)."""
-    nodes = [node(1, 1.0, colorClass=1), node(2, 2.0, colorClass=2),
-             node(3, 3.0, colorClass=2, bw=True), node(4, 4.0, colorClass=1, bw=1)]  # fmt: skip
+    nodes = [
+        node(1, 1.0, colorClass=1),
+        node(2, 2.0, colorClass=2),
+        node(3, 3.0, colorClass=2, bw=True),
+        node(4, 4.0, colorClass=1, bw=1),
+    ]
     for n, name in zip(nodes, ("x", "y", "yg", "xg"), strict=True):
         n["name"] = name
     s, t = backward_edge
@@ -197,15 +220,19 @@ def file_edges(raw):
 
 def graph_edges(g, zero_bytes=True):
     ids = g.metadata["original_ids"]
-    return sorted((ids[s], ids[t], b) for s, t, b in zip(g.edge_src, g.edge_dst, g.edge_bytes, strict=True)
-                  if zero_bytes or b)  # fmt: skip
+    return sorted(
+        (ids[s], ids[t], b) for s, t, b in zip(g.edge_src, g.edge_dst, g.edge_bytes, strict=True) if zero_bytes or b
+    )
 
 
 def test_shared_gnmt_is_reversed_and_has_almost_no_room_for_model_parallelism(shared_data):
     raw = json.loads((shared_data / "gnmt_training.json").read_text())
     g = load_graph(shared_data / "gnmt_training.json")
     assert (g.metadata["backward_edges"], g.metadata["reversed_edges"], g.metadata["added_dependencies"]) == (
-        "reversed", 122, 96)  # fmt: skip
+        "reversed",
+        122,
+        96,
+    )
     bw = {n["id"] for n in raw["nodes"] if n["isBackwardNode"]}
     expected = [(t, s, b) if s in bw else (s, t, b) for s, t, b in file_edges(raw)]
     color = {n["id"]: n["colorClass"] for n in raw["nodes"]}
@@ -236,8 +263,11 @@ def test_gnmt_variants_follow_the_rule(shared_data, tmp_path):
     with pytest.raises(PostplaceError, match="neither mirrored nor consistently oriented"):
         load_graph(write(tmp_path, mixed, "mixed.json"))
     # its forward half alone (an inference graph): nothing to orient, edges as in the file
-    fwd = dict(raw, nodes=[n for n in raw["nodes"] if n["id"] not in bw],
-               edges=[e for e in raw["edges"] if e["sourceId"] not in bw])  # fmt: skip
+    fwd = dict(
+        raw,
+        nodes=[n for n in raw["nodes"] if n["id"] not in bw],
+        edges=[e for e in raw["edges"] if e["sourceId"] not in bw],
+    )
     g = load_graph(write(tmp_path, fwd, "inference.json"))
     assert g.metadata["backward_edges"] == "none" and graph_edges(g) == file_edges(fwd)
 
@@ -298,7 +328,13 @@ def test_malformed_fields_are_one_error_naming_node_or_edge_and_field(mutate, me
 
 
 def test_booleans_accept_true_false_0_1(tmp_path):
-    d = workload([node(0, 1.0, supportedOnFpga=True, colorClass=1), node(1, 1.0, supportedOnFpga=0, bw=False),
-                  node(2, 1.0, bw=1, colorClass=1)], [{"sourceId": 0, "destId": 1, "size": 8.0}])  # fmt: skip
+    d = workload(
+        [
+            node(0, 1.0, supportedOnFpga=True, colorClass=1),
+            node(1, 1.0, supportedOnFpga=0, bw=False),
+            node(2, 1.0, bw=1, colorClass=1),
+        ],
+        [{"sourceId": 0, "destId": 1, "size": 8.0}],
+    )
     g = load_graph(write(tmp_path, d))
     assert g.phase.tolist() == [0, 0, 1] and g.allowed_kinds.tolist() == [3, 1, 3]

@@ -17,16 +17,44 @@ import textwrap
 
 import pytest
 
-PACKAGES = ("postplace", "postplace.api", "postplace.graph", "postplace.cluster", "postplace.cost", "postplace.sim",
-            "postplace.search", "postplace.placers", "postplace.runtime", "postplace.distributed", "postplace.report",
-            "postplace.zoo")  # fmt: skip
+PACKAGES = (
+    "postplace",
+    "postplace.api",
+    "postplace.graph",
+    "postplace.cluster",
+    "postplace.cost",
+    "postplace.sim",
+    "postplace.search",
+    "postplace.placers",
+    "postplace.runtime",
+    "postplace.distributed",
+    "postplace.report",
+    "postplace.zoo",
+)
 #: modules whose examples test_api.py, test_placers.py and test_parallel_baselines.py run
-API_MODULES = {"postplace.api", *(f"postplace.api.{m}" for m in ("target", "result", "settings", "candidates",
-                                                                   "summary", "measure", "run", "over_m", "folder",
-                                                                   "front"))}  # fmt: skip
-DOCTESTED_ELSEWHERE = API_MODULES | {"postplace.placers"} | {
-    f"postplace.placers.{m}" for m in ("single", "heft", "baechi", "metis", "expert", "data_parallel", "pipeline")
+API_MODULES = {
+    "postplace.api",
+    *(
+        f"postplace.api.{m}"
+        for m in (
+            "target",
+            "result",
+            "settings",
+            "candidates",
+            "summary",
+            "measure",
+            "run",
+            "over_m",
+            "folder",
+            "front",
+        )
+    ),
 }
+DOCTESTED_ELSEWHERE = (
+    API_MODULES
+    | {"postplace.placers"}
+    | {f"postplace.placers.{m}" for m in ("single", "heft", "baechi", "metis", "expert", "data_parallel", "pipeline")}
+)
 
 
 def exported():
@@ -79,8 +107,9 @@ def returns_something(fn) -> bool:
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     body = tree.body[0]
     nodes = [n for stmt in body.body for n in ast.walk(stmt)]
-    return any(isinstance(n, ast.Yield | ast.YieldFrom) or (isinstance(n, ast.Return) and n.value is not None)
-               for n in nodes)  # fmt: skip
+    return any(
+        isinstance(n, ast.Yield | ast.YieldFrom) or (isinstance(n, ast.Return) and n.value is not None) for n in nodes
+    )
 
 
 def test_the_public_api_is_listed():
@@ -105,8 +134,11 @@ def test_docstring_has_parameters_section(name, obj):
         assert has_section(own_doc(obj), "Parameters"), f"{name} takes {params} but documents no Parameters"
 
 
-@pytest.mark.parametrize(("name", "obj"), [(n, o) for n, o in EXPORTED if inspect.isroutine(o)],
-                         ids=[n for n, o in EXPORTED if inspect.isroutine(o)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "obj"),
+    [(n, o) for n, o in EXPORTED if inspect.isroutine(o)],
+    ids=[n for n, o in EXPORTED if inspect.isroutine(o)],
+)
 def test_docstring_has_returns_section(name, obj):
     if returns_something(obj):
         doc = own_doc(obj)
@@ -124,8 +156,9 @@ def test_front_door_examples_are_the_ones_test_api_runs():
         assert fn in found, fn
 
 
-EXAMPLE_MODULES = sorted({inspect.getmodule(o).__name__ for _, o in EXPORTED if has_section(own_doc(o), "Examples")}
-                         - DOCTESTED_ELSEWHERE)  # fmt: skip
+EXAMPLE_MODULES = sorted(
+    {inspect.getmodule(o).__name__ for _, o in EXPORTED if has_section(own_doc(o), "Examples")} - DOCTESTED_ELSEWHERE
+)
 
 
 @pytest.mark.parametrize("module", EXAMPLE_MODULES)

@@ -99,7 +99,8 @@ def test_classify_calls_a_clean_refusal_of_a_valid_input_refused_valid():
         assert fuzz.classify(case, 2, "", err) == want
         assert fuzz.classify(case, 2, "", usage) == ("refused-valid" if expect == fuzz.VALID else "usage")
     assert fuzz.classify(fuzz.Case("x", "y", ["simulate"], expect=fuzz.VALID), 0, '{"step_time_s": 1.0}', "") == (
-        "accepted")
+        "accepted"
+    )
     assert fuzz.classify(fuzz.Case("x", "y", ["simulate"]), 0, '{"step_time_s": 1.0}', "") == "accepted-wrong"
 
 
@@ -146,8 +147,11 @@ def test_the_independent_bounds_hold_the_simulator_and_catch_a_wrong_step_time()
 
 
 def _good():
-    return {fuzz.GRAPH: json.dumps(fuzz.base_graph().to_dict()).encode(),
-            fuzz.CLUSTER: fuzz.base_cluster_toml().encode(), fuzz.PLACEMENT: json.dumps(fuzz.base_placement()).encode()}
+    return {
+        fuzz.GRAPH: json.dumps(fuzz.base_graph().to_dict()).encode(),
+        fuzz.CLUSTER: fuzz.base_cluster_toml().encode(),
+        fuzz.PLACEMENT: json.dumps(fuzz.base_placement()).encode(),
+    }
 
 
 def load_cluster_text(text):

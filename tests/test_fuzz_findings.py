@@ -26,8 +26,9 @@ def template(tmp_path_factory):
     root = tmp_path_factory.mktemp("tpl")
     fuzz.base_graph().save(root / fuzz.GRAPH)
     (root / fuzz.CLUSTER).write_text(fuzz.base_cluster_toml())
-    postplace.place(str(root / fuzz.GRAPH), str(root / fuzz.CLUSTER), budget=48, groups=None, out=root / "run",
-                    report=False)  # fmt: skip
+    postplace.place(
+        str(root / fuzz.GRAPH), str(root / fuzz.CLUSTER), budget=48, groups=None, out=root / "run", report=False
+    )
     return root
 
 
@@ -78,19 +79,22 @@ def test_the_template_resumes(run):
     assert postplace.resume(run, report=False).summary["samples"] == 48
 
 
-@pytest.mark.parametrize(("path", "value", "words"), [
-    ("seed", "0", ["'seed'", "integer"]),
-    ("seed", -1, ["'seed'"]),
-    ("groups", 0, ["'groups'"]),
-    ("budget", 48, ["'budget'", "text"]),
-    ("version", 2, ["'version'"]),
-    ("microbatches", 3, ["'microbatches'"]),
-    ("microbatches", "auto", ["'microbatches'"]),
-    ("pins", "conv=gpu0", ["'pins'"]),
-    ("target", None, ["'target'"]),
-    ("graph_sha", 3, ["'graph_sha'"]),
-    ("microbatch_colocation", "x", ["'microbatch_colocation'"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("seed", "0", ["'seed'", "integer"]),
+        ("seed", -1, ["'seed'"]),
+        ("groups", 0, ["'groups'"]),
+        ("budget", 48, ["'budget'", "text"]),
+        ("version", 2, ["'version'"]),
+        ("microbatches", 3, ["'microbatches'"]),
+        ("microbatches", "auto", ["'microbatches'"]),
+        ("pins", "conv=gpu0", ["'pins'"]),
+        ("target", None, ["'target'"]),
+        ("graph_sha", 3, ["'graph_sha'"]),
+        ("microbatch_colocation", "x", ["'microbatch_colocation'"]),
+    ],
+)
 def test_run_json_fields_are_checked_even_with_a_valid_checksum(run, path, value, words):
     edited(run, Edit("run.json", "set", path, value))
     refused(run, "run.json", *words)
@@ -112,29 +116,39 @@ def test_a_budget_extension_killed_before_its_first_checkpoint_still_resumes(run
     assert postplace.resume(run, budget=120, report=False).summary["samples"] == 120
 
 
-@pytest.mark.parametrize(("path", "value", "words"), [
-    ("runner.best_step_time", 0.0, ["best placement"]),  # before: returned as a 0 s search best
-    ("runner.best_step_time", 1e-9, ["best placement"]),
-    ("runner.samples", 0, ["runner"]),
-    ("runner.elapsed", 1e308, ["elapsed"]),
-    ("runner.history_bytes", 2**70, ["history_bytes"]),
-    ("strategy.config.lr", -1, ["config differs"]),
-    ("strategy.name", "random", ["strategy 'random'"]),
-    ("strategy.adam.t", "x", ["adam.t"]),
-    ("cache_reasons", [3] * 30, ["cache_reasons"]),
-    ("", [], ["not a search checkpoint"]),  # before: AttributeError
-    ("", None, ["not a search checkpoint"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("runner.best_step_time", 0.0, ["best placement"]),  # before: returned as a 0 s search best
+        ("runner.best_step_time", 1e-9, ["best placement"]),
+        ("runner.samples", 0, ["runner"]),
+        ("runner.elapsed", 1e308, ["elapsed"]),
+        ("runner.history_bytes", 2**70, ["history_bytes"]),
+        ("strategy.config.lr", -1, ["config differs"]),
+        ("strategy.name", "random", ["strategy 'random'"]),
+        ("strategy.adam.t", "x", ["adam.t"]),
+        ("cache_reasons", [3] * 30, ["cache_reasons"]),
+        ("", [], ["not a search checkpoint"]),  # before: AttributeError
+        ("", None, ["not a search checkpoint"]),
+    ],
+)
 def test_checkpoint_fields_are_checked_even_with_a_valid_checksum(run, path, value, words):
     edited(run, Edit("checkpoint.json", "set", path, value))
     refused(run, "checkpoint.json", *words)
 
 
-@pytest.mark.parametrize(("path", "how"), [
-    ("strategy.recent.0.0", "nan"), ("strategy.recent.0.0", "str"), ("strategy.recent.0.0", "huge"),
-    ("strategy.recent.0.0", "shorter"), ("strategy.logits", "nan"), ("runner.best_placement", "other"),
-    ("cache_keys", "huge"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "how"),
+    [
+        ("strategy.recent.0.0", "nan"),
+        ("strategy.recent.0.0", "str"),
+        ("strategy.recent.0.0", "huge"),
+        ("strategy.recent.0.0", "shorter"),
+        ("strategy.logits", "nan"),
+        ("runner.best_placement", "other"),
+        ("cache_keys", "huge"),
+    ],
+)
 def test_checkpoint_arrays_are_checked_even_with_a_valid_checksum(run, path, how):
     edited(run, Edit("checkpoint.json", "npz", path, how))
     refused(run, "checkpoint.json")
@@ -146,8 +160,11 @@ def test_a_history_line_removed_with_its_digest_recomputed_is_damage(run):
     lines = (run / "history.jsonl").read_bytes().splitlines(keepends=True)
     kept = b"".join(lines[:3] + lines[4:])  # sample 3 gone, the checkpoint's byte count and digest made to fit
     (run / "history.jsonl").write_bytes(kept)
-    edited(run, Edit("checkpoint.json", "set", "runner.history_bytes", len(kept)),
-           Edit("checkpoint.json", "set", "history_digest", hashlib.blake2b(kept, digest_size=16).hexdigest()))
+    edited(
+        run,
+        Edit("checkpoint.json", "set", "runner.history_bytes", len(kept)),
+        Edit("checkpoint.json", "set", "history_digest", hashlib.blake2b(kept, digest_size=16).hexdigest()),
+    )
     refused(run, "history.jsonl", "47 lines", "48 samples")
 
 
@@ -155,8 +172,7 @@ def test_plans_counts_must_be_integers():
     from postplace.api.over_m import read_plans
 
     def plans(tmp, counts):
-        (tmp / "plans.json").write_text(json.dumps({"format": "postplace-plans", "counts": counts,
-                                                    "rounds": [[1, 2]]}))  # fmt: skip
+        (tmp / "plans.json").write_text(json.dumps({"format": "postplace-plans", "counts": counts, "rounds": [[1, 2]]}))
         return read_plans(tmp, [1, 2], [2, 1])
 
     import tempfile
@@ -191,10 +207,16 @@ def test_read_meta_of_a_checkpoint_whose_meta_is_not_an_object(run):
 
 
 # ------------------------------------------------------------------------------------ workload files
-@pytest.mark.parametrize("change", [
-    {"node_size": 10**30}, {"node_id": 10**30}, {"node_colorClass": 10**30}, {"maxFPGAs": 10**30},
-    {"maxSizePerFPGA": 1e308},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"node_size": 10**30},
+        {"node_id": 10**30},
+        {"node_colorClass": 10**30},
+        {"maxFPGAs": 10**30},
+        {"maxSizePerFPGA": 1e308},
+    ],
+)
 def test_workload_numbers_past_64_bits_or_float_sense_are_one_line(tmp_path, change):
     from postplace.graph import load_graph
 
@@ -254,12 +276,15 @@ def test_simulate_microbatches_zero_is_refused(tmp_path, monkeypatch, capsys):
     assert rc == 2 and "--microbatches 0" in err, err  # before: read as 1 and simulated
 
 
-@pytest.mark.parametrize(("strategy", "key", "value"), [
-    ("post", "ppo_epochs", "99999999999999999999"),  # before: ran for ever
-    ("hp", "grouper_hidden", "99999999999999999999"),  # before: MemoryError
-    ("hp", "lr", "1e300"),  # before: torch's float32 overflow
-    ("hp", "tanh_constant", "1e300"),  # before: NaN probabilities
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("strategy", "key", "value"),
+    [
+        ("post", "ppo_epochs", "99999999999999999999"),  # before: ran for ever
+        ("hp", "grouper_hidden", "99999999999999999999"),  # before: MemoryError
+        ("hp", "lr", "1e300"),  # before: torch's float32 overflow
+        ("hp", "tanh_constant", "1e300"),  # before: NaN probabilities
+    ],
+)
 def test_config_values_that_exhaust_memory_or_time_are_refused(strategy, key, value):
     from postplace.search.config import build_config
 
@@ -299,15 +324,37 @@ def test_history_and_timing_lines_that_are_not_samples_are_left_out(tmp_path):
     from postplace.search.history import best_so_far, read_history, read_timing, sample_times
 
     big = "1" + "0" * 400
-    (tmp_path / "h.jsonl").write_text("\n".join([
-        '{"step_time_s": "x"}', "[1]", '{"step_time_s": NaN}', '{"step_time_s": 1, "oom": "yes"}', "3",
-        '{"step_time_s": 0.5}', f'{{"step_time_s": {big}}}', '{"step_time_s": 0.25, "failed": false}']) + "\n")
+    (tmp_path / "h.jsonl").write_text(
+        "\n".join(
+            [
+                '{"step_time_s": "x"}',
+                "[1]",
+                '{"step_time_s": NaN}',
+                '{"step_time_s": 1, "oom": "yes"}',
+                "3",
+                '{"step_time_s": 0.5}',
+                f'{{"step_time_s": {big}}}',
+                '{"step_time_s": 0.25, "failed": false}',
+            ]
+        )
+        + "\n"
+    )
     rows = read_history(tmp_path / "h.jsonl")
     assert [r["step_time_s"] for r in rows] == [0.5, 0.25]
     assert best_so_far(rows).tolist() == [0.5, 0.25]
-    (tmp_path / "t.jsonl").write_text("\n".join([
-        f'{{"samples": 1, "time_s": {big}}}', "[1]", '"x"', f'{{"samples": {10**30}, "time_s": 1}}',
-        '{"samples": 3, "time_s": NaN}', '{"samples": 2, "time_s": 2}']) + "\n")
+    (tmp_path / "t.jsonl").write_text(
+        "\n".join(
+            [
+                f'{{"samples": 1, "time_s": {big}}}',
+                "[1]",
+                '"x"',
+                f'{{"samples": {10**30}, "time_s": 1}}',
+                '{"samples": 3, "time_s": NaN}',
+                '{"samples": 2, "time_s": 2}',
+            ]
+        )
+        + "\n"
+    )
     timing = read_timing(tmp_path / "t.jsonl")
     assert timing == [{"samples": 2, "time_s": 2.0}]
     assert sample_times(timing, 2).tolist() == [2.0, 2.0]
@@ -337,25 +384,28 @@ def report_refused(run, *words) -> str:
     return text
 
 
-@pytest.mark.parametrize(("path", "value", "words"), [
-    ("strategy", None, ["'strategy' is null"]),  # before: AttributeError
-    ("strategy", 3, ["'strategy' is 3"]),
-    ("strategy", [], ["'strategy' is []"]),  # before: TypeError (unhashable)
-    ("best_step_time_s", "x", ["'best_step_time_s' is \"x\", not a number"]),  # before: TypeError
-    ("best_step_time_s", fuzz.NAN, ["'best_step_time_s' is NaN"]),  # before: ValueError from matplotlib
-    ("best_step_time_s", 1e308, ["'best_step_time_s' is 1e+308 s", "1e+300"]),
-    ("best_step_time_s", -1, ["'best_step_time_s' is -1, negative"]),  # before: drawn as a time
-    ("best_step_time_s", True, ["'best_step_time_s' is true"]),  # before: drawn as 1 s
-    ("search_best_step_time_s", "x", ["'search_best_step_time_s'"]),
-    ("lower_bound_s", 1e308, ["'lower_bound_s'"]),
-    ("wall_time_s", "x", ["'wall_time_s'"]),
-    ("candidates", {"random": fuzz.NAN}, ["candidate 'random' is NaN"]),
-    ("candidates", [1], ["'candidates' is [1]"]),
-    ("search_start", {"name": "fastest", "step_time_s": "y"}, ["'search_start.step_time_s'"]),
-    ("", [], ["a list, not a JSON object"]),  # before: AttributeError
-    ("", 3, ["a number, not a JSON object"]),
-    ("", None, ["null, not a JSON object"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("strategy", None, ["'strategy' is null"]),  # before: AttributeError
+        ("strategy", 3, ["'strategy' is 3"]),
+        ("strategy", [], ["'strategy' is []"]),  # before: TypeError (unhashable)
+        ("best_step_time_s", "x", ["'best_step_time_s' is \"x\", not a number"]),  # before: TypeError
+        ("best_step_time_s", fuzz.NAN, ["'best_step_time_s' is NaN"]),  # before: ValueError from matplotlib
+        ("best_step_time_s", 1e308, ["'best_step_time_s' is 1e+308 s", "1e+300"]),
+        ("best_step_time_s", -1, ["'best_step_time_s' is -1, negative"]),  # before: drawn as a time
+        ("best_step_time_s", True, ["'best_step_time_s' is true"]),  # before: drawn as 1 s
+        ("search_best_step_time_s", "x", ["'search_best_step_time_s'"]),
+        ("lower_bound_s", 1e308, ["'lower_bound_s'"]),
+        ("wall_time_s", "x", ["'wall_time_s'"]),
+        ("candidates", {"random": fuzz.NAN}, ["candidate 'random' is NaN"]),
+        ("candidates", [1], ["'candidates' is [1]"]),
+        ("search_start", {"name": "fastest", "step_time_s": "y"}, ["'search_start.step_time_s'"]),
+        ("", [], ["a list, not a JSON object"]),  # before: AttributeError
+        ("", 3, ["a number, not a JSON object"]),
+        ("", None, ["null, not a JSON object"]),
+    ],
+)
 def test_report_of_an_edited_summary_is_one_line(run, path, value, words):
     edited(run, Edit("summary.json", "set", path, value))
     text = report_refused(run, "summary.json", *words, "edited or damaged")
@@ -383,11 +433,14 @@ def test_harmless_summary_edits_still_draw(run):
     assert path.is_file() and data["provenance"]["cluster"]["name"] == "tiny" and ", x samples" in data["title"]
 
 
-@pytest.mark.parametrize(("key", "value", "words"), [
-    ("cluster", "nosuch", ["field 'cluster' says 'nosuch'", "records cluster 'tiny'"]),  # before: drawn on tiny
-    ("best_step_time_s", None, ["field 'best_step_time_s' is missing"]),  # before: drawn without an answer
-    ("returned", 3, ["field 'returned' is 3, not a name"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("cluster", "nosuch", ["field 'cluster' says 'nosuch'", "records cluster 'tiny'"]),  # before: drawn on tiny
+        ("best_step_time_s", None, ["field 'best_step_time_s' is missing"]),  # before: drawn without an answer
+        ("returned", 3, ["field 'returned' is 3, not a name"]),
+    ],
+)
 def test_a_summary_that_names_no_answer_or_another_cluster_is_refused(run, key, value, words):
     """Issue 34 item 12: the report drew whatever summary.json said."""
     edited(run, Edit("summary.json", "set", key, value))
@@ -406,8 +459,11 @@ def test_the_largest_step_times_a_report_reads_are_drawn(run):
     lines = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
     lines[0]["step_time_s"] = MAX_STEP_S
     (run / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    edited(run, Edit("summary.json", "set", "single_device_step_time_s", MAX_STEP_S),
-           Edit("summary.json", "set", "candidates", {"search": MAX_STEP_S, "m-topo": 0.0}))
+    edited(
+        run,
+        Edit("summary.json", "set", "single_device_step_time_s", MAX_STEP_S),
+        Edit("summary.json", "set", "candidates", {"search": MAX_STEP_S, "m-topo": 0.0}),
+    )
     write_report(run)
     data = json.loads((run / "report.json").read_text())
     assert data["curves"][0]["median_s"][0] == MAX_STEP_S and {b["best_s"] for b in data["bars"]} >= {MAX_STEP_S, 0.0}
@@ -426,25 +482,34 @@ def compare_template(tmp_path_factory):
     root = tmp_path_factory.mktemp("cmp")
     fuzz.base_graph().save(root / fuzz.GRAPH)
     (root / fuzz.CLUSTER).write_text(fuzz.base_cluster_toml())
-    postplace.compare(str(root / fuzz.GRAPH), str(root / fuzz.CLUSTER), strategies=["random", "m-topo"], budget=8,
-                      seeds=2, out=root / "cmp")  # fmt: skip
+    postplace.compare(
+        str(root / fuzz.GRAPH),
+        str(root / fuzz.CLUSTER),
+        strategies=["random", "m-topo"],
+        budget=8,
+        seeds=2,
+        out=root / "cmp",
+    )
     return root
 
 
-@pytest.mark.parametrize(("path", "value", "words"), [
-    ("", [], ["not a JSON object"]),  # before: AttributeError
-    ("rows", None, ["'rows' is null"]),  # before: TypeError
-    ("rows.0.strategy", None, ["rows[0] field 'strategy' is null"]),  # before: TypeError (a path of None)
-    ("rows.0.strategy", "../../x", ["'strategy' is \"../../x\""]),  # before: a folder outside runs/ was read
-    ("rows.0.best_step_time_s", fuzz.NAN, ["row 'random' field 'best_step_time_s' is NaN"]),
-    ("rows.0.best_step_time_s", 1.0, ["row 'random': best_step_time_s 1 is not between"]),  # before: xerr < 0
-    ("rows.0.seeds", "x", ["row 'random' field 'seeds'"]),
-    ("rows.0.wall_time_s", "x", ["row 'random' field 'wall_time_s'"]),  # before: ValueError
-    ("rows.0.per_seed", [1], ["per_seed[0] is 1"]),
-    ("rows.0.per_seed.0.best_step_time_s", "x", ["per_seed[0] field 'best_step_time_s'"]),  # before: TypeError
-    ("seeds", 10**30, ["'seeds' is 1000000000000000000000000000000"]),  # before: OverflowError
-    ("lower_bound_s", 1e308, ["'lower_bound_s' is 1e+308 s"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("", [], ["not a JSON object"]),  # before: AttributeError
+        ("rows", None, ["'rows' is null"]),  # before: TypeError
+        ("rows.0.strategy", None, ["rows[0] field 'strategy' is null"]),  # before: TypeError (a path of None)
+        ("rows.0.strategy", "../../x", ["'strategy' is \"../../x\""]),  # before: a folder outside runs/ was read
+        ("rows.0.best_step_time_s", fuzz.NAN, ["row 'random' field 'best_step_time_s' is NaN"]),
+        ("rows.0.best_step_time_s", 1.0, ["row 'random': best_step_time_s 1 is not between"]),  # before: xerr < 0
+        ("rows.0.seeds", "x", ["row 'random' field 'seeds'"]),
+        ("rows.0.wall_time_s", "x", ["row 'random' field 'wall_time_s'"]),  # before: ValueError
+        ("rows.0.per_seed", [1], ["per_seed[0] is 1"]),
+        ("rows.0.per_seed.0.best_step_time_s", "x", ["per_seed[0] field 'best_step_time_s'"]),  # before: TypeError
+        ("seeds", 10**30, ["'seeds' is 1000000000000000000000000000000"]),  # before: OverflowError
+        ("lower_bound_s", 1e308, ["'lower_bound_s' is 1e+308 s"]),
+    ],
+)
 def test_report_of_an_edited_comparison_is_one_line(compare_template, tmp_path, path, value, words):
     from postplace.report import write_report
 
@@ -459,12 +524,15 @@ def test_report_of_an_edited_comparison_is_one_line(compare_template, tmp_path, 
     assert all(w in text for w in words), text
 
 
-@pytest.mark.parametrize("edit", [
-    lambda doc: {**doc, "best_placement": [9] * len(doc["best_placement"])},  # before: IndexError
-    lambda doc: {**doc, "best_placement": [0.5] * len(doc["best_placement"])},
-    lambda doc: {**doc, "best_placement": "x"},  # before: a placement of the wrong length was skipped in silence
-    lambda doc: [],  # before: AttributeError
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: {**doc, "best_placement": [9] * len(doc["best_placement"])},  # before: IndexError
+        lambda doc: {**doc, "best_placement": [0.5] * len(doc["best_placement"])},
+        lambda doc: {**doc, "best_placement": "x"},  # before: a placement of the wrong length was skipped in silence
+        lambda doc: [],  # before: AttributeError
+    ],
+)
 def test_a_search_runs_edited_best_placement_is_one_line(compare_template, tmp_path, edit):
     from postplace.report import write_report
 
@@ -490,11 +558,14 @@ def test_the_unedited_comparison_draws(compare_template, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ paths the system refuses
-@pytest.mark.parametrize("argv", [
-    ["simulate", "resnet50", "--cluster", "x" * 5000, "--placement", "single:gpu0"],
-    ["simulate", "x" * 5000, "--cluster", "k80x2", "--placement", "single:gpu0"],
-    ["place", "x" * 5000 + ".json", "--cluster", "k80x2", "--no-report"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "resnet50", "--cluster", "x" * 5000, "--placement", "single:gpu0"],
+        ["simulate", "x" * 5000, "--cluster", "k80x2", "--placement", "single:gpu0"],
+        ["place", "x" * 5000 + ".json", "--cluster", "k80x2", "--no-report"],
+    ],
+)
 def test_a_path_too_long_for_the_file_system_is_one_short_error_line(argv, tmp_path, monkeypatch, capsys):
     """An OSError (ENAMETOOLONG) from a path the user named was an internal error printing 5,000 characters."""
     from tests.clihelp import cli_error
@@ -505,14 +576,32 @@ def test_a_path_too_long_for_the_file_system_is_one_short_error_line(argv, tmp_p
     assert len(line) < 300
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    (["profile", "rnnlm", "--size", "small", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
-    (["calibrate", "rnnlm", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
-    (["compare", "g.json", "-c", "c.toml", "--seeds", "1000000000", "--strategies", "random", "--budget", "8"],
-     "--seeds 1000000000: give a positive integer, at most 1,000"),
-    (["compare", "g.json", "-c", "c.toml", "--seeds", "1", "--strategies", "random", "--budget", "10000000000000"],
-     "--budget 10000000000000: give a positive integer, at most 1,000,000,000,000"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["profile", "rnnlm", "--size", "small", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
+        (["calibrate", "rnnlm", "--runs", "1000000000000"], "--runs 1000000000000: give 1 to 10,000"),
+        (
+            ["compare", "g.json", "-c", "c.toml", "--seeds", "1000000000", "--strategies", "random", "--budget", "8"],
+            "--seeds 1000000000: give a positive integer, at most 1,000",
+        ),
+        (
+            [
+                "compare",
+                "g.json",
+                "-c",
+                "c.toml",
+                "--seeds",
+                "1",
+                "--strategies",
+                "random",
+                "--budget",
+                "10000000000000",
+            ],
+            "--budget 10000000000000: give a positive integer, at most 1,000,000,000,000",
+        ),
+    ],
+)
 def test_counts_past_any_use_are_one_line(argv, words, tmp_path, monkeypatch, capsys):
     """profile/calibrate --runs 10^12 allocated petabytes (internal MemoryError); compare --seeds 10^9 or a
     budget past place's cap ran for ever."""
@@ -525,22 +614,44 @@ def test_counts_past_any_use_are_one_line(argv, words, tmp_path, monkeypatch, ca
 
 
 # ------------------------------------------------------------------------------ files that never end, empty values
-@pytest.mark.parametrize(("argv", "words"), [
-    (["info", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # killed for memory before
-    (["simulate", "g.json", "-c", "/dev/zero", "--placement", "single:gpu0"], "/dev/zero: holds NUL bytes"),
-    (["simulate", "g.json", "-c", "c.toml", "--placement", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # hung
-    (["simulate", "/dev/urandom", "-c", "c.toml", "--placement", "single:gpu0"], "/dev/urandom: holds NUL bytes"),
-    (["place", "g.json", "-c", "c.toml", "--budget", "8", "--config", "/dev/zero"], "--config /dev/zero: holds NUL"),
-    (["compare", "g.json", "-c", "c.toml", "--strategies", "random", "--seeds", "1", "--budget", "8", "--out", ""],
-     "--out '': empty"),  # wrote its run into the current folder
-    (["graph", "rnnlm", "--size", "small", "--out="], "--out '': empty"),
-    (["graph", "rnnlm", "--size", "small", "--out", "."], ".: is a folder, not a file"),  # internal error before
-    (["report", ""], "the argument after 'report' is empty"),
-    (["train", "rnnlm", "--size", "small", "--placement", "single:cpu", "--steps", "1", "--threads", "100000"],
-     "--threads 100000: give 1 to 1,024 threads"),  # a segmentation fault before
-])  # fmt: skip
-def test_endless_files_empty_values_and_absurd_thread_counts_are_one_line(argv, words, tmp_path, monkeypatch,
-                                                                          capsys):  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["info", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # killed for memory before
+        (["simulate", "g.json", "-c", "/dev/zero", "--placement", "single:gpu0"], "/dev/zero: holds NUL bytes"),
+        (["simulate", "g.json", "-c", "c.toml", "--placement", "/dev/zero"], "/dev/zero: holds NUL bytes"),  # hung
+        (["simulate", "/dev/urandom", "-c", "c.toml", "--placement", "single:gpu0"], "/dev/urandom: holds NUL bytes"),
+        (
+            ["place", "g.json", "-c", "c.toml", "--budget", "8", "--config", "/dev/zero"],
+            "--config /dev/zero: holds NUL",
+        ),
+        (
+            [
+                "compare",
+                "g.json",
+                "-c",
+                "c.toml",
+                "--strategies",
+                "random",
+                "--seeds",
+                "1",
+                "--budget",
+                "8",
+                "--out",
+                "",
+            ],
+            "--out '': empty",
+        ),  # wrote its run into the current folder
+        (["graph", "rnnlm", "--size", "small", "--out="], "--out '': empty"),
+        (["graph", "rnnlm", "--size", "small", "--out", "."], ".: is a folder, not a file"),  # internal error before
+        (["report", ""], "the argument after 'report' is empty"),
+        (
+            ["train", "rnnlm", "--size", "small", "--placement", "single:cpu", "--steps", "1", "--threads", "100000"],
+            "--threads 100000: give 1 to 1,024 threads",
+        ),  # a segmentation fault before
+    ],
+)
+def test_endless_files_empty_values_and_absurd_thread_counts_are_one_line(argv, words, tmp_path, monkeypatch, capsys):
     from tests.clihelp import cli_error
 
     fuzz.base_graph().save(tmp_path / "g.json")

@@ -10,8 +10,9 @@ from postplace.testing import TableCostModel, star_cluster
 
 def chain(n=40, colocate_every=None):
     coloc = [i // colocate_every if colocate_every else -1 for i in range(n)]
-    return OpGraph.build([f"op{i}" for i in range(n)], [(i, i + 1, 8.0) for i in range(n - 1)],
-                         flops=np.full(n, 1e6), colocation=coloc)  # fmt: skip
+    return OpGraph.build(
+        [f"op{i}" for i in range(n)], [(i, i + 1, 8.0) for i in range(n - 1)], flops=np.full(n, 1e6), colocation=coloc
+    )
 
 
 def test_colocation_sets_become_single_units_numbered_in_program_order():
@@ -47,13 +48,21 @@ def test_classes_never_share_a_group():
 
 
 def test_pins_and_exclusions_become_zero_probability_devices():
-    g = OpGraph.build(["embed", "a", "b", "c"], [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0)],
-                      allowed_kinds=[["cpu", "gpu"]] * 3 + [["cpu"]])  # fmt: skip
+    g = OpGraph.build(
+        ["embed", "a", "b", "c"],
+        [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0)],
+        allowed_kinds=[["cpu", "gpu"]] * 3 + [["cpu"]],
+    )
     cluster = star_cluster(("cpu", "gpu", "gpu"))
-    p = make_problem(g, cluster, groups=None, pins=["^embed$=gpu1"], exclude=["gpu0"],
-                     cost_model=TableCostModel(np.ones((4, 3))))  # fmt: skip
-    assert p.space.allowed.tolist() == [[False, False, True], [True, False, True], [True, False, True],
-                                        [True, False, False]]  # fmt: skip
+    p = make_problem(
+        g, cluster, groups=None, pins=["^embed$=gpu1"], exclude=["gpu0"], cost_model=TableCostModel(np.ones((4, 3)))
+    )
+    assert p.space.allowed.tolist() == [
+        [False, False, True],
+        [True, False, True],
+        [True, False, True],
+        [True, False, False],
+    ]
     with pytest.raises(PostplaceError, match="no op name matches"):
         make_problem(g, cluster, pins=["zzz=gpu0"])
     with pytest.raises(PostplaceError, match="no device 'tpu'"):

@@ -30,8 +30,13 @@ def chain_problem(n=16, cpu_only=()):
     g = OpGraph.build(names, edges, allowed_kinds=kinds)
     cluster = star_cluster(("cpu", "gpu", "gpu"), bandwidth=2.0, latency=0.2)
     sim = Simulator(g, cluster, cost_model=TableCostModel([[10.0, 1.0, 4.0]] * n), group_of_op=np.arange(n))
-    space = SearchSpace(np.isfinite(sim.problem.op_time), sim.failure_step_time, unit_time=sim.problem.op_time,
-                        device_names=cluster.device_names, edges=(g.edge_src, g.edge_dst, g.edge_bytes))  # fmt: skip
+    space = SearchSpace(
+        np.isfinite(sim.problem.op_time),
+        sim.failure_step_time,
+        unit_time=sim.problem.op_time,
+        device_names=cluster.device_names,
+        edges=(g.edge_src, g.edge_dst, g.edge_bytes),
+    )
     return sim, space
 
 

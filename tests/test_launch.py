@@ -60,20 +60,30 @@ def assert_bitwise(result_state, reference):
 
 
 # ------------------------------------------------------------------------------ the order check
-M = [Message(k, src, dst, name, k, (2,), (1,), torch.float32)
-     for k, (src, dst, name) in enumerate([(0, 1, "a"), (1, 0, "b"), (1, 2, "c"), (2, 0, "d")])]
+M = [
+    Message(k, src, dst, name, k, (2,), (1,), torch.float32)
+    for k, (src, dst, name) in enumerate([(0, 1, "a"), (1, 0, "b"), (1, 2, "c"), (2, 0, "d")])
+]
 
 
 def test_check_order_passes_one_global_order():
-    check_order([[("send", 0), ("recv", 1), ("recv", 3)], [("recv", 0), ("send", 1), ("send", 2)],
-                 [("recv", 2), ("send", 3)]], M)  # fmt: skip
+    check_order(
+        [[("send", 0), ("recv", 1), ("recv", 3)], [("recv", 0), ("send", 1), ("send", 2)], [("recv", 2), ("send", 3)]],
+        M,
+    )
 
 
 def test_check_order_finds_a_deadlock_and_names_the_waits():
     # rank 0 receives d before it sends a; rank 1 waits for a, rank 2 for c: a cycle 0 -> 1 -> 2 -> 0
     with pytest.raises(PostplaceError, match=r"can deadlock: rank 0 waits to receive message 3 \(d\) from rank 2") as e:
-        check_order([[("recv", 3), ("send", 0), ("recv", 1)], [("recv", 0), ("send", 1), ("send", 2)],
-                     [("recv", 2), ("send", 3)]], M)  # fmt: skip
+        check_order(
+            [
+                [("recv", 3), ("send", 0), ("recv", 1)],
+                [("recv", 0), ("send", 1), ("send", 2)],
+                [("recv", 2), ("send", 3)],
+            ],
+            M,
+        )
     assert "\n" not in str(e.value)
 
 
@@ -105,8 +115,9 @@ def test_a_built_plan_passes_its_check_and_lists_each_message_once():
     for p in plan.programs:
         posted = [k for _, k in p.actions]
         assert posted == sorted(posted)  # every rank posts in the one global order
-    assert sum(plan.bytes_sent().values()) == sum(plan.bytes_received().values()) == sum(
-        m.nbytes for m in plan.messages)
+    assert (
+        sum(plan.bytes_sent().values()) == sum(plan.bytes_received().values()) == sum(m.nbytes for m in plan.messages)
+    )
 
 
 # ------------------------------------------------------------------------------ programs in threads
@@ -136,8 +147,11 @@ def run_in_threads(traced, placement, steps, batches=None):
     queues = {(a, b): queue.Queue() for a in range(plan.world_size) for b in range(plan.world_size)}
     params = [p.detach().clone() for p in traced.model.parameters()]
     bufs = [b.detach().clone() for b in traced.model.buffers()]
-    state = [torch.zeros_like(t, device="cpu") for i, p in enumerate(params)
-             for t in traced.optimizer.initial_state(i, p, device="meta")]  # fmt: skip
+    state = [
+        torch.zeros_like(t, device="cpu")
+        for i, p in enumerate(params)
+        for t in traced.optimizer.initial_state(i, p, device="meta")
+    ]
     persistent = params + bufs + state
     inputs = [batches(traced) if batches else () for _ in range(steps)]
     losses, errors = [None] * steps, []
@@ -171,8 +185,14 @@ def run_in_threads(traced, placement, steps, batches=None):
 
 @pytest.mark.parametrize(
     ("model", "m", "kind"),
-    [("gpt2", 2, "pipeline"), ("gpt2", 1, "any-op"), ("resnet50", 1, "colocated"), ("rnnlm", 2, "colocated"),
-     ("nmt2", 1, "any-op"), ("gpt2", 1, "one-device")],
+    [
+        ("gpt2", 2, "pipeline"),
+        ("gpt2", 1, "any-op"),
+        ("resnet50", 1, "colocated"),
+        ("rnnlm", 2, "colocated"),
+        ("nmt2", 1, "any-op"),
+        ("gpt2", 1, "one-device"),
+    ],
 )
 def test_rank_programs_compute_the_one_process_step_bit_for_bit(model, m, kind):
     """Every zoo model without random ops, a pipeline, random placements by colocation set and op by op
@@ -204,9 +224,16 @@ def simulated_by_tensor(graph, placement):
     return dict(sim)
 
 
-@pytest.mark.parametrize(("model", "m", "kind"), [("gpt2", 2, "pipeline"), ("gpt2", 1, "colocated"),
-                                                  ("resnet50", 1, "pipeline"), ("rnnlm", 2, "pipeline"),
-                                                  ("nmt2", 1, "pipeline")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "m", "kind"),
+    [
+        ("gpt2", 2, "pipeline"),
+        ("gpt2", 1, "colocated"),
+        ("resnet50", 1, "pipeline"),
+        ("rnnlm", 2, "pipeline"),
+        ("nmt2", 1, "pipeline"),
+    ],
+)
 def test_messages_are_the_simulators_transfers_tensor_by_tensor(model, m, kind):
     """One message per (op output, receiving device), views rebuilt on the receiver: the bytes of every
     crossing tensor are what the simulator charges for it."""
@@ -258,8 +285,11 @@ def test_launch_a_pipeline_matches_the_one_process_step_and_the_simulator():
     assert result.bytes_received == result.plan.bytes_received()
     # each rank held only the parameters and buffers placed on its device
     for r, d in enumerate(result.plan.ranks):
-        mine = {tr.graph.names[i].split(":", 1)[1] for i in range(tr.graph.num_ops)
-                if tr.graph.op_types[i] in ("parameter", "buffer") and placement[i] == d}  # fmt: skip
+        mine = {
+            tr.graph.names[i].split(":", 1)[1]
+            for i in range(tr.graph.num_ops)
+            if tr.graph.op_types[i] in ("parameter", "buffer") and placement[i] == d
+        }
         assert set(result.held[r]) == mine and mine
 
 
@@ -316,8 +346,11 @@ def test_a_killed_rank_stops_every_rank_with_one_clear_line(gpt2_pipeline):
 
 def test_a_peer_that_stops_answering_fails_the_others_within_the_timeout(gpt2_pipeline):
     tr, placement = gpt2_pipeline
-    with pytest.raises(PostplaceError, match=r"rank 0 \(gpu0\), step 2: sending .* to rank 1 \(gpu1\) failed after "
-                                             r"[45]\.\d s: Timed out"):  # fmt: skip
+    with pytest.raises(
+        PostplaceError,
+        match=r"rank 0 \(gpu0\), step 2: sending .* to rank 1 \(gpu1\) failed after "
+        r"[45]\.\d s: Timed out",
+    ):
         launch(tr, placement, K80X2, steps=3, batches=Fault(1, 2, "hang"), timeout=4)
 
 
@@ -345,8 +378,15 @@ except PostplaceError as exc:
 
 def _rank_alone(world: int) -> str:
     """What the script above prints as rank 0 of a world of ``world`` started alone (as torchrun would)."""
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
     out = subprocess.run([sys.executable, "-c", NEVER], env=env, capture_output=True, text=True, timeout=120)
     return out.stdout.strip()
 
@@ -359,8 +399,9 @@ def test_under_torchrun_a_peer_that_never_arrives_is_one_line_within_the_timeout
 
 
 def test_under_torchrun_a_world_that_is_not_the_placements_devices_is_one_line():
-    assert _rank_alone(1) == ("rank 0: the world has 1 processes, but the placement uses 2 devices (cpu, gpu0); start "
-                              "one process per device")  # fmt: skip
+    assert _rank_alone(1) == (
+        "rank 0: the world has 1 processes, but the placement uses 2 devices (cpu, gpu0); start one process per device"
+    )
 
 
 # ------------------------------------------------------------------------------ the command line

@@ -65,8 +65,9 @@ def test_stripes_at_one_microbatch_are_the_devices_and_post_over_them_is_post_pe
     allowed[:, 1] = True
     unit_time = np.where(allowed, rng.uniform(1, 3, (G, D)), np.inf)
     edges = (np.arange(G - 1), np.arange(1, G), np.ones(G - 1))
-    base = SearchSpace(allowed, failure_step_time=1e3, unit_time=unit_time, edges=edges,
-                       unit_position=np.linspace(0, 1, G))  # fmt: skip
+    base = SearchSpace(
+        allowed, failure_step_time=1e3, unit_time=unit_time, edges=edges, unit_position=np.linspace(0, 1, G)
+    )
     lay = layer_space(np.arange(G), np.zeros(G, dtype=np.int64), 1, allowed, unit_time, [1, 2, 3])
     assert lay.stripes.tolist() == [[d] for d in range(D)] and (lay.allowed == allowed).all()
     from dataclasses import replace
@@ -118,8 +119,9 @@ def test_post_from_uniform_finds_data_parallelism_where_random_search_does_not(s
     lay = p.space.layers
     dp_time = p.simulator.evaluate(lay.expand(lay.canonical[:, lay.names.index("gpu0..gpu3")])[None])
     dp_time = float(dp_time.step_time[0])
-    post = run(PostStrategy(p.space, seed=seed, config=PostConfig.paper()), p.simulator, Budget(samples=2000),
-               space=p.space)  # fmt: skip
+    post = run(
+        PostStrategy(p.space, seed=seed, config=PostConfig.paper()), p.simulator, Budget(samples=2000), space=p.space
+    )
     rand = run(RandomStrategy(p.space, seed=seed), p.simulator, Budget(samples=2000), space=p.space)
     assert post.best_step_time <= 1.05 * dp_time
     assert rand.best_step_time > 1.1 * dp_time

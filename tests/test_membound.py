@@ -112,8 +112,9 @@ def test_overflow_never_lets_an_oom_sample_into_a_feasible_elite():
 
 def test_oom_samples_are_never_best_even_when_fastest():
     # every op on one GPU is the fastest placement and does not fit: 7 bytes on 5-byte GPUs
-    g = OpGraph.build(["a", "b", "c"], [(0, 1, 5.0), (1, 2, 5.0)], persistent_bytes=[2.0, 2.0, 3.0],
-                      memory_mode="static")  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b", "c"], [(0, 1, 5.0), (1, 2, 5.0)], persistent_bytes=[2.0, 2.0, 3.0], memory_mode="static"
+    )
     table = np.array([[8.0, 1.0, 1.0]] * 3)
     p = make_problem(g, small_gpu_cluster(5.0), groups=None, cost_model=TableCostModel(table))
     for name in ("post", "reinforce", "anneal", "random"):
@@ -123,8 +124,13 @@ def test_oom_samples_are_never_best_even_when_fastest():
 
 # ------------------------------------------------------------------------------------------ starts
 def chain(n, persistent, pins=(), kinds=None):
-    g = OpGraph.build([f"op{i}" for i in range(n)], [(i, i + 1, 1.0) for i in range(n - 1)],
-                      persistent_bytes=persistent, memory_mode="static", allowed_kinds=kinds)  # fmt: skip
+    g = OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        [(i, i + 1, 1.0) for i in range(n - 1)],
+        persistent_bytes=persistent,
+        memory_mode="static",
+        allowed_kinds=kinds,
+    )
     return g
 
 
@@ -174,8 +180,9 @@ def memory_instance(seed: int, n: int = 9):
     gpu = rng.uniform(1.0, 3.0, n)
     table = np.stack([gpu * rng.uniform(4, 8, n), gpu, gpu], axis=1)
     mem = rng.uniform(1.0, 2.0, n)
-    g = OpGraph.build([f"op{i}" for i in range(n)], edges, persistent_bytes=mem, memory_mode="static",
-                      name=f"mem{seed}")  # fmt: skip
+    g = OpGraph.build(
+        [f"op{i}" for i in range(n)], edges, persistent_bytes=mem, memory_mode="static", name=f"mem{seed}"
+    )
     return make_problem(g, small_gpu_cluster(0.6 * mem.sum()), groups=None, cost_model=TableCostModel(table))
 
 
@@ -187,9 +194,15 @@ def test_post_reaches_the_optimum_of_a_step_that_needs_two_gpus(seed):
     best = float(res.step_time[res.feasible].min())
     one_gpu = (every == 1).all(axis=1) | (every == 2).all(axis=1)
     assert not res.feasible[one_gpu].any()  # no single GPU holds the step
-    post = sum(run(make_strategy("post", problem.space, seed=s), problem.simulator, Budget(samples=BUDGET))
-               .best_step_time <= best * 1.01 for s in range(10))  # fmt: skip
-    rand = sum(run(make_strategy("random", problem.space, seed=s), problem.simulator, Budget(samples=BUDGET))
-               .best_step_time <= best * 1.01 for s in range(10))  # fmt: skip
+    post = sum(
+        run(make_strategy("post", problem.space, seed=s), problem.simulator, Budget(samples=BUDGET)).best_step_time
+        <= best * 1.01
+        for s in range(10)
+    )
+    rand = sum(
+        run(make_strategy("random", problem.space, seed=s), problem.simulator, Budget(samples=BUDGET)).best_step_time
+        <= best * 1.01
+        for s in range(10)
+    )
     assert post >= 8, f"post reached the optimum {best} in {post}/10 seeds"
     assert rand <= 3, f"random reached it in {rand}/10 seeds"

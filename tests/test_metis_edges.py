@@ -19,14 +19,26 @@ from tests.test_cli import assert_one_error_line
 
 
 def cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "postplace.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "postplace.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def workload(n: int = 12, *, fpga: float, cpu: float, edge_size: float = 1e6) -> dict:
     """A dnn-partitioning workload: a chain of ``n`` nodes with the given latencies (ms)."""
-    nodes = [{"name": f"n{i}", "id": i, "supportedOnFpga": True, "cpuLatency": cpu, "fpgaLatency": fpga,
-              "isBackwardNode": False, "colorClass": i, "size": 1e6} for i in range(n)]  # fmt: skip
+    nodes = [
+        {
+            "name": f"n{i}",
+            "id": i,
+            "supportedOnFpga": True,
+            "cpuLatency": cpu,
+            "fpgaLatency": fpga,
+            "isBackwardNode": False,
+            "colorClass": i,
+            "size": 1e6,
+        }
+        for i in range(n)
+    ]
     edges = [{"sourceId": i, "destId": i + 1, "cost": 1.0, "size": edge_size} for i in range(n - 1)]
     return {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes, "edges": edges}
 
@@ -66,8 +78,14 @@ def huge_edge_graph_file(path, n: int = 300) -> None:
         if i != j:
             pairs.add((int(min(i, j)), int(max(i, j))))
     edges = [(i, j, 1.0, s) for i, j in sorted(pairs) for s in (0, 1)]
-    d = OpGraph.build([f"op{i}" for i in range(n)], edges, flops=[1e9] * n, bytes_accessed=[1e6] * n,
-                      output_bytes=[1e6] * n, name="huge").to_dict()  # fmt: skip
+    d = OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        edges,
+        flops=[1e9] * n,
+        bytes_accessed=[1e6] * n,
+        output_bytes=[1e6] * n,
+        name="huge",
+    ).to_dict()
     d["edges"]["bytes"] = [1e308] * len(d["edges"]["bytes"])
     path.write_text(json.dumps(d))
 
@@ -96,8 +114,15 @@ def test_integer_weights_are_positive_bounded_and_proportional():
     from postplace.graph.metis import int_weights, weight_total_cap
 
     cap = weight_total_cap()
-    for w in ([0.0, 0.0, 0.0], [], [np.inf, 1.0, np.nan, -3.0, 0.0], [1e308, 1e308, 1e308], [np.inf] * 4,
-              [5e-324, 1.0], np.full(100_000, 1e300)):  # fmt: skip
+    for w in (
+        [0.0, 0.0, 0.0],
+        [],
+        [np.inf, 1.0, np.nan, -3.0, 0.0],
+        [1e308, 1e308, 1e308],
+        [np.inf] * 4,
+        [5e-324, 1.0],
+        np.full(100_000, 1e300),
+    ):
         out = int_weights(np.asarray(w, dtype=float), 1e6)
         assert out.dtype == np.int64 and len(out) == len(w)
         assert (out >= 1).all() and out.sum() <= cap, w

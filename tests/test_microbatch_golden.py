@@ -11,7 +11,6 @@ Bandwidth 10 bytes/s, no latency: an activation (10 bytes) moves in 1 s, a param
 Every expected time is written as the sum that gives it.
 """
 
-
 from postplace.testing import TableCostModel, star_cluster
 from tests.goldengraph import ACT, NAMES, PARAM, op, two_layer_two_microbatches
 from tests.simhelp import schedule_both

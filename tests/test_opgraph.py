@@ -9,14 +9,21 @@ from postplace.graph import GraphError, Measurement, OpGraph, load_graph
 
 def small():
     return OpGraph.build(
-        ["x", "y", "z"], [(0, 1, 8.0), (0, 2, 8.0), (1, 2, 4.0, 1)],
-        op_types=["conv", "relu", "add"], flops=[10.0, 2.0, 3.0], bytes_accessed=[1.0, 2.0, 3.0],
-        output_bytes=[8.0, 4.0, 2.0], persistent_bytes=[5.0, 0.0, 0.0], colocation=[0, 0, -1],
-        phase=["forward", "backward", "update"], allowed_kinds=[["cpu", "gpu"], ["cpu", "gpu"], "cpu"],
+        ["x", "y", "z"],
+        [(0, 1, 8.0), (0, 2, 8.0), (1, 2, 4.0, 1)],
+        op_types=["conv", "relu", "add"],
+        flops=[10.0, 2.0, 3.0],
+        bytes_accessed=[1.0, 2.0, 3.0],
+        output_bytes=[8.0, 4.0, 2.0],
+        persistent_bytes=[5.0, 0.0, 0.0],
+        colocation=[0, 0, -1],
+        phase=["forward", "backward", "update"],
+        allowed_kinds=[["cpu", "gpu"], ["cpu", "gpu"], "cpu"],
         inplace=[False, True, False],
         measured=[Measurement("K80", "gpu", np.array([1e-3, np.nan, 2e-3]), "test")],
-        name="small", metadata={"k": 1},
-    )  # fmt: skip
+        name="small",
+        metadata={"k": 1},
+    )
 
 
 def test_save_load_round_trip_keeps_every_field(tmp_path):
@@ -24,8 +31,20 @@ def test_save_load_round_trip_keeps_every_field(tmp_path):
     g.save(tmp_path / "g.json")
     h = OpGraph.load(tmp_path / "g.json")
     assert h.names == g.names and h.op_types == g.op_types and h.memory_mode == g.memory_mode
-    for f in ("flops", "bytes_accessed", "output_bytes", "persistent_bytes", "colocation", "phase",
-              "allowed_kinds", "inplace", "edge_src", "edge_dst", "edge_slot", "edge_bytes"):  # fmt: skip
+    for f in (
+        "flops",
+        "bytes_accessed",
+        "output_bytes",
+        "persistent_bytes",
+        "colocation",
+        "phase",
+        "allowed_kinds",
+        "inplace",
+        "edge_src",
+        "edge_dst",
+        "edge_slot",
+        "edge_bytes",
+    ):
         np.testing.assert_array_equal(getattr(h, f), getattr(g, f))
     np.testing.assert_array_equal(h.measured[0].times, g.measured[0].times)
     assert h.measured[0].provenance == "test" and h.metadata == {"k": 1}
@@ -35,7 +54,7 @@ def test_save_load_round_trip_keeps_every_field(tmp_path):
 def test_csr_views():
     g = small()
     assert g.out_ptr.tolist() == [0, 2, 3, 3]
-    assert [g.edge_src[e] for e in g.in_edges[g.in_ptr[2]:g.in_ptr[3]]] == [0, 1]
+    assert [g.edge_src[e] for e in g.in_edges[g.in_ptr[2] : g.in_ptr[3]]] == [0, 1]
     assert [s.tolist() for s in g.colocation_sets] == [[0, 1]]
 
 

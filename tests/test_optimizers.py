@@ -34,8 +34,7 @@ OPTIMIZERS = {
 
 def net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 16), nn.ReLU(),
-                         nn.Linear(16, 4))  # fmt: skip
+    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
 
 
 def batches(n, b=8):
@@ -44,8 +43,9 @@ def batches(n, b=8):
 
 
 def placed(model, optimizer, x, y, *, precision="fp32", seed=3, microbatches=1):
-    tr = trace(model, x, nn.functional.cross_entropy, optimizer, targets=y, precision=precision,
-               microbatches=microbatches)  # fmt: skip
+    tr = trace(
+        model, x, nn.functional.cross_entropy, optimizer, targets=y, precision=precision, microbatches=microbatches
+    )
     c = load_cluster("k80x2")
     dev = random_legal_placement(tr.graph, c, seed)
     step = apply(model, tr, dev, c, device_map="cpu")
@@ -121,8 +121,9 @@ def test_factory_with_param_groups_keeps_each_groups_hyperparameters():
     def factory(params):
         decay = [p for p in params if p.dim() > 1]
         rest = [p for p in params if p.dim() <= 1]
-        return torch.optim.AdamW([{"params": decay, "weight_decay": 0.2}, {"params": rest, "weight_decay": 0.0}],
-                                 lr=5e-3)  # fmt: skip
+        return torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.2}, {"params": rest, "weight_decay": 0.0}], lr=5e-3
+        )
 
     data = batches(3)
     model, reference = net(), net()
@@ -250,6 +251,8 @@ def test_adamw_against_eagers_default_form_is_close_not_equal():
     for x, y in data:
         step(x, y)
     eager(reference, torch.optim.AdamW(reference.parameters()), data)
-    gaps = [float((a - b.detach()).abs().max() / b.detach().abs().max()) for a, b in
-            zip(step.args, reference.parameters(), strict=False)]  # fmt: skip
+    gaps = [
+        float((a - b.detach()).abs().max() / b.detach().abs().max())
+        for a, b in zip(step.args, reference.parameters(), strict=False)
+    ]
     assert 0 < max(gaps) < 1e-5

@@ -141,8 +141,9 @@ def test_pipeline_gives_the_faster_gpu_more_layers():
 def test_pipeline_cut_moves_where_the_time_balanced_one_does_not_fit():
     # 4 one-op layers, 1 s each on either GPU; footprints (static memory) 5, 5, 1, 1 bytes; 8 bytes per GPU
     names = [f"l{i}" for i in range(4)]
-    g = OpGraph.build(names, [(i, i + 1) for i in range(3)], module=names, persistent_bytes=[5, 5, 1, 1],
-                      memory_mode="static")
+    g = OpGraph.build(
+        names, [(i, i + 1) for i in range(3)], module=names, persistent_bytes=[5, 5, 1, 1], memory_mode="static"
+    )
     cost = TableCostModel([[1.0, 1.0]] * 4)
     assert place_pipeline(g, star_cluster(("gpu", "gpu")), cost_model=cost).tolist() == [0, 0, 1, 1]
     # 2 | 2 needs 5 + 5 = 10 > 8 on gpu0; 1 | 3 needs 5 and 5 + 1 + 1 = 7

@@ -56,8 +56,9 @@ def test_plan_words_for_data_parallelism_a_pipeline_and_a_hybrid():
     # "2 stages x data-parallel 4", which reads as 8 GPUs on a 4-GPU machine.
     uneven = dp.copy()
     uneven[1] = c.device_index("cpu")
-    assert describe_plan(g, c, uneven) == ("data-parallel 4 over 5 devices (replicas: cpu+gpu0, gpu1, gpu2, gpu3), "
-                                           "4 micro-batches")  # fmt: skip
+    assert describe_plan(g, c, uneven) == (
+        "data-parallel 4 over 5 devices (replicas: cpu+gpu0, gpu1, gpu2, gpu3), 4 micro-batches"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -161,15 +162,15 @@ def test_microbatches_on_a_graph_file_is_refused(tmp_path):
         postplace.place(g, "k80x2", budget=8, microbatches="auto")
 
 
-def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_smaller_budget_in_one_line(answer, tmp_path,
-                                                                                               capsys):
+def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_smaller_budget_in_one_line(answer, tmp_path, capsys):
     import shutil
 
     _, out = answer
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     assert "started with microbatches 'auto', not 2" in cli_error(
-        ["place", "--resume", str(copy), "--microbatches", "2"], capsys)
+        ["place", "--resume", str(copy), "--microbatches", "2"], capsys
+    )
     assert "give at least that much" in cli_error(["place", "--resume", str(copy), "--budget", "50"], capsys)
     plans = json.loads((copy / "plans.json").read_text())
     plans["rounds"][1] = [1, 2]  # two counts kept where halving keeps one
@@ -180,8 +181,15 @@ def test_a_run_over_m_refuses_another_m_an_edited_plans_file_and_a_smaller_budge
 
 
 def test_compare_on_a_zoo_model_simulates_data_parallelism_and_the_pipeline_over_m(tmp_path):
-    rep = postplace.compare(MODEL, CLUSTER, strategies="data-parallel,pipeline,single", budget=8, seeds=1,
-                            size="small", out=tmp_path / "cmp")  # fmt: skip
+    rep = postplace.compare(
+        MODEL,
+        CLUSTER,
+        strategies="data-parallel,pipeline,single",
+        budget=8,
+        seeds=1,
+        size="small",
+        out=tmp_path / "cmp",
+    )
     rows = {r["strategy"]: r for r in rep["rows"]}
     g2, c = cached_graph(MODEL, "small", microbatches=2), load_cluster(CLUSTER)
     assert rows["data-parallel"]["kind"] == "data-parallel (simulated)"
@@ -189,8 +197,10 @@ def test_compare_on_a_zoo_model_simulates_data_parallelism_and_the_pipeline_over
     assert "m=2" in rows["data-parallel"]["note"]
     from postplace.placers import place_pipeline
 
-    pipes = [float(Simulator(g, c).evaluate_ops(place_pipeline(g, c)[None]).step_time[0])
-             for g in (cached_graph(MODEL, "small"), g2)]
+    pipes = [
+        float(Simulator(g, c).evaluate_ops(place_pipeline(g, c)[None]).step_time[0])
+        for g in (cached_graph(MODEL, "small"), g2)
+    ]
     assert rows["pipeline"]["best_step_time_s"] == pytest.approx(min(pipes))
 
 
@@ -199,11 +209,20 @@ def test_compare_and_place_folders_record_their_target_so_report_needs_no_flags(
 
     g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 4e9, 1e9], name="tiny")
     g.save(tmp_path / "tiny.json")
-    postplace.compare(str(tmp_path / "tiny.json"), "k80x2", strategies="single,random", budget=8, seeds=1,
-                      out=tmp_path / "cmp")  # fmt: skip
+    postplace.compare(
+        str(tmp_path / "tiny.json"), "k80x2", strategies="single,random", budget=8, seeds=1, out=tmp_path / "cmp"
+    )
     postplace.place(g, "k80x2", budget=8, groups=None, out=tmp_path / "py")  # written from Python
-    postplace.compare(MODEL, CLUSTER, strategies="single,pipeline", budget=8, seeds=1, size="small",
-                      microbatches=2, out=tmp_path / "cmp2")  # fmt: skip
+    postplace.compare(
+        MODEL,
+        CLUSTER,
+        strategies="single,pipeline",
+        budget=8,
+        seeds=1,
+        size="small",
+        microbatches=2,
+        out=tmp_path / "cmp2",
+    )
     for folder in ("cmp", "py", "cmp2"):
         assert write_report(tmp_path / folder).exists()
     rep = json.loads((tmp_path / "cmp2" / "compare.json").read_text())
@@ -236,16 +255,41 @@ def test_stale_searches_in_a_new_folder_are_refused(answer, tmp_path, capsys):
     shutil.copytree(out, stale)
     (stale / "run.json").unlink()
     (stale / "plans.json").unlink()
-    assert "already holds a run" in cli_error(["place", MODEL, "--size", "small", "--cluster", CLUSTER,
-                                                "--budget", "96", "--groups", "32", "--out", str(stale)], capsys)
+    assert "already holds a run" in cli_error(
+        [
+            "place",
+            MODEL,
+            "--size",
+            "small",
+            "--cluster",
+            CLUSTER,
+            "--budget",
+            "96",
+            "--groups",
+            "32",
+            "--out",
+            str(stale),
+        ],
+        capsys,
+    )
 
 
 def test_simulate_reads_the_micro_batch_count_from_the_placement_file(tmp_path, capsys):
     from postplace.cli import main
 
     r = postplace.place(MODEL, CLUSTER, size="small", budget=16, groups=32, microbatches=2, out=tmp_path / "m2")
-    argv = ["postplace", "simulate", MODEL, "--size", "small", "--cluster", CLUSTER, "--placement",
-            str(tmp_path / "m2" / "placement.json"), "--json"]
+    argv = [
+        "postplace",
+        "simulate",
+        MODEL,
+        "--size",
+        "small",
+        "--cluster",
+        CLUSTER,
+        "--placement",
+        str(tmp_path / "m2" / "placement.json"),
+        "--json",
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sys.argv", argv)
         try:
@@ -262,8 +306,9 @@ def test_the_counts_reach_the_first_m_whose_micro_batch_fits_beside_the_replicat
     from postplace.testing import star_cluster
 
     # a -> b: 'a' holds 10 bytes of state and makes a 100-byte activation that 'b' reads
-    g = OpGraph.build(["a", "b"], [(0, 1, 100.0)], flops=[1.0, 1.0], output_bytes=[100.0, 0.0],
-                      persistent_bytes=[10.0, 0.0])  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b"], [(0, 1, 100.0)], flops=[1.0, 1.0], output_bytes=[100.0, 0.0], persistent_bytes=[10.0, 0.0]
+    )
     for memory, want in ((200.0, 1), (60.0, 2), (40.0, 4), (25.0, 8), (9.0, 1 << 20)):
         # room = memory - 10 of state; the 100-byte activation over m must fit it
         assert fitting_count(g, star_cluster(("gpu", "gpu"), memory=memory)) == want, memory

@@ -82,9 +82,12 @@ def test_expert_split_file_is_folded_onto_fewer_gpus(shared_data):
 def cpu_only_graph(memory_mode="live"):
     # a -> b -> c -> d, b -> e; c may only run on a CPU; a and d are colocated (a "gradient" pair)
     return OpGraph.build(
-        list("abcde"), [(0, 1, 2.0), (1, 2, 2.0), (2, 3, 2.0), (1, 4, 1.0, 1), (3, 4, 1.0)],
+        list("abcde"),
+        [(0, 1, 2.0), (1, 2, 2.0), (2, 3, 2.0), (1, 4, 1.0, 1), (3, 4, 1.0)],
         allowed_kinds=[["cpu", "gpu"], ["cpu", "gpu"], ["cpu"], ["cpu", "gpu"], ["cpu", "gpu"]],
-        colocation=[0, -1, -1, 0, -1], persistent_bytes=[3, 1, 1, 2, 1], output_bytes=[2, 2, 2, 1, 1],
+        colocation=[0, -1, -1, 0, -1],
+        persistent_bytes=[3, 1, 1, 2, 1],
+        output_bytes=[2, 2, 2, 1, 1],
         memory_mode=memory_mode,
     )
 
@@ -194,8 +197,11 @@ def test_sct_favourite_child_is_the_heavy_edge():
 def too_big(memory_mode):
     # a chain of 6 ops of 30 persistent bytes each: 180 bytes, devices hold 100
     return OpGraph.build(
-        [f"op{i}" for i in range(6)], [(i, i + 1, 1.0) for i in range(5)],
-        persistent_bytes=[30] * 6, output_bytes=[1] * 6, memory_mode=memory_mode,
+        [f"op{i}" for i in range(6)],
+        [(i, i + 1, 1.0) for i in range(5)],
+        persistent_bytes=[30] * 6,
+        output_bytes=[1] * 6,
+        memory_mode=memory_mode,
     )
 
 
@@ -233,13 +239,15 @@ def instances(draw):
     cpu_only = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n))
     coloc = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
     graph = OpGraph.build(
-        [f"op{i}" for i in range(n)], edges,
+        [f"op{i}" for i in range(n)],
+        edges,
         output_bytes=[float(draw(st.integers(0, 5))) for _ in range(n)],
         persistent_bytes=[float(draw(st.integers(0, 8))) for _ in range(n)],
         inplace=draw(st.lists(st.booleans(), min_size=n, max_size=n)),
-        allowed_kinds=[["cpu"] if c else ["cpu", "gpu"] for c in cpu_only], colocation=coloc,
+        allowed_kinds=[["cpu"] if c else ["cpu", "gpu"] for c in cpu_only],
+        colocation=coloc,
         memory_mode=draw(st.sampled_from(["live", "static"])),
-    )  # fmt: skip
+    )
     memory = float(draw(st.integers(10, 60)))
     table = [[draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])) for _ in range(3)] for _ in range(n)]
     return graph, star_cluster(("cpu", "gpu", "gpu"), memory=memory), TableCostModel(table)
@@ -259,8 +267,11 @@ def unit_bytes(graph):
         charge = persistent = float(graph.persistent_bytes[members].sum())
         if graph.memory_mode == "live":
             charge += float(np.where(graph.inplace, 0.0, graph.output_bytes)[members].sum())
-            read = {(int(graph.edge_src[e]), int(graph.edge_slot[e])): float(graph.edge_bytes[e])
-                    for e in range(graph.num_edges) if rep[graph.edge_dst[e]] == r and rep[graph.edge_src[e]] != r}
+            read = {
+                (int(graph.edge_src[e]), int(graph.edge_slot[e])): float(graph.edge_bytes[e])
+                for e in range(graph.num_edges)
+                if rep[graph.edge_dst[e]] == r and rep[graph.edge_src[e]] != r
+            }
             charge += sum(read.values())
         out.append((charge, persistent, bool(gpu_ok[members].all())))
     return out
@@ -325,8 +336,13 @@ def test_memory_account_never_under_counts_the_simulator(inst, seed):
 # --------------------------------------------------------------------------- data parallelism
 def test_data_parallel_step_time_is_the_formula():
     # f -> b -> u; u is the update op holding 100 bytes of parameters; 2 GPUs, no CPU
-    g = OpGraph.build(list("fbu"), [(0, 1, 4.0), (1, 2, 4.0)], phase=["forward", "backward", "update"],
-                      persistent_bytes=[0, 0, 100], output_bytes=[4, 4, 0])
+    g = OpGraph.build(
+        list("fbu"),
+        [(0, 1, 4.0), (1, 2, 4.0)],
+        phase=["forward", "backward", "update"],
+        persistent_bytes=[0, 0, 100],
+        output_bytes=[4, 4, 0],
+    )
     cluster = star_cluster(GPU2, bandwidth=10.0, latency=0.5)
     r = data_parallel_step_time(g, cluster, cost_model=TableCostModel([[1, 1], [2, 2], [3, 3]]))
     assert r.compute_time == (1 + 2 + 3) / 2
@@ -342,11 +358,18 @@ def test_data_parallel_step_time_is_the_formula():
 
 def test_data_parallel_does_not_scale_the_launch_overhead():
     gpu = Device("gpu0", "gpu", "G", peak_flops=1e3, memory_bandwidth=1e12, memory=1e9, launch_overhead=0.25)
-    devices = (gpu, Device("gpu1", *[getattr(gpu, f) for f in ("kind", "model", "peak_flops", "memory_bandwidth",
-                                                                 "memory", "launch_overhead")]))
+    devices = (
+        gpu,
+        Device(
+            "gpu1",
+            *[
+                getattr(gpu, f)
+                for f in ("kind", "model", "peak_flops", "memory_bandwidth", "memory", "launch_overhead")
+            ],
+        ),
+    )
     cluster = Cluster("t", devices, ("hub",), (Link("gpu0", "hub", 1e3, 0.0), Link("gpu1", "hub", 1e3, 0.0)))
-    g = OpGraph.build(["a", "b"], [(0, 1)], flops=[1e3, 2e3], phase=["forward", "update"],
-                      persistent_bytes=[0, 1e3])
+    g = OpGraph.build(["a", "b"], [(0, 1)], flops=[1e3, 2e3], phase=["forward", "update"], persistent_bytes=[0, 1e3])
     r = data_parallel_step_time(g, cluster, cost_model=RooflineCostModel(update="traced"))
     # roofline, the update as traced: a 1 s, b 2 s of work + 0.25 s launch each; the work halves, the launch does not
     assert r.compute_time == pytest.approx((1 / 2 + 0.25) + (2 / 2 + 0.25))
@@ -372,8 +395,12 @@ def test_expert_more_layers_than_gpus_share_consecutively():
 def test_expert_splits_unnamed_layers_evenly_by_work_and_backward_follows_forward():
     # forward f0..f3 (1 s each), backward b3..b0 colocated with their forward op; 2 GPUs
     names = ["f0", "f1", "f2", "f3", "b3", "b2", "b1", "b0"]
-    g = OpGraph.build(names, [(i, i + 1) for i in range(7)], phase=["forward"] * 4 + ["backward"] * 4,
-                      colocation=[0, 1, 2, 3, 3, 2, 1, 0])
+    g = OpGraph.build(
+        names,
+        [(i, i + 1) for i in range(7)],
+        phase=["forward"] * 4 + ["backward"] * 4,
+        colocation=[0, 1, 2, 3, 3, 2, 1, 0],
+    )
     dev = place_expert(g, star_cluster(GPU2), cost_model=ConstantCostModel(1.0))
     # unit work 2 s each (forward + backward); middles at 1, 3, 5, 7 of 8: shares 0, 0, 1, 1
     assert dev.tolist() == [0, 0, 1, 1, 1, 1, 0, 0]

@@ -48,8 +48,9 @@ def step(m: int, *, d: int = 256, batch: int = 64, layers: int = 4, optimizer="a
     if key not in _CACHE:
         torch.manual_seed(0)
         x, y = torch.randn(batch, d), torch.randint(0, 8, (batch,))
-        _CACHE[key] = from_torch(Blocks(d, layers, wide), (x,), torch.nn.functional.cross_entropy, optimizer,
-                                 microbatches=m, targets=(y,))  # fmt: skip
+        _CACHE[key] = from_torch(
+            Blocks(d, layers, wide), (x,), torch.nn.functional.cross_entropy, optimizer, microbatches=m, targets=(y,)
+        )
     return _CACHE[key]
 
 
@@ -161,8 +162,9 @@ def test_sharding_orders_memory_and_recompute_trades_time_for_it():
 def test_recompute_reruns_the_forward_of_each_unit_before_its_backward():
     g = step(2)
     r = recompute(g)
-    fwd_blocks = sum(float(g.flops[i]) for i in range(g.num_ops)
-                     if g.phase[i] == 0 and unit_of(g.module[i]).startswith("blocks."))  # fmt: skip
+    fwd_blocks = sum(
+        float(g.flops[i]) for i in range(g.num_ops) if g.phase[i] == 0 and unit_of(g.module[i]).startswith("blocks.")
+    )
     assert float(r.flops.sum()) - float(g.flops.sum()) == pytest.approx(fwd_blocks, rel=1e-9)
     # a copy runs once its micro-batch's forward is over and the gradient has reached its unit: after the
     # backward of the unit after it has begun, before its own unit's backward
@@ -171,8 +173,11 @@ def test_recompute_reruns_the_forward_of_each_unit_before_its_backward():
     for c in (i for i, n in enumerate(r.names) if n.startswith("rc:")):
         mb = r.microbatch[c]
         forward = [i for i in range(r.num_ops) if r.microbatch[i] == mb and r.phase[i] == 0]
-        own_backward = [i for i in range(r.num_ops) if r.microbatch[i] == mb and unit[i] == unit[c]
-                        and r.phase[i] == 1 and not r.names[i].startswith("rc:")]  # fmt: skip
+        own_backward = [
+            i
+            for i in range(r.num_ops)
+            if r.microbatch[i] == mb and unit[i] == unit[c] and r.phase[i] == 1 and not r.names[i].startswith("rc:")
+        ]
         assert sched.op_start[c] >= max(sched.op_end[forward]), r.names[c]
         assert sched.op_end[c] <= min(sched.op_start[own_backward]), r.names[c]
 
@@ -195,9 +200,16 @@ def test_a_hybrid_per_unit_is_between_its_uniform_ends():
     c = load_cluster("dgx8")
     g = step(4)
     every = tuple(sorted(set(units(g))))
-    runs = {name: simulate(apply_plan(g, parse_plan(name), 4), c)
-            for name in ("ddp", "fsdp", f"ddp:shard={'/'.join(u or 'root' for u in every)}", "ddp:shard=none",
-                         "ddp:shard=blocks.0/blocks.1")}  # fmt: skip
+    runs = {
+        name: simulate(apply_plan(g, parse_plan(name), 4), c)
+        for name in (
+            "ddp",
+            "fsdp",
+            f"ddp:shard={'/'.join(u or 'root' for u in every)}",
+            "ddp:shard=none",
+            "ddp:shard=blocks.0/blocks.1",
+        )
+    }
     same = lambda a, b: a.step_time[0] == b.step_time[0] and np.array_equal(a.peak_mem, b.peak_mem)  # noqa: E731
     assert same(runs[next(k for k in runs if k.startswith("ddp:shard=root"))], runs["fsdp"])
     assert same(runs["ddp:shard=none"], runs["ddp"])
@@ -208,8 +220,12 @@ def test_a_hybrid_per_unit_is_between_its_uniform_ends():
     extra_two = float(recompute(g, ["blocks.2", "blocks.3"]).flops.sum() - g.flops.sum())
     assert extra_full > 0 and extra_two == pytest.approx(extra_full / 2, rel=1e-9)
     rc = apply_plan(g, parse_plan("ddp:recompute=blocks.2/blocks.3"), 4).graph
-    assert {n.split("/", 1)[1].split("_", 1)[0] for n in rc.names if "/rc:" in n} == {"rc:mb0", "rc:mb1", "rc:mb2",
-                                                                                     "rc:mb3"}  # fmt: skip
+    assert {n.split("/", 1)[1].split("_", 1)[0] for n in rc.names if "/rc:" in n} == {
+        "rc:mb0",
+        "rc:mb1",
+        "rc:mb2",
+        "rc:mb3",
+    }
     assert {rc.module[i].rsplit(".", 1)[0] for i, n in enumerate(rc.names) if "/rc:" in n} == {"blocks.2", "blocks.3"}
     with pytest.raises(PostplaceError, match="does not have"):
         apply_plan(g, parse_plan("fsdp:shard=blocks.9"), 4)

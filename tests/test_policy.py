@@ -20,11 +20,13 @@ def test_cross_entropy_step_is_elite_frequencies_mixed_with_eps_over_allowed():
     policy = CategoricalPolicy(ALLOWED, np.random.default_rng(0).normal(size=(3, 3)))
     elite = np.array([[0, 2, 1], [0, 0, 1], [1, 2, 1], [0, 2, 1]])
     cross_entropy_update(policy, elite, eps=0.1)
-    expected = np.array([
-        [0.9 * 3 / 4 + 0.1 / 3, 0.9 * 1 / 4 + 0.1 / 3, 0.9 * 0 + 0.1 / 3],
-        [0.9 * 1 / 4 + 0.1 / 2, 0.0, 0.9 * 3 / 4 + 0.1 / 2],
-        [0.0, 1.0, 0.0],
-    ])  # fmt: skip
+    expected = np.array(
+        [
+            [0.9 * 3 / 4 + 0.1 / 3, 0.9 * 1 / 4 + 0.1 / 3, 0.9 * 0 + 0.1 / 3],
+            [0.9 * 1 / 4 + 0.1 / 2, 0.0, 0.9 * 3 / 4 + 0.1 / 2],
+            [0.0, 1.0, 0.0],
+        ]
+    )
     np.testing.assert_allclose(policy.probs(), expected, rtol=1e-12)
 
 

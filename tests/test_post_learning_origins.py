@@ -146,15 +146,18 @@ def test_every_history_line_has_an_origin_and_the_summary_counts_add_up(tmp_path
     assert len(rows) == 336
     times = [np.inf if row["oom"] or row["failed"] else row["step_time_s"] for row in rows]
     assert searched_only(again.summary["search_origins"]) == searched_only(
-        origin_stats([row["origin"] for row in rows], times, lb))
+        origin_stats([row["origin"] for row in rows], times, lb)
+    )
     assert sum(searched_only(again.summary["search_origins"])["new_bests"].values()) == sum(
-        new_bests_after_probe(rows)[1].values())
+        new_bests_after_probe(rows)[1].values()
+    )
 
 
 def searched_only(stats: dict) -> dict:
     """Origin stats without the ``candidate`` entries (a ``place`` answer, not a sample of the search)."""
-    return {k: ({o: n for o, n in v.items() if o != "candidate"} if isinstance(v, dict) else v)
-            for k, v in stats.items()}  # fmt: skip
+    return {
+        k: ({o: n for o, n in v.items() if o != "candidate"} if isinstance(v, dict) else v) for k, v in stats.items()
+    }
 
 
 def test_a_warm_start_is_recorded_as_one(tmp_path):
@@ -170,8 +173,12 @@ def test_compare_records_the_origins_and_whether_local_moves_were_on(tmp_path):
     names = ["post", "post-paper", "local", "reinforce"]
     rep = compare(layered_graph(), load_cluster("k80x4"), names, budget=96, seeds=2, out=tmp_path)
     rows = {r["strategy"]: r for r in rep["rows"]}
-    assert {n: rows[n]["local_moves"] for n in names} == {"post": True, "post-paper": False, "local": True,
-                                                          "reinforce": False}  # fmt: skip
+    assert {n: rows[n]["local_moves"] for n in names} == {
+        "post": True,
+        "post-paper": False,
+        "local": True,
+        "reinforce": False,
+    }
     for name in names:
         total = Counter()
         for seed in rows[name]["per_seed"]:
@@ -238,8 +245,9 @@ def test_post_and_the_add_on_do_draw_local_moves_and_they_stay_near_the_incumben
         for _ in range(12):
             p = np.atleast_2d(s.ask(200))
             origins = s.last_origins
-            assert len(origins) == len(p) and set(origins) <= {"policy", "local"} | {o for o in origins
-                                                                                    if o.startswith("probe:")}
+            assert len(origins) == len(p) and set(origins) <= {"policy", "local"} | {
+                o for o in origins if o.startswith("probe:")
+            }
             n_local = origins.count("local")
             if best is not None and not any(o.startswith("probe:") for o in origins):
                 assert n_local <= 0.5 * len(p) + 1, (name, n_local, len(p))  # the same share, or fewer once
@@ -266,8 +274,9 @@ def test_the_add_on_keeps_every_strategys_contract(name):
     cfg = build_config(name, {"use_local": True})
     if name == "hp":
         cfg = dataclasses.replace(cfg, grouper_hidden=8, placer_hidden=16, device_embedding=8)
-    space = SearchSpace(np.array([[True, True, True], [True, False, True], [False, True, False]] * 4),
-                        failure_step_time=1e3)  # fmt: skip
+    space = SearchSpace(
+        np.array([[True, True, True], [True, False, True], [False, True, False]] * 4), failure_step_time=1e3
+    )
     check_strategy_contract(lambda sp, seed: make_strategy(name, sp, seed=seed, config=cfg), space)
     s = make_strategy(name, space, seed=0, config=cfg)
     drive(s, space, 96, toy_score(space))

@@ -28,8 +28,15 @@ def llama_small():
 
 
 def _one_mm(out_elements: float, flops: float) -> OpGraph:
-    return OpGraph.build(["mm"], [], op_types=["mm"], flops=[flops], bytes_accessed=[1e3],
-                         output_bytes=[2 * out_elements], precision=["bf16"])  # fmt: skip
+    return OpGraph.build(
+        ["mm"],
+        [],
+        op_types=["mm"],
+        flops=[flops],
+        bytes_accessed=[1e3],
+        output_bytes=[2 * out_elements],
+        precision=["bf16"],
+    )
 
 
 @pytest.mark.parametrize("out_elements", [64 * 64, 1e8])
@@ -52,8 +59,12 @@ def test_datasheet_roofline_is_unchanged(dgx8, llama_small):
     # achieved rates slow an H100's ops down (none speeds up), and change none on a GPU model without rates
     achieved = RooflineCostModel(update="traced").op_times(g, dgx8).table[:, 1]
     assert (achieved >= t[:, 1]).all() and (achieved > t[:, 1]).mean() > 0.5
-    k80, fp32 = load_cluster("k80x2"), OpGraph.build(["mm", "add"], [(0, 1, 8.0)], op_types=["mm", "add"],
-                                                     flops=[1e9, 1e3], bytes_accessed=[1e6, 1e6])  # fmt: skip
+    k80, fp32 = (
+        load_cluster("k80x2"),
+        OpGraph.build(
+            ["mm", "add"], [(0, 1, 8.0)], op_types=["mm", "add"], flops=[1e9, 1e3], bytes_accessed=[1e6, 1e6]
+        ),
+    )
     a = RooflineCostModel().op_times(fp32, k80)
     assert np.array_equal(a.table, RooflineCostModel(kernels="datasheet").op_times(fp32, k80).table)
     assert "no kernel rates known for K80" in a.sources[1]
@@ -92,16 +103,21 @@ def test_causal_attention_counts_half(llama_small):
     i = next(i for i, t in enumerate(g.op_types) if t == "_scaled_dot_product_flash_attention_for_cpu")
     b, h, t, hd = 2, 4, 16, 8  # llama small: batch 2, seq 16, 4 heads of d 32
     full = flop_registry[torch.ops.aten._scaled_dot_product_flash_attention](
-        torch.empty(b, h, t, hd), torch.empty(b, h, t, hd), torch.empty(b, h, t, hd), out_val=None)
+        torch.empty(b, h, t, hd), torch.empty(b, h, t, hd), torch.empty(b, h, t, hd), out_val=None
+    )
     assert g.flops[i] == full / 2 == 2 * 2 * b * h * t * t * hd / 2
 
 
 def test_mfu_of_a_hand_sized_model(dgx8):
     cfg = {"batch": 4, "seq": 128, "vocab": 1000, "d": 64, "layers": 2, "heads": 4, "kv_heads": 4, "ffn": 128}
     params = 500_000
-    g = OpGraph.build(["a", "b"], [], flops=[1.0, 1.0], phase=["forward", "backward"],
-                      metadata={"zoo": {"name": "llama", "config": cfg}, "param_bytes": 4.0 * params,
-                                "precision": "bf16"})  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b"],
+        [],
+        flops=[1.0, 1.0],
+        phase=["forward", "backward"],
+        metadata={"zoo": {"name": "llama", "config": cfg}, "param_bytes": 4.0 * params, "precision": "bf16"},
+    )
     per_token = 6 * (params - 1000 * 64) + 12 * 2 * 64 * 128
     flops, tokens, how = model_flops(g)
     assert (flops, tokens) == (per_token * 512, 512) and how.startswith("PaLM")
@@ -112,8 +128,9 @@ def test_mfu_of_a_hand_sized_model(dgx8):
 
 
 def test_generic_model_flops_leave_out_recompute_and_update():
-    g = OpGraph.build(["f", "b", "rc:f", "u"], [], flops=[2.0, 4.0, 2.0, 8.0],
-                      phase=["forward", "backward", "backward", "update"])  # fmt: skip
+    g = OpGraph.build(
+        ["f", "b", "rc:f", "u"], [], flops=[2.0, 4.0, 2.0, 8.0], phase=["forward", "backward", "backward", "update"]
+    )
     assert model_flops(g)[:2] == (6.0, None)
 
 
@@ -138,7 +155,13 @@ def test_published_run_setting_exists():
 
     cfg = MODELS["llama"].config("3.1-8b")
     assert (cfg["d"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"], cfg["vocab"]) == (
-        4096, 32, 32, 8, 14336, 128256)
+        4096,
+        32,
+        32,
+        8,
+        14336,
+        128256,
+    )
     assert cfg["batch"] * cfg["seq"] == 16 * 8192
     c = load_cluster("h100-96gb-x8")
     gpu = c.devices[1]
@@ -159,8 +182,9 @@ def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path
     assert s["tokens_per_s_per_device"] == pytest.approx(tokens / r.step_time_s / used, rel=1e-9)
     for name, t in s["candidates"].items():
         assert (s["candidate_mfu"][name] is None) == (t is None)
-    close = {k for k, t in s["candidates"].items() if t and k != s["returned"]
-             and t <= s["best_step_time_s"] * (1 + 0.157)}  # fmt: skip
+    close = {
+        k for k, t in s["candidates"].items() if t and k != s["returned"] and t <= s["best_step_time_s"] * (1 + 0.157)
+    }
     assert set(s["within_error"]) == close
     from postplace.report import write_report
 
@@ -173,8 +197,16 @@ def test_place_reports_mfu_the_cost_model_and_the_rows_within_its_error(tmp_path
 def test_compare_gives_each_row_its_mfu_over_the_devices_it_uses(tmp_path):
     from postplace import api
 
-    report = api.compare("gpt2", "dgx8", strategies="metis,fsdp,random", budget=16, seeds=1, out=tmp_path / "c",
-                         size="small", progress=False)  # fmt: skip
+    report = api.compare(
+        "gpt2",
+        "dgx8",
+        strategies="metis,fsdp,random",
+        budget=16,
+        seeds=1,
+        out=tmp_path / "c",
+        size="small",
+        progress=False,
+    )
     c = load_cluster("dgx8")
     assert report["cost_model"] == "roofline at achieved kernel rates, foreach update"
     from postplace.api.target import load_target
@@ -193,8 +225,23 @@ def test_compare_names_the_rows_within_the_cost_models_error(tmp_path):
 
     from tests.clihelp import run_cli
 
-    r = run_cli("compare", "gpt2", "--size", "small", "--cluster", "dgx8", "--strategies", "ddp,fsdp,metis,single",
-                "--budget", "16", "--seeds", "1", "--out", tmp_path / "c", "--no-report")  # fmt: skip
+    r = run_cli(
+        "compare",
+        "gpt2",
+        "--size",
+        "small",
+        "--cluster",
+        "dgx8",
+        "--strategies",
+        "ddp,fsdp,metis,single",
+        "--budget",
+        "16",
+        "--seeds",
+        "1",
+        "--out",
+        tmp_path / "c",
+        "--no-report",
+    )
     assert r.returncode == 0, r.stderr
     rows = _json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
     timed = {x["strategy"]: x["best_step_time_s"] for x in rows if x["best_step_time_s"]}

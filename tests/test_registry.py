@@ -34,8 +34,19 @@ CANDIDATES = ("single", "pipeline", "m-topo", "m-etf", "m-sct", "metis", "expert
 QUADRATIC = ("m-etf", "m-sct")
 HEURISTICS = ("m-topo", "m-etf", "m-sct", "metis", "expert", "heft")
 STRATEGY_ORDER = ["post", "ce", "ppo", "post-start", "reinforce", "random", "anneal", "hp", "local"]
-VARIANT_ORDER = ["post-paper", "ce-paper", "ppo-paper", "reinforce-paper", "post-probe", "ce-probe", "ppo-probe",
-                 "reinforce-probe", "hp-probe", "reinforce-local", "hp-local"]  # fmt: skip
+VARIANT_ORDER = [
+    "post-paper",
+    "ce-paper",
+    "ppo-paper",
+    "reinforce-paper",
+    "post-probe",
+    "ce-probe",
+    "ppo-probe",
+    "reinforce-probe",
+    "hp-probe",
+    "reinforce-local",
+    "hp-local",
+]
 
 
 @pytest.fixture
@@ -191,7 +202,8 @@ def _module_name(path: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")  # fmt: skip
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST, package: str, modules: set[str]) -> set[str]:
@@ -267,8 +279,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.x\nelse:\n    import p.y\n"
-                     "def f():\n    from p import z\n")  # fmt: skip
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.x\nelse:\n    import p.y\n"
+        "def f():\n    from p import z\n"
+    )
     assert _imports(tree, "p", {"p.x", "p.y", "p.z"}) == {"typing", "p.y", "p.z"}
 
 

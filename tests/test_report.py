@@ -27,20 +27,55 @@ FIGURES = ("curves_samples", "curves_wall", "bars", "gantt", "memory_peak", "mem
 
 def two_layer_graph() -> OpGraph:
     """A two-layer training step with parameters, their updates colocated, and every phase."""
-    names = ["param:l0.w", "param:l1.w", "x", "mm0", "relu0", "mm1", "loss", "g_mm1", "g_relu0", "g_mm0",
-             "upd0", "upd1"]  # fmt: skip
+    names = [
+        "param:l0.w",
+        "param:l1.w",
+        "x",
+        "mm0",
+        "relu0",
+        "mm1",
+        "loss",
+        "g_mm1",
+        "g_relu0",
+        "g_mm0",
+        "upd0",
+        "upd1",
+    ]
     ix = {n: i for i, n in enumerate(names)}
-    pairs = [("x", "mm0"), ("param:l0.w", "mm0"), ("mm0", "relu0"), ("relu0", "mm1"), ("param:l1.w", "mm1"),
-             ("mm1", "loss"), ("loss", "g_mm1"), ("relu0", "g_mm1"), ("param:l1.w", "g_mm1"), ("g_mm1", "g_relu0"),
-             ("mm0", "g_relu0"), ("g_relu0", "g_mm0"), ("x", "g_mm0"), ("g_mm0", "upd0"), ("param:l0.w", "upd0"),
-             ("g_mm1", "upd1"), ("param:l1.w", "upd1")]  # fmt: skip
+    pairs = [
+        ("x", "mm0"),
+        ("param:l0.w", "mm0"),
+        ("mm0", "relu0"),
+        ("relu0", "mm1"),
+        ("param:l1.w", "mm1"),
+        ("mm1", "loss"),
+        ("loss", "g_mm1"),
+        ("relu0", "g_mm1"),
+        ("param:l1.w", "g_mm1"),
+        ("g_mm1", "g_relu0"),
+        ("mm0", "g_relu0"),
+        ("g_relu0", "g_mm0"),
+        ("x", "g_mm0"),
+        ("g_mm0", "upd0"),
+        ("param:l0.w", "upd0"),
+        ("g_mm1", "upd1"),
+        ("param:l1.w", "upd1"),
+    ]
     edges = [(ix[a], ix[b], 2e6) for a, b in pairs]
     flops = [0, 0, 0, 4e9, 1e8, 4e9, 1e8, 8e9, 1e8, 8e9, 1e8, 1e8]
     phase = ["other"] * 3 + ["forward"] * 4 + ["backward"] * 3 + ["update"] * 2
     colocation = [0, 1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1]
-    return OpGraph.build(names, edges, flops=flops, bytes_accessed=[4e6] * 12, output_bytes=[2e6] * 12,
-                         persistent_bytes=[4e6, 4e6] + [0] * 10, colocation=colocation, phase=phase,
-                         name="two-layer")  # fmt: skip
+    return OpGraph.build(
+        names,
+        edges,
+        flops=flops,
+        bytes_accessed=[4e6] * 12,
+        output_bytes=[2e6] * 12,
+        persistent_bytes=[4e6, 4e6] + [0] * 10,
+        colocation=colocation,
+        phase=phase,
+        name="two-layer",
+    )
 
 
 @pytest.fixture
@@ -153,12 +188,15 @@ def test_place_report(graph_file, tmp_path):
     for key in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s", "lower_bound_s"):
         assert data["numbers"][key] == summary[key]
     assert data["bars"][0]["best_s"] == summary["best_step_time_s"]
-    assert data["lines"] == {"single_device_s": summary["single_device_step_time_s"],
-                             "lower_bound_s": summary["lower_bound_s"]}  # fmt: skip
+    assert data["lines"] == {
+        "single_device_s": summary["single_device_step_time_s"],
+        "lower_bound_s": summary["lower_bound_s"],
+    }
     # the schedule is the returned placement simulated again: same step time and peaks as the summary
     assert data["schedule"]["step_time_s"] == pytest.approx(summary["best_step_time_s"], rel=1e-12)
-    assert data["memory"]["peak_bytes"] == pytest.approx([summary["peak_memory_bytes"][d] for d in
-                                                          data["memory"]["devices"]], rel=1e-12)  # fmt: skip
+    assert data["memory"]["peak_bytes"] == pytest.approx(
+        [summary["peak_memory_bytes"][d] for d in data["memory"]["devices"]], rel=1e-12
+    )
     curve = data["curves"][0]
     assert curve["strategy"] == "post" and curve["x_samples"][-1] == summary["samples"] == 60
     if summary["returned"] == "search":
@@ -240,8 +278,11 @@ def test_compare_report(tmp_path):
         assert (cv["min_s"][-1], cv["max_s"][-1]) == (rows[name]["min_step_time_s"], rows[name]["max_step_time_s"])
     assert data["lines"]["lower_bound_s"] == rep["lower_bound_s"]
     # the schedule drawn is the best placement of the comparison (search or placer), never a worse one
-    best = min(r["min_step_time_s"] for r in rep["rows"] if r["kind"] in ("search", "placer")
-               and r["min_step_time_s"] is not None and not r["oom_count"])  # fmt: skip
+    best = min(
+        r["min_step_time_s"]
+        for r in rep["rows"]
+        if r["kind"] in ("search", "placer") and r["min_step_time_s"] is not None and not r["oom_count"]
+    )
     assert data["schedule"]["step_time_s"] == pytest.approx(best, rel=1e-12)
     # two seeds: the search rows are medians with their range, and the page says so; the single device
     # is its own row, not a second reference row
@@ -308,21 +349,25 @@ def test_schedule_lanes_carry_every_transfer():
 def test_report_errors_are_one_line(tmp_path):
     r = run_cli("report", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
-    (tmp_path / "summary.json").write_text(json.dumps({"graph": "mystery", "cluster": "k80x2", "returned": "search",
-                                                       "best_step_time_s": 0.01}))  # fmt: skip
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"graph": "mystery", "cluster": "k80x2", "returned": "search", "best_step_time_s": 0.01})
+    )
     with pytest.raises(PostplaceError, match="--graph"):
         build_report_data(tmp_path)
 
 
 def test_headline_reductions_by_hand():
-    rep = {"single_device_step_time_s": 2.0, "rows": [
-        {"strategy": "post", "best_step_time_s": 1.0, "oom_count": 0},
-        {"strategy": "hp", "best_step_time_s": 4.0, "oom_count": 0},
-        {"strategy": "reinforce", "best_step_time_s": 1.25, "oom_count": 0},
-        {"strategy": "metis", "best_step_time_s": 0.5, "oom_count": 1},  # OOM: not the best heuristic
-        {"strategy": "heft", "best_step_time_s": 1.6, "oom_count": 0},
-        {"strategy": "data-parallel", "best_step_time_s": 0.8, "oom_count": 0},
-    ]}  # fmt: skip
+    rep = {
+        "single_device_step_time_s": 2.0,
+        "rows": [
+            {"strategy": "post", "best_step_time_s": 1.0, "oom_count": 0},
+            {"strategy": "hp", "best_step_time_s": 4.0, "oom_count": 0},
+            {"strategy": "reinforce", "best_step_time_s": 1.25, "oom_count": 0},
+            {"strategy": "metis", "best_step_time_s": 0.5, "oom_count": 1},  # OOM: not the best heuristic
+            {"strategy": "heft", "best_step_time_s": 1.6, "oom_count": 0},
+            {"strategy": "data-parallel", "best_step_time_s": 0.8, "oom_count": 0},
+        ],
+    }
     h = headline(rep, "m", "k80x2")
     assert h.reduction["hp"] == 1 - 1 / 4 and h.reduction["reinforce"] == pytest.approx(0.2)
     assert h.rival_s["best heuristic"] == 1.6 and h.reduction["single"] == 0.5
@@ -335,8 +380,14 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     import postplace.zoo as zoo
 
     monkeypatch.setattr(zoo, "cached_graph", lambda name, size="full", optimizer="sgd": two_layer_graph())
-    cfg = replace(PaperConfig.quick(), models=("two",), clusters=("k80x2",), budget=24, hp_budget=8,
-                  strategies=("single", "metis", "data-parallel", "reinforce-local", "post", "hp-local"))  # fmt: skip
+    cfg = replace(
+        PaperConfig.quick(),
+        models=("two",),
+        clusters=("k80x2",),
+        budget=24,
+        hp_budget=8,
+        strategies=("single", "metis", "data-parallel", "reinforce-local", "post", "hp-local"),
+    )
     seen = []
     data = run_paper(tmp_path, cfg, progress=lambda what, done, total: seen.append((done, total)))
     assert seen[-1][0] == pytest.approx(seen[-1][1]) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False))
@@ -346,8 +397,9 @@ def test_paper_runs_resumes_and_reports(tmp_path, monkeypatch):
     hp = tmp_path / "two-k80x2" / "runs" / "hp-local" / "seed0" / "result.json"
     assert json.loads(hp.read_text())["samples"] == 8
     h = data["headline"][0]  # Post's default (probe start, local moves): the last table
-    assert h["reduction"]["hp-local"] == reduction(rows["post"]["best_step_time_s"],
-                                                   rows["hp-local"]["best_step_time_s"])  # fmt: skip
+    assert h["reduction"]["hp-local"] == reduction(
+        rows["post"]["best_step_time_s"], rows["hp-local"]["best_step_time_s"]
+    )
     assert "vs hp-local" in format_table(data)
     mtime = (tmp_path / "two-k80x2" / "runs" / "post" / "seed0" / "result.json").stat().st_mtime_ns
     again = run_paper(tmp_path, cfg)
@@ -386,9 +438,16 @@ def deep_module_graph(layers: int = 8) -> OpGraph:
     module = [m for _, m in fwd] + ["(loss)"] + [m for _, m in reversed(fwd)]
     phase = ["forward"] * len(fwd) + ["forward"] + ["backward"] * len(fwd)
     n = len(names)
-    return OpGraph.build(names, [(i, i + 1, 1e5) for i in range(n - 1)], flops=[1e8] * n,
-                         bytes_accessed=[1e5] * n, output_bytes=[1e5] * n, phase=phase, module=module,
-                         name="deep")  # fmt: skip
+    return OpGraph.build(
+        names,
+        [(i, i + 1, 1e5) for i in range(n - 1)],
+        flops=[1e8] * n,
+        bytes_accessed=[1e5] * n,
+        output_bytes=[1e5] * n,
+        phase=phase,
+        module=module,
+        name="deep",
+    )
 
 
 def test_placement_map_groups_by_module_path_to_a_readable_depth(tmp_path):

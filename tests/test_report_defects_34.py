@@ -27,21 +27,40 @@ from tests.test_runner import problem
 def _curve(strategy: str, best_ms: list[float]) -> dict:
     best = [v / 1e3 for v in best_ms]
     n = len(best)
-    return {"strategy": strategy, "seeds": [0], "x_samples": list(range(1, n + 1)), "median_s": best,
-            "min_s": best, "max_s": best, "wall_source": "recorded per sample",
-            "per_seed": [{"seed": 0, "wall_s": [0.1 * (k + 1) for k in range(n)], "best_s": best}]}  # fmt: skip
+    return {
+        "strategy": strategy,
+        "seeds": [0],
+        "x_samples": list(range(1, n + 1)),
+        "median_s": best,
+        "min_s": best,
+        "max_s": best,
+        "wall_source": "recorded per sample",
+        "per_seed": [{"seed": 0, "wall_s": [0.1 * (k + 1) for k in range(n)], "best_s": best}],
+    }
 
 
 def llama_like() -> dict:
     """LLaMA-7B's rows on dgx8 (ms): 0.24-0.87 s candidates and a single CPU at 50.9 s."""
-    rows = [("returned (fsdp @m8)", "returned", 239.7), ("post search best @m8", "search", 371.7),
-            ("single:cpu @m1", "single", 50873.0), ("pipeline @m8", "placer", 482.2),
-            ("m-sct @m2", "placer", 871.9), ("zero2 @m8", "placer", 287.1), ("ddp @m8", "placer", None)]  # fmt: skip
-    bars = [{"label": label, "kind": kind, "best_s": None if v is None else v / 1e3,
-             "note": "OOM: does not fit" if v is None else ""} for label, kind, v in rows]  # fmt: skip
+    rows = [
+        ("returned (fsdp @m8)", "returned", 239.7),
+        ("post search best @m8", "search", 371.7),
+        ("single:cpu @m1", "single", 50873.0),
+        ("pipeline @m8", "placer", 482.2),
+        ("m-sct @m2", "placer", 871.9),
+        ("zero2 @m8", "placer", 287.1),
+        ("ddp @m8", "placer", None),
+    ]
+    bars = [
+        {
+            "label": label,
+            "kind": kind,
+            "best_s": None if v is None else v / 1e3,
+            "note": "OOM: does not fit" if v is None else "",
+        }
+        for label, kind, v in rows
+    ]
     curves = [_curve("post m=4", [1310, 900, 800, 640, 530]), _curve("post m=8", [650, 510, 470, 372, 372])]
-    return {"bars": bars, "curves": curves, "seeds": 1,
-            "lines": {"single_device_s": 50.873, "lower_bound_s": 0.22426}}  # fmt: skip
+    return {"bars": bars, "curves": curves, "seeds": 1, "lines": {"single_device_s": 50.873, "lower_bound_s": 0.22426}}
 
 
 @pytest.fixture
@@ -51,8 +70,9 @@ def drawn(monkeypatch, tmp_path):
 
     def spy(fig, folder, name, *rest):
         ax = fig.axes[0]
-        texts = [t.get_text() for t in ax.texts] + [t.get_text() for lg in (ax.get_legend(), *fig.legends)
-                                                    if lg is not None for t in lg.get_texts()]  # fmt: skip
+        texts = [t.get_text() for t in ax.texts] + [
+            t.get_text() for lg in (ax.get_legend(), *fig.legends) if lg is not None for t in lg.get_texts()
+        ]
         out = save(fig, folder, name, *rest)
         seen[name] = (ax.get_xlim(), ax.get_ylim(), texts, out)
         return out
@@ -106,8 +126,9 @@ def test_the_header_and_the_table_quote_the_same_lower_bound_and_say_which(tmp_p
     assert len(set(per.values())) > 1 and s["lower_bound_s"] == min(per.values())
     page = (out / "report.html").read_text()
     header = re.search(r"Lower bound ([0-9.]+) ms \(([^)]*)\)", page)
-    table = re.search(r"<td>lower bound</td><td>reference</td><td class=num>([0-9.]+)</td>.*?<td>([^<]*)</td></tr>",
-                      page)  # fmt: skip
+    table = re.search(
+        r"<td>lower bound</td><td>reference</td><td class=num>([0-9.]+)</td>.*?<td>([^<]*)</td></tr>", page
+    )
     assert header and table, page[:2000]
     assert header.group(1) == table.group(1) == f"{s['lower_bound_s'] * 1e3:.3f}"
     which = "the least over m = 1, 2 of the simulator&#x27;s bound on each micro-batch count&#x27;s traced step"
@@ -119,8 +140,10 @@ def test_the_header_and_the_table_quote_the_same_lower_bound_and_say_which(tmp_p
 
 
 # ------------------------------------------------------------------------------ 8c: notes cut at a word
-NOTE = ("no single device fits graph 'resnet50-profiled' on cluster 'epyc-k80x4-3gb': the smallest peak is 4.45 GB, "
-        "the largest device holds 2.5 GB; use a model-parallel placer (m-topo, m-etf, m-sct, metis)")
+NOTE = (
+    "no single device fits graph 'resnet50-profiled' on cluster 'epyc-k80x4-3gb': the smallest peak is 4.45 GB, "
+    "the largest device holds 2.5 GB; use a model-parallel placer (m-topo, m-etf, m-sct, metis)"
+)
 
 
 def _at_a_word(cut: str, whole: str) -> bool:
@@ -151,8 +174,17 @@ def test_the_place_table_shows_a_long_note_at_a_word(tmp_path):
     from importlib.resources import files
 
     data = files("postplace") / "data"
-    r = run_cli("place", str(data / "resnet50_profiled.json"), "--cluster", str(data / "epyc_k80x4_3gb.toml"),
-                "--budget", "16", "--no-report", "--out", str(tmp_path / "run"))  # fmt: skip
+    r = run_cli(
+        "place",
+        str(data / "resnet50_profiled.json"),
+        "--cluster",
+        str(data / "epyc_k80x4_3gb.toml"),
+        "--budget",
+        "16",
+        "--no-report",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert r.returncode == 0, r.stderr
     cells = [line.split("│")[-2].strip() for line in r.stdout.splitlines() if line.count("│") >= 6]
     start = next(k for k, c in enumerate(cells) if c.startswith("no single device fits"))
@@ -170,8 +202,9 @@ def test_a_run_whose_first_samples_do_not_fit_resumes_without_a_numpy_warning(tm
     assert np.isinf(first.curve[0]) and np.isfinite(first.curve[-1])  # the state the defect needs
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # before: RuntimeWarning: invalid value encountered in subtract
-        more = run(make_strategy("random", p.space, seed=3), p.simulator, Budget(samples=24), out_dir=tmp_path,
-                   resume=True)  # fmt: skip
+        more = run(
+            make_strategy("random", p.space, seed=3), p.simulator, Budget(samples=24), out_dir=tmp_path, resume=True
+        )
     assert more.samples == 24 and more.curve[:12] == first.curve
 
 
@@ -189,8 +222,7 @@ def test_a_checkpoint_whose_curve_rises_is_still_refused(tmp_path):
     curve[k + 1] = curve[k] * 2  # a best-so-far that rises, then falls back: it ends where it should
     save_state(tmp_path / CHECKPOINT, snap)
     with pytest.raises(PostplaceError, match="not 12 best-so-far step times"):
-        run(make_strategy("random", p.space, seed=3), p.simulator, Budget(samples=24), out_dir=tmp_path,
-            resume=True)  # fmt: skip
+        run(make_strategy("random", p.space, seed=3), p.simulator, Budget(samples=24), out_dir=tmp_path, resume=True)
 
 
 # ------------------------------------------------------------------------------ 10a: compare's result
@@ -199,8 +231,14 @@ def test_compare_returns_a_result_that_still_reads_as_the_dict(tmp_path):
 
     (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
     fuzz.base_graph().save(tmp_path / "g.json")
-    rep = postplace.compare(str(tmp_path / "g.json"), str(tmp_path / "c.toml"), strategies="single,random",
-                            budget=8, seeds=1, out=tmp_path / "cmp")  # fmt: skip
+    rep = postplace.compare(
+        str(tmp_path / "g.json"),
+        str(tmp_path / "c.toml"),
+        strategies="single,random",
+        budget=8,
+        seeds=1,
+        out=tmp_path / "cmp",
+    )
     assert isinstance(rep, postplace.CompareResult)  # before: a dict
     on_disk = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert rep.rows == on_disk["rows"] and rep.lower_bound_s == on_disk["lower_bound_s"]
@@ -237,8 +275,7 @@ def test_a_report_written_elsewhere_keeps_its_files_in_a_named_folder(tmp_path):
 def _chain():
     from postplace.graph import OpGraph
 
-    return OpGraph.build(["a", "b", "c", "d"], [(0, 1, 1e6), (1, 2, 1e6), (2, 3, 1e6)],
-                         flops=[1e9, 4e9, 4e9, 1e9])  # fmt: skip
+    return OpGraph.build(["a", "b", "c", "d"], [(0, 1, 1e6), (1, 2, 1e6), (2, 3, 1e6)], flops=[1e9, 4e9, 4e9, 1e9])
 
 
 # ------------------------------------------------------------------------------ 10c: expected warnings filtered
@@ -249,9 +286,29 @@ def test_the_tracers_expected_warning_is_filtered_where_it_is_expected():
     import sys
     from pathlib import Path
 
-    tests = ["tests/test_runtime_evaluator.py::test_groups_and_cluster_rules",
-             "tests/test_runtime.py::test_device_maps_and_bad_input"]  # fmt: skip
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
-                        "-q", "-W", "error::postplace.graph.trace_torch.CapturedTensorWarning", *tests],
-                       cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300)  # fmt: skip
+    tests = [
+        "tests/test_runtime_evaluator.py::test_groups_and_cluster_rules",
+        "tests/test_runtime.py::test_device_maps_and_bad_input",
+    ]
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "-q",
+            "-W",
+            "error::postplace.graph.trace_torch.CapturedTensorWarning",
+            *tests,
+        ],
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0 and "2 passed" in p.stdout and "warning" not in p.stdout.lower(), p.stdout[-2000:]

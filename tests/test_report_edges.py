@@ -53,21 +53,28 @@ latency = 1e-6
 
 
 def chain(n: int = 12) -> OpGraph:
-    return OpGraph.build([f"op{i}" for i in range(n)], [(i, i + 1, 1e6) for i in range(n - 1)],
-                         flops=[1e9] * n, bytes_accessed=[1e6] * n, output_bytes=[1e7] * n,
-                         persistent_bytes=[1e7] * n, name="chain")  # fmt: skip
+    return OpGraph.build(
+        [f"op{i}" for i in range(n)],
+        [(i, i + 1, 1e6) for i in range(n - 1)],
+        flops=[1e9] * n,
+        bytes_accessed=[1e6] * n,
+        output_bytes=[1e7] * n,
+        persistent_bytes=[1e7] * n,
+        name="chain",
+    )
 
 
 def no_feasible_sample(folder) -> bool:
-    return all(json.loads(line)["oom"] or json.loads(line)["failed"]
-               for line in (folder / "history.jsonl").read_text().splitlines())  # fmt: skip
+    return all(
+        json.loads(line)["oom"] or json.loads(line)["failed"]
+        for line in (folder / "history.jsonl").read_text().splitlines()
+    )
 
 
 def test_a_search_with_no_feasible_sample_still_gets_its_report(tmp_path):
     (tmp_path / "c.toml").write_text(CLUSTER_TOML)
     out = tmp_path / "run"
-    r = postplace.place(chain(), str(tmp_path / "c.toml"), strategy="random", budget=4, out=out,
-                        groups=None)  # fmt: skip
+    r = postplace.place(chain(), str(tmp_path / "c.toml"), strategy="random", budget=4, out=out, groups=None)
     assert no_feasible_sample(out) and r.summary["search_best_step_time_s"] is None
     assert (out / "placement.json").exists()  # a placer's answer
     path = write_report(out, graph=r.graph, cluster=r.cluster)
@@ -79,8 +86,21 @@ def test_a_search_with_no_feasible_sample_still_gets_its_report(tmp_path):
 def test_place_through_the_cli_writes_the_report_when_only_a_placer_fits(tmp_path):
     (tmp_path / "c.toml").write_text(CLUSTER_TOML)
     chain().save(tmp_path / "chain.json")
-    r = run_cli("place", "chain.json", "-c", "c.toml", "--strategy", "random", "--budget", "4", "--groups", "none",
-                "--out", "run", cwd=tmp_path)  # fmt: skip
+    r = run_cli(
+        "place",
+        "chain.json",
+        "-c",
+        "c.toml",
+        "--strategy",
+        "random",
+        "--budget",
+        "4",
+        "--groups",
+        "none",
+        "--out",
+        "run",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert no_feasible_sample(tmp_path / "run")
@@ -93,8 +113,9 @@ def toml_run(tmp_path):
     from postplace.testing import fuzz
 
     (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
-    r = postplace.place(fuzz.base_graph(), str(tmp_path / "c.toml"), budget=40, groups=None, out=tmp_path / "run",
-                        report=False)  # fmt: skip
+    r = postplace.place(
+        fuzz.base_graph(), str(tmp_path / "c.toml"), budget=40, groups=None, out=tmp_path / "run", report=False
+    )
     return tmp_path / "run", r
 
 
@@ -160,8 +181,14 @@ def test_a_compare_on_a_cluster_file_draws_without_flags_and_a_changed_file_is_r
 
     (tmp_path / "c.toml").write_text(fuzz.base_cluster_toml())
     fuzz.base_graph().save(tmp_path / "g.json")
-    postplace.compare(str(tmp_path / "g.json"), str(tmp_path / "c.toml"), strategies="single,random", budget=8,
-                      seeds=1, out=tmp_path / "cmp")  # fmt: skip
+    postplace.compare(
+        str(tmp_path / "g.json"),
+        str(tmp_path / "c.toml"),
+        strategies="single,random",
+        budget=8,
+        seeds=1,
+        out=tmp_path / "cmp",
+    )
     rep = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert rep["cluster"] == "tiny" and rep["cluster_spec"] == str(tmp_path / "c.toml")
     p = report_cli([str(tmp_path / "cmp")], tmp_path)  # before: "cluster 'tiny' of the run: ... pass --cluster"

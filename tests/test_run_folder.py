@@ -23,16 +23,34 @@ def run(*args, cwd=None):
 def work(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 2e9, 1e9], bytes_accessed=[1e6] * 3,
-                      output_bytes=[1e6] * 3, persistent_bytes=[4e6, 0, 0], colocation=[0, -1, 0],
-                      name="tiny")  # fmt: skip
+    g = OpGraph.build(
+        ["a", "b", "c"],
+        [(0, 1, 1e6), (1, 2, 1e6)],
+        flops=[1e9, 2e9, 1e9],
+        bytes_accessed=[1e6] * 3,
+        output_bytes=[1e6] * 3,
+        persistent_bytes=[4e6, 0, 0],
+        colocation=[0, -1, 0],
+        name="tiny",
+    )
     g.save(tmp_path / "a" / "tiny.json")
     return tmp_path
 
 
 def place(work, *args, out="run", budget="96"):
-    return run("place", "tiny.json", "-c", "k80x2", "--budget", budget, "--out", str(work / out), "--json", *args,
-               cwd=work / "a")  # fmt: skip
+    return run(
+        "place",
+        "tiny.json",
+        "-c",
+        "k80x2",
+        "--budget",
+        budget,
+        "--out",
+        str(work / out),
+        "--json",
+        *args,
+        cwd=work / "a",
+    )
 
 
 def lines(path):
@@ -65,8 +83,12 @@ def test_resume_refuses_changed_flags_and_damage(work):
     assert place(work).returncode == 0
     folder = work / "run"
     assert_one_error_line(run("place", "--resume", str(folder), "--seed", "4"), "seed", "drop the flag")
-    for given, fragment in [({"seed": 4}, "seed"), ({"config": {"lr": "0.2"}}, "lr=0.1"),
-                            ({"budget": 10}, "already has 96 samples"), ({"strategy": "ce"}, "strategy")]:  # fmt: skip
+    for given, fragment in [
+        ({"seed": 4}, "seed"),
+        ({"config": {"lr": "0.2"}}, "lr=0.1"),
+        ({"budget": 10}, "already has 96 samples"),
+        ({"strategy": "ce"}, "strategy"),
+    ]:
         with pytest.raises(PostplaceError, match=fragment):
             postplace.resume(folder, **given)
 
@@ -147,8 +169,13 @@ def test_ctrl_c_exits_non_zero_and_the_resumed_run_equals_an_uninterrupted_one(w
     budget, cut_at = 2000, 1000  # cut past a checkpoint (every 240 samples), between two of them
     args = ["place", "tiny.json", "-c", "k80x2", "--budget", str(budget), "--json", "--no-report", "--out"]
     ready = work / "ready"
-    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_PLACE, str(ready), str(cut_at), *args, str(work / "cut")],
-                            cwd=work / "a", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKED_PLACE, str(ready), str(cut_at), *args, str(work / "cut")],
+        cwd=work / "a",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -21,11 +21,16 @@ def problem(memory=1e12):
     n = 24
     out = rng.integers(1, 4, n).astype(float)
     edges = [(i, j, out[i]) for j in range(1, n) for i in range(max(0, j - 3), j) if rng.random() < 0.5]
-    g = OpGraph.build([f"op{i}" for i in range(n)], edges, output_bytes=out,
-                      persistent_bytes=rng.integers(0, 5, n).astype(float))  # fmt: skip
+    g = OpGraph.build(
+        [f"op{i}" for i in range(n)], edges, output_bytes=out, persistent_bytes=rng.integers(0, 5, n).astype(float)
+    )
     table = np.stack([rng.uniform(4, 8, n), rng.uniform(1, 2, n), rng.uniform(1, 2, n)], axis=1)
-    return make_problem(g, star_cluster(("cpu", "gpu", "gpu"), bandwidth=4.0, memory=memory), groups=None,
-                        cost_model=TableCostModel(table))  # fmt: skip
+    return make_problem(
+        g,
+        star_cluster(("cpu", "gpu", "gpu"), bandwidth=4.0, memory=memory),
+        groups=None,
+        cost_model=TableCostModel(table),
+    )
 
 
 def test_budget_parsing():
@@ -68,7 +73,7 @@ def test_an_existing_run_folder_is_not_overwritten(tmp_path):
         run(make_strategy("random", p.space, seed=0), p.simulator, Budget(samples=30), out_dir=tmp_path)
 
 
-KILLER = textwrap.dedent('''
+KILLER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from tests.test_runner import problem
@@ -85,7 +90,7 @@ KILLER = textwrap.dedent('''
             return p.simulator.evaluate(placements)
     run(make_strategy({strategy!r}, p.space, seed=5), Killer(), Budget(samples=1200), out_dir={out!r},
         checkpoint_every=100)
-''')
+""")
 
 
 @pytest.mark.parametrize(("strategy", "kill_at"), [("post", 5), ("post", 11), ("reinforce", 9)])
@@ -99,8 +104,9 @@ def test_resume_after_kill_9_gives_the_uninterrupted_result(tmp_path, strategy, 
     assert proc.returncode == -9, proc.stderr
     assert (killed / CHECKPOINT).exists()
     p = problem()
-    resumed = run(make_strategy(strategy, p.space, seed=123), p.simulator, Budget(samples=1200), out_dir=killed,
-                  resume=True)  # fmt: skip
+    resumed = run(
+        make_strategy(strategy, p.space, seed=123), p.simulator, Budget(samples=1200), out_dir=killed, resume=True
+    )
     clean_dir = tmp_path / "clean"
     clean = run(make_strategy(strategy, p.space, seed=5), p.simulator, Budget(samples=1200), out_dir=clean_dir)
     assert resumed.samples == clean.samples == 1200
@@ -159,11 +165,17 @@ def test_ctrl_c_inside_a_batch_resumes_to_the_uninterrupted_result(tmp_path, sto
             self.inner.load_state_dict(s)
 
     stopped_dir, clean_dir = tmp_path / "stopped", tmp_path / "clean"
-    first = run(StopInTell(make_strategy("post", p.space, seed=2)), p.simulator, Budget(samples=1000),
-                out_dir=stopped_dir, checkpoint_every=10_000)  # fmt: skip
+    first = run(
+        StopInTell(make_strategy("post", p.space, seed=2)),
+        p.simulator,
+        Budget(samples=1000),
+        out_dir=stopped_dir,
+        checkpoint_every=10_000,
+    )
     assert first.interrupted and first.samples < 1000
-    resumed = run(make_strategy("post", p.space, seed=0), p.simulator, Budget(samples=1000), out_dir=stopped_dir,
-                  resume=True)  # fmt: skip
+    resumed = run(
+        make_strategy("post", p.space, seed=0), p.simulator, Budget(samples=1000), out_dir=stopped_dir, resume=True
+    )
     clean = run(make_strategy("post", p.space, seed=2), p.simulator, Budget(samples=1000), out_dir=clean_dir)
     assert resumed.best_step_time == clean.best_step_time and resumed.curve == clean.curve
     assert (stopped_dir / HISTORY).read_text() == (clean_dir / HISTORY).read_text()

@@ -177,8 +177,7 @@ def test_cmd_train_prints_every_step(tmp_path):
 
     dev = np.where(rng.random(tr.graph.num_ops) < 0.5, 0, 2)[colocation_representative(tr.graph)]
     save_placement(tmp_path / "p.json", tr.graph, c, dev)
-    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, size="small", cluster="k80x2", map_all_to="cpu",
-                    threads=1)
+    out = cmd_train("rnnlm", str(tmp_path / "p.json"), 3, size="small", cluster="k80x2", map_all_to="cpu", threads=1)
     lines = out.splitlines()
     steps = [ln for ln in lines if ln.strip()[:1].isdigit()]
     assert [int(s.split()[0]) for s in steps] == [1, 2, 3]

@@ -143,8 +143,9 @@ def test_train_cli_names_a_micro_batch_mismatch_in_one_line(tmp_path):
     g = cached_graph("gpt2", "small", microbatches=2)
     path = tmp_path / "placement.json"
     save_placement(path, g, c, np.zeros(g.num_ops, dtype=int))
-    r = run_cli("train", "gpt2", "--size", "small", "--placement", str(path), "--map-all-to", "cpu",
-                "--microbatches", "4")
+    r = run_cli(
+        "train", "gpt2", "--size", "small", "--placement", str(path), "--map-all-to", "cpu", "--microbatches", "4"
+    )
     assert r.returncode != 0
     err = r.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
@@ -171,8 +172,15 @@ def test_torch_evaluator_measures_the_whole_accumulated_step():
 def test_torch_zoo_factory_carries_the_micro_batch_count():
     from postplace.distributed import TorchZooFactory
 
-    fac = TorchZooFactory("gpt2", "small", "k80x2", device_map="cpu", options={"steps": 2, "discard": 1},
-                          microbatches=2, colocation="module")  # fmt: skip
+    fac = TorchZooFactory(
+        "gpt2",
+        "small",
+        "k80x2",
+        device_map="cpu",
+        options={"steps": 2, "discard": 1},
+        microbatches=2,
+        colocation="module",
+    )
     fac = pickle.loads(pickle.dumps(fac))
     ev = fac()
     assert ev.microbatches == 2 and ev.graph.metadata["microbatch_colocation"] == "module"
@@ -188,8 +196,13 @@ def test_confirm_measures_micro_batched_candidates(tmp_path):
 
     g, c = cached_graph("gpt2", "small", microbatches=2), load_cluster("k80x2")
     prob = make_problem(g, c, groups=6, seed=0)
-    run(make_strategy("random", prob.space, seed=1), prob.simulator, Budget(samples=16), out_dir=tmp_path,
-        progress=False)  # fmt: skip
+    run(
+        make_strategy("random", prob.space, seed=1),
+        prob.simulator,
+        Budget(samples=16),
+        out_dir=tmp_path,
+        progress=False,
+    )
     cands = candidates_from_run(tmp_path, prob.simulator, 2)
     assert cands.shape[1] == g.num_ops
     measurer = TorchEvaluator.for_zoo("gpt2", "small", c, device_map="cpu", graph=g, steps=3, discard=1)

@@ -29,8 +29,9 @@ def uniform_stack(layers: int, m: int):
         edges += [(bwd[l + 1], bwd[l]) for l in range(layers - 1)] + [(fwd[l], bwd[l]) for l in range(layers)]
     from postplace.graph import OpGraph
 
-    return OpGraph.build(names, edges, flops=flops, phase=phase, microbatch=mb, output_bytes=out_bytes,
-                         name=f"stack{layers}-mb{m}")  # fmt: skip
+    return OpGraph.build(
+        names, edges, flops=flops, phase=phase, microbatch=mb, output_bytes=out_bytes, name=f"stack{layers}-mb{m}"
+    )
 
 
 @pytest.mark.parametrize(("layers", "p", "m"), [(4, 2, 4), (6, 3, 6), (8, 4, 2)])
@@ -69,8 +70,10 @@ def test_1f1b_slots_run_each_microbatch_once_forward_before_backward():
             seq = [x[:2] for x in slot_order("1f1b", s, p, m)]
             assert sorted(seq) == sorted([("F", k) for k in range(m)] + [("B", k) for k in range(m)])
             assert all(seq.index(("F", k)) < seq.index(("B", k)) for k in range(m))
-            in_flight = max(sum(1 for x in seq[: j + 1] if x[0] == "F") - sum(1 for x in seq[: j + 1] if x[0] == "B")
-                            for j in range(len(seq)))  # fmt: skip
+            in_flight = max(
+                sum(1 for x in seq[: j + 1] if x[0] == "F") - sum(1 for x in seq[: j + 1] if x[0] == "B")
+                for j in range(len(seq))
+            )
             assert in_flight == min(p - s, m)
 
 
@@ -86,8 +89,9 @@ def test_interleaved_shrinks_the_bubble_v_fold(p, v, m):
     assert sched.step_time == pytest.approx((v * m + p - 1) * tc)
     assert 1 - (v * m * tc) / sched.step_time == pytest.approx((p - 1) / (v * m + p - 1))
     flat = pipeline_schedule(g, chunk // v, "1f1b")  # the same layers as p plain stages
-    one = Simulator(flat, star_cluster(("gpu",) * p)).schedule(np.array(
-        [int(n.split("_")[1][1:]) // (2 * v) for n in flat.names]))  # fmt: skip
+    one = Simulator(flat, star_cluster(("gpu",) * p)).schedule(
+        np.array([int(n.split("_")[1][1:]) // (2 * v) for n in flat.names])
+    )
     assert sched.step_time < one.step_time
 
 
@@ -137,8 +141,9 @@ def test_a_pipelined_data_parallel_plan_keeps_each_stage_on_its_gpus():
         for j, c in enumerate(G.collective.tolist()):
             if c >= 0:
                 members.setdefault(c, set()).add(int(r.placement[j]))
-        assert members and all(len(s) == 2 and len({d % 2 for d in s}) == 2 and len({d // 2 for d in s}) == 1
-                               for s in members.values())  # fmt: skip
+        assert members and all(
+            len(s) == 2 and len({d % 2 for d in s}) == 2 and len({d // 2 for d in s}) == 1 for s in members.values()
+        )
     assert set(runs["gpipe"].graph.names) == set(runs["1f1b"].graph.names)
     assert runs["1f1b"].peak_memory_bytes[0] < runs["gpipe"].peak_memory_bytes[0]
 

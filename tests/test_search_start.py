@@ -36,8 +36,14 @@ def layered_graph(width: int = 4, depth: int = 6, name: str = "layered") -> OpGr
         first = 1 + b * depth
         edges += [(0, first, 2e6), (first + depth - 1, n - 1, 2e6)]
         edges += [(first + i, first + i + 1, 2e6) for i in range(depth - 1)]
-    return OpGraph.build(names, edges, flops=rng.uniform(2e10, 8e10, n), output_bytes=np.full(n, 2e6),
-                         persistent_bytes=rng.uniform(1e6, 3e6, n), name=name)  # fmt: skip
+    return OpGraph.build(
+        names,
+        edges,
+        flops=rng.uniform(2e10, 8e10, n),
+        output_bytes=np.full(n, 2e6),
+        persistent_bytes=rng.uniform(1e6, 3e6, n),
+        name=name,
+    )
 
 
 def cluster():
@@ -137,11 +143,15 @@ def test_the_report_line_names_the_start():
 
     data = {"search_start": {"name": "part4-work", "step_time_s": 0.1234, "kind": "simulated", "per_m": []}}
     assert start_line(data) == "<p>Search start: part4-work, 123.4 ms (simulated).</p>"
-    per = {"name": "fastest", "step_time_s": 0.01, "kind": "simulated",
-           "per_m": [{"m": 1, "name": "fastest", "step_time_s": 0.01},
-                     {"m": 2, "name": "uniform", "step_time_s": None}]}  # fmt: skip
-    assert start_line({"search_start": per}) == ("<p>Search start: m=1: fastest, 10.00 ms; m=2: uniform (not probed) "
-                                                 "(simulated).</p>")  # fmt: skip
+    per = {
+        "name": "fastest",
+        "step_time_s": 0.01,
+        "kind": "simulated",
+        "per_m": [{"m": 1, "name": "fastest", "step_time_s": 0.01}, {"m": 2, "name": "uniform", "step_time_s": None}],
+    }
+    assert start_line({"search_start": per}) == (
+        "<p>Search start: m=1: fastest, 10.00 ms; m=2: uniform (not probed) (simulated).</p>"
+    )
     assert start_line({"search_start": None}) == ""
 
 
@@ -277,16 +287,27 @@ def test_the_paper_shows_three_tables_what_each_mechanism_adds_and_names_each_st
 
     monkeypatch.setattr(zoo, "cached_graph", lambda name, size="full", optimizer="sgd": layered_graph(name=name))
     searches = [n for t in TABLES.values() for n in (t["post"], *t["rivals"])]
-    cfg = dataclasses.replace(PaperConfig.quick(), models=("layered",), clusters=("k80x4",), budget=48, hp_budget=8,
-                              strategies=("single", *searches))  # fmt: skip
+    cfg = dataclasses.replace(
+        PaperConfig.quick(),
+        models=("layered",),
+        clusters=("k80x4",),
+        budget=48,
+        hp_budget=8,
+        strategies=("single", *searches),
+    )
     data = run_paper(tmp_path, cfg)
     assert set(data["tables"]) == {"uniform", "probe", "local"} and set(PLANNERS) <= set(searches)
     uniform, probe, local = (data["tables"][k] for k in ("uniform", "probe", "local"))
     assert (uniform["post"], probe["post"], local["post"]) == ("post-paper", "post-probe", "post")
     assert data["headline"] == local["headline"]  # Post's default: its probe start with local moves
     assert set(uniform["headline"][0]["reduction"]) >= {"ce-paper", "ppo-paper", "reinforce-paper", "hp"}
-    assert set(probe["headline"][0]["reduction"]) >= {"post-start", "ce-probe", "ppo-probe", "reinforce-probe",
-                                                      "hp-probe"}  # fmt: skip
+    assert set(probe["headline"][0]["reduction"]) >= {
+        "post-start",
+        "ce-probe",
+        "ppo-probe",
+        "reinforce-probe",
+        "hp-probe",
+    }
     assert set(local["headline"][0]["reduction"]) >= {"local", "ce", "ppo", "reinforce-local", "hp-local"}
     text = format_table(data)
     assert "From the paper's uniform start, no local moves: post-paper against ce-paper" in text
@@ -307,8 +328,18 @@ def test_the_paper_shows_three_tables_what_each_mechanism_adds_and_names_each_st
     # per pair: each search's start, its final step time and the share of the gap learning closed
     pair = data["starts"]["layered-k80x4"]
     rows = {r["strategy"]: r for r in rep["rows"]}
-    for name in ("post", "post-start", "ce", "ppo", "reinforce-probe", "hp-probe", "post-probe", "local",
-                 "reinforce-local", "hp-local"):
+    for name in (
+        "post",
+        "post-start",
+        "ce",
+        "ppo",
+        "reinforce-probe",
+        "hp-probe",
+        "post-probe",
+        "local",
+        "reinforce-local",
+        "hp-local",
+    ):
         r = pair["strategies"][name]
         assert r["start_name"] == pair["strategies"]["post"]["start_name"] is not None
         assert r["start_step_time_s"] == rows[name]["start_step_time_s"] is not None
@@ -327,10 +358,19 @@ def test_the_paper_shows_three_tables_what_each_mechanism_adds_and_names_each_st
 def test_a_paper_json_from_before_the_two_tables_still_formats():
     from postplace.report.markdown import format_table
 
-    old = {"config": {"seeds": 1, "budget": 240, "planner_budget": 48, "size": "small"},
-           "paper_claim": {"max_reduction_vs_rl": 0.637},
-           "headline": [{"model": "rnnlm", "cluster": "k80x2", "post_s": 0.01, "hp_seeds": 1,
-                         "reduction": {"hp": 0.25, "reinforce": 0.1}}],
-           "summary": {"hp": {"pairs": 1, "post_faster": 1, "median": 0.25, "max": 0.25, "min": 0.25}}}  # fmt: skip
+    old = {
+        "config": {"seeds": 1, "budget": 240, "planner_budget": 48, "size": "small"},
+        "paper_claim": {"max_reduction_vs_rl": 0.637},
+        "headline": [
+            {
+                "model": "rnnlm",
+                "cluster": "k80x2",
+                "post_s": 0.01,
+                "hp_seeds": 1,
+                "reduction": {"hp": 0.25, "reinforce": 0.1},
+            }
+        ],
+        "summary": {"hp": {"pairs": 1, "post_faster": 1, "median": 0.25, "max": 0.25, "min": 0.25}},
+    }
     text = format_table(old)
     assert "vs hp: Post faster on 1/1 pairs, median +25.0%" in text and "+10.0%" in text

@@ -124,9 +124,11 @@ def test_two_outputs_of_one_op_are_two_transfers():
 def test_live_memory_frees_an_output_after_its_last_consumer():
     # chain a -> b -> c -> d with outputs 4, 2, 1, 8 bytes and 10 persistent bytes on a
     g = OpGraph.build(
-        ["a", "b", "c", "d"], [(0, 1, 4.0), (1, 2, 2.0), (2, 3, 1.0)],
-        output_bytes=[4, 2, 1, 8], persistent_bytes=[10, 0, 0, 0],
-    )  # fmt: skip
+        ["a", "b", "c", "d"],
+        [(0, 1, 4.0), (1, 2, 2.0), (2, 3, 1.0)],
+        output_bytes=[4, 2, 1, 8],
+        persistent_bytes=[10, 0, 0, 0],
+    )
     _, s = schedule_both(g, star_cluster(GPU2), TableCostModel(np.ones((4, 2))), [0, 0, 0, 0])
     # while b runs: a's 4 + b's 2; while d runs: c's 1 + d's 8 (a and b are freed by then)
     assert s.peak_memory[0] == 10 + max(4, 4 + 2, 2 + 1, 1 + 8)
@@ -158,9 +160,11 @@ def test_in_place_chain_holds_the_base_to_the_end_of_the_chain():
     # a (4) -> b (in place on a) -> c (in place on b) -> d (2); e (1) reads a's tensor after d.
     # a's 4 bytes stay while d runs (d reads it through c and b): 4 + 2; then freed when e ends.
     g = OpGraph.build(
-        ["a", "b", "c", "d", "e"], [(0, 1, 4.0), (1, 2, 4.0), (2, 3, 4.0), (3, 4, 2.0)],
-        output_bytes=[4, 4, 4, 2, 1], inplace=[False, True, True, False, False],
-    )  # fmt: skip
+        ["a", "b", "c", "d", "e"],
+        [(0, 1, 4.0), (1, 2, 4.0), (2, 3, 4.0), (3, 4, 2.0)],
+        output_bytes=[4, 4, 4, 2, 1],
+        inplace=[False, True, True, False, False],
+    )
     _, s = schedule_both(g, star_cluster(GPU2), TableCostModel(np.ones((5, 2))), [0, 0, 0, 0, 0])
     # while d runs: a 4 + d 2; while e runs: d 2 + e 1 (a freed when d, its last reader via c, ended)
     assert s.peak_memory[0] == max(4, 4 + 2, 2 + 1)
@@ -169,17 +173,22 @@ def test_in_place_chain_holds_the_base_to_the_end_of_the_chain():
 def test_only_the_written_input_of_an_in_place_op_is_held():
     # a (8) and b (2) feed c = a.add_(b) (base a); d (1) reads c. b is freed when c ends, a only when d ends.
     g = OpGraph.build(
-        ["a", "b", "c", "d"], [(0, 2, 8.0), (1, 2, 2.0), (2, 3, 8.0)],
-        output_bytes=[8, 2, 8, 1], inplace=[False, False, True, False], inplace_base=[-1, -1, 0, -1],
-    )  # fmt: skip
+        ["a", "b", "c", "d"],
+        [(0, 2, 8.0), (1, 2, 2.0), (2, 3, 8.0)],
+        output_bytes=[8, 2, 8, 1],
+        inplace=[False, False, True, False],
+        inplace_base=[-1, -1, 0, -1],
+    )
     cost = TableCostModel(np.ones((4, 2)))
     _, s = schedule_both(g, star_cluster(GPU2), cost, [0, 0, 0, 0])
     assert s.peak_memory[0] == max(8 + 2, 8 + 1)  # during b: a + b; during d: a + d (b already freed)
     # with the base not known, every input is held: during d, a 8 + b 2 + d 1
     unknown = OpGraph.build(
-        ["a", "b", "c", "d"], [(0, 2, 8.0), (1, 2, 2.0), (2, 3, 8.0)],
-        output_bytes=[8, 2, 8, 1], inplace=[False, False, True, False],
-    )  # fmt: skip
+        ["a", "b", "c", "d"],
+        [(0, 2, 8.0), (1, 2, 2.0), (2, 3, 8.0)],
+        output_bytes=[8, 2, 8, 1],
+        inplace=[False, False, True, False],
+    )
     assert unknown.inplace_base.tolist() == [-1, -1, -1, -1]
     _, s = schedule_both(unknown, star_cluster(GPU2), cost, [0, 0, 0, 0])
     assert s.peak_memory[0] == 8 + 2 + 1
@@ -195,9 +204,12 @@ def test_a_received_tensor_written_in_place_stays_until_the_in_place_ops_readers
 
 def test_static_memory_is_the_sum_of_footprints_per_device():
     g = OpGraph.build(
-        ["a", "b", "c"], [(0, 1, 4.0), (1, 2, 4.0)],
-        output_bytes=[100, 100, 100], persistent_bytes=[3, 5, 7], memory_mode="static",
-    )  # fmt: skip
+        ["a", "b", "c"],
+        [(0, 1, 4.0), (1, 2, 4.0)],
+        output_bytes=[100, 100, 100],
+        persistent_bytes=[3, 5, 7],
+        memory_mode="static",
+    )
     _, s = schedule_both(g, star_cluster(GPU2), TableCostModel(np.ones((3, 2))), [0, 1, 0])
     assert s.peak_memory.tolist() == [3 + 7, 5]
 

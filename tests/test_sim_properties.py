@@ -30,19 +30,29 @@ def instances(draw):
     allowed = [["cpu"] if c else ["cpu", "gpu"] for c in cpu_only]
     live = draw(st.booleans())
     graph = OpGraph.build(
-        [f"op{i}" for i in range(n)], edges,
+        [f"op{i}" for i in range(n)],
+        edges,
         output_bytes=[float(draw(st.integers(0, 5))) for _ in range(n)],
         persistent_bytes=[float(draw(st.integers(0, 3))) for _ in range(n)],
         inplace=draw(st.lists(st.booleans(), min_size=n, max_size=n)),
-        allowed_kinds=allowed, memory_mode="live" if live else "static",
-    )  # fmt: skip
+        allowed_kinds=allowed,
+        memory_mode="live" if live else "static",
+    )
     table = np.array([[draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0])) for _ in range(D)] for _ in range(n)])
     shared = {"sw": ["gpu0", "gpu1"]} if draw(st.booleans()) else None
-    cluster = star_cluster(kinds, bandwidth=draw(st.sampled_from([0.5, 1.0, 4.0])),
-                           latency=draw(st.sampled_from([0.0, 0.125])), shared=shared)  # fmt: skip
+    cluster = star_cluster(
+        kinds,
+        bandwidth=draw(st.sampled_from([0.5, 1.0, 4.0])),
+        latency=draw(st.sampled_from([0.0, 0.125])),
+        shared=shared,
+    )
     gpus = [d for d, k in enumerate(kinds) if k == "gpu"]
-    placement = [0 if cpu_only[i] else draw(st.sampled_from(gpus if kinds[0] == "cpu" and draw(st.booleans())
-                                                              else list(range(D)))) for i in range(n)]  # fmt: skip
+    placement = [
+        0
+        if cpu_only[i]
+        else draw(st.sampled_from(gpus if kinds[0] == "cpu" and draw(st.booleans()) else list(range(D))))
+        for i in range(n)
+    ]
     return graph, cluster, TableCostModel(table), np.array(placement)
 
 
@@ -103,8 +113,12 @@ def test_compiled_placement_check_agrees_with_the_plain_one(inst, seed):
     from postplace.cluster.placement import invalid_reason
 
     graph, cluster, cost, _ = inst
-    g = OpGraph.build(list(graph.names), list(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True)),
-                      allowed_kinds=graph.allowed_kinds, colocation=[i // 3 for i in range(graph.num_ops)])  # fmt: skip
+    g = OpGraph.build(
+        list(graph.names),
+        list(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True)),
+        allowed_kinds=graph.allowed_kinds,
+        colocation=[i // 3 for i in range(graph.num_ops)],
+    )
     sim = Simulator(g, cluster, cost_model=cost)
     rows = np.random.default_rng(seed).integers(-1, cluster.num_devices + 1, (20, g.num_ops))
     rows[:10] = rows[:10, [i - i % 3 for i in range(g.num_ops)]]  # half the rows keep sets together

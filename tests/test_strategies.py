@@ -11,8 +11,13 @@ from postplace.testing.contracts import check_cross_entropy_step, check_strategy
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 ALLOWED = np.array([[True, True, True], [True, False, True], [False, True, False], [True, True, True]] * 3)
-SPACE = SearchSpace(allowed=ALLOWED, failure_step_time=1e3, unit_time=np.where(ALLOWED, 1.0, np.inf),
-                    device_names=("cpu", "gpu0", "gpu1"), device_kinds=("cpu", "gpu", "gpu"))  # fmt: skip
+SPACE = SearchSpace(
+    allowed=ALLOWED,
+    failure_step_time=1e3,
+    unit_time=np.where(ALLOWED, 1.0, np.inf),
+    device_names=("cpu", "gpu0", "gpu1"),
+    device_kinds=("cpu", "gpu", "gpu"),
+)
 
 
 def contract_config(name):

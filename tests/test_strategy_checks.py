@@ -8,8 +8,10 @@ from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 
 
-@pytest.mark.parametrize("init, why", [([0, 99, 1], "name no device"), ([0, 1], "one device id per unit (3 here)"),
-                                       ([0, "x", 1], "is not an integer")])  # fmt: skip
+@pytest.mark.parametrize(
+    "init, why",
+    [([0, 99, 1], "name no device"), ([0, 1], "one device id per unit (3 here)"), ([0, "x", 1], "is not an integer")],
+)
 def test_a_bad_anneal_start_is_refused_before_the_run(tmp_path, init, why):
     g = OpGraph.build(["a", "b", "c"], [(0, 1, 1e6), (1, 2, 1e6)], flops=[1e9, 1e9, 1e9])
     out = tmp_path / "run"

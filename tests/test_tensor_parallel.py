@@ -99,9 +99,11 @@ def test_each_gpu_holds_and_computes_half_of_the_split_layers():
     assert total(h, "flops", True, fwd_mm(h) & rank0) == pytest.approx(total(g, "flops", True, fwd_mm(g)) / 2)
     assert total(g, "flops", False, fwd_mm(g)) == 0  # every linear layer of the model is split
     assert total(h, "persistent_bytes", True, params(h) & rank0) == pytest.approx(
-        total(g, "persistent_bytes", True, params(g)) / 2)  # fmt: skip
+        total(g, "persistent_bytes", True, params(g)) / 2
+    )
     assert total(h, "persistent_bytes", False, params(h) & rank0) == pytest.approx(
-        total(g, "persistent_bytes", False, params(g)))  # fmt: skip
+        total(g, "persistent_bytes", False, params(g))
+    )
 
 
 def test_fsdp_gathers_half_of_a_split_block():

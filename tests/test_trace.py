@@ -207,9 +207,7 @@ class Attention(nn.Module):
 
 def test_fused_cpu_attention_is_counted_as_its_two_matrix_products():
     g = from_torch(Attention(), torch.randn(2, 8, 16), lambda o: o.sum())
-    (fwd,) = [
-        i for i, t in enumerate(g.op_types) if t.startswith("_scaled_dot_product") and g.phase[i] == FWD
-    ]
+    (fwd,) = [i for i, t in enumerate(g.op_types) if t.startswith("_scaled_dot_product") and g.phase[i] == FWD]
     b, h, s, d = 2, 2, 8, 8
     # Q K^T and P V; torch's formula counts the whole score matrix, and a causal kernel computes half of it
     assert g.flops[fwd] == 2 * (2 * b * h * s * s * d) / 2
@@ -241,9 +239,7 @@ def test_an_op_that_fails_on_fake_tensors_is_one_line_and_no_log_traceback():
             from_torch(WrongShapes(), torch.randn(2, 3), lambda o: o.sum())
     finally:
         log.removeHandler(handler)
-    assert (
-        "\n" not in str(err.value) and "WrongShapes" in str(err.value) and "reduction dim" in str(err.value)
-    )
+    assert "\n" not in str(err.value) and "WrongShapes" in str(err.value) and "reduction dim" in str(err.value)
     assert not records  # torch would log the failing op's traceback at ERROR level
 
 

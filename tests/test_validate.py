@@ -123,8 +123,15 @@ def test_a_nan_latency_is_refused_before_it_can_hang_the_cli(tmp_path, capsys):
     d["link"][2]["latency"] = math.nan
     write(tmp_path, "c.toml", fuzz.base_cluster_toml(d))
     fuzz.base_graph().save(tmp_path / "g.json")
-    argv = ["postplace", "simulate", str(tmp_path / "g.json"), "--cluster", str(tmp_path / "c.toml"),
-            "--placement", "single:gpu0"]  # fmt: skip
+    argv = [
+        "postplace",
+        "simulate",
+        str(tmp_path / "g.json"),
+        "--cluster",
+        str(tmp_path / "c.toml"),
+        "--placement",
+        "single:gpu0",
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sys.argv", argv)
         with pytest.raises(SystemExit) as ex:

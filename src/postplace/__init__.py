@@ -15,8 +15,18 @@ They are imported on first use, so ``import postplace`` stays fast.
 from postplace._version import __version__ as __version__
 from postplace.errors import PostplaceError
 
-__all__ = ["CompareResult", "Measure", "PlaceResult", "PostplaceError", "Step", "apply", "compare", "load_target",
-           "place", "resume"]
+__all__ = [
+    "CompareResult",
+    "Measure",
+    "PlaceResult",
+    "PostplaceError",
+    "Step",
+    "apply",
+    "compare",
+    "load_target",
+    "place",
+    "resume",
+]
 
 _API = {"CompareResult", "Measure", "PlaceResult", "Step", "apply", "compare", "load_target", "place", "resume"}
 

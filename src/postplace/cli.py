@@ -44,10 +44,25 @@ ClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b); SIZE@N at a global batch of N.")]
-BatchOpt = Annotated[int | None, typer.Option("--batch", help="A zoo model's global batch (sequences or samples; default the size's own): --size SIZE@N.")]
-OptimizerOpt = Annotated[str, typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's).")]
-LrOpt = Annotated[float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")]
+SizeOpt = Annotated[
+    str,
+    typer.Option(
+        "--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b); SIZE@N at a global batch of N."
+    ),
+]
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--batch", help="A zoo model's global batch (sequences or samples; default the size's own): --size SIZE@N."
+    ),
+]
+OptimizerOpt = Annotated[
+    str,
+    typer.Option("--optimizer", help="The step's update: sgd (lr 0.1, momentum 0.9), adam or adamw (torch.optim's)."),
+]
+LrOpt = Annotated[
+    float | None, typer.Option("--lr", help="The optimizer's learning rate (default: sgd 0.1, adam/adamw 1e-3).")
+]
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, or bf16 / fp16 (autocast, fp32 master weights).")]
 
 
@@ -56,8 +71,9 @@ def _with_batch(size: str, batch: int | None) -> str:
     if batch is None:
         return size
     if "@" in size:
-        raise PostplaceError(f"--batch {batch} with --size {size}: give the batch once (--size {size.partition('@')[0]} "
-                             f"--batch {batch})")  # fmt: skip
+        raise PostplaceError(
+            f"--batch {batch} with --size {size}: give the batch once (--size {size.partition('@')[0]} --batch {batch})"
+        )
     from postplace.zoo import MAX_BATCH
 
     if not 1 <= batch <= MAX_BATCH:
@@ -92,12 +108,15 @@ def clusters(as_json: JsonOpt = False) -> None:
     rows = []
     for name in preset_names():
         c = load_cluster(name)
-        rows.append({
-            "name": name,
-            "devices": [{"name": d.name, "kind": d.kind, "model": d.model, "memory_bytes": d.memory}
-                        for d in c.devices],
-            "description": c.description,
-        })
+        rows.append(
+            {
+                "name": name,
+                "devices": [
+                    {"name": d.name, "kind": d.kind, "model": d.model, "memory_bytes": d.memory} for d in c.devices
+                ],
+                "description": c.description,
+            }
+        )
     if as_json:
         print(json.dumps(rows))
         return
@@ -177,20 +196,51 @@ def parse_placement(spec: str, graph: OpGraph, cluster: Cluster) -> np.ndarray:
 def simulate(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt,
-    placement: Annotated[str | None, typer.Option("--placement", "-p", help="single:DEVICE or a placement JSON file.")] = None,
-    plan: Annotated[str | None, typer.Option("--plan", help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8).")] = None,
+    placement: Annotated[
+        str | None, typer.Option("--placement", "-p", help="single:DEVICE or a placement JSON file.")
+    ] = None,
+    plan: Annotated[
+        str | None,
+        typer.Option(
+            "--plan",
+            help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8).",
+        ),
+    ] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,
     size: SizeOpt = "full",
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
-    microbatches: Annotated[int | None, typer.Option("--microbatches", help="A zoo model's step as M micro-batches (default: the m a placement file's op names imply, else 1).")] = None,
+    microbatches: Annotated[
+        int | None,
+        typer.Option(
+            "--microbatches",
+            help="A zoo model's step as M micro-batches (default: the m a placement file's op names imply, else 1).",
+        ),
+    ] = None,
     microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module.")] = "none",
     optimizer: OptimizerOpt = "sgd",
     precision: PrecisionOpt = "fp32",
-    pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: with --plan, a pin the plan must keep (repeatable).")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="With --plan, a GPU the plan may not use (repeatable).")] = None,
-    kernels: Annotated[str, typer.Option("--kernels", help="Rates a GPU estimate uses: achieved (what kernels reach, where the GPU model has published rates) or datasheet (the plain roofline).")] = "achieved",
-    update: Annotated[str, typer.Option("--update", help="The optimizer form a GPU runs the update in: foreach (torch.optim's CUDA default), fused or traced.")] = "foreach",
+    pin: Annotated[
+        list[str] | None,
+        typer.Option("--pin", help="REGEX=DEVICE: with --plan, a pin the plan must keep (repeatable)."),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="With --plan, a GPU the plan may not use (repeatable).")
+    ] = None,
+    kernels: Annotated[
+        str,
+        typer.Option(
+            "--kernels",
+            help="Rates a GPU estimate uses: achieved (what kernels reach, where the GPU model has published rates) or datasheet (the plain roofline).",
+        ),
+    ] = "achieved",
+    update: Annotated[
+        str,
+        typer.Option(
+            "--update",
+            help="The optimizer form a GPU runs the update in: foreach (torch.optim's CUDA default), fused or traced.",
+        ),
+    ] = "foreach",
 ) -> None:
     """Simulate one training step of a placement, or of a named plan: step time, memory, transfers, MFU."""
     from postplace.api import load_target as load
@@ -201,13 +251,28 @@ def simulate(
     cost_model = RooflineCostModel(kernels=kernels, update=update)
     size = _with_batch(size, batch)
     if (placement is None) == (plan is None):
-        raise PostplaceError("simulate needs exactly one of --placement (single:DEVICE or a file) and --plan "
-                             "(ddp, zero2, fsdp, ...)")
+        raise PostplaceError(
+            "simulate needs exactly one of --placement (single:DEVICE or a file) and --plan (ddp, zero2, fsdp, ...)"
+        )
     if plan is not None:
         if microbatches is not None:
-            raise PostplaceError(f"--microbatches with --plan: write the count into the plan ('{plan}:m={microbatches}')")
-        _simulate_plan(target, cluster, plan, size, optimizer, precision, pin or [], exclude or [],
-                       microbatch_colocation, trace, as_json, cost_model)
+            raise PostplaceError(
+                f"--microbatches with --plan: write the count into the plan ('{plan}:m={microbatches}')"
+            )
+        _simulate_plan(
+            target,
+            cluster,
+            plan,
+            size,
+            optimizer,
+            precision,
+            pin or [],
+            exclude or [],
+            microbatch_colocation,
+            trace,
+            as_json,
+            cost_model,
+        )
         return
     if microbatches is not None and microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches}: give a count (1, 2, 4...) that divides the batch")
@@ -218,11 +283,19 @@ def simulate(
 
         names = read_json(placement)
         m = placement_microbatches(names) if isinstance(names, dict) else 1
-    graph = load(target, size=size, microbatches=m or 1, microbatch_colocation=microbatch_colocation,
-                 optimizer=optimizer, precision=precision).graph
+    graph = load(
+        target,
+        size=size,
+        microbatches=m or 1,
+        microbatch_colocation=microbatch_colocation,
+        optimizer=optimizer,
+        precision=precision,
+    ).graph
     if not graph.num_ops:  # a step of no op has no time: the ratio to its lower bound of 0 is undefined
-        raise PostplaceError(f"{target}: graph '{graph.name}' has no op, so there is nothing to simulate; give a graph "
-                             "with at least one op")  # fmt: skip
+        raise PostplaceError(
+            f"{target}: graph '{graph.name}' has no op, so there is nothing to simulate; give a graph "
+            "with at least one op"
+        )
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
     sim = Simulator(graph, c, cost_model=cost_model)
@@ -281,13 +354,24 @@ def _utilisation_line(use, cost_model, cluster) -> str:
     return f"{words}  (priced by the {cost_model.describe(cluster)})"
 
 
-def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json,
-                   cost_model):  # fmt: skip
+def _simulate_plan(
+    target, cluster, plan, size, optimizer, precision, pins, exclude, colocation, trace, as_json, cost_model
+):
     from postplace.api.plans import simulate_plan
     from postplace.cost.utilisation import utilisation
 
-    r = simulate_plan(target, cluster, plan, size=size, optimizer=optimizer, precision=precision, pins=pins,
-                      exclude=exclude, microbatch_colocation=colocation, cost_model=cost_model)
+    r = simulate_plan(
+        target,
+        cluster,
+        plan,
+        size=size,
+        optimizer=optimizer,
+        precision=precision,
+        pins=pins,
+        exclude=exclude,
+        microbatch_colocation=colocation,
+        cost_model=cost_model,
+    )
     c = r.cluster
     use = utilisation(r.graph, c, r.placement, r.step_time_s)
     out = {
@@ -325,9 +409,12 @@ def _simulate_plan(target, cluster, plan, size, optimizer, precision, pins, excl
     console.print(t)
     wire = ", ".join(f"{k.replace('_', '-')} {_gb(v)}" for k, v in r.collective_bytes.items())
     console.print(f"plan: {r.describe()}", highlight=False)
-    console.print(f"simulated step time {_ms(r.step_time_s)}  moved {_gb(r.bytes_moved)}"
-                  + (f" (collectives: {wire})" if wire else "")
-                  + ("  [OOM: this plan does not fit]" if r.oom else ""), highlight=False)
+    console.print(
+        f"simulated step time {_ms(r.step_time_s)}  moved {_gb(r.bytes_moved)}"
+        + (f" (collectives: {wire})" if wire else "")
+        + ("  [OOM: this plan does not fit]" if r.oom else ""),
+        highlight=False,
+    )
     console.print(_utilisation_line(use, cost_model, c), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
@@ -347,16 +434,34 @@ def graph(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the graph file here.")] = None,
     size: SizeOpt = "full",
     optimizer: OptimizerOpt = "sgd",
-    microbatches: Annotated[int, typer.Option("--microbatches", "-m", help="Trace the step as m micro-batches (gradient accumulation).")] = 1,
-    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may go apart) or module (kept together).")] = "none",
+    microbatches: Annotated[
+        int, typer.Option("--microbatches", "-m", help="Trace the step as m micro-batches (gradient accumulation).")
+    ] = 1,
+    microbatch_colocation: Annotated[
+        str,
+        typer.Option(
+            "--microbatch-colocation", help="none (a layer's micro-batches may go apart) or module (kept together)."
+        ),
+    ] = "none",
     lr: LrOpt = None,
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """Trace a zoo model's training step into a graph file (cached after the first time)."""
     from postplace.zoo.cli import cmd_graph
 
-    console.print(cmd_graph(name, size, out, optimizer, microbatches=microbatches, colocation=microbatch_colocation,
-                            lr=lr, precision=precision), highlight=False)
+    console.print(
+        cmd_graph(
+            name,
+            size,
+            out,
+            optimizer,
+            microbatches=microbatches,
+            colocation=microbatch_colocation,
+            lr=lr,
+            precision=precision,
+        ),
+        highlight=False,
+    )
 
 
 @app.command()
@@ -376,16 +481,30 @@ def profile(
 def compare(
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt = "k80x4",
-    strategies: Annotated[str, typer.Option("--strategies", help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, local, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start); post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe (Post's probe start, no local moves); reinforce-local, hp-local (that start with local moves).")] = "all",
+    strategies: Annotated[
+        str,
+        typer.Option(
+            "--strategies",
+            help="Comma-separated names, or 'all' (every placer; random, anneal, hp, reinforce, ce, ppo, post-start, local, post). Named starts: post-paper, ce-paper, ppo-paper, reinforce-paper (the paper's uniform start); post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe (Post's probe start, no local moves); reinforce-local, hp-local (that start with local moves).",
+        ),
+    ] = "all",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Samples per search run.")] = 2400,
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per search strategy.")] = 3,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for compare.json/csv and every run.")] = None,
-    expert_split: Annotated[str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")] = None,
+    expert_split: Annotated[
+        str | None, typer.Option("--expert-split", help="A dnn-partitioning split file for 'expert'.")
+    ] = None,
     size: SizeOpt = "full",
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
-    microbatches: Annotated[str, typer.Option("--microbatches", help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).")] = "1",
+    microbatches: Annotated[
+        str,
+        typer.Option(
+            "--microbatches",
+            help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).",
+        ),
+    ] = "1",
     optimizer: OptimizerOpt = "sgd",
     lr: LrOpt = None,
     precision: PrecisionOpt = "fp32",
@@ -402,12 +521,21 @@ def compare(
         m = _microbatches(microbatches)
         if m == "auto":
             raise PostplaceError("compare --microbatches auto: compare runs one m; give a count (place weighs every m)")
-        report = api.compare(target, cluster, strategies=strategies, budget=budget, seeds=seeds, out=out,
-                             expert_split=expert_split, size=size, progress=progress, microbatches=m,
-                             step=api.Step(optimizer=optimizer, lr=lr, precision=precision))  # fmt: skip
+        report = api.compare(
+            target,
+            cluster,
+            strategies=strategies,
+            budget=budget,
+            seeds=seeds,
+            out=out,
+            expert_split=expert_split,
+            size=size,
+            progress=progress,
+            microbatches=m,
+            step=api.Step(optimizer=optimizer, lr=lr, precision=precision),
+        )
     except KeyboardInterrupt:
-        print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}",
-              file=sys.stderr)  # fmt: skip
+        print(f"interrupted: rerun the same command to resume from {report_dir(out, target, cluster)}", file=sys.stderr)
         sys.exit(130)
     out = Path(report["out"])
     graph_name, c_name = report["graph"], report["cluster"]
@@ -416,66 +544,147 @@ def compare(
         print(json.dumps({k: v for k, v in report.items()}))
         return
     t = Table(title=f"{graph_name} on {c_name}: {budget} samples x {seeds} seeds per search ({report['evaluator']})")
-    for col in ("strategy", "best ms", "range ms", "/single", "/LB", "MFU", "peak GB", "OOM", "wall s", "start ms", "note"):
+    for col in (
+        "strategy",
+        "best ms",
+        "range ms",
+        "/single",
+        "/LB",
+        "MFU",
+        "peak GB",
+        "OOM",
+        "wall s",
+        "start ms",
+        "note",
+    ):
         t.add_column(col, no_wrap=col != "note")
     for r in report["rows"]:
-        start = "" if r.get("start_name") is None else r["start_name"] + (
-            "" if r.get("start_step_time_s") is None else f" {r['start_step_time_s'] * 1e3:.2f}")  # fmt: skip
+        start = (
+            ""
+            if r.get("start_name") is None
+            else r["start_name"]
+            + ("" if r.get("start_step_time_s") is None else f" {r['start_step_time_s'] * 1e3:.2f}")
+        )
         best = r["best_step_time_s"]
-        rng_ = "" if r["kind"] != "search" or best is None else \
-            f"{r['min_step_time_s'] * 1e3:.2f}-{r['max_step_time_s'] * 1e3:.2f}"
+        rng_ = (
+            ""
+            if r["kind"] != "search" or best is None
+            else f"{r['min_step_time_s'] * 1e3:.2f}-{r['max_step_time_s'] * 1e3:.2f}"
+        )
         name = r["strategy"] + (" *" if r["kind"].startswith("data-parallel") else "")
-        t.add_row(name, "-" if best is None else f"{best * 1e3:.2f}", rng_,
-                  "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
-                  "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
-                  _percent(r.get("mfu")),
-                  "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
-                  str(r["oom_count"]), _seconds(r["wall_time_s"]), start, r["note"])
+        t.add_row(
+            name,
+            "-" if best is None else f"{best * 1e3:.2f}",
+            rng_,
+            "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.3f}",
+            "-" if r["ratio_to_lower_bound"] is None else f"{r['ratio_to_lower_bound']:.3f}",
+            _percent(r.get("mfu")),
+            "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 1e9:.2f}",
+            str(r["oom_count"]),
+            _seconds(r["wall_time_s"]),
+            start,
+            r["note"],
+        )
     console.print(t)
     single = report["single_device_step_time_s"]
     if report.get("cost_model"):
-        console.print(f"priced by the {report['cost_model']}; MFU: model FLOPs over the peaks of the devices each row "
-                      "uses", highlight=False)  # fmt: skip
+        console.print(
+            f"priced by the {report['cost_model']}; MFU: model FLOPs over the peaks of the devices each row uses",
+            highlight=False,
+        )
     err = report.get("cost_model_error")
     timed = [r for r in report["rows"] if r["best_step_time_s"] is not None]
     if timed and err:
         top = min(timed, key=lambda r: r["best_step_time_s"])
-        close = [r["strategy"] for r in timed if r is not top
-                 and r["best_step_time_s"] <= top["best_step_time_s"] * (1 + err)]  # fmt: skip
+        close = [
+            r["strategy"]
+            for r in timed
+            if r is not top and r["best_step_time_s"] <= top["best_step_time_s"] * (1 + err)
+        ]
         if close:
-            console.print(f"within the cost model's error of the fastest row, {top['strategy']} "
-                          f"({err:.0%}: how far it was off a published run): {', '.join(close)}; the "
-                          "model cannot rank these apart from it", highlight=False)  # fmt: skip
-    console.print(f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
-                  "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
-                  highlight=False)
+            console.print(
+                f"within the cost model's error of the fastest row, {top['strategy']} "
+                f"({err:.0%}: how far it was off a published run): {', '.join(close)}; the "
+                "model cannot rank these apart from it",
+                highlight=False,
+            )
+    console.print(
+        f"best single device {_ms(single) if single else 'none fits'}, lower bound {_ms(report['lower_bound_s'])}; "
+        "* data parallelism: micro-batch k on GPU k (simulated where the model can be traced again, else an analytic estimate)",
+        highlight=False,
+    )
     drawn = not no_report and (out / "report.html").is_file()
     console.print(f"wrote {out}/compare.json, compare.csv" + (f", {_REPORT_FILES}" if drawn else ""), highlight=False)
 
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Argument(help="Zoo model name, or a run folder of `place` (its model and placement.json).")],
-    placement: Annotated[str | None, typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE); none for a run folder.")] = None,
+    model: Annotated[
+        str, typer.Argument(help="Zoo model name, or a run folder of `place` (its model and placement.json).")
+    ],
+    placement: Annotated[
+        str | None,
+        typer.Option("--placement", "-p", help="Placement JSON file (or single:DEVICE); none for a run folder."),
+    ] = None,
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps to run and time.")] = 10,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b) (default: the size the placement's run was made for, else full, as every command).")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")] = None,
-    map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")] = None,
-    device: Annotated[list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")] = None,
-    optimizer: Annotated[str | None, typer.Option("--optimizer", help="sgd, adam or adamw (default: as the placement's run recorded, else sgd).")] = None,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            "--size",
+            help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b) (default: the size the placement's run was made for, else full, as every command).",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", "-c", help="Cluster whose device names the placement uses.")
+    ] = None,
+    map_all_to: Annotated[
+        str | None, typer.Option("--map-all-to", help="Run every device on this torch device (e.g. cpu).")
+    ] = None,
+    device: Annotated[
+        list[str] | None, typer.Option("--device", help="NAME=TORCH_DEVICE, e.g. gpu0=cuda:1 (repeatable).")
+    ] = None,
+    optimizer: Annotated[
+        str | None,
+        typer.Option("--optimizer", help="sgd, adam or adamw (default: as the placement's run recorded, else sgd)."),
+    ] = None,
     lr: LrOpt = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16 (default: as the placement's run recorded, else fp32).")] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option("--precision", help="fp32, bf16 or fp16 (default: as the placement's run recorded, else fp32)."),
+    ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = None,
-    microbatches: Annotated[int | None, typer.Option("--microbatches", "-m", help="Run the step as m micro-batches (default: the m the placement file was made for).")] = None,
-    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")] = "none",
+    microbatches: Annotated[
+        int | None,
+        typer.Option(
+            "--microbatches",
+            "-m",
+            help="Run the step as m micro-batches (default: the m the placement file was made for).",
+        ),
+    ] = None,
+    microbatch_colocation: Annotated[
+        str, typer.Option("--microbatch-colocation", help="none or module (as for `graph`).")
+    ] = "none",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: the losses and step times.")] = False,
 ) -> None:
     """Train a zoo model (random data) under a placement and print each step's measured time."""
     from postplace.runtime.cli import cmd_train
 
-    text = cmd_train(model, placement, steps, size=size, cluster=cluster, map_all_to=map_all_to, device_map=device or (),
-                     optimizer=optimizer, threads=threads, lr=lr, precision=precision, microbatches=microbatches,
-                     colocation=microbatch_colocation, as_json=as_json)  # fmt: skip
+    text = cmd_train(
+        model,
+        placement,
+        steps,
+        size=size,
+        cluster=cluster,
+        map_all_to=map_all_to,
+        device_map=device or (),
+        optimizer=optimizer,
+        threads=threads,
+        lr=lr,
+        precision=precision,
+        microbatches=microbatches,
+        colocation=microbatch_colocation,
+        as_json=as_json,
+    )
     print(text) if as_json else console.print(text, highlight=False)
 
 
@@ -484,9 +693,13 @@ def launch(
     run_folder: Annotated[str, typer.Argument(help="A run folder of `place` (placement.json of a zoo model).")],
     steps: Annotated[int, typer.Option("--steps", "-n", help="Training steps.")] = 3,
     as_json: JsonOpt = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a rank waits for a peer before it fails.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds a rank waits for a peer before it fails.")
+    ] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the batches and torch's generator on every rank.")] = 0,
-    backend: Annotated[str, typer.Option("--backend", help="gloo (every rank a CPU process) or nccl (ranks on their GPUs).")] = "gloo",
+    backend: Annotated[
+        str, typer.Option("--backend", help="gloo (every rank a CPU process) or nccl (ranks on their GPUs).")
+    ] = "gloo",
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per rank.")] = 1,
 ) -> None:
     """Run a run folder's placement as one process per device (torch.distributed, torchrun's launcher)."""
@@ -500,11 +713,23 @@ def launch(
 def calibrate(
     model: Annotated[str, typer.Argument(help="Zoo model name.")],
     size: SizeOpt = "full",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for measured.toml and graph.json (default runs/calibrate-MODEL-SIZE).")] = None,
-    cluster_out: Annotated[Path | None, typer.Option("--cluster-out", help="Write the measured cluster TOML here instead (default OUT/measured.toml).")] = None,
-    graph_out: Annotated[Path | None, typer.Option("--graph-out", help="Write the measured graph here instead (default OUT/graph.json).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Folder for measured.toml and graph.json (default runs/calibrate-MODEL-SIZE)."
+        ),
+    ] = None,
+    cluster_out: Annotated[
+        Path | None,
+        typer.Option("--cluster-out", help="Write the measured cluster TOML here instead (default OUT/measured.toml)."),
+    ] = None,
+    graph_out: Annotated[
+        Path | None, typer.Option("--graph-out", help="Write the measured graph here instead (default OUT/graph.json).")
+    ] = None,
     batches: Annotated[str | None, typer.Option("--batches", help="Batch sizes to calibrate on, e.g. 2,8.")] = None,
-    score_on: Annotated[list[str] | None, typer.Option("--score-on", help="Zoo models to score on (repeatable).")] = None,
+    score_on: Annotated[
+        list[str] | None, typer.Option("--score-on", help="Zoo models to score on (repeatable).")
+    ] = None,
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per measurement.")] = 3,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads.")] = 1,
 ) -> None:
@@ -517,24 +742,59 @@ def calibrate(
             batch_list = [int(b) for b in batches.split(",")]
         except ValueError:
             raise PostplaceError(f"--batches '{batches}': give comma-separated integers, e.g. 2,8") from None
-    console.print(cmd_calibrate(model, size, out=out, out_cluster=cluster_out, out_graph=graph_out, batches=batch_list,
-                                score_on=score_on or (), runs=runs, threads=threads), highlight=False)
+    console.print(
+        cmd_calibrate(
+            model,
+            size,
+            out=out,
+            out_cluster=cluster_out,
+            out_graph=graph_out,
+            batches=batch_list,
+            score_on=score_on or (),
+            runs=runs,
+            threads=threads,
+        ),
+        highlight=False,
+    )
 
 
 PLACE_FLAGS = {  # CLI parameter -> run.json setting, for --resume's check that nothing else changed
-    "target": "target", "cluster": "cluster", "strategy": "strategy", "seed": "seed", "groups": "groups",
-    "pin": "pins", "exclude": "exclude", "warm_start": "warm_start", "evaluator": "evaluator",
-    "map_all_to": "map_all_to", "size": "size",
-}  # fmt: skip
+    "target": "target",
+    "cluster": "cluster",
+    "strategy": "strategy",
+    "seed": "seed",
+    "groups": "groups",
+    "pin": "pins",
+    "exclude": "exclude",
+    "warm_start": "warm_start",
+    "evaluator": "evaluator",
+    "map_all_to": "map_all_to",
+    "size": "size",
+}
 
 
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A place, compare or paper folder.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file (default RUN_DIR/report.html, its files beside it); NAME.html elsewhere keeps its figures, report.json and trace.json in NAME_files/.")] = None,
-    graph_target: Annotated[str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="The run's cluster (default: the preset or file the run recorded).")] = None,
-    size: Annotated[str | None, typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b), if not recorded.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="The HTML file (default RUN_DIR/report.html, its files beside it); NAME.html elsewhere keeps its figures, report.json and trace.json in NAME_files/.",
+        ),
+    ] = None,
+    graph_target: Annotated[
+        str | None, typer.Option("--graph", help="The run's graph file or zoo model, if not recorded.")
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", "-c", help="The run's cluster (default: the preset or file the run recorded)."),
+    ] = None,
+    size: Annotated[
+        str | None,
+        typer.Option("--size", help="Zoo model size: full, small (llama: 1b, 7b, 3.1-8b, 13b, 70b), if not recorded."),
+    ] = None,
 ) -> None:
     """Draw a run folder: learning curves, step times, schedule, memory, placement map (HTML + PNG)."""
     from postplace.report import files_folder, write_report
@@ -548,12 +808,24 @@ def report(
 @app.command()
 def paper(
     quick: Annotated[bool, typer.Option("--quick", help="Small models, 240 samples, one seed: minutes.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder (default runs/paper or runs/paper-quick).")] = None,
-    seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")] = None,
-    hp_seeds: Annotated[int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder (default runs/paper or runs/paper-quick).")
+    ] = None,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", help="Seeds per search strategy (default 3, quick 1).")
+    ] = None,
+    hp_seeds: Annotated[
+        int | None, typer.Option("--hp-seeds", help="Seeds of the planner hp (default: --seeds).")
+    ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report.")] = False,
     collect: Annotated[bool, typer.Option("--collect", help="Search nothing: table the finished runs.")] = False,
-    strategies: Annotated[str | None, typer.Option("--strategies", help="Comma-separated names, as compare takes them (default: the placers, random, anneal and the three tables' strategies: post-paper, ce-paper, ppo-paper, reinforce-paper, hp from the paper's uniform start; post-probe, post-start, ce-probe, ppo-probe, reinforce-probe, hp-probe from Post's probe start without local moves; post, local, ce, ppo, reinforce-local, hp-local from it with local moves).")] = None,
+    strategies: Annotated[
+        str | None,
+        typer.Option(
+            "--strategies",
+            help="Comma-separated names, as compare takes them (default: the placers, random, anneal and the three tables' strategies: post-paper, ce-paper, ppo-paper, reinforce-paper, hp from the paper's uniform start; post-probe, post-start, ce-probe, ppo-probe, reinforce-probe, hp-probe from Post's probe start without local moves; post, local, ce, ppo, reinforce-local, hp-local from it with local moves).",
+        ),
+    ] = None,
 ) -> None:
     """The Post paper's comparison on the zoo (5 models x k80x2/k80x4, every rival from the paper's start and from Post's); resumable."""
     from dataclasses import replace
@@ -608,9 +880,15 @@ class _experiment_progress:  # noqa: N801  (a context manager used like a functi
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            self.bar = Progress(TextColumn("paper"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
-                                console=Console(stderr=True))  # fmt: skip
+            self.bar = Progress(
+                TextColumn("paper"),
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=Console(stderr=True),
+            )
             self.bar.start()
             self.task = self.bar.add_task("", total=1.0)
         from time import perf_counter
@@ -636,27 +914,71 @@ def place(
     ctx: typer.Context,
     target: Annotated[str | None, typer.Argument(help="Graph file or zoo model name (omit with --resume).")] = None,
     cluster: ClusterOpt = "k80x4",
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random, local (local moves alone); named starts: ce-paper, ppo-paper, reinforce-paper, post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe, reinforce-local, hp-local.")] = "post",
+    strategy: Annotated[
+        str,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="post (default), post-paper, post-start, ce, ppo, reinforce, hp, anneal, random, local (local moves alone); named starts: ce-paper, ppo-paper, reinforce-paper, post-probe, ce-probe, ppo-probe, reinforce-probe, hp-probe, reinforce-local, hp-local.",
+        ),
+    ] = "post",
     budget: Annotated[str, typer.Option("--budget", "-b", help="Samples (2400) or time (60s).")] = "2400",
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run saved in this folder (--budget N extends it).")] = None,
-    groups: Annotated[str, typer.Option("--groups", help="Number of groups, or 'none' for op-level placement.")] = "256",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Run folder (settings, history, checkpoint, placement, summary).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run saved in this folder (--budget N extends it).")
+    ] = None,
+    groups: Annotated[
+        str, typer.Option("--groups", help="Number of groups, or 'none' for op-level placement.")
+    ] = "256",
     pin: Annotated[list[str] | None, typer.Option("--pin", help="REGEX=DEVICE: pin matching ops (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="A device the search may not use.")] = None,
-    warm_start: Annotated[str | None, typer.Option("--warm-start", help="A placer, single:DEVICE or a placement file to start from.")] = None,
-    evaluator: Annotated[str, typer.Option("--evaluator", help="simulator, or torch (real execution; zoo models only).")] = "simulator",
-    map_all_to: Annotated[str | None, typer.Option("--map-all-to", help="With --evaluator torch: run every device on this torch device.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a field of the strategy's config (repeatable).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="A TOML file of the strategy's config fields.")] = None,
+    warm_start: Annotated[
+        str | None, typer.Option("--warm-start", help="A placer, single:DEVICE or a placement file to start from.")
+    ] = None,
+    evaluator: Annotated[
+        str, typer.Option("--evaluator", help="simulator, or torch (real execution; zoo models only).")
+    ] = "simulator",
+    map_all_to: Annotated[
+        str | None, typer.Option("--map-all-to", help="With --evaluator torch: run every device on this torch device.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="KEY=VALUE: a field of the strategy's config (repeatable).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="A TOML file of the strategy's config fields.")
+    ] = None,
     size: SizeOpt = "full",
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report.")] = False,
-    confirm: Annotated[int, typer.Option("--confirm", help="Measure the search's K best placements (and the single device) for real; return the fastest measured.")] = 0,
-    ray: Annotated[str | None, typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS.")] = None,
-    microbatches: Annotated[str | None, typer.Option("--microbatches", help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to the GPUs or 8) and answer over all; M pins the count.")] = None,
-    microbatch_colocation: Annotated[str, typer.Option("--microbatch-colocation", help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).")] = "none",
+    confirm: Annotated[
+        int,
+        typer.Option(
+            "--confirm",
+            help="Measure the search's K best placements (and the single device) for real; return the fastest measured.",
+        ),
+    ] = 0,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS."),
+    ] = None,
+    microbatches: Annotated[
+        str | None,
+        typer.Option(
+            "--microbatches",
+            help="auto (the default for a zoo model): trace the step as m = 1, 2, 4... micro-batches (dividing the batch, up to the GPUs or 8) and answer over all; M pins the count.",
+        ),
+    ] = None,
+    microbatch_colocation: Annotated[
+        str,
+        typer.Option(
+            "--microbatch-colocation",
+            help="none (a layer's micro-batches may split: data parallelism) or module (pipelines).",
+        ),
+    ] = "none",
     optimizer: OptimizerOpt = "sgd",
     lr: LrOpt = None,
     precision: PrecisionOpt = "fp32",
@@ -682,11 +1004,14 @@ def place(
     try:
         if resume is not None:
             if batch is not None:
-                raise PostplaceError(f"--batch {batch} with --resume {resume}: a resumed run keeps the size and batch "
-                                     "it was started with (run.json); drop --batch")  # fmt: skip
+                raise PostplaceError(
+                    f"--batch {batch} with --resume {resume}: a resumed run keeps the size and batch "
+                    "it was started with (run.json); drop --batch"
+                )
             if out is not None and out.resolve() != resume.resolve():
-                raise PostplaceError(f"--out {out} with --resume {resume}: a resumed run stays in its own folder; "
-                                     "drop --out")  # fmt: skip
+                raise PostplaceError(
+                    f"--out {out} with --resume {resume}: a resumed run stays in its own folder; drop --out"
+                )
             given = {}
             for param, key in PLACE_FLAGS.items():
                 if _given(ctx, param):
@@ -702,29 +1027,48 @@ def place(
                 if _given(ctx, flag):
                     given[flag] = ctx.params[flag]
             explicit_budget = _given(ctx, "budget")
-            result = api.resume(resume, budget=budget if explicit_budget else None, progress=_progress(as_json),
-                                measure=api.Measure(confirm=confirm, ray=ray), report=not no_report,
-                                **given)  # fmt: skip
+            result = api.resume(
+                resume,
+                budget=budget if explicit_budget else None,
+                progress=_progress(as_json),
+                measure=api.Measure(confirm=confirm, ray=ray),
+                report=not no_report,
+                **given,
+            )
         else:
             if target is None:
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
             size = _with_batch(size, batch)
             out = out or default_out(target, cluster, strategy, seed)
             if not as_json:
-                console.print(f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}",
-                              highlight=False)  # fmt: skip
-            result = api.place(target, cluster, strategy=strategy, budget=budget, seed=seed, pins=pin or (),
-                               exclude=exclude or (), warm_start=warm_start, out=out, config=overrides or None,
-                               groups=n_groups, size=size, progress=_progress(as_json),
-                               microbatches=None if microbatches is None else _microbatches(microbatches),
-                               microbatch_colocation=microbatch_colocation,
-                               step=api.Step(optimizer=optimizer, lr=lr, precision=precision),
-                               measure=api.Measure(evaluator=evaluator, map_all_to=map_all_to, confirm=confirm,
-                                                   ray=ray),
-                               report=not no_report)  # fmt: skip
+                console.print(
+                    f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}", highlight=False
+                )
+            result = api.place(
+                target,
+                cluster,
+                strategy=strategy,
+                budget=budget,
+                seed=seed,
+                pins=pin or (),
+                exclude=exclude or (),
+                warm_start=warm_start,
+                out=out,
+                config=overrides or None,
+                groups=n_groups,
+                size=size,
+                progress=_progress(as_json),
+                microbatches=None if microbatches is None else _microbatches(microbatches),
+                microbatch_colocation=microbatch_colocation,
+                step=api.Step(optimizer=optimizer, lr=lr, precision=precision),
+                measure=api.Measure(evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, ray=ray),
+                report=not no_report,
+            )
     except KeyboardInterrupt:
-        print(f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted: the run is incomplete; resume it with  postplace place --resume {resume or out}",
+            file=sys.stderr,
+        )
         sys.exit(130)
     if result.report is not None:  # stderr: stdout may be JSON
         print(f"report: {result.report}", file=sys.stderr)
@@ -750,8 +1094,12 @@ def _confirm_table(c: dict) -> Table:
         t.add_column(col)
     for r in c["candidates"]:
         mark = "  <- returned" if r["label"] == c["returned"] else ""
-        t.add_row(r["label"], _ms(r["simulated_s"]), "-" if r["measured_s"] is None else _ms(r["measured_s"]),
-                  r["status"] + (f" ({r['reason']})" if r["reason"] else "") + mark)  # fmt: skip
+        t.add_row(
+            r["label"],
+            _ms(r["simulated_s"]),
+            "-" if r["measured_s"] is None else _ms(r["measured_s"]),
+            r["status"] + (f" ({r['reason']})" if r["reason"] else "") + mark,
+        )
     rho = c["spearman"]
     t.caption = f"Spearman rank correlation: {'n/a (fewer than 3 ran)' if rho is None else f'{rho:.3f}'}"
     return t
@@ -782,8 +1130,11 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     kind = kinds.pop() if len(kinds) == 1 else None  # None: measured and simulated rows side by side
     title = f"({kind} step times)" if kind else "(each row says whether it was measured or simulated)"
     opt = s.get("optimizer")
-    step = (f", step: {opt['name']} lr {opt['groups'][0].get('lr'):g}" if isinstance(opt, dict) and opt.get("groups")
-            else "") + (f", {s['precision']}" if s.get("precision", "fp32") != "fp32" else "")  # fmt: skip
+    step = (
+        f", step: {opt['name']} lr {opt['groups'][0].get('lr'):g}"
+        if isinstance(opt, dict) and opt.get("groups")
+        else ""
+    ) + (f", {s['precision']}" if s.get("precision", "fp32") != "fp32" else "")
     t = Table(title=f"{s['graph']} on {s['cluster']}{step}: {s['strategy']}, {s['samples']} samples {title}")
     t.add_column("")
     t.add_column(f"step time ({kind})" if kind else "step time", justify="right")
@@ -797,8 +1148,15 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     at = f"m={s['search_microbatches']}, " if s.get("search_microbatches") else ""
     sample = f" ({at}sample {s['search_best_sample']})" if s["search_best_step_time_s"] is not None else ""
     search = f"search @m{s['search_microbatches']}" if s.get("microbatch_counts") else "search"
-    rows.append((f"search best{sample}", s["search_best_step_time_s"], s["candidate_notes"].get("search", ""),
-                 fig["search_best_step_time_s"], search))  # fmt: skip
+    rows.append(
+        (
+            f"search best{sample}",
+            s["search_best_step_time_s"],
+            s["candidate_notes"].get("search", ""),
+            fig["search_best_step_time_s"],
+            search,
+        )
+    )
     rows += [(name, v, note, fig["candidates"], key) for name, v, note, key in _candidate_rows(s)]
     for name, v, note, how, key in rows:
         time_ = "-" if v is None else _ms(v) + ("" if kind else f" {how}")
@@ -808,25 +1166,35 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     console.print(t)
     if s.get("cost_model"):
         tokens = s.get("tokens_per_s_per_device")
-        console.print(f"priced by the {s['cost_model']}" + (f"; {tokens:,.0f} tokens/s per device" if tokens else ""),
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"priced by the {s['cost_model']}" + (f"; {tokens:,.0f} tokens/s per device" if tokens else ""),
+            highlight=False,
+        )
     err, within = s.get("cost_model_error"), set(s.get("within_error") or ())
     close = [name for name, *_, key in rows[1:] if key in within] if kind == "simulated" else []
     if close:
-        console.print(f"within the cost model's error of the returned one ({err:.0%}: how far it was off a published "
-                      f"run): {', '.join(close)}; the model cannot rank these apart from it", highlight=False)
+        console.print(
+            f"within the cost model's error of the returned one ({err:.0%}: how far it was off a published "
+            f"run): {', '.join(close)}; the model cannot rank these apart from it",
+            highlight=False,
+        )
     for m, why in (s.get("microbatch_skipped") or {}).items():
         console.print(f"note: m = {m} left out: {why}", highlight=False)
     if s.get("microbatch_note"):
         console.print(f"note: {s['microbatch_note']}", highlight=False)
     if s.get("plan"):
         tried = ", ".join(f"m={m} {_ms(v)}" for m, v in (s.get("best_per_microbatches") or {}).items())
-        console.print(f"plan: {s['plan']} ({s['returned']})" + (f"; best per micro-batch count: {tried}" if tried else ""),
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"plan: {s['plan']} ({s['returned']})" + (f"; best per micro-batch count: {tried}" if tried else ""),
+            highlight=False,
+        )
     start = s.get("search_start")
     if isinstance(start, dict) and start.get("name") is not None:
-        when = "not probed" if start.get("step_time_s") is None else \
-            f"{_ms(start['step_time_s'])} ({fig.get('search_start', fig['search_best_step_time_s'])})"
+        when = (
+            "not probed"
+            if start.get("step_time_s") is None
+            else f"{_ms(start['step_time_s'])} ({fig.get('search_start', fig['search_best_step_time_s'])})"
+        )
         console.print(f"search start: {start['name']}, {when}", highlight=False)
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:
@@ -844,7 +1212,11 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
     if s["map_all_to"]:
         console.print(f"measured with every device mapped to torch device {s['map_all_to']}", highlight=False)
     if s["out"]:
-        runs = "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)" if s.get("plan") and s.get("microbatch_counts") else "history.jsonl, timing.jsonl, checkpoint.json"
+        runs = (
+            "plans.json, m*/ (each count's history.jsonl, timing.jsonl, checkpoint.json)"
+            if s.get("plan") and s.get("microbatch_counts")
+            else "history.jsonl, timing.jsonl, checkpoint.json"
+        )
         report = f", {_REPORT_FILES}" if drawn else ""
         console.print(f"wrote {s['out']}/placement.json, summary.json, run.json, {runs}{report}", highlight=False)
 
@@ -919,8 +1291,10 @@ def main() -> None:
     except OSError as exc:
         if exc.filename is None or exc.errno not in _PATH_ERRORS:
             _internal_error(exc)
-        print(f"error: {_short_path(exc.filename)}: {exc.strerror}; give a path this machine can read and write",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {_short_path(exc.filename)}: {exc.strerror}; give a path this machine can read and write",
+            file=sys.stderr,
+        )
         sys.exit(2)
     except Exception as exc:  # a bug of ours, not the user's input: still no wall of text by default
         _internal_error(exc)
@@ -942,8 +1316,19 @@ def _no_empty_arguments(argv: list[str]) -> None:
 
 # A path the user named that the system refuses (too long, not allowed, a folder where a file was
 # expected, a full or read-only disk): the user's input or machine, not a bug of ours.
-_PATH_ERRORS = {errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOSPC,
-                errno.EROFS, errno.ENOENT, errno.EEXIST, errno.ELOOP, errno.EDQUOT}  # fmt: skip
+_PATH_ERRORS = {
+    errno.ENAMETOOLONG,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.ENOENT,
+    errno.EEXIST,
+    errno.ELOOP,
+    errno.EDQUOT,
+}
 
 
 def _short_path(name) -> str:
@@ -956,8 +1341,11 @@ def _internal_error(exc: BaseException):
         raise exc
     text = str(exc)
     text = text if len(text) <= 400 else text[:300] + f"... ({len(text)} characters)"
-    print(f"internal error: {type(exc).__name__}: {text} (rerun with POSTPLACE_DEBUG=1 for the traceback, "
-          "and please report it)", file=sys.stderr)  # fmt: skip
+    print(
+        f"internal error: {type(exc).__name__}: {text} (rerun with POSTPLACE_DEBUG=1 for the traceback, "
+        "and please report it)",
+        file=sys.stderr,
+    )
     sys.exit(3)
 
 

@@ -91,9 +91,20 @@ def parse_strategies(text: str) -> list[str]:
     return names
 
 
-def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: int, seeds: int, out: Path,
-            progress=None, expert_split: str | None = None, retraced: dict | None = None,
-            target_spec: dict | None = None, cluster_spec: str | None = None) -> dict:  # fmt: skip
+def compare(
+    graph: OpGraph,
+    cluster: Cluster,
+    strategies: list[str],
+    *,
+    budget: int,
+    seeds: int,
+    out: Path,
+    progress=None,
+    expert_split: str | None = None,
+    retraced: dict | None = None,
+    target_spec: dict | None = None,
+    cluster_spec: str | None = None,
+) -> dict:
     """Run everything, write ``compare.json`` and ``compare.csv`` under ``out``, return the report.
 
     ``retraced``: ``{m: OpGraph}``, the same step traced as m micro-batches, where the target can be
@@ -142,16 +153,24 @@ def compare(graph: OpGraph, cluster: Cluster, strategies: list[str], *, budget: 
                 used = [cluster.device_names.index(d) for d in r.devices_used]
                 r.mfu = flops / (r.best_step_time_s * peak_of_devices_used(cluster, used, precision)[0])
     report = {
-        "graph": graph.name, "cluster": cluster.name, "budget_samples": budget, "seeds": seeds,
-        "evaluator": sim.name, "lower_bound_s": lb, "single_device_step_time_s": single_time,
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "budget_samples": budget,
+        "seeds": seeds,
+        "evaluator": sim.name,
+        "lower_bound_s": lb,
+        "single_device_step_time_s": single_time,
         "cost_model": sim.problem.cost_model.describe(cluster) if hasattr(sim.problem.cost_model, "describe") else None,
-        "cost_model_error": sim.problem.cost_model.step_error(cluster) if hasattr(sim.problem.cost_model, "step_error")
+        "cost_model_error": sim.problem.cost_model.step_error(cluster)
+        if hasattr(sim.problem.cost_model, "step_error")
         else None,
-        "groups": problem.grouping.num_groups, "target_spec": target_spec,
-        "cluster_spec": cluster_spec, "cluster_sha": fingerprint(cluster),
+        "groups": problem.grouping.num_groups,
+        "target_spec": target_spec,
+        "cluster_spec": cluster_spec,
+        "cluster_sha": fingerprint(cluster),
         "microbatches": (target_spec or {}).get("microbatches", 1),
         "rows": [{k: v for k, v in asdict(r).items()} for r in rows],
-    }  # fmt: skip
+    }
     (out / "compare.json").write_text(json.dumps(report, indent=1))
     with open(out / "compare.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -184,8 +203,10 @@ def _check_expert_split(graph, cluster, strategies: list[str], expert_split) -> 
     from postplace.placers import place_expert
 
     if "expert" not in strategies:
-        raise PostplaceError(f"--expert-split {str(expert_split)[:80]}: only the 'expert' row reads it, and "
-                             "--strategies leaves that out; add expert to --strategies or drop --expert-split")
+        raise PostplaceError(
+            f"--expert-split {str(expert_split)[:80]}: only the 'expert' row reads it, and "
+            "--strategies leaves that out; add expert to --strategies or drop --expert-split"
+        )
     place_expert(graph, cluster, split=expert_split)
 
 
@@ -204,10 +225,25 @@ def _placer_row(name, graph, cluster, sim, expert_split) -> Row:
         return Row(name, "placer", None, note=f"invalid placement: {res.reasons[0]}", wall_time_s=wall)
     step = float(res.step_time[0])
     if res.oom[0]:  # an OOM placement has no step time to report as a result
-        return Row(name, "placer", None, peak_memory_bytes=float(res.peak_mem[0].max()), oom_count=1,
-                   wall_time_s=wall, note=f"OOM: this placement does not fit (it would take {step * 1e3:.2f} ms)")
-    return Row(name, "placer", step, step, step, peak_memory_bytes=float(res.peak_mem[0].max()), wall_time_s=wall,
-               devices_used=_names(cluster, ops))  # fmt: skip
+        return Row(
+            name,
+            "placer",
+            None,
+            peak_memory_bytes=float(res.peak_mem[0].max()),
+            oom_count=1,
+            wall_time_s=wall,
+            note=f"OOM: this placement does not fit (it would take {step * 1e3:.2f} ms)",
+        )
+    return Row(
+        name,
+        "placer",
+        step,
+        step,
+        step,
+        peak_memory_bytes=float(res.peak_mem[0].max()),
+        wall_time_s=wall,
+        devices_used=_names(cluster, ops),
+    )
 
 
 def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
@@ -243,15 +279,35 @@ def _yardstick_row(name: str, retraced: dict, cluster) -> Row:
     kind = "data-parallel (simulated)" if name == "data-parallel" else "placer"
     wall = time.perf_counter() - t
     if name == "data-parallel" and max(retraced) < 2:
-        return Row(name, kind, None, wall_time_s=wall,
-                   note="no step of 2 or more micro-batches could be traced (e.g. batch norm over one sample)")
+        return Row(
+            name,
+            kind,
+            None,
+            wall_time_s=wall,
+            note="no step of 2 or more micro-batches could be traced (e.g. batch norm over one sample)",
+        )
     if best is None:
-        return Row(name, kind, None, oom_count=1, wall_time_s=wall,
-                   note="does not fit at any micro-batch count: " + "; ".join(notes))  # fmt: skip
+        return Row(
+            name,
+            kind,
+            None,
+            oom_count=1,
+            wall_time_s=wall,
+            note="does not fit at any micro-batch count: " + "; ".join(notes),
+        )
     step, m, peak, used = best
     what = "micro-batch k on GPU k, replicated state" if name == "data-parallel" else "GPipe-style stages"
-    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
-               note=f"fastest at m={m} of {sorted(retraced)} ({what}), simulated")  # fmt: skip
+    return Row(
+        name,
+        kind,
+        step,
+        step,
+        step,
+        peak_memory_bytes=peak,
+        wall_time_s=wall,
+        devices_used=used,
+        note=f"fastest at m={m} of {sorted(retraced)} ({what}), simulated",
+    )
 
 
 def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
@@ -282,8 +338,17 @@ def _plan_row(name: str, retraced: dict | None, cluster) -> Row:
         why = "; ".join(notes) if notes else f"no micro-batch count of {sorted(retraced)} splits over 2 or more GPUs"
         return Row(name, kind, None, oom_count=int(bool(notes)), wall_time_s=wall, note=f"does not run: {why}")
     step, m, k, peak, used = best
-    return Row(name, kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
-               note=f"fastest at m={m} of {sorted(retraced)}, dp={k}, simulated")  # fmt: skip
+    return Row(
+        name,
+        kind,
+        step,
+        step,
+        step,
+        peak_memory_bytes=peak,
+        wall_time_s=wall,
+        devices_used=used,
+        note=f"fastest at m={m} of {sorted(retraced)}, dp={k}, simulated",
+    )
 
 
 def _grid_row(retraced: dict | None, cluster, plain: list[Row]) -> Row:
@@ -312,8 +377,17 @@ def _grid_row(retraced: dict | None, cluster, plain: list[Row]) -> Row:
     if best is None:
         return Row("best-3d", kind, None, wall_time_s=wall, note=f"no plan of {tried} fits")
     step, words, peak, used = best
-    return Row("best-3d", kind, step, step, step, peak_memory_bytes=peak, wall_time_s=wall, devices_used=used,
-               note=f"{words}; best of {tried} grid plans over m={sorted(retraced)} and the plain rows, simulated")
+    return Row(
+        "best-3d",
+        kind,
+        step,
+        step,
+        step,
+        peak_memory_bytes=peak,
+        wall_time_s=wall,
+        devices_used=used,
+        note=f"{words}; best of {tried} grid plans over m={sorted(retraced)} and the plain rows, simulated",
+    )
 
 
 def _data_parallel_row(graph, cluster) -> Row:
@@ -323,18 +397,31 @@ def _data_parallel_row(graph, cluster) -> Row:
         r = data_parallel_step_time(graph, cluster)
     except PlacementError as exc:
         return Row("data-parallel", "data-parallel (estimate)", None, note=str(exc))
-    return Row("data-parallel", "data-parallel (estimate)", r.step_time, r.step_time, r.step_time,
-               peak_memory_bytes=float(np.max(r.peak_mem)), oom_count=int(r.oom),
-               note=f"analytic estimate (the graph cannot be traced again): all-reduce {r.allreduce_time * 1e3:.2f} "
-                    f"ms of {r.gradient_bytes / 1e6:.1f} MB ({r.gradient_source})")  # fmt: skip
+    return Row(
+        "data-parallel",
+        "data-parallel (estimate)",
+        r.step_time,
+        r.step_time,
+        r.step_time,
+        peak_memory_bytes=float(np.max(r.peak_mem)),
+        oom_count=int(r.oom),
+        note=f"analytic estimate (the graph cannot be traced again): all-reduce {r.allreduce_time * 1e3:.2f} "
+        f"ms of {r.gradient_bytes / 1e6:.1f} MB ({r.gradient_source})",
+    )
 
 
 def run_key(graph, cluster, strategy, budget: int, seed: int) -> dict:
     """What a finished search run may be reused for: every input that changes its result."""
     cfg = getattr(strategy, "config", None)
     cfg = asdict(cfg) if cfg is not None else None
-    key = {"graph": fingerprint(graph), "cluster": fingerprint(cluster), "strategy": strategy.name,
-           "budget": budget, "seed": seed, "config": cfg}
+    key = {
+        "graph": fingerprint(graph),
+        "cluster": fingerprint(cluster),
+        "strategy": strategy.name,
+        "budget": budget,
+        "seed": seed,
+        "config": cfg,
+    }
     return json.loads(json.dumps(key))  # as it reads back from result.json (tuples become lists)
 
 
@@ -374,8 +461,10 @@ def reach(folder: Path, frac: float = REACH) -> dict:
     k = samples_to_within(curve, frac)
     times = sample_times(read_timing(folder / TIMING), len(curve))
     pct = f"{frac * 100:g}pct"
-    return {f"samples_to_within_{pct}": k,
-            f"seconds_to_within_{pct}": None if k is None or times is None else float(times[k - 1])}  # fmt: skip
+    return {
+        f"samples_to_within_{pct}": k,
+        f"seconds_to_within_{pct}": None if k is None or times is None else float(times[k - 1]),
+    }
 
 
 def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluster) -> Row:
@@ -395,23 +484,40 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
         else:
             resume = (folder / CHECKPOINT).exists()
             t = time.perf_counter()
-            r = run(strategy, problem.simulator, Budget(samples=budget), out_dir=folder, resume=resume,
-                    meta={"strategy": name, "seed": seed, "key": key})  # fmt: skip
+            r = run(
+                strategy,
+                problem.simulator,
+                Budget(samples=budget),
+                out_dir=folder,
+                resume=resume,
+                meta={"strategy": name, "seed": seed, "key": key},
+            )
             if r.interrupted:
                 raise KeyboardInterrupt
             peak = None
             if r.best_placement is not None:
                 peak = float(problem.simulator.evaluate(r.best_placement[None]).peak_mem[0].max())
-            rec = {"best_step_time_s": r.best_step_time if r.best_placement is not None else None,
-                   "wall_time_s": time.perf_counter() - t, "samples": r.samples,
-                   "feasible_samples": r.feasible_samples, "peak_memory_bytes": peak,
-                   "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
-                   **{f"start_{k}" if k != "anchor_name" else k: v
-                      for k, v in start_record(strategy).items()}, "key": key}  # fmt: skip
+            rec = {
+                "best_step_time_s": r.best_step_time if r.best_placement is not None else None,
+                "wall_time_s": time.perf_counter() - t,
+                "samples": r.samples,
+                "feasible_samples": r.feasible_samples,
+                "peak_memory_bytes": peak,
+                "best_placement": None if r.best_placement is None else r.best_placement.tolist(),
+                **{f"start_{k}" if k != "anchor_name" else k: v for k, v in start_record(strategy).items()},
+                "key": key,
+            }
             done.write_text(json.dumps(rec))
-        per_seed.append({"seed": seed, "start_name": None, "start_step_time_s": None,  # a run from before
-                         **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
-                         **reach(folder), "origins": origins(folder, problem.simulator.lower_bound)})  # fmt: skip
+        per_seed.append(
+            {
+                "seed": seed,
+                "start_name": None,
+                "start_step_time_s": None,  # a run from before
+                **{k: v for k, v in rec.items() if k not in ("best_placement", "key")},
+                **reach(folder),
+                "origins": origins(folder, problem.simulator.lower_bound),
+            }
+        )
         walls.append(rec["wall_time_s"])
         if rec["best_step_time_s"] is None:
             ooms += 1
@@ -423,31 +529,58 @@ def _search_row(name, problem, budget: int, seeds: int, out: Path, graph, cluste
     start["local_moves"] = bool(getattr(getattr(strategy, "config", None), "use_local", False))
     start["new_bests"] = _summed([s["origins"]["new_bests"] for s in per_seed if s["origins"] is not None])
     if not bests:
-        return Row(name, "search", None, oom_count=ooms, wall_time_s=statistics.median(walls), seeds=seeds,
-                   note="no feasible placement sampled", per_seed=per_seed, **start)  # fmt: skip
+        return Row(
+            name,
+            "search",
+            None,
+            oom_count=ooms,
+            wall_time_s=statistics.median(walls),
+            seeds=seeds,
+            note="no feasible placement sampled",
+            per_seed=per_seed,
+            **start,
+        )
     med = statistics.median(bests)
     cfg = getattr(strategy, "config", None)
     note = ""
     if getattr(cfg, "use_ce", False) and getattr(cfg, "use_ppo", False) and budget <= cfg.ce_every:
-        note = (f"no cross-entropy step ran: the budget ({budget}) is not above ce_every ({cfg.ce_every}), so this "
-                "run is PPO alone from its start")  # fmt: skip
+        note = (
+            f"no cross-entropy step ran: the budget ({budget}) is not above ce_every ({cfg.ce_every}), so this "
+            "run is PPO alone from its start"
+        )
     fastest = placed[bests.index(min(bests))]
     used = None if fastest is None else _names(cluster, fastest)  # per group: every group's device is used
-    return Row(name, "search", med, min(bests), max(bests), peak_memory_bytes=max(peaks), oom_count=ooms,
-               wall_time_s=statistics.median(walls), seeds=seeds, note=note, per_seed=per_seed, devices_used=used,
-               **start)  # fmt: skip
+    return Row(
+        name,
+        "search",
+        med,
+        min(bests),
+        max(bests),
+        peak_memory_bytes=max(peaks),
+        oom_count=ooms,
+        wall_time_s=statistics.median(walls),
+        seeds=seeds,
+        note=note,
+        per_seed=per_seed,
+        devices_used=used,
+        **start,
+    )
 
 
 def _start_of(per_seed: list[dict]) -> dict:
     """A search row's start from its seeds': the name they share (names joined with '/' where they
     differ; None where none recorded one) and the median of their start step times."""
+
     def joined(key: str) -> str | None:
         names = list(dict.fromkeys(s[key] for s in per_seed if s.get(key) is not None))
         return "/".join(names) if names else None
 
     times = [s["start_step_time_s"] for s in per_seed if s.get("start_step_time_s") is not None]
-    return {"start_name": joined("start_name"), "anchor_name": joined("anchor_name"),
-            "start_step_time_s": statistics.median(times) if times else None}  # fmt: skip
+    return {
+        "start_name": joined("start_name"),
+        "anchor_name": joined("anchor_name"),
+        "start_step_time_s": statistics.median(times) if times else None,
+    }
 
 
 def _summed(counts: list[dict]) -> dict | None:

@@ -127,17 +127,28 @@ def candidates_from_run(out_dir: str | Path, simulator, k: int) -> np.ndarray:
         cache = {
             key.tobytes(): (float(t), bool(o), bool(f), r)
             for key, t, o, f, r in zip(
-                snap["cache_keys"], snap["cache_step"], snap["cache_oom"], snap["cache_failed"],
-                snap["cache_reasons"], strict=True,
+                snap["cache_keys"],
+                snap["cache_step"],
+                snap["cache_oom"],
+                snap["cache_failed"],
+                snap["cache_reasons"],
+                strict=True,
             )
-        }  # fmt: skip
+        }
     except (KeyError, TypeError, ValueError) as exc:
         raise PostplaceError(f"{out}/checkpoint.json: not a search checkpoint ({exc})") from None
     return candidates_from_cache(cache, simulator, k)
 
 
-def confirm(simulator, measurer, candidates, *, single: bool = True, labels: list[str] | None = None,
-            allowed: np.ndarray | None = None) -> ConfirmResult:  # fmt: skip
+def confirm(
+    simulator,
+    measurer,
+    candidates,
+    *,
+    single: bool = True,
+    labels: list[str] | None = None,
+    allowed: np.ndarray | None = None,
+) -> ConfirmResult:
     """Measure ``candidates`` (op-level placements ``[k, num_ops]``, best simulated first) and, with
     ``single``, the simulator's best single device (among the devices ``allowed[op, d]`` permits: pins and
     exclusions); return the fastest measured one (module docstring).
@@ -174,8 +185,9 @@ def confirm(simulator, measurer, candidates, *, single: bool = True, labels: lis
     notes = []
     if single:
         try:
-            ops = place_single(simulator.graph, simulator.cluster, cost_model=simulator.problem.cost_model,
-                               allowed=allowed)  # fmt: skip
+            ops = place_single(
+                simulator.graph, simulator.cluster, cost_model=simulator.problem.cost_model, allowed=allowed
+            )
         except NoSingleDeviceFits:
             notes.append("no single device fits in memory (simulated): none measured")
         else:

@@ -43,9 +43,24 @@ from postplace.report.markdown import COLUMNS, EFFECTS, OTHERS, TABLES, format_t
 
 PAPER_MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt2", "nmt4")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
-CHEAP_SEARCH = ("random", "anneal", "reinforce-paper", "ce-paper", "ppo-paper", "post-paper", "post-start",
-                "reinforce-probe", "ce-probe", "ppo-probe", "post-probe", "local", "reinforce-local", "ce", "ppo",
-                "post")  # fmt: skip
+CHEAP_SEARCH = (
+    "random",
+    "anneal",
+    "reinforce-paper",
+    "ce-paper",
+    "ppo-paper",
+    "post-paper",
+    "post-start",
+    "reinforce-probe",
+    "ce-probe",
+    "ppo-probe",
+    "post-probe",
+    "local",
+    "reinforce-local",
+    "ce",
+    "ppo",
+    "post",
+)
 """Search strategies that cost about a millisecond per sample (the planner ``hp`` about 0.13 s): the
 strategies of every table (:data:`postplace.report.markdown.TABLES`), with random search and annealing."""
 PLANNERS = ("hp", "hp-probe", "hp-local")
@@ -127,16 +142,20 @@ def headline(report: dict, model: str, cluster: str, post: str = "post", rivals=
     names = [c for c in COLUMNS if c not in OTHERS and c != post] if rivals is None else rivals
     post_name, post = post, best(post)
     rivals = {name: best(name) for name in names if name in rows}
-    fits = [rows[h]["best_step_time_s"] for h in HEURISTICS
-            if h in rows and rows[h]["best_step_time_s"] is not None and not rows[h]["oom_count"]]  # fmt: skip
+    fits = [
+        rows[h]["best_step_time_s"]
+        for h in HEURISTICS
+        if h in rows and rows[h]["best_step_time_s"] is not None and not rows[h]["oom_count"]
+    ]
     rivals["best heuristic"] = min(fits) if fits else None
     rivals["single"] = report.get("single_device_step_time_s")
     rivals["data-parallel"] = best("data-parallel")
     rivals["pipeline"] = best("pipeline")
     planner = next((rows[p] for p in names if p in PLANNERS and p in rows), None)
     hp_seeds = planner.get("seeds") if planner is not None else None
-    return Headline(model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals,
-                    post_name)  # fmt: skip
+    return Headline(
+        model, cluster, post, hp_seeds, {k: reduction(post, v) for k, v in rivals.items()}, rivals, post_name
+    )
 
 
 def effects(reports: dict, pairs) -> dict:
@@ -146,14 +165,18 @@ def effects(reports: dict, pairs) -> dict:
     per = {}
     for pair, rep in reports.items():
         best = {r["strategy"]: r["best_step_time_s"] for r in rep["rows"]}
-        per[pair] = {f"{a} -> {b}": reduction(best.get(b), best.get(a)) for a, b in pairs
-                     if a in best and b in best}  # fmt: skip
+        per[pair] = {f"{a} -> {b}": reduction(best.get(b), best.get(a)) for a, b in pairs if a in best and b in best}
     summary = {}
     for col in dict.fromkeys(c for vals in per.values() for c in vals):
         vals = [v[col] for v in per.values() if v.get(col) is not None]
         if vals:
-            summary[col] = {"pairs": len(vals), "helps": sum(v > 0 for v in vals), "median": statistics.median(vals),
-                            "min": min(vals), "max": max(vals)}  # fmt: skip
+            summary[col] = {
+                "pairs": len(vals),
+                "helps": sum(v > 0 for v in vals),
+                "median": statistics.median(vals),
+                "min": min(vals),
+                "max": max(vals),
+            }
     return {"pairs": per, "summary": summary}
 
 
@@ -166,13 +189,22 @@ def starts(report: dict) -> dict:
         if r.get("kind") != "search":
             continue
         start, final = r.get("start_step_time_s"), r.get("best_step_time_s")
-        rows[r["strategy"]] = {"start_name": r.get("start_name"), "start_step_time_s": start,
-                               "final_step_time_s": final, "gap_closed": gap_closed(start, final, lb)}  # fmt: skip
+        rows[r["strategy"]] = {
+            "start_name": r.get("start_name"),
+            "start_step_time_s": start,
+            "final_step_time_s": final,
+            "gap_closed": gap_closed(start, final, lb),
+        }
     return {"lower_bound_s": lb, "strategies": rows}
 
 
-def run_paper(out: Path, config: PaperConfig | None = None, *,
-              progress: Callable[[str, float, float], None] | None = None, collect: bool = False) -> dict:  # fmt: skip
+def run_paper(
+    out: Path,
+    config: PaperConfig | None = None,
+    *,
+    progress: Callable[[str, float, float], None] | None = None,
+    collect: bool = False,
+) -> dict:
     """Run (or resume) the experiment under ``out``; write ``paper.json`` and ``paper.md``; return the data.
 
     ``progress(what, done, total)`` is called before each piece of work and at the end, ``done`` and
@@ -218,8 +250,10 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
             return None  # no step to trace again: data parallelism is the analytic estimate
         batch = int(spec(model).config(config.size)["batch"])
         gpus = sum(d.kind == "gpu" for d in clusters[cluster].devices)
-        return trace_counts(lambda k: graph(model) if k == 1 else cached_graph(model, config.size, microbatches=k),
-                            microbatch_counts(batch, gpus))[0]  # fmt: skip
+        return trace_counts(
+            lambda k: graph(model) if k == 1 else cached_graph(model, config.size, microbatches=k),
+            microbatch_counts(batch, gpus),
+        )[0]
 
     def tell(what: str) -> None:
         if progress:
@@ -234,12 +268,18 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         for name in cheap
     ]  # 1. the cheap searches, all seeds
     tasks += [  # 2. the planners, one seed at a time over every pair
-        (f"{m} on {c}: {name} seed {k - 1} ({config.planner_budget} samples)", (m, c), [name],
-         config.planner_budget, k, hp_weight)
+        (
+            f"{m} on {c}: {name} seed {k - 1} ({config.planner_budget} samples)",
+            (m, c),
+            [name],
+            config.planner_budget,
+            k,
+            hp_weight,
+        )
         for k in range(1, config.planner_seeds + 1)
         for m, c in pairs
         for name in planners
-    ]  # fmt: skip
+    ]
     pending = [] if collect else list(tasks)
     while pending:  # a pair another process is working on is skipped, and waited for only at the end
         for task in list(pending):
@@ -266,14 +306,25 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
             heads[key].append(headline(rep, m, c, t["post"], t["rivals"]))
         done += 1
     tell("done")
-    tables = {key: {**t, "rivals": list(t["rivals"]), "headline": [asdict(h) for h in heads[key]],
-                    "summary": _summary(heads[key])} for key, t in TABLES.items()}  # fmt: skip
+    tables = {
+        key: {
+            **t,
+            "rivals": list(t["rivals"]),
+            "headline": [asdict(h) for h in heads[key]],
+            "summary": _summary(heads[key]),
+        }
+        for key, t in TABLES.items()
+    }
     data = {
-        "config": {**asdict(config), "planner_budget": config.planner_budget if planners else 0,
-                   "planner_seeds": config.planner_seeds if planners else 0},
-        "paper_claim": {"max_reduction_vs_rl": PAPER_CLAIM,
-                        "source": "Gao, Chen, Li, NeurIPS 2018 (Post), abstract: "
-                                  "up to 63.7% vs the RL state of the art"},
+        "config": {
+            **asdict(config),
+            "planner_budget": config.planner_budget if planners else 0,
+            "planner_seeds": config.planner_seeds if planners else 0,
+        },
+        "paper_claim": {
+            "max_reduction_vs_rl": PAPER_CLAIM,
+            "source": "Gao, Chen, Li, NeurIPS 2018 (Post), abstract: up to 63.7% vs the RL state of the art",
+        },
         "evaluator": "simulator",
         "pairs": [f"{m}-{c}" for m, c in pairs],
         "tables": tables,
@@ -284,7 +335,7 @@ def run_paper(out: Path, config: PaperConfig | None = None, *,
         "starts": {pair: starts(rep) for pair, rep in reports.items()},
         "wall_time_s_this_call": time.perf_counter() - t0,
         "missing": missing if collect else {},
-    }  # fmt: skip
+    }
     (out / "paper.json").write_text(json.dumps(data, indent=1))
     (out / "paper.md").write_text(format_table(data) + "\n")
     return data
@@ -301,24 +352,29 @@ def _finished(strategies: list[str], config: PaperConfig, folder: Path) -> tuple
             k += 1
         return k
 
-    names = [s for s in strategies if s in PLACER_NAMES or (s in PLANNERS and done_seeds(s) > 0)
-             or (s not in PLANNERS and done_seeds(s) >= config.seeds)]  # fmt: skip
+    names = [
+        s
+        for s in strategies
+        if s in PLACER_NAMES
+        or (s in PLANNERS and done_seeds(s) > 0)
+        or (s not in PLANNERS and done_seeds(s) >= config.seeds)
+    ]
     planned = [done_seeds(s) for s in names if s in PLANNERS]
     if planned:
         config = replace(config, hp_seeds=min(min(planned), config.planner_seeds))
     return names, config
 
 
-def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path,
-              retraced: dict | None) -> dict:
+def _assemble(graph, cluster, strategies: list[str], config: PaperConfig, folder: Path, retraced: dict | None) -> dict:
     """One pair's ``compare.json`` with every row: a single ``compare`` call where the planners have as
     many seeds and samples as the rest, else the planners' rows (with their own seed count) merged into the
     others'."""
     same = config.planner_seeds == config.seeds and config.planner_budget == config.budget
     planners = [s for s in strategies if s in PLANNERS]
     if not planners or same:  # else a shared call would find the planners' runs stale (other budget)
-        return compare(graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder,
-                       retraced=retraced)  # fmt: skip
+        return compare(
+            graph, cluster, strategies, budget=config.budget, seeds=config.seeds, out=folder, retraced=retraced
+        )
     hp = compare(graph, cluster, planners, budget=config.planner_budget, seeds=config.planner_seeds, out=folder)
     rest = [s for s in strategies if s not in PLANNERS]
     rep = compare(graph, cluster, rest, budget=config.budget, seeds=config.seeds, out=folder, retraced=retraced)
@@ -375,6 +431,11 @@ def _summary(heads: list[Headline]) -> dict:
     for rival in dict.fromkeys(r for h in heads for r in h.reduction):
         vals = [h.reduction[rival] for h in heads if h.reduction.get(rival) is not None]
         if vals:
-            out[rival] = {"pairs": len(vals), "post_faster": sum(v > 0 for v in vals),
-                          "median": statistics.median(vals), "max": max(vals), "min": min(vals)}  # fmt: skip
+            out[rival] = {
+                "pairs": len(vals),
+                "post_faster": sum(v > 0 for v in vals),
+                "median": statistics.median(vals),
+                "max": max(vals),
+                "min": min(vals),
+            }
     return out

@@ -52,12 +52,15 @@ def read_text(path: str | Path, what: str = "file") -> str:
         with open(path, "rb") as f:
             data = f.read(_SNIFF_BYTES)
             if b"\0" in data:
-                raise PostplaceError(f"{path}: holds NUL bytes, so it is not a text {what} (a binary file or a "
-                                     "device?); give a UTF-8 JSON or TOML file")  # fmt: skip
+                raise PostplaceError(
+                    f"{path}: holds NUL bytes, so it is not a text {what} (a binary file or a "
+                    "device?); give a UTF-8 JSON or TOML file"
+                )
             data += f.read(max(MAX_FILE_BYTES + 1 - len(data), 0))
         if len(data) > MAX_FILE_BYTES:
-            raise PostplaceError(f"{path}: larger than {MAX_FILE_BYTES:,} bytes, past any {what} postplace reads "
-                                 "(an endless stream?)")  # fmt: skip
+            raise PostplaceError(
+                f"{path}: larger than {MAX_FILE_BYTES:,} bytes, past any {what} postplace reads (an endless stream?)"
+            )
     except FileNotFoundError:
         raise PostplaceError(f"{path}: no such {what}") from None
     except IsADirectoryError:

@@ -25,5 +25,15 @@ from postplace.api.options import Measure, Step
 from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.target import load_target
 
-__all__ = ["CANDIDATE_PLACERS", "CompareResult", "Measure", "PlaceResult", "Step", "apply", "compare", "load_target",
-           "place", "resume"]
+__all__ = [
+    "CANDIDATE_PLACERS",
+    "CompareResult",
+    "Measure",
+    "PlaceResult",
+    "Step",
+    "apply",
+    "compare",
+    "load_target",
+    "place",
+    "resume",
+]

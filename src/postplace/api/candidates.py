@@ -69,13 +69,16 @@ def warm_start_ops(spec: str, problem) -> np.ndarray:
         else:  # made at another micro-batch count
             ops = _mapped_placement(spec, d, graph, c)
     else:
-        raise PostplaceError(f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, "
-                             "or a placement JSON file")  # fmt: skip
+        raise PostplaceError(
+            f"--warm-start '{spec}': give a placer ({', '.join(PLACERS)}), single:DEVICE, or a placement JSON file"
+        )
     bad = np.flatnonzero(~allowed[np.arange(graph.num_ops), ops])
     if bad.size:
         i = int(bad[0])
-        raise PostplaceError(f"--warm-start {spec} puts op '{graph.names[i]}' on {c.device_names[ops[i]]}, which "
-                             "--pin/--exclude (or its kinds) forbid; drop the warm start or the constraint")
+        raise PostplaceError(
+            f"--warm-start {spec} puts op '{graph.names[i]}' on {c.device_names[ops[i]]}, which "
+            "--pin/--exclude (or its kinds) forbid; drop the warm start or the constraint"
+        )
     return ops
 
 
@@ -112,7 +115,7 @@ def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
 
     for i in range(graph.num_ops):  # stored in program order: inputs come first
         if dev[i] < 0:
-            follow(i, graph.edge_src[graph.in_edges[graph.in_ptr[i]:graph.in_ptr[i + 1]]])
+            follow(i, graph.edge_src[graph.in_edges[graph.in_ptr[i] : graph.in_ptr[i + 1]]])
     for i in range(graph.num_ops - 1, -1, -1):  # sources no input placed (a micro-batch's labels): consumers
         if dev[i] < 0:
             follow(i, graph.edge_dst[graph.edge_src == i])
@@ -121,8 +124,10 @@ def _mapped_placement(spec: str, d: dict, graph, c) -> np.ndarray:
         dev[sets.get(int(i), [i])] = ok[0] if ok else 0
     reason = invalid_reason(graph, c, dev)
     if reason:
-        raise PostplaceError(f"--warm-start {spec}: made for {m_file} micro-batch(es), it cannot be mapped to "
-                             f"'{graph.name}' ({reason}); pin that count with --microbatches {m_file}")  # fmt: skip
+        raise PostplaceError(
+            f"--warm-start {spec}: made for {m_file} micro-batch(es), it cannot be mapped to "
+            f"'{graph.name}' ({reason}); pin that count with --microbatches {m_file}"
+        )
     return dev
 
 
@@ -159,8 +164,17 @@ def plan_candidates(problem, *, pins=(), exclude=(), largest: bool = True) -> li
         note = f"OOM: does not fit ({', '.join(r.oom_devices)})" if r.oom else ""
         if len(devices) < every and not note:
             note = f"dp={len(devices)} of {every} GPUs"
-        cands.append(Candidate(name, r.placement, None if r.oom else r.step_time_s, not r.oom, note, r.graph,
-                               f"{spec.name}:m={m},dp={len(devices)}"))  # fmt: skip
+        cands.append(
+            Candidate(
+                name,
+                r.placement,
+                None if r.oom else r.step_time_s,
+                not r.oom,
+                note,
+                r.graph,
+                f"{spec.name}:m={m},dp={len(devices)}",
+            )
+        )
     return cands
 
 
@@ -195,8 +209,9 @@ def hybrid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=(), se
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
         return []
-    space = PlanChoices(problem.graph, problem.cluster, devices, pins=pins,
-                        cost_model=problem.simulator.problem.cost_model)  # fmt: skip
+    space = PlanChoices(
+        problem.graph, problem.cluster, devices, pins=pins, cost_model=problem.simulator.problem.cost_model
+    )
     found = {}  # search -> (step, choice)
     current = [CHOICES.index(parse_plan(start.plan).name)] * len(space.groups)
     best_time = start.step_time_s
@@ -219,8 +234,11 @@ def hybrid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=(), se
     if step >= min(p.step_time_s for p in corners):
         return []
     best = space.tried[choice]
-    note = (f"found by {who} ({len(space.tried)} plans: hill-climb from {start.name}, then Post's paper form; "
-            + ", ".join(f"{k} {v[0] * 1e3:.3f} ms" for k, v in found.items()) + ")")  # fmt: skip
+    note = (
+        f"found by {who} ({len(space.tried)} plans: hill-climb from {start.name}, then Post's paper form; "
+        + ", ".join(f"{k} {v[0] * 1e3:.3f} ms" for k, v in found.items())
+        + ")"
+    )
     return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
 
 
@@ -251,8 +269,9 @@ def grid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=()) -> l
     m = microbatch_count(problem.graph)
     if len(gpus) < 2:
         return []
-    grid = best_3d(problem.graph, problem.cluster, gpus, pins=pins,
-                   cost_model=problem.simulator.problem.cost_model, work=GRID_WORK)  # fmt: skip
+    grid = best_3d(
+        problem.graph, problem.cluster, gpus, pins=pins, cost_model=problem.simulator.problem.cost_model, work=GRID_WORK
+    )
     plans = [p for p in plans if p.name in PRACTITIONER_PLANS and p.plan]
     options = [(p.step_time_s, p.placement, p.graph, p.plan) for p in plans if p.feasible]
     if grid.best is not None:
@@ -302,16 +321,28 @@ def oneshot_candidates(problem, judge, warm_ops, warm_start: str | None = None) 
                 named.append((OWNER_DP, None, "fewer than 2 GPUs left for replicas"))
             elif dp.oom:  # its simulated peak is the sharded one: say what replication needs instead
                 worst = int(np.argmax(dp.peak_mem - dp.capacity))
-                named.append((OWNER_DP, None, f"OOM: replicated parameters, gradients and optimizer state "
-                                                     f"need {dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} "
-                                                     f"of {dp.capacity[worst] / 1e9:.2f} GB"))  # fmt: skip
+                named.append(
+                    (
+                        OWNER_DP,
+                        None,
+                        f"OOM: replicated parameters, gradients and optimizer state "
+                        f"need {dp.peak_mem[worst] / 1e9:.2f} GB on {dp.gpus[worst]} "
+                        f"of {dp.capacity[worst] / 1e9:.2f} GB",
+                    )
+                )
                 named.append((OWNER_DP_SHARDED, dp.placement, ""))
             else:
                 named.append((OWNER_DP, dp.placement, ""))
     for name in CANDIDATE_PLACERS:
         if name in QUADRATIC_PLACERS and graph.num_ops > QUADRATIC_PLACER_MAX_OPS:
-            named.append((name, None, f"skipped: {graph.num_ops} ops (its time grows with the square of the ops; "
-                                      f"it runs up to {QUADRATIC_PLACER_MAX_OPS})"))
+            named.append(
+                (
+                    name,
+                    None,
+                    f"skipped: {graph.num_ops} ops (its time grows with the square of the ops; "
+                    f"it runs up to {QUADRATIC_PLACER_MAX_OPS})",
+                )
+            )
             continue
         try:
             ops = run_placer(name, graph, c, cost_model=cm, allowed=allowed)

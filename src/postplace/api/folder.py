@@ -51,9 +51,13 @@ def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ra
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
-        tgt = load_target(spec["name"], size=spec["size"], microbatches=spec.get("microbatches", 1),
-                          microbatch_colocation=spec.get("microbatch_colocation", "none"),
-                          **recorded_step(spec))  # fmt: skip
+        tgt = load_target(
+            spec["name"],
+            size=spec["size"],
+            microbatches=spec.get("microbatches", 1),
+            microbatch_colocation=spec.get("microbatch_colocation", "none"),
+            **recorded_step(spec),
+        )
     elif graph is not None:
         tgt = Target(graph, None, spec)
     elif (out / "graph.json").exists():
@@ -64,8 +68,9 @@ def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ra
     if fingerprint(tgt.graph) != settings.graph_sha:
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
-    return place_run(settings, {settings.pinned_count: tgt}, c, out=out, resume=True, progress=progress,
-                     confirm_k=confirm, ray=ray)
+    return place_run(
+        settings, {settings.pinned_count: tgt}, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray
+    )
 
 
 def _check_over_m_extension(out: Path, given, new, old) -> None:
@@ -73,12 +78,16 @@ def _check_over_m_extension(out: Path, given, new, old) -> None:
     budget out by rounds (:mod:`postplace.api.over_m`), so each count's share under the new budget is at
     least what it holds, and its searches resume from their checkpoints."""
     if (new.samples is None) != (old.samples is None):
-        raise PostplaceError(f"--budget {given}: the run in {out} over several micro-batch counts was given "
-                             f"{budget_text(old)}; extend it in {'samples' if old.samples is not None else 'seconds'}"
-                             ", as it was started")  # fmt: skip
+        raise PostplaceError(
+            f"--budget {given}: the run in {out} over several micro-batch counts was given "
+            f"{budget_text(old)}; extend it in {'samples' if old.samples is not None else 'seconds'}"
+            ", as it was started"
+        )
     if (new.samples, new.seconds) < (old.samples, old.seconds):  # one of the two is None in both
-        raise PostplaceError(f"--budget {given}: the run in {out} was given {budget_text(old)}, shared out over its "
-                             "micro-batch counts; give at least that much")  # fmt: skip
+        raise PostplaceError(
+            f"--budget {given}: the run in {out} was given {budget_text(old)}, shared out over its "
+            "micro-batch counts; give at least that much"
+        )
 
 
 def _check_checkpoint_settings(out: Path, settings: RunSettings) -> None:
@@ -92,8 +101,10 @@ def _check_checkpoint_settings(out: Path, settings: RunSettings) -> None:
     if want is None:  # a folder from before checkpoints recorded it
         return
     if want not in settings.accepted_checksums():
-        raise PostplaceError(f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
-                             "them edited, or copied from another run); start a new run")  # fmt: skip
+        raise PostplaceError(
+            f"{out}/{CHECKPOINT} was written under other settings than {out}/{SETTINGS} (one of "
+            "them edited, or copied from another run); start a new run"
+        )
 
 
 def _recorded_cluster(out: Path, settings: RunSettings, cluster, graph):
@@ -113,12 +124,15 @@ def _resume_over_m(out: Path, settings: RunSettings, cluster, progress: bool, co
     targets_by_m = {}
     for m in counts:
         if spec["kind"] == "zoo":
-            tgt = load_target(spec["name"], size=spec["size"], microbatches=m,
-                              microbatch_colocation=settings.colocation,
-                              **recorded_step(spec))  # fmt: skip
+            tgt = load_target(
+                spec["name"],
+                size=spec["size"],
+                microbatches=m,
+                microbatch_colocation=settings.colocation,
+                **recorded_step(spec),
+            )
         elif (out / f"m{m}" / "graph.json").exists():
-            own = spec if m == 1 else {**spec, "microbatches": m,
-                                       "microbatch_colocation": settings.colocation}  # fmt: skip
+            own = spec if m == 1 else {**spec, "microbatches": m, "microbatch_colocation": settings.colocation}
             tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, own)
         else:
             raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
@@ -137,22 +151,30 @@ def _resolved(value) -> str:
 def _check_given(out: Path, settings: RunSettings, given: dict) -> None:
     """Settings given again with --resume must equal the recorded ones (``budget`` aside)."""
     if {"optimizer", "lr"} & set(given):
-        check_same_optimizer(settings.target.get("optimizer", "sgd"), given.pop("optimizer", None),
-                              given.pop("lr", None), f"--resume {out}: the run")  # fmt: skip
+        check_same_optimizer(
+            settings.target.get("optimizer", "sgd"),
+            given.pop("optimizer", None),
+            given.pop("lr", None),
+            f"--resume {out}: the run",
+        )
     for key, value in given.items():
         if key == "precision":
             recorded = settings.target.get("precision", "fp32")
             if value != recorded:
-                raise PostplaceError(f"--resume {out}: the run was started with precision {recorded}, not {value}; "
-                                     "drop the flag or start a new run")  # fmt: skip
+                raise PostplaceError(
+                    f"--resume {out}: the run was started with precision {recorded}, not {value}; "
+                    "drop the flag or start a new run"
+                )
             continue
         if key == "config":
             cfg = config_json(strategy_config(settings.strategy, value))
             for field_ in value:
                 if _norm(cfg[field_]) != _norm(settings.config.get(field_)):
-                    raise PostplaceError(f"--resume {out}: the run was started with {field_}="
-                                         f"{settings.config.get(field_)!r}, not {cfg[field_]!r}; drop the "
-                                         "setting or start a new run")  # fmt: skip
+                    raise PostplaceError(
+                        f"--resume {out}: the run was started with {field_}="
+                        f"{settings.config.get(field_)!r}, not {cfg[field_]!r}; drop the "
+                        "setting or start a new run"
+                    )
             continue
         if key == "target":
             spec = settings.target
@@ -162,8 +184,11 @@ def _check_given(out: Path, settings: RunSettings, given: dict) -> None:
         elif key == "warm_start":
             recorded, value = settings.warm_start, None if value is None else _resolved(value)
         elif key in ("microbatches", "microbatch_colocation"):
-            recorded = settings.colocation if key == "microbatch_colocation" else (
-                "auto" if settings.over_m else settings.pinned_count)  # fmt: skip
+            recorded = (
+                settings.colocation
+                if key == "microbatch_colocation"
+                else ("auto" if settings.over_m else settings.pinned_count)
+            )
             if value is None:  # not given: the default
                 continue
         elif key in _GIVEN_AGAIN:
@@ -171,8 +196,10 @@ def _check_given(out: Path, settings: RunSettings, given: dict) -> None:
         else:
             raise PostplaceError(f"resume: unknown setting '{key}'")
         if _norm(value) != _norm(recorded):
-            raise PostplaceError(f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
-                                 "drop the flag or start a new run")
+            raise PostplaceError(
+                f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
+                "drop the flag or start a new run"
+            )
 
 
 _GIVEN_AGAIN = ("strategy", "seed", "groups", "pins", "exclude", "evaluator", "map_all_to", "size")

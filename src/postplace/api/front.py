@@ -146,36 +146,85 @@ def place(
     """
     check_moved("place", moved)
     step, measure = grouped(step, Step, "step"), grouped(measure, Measure, "measure")
-    m_mode = _microbatch_mode(target, microbatches, microbatch_colocation, measure, step.targets,
-                              batch_of(target, size, step.inputs))  # fmt: skip
+    m_mode = _microbatch_mode(
+        target, microbatches, microbatch_colocation, measure, step.targets, batch_of(target, size, step.inputs)
+    )
     if m_mode == "auto":
-        return _place_over_m(target, cluster, out=out, strategy=strategy, budget=budget, seed=seed, pins=pins,
-                             exclude=exclude, warm_start=warm_start, config=config, groups=groups, size=size,
-                             colocation=microbatch_colocation, step=step, measure=measure, progress=progress,
-                             report=report)  # fmt: skip
-    tgt = load_target(target, size=size, inputs=step.inputs, loss_fn=step.loss_fn, microbatches=m_mode,
-                      microbatch_colocation=microbatch_colocation, targets=step.targets,
-                      **step.traced_step())  # fmt: skip
+        return _place_over_m(
+            target,
+            cluster,
+            out=out,
+            strategy=strategy,
+            budget=budget,
+            seed=seed,
+            pins=pins,
+            exclude=exclude,
+            warm_start=warm_start,
+            config=config,
+            groups=groups,
+            size=size,
+            colocation=microbatch_colocation,
+            step=step,
+            measure=measure,
+            progress=progress,
+            report=report,
+        )
+    tgt = load_target(
+        target,
+        size=size,
+        inputs=step.inputs,
+        loss_fn=step.loss_fn,
+        microbatches=m_mode,
+        microbatch_colocation=microbatch_colocation,
+        targets=step.targets,
+        **step.traced_step(),
+    )
     c, cluster_spec = load_cluster(cluster, tgt.graph)
     note = None
     if microbatches is None and m_mode == 1 and tgt.spec["kind"] in ("zoo", "module") and measure.measured:
-        note = ("measured runs place m = 1 unless asked (every count's search is measured for real): pass "
-                "--microbatches auto to weigh every count, or M to pin one")  # fmt: skip
+        note = (
+            "measured runs place m = 1 unless asked (every count's search is measured for real): pass "
+            "--microbatches auto to weigh every count, or M to pin one"
+        )
     elif microbatches is None and tgt.spec["kind"] == "module" and step.targets is None:
-        note = ("placed at m = 1 only: give Step(targets=...) (and a loss_fn(outputs, *targets)) to weigh "
-                "micro-batch counts, data parallelism and pipelines")  # fmt: skip
-    settings = make_settings(tgt, c, cluster_spec, strategy=strategy, budget=budget, seed=seed, pins=pins,
-                             exclude=exclude, warm_start=warm_start, evaluator=measure.evaluator, config=config,
-                             groups=groups, size=size, map_all_to=measure.map_all_to, confirm=measure.confirm,
-                             microbatches=m_mode, microbatch_colocation=microbatch_colocation,
-                             microbatch_note=note)  # fmt: skip
-    result = place_run(settings, {m_mode: tgt}, c, out=None if out is None else Path(out), resume=False,
-                       progress=progress, confirm_k=measure.confirm, ray=measure.ray)  # fmt: skip
+        note = (
+            "placed at m = 1 only: give Step(targets=...) (and a loss_fn(outputs, *targets)) to weigh "
+            "micro-batch counts, data parallelism and pipelines"
+        )
+    settings = make_settings(
+        tgt,
+        c,
+        cluster_spec,
+        strategy=strategy,
+        budget=budget,
+        seed=seed,
+        pins=pins,
+        exclude=exclude,
+        warm_start=warm_start,
+        evaluator=measure.evaluator,
+        config=config,
+        groups=groups,
+        size=size,
+        map_all_to=measure.map_all_to,
+        confirm=measure.confirm,
+        microbatches=m_mode,
+        microbatch_colocation=microbatch_colocation,
+        microbatch_note=note,
+    )
+    result = place_run(
+        settings,
+        {m_mode: tgt},
+        c,
+        out=None if out is None else Path(out),
+        resume=False,
+        progress=progress,
+        confirm_k=measure.confirm,
+        ray=measure.ray,
+    )
     return with_report(result, out, report)
 
 
-def _microbatch_mode(target, microbatches, colocation: str, measure: Measure, targets,
-                     batch: int | None) -> int | str:
+def _microbatch_mode(target, microbatches, colocation: str, measure: Measure, targets, batch: int | None) -> int | str:
     """``"auto"`` (the default where the step can be traced again: a zoo model, a module with
     ``targets``) or the pinned count; refuses what cannot be done, in one line, before any search."""
     from postplace.graph import OpGraph
@@ -194,26 +243,31 @@ def _microbatch_mode(target, microbatches, colocation: str, measure: Measure, ta
         return "auto" if traceable and not measured else 1
     if microbatches == "auto":
         if not traceable:
-            raise PostplaceError("--microbatches auto traces the step again at each count: give a zoo model name, "
-                                 "or an nn.Module with Step(targets=...); a graph file is one traced step")  # fmt: skip
+            raise PostplaceError(
+                "--microbatches auto traces the step again at each count: give a zoo model name, "
+                "or an nn.Module with Step(targets=...); a graph file is one traced step"
+            )
         return "auto"
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...) or 'auto'")
     if batch is not None and batch % int(microbatches):
-        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor "
-                             "of it, or auto")  # fmt: skip
+        raise PostplaceError(
+            f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor of it, or auto"
+        )
     return int(microbatches)
 
 
-def _place_over_m(target, cluster, *, out, size, colocation, step: Step, measure: Measure, progress, report,
-                  **kw) -> PlaceResult:  # fmt: skip
+def _place_over_m(
+    target, cluster, *, out, size, colocation, step: Step, measure: Measure, progress, report, **kw
+) -> PlaceResult:
     """Trace the step at every count of :func:`postplace.api.over_m.microbatch_counts` and answer over all."""
     from postplace.api.over_m import fitting_count, microbatch_counts, trace_counts
 
     batch = batch_of(target, size, step.inputs)
     if batch is None:
-        raise PostplaceError("--microbatches auto: the batch size is unknown (inputs have no dim 0); "
-                             "pin a count with --microbatches M")  # fmt: skip
+        raise PostplaceError(
+            "--microbatches auto: the batch size is unknown (inputs have no dim 0); pin a count with --microbatches M"
+        )
     module = {"inputs": step.inputs, "loss_fn": step.loss_fn, "targets": step.targets, **step.traced_step()}
     first = load_target(target, size=size, **module)
     c, cluster_spec = load_cluster(cluster, first.graph)
@@ -224,24 +278,52 @@ def _place_over_m(target, cluster, *, out, size, colocation, step: Step, measure
 
     with warnings.catch_warnings():  # said once below, and only if the answer splits the batch
         warnings.simplefilter("ignore", MicrobatchNormWarning)
-        more, skipped = trace_counts(lambda m: load_target(target, size=size, microbatches=m,
-                                                           microbatch_colocation=colocation, **module),
-                                     microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:])  # fmt: skip
+        more, skipped = trace_counts(
+            lambda m: load_target(target, size=size, microbatches=m, microbatch_colocation=colocation, **module),
+            microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:],
+        )
     targets_by_m = {1: first, **more}
-    settings = make_settings(first, c, cluster_spec, evaluator=measure.evaluator, map_all_to=measure.map_all_to,
-                             confirm=measure.confirm, size=size, microbatches="auto", microbatch_colocation=colocation,
-                             microbatch_counts=tuple(sorted(targets_by_m)), microbatch_skipped=skipped,
-                             graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()},
-                             **kw)  # fmt: skip
-    result = place_run(settings, targets_by_m, c, out=None if out is None else Path(out), resume=False,
-                       progress=progress, confirm_k=measure.confirm, ray=measure.ray)  # fmt: skip
+    settings = make_settings(
+        first,
+        c,
+        cluster_spec,
+        evaluator=measure.evaluator,
+        map_all_to=measure.map_all_to,
+        confirm=measure.confirm,
+        size=size,
+        microbatches="auto",
+        microbatch_colocation=colocation,
+        microbatch_counts=tuple(sorted(targets_by_m)),
+        microbatch_skipped=skipped,
+        graph_shas={str(m): fingerprint(t.graph) for m, t in targets_by_m.items()},
+        **kw,
+    )
+    result = place_run(
+        settings,
+        targets_by_m,
+        c,
+        out=None if out is None else Path(out),
+        resume=False,
+        progress=progress,
+        confirm_k=measure.confirm,
+        ray=measure.ray,
+    )
     if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
         warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
     return with_report(result, out, report)
 
 
-def resume(out: str | Path, *, budget: int | str | None = None, graph=None, cluster=None,
-           measure: Measure | None = None, progress: bool = False, report: bool = True, **given) -> PlaceResult:
+def resume(
+    out: str | Path,
+    *,
+    budget: int | str | None = None,
+    graph=None,
+    cluster=None,
+    measure: Measure | None = None,
+    progress: bool = False,
+    report: bool = True,
+    **given,
+) -> PlaceResult:
     """Continue the run saved in ``out`` (from any working directory) with its recorded settings.
 
     A run killed before its first checkpoint starts over with the recorded settings.
@@ -299,13 +381,26 @@ def resume(out: str | Path, *, budget: int | str | None = None, graph=None, clus
         if getattr(measure, key) != getattr(Measure(), key):
             given[key] = getattr(measure, key)
     check_moved("resume", {k: v for k, v in given.items() if k in ("confirm", "ray")})
-    return with_report(resume_folder(Path(out), budget, graph, cluster, progress, measure.confirm, measure.ray,
-                                     given), out, report)  # fmt: skip
+    return with_report(
+        resume_folder(Path(out), budget, graph, cluster, progress, measure.confirm, measure.ray, given), out, report
+    )
 
 
-def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, seeds: int = 3, out=None,
-            expert_split: str | None = None, size: str = "full", progress=None, microbatches: int = 1,
-            step: Step | None = None, **moved) -> CompareResult:  # fmt: skip
+def compare(
+    target,
+    cluster="k80x4",
+    *,
+    strategies="all",
+    budget: int = 2400,
+    seeds: int = 3,
+    out=None,
+    expert_split: str | None = None,
+    size: str = "full",
+    progress=None,
+    microbatches: int = 1,
+    step: Step | None = None,
+    **moved,
+) -> CompareResult:
     """Every baseline and search strategy on one graph, each search row its strategy's own best.
 
     Search runs go to ``out/runs/<strategy>/seed<k>`` and a finished one is reused only when graph,
@@ -372,8 +467,10 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
     check_moved("compare", moved)
     step = grouped(step, Step, "step")
     if step.inputs is not None or step.loss_fn is not None or step.targets is not None:
-        raise PostplaceError("compare takes a graph, a graph file or a zoo model: Step's inputs, loss_fn and "
-                             "targets (a module's) do not apply; place the module instead")  # fmt: skip
+        raise PostplaceError(
+            "compare takes a graph, a graph file or a zoo model: Step's inputs, loss_fn and "
+            "targets (a module's) do not apply; place the module instead"
+        )
     names = parse_strategies(strategies) if isinstance(strategies, str) else parse_strategies(",".join(strategies))
     from postplace.search.runner import MAX_BUDGET_SAMPLES
 
@@ -384,8 +481,9 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
         raise PostplaceError(f"--microbatches {microbatches!r}: give a count (1, 2, 4...)")
     batch = batch_of(target, size, None)
     if microbatches > 1 and batch is not None and batch % microbatches:
-        raise PostplaceError(f"--microbatches {microbatches} does not divide the batch of {batch}; "
-                             "give a divisor of it")  # fmt: skip
+        raise PostplaceError(
+            f"--microbatches {microbatches} does not divide the batch of {batch}; give a divisor of it"
+        )
     traced_step = step.traced_step()
     tgt = load_target(target, size=size, microbatches=int(microbatches), **traced_step)
     c, cluster_spec = load_cluster(cluster, tgt.graph)
@@ -394,12 +492,24 @@ def compare(target, cluster="k80x4", *, strategies="all", budget: int = 2400, se
         from postplace.api.over_m import microbatch_counts, trace_counts
 
         gpus = sum(dv.kind == "gpu" for dv in c.devices)
-        retraced, _ = trace_counts(lambda m: load_target(target, size=size, microbatches=m, **traced_step).graph,
-                                   microbatch_counts(batch, gpus))  # fmt: skip
+        retraced, _ = trace_counts(
+            lambda m: load_target(target, size=size, microbatches=m, **traced_step).graph,
+            microbatch_counts(batch, gpus),
+        )
     out = Path(out) if out is not None else default_compare_out(target, c.name)
-    report = run_compare(tgt.graph, c, names, budget=int(budget), seeds=int(seeds), out=out, progress=progress,
-                         expert_split=expert_split, retraced=retraced, target_spec=tgt.spec,
-                         cluster_spec=cluster_spec)  # fmt: skip
+    report = run_compare(
+        tgt.graph,
+        c,
+        names,
+        budget=int(budget),
+        seeds=int(seeds),
+        out=out,
+        progress=progress,
+        expert_split=expert_split,
+        retraced=retraced,
+        target_spec=tgt.spec,
+        cluster_spec=cluster_spec,
+    )
     if tgt.spec["kind"] in ("graph", "module"):  # kept beside the report, which draws the folder from it
         tgt.graph.save(out / "graph.json")
     return CompareResult.from_report(report, out)
@@ -458,19 +568,32 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
     ts = result.target_spec
     plan = (result.summary or {}).get("returned_plan")
     if plan:
-        raise PostplaceError(f"the returned plan is '{plan}', whose replicas meet in collectives: it runs as one "
-                             "process per GPU under torchrun (DDP/FSDP as its library sets it up), not as one "
-                             "placed process; apply runs the search's placements only (postplace launch RUN_FOLDER "
-                             "runs a plain ddp plan so)")  # fmt: skip
+        raise PostplaceError(
+            f"the returned plan is '{plan}', whose replicas meet in collectives: it runs as one "
+            "process per GPU under torchrun (DDP/FSDP as its library sets it up), not as one "
+            "placed process; apply runs the search's placements only (postplace launch RUN_FOLDER "
+            "runs a plain ddp plan so)"
+        )
     check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
     if traced is None and ts.get("kind") == "zoo":
         from postplace.runtime import apply_zoo
 
-        return apply_zoo(ts["name"], ts["size"], result.placement, result.cluster,
-                         microbatches=ts.get("microbatches", 1), colocation=ts.get("microbatch_colocation", "none"),
-                         model=model, device_map=device_map, **recorded_step(ts))  # fmt: skip
+        return apply_zoo(
+            ts["name"],
+            ts["size"],
+            result.placement,
+            result.cluster,
+            microbatches=ts.get("microbatches", 1),
+            colocation=ts.get("microbatch_colocation", "none"),
+            model=model,
+            device_map=device_map,
+            **recorded_step(ts),
+        )
     if traced is None:
-        raise PostplaceError("apply needs the code of the step: place an nn.Module (with step=Step(inputs=..., "
-                             "loss_fn=...)) or a zoo model; a graph file has no code to run")  # fmt: skip
-    return run_apply(model if model is not None else traced.model, traced, result.placement, result.cluster,
-                     device_map=device_map)  # fmt: skip
+        raise PostplaceError(
+            "apply needs the code of the step: place an nn.Module (with step=Step(inputs=..., "
+            "loss_fn=...)) or a zoo model; a graph file has no code to run"
+        )
+    return run_apply(
+        model if model is not None else traced.model, traced, result.placement, result.cluster, device_map=device_map
+    )

@@ -32,12 +32,20 @@ def _measurer(settings: RunSettings, tgt: Target, c, *, group_of_op=None):
         return TorchEvaluator(tgt.traced, c, group_of_op=group_of_op, device_map=settings.map_all_to)
     spec = tgt.spec
     if spec.get("kind") != "zoo":
-        raise PostplaceError("measuring needs the step's code: a module's run folder keeps its graph, not the module; "
-                             "--evaluator torch and --confirm cannot continue it: start a new run from the module")
-    return TorchEvaluator.for_zoo(spec["name"], spec["size"], c, group_of_op=group_of_op,
-                                  device_map=settings.map_all_to, graph=tgt.graph,
-                                  microbatches=spec.get("microbatches", 1),
-                                  colocation=spec.get("microbatch_colocation", "none"))  # fmt: skip
+        raise PostplaceError(
+            "measuring needs the step's code: a module's run folder keeps its graph, not the module; "
+            "--evaluator torch and --confirm cannot continue it: start a new run from the module"
+        )
+    return TorchEvaluator.for_zoo(
+        spec["name"],
+        spec["size"],
+        c,
+        group_of_op=group_of_op,
+        device_map=settings.map_all_to,
+        graph=tgt.graph,
+        microbatches=spec.get("microbatches", 1),
+        colocation=spec.get("microbatch_colocation", "none"),
+    )
 
 
 def check_confirm(k: int, settings: RunSettings, tgt: Target, out: Path | None, ray: str | None) -> None:
@@ -47,11 +55,15 @@ def check_confirm(k: int, settings: RunSettings, tgt: Target, out: Path | None, 
     if not k:
         return
     if settings.evaluator != "simulator":
-        raise PostplaceError("--confirm measures a simulated search's best; with --evaluator torch every sample "
-                             "is measured already: drop --confirm")  # fmt: skip
+        raise PostplaceError(
+            "--confirm measures a simulated search's best; with --evaluator torch every sample "
+            "is measured already: drop --confirm"
+        )
     if tgt.traced is None and tgt.spec.get("kind") != "zoo":
-        raise PostplaceError("--confirm runs placements for real: give a zoo model name or an nn.Module target "
-                             "(a graph file has no code to run)")  # fmt: skip
+        raise PostplaceError(
+            "--confirm runs placements for real: give a zoo model name or an nn.Module target "
+            "(a graph file has no code to run)"
+        )
     if out is None:
         raise PostplaceError("--confirm reads the search's best placements from its run folder: pass out=DIR")
     if ray is not None and tgt.spec.get("kind") != "zoo":
@@ -69,9 +81,16 @@ def _zoo_factory(settings: RunSettings, tgt: Target, c, *, group_of_op=None):
     from postplace.distributed import TorchZooFactory
 
     spec = tgt.spec
-    return TorchZooFactory(spec["name"], spec["size"], c, group_of_op=group_of_op, device_map=settings.map_all_to,
-                           microbatches=spec.get("microbatches", 1),
-                           colocation=spec.get("microbatch_colocation", "none"), **recorded_step(spec))  # fmt: skip
+    return TorchZooFactory(
+        spec["name"],
+        spec["size"],
+        c,
+        group_of_op=group_of_op,
+        device_map=settings.map_all_to,
+        microbatches=spec.get("microbatches", 1),
+        colocation=spec.get("microbatch_colocation", "none"),
+        **recorded_step(spec),
+    )
 
 
 def ray_evaluator(address: str, settings: RunSettings, tgt: Target, c, problem):
@@ -103,8 +122,10 @@ def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, 
         searched = candidates_from_run(arm.folder, arm.problem.simulator, k)
         if len(searched):
             times = arm.problem.simulator.evaluate_ops(searched).step_time
-            pool += [(float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m)
-                     for i, (t, ops) in enumerate(zip(times, searched, strict=True))]  # fmt: skip
+            pool += [
+                (float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m)
+                for i, (t, ops) in enumerate(zip(times, searched, strict=True))
+            ]
     for j, (k_, m) in enumerate(answer):  # (candidate, its count)
         base = k_.name.removesuffix(at(m))
         if k_.feasible and base != "search" and not base.startswith("single:"):
@@ -126,12 +147,20 @@ def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, 
         cands = np.stack([ops for _, ops in rows]) if rows else np.zeros((0, graph.num_ops), dtype=np.int64)
         measurer = _confirm_measurer(settings, arm.target, c, ray)
         try:
-            res = measure(arm.problem.simulator, measurer, cands, single=m == min(arms), allowed=arm.problem.op_allowed,
-                          labels=[label for label, _ in rows] or None)  # fmt: skip
+            res = measure(
+                arm.problem.simulator,
+                measurer,
+                cands,
+                single=m == min(arms),
+                allowed=arm.problem.op_allowed,
+                labels=[label for label, _ in rows] or None,
+            )
         except PostplaceError as exc:
             errors.append(exc)
-            notes.append(f"at {m} micro-batch{'es' if m > 1 else ''} nothing was measured ({exc}): "
-                         f"{', '.join(label for label, _ in rows) or 'the single device'} left out")
+            notes.append(
+                f"at {m} micro-batch{'es' if m > 1 else ''} nothing was measured ({exc}): "
+                f"{', '.join(label for label, _ in rows) or 'the single device'} left out"
+            )
             continue
         finally:
             if hasattr(measurer, "shutdown"):

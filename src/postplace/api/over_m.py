@@ -28,8 +28,7 @@ from pathlib import Path
 from postplace.errors import PostplaceError
 from postplace.validate import read_json
 
-__all__ = ["PLANS", "fitting_count", "halving_rounds", "microbatch_counts", "read_plans", "trace_counts",
-           "write_plans"]
+__all__ = ["PLANS", "fitting_count", "halving_rounds", "microbatch_counts", "read_plans", "trace_counts", "write_plans"]
 
 PLANS = "plans.json"
 
@@ -106,8 +105,10 @@ def read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int]
         # round 1's decision is written before any search starts: a search without it lost its rounds
         searched = [f"m{m}" for m in counts if (out / f"m{m}" / "history.jsonl").exists()]
         if searched:
-            raise PostplaceError(f"{path}: missing, while {', '.join(searched)} hold searches of this run (the "
-                                 "halving's decisions are lost: deleted?); start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{path}: missing, while {', '.join(searched)} hold searches of this run (the "
+                "halving's decisions are lost: deleted?); start a new run"
+            )
         return []
     try:
         d = read_json(path, "plans file", finite=False)
@@ -120,8 +121,13 @@ def read_plans(out: Path, counts: list[int], sizes: list[int]) -> list[list[int]
     ok = ok and isinstance(rounds, list) and len(rounds) <= len(sizes)
     alive = counts
     for r, kept in enumerate(rounds if ok else []):
-        if (not isinstance(kept, list) or len(kept) != sizes[r] or any(type(m) is not int for m in kept)
-                or not set(kept) <= set(alive) or kept != sorted(set(kept))):  # fmt: skip
+        if (
+            not isinstance(kept, list)
+            or len(kept) != sizes[r]
+            or any(type(m) is not int for m in kept)
+            or not set(kept) <= set(alive)
+            or kept != sorted(set(kept))
+        ):
             ok = False
             break
         alive = kept

@@ -14,9 +14,20 @@ from postplace.placers.practitioner import PlanResult, plan_devices, plan_step, 
 __all__ = ["PlanResult", "plan_devices", "plan_step", "plan_words", "simulate_plan"]
 
 
-def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd", lr: float | None = None,
-                  precision: str = "fp32", pins=(), exclude=(), microbatch_colocation: str = "none",
-                  cost_model=None) -> PlanResult:  # fmt: skip
+def simulate_plan(
+    target,
+    cluster,
+    plan,
+    *,
+    size: str = "full",
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    pins=(),
+    exclude=(),
+    microbatch_colocation: str = "none",
+    cost_model=None,
+) -> PlanResult:
     """Time one practitioner plan of ``target`` on ``cluster`` without a search.
 
     Parameters
@@ -57,17 +68,26 @@ def simulate_plan(target, cluster, plan, *, size: str = "full", optimizer="sgd",
     traced_m = microbatch_count(probe.graph) if fixed else None
     m = spec.microbatches or traced_m or k
     if traced_m is not None and (m != traced_m or m % k):
-        raise PostplaceError(f"plan '{spec}' over {k} GPUs needs the step as a multiple of {k} micro-batches, "
-                             f"and '{probe.graph.name}' is one traced step of {traced_m}, which cannot be traced "
-                             "again; give a zoo model's name (or your module to postplace.place), or dp=1")
+        raise PostplaceError(
+            f"plan '{spec}' over {k} GPUs needs the step as a multiple of {k} micro-batches, "
+            f"and '{probe.graph.name}' is one traced step of {traced_m}, which cannot be traced "
+            "again; give a zoo model's name (or your module to postplace.place), or dp=1"
+        )
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
     if m == 1 or traced_m is not None:
         graph = probe.graph
     else:
         try:
-            graph = load_target(target, size=size, optimizer=optimizer, lr=lr, precision=precision,
-                                microbatches=m, microbatch_colocation=microbatch_colocation).graph  # fmt: skip
+            graph = load_target(
+                target,
+                size=size,
+                optimizer=optimizer,
+                lr=lr,
+                precision=precision,
+                microbatches=m,
+                microbatch_colocation=microbatch_colocation,
+            ).graph
         except PostplaceError as exc:
             raise PostplaceError(f"plan '{spec}': {exc}") from None
     return plan_step(graph, c, spec, devices, pins=pins, cost_model=cost_model)

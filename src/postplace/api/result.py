@@ -145,14 +145,18 @@ class PlaceResult:
         return folder
 
     def __repr__(self) -> str:
-        return (f"PlaceResult({self.summary['graph']!r} on {self.summary['cluster']!r}: {self.returned}, "
-                f"{_ms(self.step_time_s)} {self.summary['figures']['best_step_time_s']})")  # fmt: skip
+        return (
+            f"PlaceResult({self.summary['graph']!r} on {self.summary['cluster']!r}: {self.returned}, "
+            f"{_ms(self.step_time_s)} {self.summary['figures']['best_step_time_s']})"
+        )
 
     def __str__(self) -> str:
         s = self.summary
         kind = s["figures"]["best_step_time_s"]
-        lines = [f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind})",
-                 f"  returned ({self.returned}): {_ms(self.step_time_s)}"]  # fmt: skip
+        lines = [
+            f"{s['graph']} on {s['cluster']}: {s['strategy']}, {s['samples']} samples ({kind})",
+            f"  returned ({self.returned}): {_ms(self.step_time_s)}",
+        ]
         lines.append(f"  search best: {_ms(s['search_best_step_time_s'])}")
         start = s.get("search_start")
         if isinstance(start, dict) and start.get("name") is not None:
@@ -236,8 +240,11 @@ class CompareResult(Mapping):
         CompareResult
         """
         names = {f for f in cls.__dataclass_fields__ if f not in ("out", "extra")}
-        return cls(**{k: v for k, v in report.items() if k in names}, out=Path(out),
-                   extra={k: v for k, v in report.items() if k not in names and k != "out"})  # fmt: skip
+        return cls(
+            **{k: v for k, v in report.items() if k in names},
+            out=Path(out),
+            extra={k: v for k, v in report.items() if k not in names and k != "out"},
+        )
 
     def row(self, strategy: str) -> dict:
         """The row of ``strategy``.
@@ -292,10 +299,13 @@ class CompareResult(Mapping):
         return len(self.to_dict())
 
     def __str__(self) -> str:
-        lines = [f"{self.graph} on {self.cluster}: {len(self.rows)} strategies, {self.budget_samples} samples x "
-                 f"{self.seeds} seed{'' if self.seeds == 1 else 's'} ({self.evaluator})"]  # fmt: skip
+        lines = [
+            f"{self.graph} on {self.cluster}: {len(self.rows)} strategies, {self.budget_samples} samples x "
+            f"{self.seeds} seed{'' if self.seeds == 1 else 's'} ({self.evaluator})"
+        ]
         for r in self.rows:
-            lines.append(f"  {r['strategy']}: {_ms(r.get('best_step_time_s'))}" + (f"  ({r['note']})" if r.get("note")
-                                                                                 else ""))  # fmt: skip
+            lines.append(
+                f"  {r['strategy']}: {_ms(r.get('best_step_time_s'))}" + (f"  ({r['note']})" if r.get("note") else "")
+            )
         lines.append(f"  lower bound: {_ms(self.lower_bound_s)} (simulated)")
         return "\n".join(lines)

@@ -76,8 +76,17 @@ class _Arm:
         return min(best, default=math.inf)
 
 
-def place_run(settings: RunSettings, targets: dict[int, Target], c, *, out: Path | None, resume: bool, progress: bool,
-              confirm_k: int = 0, ray: str | None = None) -> PlaceResult:  # fmt: skip
+def place_run(
+    settings: RunSettings,
+    targets: dict[int, Target],
+    c,
+    *,
+    out: Path | None,
+    resume: bool,
+    progress: bool,
+    confirm_k: int = 0,
+    ray: str | None = None,
+) -> PlaceResult:
     """Search every count of ``targets`` (``{m: Target}``) and return the fastest feasible candidate of
     all as a :class:`postplace.PlaceResult` (module docstring)."""
     from postplace.search import Budget
@@ -90,11 +99,16 @@ def place_run(settings: RunSettings, targets: dict[int, Target], c, *, out: Path
     sizes = halving_rounds(len(counts))
     need = len(sizes) * len(counts)  # round 0 gives every count budget / (rounds x counts) samples
     if budget.samples is not None and budget.samples < need:
-        raise PostplaceError(f"--budget {budget.samples}: halving over the micro-batch counts {counts} needs at "
-                             f"least {need} samples; give a larger --budget, or pin a count with --microbatches M")
+        raise PostplaceError(
+            f"--budget {budget.samples}: halving over the micro-batch counts {counts} needs at "
+            f"least {need} samples; give a larger --budget, or pin a count with --microbatches M"
+        )
     folders = {m: None if out is None else out / f"m{m}" if over_m else out for m in counts}
-    if out is not None and not resume and ((out / SETTINGS).exists()
-                                           or any((f / CHECKPOINT).exists() for f in folders.values())):
+    if (
+        out is not None
+        and not resume
+        and ((out / SETTINGS).exists() or any((f / CHECKPOINT).exists() for f in folders.values()))
+    ):
         raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
     arms = {m: _arm(settings, m, targets[m], c, folders[m], resume=resume, over_m=over_m) for m in counts}
     check_confirm(confirm_k, settings, targets[counts[0]], out, ray)
@@ -105,8 +119,20 @@ def place_run(settings: RunSettings, targets: dict[int, Target], c, *, out: Path
         check_ray(settings, targets.values())
         started = init_ray(ray)
     try:
-        return _search_and_answer(settings, arms, c, budget, sizes, out=out, resume=resume, progress=progress,
-                                  confirm_k=confirm_k, ray=ray, over_m=over_m, t0=t0)  # fmt: skip
+        return _search_and_answer(
+            settings,
+            arms,
+            c,
+            budget,
+            sizes,
+            out=out,
+            resume=resume,
+            progress=progress,
+            confirm_k=confirm_k,
+            ray=ray,
+            over_m=over_m,
+            t0=t0,
+        )
     finally:
         if started:  # as a RayEvaluator that started it would: nothing left running
             import ray as ray_module
@@ -114,8 +140,9 @@ def place_run(settings: RunSettings, targets: dict[int, Target], c, *, out: Path
             ray_module.shutdown()
 
 
-def _search_and_answer(settings: RunSettings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress,
-                       confirm_k, ray, over_m, t0) -> PlaceResult:  # fmt: skip
+def _search_and_answer(
+    settings: RunSettings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress, confirm_k, ray, over_m, t0
+) -> PlaceResult:
     """Write the run folder, weigh the one-shot candidates, run the halving's rounds (``sizes``: how many
     counts each keeps) over ``budget``, answer."""
     from postplace.search import Budget, run
@@ -130,19 +157,26 @@ def _search_and_answer(settings: RunSettings, arms: dict, c, budget, sizes: list
                 arm.target.graph.save(arm.folder / "graph.json")
         write_settings(out, settings)
     simulated = settings.evaluator == "simulator" and not confirm_k  # plans are simulated: never beside
-    for arm in arms.values():                                            # measured times
+    for arm in arms.values():  # measured times
         arm.oneshot = oneshot_candidates(arm.problem, arm.judge, arm.warm_ops, settings.warm_start)
         if simulated:
-            arm.oneshot += plan_candidates(arm.problem, pins=settings.pins, exclude=settings.exclude,
-                                           largest=arm.m == counts[-1])
+            arm.oneshot += plan_candidates(
+                arm.problem, pins=settings.pins, exclude=settings.exclude, largest=arm.m == counts[-1]
+            )
     plans = [(k.step_time_s, m) for m, a in arms.items() for k in a.oneshot if k.plan and k.feasible]
     if simulated:  # the hybrid and the 3D grid at the count where the plans do best (else at the most m)
         arm = arms[min(plans)[1]] if plans else arms[counts[-1]]
         if plans:
-            arm.oneshot += hybrid_candidate(arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins,
-                                            exclude=settings.exclude, seed=settings.seed)
-        arm.oneshot += grid_candidate(arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins,
-                                      exclude=settings.exclude)
+            arm.oneshot += hybrid_candidate(
+                arm.problem,
+                [k for k in arm.oneshot if k.plan],
+                pins=settings.pins,
+                exclude=settings.exclude,
+                seed=settings.seed,
+            )
+        arm.oneshot += grid_candidate(
+            arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins, exclude=settings.exclude
+        )
     recorded = read_plans(out, counts, sizes) if out is not None and resume and over_m else []
     meta = {"settings_checksum": settings.checksum()}
     spent = dict.fromkeys(counts, 0.0)
@@ -172,8 +206,17 @@ def _search_and_answer(settings: RunSettings, arms: dict, c, budget, sizes: list
             # one count's actors at a time: a second evaluator's would wait for CPUs the first holds
             judge = arm.judge if ray is None else ray_evaluator(ray, settings, arm.target, c, arm.problem)
             try:
-                arm.result = run(strat, judge, share, out_dir=arm.folder, resume=again, progress=progress,
-                                 warm_start=warm, meta=meta, space=arm.problem.space)  # fmt: skip
+                arm.result = run(
+                    strat,
+                    judge,
+                    share,
+                    out_dir=arm.folder,
+                    resume=again,
+                    progress=progress,
+                    warm_start=warm,
+                    meta=meta,
+                    space=arm.problem.space,
+                )
             finally:
                 if judge is not arm.judge:
                     judge.shutdown()
@@ -194,8 +237,9 @@ def _arm(settings: RunSettings, m: int, tgt: Target, c, folder: Path | None, *, 
     from postplace.search.checkpoint import CHECKPOINT, read_meta
 
     try:
-        problem = make_problem(tgt.graph, c, groups=settings.groups, pins=settings.pins,
-                               exclude=settings.exclude, seed=settings.seed)  # fmt: skip
+        problem = make_problem(
+            tgt.graph, c, groups=settings.groups, pins=settings.pins, exclude=settings.exclude, seed=settings.seed
+        )
         judge = problem.simulator
         if settings.evaluator == "torch":
             judge, space = torch_evaluator(settings, tgt, c, problem)
@@ -209,13 +253,16 @@ def _arm(settings: RunSettings, m: int, tgt: Target, c, folder: Path | None, *, 
     if resume and over_m and folder is not None and (folder / CHECKPOINT).exists():
         meta = read_meta(folder)
         if not isinstance(meta, dict) or meta.get("settings_checksum") not in settings.accepted_checksums():
-            raise PostplaceError(f"{folder}: written by another run (its settings differ from {folder.parent}/"
-                                 f"{SETTINGS}); start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{folder}: written by another run (its settings differ from {folder.parent}/"
+                f"{SETTINGS}); start a new run"
+            )
     return _Arm(m, tgt, problem, judge, warm, folder)
 
 
-def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, confirm_k: int,
-            ray) -> PlaceResult:  # fmt: skip
+def _answer(
+    settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, confirm_k: int, ray
+) -> PlaceResult:
     from postplace.sim import Simulator
 
     pool = []  # (candidate, arm), named "NAME @mM" over several counts
@@ -227,9 +274,11 @@ def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over
             pool.append((named, arm))
     feasible = [(k, a) for k, a in pool if k.feasible]
     if not feasible and over_m:
-        raise PostplaceError(f"no feasible placement found at any micro-batch count ({', '.join(map(str, arms))}): "
-                             "every search sample, data parallelism, the pipeline and every placer is OOM or "
-                             "failed; try a larger --budget or a cluster with more memory")  # fmt: skip
+        raise PostplaceError(
+            f"no feasible placement found at any micro-batch count ({', '.join(map(str, arms))}): "
+            "every search sample, data parallelism, the pipeline and every placer is OOM or "
+            "failed; try a larger --budget or a cluster with more memory"
+        )
     if not feasible:
         samples = sum(a.result.samples for a in arms.values() if a.result is not None)
         raise PostplaceError(
@@ -243,8 +292,13 @@ def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over
     if confirm_k:
         confirmed, m = confirm_best(confirm_k, settings, cluster, arms, ray, [(k, a.m) for k, a in pool], over_m=over_m)
         arm = arms[m]
-        best = Candidate(f"confirmed:{confirmed.best.label}", confirmed.placement, confirmed.best.measured_s, True,
-                         "measured by --confirm")  # fmt: skip
+        best = Candidate(
+            f"confirmed:{confirmed.best.label}",
+            confirmed.placement,
+            confirmed.best.measured_s,
+            True,
+            "measured by --confirm",
+        )
         judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
     searched = [a for a in arms.values() if a.result is not None and a.result.best_placement is not None]
     top = min(searched, key=lambda a: (a.result.best_step_time, a.m)) if searched else arm
@@ -252,8 +306,18 @@ def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over
     cm = problem.simulator.problem.cost_model
     sched = Simulator(graph, cluster, cost_model=cm).schedule(best.placement)
     cands = [k for k, _ in pool]
-    summary = run_summary(settings, problem, judge, top.result, cands, best, sched, out, time.perf_counter() - t0,
-                       start=search_start(top.strategy))  # fmt: skip
+    summary = run_summary(
+        settings,
+        problem,
+        judge,
+        top.result,
+        cands,
+        best,
+        sched,
+        out,
+        time.perf_counter() - t0,
+        start=search_start(top.strategy),
+    )
     summary["plan"] = plan_line(best, graph, cluster, cm, sched.peak_memory)
     summary["returned_plan"] = best.plan
     if over_m:
@@ -269,15 +333,32 @@ def _answer(settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over
         summary["microbatch_note"] = "; ".join(x for x in (summary.get("microbatch_note"), note) if x)
     if confirmed is not None:
         summary["confirm"] = confirmed.to_dict()
-        summary["figures"].update(search_best_step_time_s="simulated", single_device_step_time_s="simulated",
-                                  candidates="simulated", search_start="simulated")  # fmt: skip
+        summary["figures"].update(
+            search_best_step_time_s="simulated",
+            single_device_step_time_s="simulated",
+            candidates="simulated",
+            search_start="simulated",
+        )
         summary["ratio_to_single_device"] = None  # a measured time over a simulated one means nothing
     search_ops = None
     if top is arm and top.result is not None and top.result.best_placement is not None:
         search_ops = top.problem.grouping.expand(top.result.best_placement)
-    return PlaceResult(graph, cluster, best.placement, best.name, best.step_time_s,
-                       "torch" if confirmed is not None else judge.name, top.result, search_ops, cands,
-                       summary["lower_bound_s"], sched, summary, arm.target.traced, arm.target.spec)  # fmt: skip
+    return PlaceResult(
+        graph,
+        cluster,
+        best.placement,
+        best.name,
+        best.step_time_s,
+        "torch" if confirmed is not None else judge.name,
+        top.result,
+        search_ops,
+        cands,
+        summary["lower_bound_s"],
+        sched,
+        summary,
+        arm.target.traced,
+        arm.target.spec,
+    )
 
 
 def _over_m_figures(settings: RunSettings, arms: dict, rounds, arm: _Arm, top: _Arm, best: Candidate) -> dict:
@@ -287,25 +368,32 @@ def _over_m_figures(settings: RunSettings, arms: dict, rounds, arm: _Arm, top: _
     single = next((k for k in (one.oneshot if one else []) if k.name.startswith("single:") and k.feasible), None)
     ran = [a.result for a in arms.values() if a.result is not None]
     return {
-        "graph": arm.target.graph.name if best.graph is None else best.graph.name, "microbatches": arm.m,
-        "target_spec": arm.target.spec, "microbatch_colocation": settings.colocation,
-        "microbatch_counts": sorted(arms), "halving_rounds": rounds,
+        "graph": arm.target.graph.name if best.graph is None else best.graph.name,
+        "microbatches": arm.m,
+        "target_spec": arm.target.spec,
+        "microbatch_colocation": settings.colocation,
+        "microbatch_counts": sorted(arms),
+        "halving_rounds": rounds,
         "microbatch_skipped": settings.microbatch_skipped or {},
         "search_microbatches": top.m if top.result is not None and top.result.best_placement is not None else None,
-        "samples": sum(r.samples for r in ran), "feasible_samples": sum(r.feasible_samples for r in ran),
-        "evaluations": sum(r.evaluations for r in ran), "wall_time_s": sum(r.wall_time_s for r in ran),
+        "samples": sum(r.samples for r in ran),
+        "feasible_samples": sum(r.feasible_samples for r in ran),
+        "evaluations": sum(r.evaluations for r in ran),
+        "wall_time_s": sum(r.wall_time_s for r in ran),
         "groups": arm.problem.grouping.num_groups,
         "groups_per_microbatches": {str(m): a.problem.grouping.num_groups for m, a in arms.items()},
         "samples_per_microbatches": {str(m): (a.result.samples if a.result else 0) for m, a in arms.items()},
-        "best_per_microbatches": {str(m): (None if not math.isfinite(a.value()) else a.value())
-                                  for m, a in arms.items()},
+        "best_per_microbatches": {
+            str(m): (None if not math.isfinite(a.value()) else a.value()) for m, a in arms.items()
+        },
         # each count's search starts from its own probe (its own graph): recorded where it searched
-        "search_start_per_microbatches": {str(m): search_start(a.strategy) for m, a in arms.items()
-                                          if a.strategy is not None},
+        "search_start_per_microbatches": {
+            str(m): search_start(a.strategy) for m, a in arms.items() if a.strategy is not None
+        },
         # each count's bound holds for its own graph; the answer may come from any of them
         "lower_bound_s": min(a.problem.simulator.lower_bound for a in arms.values()),
         "lower_bound_per_microbatches": {str(m): a.problem.simulator.lower_bound for m, a in arms.items()},
         "single_device": single.name.split(":", 1)[1] if single else None,
         "single_device_step_time_s": single.step_time_s if single else None,
         "ratio_to_single_device": best.step_time_s / single.step_time_s if single else None,
-    }  # fmt: skip
+    }

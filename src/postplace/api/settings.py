@@ -114,8 +114,9 @@ class RunSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(body) - known - {"format"})
         if unknown:
-            raise PostplaceError(f"{path}: unknown field '{unknown[0]}' (edited, or written by another postplace); "
-                                 "start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{path}: unknown field '{unknown[0]}' (edited, or written by another postplace); start a new run"
+            )
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items() if k != "format"}
         kw.setdefault("version", None)
         return cls(**kw)
@@ -132,10 +133,27 @@ def read_settings(out: str | Path) -> RunSettings:
     try:
         s = read_json(path, "run settings file", finite=False)
     except PostplaceError as exc:
-        raise PostplaceError(f"{path}: damaged run settings ({str(exc).removeprefix(f'{path}: ')}); start a new "
-                             "run") from None
-    needed = ("format", "target", "graph_sha", "cluster_sha", "cluster_spec", "strategy", "budget", "seed",
-              "groups", "pins", "exclude", "warm_start", "evaluator", "map_all_to", "config", "checksum")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: damaged run settings ({str(exc).removeprefix(f'{path}: ')}); start a new run"
+        ) from None
+    needed = (
+        "format",
+        "target",
+        "graph_sha",
+        "cluster_sha",
+        "cluster_spec",
+        "strategy",
+        "budget",
+        "seed",
+        "groups",
+        "pins",
+        "exclude",
+        "warm_start",
+        "evaluator",
+        "map_all_to",
+        "config",
+        "checksum",
+    )
     if not isinstance(s, dict) or s.get("format") != "postplace-run" or any(k not in s for k in needed):
         raise PostplaceError(f"{path}: not a postplace run settings file; start a new run")
     body = {k: v for k, v in s.items() if k != "checksum"}
@@ -169,17 +187,25 @@ def _check_start_record(path: Path, s: dict) -> None:
 
     def ok(v) -> bool:
         step = v.get("step_time_s") if isinstance(v, dict) else None
-        return (isinstance(v, dict) and (v.get("name") is None or isinstance(v["name"], str))
-                and (step is None or (isinstance(step, int | float) and not isinstance(step, bool)
-                                      and math.isfinite(step) and step >= 0)))  # fmt: skip
+        return (
+            isinstance(v, dict)
+            and (v.get("name") is None or isinstance(v["name"], str))
+            and (
+                step is None
+                or (isinstance(step, int | float) and not isinstance(step, bool) and math.isfinite(step) and step >= 0)
+            )
+        )
 
     if "search_start" in s and not ok(s["search_start"]):
-        raise PostplaceError(f"{path}: field 'search_start' is not a start's name and step time (edited or "
-                             "damaged); start a new run")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: field 'search_start' is not a start's name and step time (edited or damaged); start a new run"
+        )
     per = s.get("search_start_per_microbatches", {})
     if not isinstance(per, dict) or not all(isinstance(m, str) and m.isdigit() and ok(v) for m, v in per.items()):
-        raise PostplaceError(f"{path}: field 'search_start_per_microbatches' is not a start per micro-batch "
-                             "count (edited or damaged); start a new run")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: field 'search_start_per_microbatches' is not a start per micro-batch "
+            "count (edited or damaged); start a new run"
+        )
 
 
 def _check_settings(path: Path, s: dict) -> None:
@@ -267,12 +293,20 @@ def _check_settings(path: Path, s: dict) -> None:
         if kind in ("file", "graph") or "microbatches" in target:
             raise bad("microbatches", f"a run over micro-batch counts needs a target traced again, not a '{kind}' one")
         counts, shas, skipped = s.get("microbatch_counts"), s.get("graph_shas"), s.get("microbatch_skipped", {})
-        if (not isinstance(counts, list) or not counts or any(type(k) is not int or k < 1 for k in counts)
-                or counts != sorted(set(counts)) or counts[0] != 1
-                or any(k & (k - 1) or k > 1 << 20 for k in counts)):  # fmt: skip
+        if (
+            not isinstance(counts, list)
+            or not counts
+            or any(type(k) is not int or k < 1 for k in counts)
+            or counts != sorted(set(counts))
+            or counts[0] != 1
+            or any(k & (k - 1) or k > 1 << 20 for k in counts)
+        ):
             raise bad("microbatch_counts", "it must be the counts 1, 2, 4... the run traced, in order")
-        if (not isinstance(shas, dict) or sorted(shas) != sorted(str(k) for k in counts)
-                or not all(isinstance(v, str) for v in shas.values())):  # fmt: skip
+        if (
+            not isinstance(shas, dict)
+            or sorted(shas) != sorted(str(k) for k in counts)
+            or not all(isinstance(v, str) for v in shas.values())
+        ):
             raise bad("graph_shas", "it must hold one graph fingerprint per micro-batch count")
         if not isinstance(skipped, dict) or not all(isinstance(v, str) for v in skipped.values()):
             raise bad("microbatch_skipped", "it must map counts to the reason each was left out")
@@ -295,8 +329,13 @@ def _check_optimizer_record(record, bad) -> None:
         if record.lower() not in names:
             raise bad("target.optimizer", f"it must be one of {', '.join(names)}")
         return
-    ok = isinstance(record, dict) and record.get("name") in names and isinstance(record.get("groups"), list) \
-        and len(record["groups"]) == 1 and isinstance(record["groups"][0], dict)  # fmt: skip
+    ok = (
+        isinstance(record, dict)
+        and record.get("name") in names
+        and isinstance(record.get("groups"), list)
+        and len(record["groups"]) == 1
+        and isinstance(record["groups"][0], dict)
+    )
 
     def finite(v) -> bool:
         if isinstance(v, list):
@@ -304,8 +343,10 @@ def _check_optimizer_record(record, bad) -> None:
         return isinstance(v, bool) or (isinstance(v, int | float) and math.isfinite(v) and v >= 0)
 
     if not ok or not all(isinstance(k, str) and finite(v) for k, v in record["groups"][0].items()):
-        raise bad("target.optimizer", "it must be the optimizer postplace recorded (a name, or its finite, "
-                                      "non-negative hyperparameters)")  # fmt: skip
+        raise bad(
+            "target.optimizer",
+            "it must be the optimizer postplace recorded (a name, or its finite, non-negative hyperparameters)",
+        )
 
 
 def _get_path(d, key: str):
@@ -320,8 +361,25 @@ def _checksum(body: dict) -> str:
     return settings_checksum(body)
 
 
-def make_settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude, warm_start, evaluator, config,
-                  groups, size, map_all_to, confirm=0, **microbatch_fields) -> RunSettings:  # fmt: skip
+def make_settings(
+    tgt,
+    c,
+    cluster_spec,
+    *,
+    strategy,
+    budget,
+    seed,
+    pins,
+    exclude,
+    warm_start,
+    evaluator,
+    config,
+    groups,
+    size,
+    map_all_to,
+    confirm=0,
+    **microbatch_fields,
+) -> RunSettings:
     """The settings of a new run from ``place``'s arguments, each checked (one line for a bad one);
     ``microbatch_fields``: the :class:`RunSettings` fields of its micro-batch counts."""
     from postplace.search import Budget
@@ -335,8 +393,9 @@ def make_settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude
     if evaluator != "torch" and map_all_to is not None and not confirm:
         raise PostplaceError("--map-all-to only applies to measured runs (--evaluator torch or --confirm K)")
     if evaluator == "torch" and tgt.spec["kind"] not in ("zoo", "module"):
-        raise PostplaceError("--evaluator torch needs a zoo model name or an nn.Module as TARGET "
-                             "(a graph file has no code to run)")  # fmt: skip
+        raise PostplaceError(
+            "--evaluator torch needs a zoo model name or an nn.Module as TARGET (a graph file has no code to run)"
+        )
     for name, seq in (("pins", pins), ("exclude", exclude)):
         if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
             raise PostplaceError(f"{name} must be a list of strings")
@@ -345,12 +404,25 @@ def make_settings(tgt, c, cluster_spec, *, strategy, budget, seed, pins, exclude
     if warm_start is not None and Path(str(warm_start)).exists():
         warm_start = str(Path(str(warm_start)).resolve())  # a run folder resumes from any directory
     return RunSettings(
-        target=tgt.spec, graph=tgt.graph.name, graph_sha=fingerprint(tgt.graph), cluster=c.name,
-        cluster_spec=cluster_spec, cluster_sha=fingerprint(c), strategy=strategy, budget=text, seed=int(seed),
-        groups=None if groups is None else int(groups), size=size, pins=tuple(pins), exclude=tuple(exclude),
-        warm_start=None if warm_start is None else str(warm_start), evaluator=evaluator, map_all_to=map_all_to,
-        config=config_json(cfg), **microbatch_fields,
-    )  # fmt: skip
+        target=tgt.spec,
+        graph=tgt.graph.name,
+        graph_sha=fingerprint(tgt.graph),
+        cluster=c.name,
+        cluster_spec=cluster_spec,
+        cluster_sha=fingerprint(c),
+        strategy=strategy,
+        budget=text,
+        seed=int(seed),
+        groups=None if groups is None else int(groups),
+        size=size,
+        pins=tuple(pins),
+        exclude=tuple(exclude),
+        warm_start=None if warm_start is None else str(warm_start),
+        evaluator=evaluator,
+        map_all_to=map_all_to,
+        config=config_json(cfg),
+        **microbatch_fields,
+    )
 
 
 def budget_text(b) -> str:
@@ -393,8 +465,10 @@ def build_strategy(settings: RunSettings, space):
     init = getattr(cfg, "init", None)
     units = space.allowed.shape[0]
     if isinstance(init, list | tuple) and len(init) != units:
-        raise PostplaceError(f"config init: a start placement needs one device id per unit ({units} here), not "
-                             f"{len(init)}; use init=random or give {units} ids")  # fmt: skip
+        raise PostplaceError(
+            f"config init: a start placement needs one device id per unit ({units} here), not "
+            f"{len(init)}; use init=random or give {units} ids"
+        )
     try:
         return make_strategy(settings.strategy, space, seed=settings.seed, config=cfg)
     except (ValueError, ZeroDivisionError) as exc:
@@ -419,8 +493,10 @@ def check_same_optimizer(recorded, optimizer, lr, what: str = "apply: the placem
     differ = optimizer_mismatch(recorded, optimizer, lr)
     if differ is not None:
         recorded, given = differ
-        raise PostplaceError(f"{what} was made for {_optimizer_text(recorded)}, not {_optimizer_text(given)}; "
-                             "its memory and update differ: start again with that optimizer")  # fmt: skip
+        raise PostplaceError(
+            f"{what} was made for {_optimizer_text(recorded)}, not {_optimizer_text(given)}; "
+            "its memory and update differ: start again with that optimizer"
+        )
 
 
 def _optimizer_text(record) -> str:

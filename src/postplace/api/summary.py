@@ -11,8 +11,9 @@ from postplace.api.settings import RunSettings
 from postplace.search.origins import origin_stats, with_candidate
 
 
-def run_summary(settings: RunSettings, problem, judge, result, cands, best, sched, out, wall, *,
-                start: dict | None = None) -> dict:  # fmt: skip
+def run_summary(
+    settings: RunSettings, problem, judge, result, cands, best, sched, out, wall, *, start: dict | None = None
+) -> dict:
     """Every figure of a run (what summary.json holds); ``start``: the search's start (:func:`search_start`)."""
     c = problem.cluster
     measured = judge.name != "simulator"
@@ -21,25 +22,36 @@ def run_summary(settings: RunSettings, problem, judge, result, cands, best, sche
     single = next((k for k in cands if k.name.startswith("single:")), None)
     single_time = single.step_time_s if single is not None else None
     peak = sched.peak_memory
-    return {**_utilisation(problem, best, cands),
-        "graph": problem.graph.name, "cluster": c.name, "strategy": settings.strategy, "seed": settings.seed,
+    return {
+        **_utilisation(problem, best, cands),
+        "graph": problem.graph.name,
+        "cluster": c.name,
+        "strategy": settings.strategy,
+        "seed": settings.seed,
         "microbatches": settings.target.get("microbatches", 1),
         "microbatch_colocation": settings.target.get("microbatch_colocation"),
-        "evaluator": judge.name, "budget": settings.budget, "samples": result.samples,
-        "feasible_samples": result.feasible_samples, "evaluations": result.evaluations,
-        "groups": problem.grouping.num_groups, "config": settings.config,
-        "returned": best.name, "best_step_time_s": best.step_time_s,
+        "evaluator": judge.name,
+        "budget": settings.budget,
+        "samples": result.samples,
+        "feasible_samples": result.feasible_samples,
+        "evaluations": result.evaluations,
+        "groups": problem.grouping.num_groups,
+        "config": settings.config,
+        "returned": best.name,
+        "best_step_time_s": best.step_time_s,
         "search_best_step_time_s": result.best_step_time if result.best_placement is not None else None,
         "search_best_sample": result.best_sample if result.best_placement is not None else None,
         "search_start": start if start is not None else {"name": None, "step_time_s": None},
-        "search_origins": with_candidate(origin_stats(result.origins, result.step_times, lb), best.name,
-                                         None if measured else best.step_time_s),  # fmt: skip
+        "search_origins": with_candidate(
+            origin_stats(result.origins, result.step_times, lb), best.name, None if measured else best.step_time_s
+        ),
         "local_moves": bool(settings.config.get("use_local", False)),
         "single_device": single.name.split(":", 1)[1] if single is not None and single.feasible else None,
         "single_device_step_time_s": single_time,
         "candidates": {k.name: k.step_time_s for k in cands},
         "candidate_notes": {k.name: k.note for k in cands if k.note},
-        "lower_bound_s": lb, "lower_bound_source": "simulator cost model",
+        "lower_bound_s": lb,
+        "lower_bound_source": "simulator cost model",
         "ratio_to_lower_bound": None if measured or lb <= 0 else best.step_time_s / lb,
         "ratio_to_single_device": best.step_time_s / single_time if single_time else None,
         "simulated_step_time_s": sched.step_time,
@@ -47,18 +59,35 @@ def run_summary(settings: RunSettings, problem, judge, result, cands, best, sche
         "capacity_bytes": dict(zip(c.device_names, c.capacity.tolist(), strict=True)),
         "oom_devices": [c.device_names[d] for d in range(c.num_devices) if peak[d] > c.capacity[d]],
         "busy_s": dict(zip(c.device_names, sched.busy.tolist(), strict=True)),
-        "bytes_moved": float(sched.bytes_moved), "transfers": len(sched.transfers),
-        "figures": {"best_step_time_s": kind, "search_best_step_time_s": kind, "search_start": kind, "mfu": kind,
-                    "candidate_mfu": kind, "tokens_per_s_per_device": kind,
-                    "single_device_step_time_s": kind,
-                    "candidates": kind, "lower_bound_s": "simulated", "simulated_step_time_s": "simulated",
-                    "peak_memory_bytes": "simulated", "busy_s": "simulated", "bytes_moved": "simulated"},
-        "pins": list(settings.pins), "exclude": list(settings.exclude), "warm_start": settings.warm_start,
-        "map_all_to": settings.map_all_to, "wall_time_s": result.wall_time_s, "place_wall_time_s": wall,
-        "target_spec": settings.target, "microbatch_note": settings.microbatch_note,
-        "optimizer": settings.target.get("optimizer"), "precision": settings.target.get("precision", "fp32"),
+        "bytes_moved": float(sched.bytes_moved),
+        "transfers": len(sched.transfers),
+        "figures": {
+            "best_step_time_s": kind,
+            "search_best_step_time_s": kind,
+            "search_start": kind,
+            "mfu": kind,
+            "candidate_mfu": kind,
+            "tokens_per_s_per_device": kind,
+            "single_device_step_time_s": kind,
+            "candidates": kind,
+            "lower_bound_s": "simulated",
+            "simulated_step_time_s": "simulated",
+            "peak_memory_bytes": "simulated",
+            "busy_s": "simulated",
+            "bytes_moved": "simulated",
+        },
+        "pins": list(settings.pins),
+        "exclude": list(settings.exclude),
+        "warm_start": settings.warm_start,
+        "map_all_to": settings.map_all_to,
+        "wall_time_s": result.wall_time_s,
+        "place_wall_time_s": wall,
+        "target_spec": settings.target,
+        "microbatch_note": settings.microbatch_note,
+        "optimizer": settings.target.get("optimizer"),
+        "precision": settings.target.get("precision", "fp32"),
         "out": None if out is None else str(out),
-    }  # fmt: skip
+    }
 
 
 def _utilisation(problem, best, cands) -> dict:
@@ -77,16 +106,29 @@ def _utilisation(problem, best, cands) -> dict:
         peak, _ = peak_of_devices_used(c, k.placement, precision)
         per[k.name] = use.model_flops / (k.step_time_s * peak) if use else None
     err = cm.step_error(c) if hasattr(cm, "step_error") else None
-    close = [] if err is None else sorted(
-        k.name for k in cands if k.name != best.name and k.step_time_s and np.isfinite(k.step_time_s)
-        and best.step_time_s and k.step_time_s <= best.step_time_s * (1 + err))  # fmt: skip
+    close = (
+        []
+        if err is None
+        else sorted(
+            k.name
+            for k in cands
+            if k.name != best.name
+            and k.step_time_s
+            and np.isfinite(k.step_time_s)
+            and best.step_time_s
+            and k.step_time_s <= best.step_time_s * (1 + err)
+        )
+    )
     return {
         "cost_model": cm.describe(c) if hasattr(cm, "describe") else type(cm).__name__,
-        "cost_model_error": err, "within_error": close,
-        "mfu": use.mfu if use else None, "tokens_per_s_per_device": use.tokens_per_s_per_device if use else None,
-        "model_flops_per_step": use.model_flops if use else None, "model_flops_counted": use.counted if use else None,
+        "cost_model_error": err,
+        "within_error": close,
+        "mfu": use.mfu if use else None,
+        "tokens_per_s_per_device": use.tokens_per_s_per_device if use else None,
+        "model_flops_per_step": use.model_flops if use else None,
+        "model_flops_counted": use.counted if use else None,
         "candidate_mfu": per,
-    }  # fmt: skip
+    }
 
 
 def plan_line(best, graph, cluster, cost_model, peak: np.ndarray) -> str:
@@ -117,8 +159,9 @@ def plan_candidate_words(best, cluster) -> str:
 
     spec = parse_plan(best.plan)
     gpus = plan_gpus(best)
-    return (plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches)
-            + also_on(cluster.device_names, np.asarray(best.placement), gpus))  # ops only a CPU runs, say
+    return plan_words(spec, [cluster.device_names[g] for g in gpus], spec.microbatches) + also_on(
+        cluster.device_names, np.asarray(best.placement), gpus
+    )  # ops only a CPU runs, say
 
 
 def plan_gpus(cand) -> list[int]:
@@ -142,8 +185,9 @@ def also_on(names, placement: np.ndarray, named, weights: np.ndarray | None = No
     return words
 
 
-def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | None = None, *,
-                  sharded: bool = False) -> str:  # fmt: skip
+def describe_plan(
+    graph, cluster, placement: np.ndarray, times: np.ndarray | None = None, *, sharded: bool = False
+) -> str:
     """The plan in the words users use, naming every device it uses: "one device (gpu0)", "model
     parallel over 3 devices (gpu0, gpu1, gpu2)", "data-parallel 4 (gpu0..gpu3), 4 micro-batches",
     "pipeline of 2 stages (gpu0, gpu1), 8 micro-batches", "2 stages x data-parallel 2 (replicas:
@@ -175,8 +219,11 @@ def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | Non
 
     if m <= 1:
         devs = used(np.ones(graph.num_ops, dtype=bool))
-        words = (f"one device ({names[devs[0]]})" if len(devs) == 1 else
-                 f"model parallel over {len(devs)} devices ({', '.join(names[d] for d in devs)})")  # fmt: skip
+        words = (
+            f"one device ({names[devs[0]]})"
+            if len(devs) == 1
+            else f"model parallel over {len(devs)} devices ({', '.join(names[d] for d in devs)})"
+        )
         return words + also_on(names, placement, devs, w)
     sets = [used(mb == k) for k in range(m)]
     distinct = sorted(set(sets))
@@ -187,11 +234,17 @@ def describe_plan(graph, cluster, placement: np.ndarray, times: np.ndarray | Non
     tail = f"{m} micro-batches"
     dp = f"{'sharded ' if sharded else ''}data-parallel {replicas}"
     state = ": each replica holds its share of the parameters and optimizer state" if sharded else ""
-    shown = (", ".join("+".join(names[d] for d in s) for s in distinct) if replicas <= 8 else
-             f"{span(devs)}: {min(map(len, distinct))}-{stages} each")  # fmt: skip
+    shown = (
+        ", ".join("+".join(names[d] for d in s) for s in distinct)
+        if replicas <= 8
+        else f"{span(devs)}: {min(map(len, distinct))}-{stages} each"
+    )
     if replicas == 1:
-        words = (f"one device ({names[distinct[0][0]]}), {tail}" if stages == 1 else
-                 f"pipeline of {stages} stages ({', '.join(names[d] for d in distinct[0])}), {tail}")  # fmt: skip
+        words = (
+            f"one device ({names[distinct[0][0]]}), {tail}"
+            if stages == 1
+            else f"pipeline of {stages} stages ({', '.join(names[d] for d in distinct[0])}), {tail}"
+        )
     elif not disjoint:
         words = f"hybrid over {len(devs)} devices ({span(devs)}; up to {stages} per micro-batch), {tail}"
     elif stages == 1:

@@ -21,9 +21,19 @@ class Target:
     spec: dict
 
 
-def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimizer="sgd", lr: float | None = None,
-                precision: str = "fp32", microbatches: int = 1, microbatch_colocation: str = "none",
-                targets=None) -> Target:  # fmt: skip
+def load_target(
+    target,
+    *,
+    size: str = "full",
+    inputs=None,
+    loss_fn=None,
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    microbatches: int = 1,
+    microbatch_colocation: str = "none",
+    targets=None,
+) -> Target:
     """Load what :func:`place` places: an :class:`OpGraph`, a graph file, a zoo model name or an ``nn.Module``.
 
     Parameters
@@ -69,9 +79,11 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
     if isinstance(target, OpGraph) or (isinstance(target, str | Path) and Path(str(target)).exists()):
         _untraced_step_options(optimizer, lr, precision)
         if microbatches != 1:
-            raise PostplaceError(f"--microbatches {microbatches}: a graph file is one traced step and cannot be "
-                                 "traced again as micro-batches; give a zoo model name or an nn.Module, or drop "
-                                 "--microbatches")  # fmt: skip
+            raise PostplaceError(
+                f"--microbatches {microbatches}: a graph file is one traced step and cannot be "
+                "traced again as micro-batches; give a zoo model name or an nn.Module, or drop "
+                "--microbatches"
+            )
         if isinstance(target, OpGraph):
             return Target(target, None, {"kind": "graph"})
         path = Path(str(target))
@@ -87,8 +99,15 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
             raise PostplaceError(f"'{text}' is not a file, and this build has no model zoo") from None
         if text not in zoo.MODELS:
             raise PostplaceError(f"'{text}' is neither a file nor a zoo model; the zoo has {', '.join(zoo.MODELS)}")
-        graph = zoo.cached_graph(text, size, optimizer, lr=lr, precision=precision, microbatches=microbatches,
-                                 colocation=microbatch_colocation)  # fmt: skip
+        graph = zoo.cached_graph(
+            text,
+            size,
+            optimizer,
+            lr=lr,
+            precision=precision,
+            microbatches=microbatches,
+            colocation=microbatch_colocation,
+        )
         spec = {"kind": "zoo", "name": text, "size": size, **_step_spec(graph)}
         if microbatches != 1:
             spec.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
@@ -99,11 +118,15 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
         torch = None
     if torch is not None and isinstance(target, torch.nn.Module):
         if inputs is None or loss_fn is None:
-            raise PostplaceError("placing an nn.Module needs example inputs and a loss_fn (outputs -> scalar loss): "
-                                 "step=postplace.Step(inputs=(x,), loss_fn=...)")  # fmt: skip
+            raise PostplaceError(
+                "placing an nn.Module needs example inputs and a loss_fn (outputs -> scalar loss): "
+                "step=postplace.Step(inputs=(x,), loss_fn=...)"
+            )
         if microbatches != 1 and targets is None:
-            raise PostplaceError(f"--microbatches {microbatches}: splitting your module's batch needs its labels "
-                                 "apart from the loss: pass Step(targets=(y,)) and a loss_fn(outputs, y)")  # fmt: skip
+            raise PostplaceError(
+                f"--microbatches {microbatches}: splitting your module's batch needs its labels "
+                "apart from the loss: pass Step(targets=(y,)) and a loss_fn(outputs, y)"
+            )
         from postplace.graph.trace_torch import trace
 
         kw = {} if targets is None else {"targets": targets}
@@ -114,15 +137,18 @@ def load_target(target, *, size: str = "full", inputs=None, loss_fn=None, optimi
         if microbatches != 1:
             spec.update(microbatches=microbatches, microbatch_colocation=microbatch_colocation)
         return Target(traced.graph, traced, spec)
-    raise PostplaceError(f"target must be an OpGraph, a graph file, a zoo model name or an nn.Module, "
-                         f"not a {type(target).__name__}")  # fmt: skip
+    raise PostplaceError(
+        f"target must be an OpGraph, a graph file, a zoo model name or an nn.Module, not a {type(target).__name__}"
+    )
 
 
 def _untraced_step_options(optimizer, lr, precision) -> None:
     if (isinstance(optimizer, str) and optimizer.lower() == "sgd") and lr is None and precision == "fp32":
         return
-    raise PostplaceError("--optimizer, --lr and --precision choose how a model's step is traced; a graph file "
-                         "is already traced: give a zoo model name or an nn.Module, or drop them")  # fmt: skip
+    raise PostplaceError(
+        "--optimizer, --lr and --precision choose how a model's step is traced; a graph file "
+        "is already traced: give a zoo model name or an nn.Module, or drop them"
+    )
 
 
 def _step_spec(graph) -> dict:

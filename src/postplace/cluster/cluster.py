@@ -550,8 +550,11 @@ def preset_names() -> list[str]:
     >>> "k80x2" in preset_names()
     True
     """
-    return sorted(p.name.removesuffix(".toml") for p in resources.files("postplace.cluster.presets").iterdir()
-                  if p.name.endswith(".toml"))
+    return sorted(
+        p.name.removesuffix(".toml")
+        for p in resources.files("postplace.cluster.presets").iterdir()
+        if p.name.endswith(".toml")
+    )
 
 
 def load_cluster(spec: str | Path) -> Cluster:

@@ -84,10 +84,12 @@ def cluster_from_workload(graph: OpGraph, base: Cluster) -> Cluster:
     if n_cpu and not cpus:
         raise PostplaceError(f"cluster '{base.name}' has no CPU to copy for the workload's {n_cpu} CPUs")
     if n_gpu + n_cpu > MAX_DEVICES:
-        raise PostplaceError(f"graph '{graph.name}': the workload's machine has {n_gpu} accelerators and {n_cpu} "
-                             f"CPU(s); --cluster workload:PRESET builds machines of up to {MAX_DEVICES} devices "
-                             "(routes between every pair of devices are computed): give a cluster TOML file or "
-                             "a preset instead")  # fmt: skip
+        raise PostplaceError(
+            f"graph '{graph.name}': the workload's machine has {n_gpu} accelerators and {n_cpu} "
+            f"CPU(s); --cluster workload:PRESET builds machines of up to {MAX_DEVICES} devices "
+            "(routes between every pair of devices are computed): give a cluster TOML file or "
+            "a preset instead"
+        )
     if n_gpu + n_cpu == 0:
         raise PostplaceError(f"graph '{graph.name}': the workload's machine has no device (maxFPGAs and maxCPUs are 0)")
     memory = machine["max_size_per_accelerator"]
@@ -161,8 +163,10 @@ def describe_machine(graph: OpGraph, cluster: Cluster) -> list[str]:
     gpu_mem = sorted({d.memory for d in gpus})
     have = f"{len(gpus)} GPUs" + (f" of {', '.join(f'{m / 1e9:.2f}' for m in gpu_mem)} GB" if gpus else "")
     have += f", {len(cpus)} CPU" + ("" if len(cpus) == 1 else "s")
-    lines = [f"the file's own machine: {', '.join(parts)} (maxFPGAs, maxSizePerFPGA, maxCPUs)",
-             f"cluster {cluster.name}: {have}"]  # fmt: skip
+    lines = [
+        f"the file's own machine: {', '.join(parts)} (maxFPGAs, maxSizePerFPGA, maxCPUs)",
+        f"cluster {cluster.name}: {have}",
+    ]
     diffs = []
     if size is not None and gpus and any(m != size for m in gpu_mem):
         diffs.append("GPU memory")

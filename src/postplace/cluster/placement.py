@@ -43,13 +43,17 @@ def check_kinds(graph: OpGraph, cluster: Cluster) -> None:
     i = int(bad[0])
     devices = ", ".join(f"{d.name} ({d.kind})" for d in cluster.devices)
     if mask[i] == 0:  # each member alone may run somewhere; together they share no kind
-        raise PostplaceError(f"graph '{graph.name}': op '{graph.names[i]}' is colocated with ops that may only run "
-                             "on another device kind, so its set may run on no device; fix the allowed kinds or the "
-                             "colocation of the graph")  # fmt: skip
+        raise PostplaceError(
+            f"graph '{graph.name}': op '{graph.names[i]}' is colocated with ops that may only run "
+            "on another device kind, so its set may run on no device; fix the allowed kinds or the "
+            "colocation of the graph"
+        )
     kinds = "/".join(k for k, bit in KIND_BITS.items() if mask[i] & bit)
-    raise PostplaceError(f"graph '{graph.name}': op '{graph.names[i]}' may only run on a {kinds} device, and cluster "
-                         f"'{cluster.name}' has none (its devices: {devices}); add a {kinds} device to the cluster "
-                         "file or use a cluster that has one")  # fmt: skip
+    raise PostplaceError(
+        f"graph '{graph.name}': op '{graph.names[i]}' may only run on a {kinds} device, and cluster "
+        f"'{cluster.name}' has none (its devices: {devices}); add a {kinds} device to the cluster "
+        "file or use a cluster that has one"
+    )
 
 
 def single_device(graph: OpGraph, cluster: Cluster, device: str) -> np.ndarray:

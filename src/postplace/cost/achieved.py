@@ -45,8 +45,19 @@ import numpy as np
 
 from postplace.graph import PHASES, OpGraph
 
-__all__ = ["ACHIEVED", "FOREACH_TENSORS_PER_LAUNCH", "FUSED_TENSORS_PER_LAUNCH", "GEMM_TILE", "KERNEL_MODELS",
-           "MEASURED_STEP_ERROR", "KernelRates", "UPDATE_FORMS", "classify_ops", "gemm_fill", "update_times"]
+__all__ = [
+    "ACHIEVED",
+    "FOREACH_TENSORS_PER_LAUNCH",
+    "FUSED_TENSORS_PER_LAUNCH",
+    "GEMM_TILE",
+    "KERNEL_MODELS",
+    "MEASURED_STEP_ERROR",
+    "KernelRates",
+    "UPDATE_FORMS",
+    "classify_ops",
+    "gemm_fill",
+    "update_times",
+]
 
 #: output elements one GEMM thread block computes (a 128 x 128 tile, cuBLAS's common Hopper/Ampere tile)
 GEMM_TILE = 128 * 128
@@ -93,22 +104,28 @@ class KernelRates:
 
 
 _H100 = KernelRates(
-    matmul=0.80, attention=0.35, memory=0.90, sms=132,
+    matmul=0.80,
+    attention=0.35,
+    memory=0.90,
+    sms=132,
     source="matmul: maximum achievable bf16 matmul 792-821 of 989 TFLOP/s on an H100 SXM (stas00/ml-engineering, "
-           "compute/accelerator, MAMF table); attention: FlashAttention-2, torch's flash backend, reaches 35% of an "
-           "H100's peak (Shah et al. 2024, FlashAttention-3, abstract); memory: streaming copies sustain about 3.0 of "
-           "3.35 TB/s (public STREAM-style measurements; an estimate, checked by benchmarks/gpu_check.py)",
-)  # fmt: skip
+    "compute/accelerator, MAMF table); attention: FlashAttention-2, torch's flash backend, reaches 35% of an "
+    "H100's peak (Shah et al. 2024, FlashAttention-3, abstract); memory: streaming copies sustain about 3.0 of "
+    "3.35 TB/s (public STREAM-style measurements; an estimate, checked by benchmarks/gpu_check.py)",
+)
 #: GPU model (a device's ``model``) -> its kernel rates
 ACHIEVED: dict[str, KernelRates] = {
     "H100": _H100,
     "H100-96GB": _H100,
     "A100-40GB": KernelRates(
-        matmul=0.86, attention=0.70, memory=0.90, sms=108,
+        matmul=0.86,
+        attention=0.70,
+        memory=0.90,
+        sms=108,
         source="matmul: maximum achievable bf16 matmul 268-271 of 312 TFLOP/s on an A100 SXM (stas00/ml-engineering, "
-               "MAMF table); attention: FlashAttention-2 trains at up to 225 TFLOP/s per A100, 72% of peak (Dao 2023, "
-               "abstract); memory: as the H100's (an estimate)",
-    ),  # fmt: skip
+        "MAMF table); attention: FlashAttention-2 trains at up to 225 TFLOP/s per A100, 72% of peak (Dao 2023, "
+        "abstract); memory: as the H100's (an estimate)",
+    ),
 }
 
 
@@ -132,8 +149,9 @@ def gemm_fill(graph: OpGraph, sms: int) -> np.ndarray:
     return np.clip(elements / (sms * GEMM_TILE), 1e-6, 1.0)
 
 
-def update_times(graph: OpGraph, form: str, compute_s: np.ndarray, memory_bandwidth: float,
-                 launch_overhead: float) -> np.ndarray:  # fmt: skip
+def update_times(
+    graph: OpGraph, form: str, compute_s: np.ndarray, memory_bandwidth: float, launch_overhead: float
+) -> np.ndarray:
     """Seconds each update op takes on a GPU when the update runs in ``form`` (NaN for other ops).
 
     Parameters
@@ -161,8 +179,9 @@ def update_times(graph: OpGraph, form: str, compute_s: np.ndarray, memory_bandwi
     if form != "fused":
         return out
     slots = float(graph.metadata.get("optimizer_slots", 0) or 0)
-    is_param = np.array([t == "parameter" or nm.startswith("param:") for t, nm in zip(graph.op_types, graph.names,
-                                                                                        strict=True)])  # fmt: skip
+    is_param = np.array(
+        [t == "parameter" or nm.startswith("param:") for t, nm in zip(graph.op_types, graph.names, strict=True)]
+    )
     groups: dict[int, list[int]] = {}
     for i in np.flatnonzero(update & (graph.colocation >= 0)).tolist():
         groups.setdefault(int(graph.colocation[i]), []).append(i)

@@ -245,8 +245,10 @@ class RooflineCostModel:
             words = "datasheet rates"
         elif dev.model in ACHIEVED:
             r = ACHIEVED[dev.model]
-            words = (f"achieved rates: matmul {r.matmul:.0%}, attention {r.attention:.0%}, "
-                     f"memory {r.memory:.0%} of datasheet")  # fmt: skip
+            words = (
+                f"achieved rates: matmul {r.matmul:.0%}, attention {r.attention:.0%}, "
+                f"memory {r.memory:.0%} of datasheet"
+            )
         else:
             words = f"datasheet rates: no kernel rates known for {dev.model}"
         return f" ({words}{f'; {self.update} update' if has_update else ''})"

@@ -161,8 +161,9 @@ def profile_cpu(
     if not isinstance(traced, Traced):
         raise PostplaceError(_not_traced(traced))
     if not 1 <= runs <= MAX_RUNS or warmup < 0:
-        raise PostplaceError(f"profile_cpu: runs must be 1 .. {MAX_RUNS:,} and warmup >= 0 (got runs={runs}, "
-                             f"warmup={warmup})")  # fmt: skip
+        raise PostplaceError(
+            f"profile_cpu: runs must be 1 .. {MAX_RUNS:,} and warmup >= 0 (got runs={runs}, warmup={warmup})"
+        )
     graph = traced.graph
     samples = np.zeros((runs, graph.num_ops))
     saved_threads = torch.get_num_threads()

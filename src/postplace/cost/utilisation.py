@@ -67,8 +67,13 @@ class Utilisation:
     counted: str
 
     def to_dict(self) -> dict:
-        return {"mfu": self.mfu, "model_flops": self.model_flops, "tokens_per_s_per_device":
-                self.tokens_per_s_per_device, "devices": self.devices, "model_flops_counted": self.counted}  # fmt: skip
+        return {
+            "mfu": self.mfu,
+            "model_flops": self.model_flops,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "devices": self.devices,
+            "model_flops_counted": self.counted,
+        }
 
 
 def peak_of_devices_used(cluster, placement, precision: str) -> tuple[float, int]:

@@ -128,13 +128,19 @@ def parse_address(address) -> tuple[str, int]:
     text = address.strip()
     for scheme in ("ray://", "http://", "https://"):
         if text.startswith(scheme):
-            text = text[len(scheme):]
+            text = text[len(scheme) :]
             break
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host) \
-            or (":" in host and not address.strip().split("//")[-1].startswith("[")):  # fmt: skip
+    if (
+        not sep
+        or not host
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+        or any(c.isspace() for c in host)
+        or (":" in host and not address.strip().split("//")[-1].startswith("["))
+    ):
         raise PostplaceError(f"--ray '{address}': not an address of the form HOST:PORT (port 1-65535); {hint}")
     return host, int(port)
 
@@ -149,8 +155,10 @@ def check_address(address, timeout: float = CONNECT_TIMEOUT_S) -> None:
             pass
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else (exc.strerror or str(exc))
-        raise PostplaceError(f"--ray '{address}': no Ray cluster answers at {host}:{port} ({why}); start one with "
-                             "ray start --head, or use --ray local") from None  # fmt: skip
+        raise PostplaceError(
+            f"--ray '{address}': no Ray cluster answers at {host}:{port} ({why}); start one with "
+            "ray start --head, or use --ray local"
+        ) from None
 
 
 class _Worker:

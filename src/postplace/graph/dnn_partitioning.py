@@ -296,8 +296,10 @@ def _number(obj: dict, key: str, where: str, *, integer: bool = False, who: str 
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a number")
     if isinstance(v, int) and abs(v) > INT64_MAX:  # numpy cannot hold it, nor float precisely
-        raise PostplaceError(f"{where} field '{key}' is {str(v)[:20]}... ({len(str(v))} digits){who}; it is too large "
-                             "for a 64-bit integer: check the file")  # fmt: skip
+        raise PostplaceError(
+            f"{where} field '{key}' is {str(v)[:20]}... ({len(str(v))} digits){who}; it is too large "
+            "for a 64-bit integer: check the file"
+        )
     if not np.isfinite(v) or v < 0:
         raise PostplaceError(f"{where} field '{key}' is {v!r}{who}; it must be a finite non-negative number")
     if integer:
@@ -312,8 +314,10 @@ def _bytes(obj: dict, key: str, where: str, *, who: str = "") -> float:
     range in the simulator and METIS)."""
     v = _number(obj, key, where, who=who)
     if v > MAX_BYTES:
-        raise PostplaceError(f"{where} field '{key}' is {v:g} bytes{who}, above the bound of {MAX_BYTES:g} bytes "
-                             "(1 EB); check the file's units")  # fmt: skip
+        raise PostplaceError(
+            f"{where} field '{key}' is {v:g} bytes{who}, above the bound of {MAX_BYTES:g} bytes "
+            "(1 EB); check the file's units"
+        )
     return v
 
 
@@ -348,8 +352,9 @@ def import_expert_split(d: dict, graph: OpGraph, *, source: str = "split") -> di
     split leaves out are left for colocation to complete.
     """
     if not isinstance(d, dict):
-        raise PostplaceError(f"{source}: an expert split is one JSON object with 'cpus' and 'fpgas', not a "
-                             f"{type(d).__name__}")  # fmt: skip
+        raise PostplaceError(
+            f"{source}: an expert split is one JSON object with 'cpus' and 'fpgas', not a {type(d).__name__}"
+        )
     ids = graph.metadata.get("original_ids")
     if ids is None:
         raise PostplaceError(f"{source}: a split file needs a graph imported from a dnn-partitioning workload")
@@ -358,8 +363,9 @@ def import_expert_split(d: dict, graph: OpGraph, *, source: str = "split") -> di
     for key, prefix in (("cpus", "cpu"), ("fpgas", "gpu")):
         devices = d.get(key, [])
         if not isinstance(devices, list):
-            raise PostplaceError(f"{source}: field '{key}' must be a list of objects with 'nodes', not "
-                                 f"{str(devices)[:40]!r}")  # fmt: skip
+            raise PostplaceError(
+                f"{source}: field '{key}' must be a list of objects with 'nodes', not {str(devices)[:40]!r}"
+            )
         for k, dev in enumerate(devices):
             nodes = dev.get("nodes", []) if isinstance(dev, dict) else None
             if not isinstance(nodes, list):
@@ -367,8 +373,7 @@ def import_expert_split(d: dict, graph: OpGraph, *, source: str = "split") -> di
             name = prefix if prefix == "cpu" and k == 0 else f"{prefix}{k}"
             for nid in nodes:
                 if type(nid) is not int:  # a bool is an int, and 1.0 == 1 would find node 1: neither is an id
-                    raise PostplaceError(f"{source}: {key}[{k}] names node id {str(nid)[:40]!r}; node ids are "
-                                         "integers")  # fmt: skip
+                    raise PostplaceError(f"{source}: {key}[{k}] names node id {str(nid)[:40]!r}; node ids are integers")
                 if nid not in by_id:
                     raise PostplaceError(f"{source}: {key}[{k}] names node id {nid}, which the graph has not")
                 out[by_id[nid]] = name

@@ -18,8 +18,7 @@ __all__ = ["build_graph"]
 
 #: aten ops that do no work but whose schema does not declare an alias (or that only drop autograd)
 _VIEW_LIKE = frozenset(
-    "detach alias lift_fresh _unsafe_view _reshape_alias unsafe_split unsafe_split_with_sizes "
-    "unsafe_chunk".split()
+    "detach alias lift_fresh _unsafe_view _reshape_alias unsafe_split unsafe_split_with_sizes unsafe_chunk".split()
 )
 
 
@@ -117,6 +116,7 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
 
     def pmodule(k):
         return modlabel(pnames[k].rpartition(".")[0]) if k is not None and 0 <= k < n_p else None
+
     ops = _Ops()
     where: dict[str, tuple[int, int] | None] = {}  # fx node name -> (op, slot) its value lives in
     op_of_node: dict[str, int] = {}
@@ -146,7 +146,11 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
             elif k < n_p + n_b:
                 bname = bnames[k - n_p]
                 i = ops.add(
-                    f"buffer:{bname}", "buffer", "other", out=nbytes, persist=nbytes,
+                    f"buffer:{bname}",
+                    "buffer",
+                    "other",
+                    out=nbytes,
+                    persist=nbytes,
                     module=modlabel(bname.rpartition(".")[0]),
                 )
                 where[node.name] = (i, 0)
@@ -159,7 +163,11 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
                 mb, j = divmod(k - n_p - n_b - n_state, n_own)
                 kind = f"input:{j}" if j < n_own - n_targets else f"target:{j - n_own + n_targets}"
                 i = ops.add(
-                    f"mb{mb}_{kind}" if m > 1 else kind, "input", "forward", out=nbytes, mb=mb,
+                    f"mb{mb}_{kind}" if m > 1 else kind,
+                    "input",
+                    "forward",
+                    out=nbytes,
+                    mb=mb,
                     module="(inputs)" if kind.startswith("input") else "(loss)",
                 )
                 where[node.name] = (i, 0)
@@ -169,9 +177,7 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
         if node.op == "get_attr":
             if node.target not in consts:
                 nbytes = tensor_bytes(val)
-                consts[node.target] = ops.add(
-                    f"const:{node.target}", "constant", "other", out=nbytes, module="(loss)"
-                )
+                consts[node.target] = ops.add(f"const:{node.target}", "constant", "other", out=nbytes, module="(loss)")
                 ops.slot_bytes[(consts[node.target], 0)] = float(nbytes)
             where[node.name] = (consts[node.target], 0)
             op_of_node[node.name] = consts[node.target]
@@ -312,12 +318,7 @@ def _fold(node, where) -> tuple[int, int] | None:
     if src is None:
         return None
     base = where.get(src.name)
-    if (
-        node.target.__name__ == "getitem"
-        and base is not None
-        and not _is_view_node(src)
-        and src.op == "call_function"
-    ):
+    if node.target.__name__ == "getitem" and base is not None and not _is_view_node(src) and src.op == "call_function":
         return (base[0], int(node.args[1]))
     return base
 
@@ -419,8 +420,6 @@ def _colocate(ops: _Ops, edges, view_seq, mode: str = "none") -> tuple[np.ndarra
         "unconstrained": n_b - direct - inherited,
         "coverage": direct / n_b if n_b else 1.0,
         "sets": len(ids),
-        "update_ops_with_parameter": sum(
-            1 for i in range(n) if ops.phase[i] == "update" and ops.param[i] in param_op
-        ),
+        "update_ops_with_parameter": sum(1 for i in range(n) if ops.phase[i] == "update" and ops.param[i] in param_op),
     }
     return coloc, report

@@ -42,6 +42,6 @@ def load_graph(path: str | Path) -> OpGraph:
     if dnn_partitioning.looks_like(d):
         return dnn_partitioning.import_workload(d, source=str(path))
     raise PostplaceError(
-        f"{path}: not a graph postplace can read; expected a postplace graph (\"format\": \"{FORMAT}\") "
-        "or a dnn-partitioning workload (\"nodes\" with \"fpgaLatency\", and \"edges\")"
+        f'{path}: not a graph postplace can read; expected a postplace graph ("format": "{FORMAT}") '
+        'or a dnn-partitioning workload ("nodes" with "fpgaLatency", and "edges")'
     )

@@ -206,9 +206,11 @@ class OpGraph:
     collectives: tuple[Collective, ...] = ()
 
     def __repr__(self) -> str:
-        return (f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
-                f"{float(self.flops.sum()):.3g} FLOPs, {float(self.persistent_bytes.sum()) / 1e9:.3g} GB persistent, "
-                f"memory mode {self.memory_mode})")
+        return (
+            f"OpGraph({self.name!r}: {self.num_ops} ops, {self.num_edges} edges, "
+            f"{float(self.flops.sum()):.3g} FLOPs, {float(self.persistent_bytes.sum()) / 1e9:.3g} GB persistent, "
+            f"memory mode {self.memory_mode})"
+        )
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -435,8 +437,10 @@ class OpGraph:
             if not (math.isfinite(coll.nbytes) and coll.nbytes >= 0):
                 raise GraphError(f"{who} field 'nbytes' is {coll.nbytes!r}; it must be a finite number >= 0 (bytes)")
             if coll.nbytes > v.MAX_BYTES:
-                raise GraphError(f"{who} field 'nbytes' is {coll.nbytes:g} bytes, above the bound of "
-                                 f"{v.MAX_BYTES:g} bytes (1 EB); check the units")  # fmt: skip
+                raise GraphError(
+                    f"{who} field 'nbytes' is {coll.nbytes:g} bytes, above the bound of "
+                    f"{v.MAX_BYTES:g} bytes (1 EB); check the units"
+                )
             if size[c] == 0:
                 raise GraphError(f"{who} has no member ops; set the 'collective' field of one op per rank to {c}")
         # all members of a collective finish together, so a member that depends on another member of its
@@ -490,8 +494,10 @@ class OpGraph:
         big = np.flatnonzero(values > v.MAX_BYTES) if fname in _BYTE_FIELDS else ()
         if len(big):
             i = int(big[0])
-            raise GraphError(f"graph '{self.name}': {self._who(i, per)} field '{fname}' is {values[i]:g} bytes, above "
-                             f"the bound of {v.MAX_BYTES:g} bytes (1 EB); check the file's units")  # fmt: skip
+            raise GraphError(
+                f"graph '{self.name}': {self._who(i, per)} field '{fname}' is {values[i]:g} bytes, above "
+                f"the bound of {v.MAX_BYTES:g} bytes (1 EB); check the file's units"
+            )
 
     def _who(self, i: int, per: str) -> str:
         if per == "op":
@@ -839,7 +845,7 @@ class OpGraph:
         """
         d = read_json(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise GraphError(f"{path}: not a postplace graph file (no \"format\": \"{FORMAT}\")")
+            raise GraphError(f'{path}: not a postplace graph file (no "format": "{FORMAT}")')
         return cls.from_dict(d, source=str(path))
 
 

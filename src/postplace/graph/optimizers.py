@@ -37,8 +37,15 @@ from torch.optim.sgd import sgd as sgd_update
 
 from postplace.errors import PostplaceError
 
-__all__ = ["NAMED", "StepOptimizer", "optimizer_from_record", "optimizer_mismatch", "optimizer_record", "recorded_step",
-           "resolve_optimizer"]
+__all__ = [
+    "NAMED",
+    "StepOptimizer",
+    "optimizer_from_record",
+    "optimizer_mismatch",
+    "optimizer_record",
+    "recorded_step",
+    "resolve_optimizer",
+]
 
 #: name -> (class, keyword arguments): the optimizers a name stands for
 NAMED: dict[str, tuple[type, dict]] = {
@@ -90,24 +97,49 @@ class StepOptimizer:
     @property
     def slots(self) -> int:
         """State tensors the size of a parameter that a trained parameter holds (for memory estimates)."""
-        return max((sum(s != "step" for s in self.state_names(i)) for i in range(len(self.group_of_param))),
-                   default=0)  # fmt: skip
+        return max((sum(s != "step" for s in self.state_names(i)) for i in range(len(self.group_of_param))), default=0)
 
     # ------------------------------------------------------------------------------ the update
     def update(self, i: int, p: torch.Tensor, g: torch.Tensor, state: list[torch.Tensor]) -> None:
         """Parameter i's update, in place, by torch.optim's functional single-tensor code."""
         hp = self.groups[self.group_of_param[i]]
         if self.name == "sgd":
-            sgd_update([p], [g], [state[0] if state else None], foreach=False, fused=False,
-                       weight_decay=hp["weight_decay"], momentum=hp["momentum"], lr=hp["lr"],
-                       dampening=hp["dampening"], nesterov=hp["nesterov"], maximize=hp["maximize"])  # fmt: skip
+            sgd_update(
+                [p],
+                [g],
+                [state[0] if state else None],
+                foreach=False,
+                fused=False,
+                weight_decay=hp["weight_decay"],
+                momentum=hp["momentum"],
+                lr=hp["lr"],
+                dampening=hp["dampening"],
+                nesterov=hp["nesterov"],
+                maximize=hp["maximize"],
+            )
             return
         step, m, v, *vmax = state
         with _capturable_on_any_device():
-            adam_update([p], [g], [m], [v], vmax, [step], foreach=False, capturable=True, differentiable=False,
-                        fused=False, decoupled_weight_decay=hp["decoupled_weight_decay"], amsgrad=hp["amsgrad"],
-                        beta1=hp["betas"][0], beta2=hp["betas"][1], lr=hp["lr"], weight_decay=hp["weight_decay"],
-                        eps=hp["eps"], maximize=hp["maximize"])  # fmt: skip
+            adam_update(
+                [p],
+                [g],
+                [m],
+                [v],
+                vmax,
+                [step],
+                foreach=False,
+                capturable=True,
+                differentiable=False,
+                fused=False,
+                decoupled_weight_decay=hp["decoupled_weight_decay"],
+                amsgrad=hp["amsgrad"],
+                beta1=hp["betas"][0],
+                beta2=hp["betas"][1],
+                lr=hp["lr"],
+                weight_decay=hp["weight_decay"],
+                eps=hp["eps"],
+                maximize=hp["maximize"],
+            )
 
     # ------------------------------------------------------------------------------ records
     def describe(self) -> dict:
@@ -164,8 +196,10 @@ def resolve_optimizer(optimizer, params: list[torch.Tensor], *, lr: float | None
         for p in group["params"]:
             k = index.get(id(p))
             if k is None:
-                raise PostplaceError(f"the {name} optimizer holds a tensor that is not one of the model's parameters; "
-                                     "build it over model.parameters() (or a factory that receives them)")  # fmt: skip
+                raise PostplaceError(
+                    f"the {name} optimizer holds a tensor that is not one of the model's parameters; "
+                    "build it over model.parameters() (or a factory that receives them)"
+                )
             if params[k].requires_grad:
                 group_of_param[k] = g
     return StepOptimizer(name, tuple(groups), tuple(group_of_param))
@@ -182,15 +216,19 @@ def _build(optimizer, trained: list[torch.Tensor], lr: float | None) -> torch.op
     if isinstance(optimizer, str):
         key = optimizer.lower()
         if key not in NAMED:
-            raise PostplaceError(f"unknown optimizer '{optimizer}'; use one of {', '.join(NAMED)}, "
-                                 "a torch.optim class, or a factory params -> Optimizer")  # fmt: skip
+            raise PostplaceError(
+                f"unknown optimizer '{optimizer}'; use one of {', '.join(NAMED)}, "
+                "a torch.optim class, or a factory params -> Optimizer"
+            )
         cls, kwargs = NAMED[key]
         return _construct(cls, {**kwargs, **extra}, trained)
     if isinstance(optimizer, tuple) and len(optimizer) == 2 and isinstance(optimizer[0], type):
         cls, kwargs = optimizer
         if not isinstance(kwargs, dict):
-            raise PostplaceError(f"optimizer ({cls.__name__}, ...): the second item must be a dict of keyword "
-                                 f"arguments, got {type(kwargs).__name__}")  # fmt: skip
+            raise PostplaceError(
+                f"optimizer ({cls.__name__}, ...): the second item must be a dict of keyword "
+                f"arguments, got {type(kwargs).__name__}"
+            )
         return _construct(cls, {**kwargs, **extra}, trained)
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
         return _construct(optimizer, extra, trained)
@@ -198,8 +236,10 @@ def _build(optimizer, trained: list[torch.Tensor], lr: float | None) -> torch.op
         if lr is not None:
             raise PostplaceError("lr= with an optimizer factory: set the learning rate inside the factory")
         return _from_factory(optimizer, trained)
-    raise PostplaceError(f"optimizer must be a name, a torch.optim class, (class, kwargs) or a factory "
-                         f"params -> Optimizer, not a {type(optimizer).__name__}")  # fmt: skip
+    raise PostplaceError(
+        f"optimizer must be a name, a torch.optim class, (class, kwargs) or a factory "
+        f"params -> Optimizer, not a {type(optimizer).__name__}"
+    )
 
 
 def _construct(cls: type, kwargs: dict, trained: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -216,8 +256,9 @@ def _from_factory(factory: Callable, trained: list[torch.Tensor]) -> torch.optim
         opt = factory(trained)
     except Exception as exc:  # noqa: BLE001 - the user's factory failing is one line
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise PostplaceError(f"the optimizer factory failed on the model's parameters: {type(exc).__name__}: "
-                             f"{first}") from None  # fmt: skip
+        raise PostplaceError(
+            f"the optimizer factory failed on the model's parameters: {type(exc).__name__}: {first}"
+        ) from None
     if not isinstance(opt, torch.optim.Optimizer):
         raise PostplaceError(f"the optimizer factory returned a {type(opt).__name__}, not a torch.optim.Optimizer")
     return opt
@@ -231,8 +272,9 @@ def _plain(key: str, value, name: str):
     """A hyperparameter as a JSON-able Python value (a tensor learning rate becomes its float)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_meta:
-            raise PostplaceError(f"{name}: hyperparameter {key} is a tensor of shape {tuple(value.shape)}; "
-                                 "give a number")
+            raise PostplaceError(
+                f"{name}: hyperparameter {key} is a tensor of shape {tuple(value.shape)}; give a number"
+            )
         value = value.item()
     if isinstance(value, tuple | list):
         return [_plain(key, v, name) for v in value]
@@ -243,12 +285,16 @@ def _plain(key: str, value, name: str):
 
 def _check(name: str, hp: dict, group: dict) -> None:
     if group.get("differentiable"):
-        raise PostplaceError(f"{name} with differentiable=True cannot be placed: a training step does not "
-                             "differentiate through its update")  # fmt: skip
+        raise PostplaceError(
+            f"{name} with differentiable=True cannot be placed: a training step does not "
+            "differentiate through its update"
+        )
     if name == "sgd" and hp["momentum"] != 0 and hp["dampening"] != 0:
-        raise PostplaceError(f"sgd with dampening={hp['dampening']} cannot be traced exactly: its first step "
-                             "copies the gradient into the momentum buffer, which a graph that starts the "
-                             "buffer at zero does only without dampening; use dampening=0")  # fmt: skip
+        raise PostplaceError(
+            f"sgd with dampening={hp['dampening']} cannot be traced exactly: its first step "
+            "copies the gradient into the momentum buffer, which a graph that starts the "
+            "buffer at zero does only without dampening; use dampening=0"
+        )
 
 
 # ---------------------------------------------------------------------------------- records
@@ -283,8 +329,10 @@ def optimizer_from_record(record) -> tuple[type, dict] | str:
 def recorded_step(record: dict) -> dict:
     """``{"optimizer", "precision"}`` that trace a recorded step again, from a run's target spec or a
     graph's metadata (both keep ``optimizer`` and ``precision``; older ones: SGD, fp32)."""
-    return {"optimizer": optimizer_from_record(record.get("optimizer", "sgd")),
-            "precision": record.get("precision", "fp32")}
+    return {
+        "optimizer": optimizer_from_record(record.get("optimizer", "sgd")),
+        "precision": record.get("precision", "fp32"),
+    }
 
 
 def optimizer_mismatch(recorded, optimizer, lr: float | None) -> tuple[dict, dict] | None:

@@ -342,16 +342,21 @@ class MicrobatchNormWarning(UserWarning):
 
 def _batch_norms(model) -> list[str]:
     """The batch-norm layers in training mode (their batch statistics depend on the batch they see)."""
-    return [name or type(mod).__name__ for name, mod in model.named_modules()
-            if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.training]  # fmt: skip
+    return [
+        name or type(mod).__name__
+        for name, mod in model.named_modules()
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.training
+    ]
 
 
 def norm_note(label: str, norms: list[str]) -> str:
     """What splitting into micro-batches does to ``norms``, in one line (a warning, and a table's note)."""
     first = ", ".join(norms[:2]) + (", ..." if len(norms) > 2 else "")
-    return (f"{label}: {len(norms)} batch-norm layer(s) ({first}) compute their batch statistics over each "
-            "micro-batch, not the whole batch, so a step of more than one micro-batch trains differently from "
-            "eager full-batch training; place at microbatches=1 to keep full-batch statistics")
+    return (
+        f"{label}: {len(norms)} batch-norm layer(s) ({first}) compute their batch statistics over each "
+        "micro-batch, not the whole batch, so a step of more than one micro-batch trains differently from "
+        "eager full-batch training; place at microbatches=1 to keep full-batch statistics"
+    )
 
 
 def _split(tensors: tuple, m: int, label: str) -> list:
@@ -367,9 +372,7 @@ def _split(tensors: tuple, m: int, label: str) -> list:
         )
     b = tensors[0].shape[0]
     if b % m:
-        raise PostplaceError(
-            f"cannot split {label}'s batch of {b} into {m} equal micro-batches; pick m dividing {b}"
-        )
+        raise PostplaceError(f"cannot split {label}'s batch of {b} into {m} equal micro-batches; pick m dividing {b}")
     k = b // m
     return [x[i * k : (i + 1) * k] for i in range(m) for x in tensors]
 

@@ -29,8 +29,9 @@ class PlacementError(PostplaceError):
     """A placer could not produce a placement (for example: the graph fits in no device's memory)."""
 
 
-def op_time_table(graph: OpGraph, cluster: Cluster, cost_model: CostModel | None,
-                  allowed: np.ndarray | None = None) -> np.ndarray:
+def op_time_table(
+    graph: OpGraph, cluster: Cluster, cost_model: CostModel | None, allowed: np.ndarray | None = None
+) -> np.ndarray:
     """``[n_ops, D]`` seconds, inf where an op (or its colocation set) may not use the device."""
     table = np.array((cost_model or RooflineCostModel()).op_times(graph, cluster).table, dtype=np.float64)
     return np.where(allowed_matrix(graph, cluster, allowed), table, np.inf)

@@ -80,8 +80,10 @@ def _resolve_devices(graph: OpGraph, cluster: Cluster, devices, allowed=None) ->
 
 
 def _no_room(who: str, graph: OpGraph, cluster: Cluster, members, u: int, acct: MemoryAccount) -> PlacementError:
-    free = ", ".join(f"{cluster.device_names[d]} {max(acct.capacity[d] - acct.used[d], 0) / 1e9:.3g} GB"
-                     for d in range(cluster.num_devices))
+    free = ", ".join(
+        f"{cluster.device_names[d]} {max(acct.capacity[d] - acct.used[d], 0) / 1e9:.3g} GB"
+        for d in range(cluster.num_devices)
+    )
     return PlacementError(
         f"{who}: op '{graph.names[members[u][0]]}' (with its colocation set, {acct.static[u] / 1e9:.3g} GB) fits on "
         f"no device of cluster '{cluster.name}' (free: {free}); the graph does not fit in the cluster's memory"
@@ -90,9 +92,16 @@ def _no_room(who: str, graph: OpGraph, cluster: Cluster, members, u: int, acct: 
 
 # ------------------------------------------------------------------------------------------ m-TOPO
 @register_placer("m-topo", candidate=True, heuristic=True, rank=30)
-def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 devices: list | None = None, memory: str = "checked",
-                 allowed: np.ndarray | None = None) -> np.ndarray:
+def place_m_topo(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    devices: list | None = None,
+    memory: str = "checked",
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """m-TOPO: fill the devices one after another in topological order, each up to an equal share of memory.
 
     Units (colocation sets) are taken in program order (a topological order of the ops; a unit comes
@@ -140,8 +149,9 @@ def place_m_topo(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | No
     [0, 0, 1, 1]
     """
     check_graph(graph, cluster, "m-topo", allowed)
-    return _memory_checked(lambda f: _m_topo(graph, cluster, cost_model, devices, f, allowed), graph, cluster,
-                           cost_model, memory)
+    return _memory_checked(
+        lambda f: _m_topo(graph, cluster, cost_model, devices, f, allowed), graph, cluster, cost_model, memory
+    )
 
 
 def _m_topo(graph: OpGraph, cluster: Cluster, cost_model, devices, fraction: float, allowed=None) -> np.ndarray:
@@ -157,8 +167,12 @@ def _m_topo(graph: OpGraph, cluster: Cluster, cost_model, devices, fraction: flo
         ok = cand[m[0]]
         chosen = -1
         d = devs[cur]
-        while cur < len(devs) - 1 and ok[d] and acct.used[d] > 0 and (
-                acct.used[d] + acct.cost(u, d, dev) > min(acct.capacity[d], share)):
+        while (
+            cur < len(devs) - 1
+            and ok[d]
+            and acct.used[d] > 0
+            and (acct.used[d] + acct.cost(u, d, dev) > min(acct.capacity[d], share))
+        ):
             cur += 1
             d = devs[cur]
         if ok[d] and acct.fits(u, d, dev):
@@ -177,14 +191,22 @@ def _static_level(graph: OpGraph, w: np.ndarray) -> np.ndarray:
     """Longest path of op times from each op to an exit, communication ignored (ETF's tie-breaker)."""
     level = np.zeros(graph.num_ops)
     for i in range(graph.num_ops - 1, -1, -1):
-        succ = graph.edge_dst[graph.out_ptr[i]:graph.out_ptr[i + 1]]
+        succ = graph.edge_dst[graph.out_ptr[i] : graph.out_ptr[i + 1]]
         level[i] = w[i] + (level[succ].max() if succ.size else 0.0)
     return level
 
 
-def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                  devices: list | None = None, favorites: np.ndarray | None = None, who: str = "m-etf",
-                  memory_fraction: float = 1.0, allowed: np.ndarray | None = None):
+def list_schedule(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    devices: list | None = None,
+    favorites: np.ndarray | None = None,
+    who: str = "m-etf",
+    memory_fraction: float = 1.0,
+    allowed: np.ndarray | None = None,
+):
     """The memory-aware ETF list scheduler behind m-ETF and m-SCT: ``(device, start, finish)`` over ops.
 
     At each step, among the ready ops (all predecessors scheduled) and the devices the op may use and
@@ -284,9 +306,16 @@ def list_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
 
 
 @register_placer("m-etf", candidate=True, heuristic=True, quadratic=True, rank=40)
-def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, memory: str = "checked",
-                allowed: np.ndarray | None = None) -> np.ndarray:
+def place_m_etf(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    devices: list | None = None,
+    memory: str = "checked",
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """m-ETF: Earliest Task First list scheduling that only puts an op where its memory fits.
 
     See :func:`list_schedule` for the exact rule and tie-breaks.
@@ -332,14 +361,21 @@ def place_m_etf(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     check_graph(graph, cluster, "m-etf", allowed)
 
     def run(f):
-        return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, who="m-etf",
-                             memory_fraction=f, allowed=allowed)[0]
+        return list_schedule(
+            graph, cluster, cost_model=cost_model, devices=devices, who="m-etf", memory_fraction=f, allowed=allowed
+        )[0]
 
     return _memory_checked(run, graph, cluster, cost_model, memory)
 
 
-def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                  devices: list | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
+def sct_favorites(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    devices: list | None = None,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Favourite child per op (-1: none) from the LP relaxation of SCT (Hanen and Munier, 1995).
 
     Variables: start ``t_i`` per op, ``x_ij`` in [0, 1] per producer-consumer pair (0: j runs right
@@ -398,21 +434,28 @@ def sct_favorites(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | N
     A = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nv)).tocsr()
     obj = np.zeros(nv)
     obj[W] = 1.0
-    obj[n:n + m] = 1e-4 * c / max(m, 1)
+    obj[n : n + m] = 1e-4 * c / max(m, 1)
     bounds = [(0, None)] * n + [(0, 1)] * m + [(0, None)]
     res = linprog(obj, A_ub=A, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
     if res.status != 0:
         raise PlacementError(f"m-sct: the LP relaxation could not be solved ({res.message})")
-    x = res.x[n:n + m]
+    x = res.x[n : n + m]
     for k in np.flatnonzero(x < 0.5):
         fav[src[k]] = dst[k]
     return fav
 
 
 @register_placer("m-sct", candidate=True, heuristic=True, quadratic=True, rank=50)
-def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, memory: str = "checked",
-                allowed: np.ndarray | None = None) -> np.ndarray:
+def place_m_sct(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    devices: list | None = None,
+    memory: str = "checked",
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """m-SCT: ETF list scheduling that runs each op's LP-chosen favourite child right after it, where memory fits.
 
     The favourite children come from the LP relaxation of :func:`sct_favorites`; the scheduler is
@@ -459,7 +502,15 @@ def place_m_sct(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     fav = sct_favorites(graph, cluster, cost_model=cost_model, devices=devices, allowed=allowed)
 
     def run(f):
-        return list_schedule(graph, cluster, cost_model=cost_model, devices=devices, favorites=fav, who="m-sct",
-                             memory_fraction=f, allowed=allowed)[0]
+        return list_schedule(
+            graph,
+            cluster,
+            cost_model=cost_model,
+            devices=devices,
+            favorites=fav,
+            who="m-sct",
+            memory_fraction=f,
+            allowed=allowed,
+        )[0]
 
     return _memory_checked(run, graph, cluster, cost_model, memory)

@@ -123,8 +123,10 @@ class _Table:
 
 def _traced_parameter_ops(graph: OpGraph) -> np.ndarray:
     """Parameter ops of a traced graph: named ``param:...`` (or of op type ``parameter``)."""
-    return np.array([n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types,
-                                                                                  strict=True)], dtype=bool)
+    return np.array(
+        [n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types, strict=True)],
+        dtype=bool,
+    )
 
 
 def _parameter_ops(graph: OpGraph, times: np.ndarray) -> tuple[np.ndarray, str]:
@@ -178,8 +180,14 @@ def ring_allreduce_time(cluster: Cluster, gpus: list[int], nbytes: float) -> flo
     return float(collective_cost(cluster, "all_reduce", float(nbytes), tuple(int(g) for g in gpus)).seconds)
 
 
-def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                            gpus: list | None = None, gradient_bytes: float | None = None) -> DataParallelResult:
+def data_parallel_step_time(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    gpus: list | None = None,
+    gradient_bytes: float | None = None,
+) -> DataParallelResult:
     """Step time and per-GPU memory of data parallelism over the GPUs, for the same global batch.
 
     A different kind of parallelism from the placers (each GPU runs the whole graph); the assumptions
@@ -220,8 +228,11 @@ def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: Cos
     (2.0, 8.0, 10.0)
     """
     check_graph(graph, cluster, "data-parallel")
-    ids = devices_of_kind(cluster, "gpu") if gpus is None else [
-        cluster.device_index(d) if isinstance(d, str) else int(d) for d in gpus]
+    ids = (
+        devices_of_kind(cluster, "gpu")
+        if gpus is None
+        else [cluster.device_index(d) if isinstance(d, str) else int(d) for d in gpus]
+    )
     if not ids:
         raise PlacementError(f"data-parallel: cluster '{cluster.name}' has no GPU to replicate the model on")
     from postplace.sim import Simulator
@@ -252,8 +263,14 @@ def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: Cos
         peak[r] = p + (float(full.peak_mem[r, d]) - p) / k
     cap = cluster.capacity[ids]
     return DataParallelResult(
-        step_time=compute + allreduce, compute_time=compute, allreduce_time=allreduce, gradient_bytes=grad,
-        gradient_source=source, gpus=tuple(cluster.device_names[d] for d in ids), peak_mem=peak, capacity=cap,
+        step_time=compute + allreduce,
+        compute_time=compute,
+        allreduce_time=allreduce,
+        gradient_bytes=grad,
+        gradient_source=source,
+        gpus=tuple(cluster.device_names[d] for d in ids),
+        peak_mem=peak,
+        capacity=cap,
         oom=bool(np.any(peak > cap)),
     )
 
@@ -261,8 +278,11 @@ def data_parallel_step_time(graph: OpGraph, cluster: Cluster, *, cost_model: Cos
 # ------------------------------------------------------------------------- data parallelism as a placement
 def _replica_gpus(graph: OpGraph, cluster: Cluster, gpus, allowed) -> list[int]:
     """The replica GPUs: ``gpus`` (default every GPU) less those no op may use under ``allowed``."""
-    ids = devices_of_kind(cluster, "gpu") if gpus is None else [
-        cluster.device_index(d) if isinstance(d, str) else int(d) for d in gpus]
+    ids = (
+        devices_of_kind(cluster, "gpu")
+        if gpus is None
+        else [cluster.device_index(d) if isinstance(d, str) else int(d) for d in gpus]
+    )
     if allowed is not None:
         usable = np.asarray(allowed, dtype=bool).any(axis=0)
         ids = [d for d in ids if usable[d]]
@@ -282,8 +302,9 @@ def _num_microbatches(graph: OpGraph, who: str) -> int:
     return int(mb.max()) + 1
 
 
-def data_parallel_placement(graph: OpGraph, cluster: Cluster, *, gpus: list | None = None,
-                            allowed: np.ndarray | None = None) -> np.ndarray:
+def data_parallel_placement(
+    graph: OpGraph, cluster: Cluster, *, gpus: list | None = None, allowed: np.ndarray | None = None
+) -> np.ndarray:
     """Data parallelism as a placement of a micro-batched step (op-level device ids).
 
     Micro-batch j on replica GPU ``gpus[j % k]`` (``k`` replica GPUs); each parameter with its
@@ -414,12 +435,20 @@ def replicated_peak(graph: OpGraph, placement: np.ndarray, sharded_peak: np.ndar
     placement = np.asarray(placement)
     shared = (np.asarray(graph.microbatch) < 0) & (graph.persistent_bytes > 0)
     total = float(graph.persistent_bytes[shared].sum())
-    return np.array([sharded_peak[g] + total - float(graph.persistent_bytes[shared & (placement == g)].sum())
-                     for g in replicas], dtype=np.float64)  # fmt: skip
+    return np.array(
+        [sharded_peak[g] + total - float(graph.persistent_bytes[shared & (placement == g)].sum()) for g in replicas],
+        dtype=np.float64,
+    )
 
 
-def simulate_data_parallel(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                           allowed: np.ndarray | None = None, gpus: list | None = None) -> DataParallelPlan:
+def simulate_data_parallel(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    allowed: np.ndarray | None = None,
+    gpus: list | None = None,
+) -> DataParallelPlan:
     """Data parallelism over the GPUs for a step traced as m micro-batches, timed by the simulator.
 
     The replica GPUs are ``gpus`` (default every GPU; those no op may use under ``allowed`` left out),
@@ -496,11 +525,20 @@ def simulate_data_parallel(graph: OpGraph, cluster: Cluster, *, cost_model: Cost
     others[ids] = False
     oom = bool(np.any(peak > cap[ids]) or np.any(sharded[others] > cap[others]))
     simulated = float(res.step_time[0])
-    note = (f"simulated placement of the {m}-micro-batch step on {len(ids)} GPU(s) (micro-batch j on GPU j mod "
-            f"{len(ids)}, parameters sharded, gradients sent to their owner); memory: parameters, gradients and "
-            "optimizer state replicated on every GPU")
+    note = (
+        f"simulated placement of the {m}-micro-batch step on {len(ids)} GPU(s) (micro-batch j on GPU j mod "
+        f"{len(ids)}, parameters sharded, gradients sent to their owner); memory: parameters, gradients and "
+        "optimizer state replicated on every GPU"
+    )
     return DataParallelPlan(
-        placement=placement, step_time=float("inf") if oom else simulated, step_time_if_it_fit=simulated,
-        peak_mem=peak, capacity=cap[ids], sharded_peak_mem=sharded, oom=oom,
-        gpus=tuple(cluster.device_names[g] for g in ids), microbatches=m, note=note,
+        placement=placement,
+        step_time=float("inf") if oom else simulated,
+        step_time_if_it_fit=simulated,
+        peak_mem=peak,
+        capacity=cap[ids],
+        sharded_peak_mem=sharded,
+        oom=oom,
+        gpus=tuple(cluster.device_names[g] for g in ids),
+        microbatches=m,
+        note=note,
     )

@@ -33,13 +33,21 @@ __all__ = ["EMBEDDING_PATTERN", "LAYER_PATTERN", "SOFTMAX_PATTERN", "place_exper
 
 LAYER_PATTERN = re.compile(r"(?:^|[^a-z])(?:layers?|lstm|rnn|gru|h)[._/-]?(\d+)(?![\d])", re.IGNORECASE)
 EMBEDDING_PATTERN = re.compile(r"embed|(?:^|[^a-z])wte|(?:^|[^a-z])wpe", re.IGNORECASE)
-SOFTMAX_PATTERN = re.compile(r"softmax|logits|lm_head|predictions|classifier|cross_entropy|(?:^|[^a-z])loss",
-                             re.IGNORECASE)
+SOFTMAX_PATTERN = re.compile(
+    r"softmax|logits|lm_head|predictions|classifier|cross_entropy|(?:^|[^a-z])loss", re.IGNORECASE
+)
 
 
 @register_placer("expert", candidate=True, heuristic=True, rank=70)
-def place_expert(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 split: str | Path | dict | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
+def place_expert(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    split: str | Path | dict | None = None,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Place the model the way a human expert would split it over the GPUs.
 
     With ``split`` (a dnn-partitioning expert split file, or its parsed JSON): that split, read by
@@ -158,9 +166,9 @@ def _complete(graph: OpGraph, dev: np.ndarray, unit_of_op, members, fallback: in
             if dev[i] >= 0:
                 continue
             if direction == 1:
-                nbrs = graph.edge_src[graph.in_edges[graph.in_ptr[i]:graph.in_ptr[i + 1]]]
+                nbrs = graph.edge_src[graph.in_edges[graph.in_ptr[i] : graph.in_ptr[i + 1]]]
             else:
-                nbrs = graph.edge_dst[graph.out_ptr[i]:graph.out_ptr[i + 1]]
+                nbrs = graph.edge_dst[graph.out_ptr[i] : graph.out_ptr[i + 1]]
             placed = [int(dev[j]) for j in nbrs if dev[j] >= 0]
             if placed:
                 dev[members[unit_of_op[i]]] = placed[0]
@@ -184,8 +192,9 @@ def _from_split(graph: OpGraph, cluster: Cluster, split) -> np.ndarray:
     placed = _from_mapping_partial(graph, cluster, mapping, source)
     unit_of_op, members = units(graph)
     dev = _complete(graph, placed, unit_of_op, members, placed[placed >= 0][0] if (placed >= 0).any() else 0)
-    return from_mapping(graph, cluster, {graph.names[i]: cluster.device_names[d] for i, d in enumerate(dev)},
-                        source=source)
+    return from_mapping(
+        graph, cluster, {graph.names[i]: cluster.device_names[d] for i, d in enumerate(dev)}, source=source
+    )
 
 
 def _from_mapping_partial(graph: OpGraph, cluster: Cluster, mapping: dict, source: str) -> np.ndarray:

@@ -67,7 +67,7 @@ def groups_within_nodes(cluster, gpus: list[int], t: int) -> bool:
     sub = bw[np.ix_(idx, idx)]
     fastest = sub[~np.eye(len(idx), dtype=bool)].max()
     for k in range(0, len(idx) - t + 1, t):
-        block = sub[k:k + t, k:k + t]
+        block = sub[k : k + t, k : k + t]
         if block[~np.eye(t, dtype=bool)].min() < fastest:
             return False
     return True
@@ -89,8 +89,15 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
     notes = []
     if not splits:
         notes.append("tp: no linear layers to split")
-    tps = [t for t in (2**k for k in range(8)) if t <= node and G % t == 0 and all(h % t == 0 for h in heads)
-           and (t == 1 or splits) and groups_within_nodes(cluster, gpus, t)]  # fmt: skip
+    tps = [
+        t
+        for t in (2**k for k in range(8))
+        if t <= node
+        and G % t == 0
+        and all(h % t == 0 for h in heads)
+        and (t == 1 or splits)
+        and groups_within_nodes(cluster, gpus, t)
+    ]
     shapes, skipped = [], 0
     for tp in tps:
         for pp in (p for p in range(1, G // tp + 1) if (G // tp) % p == 0 and p <= max(blocks, 1)):
@@ -110,9 +117,19 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
         schedules = [None] if pp == 1 else ["1f1b"]
         if pp > 1 and blocks >= 2 * pp and (m // dp) % pp == 0:  # Megatron-LM's virtual stages, 2 per GPU
             schedules.append("interleaved-2")
-        specs += [PlanSpec(level, microbatches=m, replicas=dp, pipeline=pp if pp > 1 else None, schedule=schedule,
-                           tensor=tp if tp > 1 else None)
-                  for schedule in schedules for level in GRID_LEVELS if pp == 1 or level == "zero1"]  # fmt: skip
+        specs += [
+            PlanSpec(
+                level,
+                microbatches=m,
+                replicas=dp,
+                pipeline=pp if pp > 1 else None,
+                schedule=schedule,
+                tensor=tp if tp > 1 else None,
+            )
+            for schedule in schedules
+            for level in GRID_LEVELS
+            if pp == 1 or level == "zero1"
+        ]
     return specs, notes
 
 
@@ -165,8 +182,10 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
             r, error = simulate(attempt)
             if error and schedule == "1f1b" and "do not form a chain" in error:  # a tied embedding and head
                 schedule = "gpipe"
-                out.notes.append("1F1B refused (the stages do not form a chain: a layer used at both ends, as a "
-                                 "tied embedding and head); the pipelines run GPipe")  # fmt: skip
+                out.notes.append(
+                    "1F1B refused (the stages do not form a chain: a layer used at both ends, as a "
+                    "tied embedding and head); the pipelines run GPipe"
+                )
                 attempt = replace(attempt, schedule=schedule)
                 r, error = simulate(attempt)
             out.tried.append((str(attempt), None if r is None or r.oom else r.step_time_s))

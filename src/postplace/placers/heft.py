@@ -46,8 +46,9 @@ def upward_rank(graph: OpGraph, times: np.ndarray, cluster: Cluster) -> np.ndarr
     return rank
 
 
-def heft_schedule(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-                  allowed: np.ndarray | None = None):
+def heft_schedule(
+    graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, allowed: np.ndarray | None = None
+):
     """HEFT's own schedule: ``(device, start, finish)`` arrays over ops (see :func:`place_heft`)."""
     check_graph(graph, cluster, "heft", allowed)
     times = op_time_table(graph, cluster, cost_model, allowed)
@@ -110,8 +111,14 @@ def _insertion_start(slots: list[tuple[float, float]], ready: float, dur: float)
 
 
 @register_placer("heft", heuristic=True, rank=90)
-def place_heft(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-               seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
+def place_heft(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Place ops by HEFT: upward-rank priorities, insertion-based earliest-finish-time device choice.
 
     Ops are taken from a ready list by decreasing upward rank (mean op times and mean communication

@@ -23,8 +23,16 @@ _SCALE = 1_000_000  # METIS takes integer weights: the largest weight maps to ab
 
 
 @register_placer("metis", candidate=True, heuristic=True, rank=60)
-def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                devices: list | None = None, repair: bool = True, allowed: np.ndarray | None = None) -> np.ndarray:
+def place_metis(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    devices: list | None = None,
+    repair: bool = True,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Partition the (colocation-contracted, undirected) op graph into one part per device with METIS.
 
     Vertex weight = a unit's work (sum over its ops of the mean time over the devices it may use), edge
@@ -71,8 +79,11 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
     check_graph(graph, cluster, "metis", allowed)
     times = op_time_table(graph, cluster, cost_model, allowed)
     D = cluster.num_devices
-    devs = constrained_devices(list(range(D)), allowed) if devices is None else [
-        cluster.device_index(d) if isinstance(d, str) else int(d) for d in devices]
+    devs = (
+        constrained_devices(list(range(D)), allowed)
+        if devices is None
+        else [cluster.device_index(d) if isinstance(d, str) else int(d) for d in devices]
+    )
     unit_of_op, members = units(graph)
     U = len(members)
     allowed = np.isfinite(times)
@@ -81,13 +92,15 @@ def place_metis(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | Non
         ok = np.isfinite(times)
         mean = np.where(ok, times, 0.0).sum(axis=1) / np.maximum(ok.sum(axis=1), 1)
         work = np.bincount(unit_of_op, weights=mean, minlength=U)
-        xadj, adjncy, summed = symmetric_csr(unit_of_op[graph.edge_src], unit_of_op[graph.edge_dst],
-                                             graph.edge_bytes, U)  # fmt: skip
+        xadj, adjncy, summed = symmetric_csr(
+            unit_of_op[graph.edge_src], unit_of_op[graph.edge_dst], graph.edge_bytes, U
+        )
         common = allowed[:, devs].all(axis=1)
         rows = times[common][:, devs] if common.any() else np.where(allowed[:, devs], times[:, devs], 0.0)
         speed = 1.0 / np.maximum(rows.sum(axis=0), 1e-300)  # no time at all: the fastest there is
-        parts = part_graph(len(devs), xadj, adjncy, vweights=work, eweights=summed, tpwgts=speed, scale=_SCALE,
-                           seed=seed)  # fmt: skip
+        parts = part_graph(
+            len(devs), xadj, adjncy, vweights=work, eweights=summed, tpwgts=speed, scale=_SCALE, seed=seed
+        )
         unit_dev = np.array(devs, dtype=np.int64)[parts]
     first = np.array([m[0] for m in members], dtype=np.int64)
     for u in np.flatnonzero(~allowed[first, unit_dev]):

@@ -102,7 +102,7 @@ def pipeline_layers(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
             u = unit_of_op[i]
             if layer_u[u] >= 0:
                 continue
-            srcs = graph.edge_src[graph.in_edges[graph.in_ptr[i]:graph.in_ptr[i + 1]]]
+            srcs = graph.edge_src[graph.in_edges[graph.in_ptr[i] : graph.in_ptr[i + 1]]]
             srcs = [int(s) for s in srcs if layer_u[unit_of_op[s]] >= 0]
             if srcs:
                 layer_u[u] = layer_u[unit_of_op[max(srcs)]]
@@ -110,15 +110,16 @@ def pipeline_layers(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
             u = unit_of_op[i]
             if layer_u[u] >= 0:
                 continue
-            dsts = graph.edge_dst[graph.out_ptr[i]:graph.out_ptr[i + 1]]
+            dsts = graph.edge_dst[graph.out_ptr[i] : graph.out_ptr[i + 1]]
             dsts = [int(d) for d in dsts if layer_u[unit_of_op[d]] >= 0]
             if dsts:
                 layer_u[u] = layer_u[unit_of_op[min(dsts)]]
         if not order:
             order = [("u", -1)]
         layer_u[layer_u < 0] = 0
-    names = [k[1] if k[0] == "m" else (f"unit:{graph.names[members[k[1]][0]]}" if k[1] >= 0 else "(all)")
-             for k in order]
+    names = [
+        k[1] if k[0] == "m" else (f"unit:{graph.names[members[k[1]][0]]}" if k[1] >= 0 else "(all)") for k in order
+    ]
     return layer_u[unit_of_op], names
 
 
@@ -145,7 +146,7 @@ def _partition(T: np.ndarray, mem: np.ndarray | None, cap: np.ndarray) -> np.nda
         for s in range(S):
             cur = np.full(L + 1, np.inf)
             for j0 in range(0, L + 1, _BLOCK):
-                j = idx[j0:j0 + _BLOCK]
+                j = idx[j0 : j0 + _BLOCK]
                 cost = P[j, s][None, :] - P[:, s][:, None]  # [i, j]
                 ok = (idx[:, None] <= j[None, :]) & (cost <= limit)
                 if M is not None:
@@ -178,9 +179,16 @@ def _partition(T: np.ndarray, mem: np.ndarray | None, cap: np.ndarray) -> np.nda
 
 
 @register_placer("pipeline", candidate=True, rank=20)
-def place_pipeline(graph: OpGraph, cluster: Cluster, *, stages: int | None = None, devices: list | None = None,
-                   cost_model: CostModel | None = None, seed: int = 0,
-                   allowed: np.ndarray | None = None) -> np.ndarray:
+def place_pipeline(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    stages: int | None = None,
+    devices: list | None = None,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """A GPipe-style pipeline: layers in order, cut into contiguous stages balanced by time and memory.
 
     Every micro-batch's copy of a layer, and the layer's parameters, gradient sums and update, go to
@@ -253,8 +261,10 @@ def _pipeline(graph, cluster, stages, devs, cost_model, allowed) -> np.ndarray:
     if S < 1:
         raise PlacementError(f"pipeline: stages must be at least 1, not {stages}")
     if S > len(devs):
-        raise PlacementError(f"pipeline: {S} stages need {S} devices; cluster '{cluster.name}' offers "
-                             f"{len(devs)} ({', '.join(cluster.device_names[d] for d in devs) or 'none'})")
+        raise PlacementError(
+            f"pipeline: {S} stages need {S} devices; cluster '{cluster.name}' offers "
+            f"{len(devs)} ({', '.join(cluster.device_names[d] for d in devs) or 'none'})"
+        )
     devs = devs[:S]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -269,16 +279,17 @@ def _pipeline(graph, cluster, stages, devs, cost_model, allowed) -> np.ndarray:
     cap = np.asarray(cluster.capacity, dtype=np.float64)[devs]
 
     def per_stage(b):
-        return np.stack([np.bincount(layer_of_op, weights=np.where(runs_there[:, s], b, 0.0), minlength=L)
-                         for s in range(S)], axis=1)
+        return np.stack(
+            [np.bincount(layer_of_op, weights=np.where(runs_there[:, s], b, 0.0), minlength=L) for s in range(S)],
+            axis=1,
+        )
 
     if graph.memory_mode == "static":
         bounds = [per_stage(graph.persistent_bytes)]
     else:
         out = np.where(graph.inplace, 0.0, graph.output_bytes)
         fwd = graph.phase == PHASES.index("forward")
-        bounds = [per_stage(graph.persistent_bytes + np.where(fwd, out, 0.0)),
-                  per_stage(graph.persistent_bytes + out)]
+        bounds = [per_stage(graph.persistent_bytes + np.where(fwd, out, 0.0)), per_stage(graph.persistent_bytes + out)]
     cuts: list[np.ndarray] = []
     for mem in [None, *bounds]:
         stage = _partition(T, mem, cap)
@@ -294,8 +305,9 @@ def _pipeline(graph, cluster, stages, devs, cost_model, allowed) -> np.ndarray:
     return placements[int(fits[0])] if fits.size else placements[0]
 
 
-def _place_units(graph: OpGraph, cluster: Cluster, devs: list[int], stage_of_op: np.ndarray,
-                 ok: np.ndarray) -> np.ndarray:
+def _place_units(
+    graph: OpGraph, cluster: Cluster, devs: list[int], stage_of_op: np.ndarray, ok: np.ndarray
+) -> np.ndarray:
     """Each unit on its stage's device, or the nearest stage's device it may use, else the first it may use."""
     _, members = units(graph)
     dev = np.empty(graph.num_ops, dtype=np.int64)

@@ -16,8 +16,16 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["CHOICES", "PlanChoices", "PlanResult", "device_span", "plan_devices", "plan_replicas", "plan_step",
-           "plan_words"]
+__all__ = [
+    "CHOICES",
+    "PlanChoices",
+    "PlanResult",
+    "device_span",
+    "plan_devices",
+    "plan_replicas",
+    "plan_step",
+    "plan_words",
+]
 
 
 @dataclass
@@ -106,8 +114,11 @@ def plan_words(plan, devices, microbatches: int) -> str:
     if spec.recompute:
         units = spec.recompute_units
         rule = " recompute (torchtitan's selective op rule)" if spec.selective else " recompute"
-        words += (";" if spec.shard is not None else ",") + rule + (
-            "" if units is None else f" {_units(units) or 'nothing'}")  # fmt: skip
+        words += (
+            (";" if spec.shard is not None else ",")
+            + rule
+            + ("" if units is None else f" {_units(units) or 'nothing'}")
+        )
     return words
 
 
@@ -140,15 +151,23 @@ def plan_devices(cluster, spec, exclude=()) -> list[int]:
     pp = spec.model_parallel
     if gpus and pp > len(gpus):
         what = " x ".join(f"{k}={v}" for k, v in (("tp", spec.tensor), ("pp", spec.pipeline)) if v)
-        raise PostplaceError(f"plan '{spec}': {what} needs {pp} GPUs and cluster '{cluster.name}' has {len(gpus)}"
-                             + (" after --exclude" if excluded else "") + "; lower them")  # fmt: skip
+        raise PostplaceError(
+            f"plan '{spec}': {what} needs {pp} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+            + (" after --exclude" if excluded else "")
+            + "; lower them"
+        )
     k = spec.replicas * pp if spec.replicas else len(gpus) // pp * pp
     if not gpus:
-        raise PostplaceError(f"plan '{spec}': cluster '{cluster.name}' has no GPU left for replicas"
-                             + (" (--exclude removed them)" if excluded else ""))  # fmt: skip
+        raise PostplaceError(
+            f"plan '{spec}': cluster '{cluster.name}' has no GPU left for replicas"
+            + (" (--exclude removed them)" if excluded else "")
+        )
     if k > len(gpus):
-        raise PostplaceError(f"plan '{spec}': dp={k} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
-                             + (" after --exclude" if excluded else "") + "; lower dp")  # fmt: skip
+        raise PostplaceError(
+            f"plan '{spec}': dp={k} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+            + (" after --exclude" if excluded else "")
+            + "; lower dp"
+        )
     return gpus[:k]
 
 
@@ -185,8 +204,20 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     coll = {k: float(v[0]) for k, v in (res.extra.get("collective_bytes") or {}).items()}
     m = microbatch_count(graph)
     names = tuple(cluster.device_names[d] for d in devices)
-    return PlanResult(str(spec), spec.name, planned.graph, cluster, dev, names, m, float(res.step_time[0]),
-                      res.peak_mem[0].copy(), bool(res.oom[0]), float(res.bytes_moved[0]), coll)  # fmt: skip
+    return PlanResult(
+        str(spec),
+        spec.name,
+        planned.graph,
+        cluster,
+        dev,
+        names,
+        m,
+        float(res.step_time[0]),
+        res.peak_mem[0].copy(),
+        bool(res.oom[0]),
+        float(res.bytes_moved[0]),
+        coll,
+    )
 
 
 def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
@@ -214,8 +245,10 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
     if v > 1:  # interleaved: the blocks cut evenly into pp x V chunks, chunk c on GPU c mod pp (Megatron-LM's)
         numbered = numbered_units(graph)
         if len(numbered) < pp * v:
-            raise PostplaceError(f"plan '{spec}': {spec.schedule} over pp={pp} cuts the layers into {pp * v} chunks, "
-                                 f"and '{graph.name}' has {len(numbered)} blocks; lower pp or V")  # fmt: skip
+            raise PostplaceError(
+                f"plan '{spec}': {spec.schedule} over pp={pp} cuts the layers into {pp * v} chunks, "
+                f"and '{graph.name}' has {len(numbered)} blocks; lower pp or V"
+            )
         unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
         at = [pp * v - 1 if a == pp - 1 else a for a in at]  # the root's ops: the last stage's to the last chunk
     stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
@@ -260,9 +293,11 @@ def _check_pins(pins, base, graph, cluster, dev, spec) -> None:
         own = traced_name(name, keep_clones=True)
         d = want.get(own)
         if d is not None and dev[j] != d:
-            raise PostplaceError(f"plan '{spec}' runs op '{own}' on {cluster.device_names[dev[j]]} while --pin puts "
-                                 f"it on {cluster.device_names[d]}; a replicated plan runs it on every replica: drop "
-                                 "the pin or the plan")  # fmt: skip
+            raise PostplaceError(
+                f"plan '{spec}' runs op '{own}' on {cluster.device_names[dev[j]]} while --pin puts "
+                f"it on {cluster.device_names[d]}; a replicated plan runs it on every replica: drop "
+                "the pin or the plan"
+            )
 
 
 def device_span(names) -> str:
@@ -307,7 +342,7 @@ class PlanChoices:
         from postplace.plans._step import numbered_units
 
         numbered = numbered_units(graph)
-        cut = [numbered[i * len(numbered) // runs:(i + 1) * len(numbered) // runs] for i in range(runs)]
+        cut = [numbered[i * len(numbered) // runs : (i + 1) * len(numbered) // runs] for i in range(runs)]
         self.groups = [[""], *[c for c in cut if c]]
         self.graph, self.cluster, self.devices = graph, cluster, list(devices)
         self.pins, self.cost_model = pins, cost_model
@@ -317,8 +352,12 @@ class PlanChoices:
         """The :class:`postplace.search.SearchSpace` of the choices (every choice allowed everywhere)."""
         from postplace.search import SearchSpace
 
-        return SearchSpace(np.ones((len(self.groups), len(CHOICES)), dtype=bool), failure_step_time=self.failing,
-                           device_names=CHOICES, device_kinds=("gpu",) * len(CHOICES))  # fmt: skip
+        return SearchSpace(
+            np.ones((len(self.groups), len(CHOICES)), dtype=bool),
+            failure_step_time=self.failing,
+            device_names=CHOICES,
+            device_kinds=("gpu",) * len(CHOICES),
+        )
 
     failing = 1e9
     """The score of a plan that does not fit (seconds): far above any plan's step in this space."""
@@ -330,8 +369,14 @@ class PlanChoices:
 
         shard = [u for g, c in zip(self.groups, choice, strict=True) if c in (1, 3) for u in g]
         redo = [u for g, c in zip(self.groups, choice, strict=True) if c in (2, 3) for u in g if u]
-        return PlanSpec("ddp", bool(redo), microbatch_count(self.graph), len(self.devices), tuple(shard),
-                        tuple(redo) if redo else None)  # fmt: skip
+        return PlanSpec(
+            "ddp",
+            bool(redo),
+            microbatch_count(self.graph),
+            len(self.devices),
+            tuple(shard),
+            tuple(redo) if redo else None,
+        )
 
     def evaluate(self, placements):
         """Simulate each row's hybrid plan (:class:`postplace.sim.EvalResult`)."""
@@ -345,8 +390,14 @@ class PlanChoices:
             key = tuple(int(x) for x in row)
             if key not in self.tried:
                 try:
-                    self.tried[key] = plan_step(self.graph, self.cluster, self.spec(key), self.devices, pins=self.pins,
-                                                cost_model=self.cost_model)  # fmt: skip
+                    self.tried[key] = plan_step(
+                        self.graph,
+                        self.cluster,
+                        self.spec(key),
+                        self.devices,
+                        pins=self.pins,
+                        cost_model=self.cost_model,
+                    )
                 except PostplaceError:
                     self.tried[key] = None
             r = self.tried[key]

@@ -72,9 +72,11 @@ def register(name: str, placer: Placer) -> Placer:
     if not isinstance(name, str) or not name:
         raise ValueError(f"a placer's name must be a non-empty string, not {name!r}")
     if name in REGISTRY:
-        raise ValueError(f"placer '{name}' is registered twice ({REGISTRY[name].fn.__module__}."
-                         f"{REGISTRY[name].fn.__qualname__} and {placer.fn.__module__}.{placer.fn.__qualname__}); "
-                         "give the new one another name")  # fmt: skip
+        raise ValueError(
+            f"placer '{name}' is registered twice ({REGISTRY[name].fn.__module__}."
+            f"{REGISTRY[name].fn.__qualname__} and {placer.fn.__module__}.{placer.fn.__qualname__}); "
+            "give the new one another name"
+        )
     REGISTRY[name] = placer
     ordered = sorted(REGISTRY.items(), key=lambda item: item[1].rank)  # stable: equal ranks as registered
     REGISTRY.clear()
@@ -84,8 +86,9 @@ def register(name: str, placer: Placer) -> Placer:
     return placer
 
 
-def register_placer(name: str, *, candidate: bool = False, heuristic: bool = False, quadratic: bool = False,
-                    rank: float = math.inf):  # fmt: skip
+def register_placer(
+    name: str, *, candidate: bool = False, heuristic: bool = False, quadratic: bool = False, rank: float = math.inf
+):
     """Decorator: register the decorated function as the placer ``name`` with these roles.
 
     Parameters

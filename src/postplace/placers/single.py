@@ -19,8 +19,15 @@ class NoSingleDeviceFits(PlacementError):
 
 
 @register_placer("single", candidate=True, rank=10)
-def place_single(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None, seed: int = 0,
-                 devices: list[str] | None = None, allowed: np.ndarray | None = None) -> np.ndarray:
+def place_single(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    devices: list[str] | None = None,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Every op on the one device that runs the step fastest without running out of memory.
 
     Each device's single-device placement (ops that may not run there go to the first device of a kind
@@ -94,8 +101,14 @@ def on_device(graph: OpGraph, cluster: Cluster, device: str, allowed: np.ndarray
 
 
 @register_placer("cpu", rank=80)
-def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None = None,
-              seed: int = 0, allowed: np.ndarray | None = None) -> np.ndarray:
+def place_cpu(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    cost_model: CostModel | None = None,
+    seed: int = 0,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Every op on the (first) CPU; ops that may not run on a CPU go to the first device they may use.
 
     No memory check: this is the plain "CPU only" baseline, whose step time the Post paper and
@@ -134,6 +147,8 @@ def place_cpu(graph: OpGraph, cluster: Cluster, *, cost_model: CostModel | None 
     if allowed is not None:
         cpus = [d for d in cpus if allowed_matrix(graph, cluster, allowed)[:, d].any()]
     if not cpus:
-        raise PlacementError(f"cpu: cluster '{cluster.name}' has no CPU device" +
-                             (" left after the constraints" if allowed is not None else ""))
+        raise PlacementError(
+            f"cpu: cluster '{cluster.name}' has no CPU device"
+            + (" left after the constraints" if allowed is not None else "")
+        )
     return on_device(graph, cluster, cluster.device_names[cpus[0]], allowed)

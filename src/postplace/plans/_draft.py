@@ -16,8 +16,20 @@ import numpy as np
 
 from postplace.graph import Collective, Measurement, OpGraph
 
-_COPIED = ("op_types", "flops", "bytes_accessed", "output_bytes", "persistent_bytes", "colocation", "phase",
-           "allowed_kinds", "inplace", "microbatch", "module", "precision")  # fmt: skip
+_COPIED = (
+    "op_types",
+    "flops",
+    "bytes_accessed",
+    "output_bytes",
+    "persistent_bytes",
+    "colocation",
+    "phase",
+    "allowed_kinds",
+    "inplace",
+    "microbatch",
+    "module",
+    "precision",
+)
 
 
 class Draft:
@@ -34,8 +46,10 @@ class Draft:
         self.source = source
         # the source's fields as Python lists, built once: indexing numpy arrays per copied op was most of
         # a pass's time on a large step
-        self._source_fields = {f: list(getattr(source, f)) if isinstance(getattr(source, f), tuple)
-                               else getattr(source, f).tolist() for f in _COPIED}  # fmt: skip
+        self._source_fields = {
+            f: list(getattr(source, f)) if isinstance(getattr(source, f), tuple) else getattr(source, f).tolist()
+            for f in _COPIED
+        }
         self.names: list[str] = []
         self.fields: dict[str, list] = {f: [] for f in _COPIED}
         self.inplace_base: list[int] = []
@@ -61,13 +75,36 @@ class Draft:
         values.update(changes)
         return self._add(name, values, key, tag, origin=i, scale=scale, base=changes.pop("inplace_base", -1))
 
-    def make(self, name: str, key: tuple, tag: int = 0, *, phase: int, microbatch: int = -1, module: str = "",
-             op_type: str = "op", output_bytes: float = 0.0, inplace: bool = False, collective: int = -1,
-             allowed_kinds: int = 3) -> int:  # fmt: skip
+    def make(
+        self,
+        name: str,
+        key: tuple,
+        tag: int = 0,
+        *,
+        phase: int,
+        microbatch: int = -1,
+        module: str = "",
+        op_type: str = "op",
+        output_bytes: float = 0.0,
+        inplace: bool = False,
+        collective: int = -1,
+        allowed_kinds: int = 3,
+    ) -> int:
         """A new op of no cost (a collective's member, say)."""
-        values = dict(op_types=op_type, flops=0.0, bytes_accessed=0.0, output_bytes=output_bytes,
-                      persistent_bytes=0.0, colocation=-1, phase=phase, allowed_kinds=allowed_kinds,
-                      inplace=inplace, microbatch=microbatch, module=module, precision=0)  # fmt: skip
+        values = dict(
+            op_types=op_type,
+            flops=0.0,
+            bytes_accessed=0.0,
+            output_bytes=output_bytes,
+            persistent_bytes=0.0,
+            colocation=-1,
+            phase=phase,
+            allowed_kinds=allowed_kinds,
+            inplace=inplace,
+            microbatch=microbatch,
+            module=module,
+            precision=0,
+        )
         return self._add(name, values, key, tag, origin=-1, scale=0.0, base=-1, collective=collective)
 
     def _add(self, name, values, key, tag, *, origin, scale, base, collective=-1) -> int:

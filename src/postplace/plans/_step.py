@@ -83,5 +83,7 @@ def chain_positions(graph: OpGraph) -> np.ndarray:
 
 def parameter_ops(graph: OpGraph) -> np.ndarray:
     """``bool[n]``: the parameter ops (``param:...`` or op type ``parameter``)."""
-    return np.array([n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types,
-                                                                                  strict=True)], dtype=bool)
+    return np.array(
+        [n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types, strict=True)],
+        dtype=bool,
+    )

@@ -58,7 +58,7 @@ from postplace.plans._step import (
     microbatch_count,
     parameter_ops,
     unit_of,
-)  # fmt: skip
+)
 
 __all__ = ["LEVELS", "PlannedStep", "data_parallel"]
 
@@ -109,9 +109,16 @@ class PlannedStep:
         return dev
 
 
-def data_parallel(graph: OpGraph, replicas: int, level: str = "ddp", *, bucket_bytes: float = 25e6,
-                  reduce_dtype: str = "fp32", param_dtype: str | None = None,
-                  shard: frozenset[str] | None = None) -> PlannedStep:  # fmt: skip
+def data_parallel(
+    graph: OpGraph,
+    replicas: int,
+    level: str = "ddp",
+    *,
+    bucket_bytes: float = 25e6,
+    reduce_dtype: str = "fp32",
+    param_dtype: str | None = None,
+    shard: frozenset[str] | None = None,
+) -> PlannedStep:
     """The step of ``replicas`` GPUs under ``level`` (see the module docstring).
 
     Parameters
@@ -158,8 +165,17 @@ def data_parallel(graph: OpGraph, replicas: int, level: str = "ddp", *, bucket_b
         raise PostplaceError(f"plan '{level}' shards by its own rule; a per-unit shard= goes with ddp or fsdp")
     if shard is None:
         shard = None if level == "fsdp" else frozenset()
-    return _Pass(graph, replicas, level, bucket_bytes, _DTYPE_BYTES[reduce_dtype] / 4.0,
-                 _DTYPE_BYTES[param_dtype] / 4.0, param_dtype, reduce_dtype, shard).run()  # fmt: skip
+    return _Pass(
+        graph,
+        replicas,
+        level,
+        bucket_bytes,
+        _DTYPE_BYTES[reduce_dtype] / 4.0,
+        _DTYPE_BYTES[param_dtype] / 4.0,
+        param_dtype,
+        reduce_dtype,
+        shard,
+    ).run()
 
 
 class _Pass:
@@ -167,8 +183,13 @@ class _Pass:
         self.g, self.k, self.level = g, k, level
         self.shard = shard  # the units FSDP shards (None: all of them)
         self.bucket_bytes, self.reduce_factor, self.param_factor = bucket_bytes, reduce_factor, param_factor
-        self.meta = {"plan": level, "replicas": k, "bucket_bytes": bucket_bytes, "reduce_dtype": reduce_dtype,
-                     "param_dtype": param_dtype}  # fmt: skip
+        self.meta = {
+            "plan": level,
+            "replicas": k,
+            "bucket_bytes": bucket_bytes,
+            "reduce_dtype": reduce_dtype,
+            "param_dtype": param_dtype,
+        }
         self.m = microbatch_count(g)
         self.b = self.m // k
         self.phase = g.phase.tolist()
@@ -176,7 +197,8 @@ class _Pass:
         self.chain = chain_positions(g).tolist()
         self.is_param = parameter_ops(g).tolist()
         self.src, self.dst, self.slot, self.nbytes = (
-            a.tolist() for a in (g.edge_src, g.edge_dst, g.edge_slot, g.edge_bytes))  # fmt: skip
+            a.tolist() for a in (g.edge_src, g.edge_dst, g.edge_slot, g.edge_bytes)
+        )
         self.in_ptr, self.in_edges = g.in_ptr.tolist(), g.in_edges.tolist()
         self.out_ptr = g.out_ptr.tolist()
         self.partitioned = level in ("zero1", "zero2")  # whole parameters per rank, not a shard of each
@@ -221,7 +243,7 @@ class _Pass:
         return i, None
 
     def _slot_into(self, a, b):
-        return next(self.slot[e] for e in self.in_edges[self.in_ptr[b]:self.in_ptr[b + 1]] if self.src[e] == a)
+        return next(self.slot[e] for e in self.in_edges[self.in_ptr[b] : self.in_ptr[b + 1]] if self.src[e] == a)
 
     def _in_replica(self, i, r):
         if self.chain[i] >= 0:
@@ -261,8 +283,10 @@ class _Pass:
         """Gradients (by template) with their bytes, parameters and finishing order; buckets; units."""
         g = self.g
         hybrid = self.level in ("ddp", "fsdp")
-        self.fsdp_param = [self.is_param[i] and hybrid and (self.shard is None or unit_of(g.module[i]) in self.shard)
-                           for i in range(g.num_ops)]  # fmt: skip
+        self.fsdp_param = [
+            self.is_param[i] and hybrid and (self.shard is None or unit_of(g.module[i]) in self.shard)
+            for i in range(g.num_ops)
+        ]
         param_of_coloc = {}
         for p in np.flatnonzero(parameter_ops(g)).tolist():
             if g.colocation[p] >= 0:
@@ -418,8 +442,15 @@ class _Pass:
                 c = clones[x]
                 d.key[c] = min(d.key[c], (before - 0.4, r, x))
                 return c
-            c = d.copy(x, self._name(r, f"bw:{self.g.names[x]}"), (before - 0.4, r, x), r, scale=1.0 / self.k,
-                       phase=BACKWARD, inplace=True)  # fmt: skip
+            c = d.copy(
+                x,
+                self._name(r, f"bw:{self.g.names[x]}"),
+                (before - 0.4, r, x),
+                r,
+                scale=1.0 / self.k,
+                phase=BACKWARD,
+                inplace=True,
+            )
             clones[x] = c
             for kk in range(self.in_ptr[x], self.in_ptr[x + 1]):
                 e = self.in_edges[kk]
@@ -451,8 +482,9 @@ class _Pass:
     # ---------------------------------------------------------------------- the collectives
     def _collectives(self):
         k, d = self.k, self.draft
-        keys = sorted({key for r in range(k) for key in self.grads_r[r]},
-                      key=lambda x: (x[1], self.buckets.index(x[0])))  # fmt: skip
+        keys = sorted(
+            {key for r in range(k) for key in self.grads_r[r]}, key=lambda x: (x[1], self.buckets.index(x[0]))
+        )
         for bucket, j in keys:
             per = [self.grads_r[r].get((bucket, j), []) for r in range(k)]
             tpls = [t for t, b in self.bucket_of.items() if b == bucket]
@@ -472,9 +504,17 @@ class _Pass:
                     held = 0.0  # in place on the gradients (DDP's bucket views)
                 srcs = list(dict.fromkeys((s, sl, nb) for _, s, sl, _, nb in per[r]))
                 base = max((d.key[s][0] for s, _, _ in srcs), default=0.0) + 0.3
-                mem = d.make(self._name(r, f"{kind}:{tag}"), (base, r, len(d)), r, phase=BACKWARD,
-                             microbatch=j + r * self.b if j >= 0 else -1, op_type=kind, collective=c,
-                             inplace=how == "all_reduce", output_bytes=held)  # fmt: skip
+                mem = d.make(
+                    self._name(r, f"{kind}:{tag}"),
+                    (base, r, len(d)),
+                    r,
+                    phase=BACKWARD,
+                    microbatch=j + r * self.b if j >= 0 else -1,
+                    op_type=kind,
+                    collective=c,
+                    inplace=how == "all_reduce",
+                    output_bytes=held,
+                )
                 for s, sl, nb in srcs:
                     d.edge(s, mem, sl, nb)
                 for t, _, _, dst, nb in per[r]:
@@ -497,8 +537,14 @@ class _Pass:
                 ids = self.ids[r]
                 sinks = [ids[u] for p in params if self.owner[p] == r for u in self.update_sinks.get(p, ()) if u in ids]
                 base = max((d.key[s][0] for s in sinks), default=float(self.g.num_ops)) + 0.3
-                mem = d.make(self._name(r, f"all_gather:{bucket}"), (base, r, len(d)), r, phase=UPDATE,
-                             op_type="all_gather", collective=c)  # fmt: skip
+                mem = d.make(
+                    self._name(r, f"all_gather:{bucket}"),
+                    (base, r, len(d)),
+                    r,
+                    phase=UPDATE,
+                    op_type="all_gather",
+                    collective=c,
+                )
                 for s in sinks:
                     d.order(s, mem)
                 if self.level == "zero1" and (r, bucket, -1) in self.rs_member:
@@ -510,8 +556,9 @@ class _Pass:
         backward reads none of them gathers before its gradients are reduce-scattered)."""
         k, d = self.k, self.draft
         members: dict[int, list[tuple]] = defaultdict(list)  # replica -> [(first reader key, member, reader)]
-        fwd = sorted({(u, j) for r in range(k) for (u, j, back) in self.uses[r] if not back},
-                     key=lambda x: (x[1], x[0]))  # fmt: skip
+        fwd = sorted(
+            {(u, j) for r in range(k) for (u, j, back) in self.uses[r] if not back}, key=lambda x: (x[1], x[0])
+        )
         unit_params: dict[str, list[int]] = defaultdict(list)
         for r in range(1):
             for (u, _, _), lst in self.uses[r].items():
@@ -535,9 +582,16 @@ class _Pass:
                 for r in range(k):
                     ids = self.ids[r]
                     first = min(readers[r], key=lambda t: d.key[t])
-                    mem = d.make(self._name(r, f"all_gather:{tag}"), (d.key[first][0] - 0.45, r, len(d)), r,
-                                 phase=BACKWARD if back else FORWARD, microbatch=j + r * self.b,
-                                 op_type="all_gather", collective=c, output_bytes=size)  # fmt: skip
+                    mem = d.make(
+                        self._name(r, f"all_gather:{tag}"),
+                        (d.key[first][0] - 0.45, r, len(d)),
+                        r,
+                        phase=BACKWARD if back else FORWARD,
+                        microbatch=j + r * self.b,
+                        op_type="all_gather",
+                        collective=c,
+                        output_bytes=size,
+                    )
                     for p in params:
                         d.edge(ids[p], mem, 0, self.slot0_bytes[p])
                     for p, t, nb in per[r]:

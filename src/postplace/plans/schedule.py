@@ -45,8 +45,10 @@ def chunks_of(schedule: str) -> int:
     head, _, v = schedule.partition("-")
     if head == "interleaved" and v.isdigit() and int(v) >= 1:
         return int(v)
-    raise PostplaceError(f"unknown pipeline schedule '{schedule}'; use gpipe, 1f1b or interleaved-V (V >= 1 chunks "
-                         "per GPU, e.g. interleaved-2)")  # fmt: skip
+    raise PostplaceError(
+        f"unknown pipeline schedule '{schedule}'; use gpipe, 1f1b or interleaved-V (V >= 1 chunks "
+        "per GPU, e.g. interleaved-2)"
+    )
 
 
 def slot_order(schedule: str, gpu: int, gpus: int, microbatches: int) -> list[tuple[str, int, int]]:
@@ -63,8 +65,9 @@ def slot_order(schedule: str, gpu: int, gpus: int, microbatches: int) -> list[tu
     if schedule == "gpipe":
         return [("F", k, gpu) for k in range(m)] + [("B", k, gpu) for k in range(m)]
     if v > 1 and m % p:
-        raise PostplaceError(f"schedule {schedule}: {m} micro-batches do not split into groups of the {p} GPUs; "
-                             f"give m a multiple of {p}")  # fmt: skip
+        raise PostplaceError(
+            f"schedule {schedule}: {m} micro-batches do not split into groups of the {p} GPUs; give m a multiple of {p}"
+        )
 
     def nth(i: int, backward: bool) -> tuple[int, int]:  # the i-th chunk pass of this GPU: (micro-batch, stage)
         group, within = divmod(i, p * v)
@@ -93,7 +96,8 @@ def _check_chain(graph: OpGraph, inside: dict[int, tuple], schedule: str) -> Non
                 f"schedule {schedule}: the stages of '{graph.name}' do not form a chain (op '{graph.names[d]}' of "
                 f"stage {b[1]} consumes '{graph.names[s]}' of stage {a[1]} in the "
                 f"{'forward' if a[2] == 'F' else 'backward'}, as a layer used at both ends of the model does: a "
-                "tied embedding and head); use schedule=gpipe, or give the head a module of its own")
+                "tied embedding and head); use schedule=gpipe, or give the head a module of its own"
+            )
 
 
 def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b", pipeline_of_op=None) -> OpGraph:
@@ -172,7 +176,9 @@ def pipeline_schedule(graph: OpGraph, stage_of_op, schedule: str = "1f1b", pipel
     try:
         out, _ = draft.freeze(f"{graph.name}+{schedule}", {**graph.metadata, "schedule": schedule})
     except AssertionError:  # the schedule's order against the orders the step already carries
-        raise PostplaceError(f"schedule {schedule}: ordering the stages of '{graph.name}' this way conflicts with the "
-                             "order the plan already imposes (FSDP's gathers and reduce-scatters, say) on these "
-                             "stages; try another schedule, or ddp/zero2 with pp") from None
+        raise PostplaceError(
+            f"schedule {schedule}: ordering the stages of '{graph.name}' this way conflicts with the "
+            "order the plan already imposes (FSDP's gathers and reduce-scatters, say) on these "
+            "stages; try another schedule, or ddp/zero2 with pp"
+        ) from None
     return out

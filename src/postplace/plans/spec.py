@@ -19,9 +19,11 @@ __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 _OPTION = re.compile(r"^(m|dp|pp|tp)=([0-9]+)$")
 _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
 _UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
-_HOW = (f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
-        f"[,shard=U/U...][,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
-        "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)")  # fmt: skip
+_HOW = (
+    f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
+    f"[,shard=U/U...][,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
+    "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ class PlanSpec:
 
     def __str__(self) -> str:
         opts = [f"m={self.microbatches}"] * (self.microbatches is not None) + [f"dp={self.replicas}"] * (
-            self.replicas is not None)  # fmt: skip
+            self.replicas is not None
+        )
         if self.tensor is not None:
             opts.append(f"tp={self.tensor}")
         if self.pipeline is not None:
@@ -125,8 +128,10 @@ def parse_plan(text: str) -> PlanSpec:
         opt = opt.strip()
         match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt)
         if not match or match.group(1) in options:
-            raise PostplaceError(f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
-                                 f"shard=U/U or recompute=U/U (each once); {_HOW}")  # fmt: skip
+            raise PostplaceError(
+                f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
+                f"shard=U/U or recompute=U/U (each once); {_HOW}"
+            )
         if match.re is _SCHEDULE:
             options["schedule"] = match.group(2)
             continue
@@ -146,11 +151,18 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
     pp, tp = options.get("pp"), options.get("tp")
-    return PlanSpec(level, bool(extras) or units is not None, options.get("m"), options.get("dp"),
-                    options.get("shard"), units, selective=extras == ["selective"],
-                    pipeline=pp if pp and pp > 1 else None,
-                    schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None,
-                    tensor=tp if tp and tp > 1 else None)  # fmt: skip
+    return PlanSpec(
+        level,
+        bool(extras) or units is not None,
+        options.get("m"),
+        options.get("dp"),
+        options.get("shard"),
+        units,
+        selective=extras == ["selective"],
+        pipeline=pp if pp and pp > 1 else None,
+        schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None,
+        tensor=tp if tp and tp > 1 else None,
+    )
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
@@ -173,8 +185,10 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
         bad = sorted(set(names or ()) - known)
         if bad:
             some = ", ".join(u or "root" for u in sorted(known, key=lambda u: (u != "", u))[:6])
-            raise PostplaceError(f"plan '{spec}': {key}= names unit '{bad[0] or 'root'}', which graph "
-                                 f"'{graph.name}' does not have (its units: {some}, ...)")  # fmt: skip
+            raise PostplaceError(
+                f"plan '{spec}': {key}= names unit '{bad[0] or 'root'}', which graph "
+                f"'{graph.name}' does not have (its units: {some}, ...)"
+            )
     which = list(spec.recompute_units) if spec.recompute_units is not None else None
     step = recompute(graph, which, selective=spec.selective) if spec.recompute else graph
     if spec.tensor:

@@ -115,8 +115,15 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
     is_param = parameter_ops(graph)
     first = int(graph.microbatch.max()) if graph.microbatch.max() < 0 else 0
     forward = (graph.phase == FORWARD) & (graph.microbatch == first)
-    linear = np.array([forward[i] and graph.op_types[i] in _PRODUCTS and any(weights[s] for s in ins[i])
-                       and not all(weights[s] for s in ins[i]) for i in range(graph.num_ops)])  # fmt: skip
+    linear = np.array(
+        [
+            forward[i]
+            and graph.op_types[i] in _PRODUCTS
+            and any(weights[s] for s in ins[i])
+            and not all(weights[s] for s in ins[i])
+            for i in range(graph.num_ops)
+        ]
+    )
 
     readers: dict[int, set[int]] = {}  # parameter -> the forward ops reading it (through its transpose, cast...)
     for p in np.flatnonzero(is_param).tolist():
@@ -178,8 +185,14 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
         weight = max(params[row], key=lambda p: graph.output_bytes[p])  # a row-split layer's bias stays whole
         role[weight] = "row"
     for head in params:  # a transformer's output head: split by vocabulary, with its cross-entropy
-        if role and head not in rows and not any(p in role for p in params[head]) and params[head] and all(
-                readers[p] == {head} for p in params[head]) and ends_in_loss(head):  # fmt: skip
+        if (
+            role
+            and head not in rows
+            and not any(p in role for p in params[head])
+            and params[head]
+            and all(readers[p] == {head} for p in params[head])
+            and ends_in_loss(head)
+        ):
             for p in params[head]:
                 role[p] = "vocab"
     whole = [i for i in params if not any(p in role for p in params[i])]
@@ -209,14 +222,18 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     """
     role, whole = split_linears(graph)
     if not role:
-        raise PostplaceError(f"tensor parallelism: graph '{graph.name}' has no pair of linear layers Megatron-LM would "
-                             "split (a linear, an element-wise stretch or attention, a linear); use tp=1")  # fmt: skip
+        raise PostplaceError(
+            f"tensor parallelism: graph '{graph.name}' has no pair of linear layers Megatron-LM would "
+            "split (a linear, an element-wise stretch or attention, a linear); use tp=1"
+        )
     config = (graph.metadata.get("zoo") or {}).get("config") or {}
     for key in ("heads", "kv_heads"):
         if config.get(key) and config[key] % degree:
             what = key.replace("_", " ")
-            raise PostplaceError(f"tensor parallelism: tp={degree} does not divide the {config[key]} {what} of "
-                                 f"'{graph.name}'; choose a tp that divides them")  # fmt: skip
+            raise PostplaceError(
+                f"tensor parallelism: tp={degree} does not divide the {config[key]} {what} of "
+                f"'{graph.name}'; choose a tp that divides them"
+            )
     ins = _inputs(graph)
     weights = _from_parameters(graph, ins)
     n, t = graph.num_ops, float(degree)
@@ -228,8 +245,11 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         got = [state[s] for s in ins[i]]
         if PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
             state[i] = PARTIAL
-        elif graph.op_types[i] in _PRODUCTS and any(state[s] == SHARD and weights[s] for s in ins[i]) and any(
-                state[s] == SHARD and not weights[s] for s in ins[i]):  # fmt: skip
+        elif (
+            graph.op_types[i] in _PRODUCTS
+            and any(state[s] == SHARD and weights[s] for s in ins[i])
+            and any(state[s] == SHARD and not weights[s] for s in ins[i])
+        ):
             state[i] = PARTIAL
         elif SHARD in got:
             state[i] = SHARD
@@ -237,9 +257,16 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
 
     def all_reduce_after(i: int, **made) -> int:
         """A no-cost ``tp_all_reduce`` op in place on op ``i``'s output, right after it."""
-        ar = draft.make(f"{TP_ALL_REDUCE}:{graph.names[i]}", (i + 0.5, 1), phase=int(graph.phase[i]),
-                        microbatch=int(graph.microbatch[i]), module=graph.module[i], op_type=TP_ALL_REDUCE,
-                        inplace=True, **made)  # fmt: skip
+        ar = draft.make(
+            f"{TP_ALL_REDUCE}:{graph.names[i]}",
+            (i + 0.5, 1),
+            phase=int(graph.phase[i]),
+            microbatch=int(graph.microbatch[i]),
+            module=graph.module[i],
+            op_type=TP_ALL_REDUCE,
+            inplace=True,
+            **made,
+        )
         draft.set(ar, "inplace_base", i)
         return ar
 
@@ -273,21 +300,29 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         for e in range(graph.out_ptr[i], graph.out_ptr[i + 1]):
             draft.order(ar, dst[e])
     split = sorted({graph.module[i] for i in range(n) if i in role})
-    meta = {"degree": degree, "split": split, "whole_linears": sorted({graph.module[i] for i in whole}),
-            "all_reduces": len(reduced) + len(vocab)}  # fmt: skip
+    meta = {
+        "degree": degree,
+        "split": split,
+        "whole_linears": sorted({graph.module[i] for i in whole}),
+        "all_reduces": len(reduced) + len(vocab),
+    }
     out, _ = draft.freeze(f"{graph.name}+tp{degree}", {**graph.metadata, "tensor_parallel": meta})
     return out
 
 
-def _vocab_reductions(graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]],
-                      weights: np.ndarray) -> dict[int, float]:  # fmt: skip
+def _vocab_reductions(
+    graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]], weights: np.ndarray
+) -> dict[int, float]:
     """The softmax-like ops over a vocabulary-split head's logits (in the forward), each with the bytes its
     all-reduce carries: two fp32 values (the running maximum and the sum) per token, Megatron-LM's
     vocabulary-parallel cross-entropy. Tokens are the logits' elements over the vocabulary, which follows
     from the head's weight (vocabulary x width), input (tokens x width) and output (tokens x vocabulary)."""
     is_param = parameter_ops(graph)
-    params = {i: _params_read(ins, weights, is_param, i) for i in range(graph.num_ops)
-              if graph.phase[i] == FORWARD and graph.op_types[i] in _PRODUCTS}  # fmt: skip
+    params = {
+        i: _params_read(ins, weights, is_param, i)
+        for i in range(graph.num_ops)
+        if graph.phase[i] == FORWARD and graph.op_types[i] in _PRODUCTS
+    }
     heads = {i: ps for i, ps in params.items() if any(role.get(p) == "vocab" for p in ps)}
     out: dict[int, float] = {}
     outs = _outputs(ins)
@@ -321,8 +356,9 @@ def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple
     ncoloc = int(graph.colocation.max()) + 1 if n else 0
     copies = np.empty((n, degree), dtype=np.int64)
     coll = graph.collective.tolist()
-    per_rank = [[draft.add_collective(c.kind, c.nbytes, f"{c.name}:t{j}") for j in range(degree)]
-                for c in graph.collectives]  # fmt: skip
+    per_rank = [
+        [draft.add_collective(c.kind, c.nbytes, f"{c.name}:t{j}") for j in range(degree)] for c in graph.collectives
+    ]
     for i in range(n):
         group = -1
         if graph.op_types[i] == TP_ALL_REDUCE:
@@ -341,8 +377,13 @@ def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple
     for i in np.flatnonzero(graph.inplace_base >= 0).tolist():
         for j in range(degree):
             draft.set(int(copies[i, j]), "inplace_base", int(copies[graph.inplace_base[i], j]))
-    for s, d, sl, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_slot.tolist(),
-                           graph.edge_bytes.tolist(), strict=True):  # fmt: skip
+    for s, d, sl, b in zip(
+        graph.edge_src.tolist(),
+        graph.edge_dst.tolist(),
+        graph.edge_slot.tolist(),
+        graph.edge_bytes.tolist(),
+        strict=True,
+    ):
         for j in range(degree):
             draft.edge(int(copies[s, j]), int(copies[d, j]), sl, b)
     return draft.freeze(graph.name, graph.metadata)

@@ -56,8 +56,9 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         from postplace.plans import apply_plan, parse_plan
 
         if not isinstance(plan, str):
-            raise PostplaceError(f"{run_dir / 'summary.json'}: field 'returned_plan' is not a plan's name; "
-                                 "run place again")  # fmt: skip
+            raise PostplaceError(
+                f"{run_dir / 'summary.json'}: field 'returned_plan' is not a plan's name; run place again"
+            )
         spec = parse_plan(plan)
         g = apply_plan(g, spec, spec.replicas or 1).graph
     c = resolve_cluster_for(s, g, cluster, run_dir)
@@ -71,31 +72,68 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     strategy = s.get("strategy", NOT_RECORDED)
     counts = s.get("microbatch_counts")
     if isinstance(counts, list) and all(type(m) is int for m in counts):  # one search per micro-batch count
-        curves = [curve_info(f"{strategy} m={m}", [{"seed": s.get("seed", 0),
-                                                     "history": checked_history(run_dir / f"m{m}" / "history.jsonl"),
-                                                     "wall_time_s": None,
-                                                     "timing": read_timing(run_dir / f"m{m}" / TIMING)}])
-                  for m in counts if (run_dir / f"m{m}" / "history.jsonl").exists()]  # fmt: skip
+        curves = [
+            curve_info(
+                f"{strategy} m={m}",
+                [
+                    {
+                        "seed": s.get("seed", 0),
+                        "history": checked_history(run_dir / f"m{m}" / "history.jsonl"),
+                        "wall_time_s": None,
+                        "timing": read_timing(run_dir / f"m{m}" / TIMING),
+                    }
+                ],
+            )
+            for m in counts
+            if (run_dir / f"m{m}" / "history.jsonl").exists()
+        ]
     else:
-        curves = [curve_info(str(strategy), [{"seed": s.get("seed", 0),
-                                              "history": checked_history(run_dir / "history.jsonl"),
-                                              "wall_time_s": s.get("wall_time_s"),
-                                              "timing": read_timing(run_dir / TIMING)}])]  # fmt: skip
+        curves = [
+            curve_info(
+                str(strategy),
+                [
+                    {
+                        "seed": s.get("seed", 0),
+                        "history": checked_history(run_dir / "history.jsonl"),
+                        "wall_time_s": s.get("wall_time_s"),
+                        "timing": read_timing(run_dir / TIMING),
+                    }
+                ],
+            )
+        ]
     cands = s.get("candidates") if isinstance(s.get("candidates"), dict) else {}
     notes = s.get("candidate_notes") if isinstance(s.get("candidate_notes"), dict) else {}
     candidates = candidate_info(cands, notes)
     search_note = notes.get("search") or notes.get(f"search @m{s.get('search_microbatches')}") or ""
     search_at = f" @m{s['search_microbatches']}" if s.get("microbatch_counts") and s.get("search_microbatches") else ""
     search_best = s.get("search_best_step_time_s")
-    bars = [{"label": f"returned ({recorded(s, 'returned')})", "kind": "returned", "best_s": s.get("best_step_time_s"),
-             "note": ""},
-            {"label": f"{strategy} search best{search_at}", "kind": "search", "best_s": search_best,
-             "note": search_note or ("" if search_best is not None else NO_FEASIBLE)}]  # fmt: skip
-    bars += [{"label": c["label"], "kind": c["kind"], "best_s": c["best_s"], "note": c["note"], "keys": c["keys"]}
-             for c in best_per_candidate(candidates)]  # fmt: skip
+    bars = [
+        {
+            "label": f"returned ({recorded(s, 'returned')})",
+            "kind": "returned",
+            "best_s": s.get("best_step_time_s"),
+            "note": "",
+        },
+        {
+            "label": f"{strategy} search best{search_at}",
+            "kind": "search",
+            "best_s": search_best,
+            "note": search_note or ("" if search_best is not None else NO_FEASIBLE),
+        },
+    ]
+    bars += [
+        {"label": c["label"], "kind": c["kind"], "best_s": c["best_s"], "note": c["note"], "keys": c["keys"]}
+        for c in best_per_candidate(candidates)
+    ]
     if not any(b["kind"] == "single" for b in bars) and s.get("single_device_step_time_s") is not None:
-        bars.append({"label": f"single:{recorded(s, 'single_device')}", "kind": "single",
-                     "best_s": s.get("single_device_step_time_s"), "note": ""})  # fmt: skip
+        bars.append(
+            {
+                "label": f"single:{recorded(s, 'single_device')}",
+                "kind": "single",
+                "best_s": s.get("single_device_step_time_s"),
+                "note": "",
+            }
+        )
     from postplace.search import make_problem
 
     groups = s.get("groups")
@@ -106,32 +144,66 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
         recorded_configs = strategy_configs([strategy], space) if strategy != NOT_RECORDED else {}
         config_source = "this code version's defaults"
     prov = {
-        "kind": "place", "graph": graph_info(g), "cluster": cluster_info(c),
-        "strategies": [strategy], "strategy_configs": recorded_configs, "config_source": config_source,
-        "budget": budget_text(recorded(s, "budget")), "samples": recorded(s, "samples"),
+        "kind": "place",
+        "graph": graph_info(g),
+        "cluster": cluster_info(c),
+        "strategies": [strategy],
+        "strategy_configs": recorded_configs,
+        "config_source": config_source,
+        "budget": budget_text(recorded(s, "budget")),
+        "samples": recorded(s, "samples"),
         "seed": s.get("seed", NOT_RECORDED),
-        "groups": recorded(s, "groups"), "evaluator": recorded(s, "evaluator"), "warm_start": recorded(s, "warm_start"),
-        "wall_time_s": recorded(s, "wall_time_s"), "interrupted": recorded(s, "interrupted"),
-        "versions": versions(g), "cost_model": recorded(s, "cost_model"),
-        "cost_model_error": recorded(s, "cost_model_error"), "within_error": s.get("within_error") or [],
-    }  # fmt: skip
-    drawn = (f"the returned plan's step ({plan})" if isinstance(plan, str)
-             else f"the returned count's step (m = {s['microbatches']})" if type(s.get("microbatches")) is int
-             and isinstance(counts, list) else "the run's traced step")  # fmt: skip
+        "groups": recorded(s, "groups"),
+        "evaluator": recorded(s, "evaluator"),
+        "warm_start": recorded(s, "warm_start"),
+        "wall_time_s": recorded(s, "wall_time_s"),
+        "interrupted": recorded(s, "interrupted"),
+        "versions": versions(g),
+        "cost_model": recorded(s, "cost_model"),
+        "cost_model_error": recorded(s, "cost_model_error"),
+        "within_error": s.get("within_error") or [],
+    }
+    drawn = (
+        f"the returned plan's step ({plan})"
+        if isinstance(plan, str)
+        else f"the returned count's step (m = {s['microbatches']})"
+        if type(s.get("microbatches")) is int and isinstance(counts, list)
+        else "the run's traced step"
+    )
     bound = bound_info(s.get("lower_bound_s"), s.get("lower_bound_per_microbatches"), schedule, drawn)
-    numbers = {k: s.get(k) for k in ("best_step_time_s", "search_best_step_time_s", "single_device_step_time_s",
-                                     "lower_bound_s", "ratio_to_lower_bound", "ratio_to_single_device", "samples",
-                                     "feasible_samples", "mfu", "tokens_per_s_per_device")}  # fmt: skip
+    numbers = {
+        k: s.get(k)
+        for k in (
+            "best_step_time_s",
+            "search_best_step_time_s",
+            "single_device_step_time_s",
+            "lower_bound_s",
+            "ratio_to_lower_bound",
+            "ratio_to_single_device",
+            "samples",
+            "feasible_samples",
+            "mfu",
+            "tokens_per_s_per_device",
+        )
+    }
     data = {
-        "kind": "place", "title": f"{g.name} on {c.name}: {strategy}, {recorded(s, 'samples')} samples"
-                                  + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),
-        "provenance": prov, "numbers": numbers, "curves": curves, "bars": bars, "candidates": candidates,
-        "seeds": 1, "microbatch_counts": counts if isinstance(counts, list) else None,
+        "kind": "place",
+        "title": f"{g.name} on {c.name}: {strategy}, {recorded(s, 'samples')} samples"
+        + (f"; plan: {s['plan']}" if isinstance(s.get("plan"), str) else ""),
+        "provenance": prov,
+        "numbers": numbers,
+        "curves": curves,
+        "bars": bars,
+        "candidates": candidates,
+        "seeds": 1,
+        "microbatch_counts": counts if isinstance(counts, list) else None,
         "search_start": start_info(s),
         "lines": {"single_device_s": s.get("single_device_step_time_s"), "lower_bound_s": bound["lower_bound_s"]},
         "lower_bound": bound,
-        "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
-    }  # fmt: skip
+        "schedule": schedule,
+        "memory": memory,
+        "placement_map": placement_map_info(g, c, ops),
+    }
     return data, sched
 
 
@@ -151,8 +223,14 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         runs = []
         for ps in r.get("per_seed", []):
             folder = run_dir / "runs" / r["strategy"] / f"seed{ps['seed']}"
-            runs.append({"seed": ps["seed"], "history": checked_history(folder / "history.jsonl"),
-                         "wall_time_s": ps.get("wall_time_s"), "timing": read_timing(folder / TIMING)})  # fmt: skip
+            runs.append(
+                {
+                    "seed": ps["seed"],
+                    "history": checked_history(folder / "history.jsonl"),
+                    "wall_time_s": ps.get("wall_time_s"),
+                    "timing": read_timing(folder / TIMING),
+                }
+            )
             res = folder / "result.json"
             t = ps.get("best_step_time_s")
             if t is not None and res.exists() and (best is None or t < best[0]):
@@ -164,8 +242,11 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
         if units is not None:
             ops = problem.grouping.expand(units)
     source = best[1] if ops is not None else None
-    placers = [r for r in rows if r.get("kind") == "placer" and r.get("best_step_time_s") is not None
-               and not r.get("oom_count")]  # fmt: skip
+    placers = [
+        r
+        for r in rows
+        if r.get("kind") == "placer" and r.get("best_step_time_s") is not None and not r.get("oom_count")
+    ]
     if placers:
         p = min(placers, key=lambda r: r["best_step_time_s"])
         if ops is None or p["best_step_time_s"] < best[0]:
@@ -176,41 +257,65 @@ def compare_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[di
     if ops is None:
         raise PostplaceError(f"{run_dir}: no strategy found a feasible placement; nothing to draw")
     schedule, memory, sched = schedule_info(g, c, ops, source)
-    bars = [{"label": r["strategy"], "kind": "data-parallel" if str(r.get("kind", "")).startswith("data-parallel")
-             else "single" if r["strategy"] == "single" else r.get("kind"),
-             "best_s": r.get("best_step_time_s"), "min_s": r.get("min_step_time_s"),
-             "max_s": r.get("max_step_time_s"), "oom": r.get("oom_count", 0), "seeds": r.get("seeds"),
-             "start": start_record({"name": r.get("start_name"), "step_time_s": r.get("start_step_time_s")}),
-             "note": r.get("note") or (NO_FEASIBLE if r.get("kind") == "search" and r.get("best_step_time_s") is None
-                                       else "")}
-            for r in rows]  # fmt: skip
+    bars = [
+        {
+            "label": r["strategy"],
+            "kind": "data-parallel"
+            if str(r.get("kind", "")).startswith("data-parallel")
+            else "single"
+            if r["strategy"] == "single"
+            else r.get("kind"),
+            "best_s": r.get("best_step_time_s"),
+            "min_s": r.get("min_step_time_s"),
+            "max_s": r.get("max_step_time_s"),
+            "oom": r.get("oom_count", 0),
+            "seeds": r.get("seeds"),
+            "start": start_record({"name": r.get("start_name"), "step_time_s": r.get("start_step_time_s")}),
+            "note": r.get("note")
+            or (NO_FEASIBLE if r.get("kind") == "search" and r.get("best_step_time_s") is None else ""),
+        }
+        for r in rows
+    ]
     search_names = [r["strategy"] for r in rows if r.get("kind") == "search"]
     bound = bound_info(rep.get("lower_bound_s"), None, schedule, "the compared step")
     prov = {
-        "kind": "compare", "graph": graph_info(g), "cluster": cluster_info(c),
-        "strategies": [r["strategy"] for r in rows], "strategy_configs": strategy_configs(search_names, problem.space),
-        "config_source": "this code version's defaults", "budget": budget_text(recorded(rep, "budget_samples")),
+        "kind": "compare",
+        "graph": graph_info(g),
+        "cluster": cluster_info(c),
+        "strategies": [r["strategy"] for r in rows],
+        "strategy_configs": strategy_configs(search_names, problem.space),
+        "config_source": "this code version's defaults",
+        "budget": budget_text(recorded(rep, "budget_samples")),
         "seeds": list(range(rep["seeds"])) if isinstance(rep.get("seeds"), int) else NOT_RECORDED,
-        "groups": recorded(rep, "groups"), "evaluator": recorded(rep, "evaluator"),
+        "groups": recorded(rep, "groups"),
+        "evaluator": recorded(rep, "evaluator"),
         "wall_time_s": sum(float(r.get("wall_time_s") or 0) * (r.get("seeds") or 1) for r in rows),
-        "wall_time_note": ("sum over rows of each row's wall time" if rep.get("seeds") == 1
-                           else "sum over rows of the median run's wall time x seeds"),
+        "wall_time_note": (
+            "sum over rows of each row's wall time"
+            if rep.get("seeds") == 1
+            else "sum over rows of the median run's wall time x seeds"
+        ),
         "versions": versions(g),
-    }  # fmt: skip
+    }
     data = {
         "kind": "compare",
         "title": f"{g.name} on {c.name}: {len(rows)} strategies, {recorded(rep, 'budget_samples')} samples x "
-                 f"{recorded(rep, 'seeds')} seed{'' if rep.get('seeds') == 1 else 's'}",
+        f"{recorded(rep, 'seeds')} seed{'' if rep.get('seeds') == 1 else 's'}",
         "seeds": rep["seeds"] if isinstance(rep.get("seeds"), int) else None,
         "provenance": prov,
-        "numbers": {"lower_bound_s": rep.get("lower_bound_s"), "single_device_step_time_s":
-                    rep.get("single_device_step_time_s"),
-                    "rows": {r["strategy"]: r.get("best_step_time_s") for r in rows}},
-        "curves": curves, "bars": bars,
+        "numbers": {
+            "lower_bound_s": rep.get("lower_bound_s"),
+            "single_device_step_time_s": rep.get("single_device_step_time_s"),
+            "rows": {r["strategy"]: r.get("best_step_time_s") for r in rows},
+        },
+        "curves": curves,
+        "bars": bars,
         "lines": {"single_device_s": rep.get("single_device_step_time_s"), "lower_bound_s": bound["lower_bound_s"]},
         "lower_bound": bound,
-        "schedule": schedule, "memory": memory, "placement_map": placement_map_info(g, c, ops),
-    }  # fmt: skip
+        "schedule": schedule,
+        "memory": memory,
+        "placement_map": placement_map_info(g, c, ops),
+    }
     return data, sched
 
 

@@ -54,8 +54,10 @@ def step_time_problem(v) -> str | None:
     return None
 
 
-TOO_LARGE = ("the run folder was edited or damaged, or the run's graph or cluster has figures no hardware has; "
-             "check them and run again")
+TOO_LARGE = (
+    "the run folder was edited or damaged, or the run's graph or cluster has figures no hardware has; "
+    "check them and run again"
+)
 """What a step time past MAX_STEP_S means: a genuine run of an absurd graph or cluster writes one too."""
 
 
@@ -69,22 +71,25 @@ def _damaged(path: Path, what: str, fix: str) -> PostplaceError:
 
 
 def edited_error(path: Path, run_dir: Path, what: str) -> PostplaceError:
-    return _damaged(path, what, f"the run folder was edited or damaged; `postplace place --resume {run_dir}` "
-                                f"writes {path.name} again")  # fmt: skip
+    return _damaged(
+        path,
+        what,
+        f"the run folder was edited or damaged; `postplace place --resume {run_dir}` writes {path.name} again",
+    )
 
 
 def check_summary(s, run_dir: Path) -> dict:
     """``summary.json`` of a ``place`` folder as the report reads it: a JSON object whose strategy is text,
-    whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
-    seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
-    naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
-    figures; a negative one was drawn as if it were a time). It must name what was returned, its step time
-and the cluster (every place run records them); other keys it leaves out stay "not recorded".
+        whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
+        seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
+        naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
+        figures; a negative one was drawn as if it were a time). It must name what was returned, its step time
+    and the cluster (every place run records them); other keys it leaves out stay "not recorded".
 
-    Raises
-    ------
-    PostplaceError
-        Naming the file and the field, saying the folder was edited or damaged and how to write it again.
+        Raises
+        ------
+        PostplaceError
+            Naming the file and the field, saying the folder was edited or damaged and how to write it again.
     """
     path = run_dir / "summary.json"
     if not isinstance(s, dict):
@@ -151,8 +156,12 @@ def check_compare(rep, run_dir: Path) -> dict:
     path = run_dir / "compare.json"
 
     def bad(what: str) -> PostplaceError:
-        return _damaged(path, what, "the run folder was edited or damaged; run the `postplace compare` command "
-                                    "that wrote it again to rewrite it")  # fmt: skip
+        return _damaged(
+            path,
+            what,
+            "the run folder was edited or damaged; run the `postplace compare` command "
+            "that wrote it again to rewrite it",
+        )
 
     if not isinstance(rep, dict):
         raise bad("not a JSON object of the comparison's rows")
@@ -178,8 +187,10 @@ def check_compare(rep, run_dir: Path) -> dict:
                 raise bad(f"{where} field '{key}' {why}")
         lo, mid, hi = r.get("min_step_time_s"), r.get("best_step_time_s"), r.get("max_step_time_s")
         if None not in (lo, mid, hi) and not lo <= mid <= hi:
-            raise bad(f"{where}: best_step_time_s {mid:.6g} is not between min_step_time_s {lo:.6g} and "
-                      f"max_step_time_s {hi:.6g}")  # fmt: skip
+            raise bad(
+                f"{where}: best_step_time_s {mid:.6g} is not between min_step_time_s {lo:.6g} and "
+                f"max_step_time_s {hi:.6g}"
+            )
         if r.get("seeds") is not None and (why := _count_problem(r["seeds"], 1, MAX_SEEDS)):
             raise bad(f"{where} field 'seeds' {why}")
         per = r.get("per_seed", [])
@@ -219,8 +230,12 @@ def check_paper(data, run_dir: Path) -> dict:
     path = run_dir / "paper.json"
 
     def bad(what: str) -> PostplaceError:
-        return _damaged(path, what, "the folder was edited or damaged; run the `postplace paper` command that "
-                                    "wrote it again (with --collect to search nothing) to rewrite it")  # fmt: skip
+        return _damaged(
+            path,
+            what,
+            "the folder was edited or damaged; run the `postplace paper` command that "
+            "wrote it again (with --collect to search nothing) to rewrite it",
+        )
 
     def obj(v, where: str) -> dict:
         if not isinstance(v, dict):
@@ -260,8 +275,10 @@ def check_paper(data, run_dir: Path) -> dict:
     if not isinstance(data, dict):
         raise bad("not a JSON object of the experiment's tables")
     cfg = obj(data.get("config"), "config")
-    check(None if isinstance(cfg.get("size"), str) and cfg["size"] else f"is {shown(cfg.get('size'))}, not a size",
-          "config.size")  # fmt: skip
+    check(
+        None if isinstance(cfg.get("size"), str) and cfg["size"] else f"is {shown(cfg.get('size'))}, not a size",
+        "config.size",
+    )
     for key, lo in (("seeds", 1), ("budget", 1), ("planner_budget", 0)):
         check(_count_problem(cfg.get(key), lo, 2**63 - 1), f"config.{key}")
     if cfg.get("planner_seeds") is not None:

@@ -49,11 +49,16 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
             w = r.get("wall_time_s")
             wall = (np.arange(1, n + 1) * (w / n)) if (n and isinstance(w, int | float)) else np.full(n, np.nan)
         g = _grid(n) if n else np.array([], dtype=int)
-        per_seed.append({
-            "seed": r["seed"], "samples": n, "final_best_s": _finite(best[-1]) if n else None,
-            "x_samples": g.tolist(), "best_s": [_finite(best[k - 1]) for k in g],
-            "wall_s": [_finite(wall[k - 1]) for k in g],
-        })  # fmt: skip
+        per_seed.append(
+            {
+                "seed": r["seed"],
+                "samples": n,
+                "final_best_s": _finite(best[-1]) if n else None,
+                "x_samples": g.tolist(),
+                "best_s": [_finite(best[k - 1]) for k in g],
+                "wall_s": [_finite(wall[k - 1]) for k in g],
+            }
+        )
     n_max = max((len(c) for c in curves), default=0)
     g = _grid(n_max) if n_max else np.array([], dtype=int)
     med, lo, hi, count = [], [], [], []
@@ -65,8 +70,14 @@ def curve_info(strategy: str, runs: list[dict]) -> dict:
         lo.append(float(vals.min()) if vals.size else None)
         hi.append(float(vals.max()) if vals.size else None)
     return {
-        "strategy": strategy, "seeds": [r["seed"] for r in runs], "x_samples": g.tolist(),
-        "median_s": med, "min_s": lo, "max_s": hi, "seeds_with_feasible": count, "per_seed": per_seed,
+        "strategy": strategy,
+        "seeds": [r["seed"] for r in runs],
+        "x_samples": g.tolist(),
+        "median_s": med,
+        "min_s": lo,
+        "max_s": hi,
+        "seeds_with_feasible": count,
+        "per_seed": per_seed,
         "wall_source": "recorded per sample" if recorded and runs else "estimated: run wall time x sample / samples",
         "note": "" if any(v is not None for v in med) else NO_FEASIBLE,  # a curve the figures cannot draw
-    }  # fmt: skip
+    }

@@ -71,18 +71,25 @@ def checked_units(path: Path, num_units: int, num_devices: int):
     None where the run recorded none (it found no feasible placement)."""
     res = read_run_json(path)
     if not isinstance(res, dict):
-        raise PostplaceError(f"{path}: not a JSON object of a search run's result: the run folder was edited or "
-                             "damaged; run the `postplace compare` command that wrote it again")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: not a JSON object of a search run's result: the run folder was edited or "
+            "damaged; run the `postplace compare` command that wrote it again"
+        )
     units = res.get("best_placement")
     if units is None:
         return None
-    ok = (isinstance(units, list) and len(units) == num_units
-          and all(type(u) is int and 0 <= u < num_devices for u in units))  # fmt: skip
+    ok = (
+        isinstance(units, list)
+        and len(units) == num_units
+        and all(type(u) is int and 0 <= u < num_devices for u in units)
+    )
     if not ok:
-        raise PostplaceError(f"{path}: field 'best_placement' is not {num_units} device ids from 0 to "
-                             f"{num_devices - 1}: the run folder was edited or damaged, or the run was of another "
-                             "graph, grouping or cluster; run the `postplace compare` command that wrote it "
-                             "again")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: field 'best_placement' is not {num_units} device ids from 0 to "
+            f"{num_devices - 1}: the run folder was edited or damaged, or the run was of another "
+            "graph, grouping or cluster; run the `postplace compare` command that wrote it "
+            "again"
+        )
     return np.asarray(units, dtype=np.int64)
 
 
@@ -96,8 +103,10 @@ def checked_history(path: Path) -> list[dict]:
     for k, row in enumerate(rows):
         t = float(row["step_time_s"])
         if t > MAX_STEP_S:
-            raise PostplaceError(f"{path}: sample {shown(row.get('sample', k))} has step_time_s {t:.3g}, past "
-                                 f"the {MAX_STEP_S:g} s a report can draw: {TOO_LARGE}")  # fmt: skip
+            raise PostplaceError(
+                f"{path}: sample {shown(row.get('sample', k))} has step_time_s {t:.3g}, past "
+                f"the {MAX_STEP_S:g} s a report can draw: {TOO_LARGE}"
+            )
     return rows
 
 
@@ -124,8 +133,13 @@ def resolve_graph(record: dict, graph=None, size: str | None = None, run_dir: Pa
                 from postplace.graph.optimizers import recorded_step
 
                 coloc = (record.get("microbatch_colocation") or spec.get("microbatch_colocation")) if m > 1 else "none"
-                return cached_graph(spec["name"], spec["size"], **recorded_step(spec), microbatches=m,
-                                    colocation=coloc if coloc in ("none", "module") else "none")  # fmt: skip
+                return cached_graph(
+                    spec["name"],
+                    spec["size"],
+                    **recorded_step(spec),
+                    microbatches=m,
+                    colocation=coloc if coloc in ("none", "module") else "none",
+                )
         if kind == "file" and isinstance(spec.get("path"), str) and Path(spec["path"]).is_file():
             return load_graph(Path(spec["path"]))
         if run_dir is not None:
@@ -222,8 +236,10 @@ def recorded_cluster(run_dir: Path, graph, record: dict | None = None):
     except PostplaceError as exc:
         raise PostplaceError(f"{where}: the run's cluster {spec}: {exc}; {fix}") from None
     if fingerprint(c) != sha:
-        raise PostplaceError(f"{where}: the cluster {spec} is no longer the one the run used (it changed since the "
-                             f"run, or the record was edited: its fingerprint differs); {fix}")  # fmt: skip
+        raise PostplaceError(
+            f"{where}: the cluster {spec} is no longer the one the run used (it changed since the "
+            f"run, or the record was edited: its fingerprint differs); {fix}"
+        )
     return c
 
 
@@ -233,11 +249,14 @@ def check_same_machine(s: dict, c, given, run_dir: Path) -> None:
     (``capacity_bytes``; a changed link or speed is the user's choice, another machine is not)."""
     path = run_dir / "summary.json"
     if given is None and s["cluster"] != c.name:
-        raise edited_error(path, run_dir, f"field 'cluster' says '{s['cluster'][:40]}', and the run folder records "
-                                          f"cluster '{c.name}'")  # fmt: skip
+        raise edited_error(
+            path, run_dir, f"field 'cluster' says '{s['cluster'][:40]}', and the run folder records cluster '{c.name}'"
+        )
     devices = s.get("capacity_bytes")
     if given is not None and isinstance(devices, dict) and list(devices) != list(c.device_names):
-        raise PostplaceError(f"--cluster {given if isinstance(given, str) else c.name}: its devices "
-                             f"({', '.join(c.device_names)}) are not those of the machine the run in {run_dir} "
-                             f"placed on ({', '.join(map(str, devices))}); give that machine's cluster, or "
-                             "none")  # fmt: skip
+        raise PostplaceError(
+            f"--cluster {given if isinstance(given, str) else c.name}: its devices "
+            f"({', '.join(c.device_names)}) are not those of the machine the run in {run_dir} "
+            f"placed on ({', '.join(map(str, devices))}); give that machine's cluster, or "
+            "none"
+        )

@@ -29,21 +29,27 @@ th { background: #f3f3f3; } p.note { font-size: 0.85em; color: #555; margin-top:
 """
 
 FIGURE_TEXT = {
-    "curves_samples": ("Learning curves against samples",
-                       "Best feasible step time found so far; line: median over seeds, band: min to max."),
+    "curves_samples": (
+        "Learning curves against samples",
+        "Best feasible step time found so far; line: median over seeds, band: min to max.",
+    ),
     "curves_wall": ("Learning curves against wall time", "One line per seed; log time axis."),
-    "bars": ("Best step time per strategy",
-             "Search rows: median over seeds with the min-max range; hatched: one-shot placers (//) and data "
-             "parallelism (xx: micro-batch k on GPU k, simulated where the model can be traced again, else an "
-             "analytic estimate)."),
-    "gantt": ("Schedule of the returned placement (simulated)",
-              "One lane per device (ops coloured by phase) and one per port or link that carried a transfer "
-              "(coloured by the phase of the op that produced the tensor)."),
+    "bars": (
+        "Best step time per strategy",
+        "Search rows: median over seeds with the min-max range; hatched: one-shot placers (//) and data "
+        "parallelism (xx: micro-batch k on GPU k, simulated where the model can be traced again, else an "
+        "analytic estimate).",
+    ),
+    "gantt": (
+        "Schedule of the returned placement (simulated)",
+        "One lane per device (ops coloured by phase) and one per port or link that carried a transfer "
+        "(coloured by the phase of the op that produced the tensor).",
+    ),
     "memory_peak": ("Peak memory per device", "Bars: peak of the returned placement; black marks: capacity."),
     "memory_time": ("Memory over the step", "Bytes held on each device, every change of the simulation."),
     "placement_map": ("Placement map (picture)", "Ops of each module per device, one panel per phase."),
     "paper_reductions": ("Post's step-time reduction against each rival", "1 - post / rival; blue: Post faster."),
-}  # fmt: skip
+}
 
 
 def esc(x) -> str:
@@ -167,14 +173,20 @@ def table(headers: list[str], rows: list[list[str]], num: set[int] = frozenset()
     keep = [j for j in range(len(headers)) if any(r[j] not in ("", None) for r in rows)]
     out = ["<table><tr>" + "".join(f"<th>{esc(headers[j])}</th>" for j in keep) + "</tr>"]
     for r in rows:
-        out.append("<tr>" + "".join(f"<td{' class=num' if j in num else ''}>{esc(r[j])}</td>" for j in keep)
-                   + "</tr>")  # fmt: skip
+        out.append("<tr>" + "".join(f"<td{' class=num' if j in num else ''}>{esc(r[j])}</td>" for j in keep) + "</tr>")
     out.append("</table>")
     return "".join(out)
 
 
-KIND_TEXT = {"returned": "returned", "search": "search", "placer": "one-shot placer", "single": "single device",
-             "data-parallel": "data parallelism", "warm start": "warm start", "bound": "reference"}  # fmt: skip
+KIND_TEXT = {
+    "returned": "returned",
+    "search": "search",
+    "placer": "one-shot placer",
+    "single": "single device",
+    "data-parallel": "data parallelism",
+    "warm start": "warm start",
+    "bound": "reference",
+}
 
 
 def _within_error_text(data: dict) -> str:
@@ -183,8 +195,10 @@ def _within_error_text(data: dict) -> str:
     names, err = prov.get("within_error") or [], prov.get("cost_model_error")
     if not names or not isinstance(err, int | float):
         return ""
-    return (f"<p class=note>Within the cost model's error of the returned one ({err:.0%}: how far its rates were off a "
-            f"published run): {esc(', '.join(names))}; the simulator cannot rank these apart from it.</p>")
+    return (
+        f"<p class=note>Within the cost model's error of the returned one ({err:.0%}: how far its rates were off a "
+        f"published run): {esc(', '.join(names))}; the simulator cannot rank these apart from it.</p>"
+    )
 
 
 def _bars_table(data: dict) -> str:
@@ -206,11 +220,31 @@ def _bars_table(data: dict) -> str:
         r1 = f"{v / single:.3f}" if isinstance(v, int | float) and isinstance(single, int | float) and single else "-"
         r2 = f"{v / lb:.3f}" if isinstance(v, int | float) and isinstance(lb, int | float) and lb else "-"
         oom = str(b.get("oom") or 0) if any_oom and b["kind"] != "bound" else ""
-        body.append([b["label"], KIND_TEXT.get(b["kind"], b["kind"]), _ms(v), rng, r1, r2, oom,
-                     start_text(b.get("start")), b.get("note", "")])  # fmt: skip
+        body.append(
+            [
+                b["label"],
+                KIND_TEXT.get(b["kind"], b["kind"]),
+                _ms(v),
+                rng,
+                r1,
+                r2,
+                oom,
+                start_text(b.get("start")),
+                b.get("note", ""),
+            ]
+        )
     best = f"best ms (search: median of {n_seeds} seeds)" if n_seeds > 1 else "best ms"
-    headers = ["strategy", "kind", best, f"range ms (min - max over {n_seeds} seeds)", "/ single", "/ LB",
-               "OOM seeds", "search start (ms)", "note"]  # fmt: skip
+    headers = [
+        "strategy",
+        "kind",
+        best,
+        f"range ms (min - max over {n_seeds} seeds)",
+        "/ single",
+        "/ LB",
+        "OOM seeds",
+        "search start (ms)",
+        "note",
+    ]
     return table(headers, body, num={2, 3, 4, 5, 6})
 
 
@@ -228,8 +262,11 @@ def start_line(data: dict) -> str:
     st = data.get("search_start")
     if not isinstance(st, dict):
         return ""
-    kind = f" ({st['kind']})" if st.get("kind") and any(
-        isinstance(x.get("step_time_s"), int | float) for x in [st, *st.get("per_m", [])]) else ""  # fmt: skip
+    kind = (
+        f" ({st['kind']})"
+        if st.get("kind") and any(isinstance(x.get("step_time_s"), int | float) for x in [st, *st.get("per_m", [])])
+        else ""
+    )
     if len(st.get("per_m", [])) > 1:
         text = "; ".join(f"m={x['m']}: {start_text(x)}" for x in st["per_m"])
     elif st.get("name") is not None:
@@ -259,9 +296,11 @@ def _by_m_table(data: dict) -> str:
             else:
                 row.append(_ms(c["best_s"]))
         body.append(row)
-    return ("<p>Every candidate at each micro-batch count m (ms; the table above keeps each one's fastest m; "
-            "summary.json holds them all):</p>"
-            + table(["candidate"] + [f"m={m} ms" for m in ms], body, num=set(range(1, len(ms) + 1))))  # fmt: skip
+    return (
+        "<p>Every candidate at each micro-batch count m (ms; the table above keeps each one's fastest m; "
+        "summary.json holds them all):</p>"
+        + table(["candidate"] + [f"m={m} ms" for m in ms], body, num=set(range(1, len(ms) + 1)))
+    )
 
 
 def _map_table(pm: dict) -> str:
@@ -284,8 +323,15 @@ def _map_table(pm: dict) -> str:
 def _memory_table(m: dict) -> str:
     body = []
     for d, p, c in zip(m["devices"], m["peak_bytes"], m["capacity_bytes"], strict=True):
-        body.append([d, human_bytes(p), human_bytes(c), percent(p / c * 100) if c else "-",
-                     "OOM" if d in m["oom_devices"] else ""])  # fmt: skip
+        body.append(
+            [
+                d,
+                human_bytes(p),
+                human_bytes(c),
+                percent(p / c * 100) if c else "-",
+                "OOM" if d in m["oom_devices"] else "",
+            ]
+        )
     return table(["device", "peak", "capacity", "used", "OOM"], body, num={1, 2, 3})
 
 
@@ -294,11 +340,13 @@ def _figure(folder: Path, name: str, fig: dict, text: dict | None = None, link: 
     title, caption = (text or FIGURE_TEXT).get(name, (name, ""))
     b64 = base64.b64encode((folder / fig["file"]).read_bytes()).decode("ascii")
     path = link + fig["file"]
-    return (f'<figure id="fig-{esc(name)}"><h3>{esc(title)}</h3>'
-            f'<img alt="{esc(title)}" width="{fig["width_px"]}" height="{fig["height_px"]}" '
-            f'src="data:image/png;base64,{b64}">'
-            f'<figcaption>{esc(caption)} File: <a href="{esc(path)}">{esc(path)}</a></figcaption>'
-            "</figure>")  # fmt: skip
+    return (
+        f'<figure id="fig-{esc(name)}"><h3>{esc(title)}</h3>'
+        f'<img alt="{esc(title)}" width="{fig["width_px"]}" height="{fig["height_px"]}" '
+        f'src="data:image/png;base64,{b64}">'
+        f'<figcaption>{esc(caption)} File: <a href="{esc(path)}">{esc(path)}</a></figcaption>'
+        "</figure>"
+    )
 
 
 def captions(data: dict) -> dict:
@@ -306,11 +354,20 @@ def captions(data: dict) -> dict:
     off scale."""
     text = dict(FIGURE_TEXT)
     kinds = {b["kind"] for b in data.get("bars", [])}
-    hatched = [what for kind, what in (("placer", "one-shot placers (//)"),
-                                       ("data-parallel", "data parallelism (xx: micro-batch k on GPU k, simulated "
-                                                         "where the model can be traced again, else an analytic "
-                                                         "estimate)"), ("warm start", "the warm start (..)"))
-               if kind in kinds]  # fmt: skip
+    hatched = [
+        what
+        for kind, what in (
+            ("placer", "one-shot placers (//)"),
+            (
+                "data-parallel",
+                "data parallelism (xx: micro-batch k on GPU k, simulated "
+                "where the model can be traced again, else an analytic "
+                "estimate)",
+            ),
+            ("warm start", "the warm start (..)"),
+        )
+        if kind in kinds
+    ]
     n = seeds_of(data)
     bars = "Search rows: " + (f"median over {n} seeds with the min-max range" if n > 1 else "the best of one seed")
     bars += ("; hatched: " + " and ".join(hatched) if hatched else "") + ". Labels: step time in ms."
@@ -321,16 +378,21 @@ def captions(data: dict) -> dict:
     for name, (title, caption) in list(text.items()):
         off = (data.get("figures") or {}).get(name, {}).get("off_scale")
         if off:
-            text[name] = (title, f"{caption} Off scale (far past the rest, so the axis stops short of it, to keep "
-                                 f"the others readable): {'; '.join(off)}.")  # fmt: skip
+            text[name] = (
+                title,
+                f"{caption} Off scale (far past the rest, so the axis stops short of it, to keep "
+                f"the others readable): {'; '.join(off)}.",
+            )
     return text
 
 
 def _map_text(pm: dict) -> str:
     depth = ""
     if pm.get("depth") is not None:
-        depth = (f", grouped at module depth {pm['depth']} of {pm['max_depth']} (paths cut to their first "
-                 f"{pm['depth']} dotted levels, the deepest that keeps the map readable)")  # fmt: skip
+        depth = (
+            f", grouped at module depth {pm['depth']} of {pm['max_depth']} (paths cut to their first "
+            f"{pm['depth']} dotted levels, the deepest that keeps the map readable)"
+        )
     return (
         f"<p>Module of each op from {esc(pm['module_source'])}{esc(depth)}; a cell names the device, or the op "
         "count per device where a module is split.</p>"
@@ -383,44 +445,69 @@ def render_html(data: dict, folder: Path, link: str = "") -> str:
         f"{_ms(s['step_time_s'])} ms. {esc(bound_text(data))}{esc(_utilisation(data))} Data: "
         f'<a href="{esc(link)}report.json">{esc(link)}report.json</a>; Chrome trace (opens in Perfetto): '
         f'<a href="{esc(link)}trace.json">{esc(link)}trace.json</a>.</p>',
-        "<h2>Step times</h2>", start_line(data), _bars_table(data), _within_error_text(data),
+        "<h2>Step times</h2>",
+        start_line(data),
+        _bars_table(data),
+        _within_error_text(data),
         "<p class=note>/ single: the step time over the best single device's; / LB: over the lower bound.</p>",
         _by_m_table(data),
         figure("bars"),
-        "<h2>Learning curves</h2>", figure("curves_samples"), figure("curves_wall"),
-        "<h2>Schedule</h2>", figure("gantt"),
-        "<h2>Memory</h2>", _memory_table(data["memory"]), figure("memory_peak"), figure("memory_time"),
-        "<h2>Placement map</h2>", _map_text(data["placement_map"]), figure("placement_map"),
+        "<h2>Learning curves</h2>",
+        figure("curves_samples"),
+        figure("curves_wall"),
+        "<h2>Schedule</h2>",
+        figure("gantt"),
+        "<h2>Memory</h2>",
+        _memory_table(data["memory"]),
+        figure("memory_peak"),
+        figure("memory_time"),
+        "<h2>Placement map</h2>",
+        _map_text(data["placement_map"]),
+        figure("placement_map"),
         _map_table(data["placement_map"]),
-        "<h2>Provenance</h2>", kv_table(prov),
+        "<h2>Provenance</h2>",
+        kv_table(prov),
         "<details><summary>strategy configurations</summary>" + kv_table(configs) + "</details>",
         f"<p>Report written {esc(data['created_utc'])} by postplace report.</p></body></html>",
-    ]  # fmt: skip
+    ]
     return "\n".join(parts)
 
 
-def render_paper_html(data: dict, folder: Path, table_text: str, *, link: str = "", run_dir: Path | None = None,
-                      runs: str = "") -> str:
+def render_paper_html(
+    data: dict, folder: Path, table_text: str, *, link: str = "", run_dir: Path | None = None, runs: str = ""
+) -> str:
     """The paper experiment's page: the headline table, its figure, links to each pair's report.
     ``folder``: where its figure and report.json were written, reached from the page as ``link``;
     ``run_dir``: the paper folder (default ``folder``), reached from the page as ``runs``."""
     fig = data["figures"]["paper_reductions"]
     run_dir = folder if run_dir is None else run_dir
-    links = "".join(f'<li><a href="{esc(runs + p)}/report.html">{esc(p)}</a></li>' for p in data["pairs"]
-                    if (run_dir / p / "report.html").exists())  # fmt: skip
+    links = "".join(
+        f'<li><a href="{esc(runs + p)}/report.html">{esc(p)}</a></li>'
+        for p in data["pairs"]
+        if (run_dir / p / "report.html").exists()
+    )
     cfg = data["config"]
-    return "\n".join([
-        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
-        f"<title>postplace paper</title><style>{CSS}</style></head><body>",
-        "<h1>The Post paper's comparison, reproduced by postplace paper</h1>",
-        f"<p><span class=tag>evaluator: {esc(data.get('evaluator'))}</span> {esc(data['paper_claim']['source'])}.</p>",
-        "<h2>Headline</h2><pre>" + esc(table_text) + "</pre>",
-        _figure(folder, "paper_reductions", fig, link=link),
-        "<h2>Each model and machine</h2><ul>" + links + "</ul>",
-        "<h2>Provenance</h2>", kv_table({**cfg, "wall_time_of_the_last_call_s": data.get("wall_time_s_this_call"),
-                                          "versions": data.get("versions", {})}),
-        f"<p>Data: <a href=\"{esc(runs)}paper.json\">{esc(runs)}paper.json</a>, "
-        f"<a href=\"{esc(link)}report.json\">{esc(link)}report.json</a>. "
-        f"Written {esc(data.get('created_utc', ''))}.</p>",
-        "</body></html>",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+            f"<title>postplace paper</title><style>{CSS}</style></head><body>",
+            "<h1>The Post paper's comparison, reproduced by postplace paper</h1>",
+            f"<p><span class=tag>evaluator: {esc(data.get('evaluator'))}</span> "
+            f"{esc(data['paper_claim']['source'])}.</p>",
+            "<h2>Headline</h2><pre>" + esc(table_text) + "</pre>",
+            _figure(folder, "paper_reductions", fig, link=link),
+            "<h2>Each model and machine</h2><ul>" + links + "</ul>",
+            "<h2>Provenance</h2>",
+            kv_table(
+                {
+                    **cfg,
+                    "wall_time_of_the_last_call_s": data.get("wall_time_s_this_call"),
+                    "versions": data.get("versions", {}),
+                }
+            ),
+            f'<p>Data: <a href="{esc(runs)}paper.json">{esc(runs)}paper.json</a>, '
+            f'<a href="{esc(link)}report.json">{esc(link)}report.json</a>. '
+            f"Written {esc(data.get('created_utc', ''))}.</p>",
+            "</body></html>",
+        ]
+    )

@@ -90,8 +90,7 @@ def map_depth(paths, max_rows: int = MAP_MAX_ROWS) -> int:
     return best
 
 
-def placement_map_info(graph, cluster, ops: np.ndarray, depth: int | None = None,
-                       max_rows: int = MAP_MAX_ROWS) -> dict:  # fmt: skip
+def placement_map_info(graph, cluster, ops: np.ndarray, depth: int | None = None, max_rows: int = MAP_MAX_ROWS) -> dict:
     """Op counts per (module, phase, device), modules in program order of their first forward op (the
     parameters come first in a traced graph), a module without one after them, in order of its first op.
 
@@ -115,9 +114,11 @@ def placement_map_info(graph, cluster, ops: np.ndarray, depth: int | None = None
         cell[dev] = cell.get(dev, 0) + 1
     phases = [p for p in PHASES if any(p in c for c in counts.values())]
     return {
-        "devices": list(cluster.device_names), "phases": phases, "module_source": how,
+        "devices": list(cluster.device_names),
+        "phases": phases,
+        "module_source": how,
         "depth": depth if dotted else None,
         "max_depth": max((m.count(".") + 1 for m in full if not m.startswith("(")), default=1) if dotted else None,
         "modules": [{"module": m, "counts": counts[m]} for m in sorted(order, key=order.get)],
         "ops_per_device": np.bincount(ops, minlength=cluster.num_devices).tolist(),
-    }  # fmt: skip
+    }

@@ -93,8 +93,16 @@ def _reference_lines(ax, lines: dict, *, vertical: bool = False, limit: float | 
             continue
         (ax.axvline if vertical else ax.axhline)(v * 1e3, color="black", ls=style, lw=1, label=label)
     if off and not vertical:  # the bar chart's legend gives their values
-        ax.text(0.99, 0.97, "off scale \u2191 " + "; ".join(off), transform=ax.transAxes, ha="right", va="top",
-                fontsize=8, bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 2})  # fmt: skip
+        ax.text(
+            0.99,
+            0.97,
+            "off scale \u2191 " + "; ".join(off),
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 2},
+        )
     return off
 
 
@@ -116,8 +124,17 @@ def _no_feasible_note(ax, curves) -> None:
     if not empty:
         return
     who = "the search" if len(curves) == 1 else ", ".join(empty)
-    ax.text(0.5, 0.5, f"no feasible sample: every placement {who} tried was OOM or failed", ha="center",
-            va="center", fontsize=9, color="#C44E52", wrap=True, transform=ax.transAxes)  # fmt: skip
+    ax.text(
+        0.5,
+        0.5,
+        f"no feasible sample: every placement {who} tried was OOM or failed",
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="#C44E52",
+        wrap=True,
+        transform=ax.transAxes,
+    )
 
 
 def _legend(ax) -> None:
@@ -160,8 +177,10 @@ def learning_curves(data: dict, folder: Path) -> dict:
     ax.set_xlabel("samples")
     ax.set_ylabel("best step time so far (ms)")
     many = any(len(c["seeds"]) > 1 for c in curves)
-    ax.set_title("learning curves: best feasible step time against samples"
-                 + (" (line: median, band: min-max over seeds)" if many else ""))  # fmt: skip
+    ax.set_title(
+        "learning curves: best feasible step time against samples"
+        + (" (line: median, band: min-max over seeds)" if many else "")
+    )
     if lo is not None:
         ax.set_ylim(lo, hi)
     ax.grid(alpha=0.3)
@@ -180,8 +199,15 @@ def learning_curves(data: dict, folder: Path) -> dict:
             if not ok.any():
                 continue
             drawn_x.extend(x[ok].tolist())
-            ax.step(x, y, where="post", color=col, lw=1.2, alpha=0.85,
-                    label=None if labelled else c["strategy"] + _off_scale_words(c, limit))  # fmt: skip
+            ax.step(
+                x,
+                y,
+                where="post",
+                color=col,
+                lw=1.2,
+                alpha=0.85,
+                label=None if labelled else c["strategy"] + _off_scale_words(c, limit),
+            )
             labelled = True
     off = _reference_lines(ax, data["lines"], limit=limit)
     _no_feasible_note(ax, curves)
@@ -191,9 +217,12 @@ def learning_curves(data: dict, folder: Path) -> dict:
     ax.set_xlabel("wall time (s, log scale)" if log else "wall time (s)")
     ax.set_ylabel("best step time so far (ms)")
     src = {c["wall_source"] for c in curves}
-    ax.set_title("learning curves against wall time" + (", one line per seed" if many else "") +
-                 (" (time estimated from each run's total)" if any(s.startswith("estimated") for s in src) else ""),
-                 fontsize=10)  # fmt: skip
+    ax.set_title(
+        "learning curves against wall time"
+        + (", one line per seed" if many else "")
+        + (" (time estimated from each run's total)" if any(s.startswith("estimated") for s in src) else ""),
+        fontsize=10,
+    )
     if lo is not None:
         ax.set_ylim(lo, hi)
     ax.grid(alpha=0.3)
@@ -250,15 +279,21 @@ def bar_legend_labels(data: dict, limit: float | None = None) -> list[str]:
 
     n = seeds_of(data)
     search = f"search (median of {n} seeds, bar: min-max)" if n > 1 else "search (best of 1 seed)"
-    text = {"search": search, "placer": "one-shot placer",
-            "data-parallel": "* data parallelism (micro-batch k on GPU k)", "returned": "returned",
-            "single": "single device", "warm start": "warm start"}  # fmt: skip
+    text = {
+        "search": search,
+        "placer": "one-shot placer",
+        "data-parallel": "* data parallelism (micro-batch k on GPU k)",
+        "returned": "returned",
+        "single": "single device",
+        "warm start": "warm start",
+    }
     out = [text[k] for k in LEGEND_KINDS if any(b["kind"] == k for b in data["bars"])]
     for key, label, _style in REFERENCE:
         v = data["lines"].get(key)
         if isinstance(v, int | float) and np.isfinite(v):
-            out.append(f"{label} {_fmt_ms(v * 1e3)}" + (" (off scale)" if limit is not None and v * 1e3 > limit
-                                                        else ""))  # fmt: skip
+            out.append(
+                f"{label} {_fmt_ms(v * 1e3)}" + (" (off scale)" if limit is not None and v * 1e3 > limit else "")
+            )
     return out
 
 
@@ -272,9 +307,11 @@ def bar_chart(data: dict, folder: Path) -> dict:
     bars = list(data["bars"])
     fig, ax = plt.subplots(figsize=(9, max(2.6, 0.36 * len(bars) + 1.4) + 0.8))
     y = np.arange(len(bars))[::-1]
-    values = ([_ms(b["best_s"]) for b in bars if b.get("best_s") is not None]
-              + [_ms(b["max_s"]) for b in bars if b.get("max_s") is not None and b["kind"] == "search"]
-              + [v * 1e3 for v in data["lines"].values() if isinstance(v, int | float) and np.isfinite(v)])  # fmt: skip
+    values = (
+        [_ms(b["best_s"]) for b in bars if b.get("best_s") is not None]
+        + [_ms(b["max_s"]) for b in bars if b.get("max_s") is not None and b["kind"] == "search"]
+        + [v * 1e3 for v in data["lines"].values() if isinstance(v, int | float) and np.isfinite(v)]
+    )
     limit = off_scale_limit(values)
     top = limit if limit is not None else max(values, default=1.0)
     right = top * 1.12
@@ -290,10 +327,22 @@ def bar_chart(data: dict, folder: Path) -> dict:
             ax.barh(yi, right, color=colour, hatch=hatch, edgecolor="black", lw=0.5)
             for dx in (0.0, 0.018):
                 x0 = top * (1.035 + dx)
-                ax.plot([x0 - top * 0.008, x0 + top * 0.008], [yi - 0.45, yi + 0.45], color="white", lw=2.5,
-                        solid_capstyle="butt")  # fmt: skip
-            ax.text(top, yi, f"{_fmt_ms(v)}, off scale" + (" OOM" if b.get("oom") else ""), va="center",
-                    ha="right", fontsize=8, bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 1})  # fmt: skip
+                ax.plot(
+                    [x0 - top * 0.008, x0 + top * 0.008],
+                    [yi - 0.45, yi + 0.45],
+                    color="white",
+                    lw=2.5,
+                    solid_capstyle="butt",
+                )
+            ax.text(
+                top,
+                yi,
+                f"{_fmt_ms(v)}, off scale" + (" OOM" if b.get("oom") else ""),
+                va="center",
+                ha="right",
+                fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "#C44E52", "pad": 1},
+            )
             off.append(f"{b['label']} {_fmt_ms(v)}")
             continue
         xerr = None
@@ -306,8 +355,14 @@ def bar_chart(data: dict, folder: Path) -> dict:
             xerr = [[v - b["min_s"] * 1e3], [b["max_s"] * 1e3 - v]]
         ax.barh(yi, v, color=colour, hatch=hatch, edgecolor="black", lw=0.5, xerr=xerr, capsize=3)
         end = min(b["max_s"] * 1e3 if xerr is not None else v, top)
-        ax.text(end + top * 0.01, yi, f"{v:.3g}" + (" OOM" if b.get("oom") else ""), va="center", fontsize=8,
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8})  # fmt: skip
+        ax.text(
+            end + top * 0.01,
+            yi,
+            f"{v:.3g}" + (" OOM" if b.get("oom") else ""),
+            va="center",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8},
+        )
     ax.set_yticks(y, [b["label"] + (" *" if b["kind"] == "data-parallel" else "") for b in bars], fontsize=9)
     ax.set_xlim(0, right)
     off += _reference_lines(ax, data["lines"], vertical=True, limit=limit)
@@ -315,8 +370,10 @@ def bar_chart(data: dict, folder: Path) -> dict:
 
     labels = bar_legend_labels(data, limit)
     kinds = [k for k in LEGEND_KINDS if any(b["kind"] == k for b in bars)]  # as bar_legend_labels names them
-    handles = [Patch(facecolor=KIND_STYLE.get(k, ("#4C72B0", ""))[0], hatch=KIND_STYLE.get(k, ("", ""))[1],
-                     edgecolor="black") for k in kinds]  # fmt: skip
+    handles = [
+        Patch(facecolor=KIND_STYLE.get(k, ("#4C72B0", ""))[0], hatch=KIND_STYLE.get(k, ("", ""))[1], edgecolor="black")
+        for k in kinds
+    ]
     handles += ax.get_legend_handles_labels()[0]
     fig.legend(handles=handles, labels=labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     cut = f"; axis cut at {_fmt_ms(top)}: longer bars broken, their value written" if limit is not None else ""
@@ -358,11 +415,18 @@ def gantt(data: dict, folder: Path) -> dict:
     from matplotlib.patches import Patch
 
     present = [p for p in PHASE_COLOURS if (phase == p).any()]
-    ax.legend(handles=[Patch(color=PHASE_COLOURS[p], label=p) for p in present], fontsize=8, loc="upper right",
-              ncol=len(present))  # fmt: skip
+    ax.legend(
+        handles=[Patch(color=PHASE_COLOURS[p], label=p) for p in present],
+        fontsize=8,
+        loc="upper right",
+        ncol=len(present),
+    )
     ax.set_xlabel("time in the step (ms)")
-    ax.set_title(f"simulated schedule of {s['source']}: step {s['step_time_s'] * 1e3:.3f} ms, "
-                 f"{s['transfers']} transfers, {s['bytes_moved'] / 1e6:.1f} MB moved", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"simulated schedule of {s['source']}: step {s['step_time_s'] * 1e3:.3f} ms, "
+        f"{s['transfers']} transfers, {s['bytes_moved'] / 1e6:.1f} MB moved",
+        fontsize=10,
+    )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return {"gantt": _save(fig, folder, "gantt")}
@@ -441,8 +505,9 @@ def placement_map(data: dict, folder: Path) -> dict:
     rows = map_rows(pm)
     phases = pm["phases"]
     devs = pm["devices"]
-    fig, axes = plt.subplots(1, len(phases), figsize=(3.2 * len(phases) + 2.5, max(3.0, 0.22 * len(rows) + 1.6)),
-                             sharey=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(phases), figsize=(3.2 * len(phases) + 2.5, max(3.0, 0.22 * len(rows) + 1.6)), sharey=True, squeeze=False
+    )
     y = np.arange(len(rows))[::-1]
     colours = _colours(len(devs))
     for ax, ph in zip(axes[0], phases, strict=True):
@@ -481,14 +546,33 @@ def paper_figure(data: dict, folder: Path) -> dict:
     plt = _plt()
     tables = data.get("tables")
     if isinstance(tables, dict):  # a row per pair and start, a column per method (its table's strategy)
-        heads = [(h, {method(k): v for k, v in h["reduction"].items()}, f" ({key})")
-                 for key in TABLES if key in tables for h in tables[key]["headline"]]  # fmt: skip
+        heads = [
+            (h, {method(k): v for k, v in h["reduction"].items()}, f" ({key})")
+            for key in TABLES
+            if key in tables
+            for h in tables[key]["headline"]
+        ]
     else:  # a paper.json from before the two tables
         heads = [(h, h["reduction"], "") for h in data["headline"]]
-    rivals = [r for r in ("post-paper", "post-start", "local", "ce", "ppo", "reinforce", "hp", "best heuristic",
-                          "single", "data-parallel") if any(red.get(r) is not None for _, red, _ in heads)]  # fmt: skip
-    grid = np.array([[np.nan if red.get(r) is None else red[r] * 100 for r in rivals] for _, red, _ in heads],
-                    dtype=float).reshape(len(heads), len(rivals))
+    rivals = [
+        r
+        for r in (
+            "post-paper",
+            "post-start",
+            "local",
+            "ce",
+            "ppo",
+            "reinforce",
+            "hp",
+            "best heuristic",
+            "single",
+            "data-parallel",
+        )
+        if any(red.get(r) is not None for _, red, _ in heads)
+    ]
+    grid = np.array(
+        [[np.nan if red.get(r) is None else red[r] * 100 for r in rivals] for _, red, _ in heads], dtype=float
+    ).reshape(len(heads), len(rivals))
     fig, ax = plt.subplots(figsize=(1.1 * len(rivals) + 3, 0.45 * len(heads) + 1.8))
     lim = min(np.nanmax(np.abs(grid)), 60.0) if np.isfinite(grid).any() else 1.0  # -195% would wash out the rest
     if grid.size:

@@ -33,8 +33,14 @@ def versions(graph=None) -> dict:
     """The versions of the code that drew the report (and of torch that traced ``graph``, where it says)."""
     from postplace._version import __version__
 
-    v = {"postplace": __version__, "python": platform.python_version(), "numpy": np.__version__,
-         "numba": _version("numba"), "matplotlib": _version("matplotlib"), "torch": _version("torch")}  # fmt: skip
+    v = {
+        "postplace": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": _version("numba"),
+        "matplotlib": _version("matplotlib"),
+        "torch": _version("torch"),
+    }
     if graph is not None and graph.metadata.get("torch_version"):
         v["torch (traced with)"] = graph.metadata["torch_version"]
     return v
@@ -72,15 +78,25 @@ def recorded(d: dict, key: str):
 
 def graph_info(graph) -> dict:
     """The graph as the provenance table lists it."""
-    return {"name": graph.name, "ops": graph.num_ops, "edges": graph.num_edges, "memory_mode": graph.memory_mode,
-            "total_flops": float(graph.flops.sum()), "zoo": graph.metadata.get("zoo", NOT_RECORDED)}  # fmt: skip
+    return {
+        "name": graph.name,
+        "ops": graph.num_ops,
+        "edges": graph.num_edges,
+        "memory_mode": graph.memory_mode,
+        "total_flops": float(graph.flops.sum()),
+        "zoo": graph.metadata.get("zoo", NOT_RECORDED),
+    }
 
 
 def cluster_info(cluster) -> dict:
     """The cluster and its devices as the provenance table lists them."""
-    return {"name": cluster.name, "description": cluster.description,
-            "devices": [{"name": d.name, "kind": d.kind, "model": d.model, "memory_bytes": d.memory}
-                        for d in cluster.devices]}  # fmt: skip
+    return {
+        "name": cluster.name,
+        "description": cluster.description,
+        "devices": [
+            {"name": d.name, "kind": d.kind, "model": d.model, "memory_bytes": d.memory} for d in cluster.devices
+        ],
+    }
 
 
 def budget_text(budget):

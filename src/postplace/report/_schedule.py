@@ -46,15 +46,18 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
     sim = Simulator(graph, cluster)
     sched = sim.schedule(ops)
     if not (np.isfinite(sched.step_time) and sched.step_time <= MAX_STEP_S):  # its Gantt chart's axis overflows
-        raise PostplaceError(f"{source}: its simulated step takes {float(sched.step_time):.3g} s, past the "
-                             f"{MAX_STEP_S:g} s a report can draw: graph '{graph.name}' or cluster "
-                             f"'{cluster.name}' has figures no hardware has; check their flops, bytes, bandwidths "
-                             "and latencies")  # fmt: skip
+        raise PostplaceError(
+            f"{source}: its simulated step takes {float(sched.step_time):.3g} s, past the "
+            f"{MAX_STEP_S:g} s a report can draw: graph '{graph.name}' or cluster "
+            f"'{cluster.name}' has figures no hardware has; check their flops, bytes, bandwidths "
+            "and latencies"
+        )
     res = _resource_names(cluster)
     lanes: dict[int, list] = {}
     for src, _slot, a, b, _nbytes, start, end in sched.transfers:
-        for r in cluster.route_resources[cluster.route_ptr[a * cluster.num_devices + b]:
-                                         cluster.route_ptr[a * cluster.num_devices + b + 1]]:  # fmt: skip
+        for r in cluster.route_resources[
+            cluster.route_ptr[a * cluster.num_devices + b] : cluster.route_ptr[a * cluster.num_devices + b + 1]
+        ]:
             lanes.setdefault(int(r), []).append([float(start), float(end), PHASES[graph.phase[src]]])
     schedule = {
         "source": source,
@@ -66,7 +69,7 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
             "start_s": sched.op_start.tolist(),
             "end_s": sched.op_end.tolist(),
             "phase": [PHASES[k] for k in graph.phase],
-        },  # fmt: skip
+        },
         "busy_s": sched.busy.tolist(),
         "link_lanes": [{"name": res[r], "intervals": lanes[r]} for r in sorted(lanes)],
         "transfers": len(sched.transfers),
@@ -79,7 +82,7 @@ def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, d
         "capacity_bytes": cluster.capacity.tolist(),
         "oom_devices": [
             cluster.device_names[d] for d in range(cluster.num_devices) if sched.peak_memory[d] > cluster.capacity[d]
-        ],  # fmt: skip
+        ],
         "memory_mode": graph.memory_mode,
         "over_time": [],
     }

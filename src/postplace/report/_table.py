@@ -32,9 +32,16 @@ def candidate_info(cands: dict, notes: dict) -> list[dict]:
         name, sep, m = key.rpartition(" @m")
         if not (sep and name and m.isdigit()):
             name, m = key, None
-        out.append({"key": key, "name": name, "m": int(m) if m is not None else None, "kind": candidate_kind(name),
-                    "best_s": float(v) if isinstance(v, int | float) else None,
-                    "note": str(notes.get(key) or "")})  # fmt: skip
+        out.append(
+            {
+                "key": key,
+                "name": name,
+                "m": int(m) if m is not None else None,
+                "kind": candidate_kind(name),
+                "best_s": float(v) if isinstance(v, int | float) else None,
+                "note": str(notes.get(key) or ""),
+            }
+        )
     return out
 
 
@@ -49,8 +56,9 @@ def best_per_candidate(candidates: list[dict]) -> list[dict]:
         group = "single" if c["kind"] == "single" else c["name"]
         row = rows.setdefault(group, {"label": None, "keys": [], "kind": c["kind"], "best_s": None, "note": ""})
         row["keys"].append(c["key"])
-        better = row["label"] is None or (c["best_s"] is not None and (row["best_s"] is None
-                                                                      or c["best_s"] < row["best_s"]))  # fmt: skip
+        better = row["label"] is None or (
+            c["best_s"] is not None and (row["best_s"] is None or c["best_s"] < row["best_s"])
+        )
         if better:
             row.update(label=c["key"], best_s=c["best_s"], note=c["note"])
     return list(rows.values())
@@ -74,15 +82,21 @@ def start_info(s: dict) -> dict | None:
     per = s.get("search_start_per_microbatches")
     per_m = []
     if isinstance(per, dict):
-        per_m = [{"m": int(m), **st} for m, v in per.items()
-                 if isinstance(m, str) and m.isdigit() and (st := start_record(v)) is not None]  # fmt: skip
+        per_m = [
+            {"m": int(m), **st}
+            for m, v in per.items()
+            if isinstance(m, str) and m.isdigit() and (st := start_record(v)) is not None
+        ]
     top = start_record(s.get("search_start"))
     if top is None and not per_m:
         return None
     figures = s.get("figures") if isinstance(s.get("figures"), dict) else {}
     kind = figures.get("search_start", figures.get("search_best_step_time_s"))
-    return {**(top or {"name": None, "step_time_s": None}), "kind": kind if isinstance(kind, str) else NOT_RECORDED,
-            "per_m": sorted(per_m, key=lambda x: x["m"])}  # fmt: skip
+    return {
+        **(top or {"name": None, "step_time_s": None}),
+        "kind": kind if isinstance(kind, str) else NOT_RECORDED,
+        "per_m": sorted(per_m, key=lambda x: x["m"]),
+    }
 
 
 def bound_info(recorded, per_m, schedule: dict, drawn: str) -> dict:
@@ -101,8 +115,11 @@ def bound_info(recorded, per_m, schedule: dict, drawn: str) -> dict:
     if lb is None:
         return {"lower_bound_s": own, "which": f"the simulator's bound on {drawn}", "drawn_s": own, "drawn": drawn}
     if len(counts) > 1:
-        which = ("the least over m = " + ", ".join(map(str, counts))
-                 + " of the simulator's bound on each micro-batch count's traced step")  # fmt: skip
+        which = (
+            "the least over m = "
+            + ", ".join(map(str, counts))
+            + " of the simulator's bound on each micro-batch count's traced step"
+        )
     else:
         which = "the simulator's bound on the run's traced step"
     return {"lower_bound_s": lb, "which": which, "drawn_s": own, "drawn": drawn}

@@ -12,24 +12,44 @@ from __future__ import annotations
 __all__ = ["COLUMNS", "EFFECTS", "OTHERS", "RIVALS", "TABLES", "format_table", "method"]
 
 TABLES = {
-    "uniform": {"start": "the paper's uniform start, no local moves", "post": "post-paper",
-                "rivals": ("ce-paper", "ppo-paper", "reinforce-paper", "hp")},
-    "probe": {"start": "Post's probe start, no local moves", "post": "post-probe",
-              "rivals": ("post-start", "ce-probe", "ppo-probe", "reinforce-probe", "hp-probe")},
-    "local": {"start": "Post's probe start, with local moves", "post": "post",
-              "rivals": ("local", "ce", "ppo", "reinforce-local", "hp-local")},
-}  # fmt: skip
+    "uniform": {
+        "start": "the paper's uniform start, no local moves",
+        "post": "post-paper",
+        "rivals": ("ce-paper", "ppo-paper", "reinforce-paper", "hp"),
+    },
+    "probe": {
+        "start": "Post's probe start, no local moves",
+        "post": "post-probe",
+        "rivals": ("post-start", "ce-probe", "ppo-probe", "reinforce-probe", "hp-probe"),
+    },
+    "local": {
+        "start": "Post's probe start, with local moves",
+        "post": "post",
+        "rivals": ("local", "ce", "ppo", "reinforce-local", "hp-local"),
+    },
+}
 """Post against each rival three times, every strategy of a table from the same start and with local
 moves alike: the paper's uniform start without local moves (the paper's algorithms; ``hp`` starts as the
 paper's, from its random weights), Post's default probe start without them (``post-start``: that start
 sampled with no learning), and that start with them (``local``: the moves alone, no policy). Per table:
 what the start is, Post's strategy name, and its rivals' names, in column order."""
 EFFECTS = {
-    "local moves": (("post-probe", "post"), ("post-start", "local"), ("ce-probe", "ce"), ("ppo-probe", "ppo"),
-                    ("reinforce-probe", "reinforce-local"), ("hp-probe", "hp-local")),
-    "the probe start": (("post-paper", "post-probe"), ("ce-paper", "ce-probe"), ("ppo-paper", "ppo-probe"),
-                        ("reinforce-paper", "reinforce-probe"), ("hp", "hp-probe")),
-}  # fmt: skip
+    "local moves": (
+        ("post-probe", "post"),
+        ("post-start", "local"),
+        ("ce-probe", "ce"),
+        ("ppo-probe", "ppo"),
+        ("reinforce-probe", "reinforce-local"),
+        ("hp-probe", "hp-local"),
+    ),
+    "the probe start": (
+        ("post-paper", "post-probe"),
+        ("ce-paper", "ce-probe"),
+        ("ppo-paper", "ppo-probe"),
+        ("reinforce-paper", "reinforce-probe"),
+        ("hp", "hp-probe"),
+    ),
+}
 """What one mechanism adds to each method, read across two tables that differ only in it: per
 ``(without, with)`` pair of strategies, ``1 - with / without`` on each model x machine (positive: the
 mechanism shortens the step). ``post-start`` -> ``local`` is what local moves add to the start alone."""
@@ -70,7 +90,7 @@ def format_table(data: dict) -> str:
         f"search; hp {cfg['planner_budget']} samples x {cfg.get('planner_seeds', cfg['seeds'])} seeds; "
         f"{cfg['size']} models; simulated)"
         + ("; collected: finished runs only, see the last lines" if any((data.get("missing") or {}).values()) else ""),
-    ]  # fmt: skip
+    ]
     claim = data["paper_claim"]["max_reduction_vs_rl"] * 100
     tables = data.get("tables")
     if not isinstance(tables, dict):  # a paper.json from before: Post's default against every rival
@@ -80,8 +100,10 @@ def format_table(data: dict) -> str:
     for t in (tables or {}).values():
         lines += ["", f"From {t['start']}: {t['post']} against {', '.join(t['rivals'])}"]
         lines += _table(t["headline"], t["post"], (*t["rivals"], *OTHERS))
-        for s in sorted((s for s in t["rivals"] if method(s) in ("hp", "reinforce") and s in t["summary"]),
-                        key=lambda s: method(s) != "hp"):  # fmt: skip
+        for s in sorted(
+            (s for s in t["rivals"] if method(s) in ("hp", "reinforce") and s in t["summary"]),
+            key=lambda s: method(s) != "hp",
+        ):
             lines.append(_rl_line(f"From {t['start']}, Post ({t['post']}) vs {s}:", t["summary"][s], claim))
     for mechanism, e in (data.get("effects") or {}).items():
         lines += ["", f"What {mechanism} add to each method: 1 - with/without, per pair (positive: shorter step)"]
@@ -96,13 +118,18 @@ def format_table(data: dict) -> str:
 def _table(heads: list[dict], post: str, columns) -> list[str]:
     """One line per model x machine: Post's time and its reduction against each of ``columns`` present."""
     cols = [r for r in columns if any(r in h["reduction"] for h in heads)]
-    lines = [f"{'model':<13} {'cluster':<7} {post + ' ms':>10} "
-             + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols) + "  hp seeds"]  # fmt: skip
+    lines = [
+        f"{'model':<13} {'cluster':<7} {post + ' ms':>10} "
+        + " ".join(f"{'vs ' + c:>{max(9, len(c) + 3)}}" for c in cols)
+        + "  hp seeds"
+    ]
     for h in heads:
         ms = "-" if h["post_s"] is None else f"{h['post_s'] * 1e3:.2f}"
-        lines.append(f"{h['model']:<13} {h['cluster']:<7} {ms:>{max(10, len(post) + 3)}} "
-                     + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
-                     + f"  {h.get('hp_seeds') or '-':>8}")  # fmt: skip
+        lines.append(
+            f"{h['model']:<13} {h['cluster']:<7} {ms:>{max(10, len(post) + 3)}} "
+            + " ".join(f"{_pct(h['reduction'].get(c)):>{max(9, len(c) + 3)}}" for c in cols)
+            + f"  {h.get('hp_seeds') or '-':>8}"
+        )
     return lines
 
 
@@ -113,29 +140,42 @@ def _effect_table(e: dict) -> list[str]:
     lines = [f"{'pair':<24} " + " ".join(f"{c:>{w}}" for c, w in zip(cols, width, strict=True))]
     for pair, vals in e["pairs"].items():
         lines.append(f"{pair:<24} " + " ".join(f"{_pct(vals.get(c)):>{w}}" for c, w in zip(cols, width, strict=True)))
-    lines.append(f"{'median':<24} " + " ".join(f"{_pct(e['summary'][c]['median']):>{w}}"
-                                               for c, w in zip(cols, width, strict=True)))  # fmt: skip
+    lines.append(
+        f"{'median':<24} "
+        + " ".join(f"{_pct(e['summary'][c]['median']):>{w}}" for c, w in zip(cols, width, strict=True))
+    )
     return lines
 
 
 def _rl_line(who: str, v: dict, claim: float) -> str:
-    return (f"{who} faster on {v['post_faster']}/{v['pairs']} pairs, median {_pct(v['median'])}, largest "
-            f"{_pct(v['max'])}; the paper: up to {claim:.1f}% vs the RL state of the art")  # fmt: skip
+    return (
+        f"{who} faster on {v['post_faster']}/{v['pairs']} pairs, median {_pct(v['median'])}, largest "
+        f"{_pct(v['max'])}; the paper: up to {claim:.1f}% vs the RL state of the art"
+    )
 
 
 def _starts(starts: dict) -> list[str]:
     """Per pair, each search that recorded a start: its name and step time, the final step time and
     the share of the gap to the lower bound learning closed, ``(start - final) / (start - LB)``."""
-    rows = [(pair, name, r) for pair, d in starts.items() for name, r in (d.get("strategies") or {}).items()
-            if r.get("start_step_time_s") is not None]  # fmt: skip
+    rows = [
+        (pair, name, r)
+        for pair, d in starts.items()
+        for name, r in (d.get("strategies") or {}).items()
+        if r.get("start_step_time_s") is not None
+    ]
     if not rows:
         return []
-    lines = ["", "Each search's start (where probed) and the share of the gap to the lower bound the search closed, "
-                 "(start - final) / (start - lower bound); post-start's is what sampling the start alone closes",
-             f"{'pair':<24} {'strategy':<16} {'start':<12} {'start ms':>10} {'final ms':>10} {'gap closed':>10}"]
+    lines = [
+        "",
+        "Each search's start (where probed) and the share of the gap to the lower bound the search closed, "
+        "(start - final) / (start - lower bound); post-start's is what sampling the start alone closes",
+        f"{'pair':<24} {'strategy':<16} {'start':<12} {'start ms':>10} {'final ms':>10} {'gap closed':>10}",
+    ]
     for pair, name, r in rows:
         final = "-" if r.get("final_step_time_s") is None else f"{r['final_step_time_s'] * 1e3:.2f}"
         gap = "-" if r.get("gap_closed") is None else f"{r['gap_closed'] * 100:.1f}%"
-        lines.append(f"{pair:<24} {name:<16} {str(r.get('start_name')):<12} "
-                     f"{r['start_step_time_s'] * 1e3:>10.2f} {final:>10} {gap:>10}")  # fmt: skip
+        lines.append(
+            f"{pair:<24} {name:<16} {str(r.get('start_name')):<12} "
+            f"{r['start_step_time_s'] * 1e3:>10.2f} {final:>10} {gap:>10}"
+        )
     return lines

@@ -25,8 +25,9 @@ process (a segmentation fault) when asked for 100,000."""
 
 def _check_threads(threads: int | None) -> None:
     if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise PostplaceError(f"--threads {threads}: give 1 to {MAX_THREADS:,} threads (this machine has "
-                             f"{os.cpu_count()} cores)")  # fmt: skip
+        raise PostplaceError(
+            f"--threads {threads}: give 1 to {MAX_THREADS:,} threads (this machine has {os.cpu_count()} cores)"
+        )
 
 
 def _placement(spec: str, graph, cluster, mapped=None):
@@ -120,12 +121,16 @@ def _step_for(placement: str, optimizer, lr, precision) -> dict:
         differ = optimizer_mismatch(rec_opt, optimizer, lr)
         if differ is not None:
             was, given = differ
-            raise PostplaceError(f"{placement} was made for the {was['name']} optimizer with "
-                                 f"{was['groups'][0]} (its summary.json), not {given['name']} with "
-                                 f"{given['groups'][0]}; drop --optimizer/--lr")  # fmt: skip
+            raise PostplaceError(
+                f"{placement} was made for the {was['name']} optimizer with "
+                f"{was['groups'][0]} (its summary.json), not {given['name']} with "
+                f"{given['groups'][0]}; drop --optimizer/--lr"
+            )
     if rec_prec is not None and precision is not None and precision != rec_prec:
-        raise PostplaceError(f"{placement} was made for --precision {rec_prec} (its summary.json), not {precision}; "
-                             f"drop --precision or give {rec_prec}")  # fmt: skip
+        raise PostplaceError(
+            f"{placement} was made for --precision {rec_prec} (its summary.json), not {precision}; "
+            f"drop --precision or give {rec_prec}"
+        )
     if rec_opt is not None:
         return {"optimizer": optimizer_from_record(rec_opt), "lr": None, "precision": rec_prec or "fp32"}
     return {"optimizer": optimizer or "sgd", "lr": lr, "precision": precision or rec_prec or "fp32"}
@@ -139,11 +144,15 @@ def _size_for(model: str, placement: str, size: str | None) -> str:
     spec = _recorded_spec(placement)
     if isinstance(spec, dict) and spec.get("kind") == "zoo" and _known(model, spec.get("size")):
         if spec.get("name") != model:
-            raise PostplaceError(f"{placement} was made for zoo model '{spec.get('name')}' (its summary.json), not "
-                                 f"'{model}'; train {spec.get('name')}")  # fmt: skip
+            raise PostplaceError(
+                f"{placement} was made for zoo model '{spec.get('name')}' (its summary.json), not "
+                f"'{model}'; train {spec.get('name')}"
+            )
         if size is not None and size != spec["size"]:
-            raise PostplaceError(f"{placement} was made for {model} at --size {spec['size']} (its summary.json), not "
-                                 f"--size {size}; drop --size or give --size {spec['size']}")  # fmt: skip
+            raise PostplaceError(
+                f"{placement} was made for {model} at --size {spec['size']} (its summary.json), not "
+                f"--size {size}; drop --size or give --size {spec['size']}"
+            )
         return spec["size"]
     return "full" if size is None else size
 
@@ -210,8 +219,20 @@ def cmd_train(
         torch.set_num_threads(threads)
     try:
         step = _step_for(placement, optimizer, lr, precision)
-        return _train(model, placement, steps, size, cluster, map_all_to, device_map, step, seed, microbatches,
-                      colocation, as_json)  # fmt: skip
+        return _train(
+            model,
+            placement,
+            steps,
+            size,
+            cluster,
+            map_all_to,
+            device_map,
+            step,
+            seed,
+            microbatches,
+            colocation,
+            as_json,
+        )
     finally:
         torch.set_num_threads(saved)
 
@@ -232,8 +253,9 @@ def _file_microbatches(spec: str, mb: int | None) -> tuple[int, bool]:
     return check_placement_microbatches(mapping, mb, spec), mb is None
 
 
-def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_kw, seed, mb=None,
-           coloc="none", as_json=False) -> str:  # fmt: skip
+def _train(
+    model, placement, steps, size, cluster, map_all_to, device_map, step_kw, seed, mb=None, coloc="none", as_json=False
+) -> str:
     from postplace.cluster import load_cluster
     from postplace.runtime.placed import apply
     from postplace.runtime.zoo_step import random_like, trace_zoo_step
@@ -289,9 +311,16 @@ def _train(model, placement, steps, size, cluster, map_all_to, device_map, step_
     if as_json:
         import json
 
-        return json.dumps({"losses": losses, "step_times_s": times, "placement": placement,
-                           "devices": dict(zip(step.device_names, map(str, step.torch_devices), strict=True)),
-                           "threads": torch.get_num_threads(), "seed": seed})  # fmt: skip
+        return json.dumps(
+            {
+                "losses": losses,
+                "step_times_s": times,
+                "placement": placement,
+                "devices": dict(zip(step.device_names, map(str, step.torch_devices), strict=True)),
+                "threads": torch.get_num_threads(),
+                "seed": seed,
+            }
+        )
     tail = times[len(times) // 2 :]
     lines.append(
         f"measured step time: median {np.median(tail) * 1e3:.2f} ms over steps {steps - len(tail) + 1}..{steps} "
@@ -429,29 +458,35 @@ def cmd_launch(
     if threads is not None:
         _check_threads(threads)
     result, sim = launch_run(folder, steps=steps, seed=seed, timeout=timeout, backend=backend, threads=threads)
-    where = ("CPU processes (gloo) standing in for the devices" if backend == "gloo"
-             else "one process per GPU (nccl)")  # fmt: skip
+    where = "CPU processes (gloo) standing in for the devices" if backend == "gloo" else "one process per GPU (nccl)"
     if as_json:
         simulated = {f"simulated_{k}": {str(r): n for r, n in v.items()} for k, v in sim.items()}
         return json.dumps({**result.to_json(), **simulated, "measured_on": where, "steps": steps, "seed": seed})
     plan = result.plan
     lines = [
         f"{folder}: {plan.world_size} processes by torch's elastic launcher, {len(plan.messages)} messages"
-        + (f" and {len(plan.collectives)} all-reduces" if plan.collectives else "") + " per step",
+        + (f" and {len(plan.collectives)} all-reduces" if plan.collectives else "")
+        + " per step",
         f"measured on {where}; torch {torch.__version__}, "
         f"{threads if threads is not None else torch.get_num_threads()} CPU thread(s) per rank",
         f"{'step':>5} {'loss':>12}",
     ]
     lines += [f"{k + 1:5d} {loss:12.6f}" for k, loss in enumerate(result.losses)]
     lines.append("")
-    lines.append(f"{'rank':>4} {'device':8} {'sent B/step':>12} {'simulated':>12} {'received':>12} {'simulated':>12} "
-                 f"{'step ms':>9} {'comm ms':>9}")  # fmt: skip
+    lines.append(
+        f"{'rank':>4} {'device':8} {'sent B/step':>12} {'simulated':>12} {'received':>12} {'simulated':>12} "
+        f"{'step ms':>9} {'comm ms':>9}"
+    )
     for r, device in result.ranks.items():
         tail = result.step_times_s[r][len(result.step_times_s[r]) // 2 :]
         comm = result.comm_times_s[r][len(result.comm_times_s[r]) // 2 :]
-        lines.append(f"{r:4d} {device:8} {result.bytes_sent[r]:12,d} {sim['bytes_sent'][r]:12,d} "
-                     f"{result.bytes_received[r]:12,d} {sim['bytes_received'][r]:12,d} "
-                     f"{np.median(tail) * 1e3:9.2f} {np.median(comm) * 1e3:9.2f}")  # fmt: skip
-    lines.append("step and comm ms: medians over the second half of the steps (measured; comm: inside sends and "
-                 "receives, waits included)")  # fmt: skip
+        lines.append(
+            f"{r:4d} {device:8} {result.bytes_sent[r]:12,d} {sim['bytes_sent'][r]:12,d} "
+            f"{result.bytes_received[r]:12,d} {sim['bytes_received'][r]:12,d} "
+            f"{np.median(tail) * 1e3:9.2f} {np.median(comm) * 1e3:9.2f}"
+        )
+    lines.append(
+        "step and comm ms: medians over the second half of the steps (measured; comm: inside sends and "
+        "receives, waits included)"
+    )
     return "\n".join(lines)

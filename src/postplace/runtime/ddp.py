@@ -68,11 +68,15 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
     """
     k, m = len(devices), traced.microbatches
     if k < 2 or m % k:
-        raise PostplaceError(f"ddp over {k} processes needs at least 2 and a micro-batch count they divide; the "
-                             f"step has {m} micro-batch{'es' if m > 1 else ''}")  # fmt: skip
+        raise PostplaceError(
+            f"ddp over {k} processes needs at least 2 and a micro-batch count they divide; the "
+            f"step has {m} micro-batch{'es' if m > 1 else ''}"
+        )
     if traced.graph.metadata.get("microbatch_norms"):
-        raise PostplaceError("ddp launch: the step's batch norms update running statistics shared by every micro-"
-                             "batch, which each replica would keep apart; launch a model without them")  # fmt: skip
+        raise PostplaceError(
+            "ddp launch: the step's batch norms update running statistics shared by every micro-"
+            "batch, which each replica would keep apart; launch a model without them"
+        )
     programs, reduced = [], None
     for r in range(k):
         gm, order = _replica(traced, r, m // k, bucket_bytes)
@@ -83,11 +87,20 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         programs.append(RankProgram(r, devices[r], gm, tuple(range(n_in)), (0,), ()))
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
-    collectives = tuple(Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),),
-                                   vals[names[0]].dtype) for j, names in enumerate(reduced))  # fmt: skip
+    collectives = tuple(
+        Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),), vals[names[0]].dtype)
+        for j, names in enumerate(reduced)
+    )
     n_persistent = n_in - len(traced.inputs)  # every replica keeps every placeholder; the batch's come last
-    return RankPlan(tuple(device_names), tuple(devices), (), tuple(programs), n_persistent,
-                    collectives=collectives, partial_loss=True)  # fmt: skip
+    return RankPlan(
+        tuple(device_names),
+        tuple(devices),
+        (),
+        tuple(programs),
+        n_persistent,
+        collectives=collectives,
+        partial_loss=True,
+    )
 
 
 def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.fx.GraphModule, list[tuple]]:
@@ -108,8 +121,11 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
         op = op_of.get(n.name, -1)
         return op >= 0 and phase[op] == _UPDATE
 
-    finals = [n for n in src.nodes if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1
-              and any(updating(u) for u in n.users)]  # fmt: skip
+    finals = [
+        n
+        for n in src.nodes
+        if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
+    ]
 
     def reduce_all() -> None:
         """Every gradient, in buckets of ``bucket_bytes`` in the order they become final, one all-reduce each."""
@@ -133,8 +149,10 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
         if into_update and x in reduced:
             return reduced[x]
         if x not in env:
-            raise PostplaceError(f"ddp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
-                                 "value; this step cannot be split into replicas")  # fmt: skip
+            raise PostplaceError(
+                f"ddp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
+                "value; this step cannot be split into replicas"
+            )
         return env[x]
 
     for n in src.nodes:

@@ -178,8 +178,9 @@ class TorchEvaluator:
 
             optimizer = optimizer_from_record(meta.get("optimizer", "sgd"))
         precision = precision or meta.get("precision", "fp32")
-        traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer,
-                                precision=precision)  # fmt: skip
+        traced = trace_zoo_step(
+            name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer, precision=precision
+        )
         if graph is not None and tuple(graph.names) != tuple(traced.graph.names):
             mb = f" as {microbatches} micro-batches" if microbatches > 1 else ""
             raise PostplaceError(

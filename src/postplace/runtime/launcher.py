@@ -211,9 +211,11 @@ class _Channel:
         try:
             self.dist.all_reduce(t)
         except Exception as exc:  # noqa: BLE001 - as in send
-            raise _PeerError(f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-reduce of '{c.value}' "
-                             f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
-                             f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}") from None  # fmt: skip
+            raise _PeerError(
+                f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-reduce of '{c.value}' "
+                f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
+                f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}"
+            ) from None
         self.seconds += time.perf_counter() - t0
         self.sent += c.nbytes
         self.received += c.nbytes
@@ -276,13 +278,17 @@ def _check_backend(backend: str, op_device, names) -> None:
         used = [names[d] for d in sorted({int(d) for d in np.unique(op_device)})]
         cpu = [n for n in used if not (n.startswith("gpu") and n[3:].isdigit())]
         if cpu:
-            raise PostplaceError(f"--backend nccl: the placement uses {cpu[0]}, which is not a GPU (gpuK); NCCL sends "
-                                 "between GPUs only: use --backend gloo")  # fmt: skip
+            raise PostplaceError(
+                f"--backend nccl: the placement uses {cpu[0]}, which is not a GPU (gpuK); NCCL sends "
+                "between GPUs only: use --backend gloo"
+            )
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         need = max(int(n[3:]) for n in used) + 1
         if have < need:
-            raise PostplaceError(f"--backend nccl: the placement uses {', '.join(used)}, and this machine has {have} "
-                                 f"CUDA device(s); run it where the GPUs are, or use --backend gloo")  # fmt: skip
+            raise PostplaceError(
+                f"--backend nccl: the placement uses {', '.join(used)}, and this machine has {have} "
+                f"CUDA device(s); run it where the GPUs are, or use --backend gloo"
+            )
 
 
 def _check_steps(steps: int) -> None:
@@ -387,21 +393,36 @@ def _agree(plan: RankPlan) -> int:
     names = plan.device_names
     if world != plan.world_size:
         used = ", ".join(names[d] for d in plan.ranks)
-        raise PostplaceError(f"rank {rank}: the world has {world} processes, but the placement uses "
-                             f"{plan.world_size} devices ({used}); start one process per device")  # fmt: skip
+        raise PostplaceError(
+            f"rank {rank}: the world has {world} processes, but the placement uses "
+            f"{plan.world_size} devices ({used}); start one process per device"
+        )
     digest = plan.digest()
     store = dist.distributed_c10d._get_default_store()
     store.set(f"postplace/plan/{rank}", digest)
     for r in range(world):
         other = store.get(f"postplace/plan/{r}").decode()
         if other != digest:
-            raise PostplaceError(f"{plan.rank_name(rank)} and {plan.rank_name(r)} built different plans (digests "
-                                 f"{digest} and {other}): every rank must run one placement of one step")  # fmt: skip
+            raise PostplaceError(
+                f"{plan.rank_name(rank)} and {plan.rank_name(r)} built different plans (digests "
+                f"{digest} and {other}): every rank must run one placement of one step"
+            )
     return rank
 
 
-def _execute(plan: RankPlan, rank: int, device: torch.device, args: list, owned: dict, inputs, batches, steps: int,
-             seed: int, op_names: dict, progress: Path | None) -> RankResult:  # fmt: skip
+def _execute(
+    plan: RankPlan,
+    rank: int,
+    device: torch.device,
+    args: list,
+    owned: dict,
+    inputs,
+    batches,
+    steps: int,
+    seed: int,
+    op_names: dict,
+    progress: Path | None,
+) -> RankResult:
     """Run rank ``rank``'s program ``steps`` times on ``device`` with its state ``args`` (``owned``:
     position in ``args`` -> ``(kind, name)`` of its parameters and buffers)."""
     if device.type == "cuda":
@@ -437,8 +458,18 @@ def _execute(plan: RankPlan, rank: int, device: torch.device, args: list, owned:
         per_step = (channel.sent - sent, channel.received - received)
     params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
     bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
-    return RankResult(rank, plan.device_names[plan.ranks[rank]], losses, per_step[0], per_step[1], times, comm,
-                      params, bufs, plan.digest())  # fmt: skip
+    return RankResult(
+        rank,
+        plan.device_names[plan.ranks[rank]],
+        losses,
+        per_step[0],
+        per_step[1],
+        times,
+        comm,
+        params,
+        bufs,
+        plan.digest(),
+    )
 
 
 def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], dict[int, tuple[str, str]]]:
@@ -518,8 +549,19 @@ def _worker(folder: str) -> RankResult:
         rank = _agree(job.plan)
         state = torch.load(folder / f"state-{rank}.pt", weights_only=True)
         device = _rank_device(job.backend, job.plan, rank)
-        return _execute(job.plan, rank, device, state["args"], state["owned"], job.inputs, job.batches, job.steps,
-                        job.seed, job.op_names, folder / f"step-{rank}")  # fmt: skip
+        return _execute(
+            job.plan,
+            rank,
+            device,
+            state["args"],
+            state["owned"],
+            job.inputs,
+            job.batches,
+            job.steps,
+            job.seed,
+            job.op_names,
+            folder / f"step-{rank}",
+        )
     except BaseException as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not isinstance(exc, PostplaceError):
@@ -542,8 +584,10 @@ def _join(backend: str, timeout: float, rank) -> None:
     try:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     except Exception as exc:  # noqa: BLE001 - the store's and the backends' errors alike become one line
-        raise _PeerError(f"rank {rank}: the process group did not form within {timeout:g} s ({_short(exc)}); "
-                         "start every rank (one per device) and check MASTER_ADDR/MASTER_PORT") from None  # fmt: skip
+        raise _PeerError(
+            f"rank {rank}: the process group did not form within {timeout:g} s ({_short(exc)}); "
+            "start every rank (one per device) and check MASTER_ADDR/MASTER_PORT"
+        ) from None
 
 
 def launch(
@@ -626,8 +670,10 @@ def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, th
         try:
             (folder / "job.pkl").write_bytes(pickle.dumps(job))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise PostplaceError(f"the ranks' job cannot be sent to their processes ({exc}); give batches= a "
-                                 "module-level function or class instance") from None  # fmt: skip
+            raise PostplaceError(
+                f"the ranks' job cannot be sent to their processes ({exc}); give batches= a "
+                "module-level function or class instance"
+            ) from None
         results = _elastic(job, plan)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -678,8 +724,10 @@ def _elastic(job: _Job, plan: RankPlan) -> dict[int, RankResult]:
     )
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
     env = dict(os.environ)
-    quiet = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.distributed.launcher",
-                                            "torch.multiprocessing.spawn")]  # fmt: skip
+    quiet = [
+        logging.getLogger(n)
+        for n in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing.spawn")
+    ]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.CRITICAL)
@@ -726,8 +774,10 @@ def _run_target(folder: Path) -> tuple[dict, dict, Path]:
         raise PostplaceError(f"{folder}: no such run folder (postplace place ... --out FOLDER writes one)")
     placement = folder / "placement.json"
     if not placement.is_file():
-        raise PostplaceError(f"{folder}: no placement.json; launch a folder that postplace place finished "
-                             "(it writes placement.json last)")  # fmt: skip
+        raise PostplaceError(
+            f"{folder}: no placement.json; launch a folder that postplace place finished "
+            "(it writes placement.json last)"
+        )
     out = []
     for name in ("summary.json", "run.json"):
         path = folder / name
@@ -751,9 +801,11 @@ def run_folder(folder: str | Path) -> dict:
     target = summary.get("target_spec") or run.get("target") or {}
     if not isinstance(target, dict) or target.get("kind") != "zoo":
         kind = target.get("kind", "unknown") if isinstance(target, dict) else "unknown"
-        raise PostplaceError(f"{folder}: its target is a {kind}, not a zoo model; a run folder keeps no code of a "
-                             "module: call postplace.runtime.launcher.launch(traced, placement, cluster) with your "
-                             "traced module")  # fmt: skip
+        raise PostplaceError(
+            f"{folder}: its target is a {kind}, not a zoo model; a run folder keeps no code of a "
+            "module: call postplace.runtime.launcher.launch(traced, placement, cluster) with your "
+            "traced module"
+        )
     plan = summary.get("returned_plan")
     if plan:
         from postplace.plans import parse_plan
@@ -761,8 +813,10 @@ def run_folder(folder: str | Path) -> dict:
 
         p = parse_plan(plan)
         if not plain_ddp(p) or not p.microbatches:
-            raise PostplaceError(f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                                 "plain ddp plans so far (zero, fsdp, recompute, tp, pp: simulated only)")  # fmt: skip
+            raise PostplaceError(
+                f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
+                "plain ddp plans so far (zero, fsdp, recompute, tp, pp: simulated only)"
+            )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
         raise PostplaceError(f"{folder}/run.json: no cluster_spec; run postplace place again")
@@ -824,12 +878,25 @@ def launch_run(
     _check_timeout(timeout)
     run = run_folder(folder)
     cluster = load_cluster(run["cluster"])
-    traced = trace_zoo_step(run["name"], run["size"], microbatches=run["microbatches"], colocation=run["colocation"],
-                            **recorded_step(run["target"]))  # fmt: skip
+    traced = trace_zoo_step(
+        run["name"],
+        run["size"],
+        microbatches=run["microbatches"],
+        colocation=run["colocation"],
+        **recorded_step(run["target"]),
+    )
     if run["plan"]:
-
-        result = launch_plan(traced, run["plan"], cluster, steps=steps, batches=RandomBatches(seed), seed=seed,
-                             timeout=timeout, backend=backend, threads=threads)  # fmt: skip
+        result = launch_plan(
+            traced,
+            run["plan"],
+            cluster,
+            steps=steps,
+            batches=RandomBatches(seed),
+            seed=seed,
+            timeout=timeout,
+            backend=backend,
+            threads=threads,
+        )
         from postplace.plans import data_parallel
 
         planned = data_parallel(traced.graph, result.plan.world_size, "ddp")  # the simulated plan's buckets
@@ -837,8 +904,9 @@ def launch_run(
         every = dict.fromkeys(range(result.plan.world_size), grads)
         return result, {"bytes_sent": every, "bytes_received": dict(every)}
     op_device = load_placement(run["placement"], traced.graph, cluster)
-    result = _launch(traced, op_device, list(cluster.device_names), steps, RandomBatches(seed), seed, timeout,
-                     backend, threads)  # fmt: skip
+    result = _launch(
+        traced, op_device, list(cluster.device_names), steps, RandomBatches(seed), seed, timeout, backend, threads
+    )
     return result, simulated_bytes(traced.graph, cluster, op_device, result.plan)
 
 
@@ -856,8 +924,18 @@ def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
     return {"bytes_sent": sent, "bytes_received": received}
 
 
-def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, seed: int = 0, timeout: float = 60.0,
-                backend: str = "gloo", threads: int | None = 1):  # fmt: skip
+def launch_plan(
+    traced,
+    plan: str,
+    cluster,
+    *,
+    steps: int = 3,
+    batches=None,
+    seed: int = 0,
+    timeout: float = 60.0,
+    backend: str = "gloo",
+    threads: int | None = 1,
+):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
     Only ``ddp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every GPU of
@@ -890,11 +968,15 @@ def launch_plan(traced, plan: str, cluster, *, steps: int = 3, batches=None, see
     _check_timeout(timeout)
     spec = parse_plan(plan)
     if not plain_ddp(spec):
-        raise PostplaceError(f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
-                             "fsdp, recomputation, tensor and pipeline parallelism are simulated only")  # fmt: skip
+        raise PostplaceError(
+            f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
+            "fsdp, recomputation, tensor and pipeline parallelism are simulated only"
+        )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
-        raise PostplaceError(f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
-                             f"{traced.microbatches}; trace it at m={spec.microbatches}")  # fmt: skip
+        raise PostplaceError(
+            f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
+            f"{traced.microbatches}; trace it at m={spec.microbatches}"
+        )
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec)
     _check_backend(backend, gpus, list(cluster.device_names))

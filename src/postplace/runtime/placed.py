@@ -553,19 +553,25 @@ def apply(
 def _check_runnable(model, names, tdev, op_device) -> None:
     """One line, before anything is copied, for a step this machine cannot run."""
     if any(p.is_meta for p in model.parameters()):
-        raise PostplaceError("apply: the model's parameters are on the meta device (a model traced without "
-                             "weights); build it with real weights to run the step")  # fmt: skip
+        raise PostplaceError(
+            "apply: the model's parameters are on the meta device (a model traced without "
+            "weights); build it with real weights to run the step"
+        )
     used = sorted({int(d) for d in np.unique(op_device)})
     cuda = [names[d] for d in used if tdev[d].type == "cuda"]
     if cuda and not torch.cuda.is_available():
-        raise PostplaceError(f"apply: the placement puts ops on {', '.join(cuda)} (cuda), and this machine has "
-                             "no CUDA; to run every device on the CPU (for checking) pass device_map='cpu' "
-                             "(on the command line: --map-all-to cpu), or run it where the GPUs are")  # fmt: skip
+        raise PostplaceError(
+            f"apply: the placement puts ops on {', '.join(cuda)} (cuda), and this machine has "
+            "no CUDA; to run every device on the CPU (for checking) pass device_map='cpu' "
+            "(on the command line: --map-all-to cpu), or run it where the GPUs are"
+        )
     count = torch.cuda.device_count() if cuda else 0
     missing = [f"{names[d]} -> {tdev[d]}" for d in used if tdev[d].type == "cuda" and (tdev[d].index or 0) >= count]
     if missing:
-        raise PostplaceError(f"apply: {missing[0]}, but this machine has {count} CUDA device(s); "
-                             "give a device_map onto the devices it has")  # fmt: skip
+        raise PostplaceError(
+            f"apply: {missing[0]}, but this machine has {count} CUDA device(s); "
+            "give a device_map onto the devices it has"
+        )
 
 
 def device_names_of(devices, placement, n_ops) -> list[str]:

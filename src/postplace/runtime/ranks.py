@@ -197,12 +197,14 @@ class RankPlan:
     def check(self) -> None:
         """:func:`check_order` on this plan's programs; one :class:`PostplaceError` line when they
         could deadlock or disagree."""
-        check_order([p.actions for p in self.programs], self.messages, [self.rank_name(r) for r in
-                                                                          range(self.world_size)])  # fmt: skip
+        check_order(
+            [p.actions for p in self.programs], self.messages, [self.rank_name(r) for r in range(self.world_size)]
+        )
 
 
-def check_order(actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence[Message],
-                names: Sequence[str] | None = None) -> None:  # fmt: skip
+def check_order(
+    actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence[Message], names: Sequence[str] | None = None
+) -> None:
     """Prove that blocking sends and receives in these per-rank orders cannot deadlock.
 
     Every message must be sent by its ``src`` rank and received by its ``dst`` rank exactly once.
@@ -244,16 +246,20 @@ def check_order(actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence
             m = messages[k]
             if kind not in ("send", "recv") or (kind, k) in seen or (m.src if kind == "send" else m.dst) != r:
                 owner = m.src if kind == "send" else m.dst
-                raise PostplaceError(f"the per-rank programs are inconsistent: {names[r]} posts {kind} of message {k} "
-                                     f"({m.value}), which belongs to rank {owner}'s program, or posts it twice; "
-                                     "build every rank's program from one plan")  # fmt: skip
+                raise PostplaceError(
+                    f"the per-rank programs are inconsistent: {names[r]} posts {kind} of message {k} "
+                    f"({m.value}), which belongs to rank {owner}'s program, or posts it twice; "
+                    "build every rank's program from one plan"
+                )
             seen[(kind, k)] = r
     for m in messages:
         for kind in ("send", "recv"):
             if (kind, m.index) not in seen:
                 who = names[m.src] if kind == "send" else names[m.dst]
-                raise PostplaceError(f"the per-rank programs are inconsistent: {who} never posts the {kind} of message "
-                                     f"{m.index} ({m.value}); build every rank's program from one plan")  # fmt: skip
+                raise PostplaceError(
+                    f"the per-rank programs are inconsistent: {who} never posts the {kind} of message "
+                    f"{m.index} ({m.value}); build every rank's program from one plan"
+                )
     pos = [0] * len(actions)
     progress = True
     while progress:
@@ -275,11 +281,16 @@ def check_order(actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence
         for r in stuck[:2]:
             kind, k = actions[r][pos[r]]
             m = messages[k]
-            what = (f"send message {k} ({m.value}) to {names[m.dst]}" if kind == "send"
-                    else f"receive message {k} ({m.value}) from {names[m.src]}")  # fmt: skip
+            what = (
+                f"send message {k} ({m.value}) to {names[m.dst]}"
+                if kind == "send"
+                else f"receive message {k} ({m.value}) from {names[m.src]}"
+            )
             waits.append(f"{names[r]} waits to {what}")
-        raise PostplaceError(f"the per-rank programs can deadlock: {', and '.join(waits)}; every rank must post its "
-                             "sends and receives in one global order")  # fmt: skip
+        raise PostplaceError(
+            f"the per-rank programs can deadlock: {', and '.join(waits)}; every rank must post its "
+            "sends and receives in one global order"
+        )
 
 
 # ------------------------------------------------------------------------------ message buffers
@@ -287,12 +298,15 @@ def outgoing(message: Message, value: torch.Tensor) -> torch.Tensor:
     """The 1-d tensor a sender passes to ``send``: ``value``'s memory in the message's layout (no copy
     when ``value`` is laid out so already)."""
     if tuple(value.shape) != message.shape or value.dtype != message.dtype:
-        raise PostplaceError(f"message {message.index} ({message.value}): the step made a {value.dtype} "
-                             f"{tuple(value.shape)} tensor where the plan expects {message.dtype} {message.shape}; "
-                             "every rank must run the step the plan was made from")  # fmt: skip
+        raise PostplaceError(
+            f"message {message.index} ({message.value}): the step made a {value.dtype} "
+            f"{tuple(value.shape)} tensor where the plan expects {message.dtype} {message.shape}; "
+            "every rank must run the step the plan was made from"
+        )
     if tuple(value.stride()) != message.stride:
-        value = torch.empty_strided(message.shape, message.stride, dtype=message.dtype,
-                                    device=value.device).copy_(value)  # fmt: skip
+        value = torch.empty_strided(message.shape, message.stride, dtype=message.dtype, device=value.device).copy_(
+            value
+        )
     return value.as_strided((message.numel,), (1,), value.storage_offset())
 
 
@@ -395,8 +409,9 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
     names = tuple(device_names)
     placed, _ = placed_graph_module(traced.gm, traced.op_of_node, op_device, [torch_device] * len(names))
     nodes = list(placed.graph.nodes)
-    used = sorted({int(d) for d in np.unique(op_device)} | {n.meta["postplace_device"] for n in nodes
-                                                              if n.op != "output"})  # fmt: skip
+    used = sorted(
+        {int(d) for d in np.unique(op_device)} | {n.meta["postplace_device"] for n in nodes if n.op != "output"}
+    )
     rank_of = {d: r for r, d in enumerate(used)}
     world = len(used)
     graphs = [torch.fx.Graph() for _ in range(world)]
@@ -457,8 +472,18 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
                         "a message carries tensors only; place the ops that use it with the op that makes it"
                     )
                 k = len(messages)
-                messages.append(Message(k, rank_of[a], r, root.name, int(traced.op_of_node.get(root.name, -1)),
-                                        tuple(val.shape), _copy_layout(val), val.dtype))  # fmt: skip
+                messages.append(
+                    Message(
+                        k,
+                        rank_of[a],
+                        r,
+                        root.name,
+                        int(traced.op_of_node.get(root.name, -1)),
+                        tuple(val.shape),
+                        _copy_layout(val),
+                        val.dtype,
+                    )
+                )
                 graphs[rank_of[a]].call_module(SEND, (k, env[rank_of[a]][root.name]))
                 actions[rank_of[a]].append(("send", k))
                 x = g.call_module(RECV, (k,))
@@ -530,9 +555,10 @@ def _replay_random(node: torch.fx.Node, owner: int, graphs, torch_device: torch.
         def scratch(arg, g=g):
             val = arg.meta.get("val")
             if not isinstance(val, torch.Tensor):
-                raise PostplaceError(f"random op '{node.name}' reads '{arg.name}', which is not a tensor; it cannot "
-                                     "be replayed on the other ranks")  # fmt: skip
+                raise PostplaceError(
+                    f"random op '{node.name}' reads '{arg.name}', which is not a tensor; it cannot "
+                    "be replayed on the other ranks"
+                )
             return g.call_function(torch.zeros, (tuple(val.shape),), {"dtype": val.dtype, "device": torch_device})
 
         g.node_copy(node, scratch)
-

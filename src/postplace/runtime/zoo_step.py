@@ -23,15 +23,15 @@ from postplace.graph.microbatch_names import placement_microbatches
 __all__ = ["apply_zoo", "check_placement_microbatches", "placement_microbatches", "trace_zoo_step"]
 
 
-
 def _describe(m: int) -> str:
     if m == 1:
         return "a step traced as one micro-batch (no mb0_... op names)"
     return f"a step traced as {m} micro-batches (op names mb0_...mb{m - 1}_)"
 
 
-def check_placement_microbatches(op_names: Iterable[str], microbatches: int | None, source: str,
-                                 flag: str = "--microbatches") -> int:  # fmt: skip
+def check_placement_microbatches(
+    op_names: Iterable[str], microbatches: int | None, source: str, flag: str = "--microbatches"
+) -> int:
     """The micro-batch count of a placement's op names, checked against ``microbatches`` (None: any);
     a mismatch is one :class:`PostplaceError` line that names both counts."""
     found = placement_microbatches(op_names)
@@ -43,8 +43,17 @@ def check_placement_microbatches(op_names: Iterable[str], microbatches: int | No
     return found
 
 
-def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: str = "none", optimizer="sgd",
-                   lr: float | None = None, precision: str = "fp32", batch: int | None = None):  # fmt: skip
+def trace_zoo_step(
+    name: str,
+    size: str,
+    *,
+    microbatches: int = 1,
+    colocation: str = "none",
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    batch: int | None = None,
+):
     """:func:`postplace.zoo.trace_model` with the micro-batch request checked first (one-line errors)."""
     from postplace.zoo import trace_model
 
@@ -52,8 +61,16 @@ def trace_zoo_step(name: str, size: str, *, microbatches: int = 1, colocation: s
         raise PostplaceError(f"microbatches {microbatches!r}: give a count of 1 or more")
     if colocation not in ("none", "module"):
         raise PostplaceError(f"micro-batch colocation '{colocation}': use none or module")
-    return trace_model(name, size, optimizer, lr=lr, precision=precision, microbatches=int(microbatches),
-                       colocation=colocation, batch=batch)  # fmt: skip
+    return trace_model(
+        name,
+        size,
+        optimizer,
+        lr=lr,
+        precision=precision,
+        microbatches=int(microbatches),
+        colocation=colocation,
+        batch=batch,
+    )
 
 
 def apply_zoo(
@@ -115,8 +132,16 @@ def apply_zoo(
     what = f"placement for {name} ({size})"
     if isinstance(placement, Mapping):
         check_placement_microbatches(placement, microbatches, what, "microbatches")
-    traced = trace_zoo_step(name, size, microbatches=microbatches, colocation=colocation, optimizer=optimizer,
-                            lr=lr, precision=precision, batch=batch)  # fmt: skip
+    traced = trace_zoo_step(
+        name,
+        size,
+        microbatches=microbatches,
+        colocation=colocation,
+        optimizer=optimizer,
+        lr=lr,
+        precision=precision,
+        batch=batch,
+    )
     g = traced.graph
     if isinstance(placement, Mapping):
         if hasattr(cluster, "device_names"):

@@ -169,8 +169,9 @@ class AnnealStrategy:
             raise ValueError(f"AnnealConfig.init: {start.size} device ids for {self.space.num_units} units")
         if ((start < 0) | (start >= self.space.num_devices)).any():
             bad = np.flatnonzero((start < 0) | (start >= self.space.num_devices))
-            raise ValueError(f"AnnealConfig.init: units {bad[:5].tolist()} name no device (ids are "
-                             f"0..{self.space.num_devices - 1})")  # fmt: skip
+            raise ValueError(
+                f"AnnealConfig.init: units {bad[:5].tolist()} name no device (ids are 0..{self.space.num_devices - 1})"
+            )
         if not np.all(self.space.allowed[np.arange(start.size), start]):
             bad = np.flatnonzero(~self.space.allowed[np.arange(start.size), start])
             raise ValueError(f"AnnealConfig.init: units {bad[:5].tolist()} are on devices they may not use")
@@ -199,8 +200,13 @@ class AnnealStrategy:
         """Accept or reject the proposals in order, Metropolis's rule (:meth:`Strategy.tell`)."""
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         feasible = np.asarray(feasible, dtype=bool)
-        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
-                   self.space.overflow_scale)  # fmt: skip
+        s = scores(
+            np.asarray(step_time, dtype=np.float64),
+            feasible,
+            self.space.failure_step_time,
+            overflow,
+            self.space.overflow_scale,
+        )
         for i in range(placements.shape[0]):
             if feasible[i] and s[i] < self.best_score:
                 self.best, self.best_score = placements[i].copy(), float(s[i])
@@ -229,11 +235,17 @@ class AnnealStrategy:
             return None if a is None else a.tolist()
 
         return {
-            "name": self.name, "config": cfg, "rng": rng_state(self.rng),
-            "current": arr(self.current), "current_score": self.current_score,
-            "best": arr(self.best), "best_score": self.best_score, "scale": self.scale,
-            "decided": self.decided, "accepted": self.accepted,
-        }  # fmt: skip
+            "name": self.name,
+            "config": cfg,
+            "rng": rng_state(self.rng),
+            "current": arr(self.current),
+            "current_score": self.current_score,
+            "best": arr(self.best),
+            "best_score": self.best_score,
+            "scale": self.scale,
+            "decided": self.decided,
+            "accepted": self.accepted,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state :meth:`state_dict` returned."""

@@ -18,6 +18,7 @@ CHECKPOINT = "checkpoint.json"
 
 NOT_IN_RUNNER = ("cache", "curve", "origins", "step_times")  # saved apart (the cache, the curve) or not at all
 
+
 def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
     """A ``cls`` (the runner's state) from a checkpoint's data, or one error line naming what does not hold."""
 
@@ -38,15 +39,23 @@ def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
         v = runner.get(key, 0.0)
         ok = isinstance(v, int | float) and not isinstance(v, bool) and not np.isnan(v) and v >= 0
         if not ok or (finite and not np.isfinite(v)) or (np.isfinite(hi) and v > hi):
-            raise bad(f"runner '{key}' is {str(v)[:40]}, not a {'finite ' if finite else ''}number >= 0"
-                      + (f" and <= {hi:g}" if np.isfinite(hi) else ""))  # fmt: skip
+            raise bad(
+                f"runner '{key}' is {str(v)[:40]}, not a {'finite ' if finite else ''}number >= 0"
+                + (f" and <= {hi:g}" if np.isfinite(hi) else "")
+            )
         return float(v)
 
     samples = count("samples")
-    state = cls(samples=samples, feasible=count("feasible", samples), evaluations=count("evaluations", samples),
-                checkpointed=count("checkpointed", samples), history_bytes=count("history_bytes"),
-                best_step_time=real("best_step_time", finite=False), elapsed=real("elapsed", finite=True, hi=1e9),
-                last_batch_mean=real("last_batch_mean", finite=False))  # fmt: skip
+    state = cls(
+        samples=samples,
+        feasible=count("feasible", samples),
+        evaluations=count("evaluations", samples),
+        checkpointed=count("checkpointed", samples),
+        history_bytes=count("history_bytes"),
+        best_step_time=real("best_step_time", finite=False),
+        elapsed=real("elapsed", finite=True, hi=1e9),
+        last_batch_mean=real("last_batch_mean", finite=False),
+    )
     best_sample = runner.get("best_sample", -1)
     if type(best_sample) is not int or not -1 <= best_sample < max(samples, 1):
         raise bad(f"runner 'best_sample' is {str(best_sample)[:40]}, not a sample of the run")
@@ -84,13 +93,17 @@ def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
         G, D = allowed.shape
         if placements.shape[1] != G:
             units = placements.shape[1]
-            raise PostplaceError(f"{path}: its cached placements have {units} units; the search has {G} (edited or "
-                                 "damaged, or written by a postplace that grouped this step otherwise: micro-batched "
-                                 "steps are grouped by layer since 2026-12); start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{path}: its cached placements have {units} units; the search has {G} (edited or "
+                "damaged, or written by a postplace that grouped this step otherwise: micro-batched "
+                "steps are grouped by layer since 2026-12); start a new run"
+            )
         if ((placements < 0) | (placements >= D)).any() or not allowed[np.arange(G)[None, :], placements].all():
             raise bad("a cached placement puts a unit on a device it may not use (its kinds, --pin, --exclude)")
-    state.cache = {k.tobytes(): (float(t), bool(o), bool(f), r, float(x))
-                   for k, t, o, f, r, x in zip(keys, step, oom, failed, reasons, over, strict=True)}  # fmt: skip
+    state.cache = {
+        k.tobytes(): (float(t), bool(o), bool(f), r, float(x))
+        for k, t, o, f, r, x in zip(keys, step, oom, failed, reasons, over, strict=True)
+    }
     # the best so far: the fastest feasible placement of the cache
     best = runner.get("best_placement")
     fastest = float(step[ok].min()) if ok.any() else float("inf")
@@ -111,8 +124,13 @@ def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
         state.best_placement = best
     curve = snap.get("curve")
     # never rising, compared pairwise: np.diff warned on the inf - inf of the samples before a feasible one
-    if not isinstance(curve, np.ndarray) or curve.dtype.kind != "f" or curve.shape != (samples,) or \
-            np.isnan(curve).any() or (curve[1:] > curve[:-1]).any():  # fmt: skip
+    if (
+        not isinstance(curve, np.ndarray)
+        or curve.dtype.kind != "f"
+        or curve.shape != (samples,)
+        or np.isnan(curve).any()
+        or (curve[1:] > curve[:-1]).any()
+    ):
         raise bad(f"its curve is not {samples} best-so-far step times")
     if samples and curve[-1] != state.best_step_time:
         raise bad("its curve does not end at its best step time")
@@ -126,6 +144,7 @@ def checked_state(cls, path: Path, snap, allowed: np.ndarray | None):
     if digest is not None and not isinstance(digest, str):
         raise bad("its history digest is not text")
     return state
+
 
 def load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> None:
     """Restore the strategy's state: its structure must be the one this strategy (with this run's
@@ -152,9 +171,19 @@ def load_strategy(path: Path, strategy, saved, allowed: np.ndarray | None) -> No
         check_allowed(placements, allowed, "the restored strategy")
     except PostplaceError as exc:
         raise bad(f"the restored strategy does not work ({exc})") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, ZeroDivisionError,
-            FloatingPointError, RuntimeError) as exc:  # fmt: skip
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        ZeroDivisionError,
+        FloatingPointError,
+        RuntimeError,
+    ) as exc:
         raise bad(f"a checkpoint of another kind of run ({type(exc).__name__}: {str(exc)[:120]})") from None
+
 
 def _unlike(fresh, saved, where: str) -> str:
     """Why ``saved`` does not have the structure of ``fresh`` (a strategy's state now): '' when it does.
@@ -172,8 +201,11 @@ def _unlike(fresh, saved, where: str) -> str:
             return "its config differs from the run's"
         return next((w for k in saved if k in fresh and (w := _unlike(fresh[k], saved[k], f"{where}.{k}"))), "")
     if isinstance(fresh, np.ndarray):
-        if not isinstance(saved, np.ndarray) or saved.dtype.kind != fresh.dtype.kind or (
-                fresh.ndim and saved.shape != fresh.shape):  # fmt: skip
+        if (
+            not isinstance(saved, np.ndarray)
+            or saved.dtype.kind != fresh.dtype.kind
+            or (fresh.ndim and saved.shape != fresh.shape)
+        ):
             return f"{where} is not a {fresh.dtype} array of shape {fresh.shape}"
         if fresh.dtype.kind == "f" and np.isfinite(fresh).all() and not np.isfinite(saved).all():
             return f"{where} holds NaN or infinite values"
@@ -182,8 +214,10 @@ def _unlike(fresh, saved, where: str) -> str:
         if not isinstance(saved, list | tuple):
             return f"{where} is not a list"
         if len(fresh) == len(saved):
-            return next((w for k, (a, b) in enumerate(zip(fresh, saved, strict=True))
-                         if (w := _unlike(a, b, f"{where}.{k}"))), "")  # fmt: skip
+            return next(
+                (w for k, (a, b) in enumerate(zip(fresh, saved, strict=True)) if (w := _unlike(a, b, f"{where}.{k}"))),
+                "",
+            )
         return ""
     if fresh is None:
         return ""
@@ -196,6 +230,7 @@ def _unlike(fresh, saved, where: str) -> str:
         ok = isinstance(saved, int | float) and not isinstance(saved, bool) and not np.isnan(saved)
         return "" if ok else f"{where} is {str(saved)[:30]!r}, not a number"
     return ""
+
 
 def _bad_arrays(saved, where: str, allowed: np.ndarray) -> str:
     """Why the arrays of a strategy's saved state cannot be its own: '' when they can. Arrays hold
@@ -226,12 +261,14 @@ def _bad_arrays(saved, where: str, allowed: np.ndarray) -> str:
         return ""
     return ""
 
+
 def _plain(x):
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
         return [_plain(v) for v in x]
     return x
+
 
 def save_checkpoint(out: Path, snapshot: dict, history, meta: dict | None) -> None:
     """Write the checkpoint (the runner's ``snapshot``, the history's digest, ``meta``) atomically."""
@@ -257,6 +294,7 @@ def save_checkpoint(out: Path, snapshot: dict, history, meta: dict | None) -> No
     }
     save_state(out / CHECKPOINT, on_disk)
 
+
 def checkpoint_samples(out: str | Path) -> int:
     """How many samples the checkpoint in run folder ``out`` covers."""
     path = Path(out) / CHECKPOINT
@@ -267,12 +305,14 @@ def checkpoint_samples(out: str | Path) -> int:
         raise PostplaceError(f"{path}: no sample count (edited or damaged); start a new run")
     return n
 
+
 def read_meta(out: str | Path) -> dict:
     """The ``meta`` dict a run folder's checkpoint was saved with."""
     path = Path(out) / CHECKPOINT
     snap = load_state(path)
     meta = snap.get("meta", {}) if isinstance(snap, dict) else None
     if not isinstance(meta, dict):
-        raise PostplaceError(f"{path}: not a search checkpoint (its meta is not an object; edited or damaged); "
-                             "start a new run")  # fmt: skip
+        raise PostplaceError(
+            f"{path}: not a search checkpoint (its meta is not an object; edited or damaged); start a new run"
+        )
     return meta

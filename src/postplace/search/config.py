@@ -58,8 +58,10 @@ def read_config_file(path: str | Path, strategy: str) -> dict:
     for k, v in table.items():
         if isinstance(v, dict) and (own or k not in STRATEGIES):
             where = f"[{strategy}.{k}]" if own else f"[{k}]"
-            raise PostplaceError(f"--config {path}: {where} is a table, not a config field of '{strategy}'; write "
-                                 f"its fields as KEY = VALUE under [{strategy}] or at the top of the file")  # fmt: skip
+            raise PostplaceError(
+                f"--config {path}: {where} is a table, not a config field of '{strategy}'; write "
+                f"its fields as KEY = VALUE under [{strategy}] or at the top of the file"
+            )
     return {k: v for k, v in table.items() if not isinstance(v, dict)}
 
 
@@ -80,9 +82,11 @@ def build_config(strategy: str, overrides: dict | None = None, *, source: str = 
         if limit is not None and isinstance(values[key], int | float) and values[key] > limit:
             rng = field_range(cls, key)
             shown = raw if isinstance(raw, str) and len(raw) <= 24 else f"{values[key]:.3g}"
-            raise PostplaceError(f"{source} {key}={shown}: {key} must be at most {limit:g}"
-                                 + (f" ({rng.why})" if rng is not None and rng.why else "")
-                                 + "; larger values exhaust memory or time")  # fmt: skip
+            raise PostplaceError(
+                f"{source} {key}={shown}: {key} must be at most {limit:g}"
+                + (f" ({rng.why})" if rng is not None and rng.why else "")
+                + "; larger values exhaust memory or time"
+            )
     return dataclasses.replace(base, **values)
 
 
@@ -107,12 +111,21 @@ def _coerce(raw, hint, source: str, key: str, rng: Range | None):
         read.append(value)
     if read:
         value = read[-1]
-        shown = (",".join(map(str, value)) if isinstance(value, tuple) else str(raw)
-                 if not isinstance(raw, str) or raw.isprintable() else repr(raw))  # fmt: skip
-        raise PostplaceError(f"{source} {key}={shown}: {key} must be {rng.describe(hint)}"
-                             + (f" ({rng.why})" if rng.why else ""))  # fmt: skip
-    raise PostplaceError(errors[0] if len(errors) == 1 else f"{where}: {raw!r} is not a valid value "
-                         f"({'; '.join(e.split(': ', 1)[-1] for e in errors)})")
+        shown = (
+            ",".join(map(str, value))
+            if isinstance(value, tuple)
+            else str(raw)
+            if not isinstance(raw, str) or raw.isprintable()
+            else repr(raw)
+        )
+        raise PostplaceError(
+            f"{source} {key}={shown}: {key} must be {rng.describe(hint)}" + (f" ({rng.why})" if rng.why else "")
+        )
+    raise PostplaceError(
+        errors[0]
+        if len(errors) == 1
+        else f"{where}: {raw!r} is not a valid value ({'; '.join(e.split(': ', 1)[-1] for e in errors)})"
+    )
 
 
 def _one(raw, typ, where: str):

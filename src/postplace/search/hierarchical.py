@@ -189,8 +189,7 @@ def _standardise(x: np.ndarray) -> np.ndarray:
 class _Model(nn.Module):
     """Grouper (feed-forward) and placer (LSTM encoder, LSTM decoder with attention) in one module."""
 
-    def __init__(self, num_features: int, group_input: int, num_groups: int, num_devices: int,
-                 cfg: HierarchicalConfig):  # fmt: skip
+    def __init__(self, num_features: int, group_input: int, num_groups: int, num_devices: int, cfg: HierarchicalConfig):
         super().__init__()
         H = cfg.placer_hidden
         self.grouper = nn.Sequential(
@@ -237,8 +236,11 @@ class HierarchicalPlanner:
         self._edges = None
         if cfg.group_adjacency and space.edges is not None and len(space.edges[0]):
             src, dst, nbytes = (np.asarray(a) for a in space.edges)
-            self._edges = (torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long),
-                           torch.tensor(nbytes / max(float(nbytes.sum()), 1e-30), dtype=torch.float32))  # fmt: skip
+            self._edges = (
+                torch.tensor(src, dtype=torch.long),
+                torch.tensor(dst, dtype=torch.long),
+                torch.tensor(nbytes / max(float(nbytes.sum()), 1e-30), dtype=torch.float32),
+            )
         group_input = self.features.shape[1] + 1 + (2 * NG if cfg.group_adjacency else 0)
 
         self.rng = np.random.default_rng(seed)
@@ -369,9 +371,16 @@ class HierarchicalPlanner:
                 logp_dev += torch.where(nonempty[:, j], torch.log(prob.gather(1, prev[:, None])[:, 0]), 0.0)
         groups_np, devices_np = groups.numpy().astype(np.int64), devices.numpy().astype(np.int64)
         placements = self._expand(groups_np, devices_np, k)
-        self._pending = {"groups": groups_np, "devices": devices_np, "k": k, "gnoise": gnoise.numpy(),
-                         "pnoise": pnoise.numpy(), "placements": placements.copy(),
-                         "logp_group": logp_group.numpy(), "logp_devices": logp_dev.numpy()}  # fmt: skip
+        self._pending = {
+            "groups": groups_np,
+            "devices": devices_np,
+            "k": k,
+            "gnoise": gnoise.numpy(),
+            "pnoise": pnoise.numpy(),
+            "placements": placements.copy(),
+            "logp_group": logp_group.numpy(),
+            "logp_devices": logp_dev.numpy(),
+        }
         return placements
 
     def _log_probs(self, p: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,8 +414,13 @@ class HierarchicalPlanner:
     def _tell_candidates(self, placements, step_time, feasible, overflow) -> bool:
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         feasible = np.asarray(feasible, dtype=bool)
-        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
-                   self.space.overflow_scale)  # fmt: skip
+        s = scores(
+            np.asarray(step_time, dtype=np.float64),
+            feasible,
+            self.space.failure_step_time,
+            overflow,
+            self.space.overflow_scale,
+        )
         if not self.probe.tell(placements, s, np.asarray(step_time, dtype=np.float64), feasible):
             return False
         for i in np.flatnonzero(feasible):
@@ -426,12 +440,18 @@ class HierarchicalPlanner:
     def _tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow=None) -> None:
         p = self._pending
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
-        if p is not None and not (p["placements"].shape == placements.shape
-                                  and np.array_equal(placements, p["placements"])):
+        if p is not None and not (
+            p["placements"].shape == placements.shape and np.array_equal(placements, p["placements"])
+        ):
             raise ValueError("hp: tell() must get back exactly the placements of the last ask()")
         feasible = np.asarray(feasible, dtype=bool)
-        s = scores(np.asarray(step_time, dtype=np.float64), feasible, self.space.failure_step_time, overflow,
-                   self.space.overflow_scale)  # fmt: skip
+        s = scores(
+            np.asarray(step_time, dtype=np.float64),
+            feasible,
+            self.space.failure_step_time,
+            overflow,
+            self.space.overflow_scale,
+        )
         for i in np.flatnonzero(feasible):
             if s[i] < self.best_score:
                 self.best, self.best_score = placements[i].copy(), float(s[i])
@@ -464,14 +484,20 @@ class HierarchicalPlanner:
     # ------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         return {
-            "name": self.name, "config": asdict(self.config), "rng": rng_state(self.rng),
+            "name": self.name,
+            "config": asdict(self.config),
+            "rng": rng_state(self.rng),
             "torch_generator": self.gen.get_state().numpy().copy(),
-            "model": _to_numpy(self.model.state_dict()), "optimizer": _to_numpy(self.optimizer.state_dict()),
-            "baseline": self.baseline, "updates": self.updates, "skipped_updates": self.skipped_updates,
-            "best": None if self.best is None else self.best.copy(), "best_score": self.best_score,
+            "model": _to_numpy(self.model.state_dict()),
+            "optimizer": _to_numpy(self.optimizer.state_dict()),
+            "baseline": self.baseline,
+            "updates": self.updates,
+            "skipped_updates": self.skipped_updates,
+            "best": None if self.best is None else self.best.copy(),
+            "best_score": self.best_score,
             "pending": copy.deepcopy(self._pending),
             "start": start_state(self.probe, self.start_name, self.start_step_time),
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: dict) -> None:
         cfg = replace(self.config, **state["config"])

@@ -19,6 +19,7 @@ TIMING = "timing.jsonl"
 
 INT64_MAX = 2**63 - 1
 
+
 def history_origins(path: Path) -> tuple[list[str], list[float]]:
     """Each line's origin (``"unknown"`` where it has none: written before origins were recorded) and
     step time (inf where OOM, failed or unreadable) of a history the checkpoint covers."""
@@ -35,6 +36,7 @@ def history_origins(path: Path) -> tuple[list[str], list[float]]:
         times.append(float(t) if ok else float("inf"))
     return origins, times
 
+
 def _prefix_chunks(path: Path, size: int):
     """The first ``size`` bytes of ``path`` (fewer if it is shorter), in chunks of at most 1 MiB."""
     with open(path, "rb") as f:
@@ -46,15 +48,18 @@ def _prefix_chunks(path: Path, size: int):
             yield chunk
             left -= len(chunk)
 
+
 def count_lines(path: Path, size: int) -> int:
     """The lines in the first ``size`` bytes of ``path``."""
     return sum(chunk.count(b"\n") for chunk in _prefix_chunks(path, size))
+
 
 def keep_timing(path: Path, samples: int) -> None:
     """Keep the timing lines a resumed checkpoint covers. The file is a record, not state: a damaged line
     is dropped, never an error."""
     kept = [row for row in read_timing(path) if row["samples"] <= samples]
     path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+
 
 def read_timing(path: str | Path) -> list[dict]:
     """The well-formed lines of a ``timing.jsonl`` with ``samples`` strictly increasing (a torn or damaged
@@ -75,6 +80,7 @@ def read_timing(path: str | Path) -> list[dict]:
             last = n
     return rows
 
+
 def sample_times(timing: list[dict], n: int) -> np.ndarray | None:
     """Seconds since the run started at each of its first ``n`` samples (its batch's line in
     :func:`read_timing`'s rows); None when the rows do not reach sample ``n``."""
@@ -83,6 +89,7 @@ def sample_times(timing: list[dict], n: int) -> np.ndarray | None:
         return None
     batch = np.searchsorted(ends, np.arange(1, n + 1), side="left")  # ends increase: the batch holding sample k
     return np.array([row["time_s"] for row in timing], dtype=float)[batch]
+
 
 def read_history(path: str | Path) -> list[dict]:
     """The well-formed lines of a ``history.jsonl``; [] when there is no such file. A torn last line (a
@@ -108,6 +115,7 @@ def read_history(path: str | Path) -> list[dict]:
             rows.append(row)
     return rows
 
+
 def _sample_row(row) -> bool:
     if not isinstance(row, dict):
         return False
@@ -121,11 +129,15 @@ def _sample_row(row) -> bool:
         return False
     return all(isinstance(row.get(k, False), bool) for k in ("oom", "failed", "cached"))
 
+
 def best_so_far(history: list[dict]) -> np.ndarray:
     """Best feasible step time after each sample of a history (inf before the first feasible one)."""
-    t = np.array([h.get("step_time_s", np.inf) if not (h.get("oom") or h.get("failed")) else np.inf
-                  for h in history], dtype=float)  # fmt: skip
+    t = np.array(
+        [h.get("step_time_s", np.inf) if not (h.get("oom") or h.get("failed")) else np.inf for h in history],
+        dtype=float,
+    )
     return np.minimum.accumulate(t) if t.size else t
+
 
 def history_digest(path: Path, size: int) -> str:
     """A hash of the first ``size`` bytes of the history: what the checkpoint covers, so a resume can tell a

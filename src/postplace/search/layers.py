@@ -129,8 +129,9 @@ def _by_speed(window: list[int], speed: np.ndarray, m: int) -> np.ndarray:
     return out
 
 
-def stripe_table(num_devices: int, comparable: list[int], speed: np.ndarray, m: int,
-                 device_names: tuple[str, ...] = ()) -> tuple[np.ndarray, tuple[str, ...]]:  # fmt: skip
+def stripe_table(
+    num_devices: int, comparable: list[int], speed: np.ndarray, m: int, device_names: tuple[str, ...] = ()
+) -> tuple[np.ndarray, tuple[str, ...]]:
     """The stripes ``int[A, m]`` and their names (module docstring).
 
     ``comparable``: the devices windows are made of, in index order; ``speed``: ``[D]``, relative.
@@ -171,9 +172,16 @@ def owner_columns(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, unit_by
     return out
 
 
-def layer_space(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, allowed: np.ndarray,
-                unit_time: np.ndarray, comparable: list[int], device_names: tuple[str, ...] = (),
-                unit_bytes: np.ndarray | None = None) -> LayerSpace:  # fmt: skip
+def layer_space(
+    unit_layer: np.ndarray,
+    unit_slot: np.ndarray,
+    m: int,
+    allowed: np.ndarray,
+    unit_time: np.ndarray,
+    comparable: list[int],
+    device_names: tuple[str, ...] = (),
+    unit_bytes: np.ndarray | None = None,
+) -> LayerSpace:
     """The :class:`LayerSpace` of units ``(unit_layer, unit_slot)`` with their ``allowed`` ``[G, D]``
     devices, ``unit_time`` ``[G, D]`` and ``unit_bytes`` ``[G]`` (for the owner columns); windows over
     ``comparable`` devices."""
@@ -201,8 +209,9 @@ def layer_space(unit_layer: np.ndarray, unit_slot: np.ndarray, m: int, allowed: 
     empty = np.flatnonzero(~ok.any(axis=1))
     if empty.size:
         raise ValueError(f"layer {empty[0]}: no stripe puts all its units on devices they may use")
-    return LayerSpace(unit_layer.astype(np.int64), column.astype(np.int64), stripes, names, ok,
-                      np.where(ok, time, np.inf), canonical)  # fmt: skip
+    return LayerSpace(
+        unit_layer.astype(np.int64), column.astype(np.int64), stripes, names, ok, np.where(ok, time, np.inf), canonical
+    )
 
 
 def device_space(space: SearchSpace) -> SearchSpace:
@@ -222,12 +231,16 @@ def device_space(space: SearchSpace) -> SearchSpace:
         position = np.full(L, np.inf)
         np.minimum.at(position, u, space.unit_position)
     return SearchSpace(
-        allowed=lay.allowed[:, :D].copy(), failure_step_time=space.failure_step_time,
-        unit_time=np.where(lay.allowed[:, :D], lay.action_time[:, :D], np.inf), device_names=space.device_names,
-        device_kinds=space.device_kinds, edges=edges,
+        allowed=lay.allowed[:, :D].copy(),
+        failure_step_time=space.failure_step_time,
+        unit_time=np.where(lay.allowed[:, :D], lay.action_time[:, :D], np.inf),
+        device_names=space.device_names,
+        device_kinds=space.device_kinds,
+        edges=edges,
         unit_bytes=None if space.unit_bytes is None else np.bincount(u, weights=space.unit_bytes, minlength=L),
-        capacity=space.capacity, unit_position=position,
-    )  # fmt: skip
+        capacity=space.capacity,
+        unit_position=position,
+    )
 
 
 def action_space(space: SearchSpace) -> SearchSpace:

@@ -185,8 +185,18 @@ class LocalMoves:
         self._seen_order.append(key)
         return True
 
-    def _move(self, row: np.ndarray, kind: int, p: np.ndarray, marginal: np.ndarray | None, movable: np.ndarray,
-              free: np.ndarray, current: np.ndarray, rng: np.random.Generator, units: float) -> None:  # fmt: skip
+    def _move(
+        self,
+        row: np.ndarray,
+        kind: int,
+        p: np.ndarray,
+        marginal: np.ndarray | None,
+        movable: np.ndarray,
+        free: np.ndarray,
+        current: np.ndarray,
+        rng: np.random.Generator,
+        units: float,
+    ) -> None:
         """Change ``row`` (a unit placement) in place by one local move of ``kind`` (:meth:`moves`)."""
         allowed, lay = self.decisions.allowed, self.layers
         count = 1 + int(rng.poisson(units - 1))
@@ -233,8 +243,9 @@ class LocalMoves:
 
     def state_dict(self) -> dict:
         """``{"best": {"placement", "score"} or None, "seen": [digests]}``."""
-        best = None if self.best_placement is None else {"placement": self.best_placement.copy(),
-                                                           "score": self.best_score}  # fmt: skip
+        best = (
+            None if self.best_placement is None else {"placement": self.best_placement.copy(), "score": self.best_score}
+        )
         return {"best": best, "seen": list(self._seen_order)}  # a list: the run folder's check compares shapes
 
     def load_state_dict(self, state: dict) -> None:
@@ -293,18 +304,30 @@ class WithLocalMoves(Wrapper):
         self.last_origins = origins + ["local"] * (0 if moves is None else len(moves))
         return own if moves is None else np.concatenate([own, moves])
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray,
-             overflow: np.ndarray | None = None) -> None:  # fmt: skip
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         """The strategy learns from its own placements; every placement moves the incumbent."""
         placements = np.atleast_2d(np.asarray(placements))
-        k = self.own_in_last_ask if self.last_origins is not None and len(self.last_origins) == len(placements) \
-            else len(placements)  # fmt: skip
+        k = (
+            self.own_in_last_ask
+            if self.last_origins is not None and len(self.last_origins) == len(placements)
+            else len(placements)
+        )
         self.last_origins = None
         over = None if overflow is None else np.asarray(overflow)[:k]
         self.inner.tell(placements[:k], np.asarray(step_time)[:k], np.asarray(feasible)[:k], over)
         space = self.inner.space
-        self.local.tell(placements, scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible),
-                                           space.failure_step_time, overflow, space.overflow_scale))  # fmt: skip
+        self.local.tell(
+            placements,
+            scores(
+                np.asarray(step_time, dtype=np.float64),
+                np.asarray(feasible),
+                space.failure_step_time,
+                overflow,
+                space.overflow_scale,
+            ),
+        )
         self.told += len(placements)
 
     def _probs(self) -> np.ndarray:

@@ -62,15 +62,21 @@ class OnLayers(Wrapper):
         actions = self.layers.collapse(placement)  # per layer, the allowed stripe agreeing with most units
         return actions if np.array_equal(self.layers.expand(actions), placement) else None
 
-    def tell(self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray,
-             overflow: np.ndarray | None = None) -> None:  # fmt: skip
+    def tell(
+        self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
+    ) -> None:
         """The strategy learns from the actions of the placements it asked for, and of any other (a warm
         start) that is one stripe per layer; the rest it does not see."""
         placements = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         if self.probe is not None:
             space = self.space
-            score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), space.failure_step_time,
-                           overflow, space.overflow_scale)  # fmt: skip
+            score = scores(
+                np.asarray(step_time, dtype=np.float64),
+                np.asarray(feasible),
+                space.failure_step_time,
+                overflow,
+                space.overflow_scale,
+            )
             if self.probe.tell(placements, score, np.asarray(step_time), np.asarray(feasible, dtype=bool)):
                 if self.probe.done:
                     self._start()
@@ -85,8 +91,12 @@ class OnLayers(Wrapper):
         if not rows:
             return
         pick = np.asarray(rows)
-        self.inner.tell(np.asarray(actions), np.asarray(step_time)[pick], np.asarray(feasible)[pick],
-                        None if overflow is None else np.asarray(overflow)[pick])  # fmt: skip
+        self.inner.tell(
+            np.asarray(actions),
+            np.asarray(step_time)[pick],
+            np.asarray(feasible)[pick],
+            None if overflow is None else np.asarray(overflow)[pick],
+        )
 
     def _start(self) -> None:
         """The strategy's policy anchored on the probe's winner, its stripes collapsed to layer actions."""

@@ -67,8 +67,11 @@ def _score_gradient(policy: CategoricalPolicy, placements: np.ndarray, weights: 
     """sum_i weights[i] * d log pi(x_i) / d logits, divided by the number of samples."""
     G, D = policy.allowed.shape
     onehot = np.zeros((G, D))
-    np.add.at(onehot, (np.broadcast_to(np.arange(G), placements.shape), placements),
-              np.broadcast_to(weights[:, None], placements.shape))  # fmt: skip
+    np.add.at(
+        onehot,
+        (np.broadcast_to(np.arange(G), placements.shape), placements),
+        np.broadcast_to(weights[:, None], placements.shape),
+    )
     grad = onehot - weights.sum() * policy.probs()
     return np.where(policy.allowed, grad, 0.0) / len(placements)
 

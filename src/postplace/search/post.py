@@ -367,8 +367,9 @@ class PostStrategy:
         k = max(1, min(self.config.batch_size, max_n, to_boundary))
         local = None
         if self.config.use_local:
-            local = self.local.moves(self._local_share(k), self.policy.probs(), self.rng, self.samples_seen,
-                                     self.config.local_units)  # fmt: skip
+            local = self.local.moves(
+                self._local_share(k), self.policy.probs(), self.rng, self.samples_seen, self.config.local_units
+            )
         n_local = 0 if local is None else len(local)
         decisions = self.policy.sample(self.rng, k - n_local)
         self._pending_local = n_local
@@ -391,8 +392,13 @@ class PostStrategy:
         The probe's candidate homes, when told, only choose the start.
         """
         cfg = self.config
-        score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time,
-                       overflow, self.space.overflow_scale)  # fmt: skip
+        score = scores(
+            np.asarray(step_time, dtype=np.float64),
+            np.asarray(feasible),
+            self.space.failure_step_time,
+            overflow,
+            self.space.overflow_scale,
+        )
         feasible = np.asarray(feasible, dtype=bool)
         raw = np.asarray(placements)
         own = len(raw) - self._pending_local  # the policy's own samples come first, then the local moves
@@ -483,7 +489,7 @@ class PostStrategy:
             "start": start_state(self.probe, self.start_name, self.start_step_time),
             "recent": [
                 list(map(np.copy, x)) for x in (self.recent_placements, self.recent_scores, self.recent_feasible)
-            ],  # fmt: skip
+            ],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -502,8 +508,9 @@ class PostStrategy:
             self.probe = None
         self.start_name = start["name"]
         self.start_step_time = start.get("step_time")
-        self.recent_placements, self.recent_scores, self.recent_feasible = _checked_recent(state["recent"],
-                                                                                            self.policy.allowed)
+        self.recent_placements, self.recent_scores, self.recent_feasible = _checked_recent(
+            state["recent"], self.policy.allowed
+        )
         self._pending_log_prob = None
         self._pending_decisions = None
         self._pending_local = 0
@@ -530,8 +537,11 @@ def start_weight(name: str, num_units: int, anchor_weight: float, partition_unit
 def start_state(probe: StartProbe | None, name: str | None, step_time: float | None) -> dict:
     """The ``start`` entry of a strategy's state: the probe's scores and step times (none without a
     probe), the start's name and its step time."""
-    return {**(probe.state_dict() if probe is not None else {"scores": [], "out": 0}), "name": name,
-            "step_time": step_time}  # fmt: skip
+    return {
+        **(probe.state_dict() if probe is not None else {"scores": [], "out": 0}),
+        "name": name,
+        "step_time": step_time,
+    }
 
 
 def _checked_recent(recent, allowed: np.ndarray) -> tuple[list, list, list]:

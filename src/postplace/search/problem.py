@@ -74,8 +74,11 @@ def parse_pins(specs: list[str], graph: OpGraph, cluster: Cluster) -> np.ndarray
         except re.error as exc:
             raise PostplaceError(f"--pin '{spec}': bad regular expression ({exc})") from None
         d = cluster.device_index(device)
-        hits = [i for i, (name, own) in enumerate(zip(names, graph.names, strict=True))
-                if pin[i] < 0 and (rx.search(name) or rx.search(own))]  # fmt: skip
+        hits = [
+            i
+            for i, (name, own) in enumerate(zip(names, graph.names, strict=True))
+            if pin[i] < 0 and (rx.search(name) or rx.search(own))
+        ]
         if not hits:
             raise PostplaceError(f"--pin '{spec}': no op name matches '{pattern}'")
         pin[hits] = d
@@ -143,8 +146,10 @@ def make_problem(
     (('cpu', 'gpu0', 'gpu1'), [[1, 0, 0], [0, 1, 1], [0, 0, 1]])
     """
     if not graph.num_ops:  # nothing to group or place: every later step would reduce over no op
-        raise PostplaceError(f"graph '{graph.name}' has no op: there is nothing to place; give a graph file or model "
-                             "with at least one op")  # fmt: skip
+        raise PostplaceError(
+            f"graph '{graph.name}' has no op: there is nothing to place; give a graph file or model "
+            "with at least one op"
+        )
     check_kinds(graph, cluster)  # before the op times: a row of no runnable device is all NaN
     pin = parse_pins(list(pins), graph, cluster)
     excluded = {cluster.device_index(d) for d in exclude}
@@ -165,8 +170,9 @@ def make_problem(
     op_weight = np.where(np.isfinite(times), times, np.nan)
     op_weight = np.nan_to_num(np.nanmin(op_weight, axis=1), nan=0.0) + 1e-9
     lg = layer_groups(graph, groups, op_weight=op_weight, classes=classes, seed=seed) if layers else None
-    grouping = lg.grouping if lg is not None else group_ops(graph, groups, op_weight=op_weight, classes=classes,
-                                                            seed=seed)  # fmt: skip
+    grouping = (
+        lg.grouping if lg is not None else group_ops(graph, groups, op_weight=op_weight, classes=classes, seed=seed)
+    )
     G, D = grouping.num_groups, cluster.num_devices
     gop = grouping.group_of_op
     allowed = np.ones((G, D), dtype=bool)
@@ -206,8 +212,16 @@ def make_problem(
         unit_position=position,
     )
     if lg is not None:
-        stripes = layer_space(lg.layer_of_unit, lg.slot_of_unit, lg.microbatches, allowed, unit_time,
-                              comparable_devices(space), cluster.device_names, unit_bytes)  # fmt: skip
+        stripes = layer_space(
+            lg.layer_of_unit,
+            lg.slot_of_unit,
+            lg.microbatches,
+            allowed,
+            unit_time,
+            comparable_devices(space),
+            cluster.device_names,
+            unit_bytes,
+        )
         space = replace(space, layers=stripes)
     return Problem(graph, cluster, grouping, sim, space, op_allowed)
 

@@ -20,8 +20,14 @@ class Progress:
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.p = Progress(TextColumn("search"), BarColumn(), TextColumn("{task.completed}/{task.total} samples"),
-                              TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True)  # fmt: skip
+            self.p = Progress(
+                TextColumn("search"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} samples"),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                transient=True,
+            )
             self.p.start()
             self.task = self.p.add_task("search", total=total, completed=done, info="")
 
@@ -30,8 +36,10 @@ class Progress:
 
         now = time.perf_counter()
         rate = (state.samples - self.done0) / max(now - self.t0, 1e-9)
-        info = (f"best {state.best_step_time * 1e3:.3f} ms  batch mean {state.last_batch_mean * 1e3:.3f} ms  "
-                f"{rate:.0f} samples/s")  # fmt: skip
+        info = (
+            f"best {state.best_step_time * 1e3:.3f} ms  batch mean {state.last_batch_mean * 1e3:.3f} ms  "
+            f"{rate:.0f} samples/s"
+        )
         if self.p is not None:
             self.p.update(self.task, completed=state.samples, info=info)
         elif now - self.last >= PLAIN_EVERY_S:
@@ -42,6 +50,7 @@ class Progress:
     def close(self) -> None:
         if self.p is not None:
             self.p.stop()
+
 
 #: seconds between two plain progress lines when stderr is not a terminal
 PLAIN_EVERY_S = 10.0

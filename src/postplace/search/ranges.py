@@ -84,10 +84,18 @@ LIMITS: dict[str, dict[str, float]] = {
     "ReinforceConfig": {"batch_size": 10**6},
     "RandomConfig": {"batch_size": 10**6},
     "AnnealConfig": {"moves_per_ask": 10**6},
-    "HierarchicalConfig": {"num_groups": 10**6, "grouper_hidden": 4096, "placer_hidden": 4096,
-                           "device_embedding": 4096, "groupings_per_ask": 10**4, "placements_per_grouping": 10**4,
-                           "lr": 1e3, "tanh_constant": 1e3, "noise_std": 1e3},
-}  # fmt: skip
+    "HierarchicalConfig": {
+        "num_groups": 10**6,
+        "grouper_hidden": 4096,
+        "placer_hidden": 4096,
+        "device_embedding": 4096,
+        "groupings_per_ask": 10**4,
+        "placements_per_grouping": 10**4,
+        "lr": 1e3,
+        "tanh_constant": 1e3,
+        "noise_std": 1e3,
+    },
+}
 """Upper bounds on fields whose declared range is open above, past which a value cannot be meant: it
 allocates more memory than a machine has (a 10^20-unit hidden layer), runs for ever (10^20 PPO
 epochs per batch) or overflows the float32 the hierarchical planner trains in (lr 1e300). A value

@@ -96,8 +96,13 @@ class ReinforceStrategy:
         self, placements: np.ndarray, step_time: np.ndarray, feasible: np.ndarray, overflow: np.ndarray | None = None
     ) -> None:
         """One policy-gradient step on a batch; the probe's candidates, when told, only choose the start."""
-        score = scores(np.asarray(step_time, dtype=np.float64), np.asarray(feasible), self.space.failure_step_time,
-                       overflow, self.space.overflow_scale)  # fmt: skip
+        score = scores(
+            np.asarray(step_time, dtype=np.float64),
+            np.asarray(feasible),
+            self.space.failure_step_time,
+            overflow,
+            self.space.overflow_scale,
+        )
         feasible = np.asarray(feasible, dtype=bool)
         if self.probe is not None and self.probe.tell(np.asarray(placements), score, np.asarray(step_time), feasible):
             if self.probe.done:
@@ -122,9 +127,15 @@ class ReinforceStrategy:
 
     def state_dict(self) -> dict:
         """The policy's logits, Adam's moments, the random generator, the baseline and the start."""
-        return {"name": self.name, "config": asdict(self.config), "logits": self.policy.logits.copy(),
-                "adam": self.adam.state_dict(), "rng": rng_state(self.rng), "baseline": self.baseline,
-                "start": start_state(self.probe, self.start_name, self.start_step_time)}  # fmt: skip
+        return {
+            "name": self.name,
+            "config": asdict(self.config),
+            "logits": self.policy.logits.copy(),
+            "adam": self.adam.state_dict(),
+            "rng": rng_state(self.rng),
+            "baseline": self.baseline,
+            "start": start_state(self.probe, self.start_name, self.start_step_time),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state :meth:`state_dict` returned (one from before the start was recorded too)."""

@@ -112,8 +112,10 @@ class Budget:
         elif re.fullmatch(r"[0-9]+", s) and 0 < int(s[:30]) <= MAX_BUDGET_SAMPLES and len(s) <= 30:
             return cls(samples=int(s))
         if m or re.fullmatch(r"[0-9]+", s):
-            raise PostplaceError(f"--budget '{str(text)[:40]}': at most {MAX_BUDGET_SAMPLES:,} samples or "
-                                 f"{MAX_BUDGET_SECONDS:g} s (a year), and at least 1 sample")  # fmt: skip
+            raise PostplaceError(
+                f"--budget '{str(text)[:40]}': at most {MAX_BUDGET_SAMPLES:,} samples or "
+                f"{MAX_BUDGET_SECONDS:g} s (a year), and at least 1 sample"
+            )
         raise PostplaceError(f"--budget '{str(text)[:40]}': give a number of samples (2400) or a time (60s, 5m)")
 
     def describe(self) -> str:
@@ -338,8 +340,13 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
         state.evaluations += len(todo_unique)
         over = _overflow(evaluator, res)
         for j, i in enumerate(todo_unique):
-            state.cache[keys[i]] = (float(res.step_time[j]), bool(res.oom[j]), bool(res.failed[j]), res.reasons[j],
-                                    float(over[j]))  # fmt: skip
+            state.cache[keys[i]] = (
+                float(res.step_time[j]),
+                bool(res.oom[j]),
+                bool(res.failed[j]),
+                res.reasons[j],
+                float(over[j]),
+            )
     step = np.empty(len(placements))
     feasible = np.empty(len(placements), dtype=bool)
     overflow = np.zeros(len(placements))
@@ -352,8 +359,15 @@ def _one_batch(strategy, evaluator, state: _RunState, history, placements: np.nd
         if feasible[i] and t < state.best_step_time:
             state.best_step_time, state.best_placement, state.best_sample = t, placements[i].copy(), n
         state.curve.append(state.best_step_time)
-        line = {"sample": n, "hash": placement_hash(placements[i]), "step_time_s": t, "oom": oom, "failed": failed,
-                "cached": i not in fresh, "origin": origins[i]}  # fmt: skip
+        line = {
+            "sample": n,
+            "hash": placement_hash(placements[i]),
+            "step_time_s": t,
+            "oom": oom,
+            "failed": failed,
+            "cached": i not in fresh,
+            "origin": origins[i],
+        }
         state.origins.append(origins[i])
         state.step_times.append(t if feasible[i] else float("inf"))
         if reason:
@@ -418,21 +432,25 @@ class _RunState:
         hist = out / HISTORY
         size = hist.stat().st_size if hist.exists() else -1
         if size < state.history_bytes:
-            raise PostplaceError(f"{hist}: {max(size, 0)} bytes, shorter than the {state.history_bytes} the checkpoint "
-                                 "covers: the run folder is damaged; start a new run")
+            raise PostplaceError(
+                f"{hist}: {max(size, 0)} bytes, shorter than the {state.history_bytes} the checkpoint "
+                "covers: the run folder is damaged; start a new run"
+            )
         want = snap.get("history_digest")
         if want is not None and history_digest(hist, state.history_bytes) != want:
-            raise PostplaceError(f"{hist}: its first {state.history_bytes} bytes are not the ones the checkpoint "
-                                 "recorded: the run folder is damaged; start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{hist}: its first {state.history_bytes} bytes are not the ones the checkpoint "
+                "recorded: the run folder is damaged; start a new run"
+            )
         lines = count_lines(hist, state.history_bytes)
         if lines != state.samples:
-            raise PostplaceError(f"{hist}: {lines} lines where the checkpoint covers {state.samples} samples: the run "
-                                 "folder is damaged; start a new run")  # fmt: skip
+            raise PostplaceError(
+                f"{hist}: {lines} lines where the checkpoint covers {state.samples} samples: the run "
+                "folder is damaged; start a new run"
+            )
         with open(hist, "r+b") as f:  # drop samples the checkpoint does not cover
             f.truncate(state.history_bytes)
         state.origins, state.step_times = history_origins(hist)
         if (out / TIMING).exists():
             keep_timing(out / TIMING, state.samples)
         return state
-
-

@@ -33,8 +33,12 @@ def make_probe(space: SearchSpace, fill_fraction: float = POST_DEFAULTS.fill_fra
     return start_probe(space, fill_fraction, POST_DEFAULTS.probe_margin)
 
 
-def start_prior(space: SearchSpace, probe: StartProbe, anchor_weight: float = POST_DEFAULTS.anchor_weight,
-                partition_units: float = POST_DEFAULTS.partition_units) -> np.ndarray:  # fmt: skip
+def start_prior(
+    space: SearchSpace,
+    probe: StartProbe,
+    anchor_weight: float = POST_DEFAULTS.anchor_weight,
+    partition_units: float = POST_DEFAULTS.partition_units,
+) -> np.ndarray:
     """Log-probabilities ``[G, D]`` of the anchored prior on the probe's chosen home (the probe done)."""
     weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units)
     return anchored_prior(space, probe.home, weight)

@@ -207,8 +207,13 @@ class StartProbe:
     strategy that owns it hands out its candidates before its own samples.
     """
 
-    def __init__(self, space: SearchSpace, fill_fraction: float = 0.8, probe_margin: float = 0.9,
-                 candidates: list[tuple[str, np.ndarray]] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        space: SearchSpace,
+        fill_fraction: float = 0.8,
+        probe_margin: float = 0.9,
+        candidates: list[tuple[str, np.ndarray]] | None = None,
+    ):
         self.space = space
         self.probe_margin = probe_margin
         self.candidates = candidate_homes(space, fill_fraction) if candidates is None else list(candidates)

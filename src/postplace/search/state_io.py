@@ -67,7 +67,7 @@ def decode(tree, arrays):
         return [decode(x, arrays) for x in tree]
     if isinstance(tree, dict):
         if len(tree) == 1:
-            (tag, v), = tree.items()
+            ((tag, v),) = tree.items()
             if tag == "__ndarray__":
                 return np.array(arrays[v])
             if tag == "__tuple__":
@@ -137,8 +137,14 @@ def save_state(path: str | Path, state) -> None:
     npz = buf.getvalue()
     npz_name = f"{path.stem}-{secrets.token_hex(4)}.npz"
     _write_atomic(path.with_name(npz_name), npz)
-    head = {"format": FORMAT, "version": 1, "arrays": npz_name, "arrays_sha256": _sha(npz),
-            "body_sha256": _sha(_body_bytes(body)), "body": body}  # fmt: skip
+    head = {
+        "format": FORMAT,
+        "version": 1,
+        "arrays": npz_name,
+        "arrays_sha256": _sha(npz),
+        "body_sha256": _sha(_body_bytes(body)),
+        "body": body,
+    }
     _write_atomic(path, json.dumps(head).encode())
     for old in path.parent.glob(f"{path.stem}-*.npz"):
         if old.name != npz_name:

@@ -290,5 +290,7 @@ def check_allowed(placements: np.ndarray, allowed: np.ndarray | None, who: str) 
         bad = ~allowed[np.arange(G)[None, :], placements]
     if bad.any():
         r, g = (int(x[0]) for x in np.nonzero(bad))
-        raise PostplaceError(f"{who} put unit {g} on device id {int(placements[r, g])}, which it may not use "
-                             "(its kinds, --pin and --exclude)")
+        raise PostplaceError(
+            f"{who} put unit {g} on device id {int(placements[r, g])}, which it may not use "
+            "(its kinds, --pin and --exclude)"
+        )

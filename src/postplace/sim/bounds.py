@@ -66,8 +66,9 @@ def work_bound(p: SimProblem) -> float:
     ub_cols = np.concatenate([np.arange(nvar), np.full(D, nvar)])
     ub_vals = np.concatenate([times, -np.ones(D)])
     ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(D, nvar + 1))
-    res = linprog(c, A_ub=ub.tocsr(), b_ub=np.zeros(D), A_eq=eq.tocsr(), b_eq=np.ones(n),
-                  bounds=(0, None), method="highs")
+    res = linprog(
+        c, A_ub=ub.tocsr(), b_ub=np.zeros(D), A_eq=eq.tocsr(), b_eq=np.ones(n), bounds=(0, None), method="highs"
+    )
     if res.status != 0:
         return simple
     # HiGHS is exact only to its tolerances; shave a hair so the bound stays a bound.

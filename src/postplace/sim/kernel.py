@@ -105,9 +105,23 @@ def _rq_pop(heap, size, d):
 
 @njit(cache=True)
 def _release(
-    i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-    in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-):  # fmt: skip
+    i,
+    dev,
+    alloc_bytes,
+    live,
+    freed,
+    done,
+    local_rem,
+    send_rem,
+    in_ptr,
+    in_edges,
+    edge_src,
+    edge_alias,
+    xfer_of_edge,
+    x_left,
+    x_bytes,
+    stack,
+):
     """Free op ``i``'s output and, once nothing reads them, the tensors it wrote in place."""
     freed[i] = True
     stack[0] = i
@@ -136,9 +150,26 @@ def _release(
 
 @njit(cache=True)
 def _arrive(
-    c, t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res,
-    res_free, coll_start, coll_end, op_start, live_mode,
-):  # fmt: skip
+    c,
+    t,
+    seq,
+    ev_n,
+    ev_t,
+    ev_s,
+    ev_k,
+    ev_id,
+    coll_left,
+    coll_ptr,
+    coll_members,
+    coll_seconds,
+    coll_res_ptr,
+    coll_res,
+    res_free,
+    coll_start,
+    coll_end,
+    op_start,
+    live_mode,
+):
     """A member of collective ``c`` has its inputs; the last one starts it. Returns (events, sequence)."""
     coll_left[c] -= 1
     if coll_left[c] != 0:
@@ -193,14 +224,50 @@ def make_work(n, n_edges, D, num_res, num_slots, num_coll):
 
 @njit(cache=True)
 def run_one(
-    dev, op_time, alloc_bytes, persistent, live_mode,
-    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
-    latency, bandwidth, route_ptr, route_res, num_res,
-    coll_of, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res, coll_wire,
+    dev,
+    op_time,
+    alloc_bytes,
+    persistent,
+    live_mode,
+    out_ptr,
+    edge_dst,
+    edge_slot,
+    edge_bytes,
+    in_ptr,
+    in_edges,
+    edge_src,
+    edge_alias,
+    indegree,
+    num_slots,
+    latency,
+    bandwidth,
+    route_ptr,
+    route_res,
+    num_res,
+    coll_of,
+    coll_ptr,
+    coll_members,
+    coll_seconds,
+    coll_res_ptr,
+    coll_res,
+    coll_wire,
     # outputs and scratch, sized by the caller (see make_work)
-    busy, peak, op_start, op_end, coll_start, coll_end,
-    x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
-):  # fmt: skip
+    busy,
+    peak,
+    op_start,
+    op_end,
+    coll_start,
+    coll_end,
+    x_src,
+    x_slot,
+    x_from,
+    x_to,
+    x_bytes,
+    x_start,
+    x_end,
+    work_a,
+    work_b,
+):
     """Simulate one placement ``dev[n]``; returns (makespan, bytes moved, number of transfers).
 
     ``coll_seconds``, ``coll_res_ptr``/``coll_res`` and ``coll_wire`` are this placement's collective
@@ -249,9 +316,26 @@ def run_one(
         if pending[i] == 0:
             if coll_of[i] >= 0:
                 ev_n, seq = _arrive(
-                    coll_of[i], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr, coll_members,
-                    coll_seconds, coll_res_ptr, coll_res, res_free, coll_start, coll_end, op_start, live_mode,
-                )  # fmt: skip
+                    coll_of[i],
+                    t,
+                    seq,
+                    ev_n,
+                    ev_t,
+                    ev_s,
+                    ev_k,
+                    ev_id,
+                    coll_left,
+                    coll_ptr,
+                    coll_members,
+                    coll_seconds,
+                    coll_res_ptr,
+                    coll_res,
+                    res_free,
+                    coll_start,
+                    coll_end,
+                    op_start,
+                    live_mode,
+                )
             else:
                 _rq_push(rq, rq_size, dev[i], i)
 
@@ -297,9 +381,23 @@ def run_one(
                             local_rem[src] -= 1
                             if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
                                 _release(
-                                    src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-                                    in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-                                )  # fmt: skip
+                                    src,
+                                    dev,
+                                    alloc_bytes,
+                                    live,
+                                    freed,
+                                    done,
+                                    local_rem,
+                                    send_rem,
+                                    in_ptr,
+                                    in_edges,
+                                    edge_src,
+                                    edge_alias,
+                                    xfer_of_edge,
+                                    x_left,
+                                    x_bytes,
+                                    stack,
+                                )
                         else:
                             x = xfer_of_edge[e]
                             x_left[x] -= 1
@@ -313,10 +411,26 @@ def run_one(
                             if pending[j] == 0:
                                 if coll_of[j] >= 0:
                                     ev_n, seq = _arrive(
-                                        coll_of[j], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr,
-                                        coll_members, coll_seconds, coll_res_ptr, coll_res, res_free, coll_start,
-                                        coll_end, op_start, live_mode,
-                                    )  # fmt: skip
+                                        coll_of[j],
+                                        t,
+                                        seq,
+                                        ev_n,
+                                        ev_t,
+                                        ev_s,
+                                        ev_k,
+                                        ev_id,
+                                        coll_left,
+                                        coll_ptr,
+                                        coll_members,
+                                        coll_seconds,
+                                        coll_res_ptr,
+                                        coll_res,
+                                        res_free,
+                                        coll_start,
+                                        coll_end,
+                                        op_start,
+                                        live_mode,
+                                    )
                                 else:
                                     _rq_push(rq, rq_size, d, j)
                             continue
@@ -352,9 +466,23 @@ def run_one(
                         x_left[x] += 1
                     if live_mode and not freed[i] and local_rem[i] == 0 and send_rem[i] == 0:
                         _release(
-                            i, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-                            in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-                        )  # fmt: skip
+                            i,
+                            dev,
+                            alloc_bytes,
+                            live,
+                            freed,
+                            done,
+                            local_rem,
+                            send_rem,
+                            in_ptr,
+                            in_edges,
+                            edge_src,
+                            edge_alias,
+                            xfer_of_edge,
+                            x_left,
+                            x_bytes,
+                            stack,
+                        )
             elif kind == COLL_START:
                 for mk in range(coll_ptr[ident], coll_ptr[ident + 1]):
                     i = coll_members[mk]
@@ -375,9 +503,23 @@ def run_one(
                 send_rem[src] -= 1
                 if not freed[src] and local_rem[src] == 0 and send_rem[src] == 0 and done[src]:
                     _release(
-                        src, dev, alloc_bytes, live, freed, done, local_rem, send_rem,
-                        in_ptr, in_edges, edge_src, edge_alias, xfer_of_edge, x_left, x_bytes, stack,
-                    )  # fmt: skip
+                        src,
+                        dev,
+                        alloc_bytes,
+                        live,
+                        freed,
+                        done,
+                        local_rem,
+                        send_rem,
+                        in_ptr,
+                        in_edges,
+                        edge_src,
+                        edge_alias,
+                        xfer_of_edge,
+                        x_left,
+                        x_bytes,
+                        stack,
+                    )
                 for e in range(out_ptr[src], out_ptr[src + 1]):
                     j = edge_dst[e]
                     if dev[j] == b and edge_slot[e] == slot:
@@ -385,10 +527,26 @@ def run_one(
                         if pending[j] == 0:
                             if coll_of[j] >= 0:
                                 ev_n, seq = _arrive(
-                                    coll_of[j], t, seq, ev_n, ev_t, ev_s, ev_k, ev_id, coll_left, coll_ptr,
-                                    coll_members, coll_seconds, coll_res_ptr, coll_res, res_free, coll_start,
-                                    coll_end, op_start, live_mode,
-                                )  # fmt: skip
+                                    coll_of[j],
+                                    t,
+                                    seq,
+                                    ev_n,
+                                    ev_t,
+                                    ev_s,
+                                    ev_k,
+                                    ev_id,
+                                    coll_left,
+                                    coll_ptr,
+                                    coll_members,
+                                    coll_seconds,
+                                    coll_res_ptr,
+                                    coll_res,
+                                    res_free,
+                                    coll_start,
+                                    coll_end,
+                                    op_start,
+                                    live_mode,
+                                )
                             else:
                                 _rq_push(rq, rq_size, b, j)
 
@@ -406,12 +564,38 @@ def run_one(
 
 @njit(cache=True)
 def run_batch(
-    placements, op_time, alloc_bytes, persistent, live_mode,
-    out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
-    latency, bandwidth, route_ptr, route_res, num_res,
-    coll_of, coll_ptr, coll_members, coll_seconds, coll_res_ptr, coll_res, coll_wire,
-    makespan, busy, peak, moved,
-):  # fmt: skip
+    placements,
+    op_time,
+    alloc_bytes,
+    persistent,
+    live_mode,
+    out_ptr,
+    edge_dst,
+    edge_slot,
+    edge_bytes,
+    in_ptr,
+    in_edges,
+    edge_src,
+    edge_alias,
+    indegree,
+    num_slots,
+    latency,
+    bandwidth,
+    route_ptr,
+    route_res,
+    num_res,
+    coll_of,
+    coll_ptr,
+    coll_members,
+    coll_seconds,
+    coll_res_ptr,
+    coll_res,
+    coll_wire,
+    makespan,
+    busy,
+    peak,
+    moved,
+):
     """Simulate every row of ``placements[m, n]`` (op-level device ids) into the output arrays.
 
     ``coll_seconds[m, C]``, ``coll_res_ptr[m, C + 1]``, ``coll_res[m, R]`` and ``coll_wire[m, C]``: each
@@ -433,13 +617,49 @@ def run_batch(
     x_end = np.empty(n_edges)
     for r in range(m):
         ms, mv, _ = run_one(
-            placements[r], op_time, alloc_bytes, persistent, live_mode,
-            out_ptr, edge_dst, edge_slot, edge_bytes, in_ptr, in_edges, edge_src, edge_alias, indegree, num_slots,
-            latency, bandwidth, route_ptr, route_res, num_res,
-            coll_of, coll_ptr, coll_members, coll_seconds[r], coll_res_ptr[r], coll_res[r], coll_wire[r],
-            busy[r], peak[r], op_start, op_end, coll_start, coll_end,
-            x_src, x_slot, x_from, x_to, x_bytes, x_start, x_end, work_a, work_b,
-        )  # fmt: skip
+            placements[r],
+            op_time,
+            alloc_bytes,
+            persistent,
+            live_mode,
+            out_ptr,
+            edge_dst,
+            edge_slot,
+            edge_bytes,
+            in_ptr,
+            in_edges,
+            edge_src,
+            edge_alias,
+            indegree,
+            num_slots,
+            latency,
+            bandwidth,
+            route_ptr,
+            route_res,
+            num_res,
+            coll_of,
+            coll_ptr,
+            coll_members,
+            coll_seconds[r],
+            coll_res_ptr[r],
+            coll_res[r],
+            coll_wire[r],
+            busy[r],
+            peak[r],
+            op_start,
+            op_end,
+            coll_start,
+            coll_end,
+            x_src,
+            x_slot,
+            x_from,
+            x_to,
+            x_bytes,
+            x_start,
+            x_end,
+            work_a,
+            work_b,
+        )
         makespan[r] = ms
         moved[r] = mv
 

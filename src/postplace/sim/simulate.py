@@ -276,12 +276,38 @@ class Simulator:
         moved = np.empty(m)
         c_sec, c_ptr, c_res, c_wire = p.collective_arrays(ops)
         kernel.run_batch(
-            ops, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
-            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
-            p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
-            p.coll_of, p.coll_ptr, p.coll_members, c_sec, c_ptr, c_res, c_wire,
-            makespan, busy, peak, moved,
-        )  # fmt: skip
+            ops,
+            p.op_time,
+            p.alloc_bytes,
+            p.persistent,
+            p.live_mode,
+            p.out_ptr,
+            p.edge_dst,
+            p.edge_slot,
+            p.edge_bytes,
+            p.in_ptr,
+            p.in_edges,
+            p.edge_src,
+            p.edge_alias,
+            p.indegree,
+            p.num_slots,
+            p.latency,
+            p.bandwidth,
+            p.route_ptr,
+            p.route_res,
+            p.num_resources,
+            p.coll_of,
+            p.coll_ptr,
+            p.coll_members,
+            c_sec,
+            c_ptr,
+            c_res,
+            c_wire,
+            makespan,
+            busy,
+            peak,
+            moved,
+        )
         return makespan, peak, busy, moved, c_wire
 
     def schedule(self, placement: np.ndarray) -> Schedule:
@@ -314,25 +340,69 @@ class Simulator:
         xf = [np.empty(E) for _ in range(3)]
         c_sec, c_ptr, c_res, c_wire = (a[0] for a in p.collective_arrays(dev[None, :]))
         makespan, _, n_x = kernel.run_one(
-            dev, p.op_time, p.alloc_bytes, p.persistent, p.live_mode,
-            p.out_ptr, p.edge_dst, p.edge_slot, p.edge_bytes, p.in_ptr, p.in_edges, p.edge_src, p.edge_alias,
-            p.indegree, p.num_slots, p.latency, p.bandwidth, p.route_ptr, p.route_res, p.num_resources,
-            p.coll_of, p.coll_ptr, p.coll_members, c_sec, c_ptr, c_res, c_wire,
-            busy, peak, op_start, op_end, coll_start, coll_end, *xi, *xf,
+            dev,
+            p.op_time,
+            p.alloc_bytes,
+            p.persistent,
+            p.live_mode,
+            p.out_ptr,
+            p.edge_dst,
+            p.edge_slot,
+            p.edge_bytes,
+            p.in_ptr,
+            p.in_edges,
+            p.edge_src,
+            p.edge_alias,
+            p.indegree,
+            p.num_slots,
+            p.latency,
+            p.bandwidth,
+            p.route_ptr,
+            p.route_res,
+            p.num_resources,
+            p.coll_of,
+            p.coll_ptr,
+            p.coll_members,
+            c_sec,
+            c_ptr,
+            c_res,
+            c_wire,
+            busy,
+            peak,
+            op_start,
+            op_end,
+            coll_start,
+            coll_end,
+            *xi,
+            *xf,
             *kernel.make_work(n, E, D, p.num_resources, p.num_slots, C),
-        )  # fmt: skip
+        )
         transfers = [
-            (int(xi[0][k]), int(xi[1][k]), int(xi[2][k]), int(xi[3][k]), float(xf[0][k]), float(xf[1][k]),
-             float(xf[2][k]))
+            (
+                int(xi[0][k]),
+                int(xi[1][k]),
+                int(xi[2][k]),
+                int(xi[3][k]),
+                float(xf[0][k]),
+                float(xf[1][k]),
+                float(xf[2][k]),
+            )
             for k in range(n_x)
         ]
         collectives = [
-            (coll.name or f"collective{c}", coll.kind, float(coll_start[c]), float(coll_end[c]),
-             tuple(int(d) for d in dev[p.collective_members(c)]), float(c_wire[c]))
+            (
+                coll.name or f"collective{c}",
+                coll.kind,
+                float(coll_start[c]),
+                float(coll_end[c]),
+                tuple(int(d) for d in dev[p.collective_members(c)]),
+                float(c_wire[c]),
+            )
             for c, coll in enumerate(self.graph.collectives)
-        ]  # fmt: skip
-        return Schedule(self.graph, self.cluster, dev, op_start, op_end, transfers, float(makespan), peak, busy,
-                        collectives)  # fmt: skip
+        ]
+        return Schedule(
+            self.graph, self.cluster, dev, op_start, op_end, transfers, float(makespan), peak, busy, collectives
+        )
 
 
 def shared_device_reason(problem: SimProblem, dev: np.ndarray) -> str | None:

@@ -101,35 +101,66 @@ class Schedule:
             events.append({"ph": "M", "name": "thread_name", "pid": d, "tid": 0, "args": {"name": "compute"}})
         g = self.graph
         for i in range(g.num_ops):
-            events.append({
-                "ph": "X", "pid": int(self.device[i]), "tid": 0, "name": g.names[i], "cat": PHASES[g.phase[i]],
-                "ts": self.op_start[i] * us, "dur": (self.op_end[i] - self.op_start[i]) * us,
-                "args": {"op_type": g.op_types[i], "flops": float(g.flops[i])},
-            })
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": int(self.device[i]),
+                    "tid": 0,
+                    "name": g.names[i],
+                    "cat": PHASES[g.phase[i]],
+                    "ts": self.op_start[i] * us,
+                    "dur": (self.op_end[i] - self.op_start[i]) * us,
+                    "args": {"op_type": g.op_types[i], "flops": float(g.flops[i])},
+                }
+            )
         for src, slot, a, b, nbytes, start, end in self.transfers:
-            events.append({
-                "ph": "X", "pid": int(b), "tid": 1 + int(a), "cat": "transfer",
-                "name": f"{g.names[src]}:{slot} from {self.cluster.device_names[a]}",
-                "ts": start * us, "dur": (end - start) * us, "args": {"bytes": nbytes},
-            })
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": int(b),
+                    "tid": 1 + int(a),
+                    "cat": "transfer",
+                    "name": f"{g.names[src]}:{slot} from {self.cluster.device_names[a]}",
+                    "ts": start * us,
+                    "dur": (end - start) * us,
+                    "args": {"bytes": nbytes},
+                }
+            )
         D = self.cluster.num_devices
         for b in range(D):
             for a in range(D):
                 if a != b:
-                    events.append({"ph": "M", "name": "thread_name", "pid": b, "tid": 1 + a,
-                                   "args": {"name": f"recv from {self.cluster.device_names[a]}"}})
+                    events.append(
+                        {
+                            "ph": "M",
+                            "name": "thread_name",
+                            "pid": b,
+                            "tid": 1 + a,
+                            "args": {"name": f"recv from {self.cluster.device_names[a]}"},
+                        }
+                    )
         in_collectives = sorted({d for c in self.collectives for d in c[4]})
         for d in in_collectives:  # tid 1 + D: after the recv tracks
             events.append({"ph": "M", "name": "thread_name", "pid": d, "tid": 1 + D, "args": {"name": "collectives"}})
         for name, kind, start, end, devices, wire in self.collectives:
             for rank, d in enumerate(devices):
-                events.append({
-                    "ph": "X", "pid": int(d), "tid": 1 + D, "cat": "collective", "name": f"{name} ({kind})",
-                    "ts": start * us, "dur": (end - start) * us,
-                    "args": {"kind": kind, "rank": rank, "ranks": len(devices), "wire_bytes": wire},
-                })
-        return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"evaluator": "simulator", "step_time_s": self.step_time}}
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": int(d),
+                        "tid": 1 + D,
+                        "cat": "collective",
+                        "name": f"{name} ({kind})",
+                        "ts": start * us,
+                        "dur": (end - start) * us,
+                        "args": {"kind": kind, "rank": rank, "ranks": len(devices), "wire_bytes": wire},
+                    }
+                )
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": {"evaluator": "simulator", "step_time_s": self.step_time},
+        }
 
     def save_chrome_trace(self, path: str | Path) -> None:
         """Write :meth:`chrome_trace` as JSON (open it in Perfetto or chrome://tracing).

@@ -57,8 +57,11 @@ WORKLOAD_MUTATIONS = [
     ("edge size 10**25 (an integer)", lambda d: d["edges"][0].update(size=10**25) or d, True),
     ("edge size 1e300", lambda d: d["edges"][0].update(size=1e300) or d, True),
     ("id 10**30", lambda d: d["nodes"][0].update(id=10**30) or d, True),
-    ("id 2**63 and an edge to it", lambda d: d["nodes"][0].update(id=2**63) or d["edges"][0].update(sourceId=2**63)
-     or d, True),
+    (
+        "id 2**63 and an edge to it",
+        lambda d: d["nodes"][0].update(id=2**63) or d["edges"][0].update(sourceId=2**63) or d,
+        True,
+    ),
     ("id -1", lambda d: d["nodes"][0].update(id=-1) or d, True),
     ("id 1.5", lambda d: d["nodes"][0].update(id=1.5) or d, True),
     ("id '1'", lambda d: d["nodes"][0].update(id="1") or d, True),
@@ -100,8 +103,20 @@ def workload_cases(rng: random.Random, n: int) -> Iterator[Case]:
     commands = [
         ["simulate", WORKLOAD, "--cluster", "k80x2", "--placement", "single:gpu0", "--json"],
         ["info", WORKLOAD, "--cluster", "workload:k80x2", "--json"],
-        ["place", WORKLOAD, "--cluster", "workload:k80x2", "--budget", "16", "--groups", "none", "--out", "out",
-         "--json", "--no-report"],  # fmt: skip
+        [
+            "place",
+            WORKLOAD,
+            "--cluster",
+            "workload:k80x2",
+            "--budget",
+            "16",
+            "--groups",
+            "none",
+            "--out",
+            "out",
+            "--json",
+            "--no-report",
+        ],
     ]
     todo = [(m, c) for m in WORKLOAD_MUTATIONS for c in commands]
     picked = todo if n >= len(todo) else sorted(rng.sample(range(len(todo)), n))
@@ -111,7 +126,6 @@ def workload_cases(rng: random.Random, n: int) -> Iterator[Case]:
         if label.startswith("max") and not any(a.startswith("workload:") for a in argv):
             must = None  # the file's machine is only built for --cluster workload:PRESET
         yield Case("workload file", f"{argv[0]}: {label}", list(argv), {**good, WORKLOAD: data}, expect_of(must))
-
 
 
 def config_cases(rng: random.Random, n: int) -> Iterator[Case]:
@@ -125,31 +139,90 @@ def config_cases(rng: random.Random, n: int) -> Iterator[Case]:
     from postplace.search.ranges import field_range
 
     good = {GRAPH: json.dumps(base_graph().to_dict()).encode(), CLUSTER: base_cluster_toml().encode()}
-    base = ["place", GRAPH, "--cluster", CLUSTER, "--budget", "16", "--groups", "none", "--out", "out", "--json",
-            "--no-report"]  # fmt: skip
-    fixed = [(["--set", s], must) for s, must in (
-        ("lr=nan", True), ("lr=inf", True), ("lr=-1", True), ("lr=x", True), ("lr=", True), ("lr=1e400", True),
-        ("batch_size=0", True), ("batch_size=1.5", True), ("batch_size=" + HUGE, None), ("=1", True), ("lr", True),
-        ("nope=1", True), ("init=0,1", True), ("init=9,9,9,9,9", True), ("use_ce=maybe", True), ("eps=none", None),
-        ("lr=0.05", False), ("lr=0x10", True), ("batch_size=1_000", True), ("lr= 0.05 ", None))]  # fmt: skip
-    fixed += [(["--strategy", "anneal", "--set", s], must) for s, must in (
-        ("init=0,1", True), ("init=9,9,9,9,9", True), ("init=-1,0,0,0,0", True), ("init=0,1,1,1,1", True),
-        ("cooling=1.5", True), ("moves_per_ask=" + HUGE, None), ("init=" + ",".join(["1"] * 400), True))]
+    base = [
+        "place",
+        GRAPH,
+        "--cluster",
+        CLUSTER,
+        "--budget",
+        "16",
+        "--groups",
+        "none",
+        "--out",
+        "out",
+        "--json",
+        "--no-report",
+    ]
+    fixed = [
+        (["--set", s], must)
+        for s, must in (
+            ("lr=nan", True),
+            ("lr=inf", True),
+            ("lr=-1", True),
+            ("lr=x", True),
+            ("lr=", True),
+            ("lr=1e400", True),
+            ("batch_size=0", True),
+            ("batch_size=1.5", True),
+            ("batch_size=" + HUGE, None),
+            ("=1", True),
+            ("lr", True),
+            ("nope=1", True),
+            ("init=0,1", True),
+            ("init=9,9,9,9,9", True),
+            ("use_ce=maybe", True),
+            ("eps=none", None),
+            ("lr=0.05", False),
+            ("lr=0x10", True),
+            ("batch_size=1_000", True),
+            ("lr= 0.05 ", None),
+        )
+    ]
+    fixed += [
+        (["--strategy", "anneal", "--set", s], must)
+        for s, must in (
+            ("init=0,1", True),
+            ("init=9,9,9,9,9", True),
+            ("init=-1,0,0,0,0", True),
+            ("init=0,1,1,1,1", True),
+            ("cooling=1.5", True),
+            ("moves_per_ask=" + HUGE, None),
+            ("init=" + ",".join(["1"] * 400), True),
+        )
+    ]
     tomls = {
-        "nan.toml": ("lr = nan\n", True), "inf.toml": ("lr = inf\n", True),
-        "huge.toml": (f"batch_size = {HUGE}\n", None), "float_for_int.toml": ("batch_size = 1e3\n", True),
-        "str.toml": ('[post]\nlr = "x"\n', True), "list.toml": ("lr = [1]\n", True), "table.toml": ("post = 3\n", True),
-        "nested.toml": ("[post.sub]\nx = 1\n", True), "empty.toml": ("", False), "syntax.toml": ("lr = = 1\n", True),
-        "date.toml": ("lr = 1979-05-27\n", True), "bool.toml": ("use_ce = 1\n", True),
-        "unknown.toml": ("nope = 1\n", True), "init.toml": ("init = [0, 1]\n", True),
-        "big_lr.toml": ("lr = 1e400\n", True), "int64.toml": ("batch_size = 9223372036854775807\n", None),
-        "neg.toml": ("ce_every = -5\n", True), "other.toml": ("[anneal]\ncooling = 2\n", None),
-    }  # fmt: skip
-    files = {**good, **{k: v.encode() for k, (v, _) in tomls.items()},
-             "latin1.toml": "lr = 0.1 # é\n".encode("latin-1")}  # fmt: skip
+        "nan.toml": ("lr = nan\n", True),
+        "inf.toml": ("lr = inf\n", True),
+        "huge.toml": (f"batch_size = {HUGE}\n", None),
+        "float_for_int.toml": ("batch_size = 1e3\n", True),
+        "str.toml": ('[post]\nlr = "x"\n', True),
+        "list.toml": ("lr = [1]\n", True),
+        "table.toml": ("post = 3\n", True),
+        "nested.toml": ("[post.sub]\nx = 1\n", True),
+        "empty.toml": ("", False),
+        "syntax.toml": ("lr = = 1\n", True),
+        "date.toml": ("lr = 1979-05-27\n", True),
+        "bool.toml": ("use_ce = 1\n", True),
+        "unknown.toml": ("nope = 1\n", True),
+        "init.toml": ("init = [0, 1]\n", True),
+        "big_lr.toml": ("lr = 1e400\n", True),
+        "int64.toml": ("batch_size = 9223372036854775807\n", None),
+        "neg.toml": ("ce_every = -5\n", True),
+        "other.toml": ("[anneal]\ncooling = 2\n", None),
+    }
+    files = {
+        **good,
+        **{k: v.encode() for k, (v, _) in tomls.items()},
+        "latin1.toml": "lr = 0.1 # é\n".encode("latin-1"),
+    }
     fixed += [(["--config", k], must) for k, (_, must) in tomls.items()]
-    fixed += [(["--config", "latin1.toml"], True), (["--config", "missing.toml"], True), (["--config", "."], True),
-              (["--config", GRAPH], True), (["--strategy", "anneal", "--config", "other.toml"], True)]
+    fixed += [
+        (["--config", "latin1.toml"], True),
+        (["--config", "missing.toml"], True),
+        (["--config", "."], True),
+        (["--config", GRAPH], True),
+        (["--strategy", "anneal", "--config", "other.toml"], True),
+    ]
     for extra, must in fixed:
         yield Case("--set/--config", " ".join(extra)[:80], [*base, *extra], files, expect_of(must))
     generated = []
@@ -184,7 +257,10 @@ def config_cases(rng: random.Random, n: int) -> Iterator[Case]:
         as_toml = rng.random() < 0.3 and value not in ("abc", "nosuchword", "yes")
         extra = ["--strategy", strategy] + (["--config", "c.cfg.toml"] if as_toml else ["--set", f"{key}={value}"])
         text = f"[{strategy}]\n{key} = {value}\n"
-        yield Case("--set/--config", f"{strategy} {key}={value}" + (" (toml)" if as_toml else ""), [*base, *extra],
-                   {**good, "c.cfg.toml": text.encode()}, expect_of(must))  # fmt: skip
-
-
+        yield Case(
+            "--set/--config",
+            f"{strategy} {key}={value}" + (" (toml)" if as_toml else ""),
+            [*base, *extra],
+            {**good, "c.cfg.toml": text.encode()},
+            expect_of(must),
+        )

@@ -104,8 +104,9 @@ def read_json(data: bytes):
         return dict(items)
 
     try:
-        return json.loads(_text(data), parse_constant=reject, parse_float=as_float, parse_int=as_int,
-                          object_pairs_hook=pairs)  # fmt: skip
+        return json.loads(
+            _text(data), parse_constant=reject, parse_float=as_float, parse_int=as_int, object_pairs_hook=pairs
+        )
     except (ValueError, RecursionError):
         _bad("not JSON")
 
@@ -356,4 +357,3 @@ def expect_files(files: dict[str, bytes], argv: list[str]) -> tuple[str, str]:
 
 def base_graph_bytes() -> bytes:
     return json.dumps(base_graph().to_dict()).encode()
-

@@ -46,9 +46,26 @@ def graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
     d = json.loads(json.dumps(doc))
     ops, edges, n = d["ops"], d["edges"], len(doc["ops"]["name"])
     kind = rng.choice(
-        ["version", "float_entry", "float_field", "inplace", "int_entry", "edge_entry", "edge_range", "cycle",
-         "names", "phase", "kinds", "missing", "deep", "base", "measured", "slot", "top"]
-    )  # fmt: skip
+        [
+            "version",
+            "float_entry",
+            "float_field",
+            "inplace",
+            "int_entry",
+            "edge_entry",
+            "edge_range",
+            "cycle",
+            "names",
+            "phase",
+            "kinds",
+            "missing",
+            "deep",
+            "base",
+            "measured",
+            "slot",
+            "top",
+        ]
+    )
     k = rng.randrange(n)
     if kind == "version":
         d["version"] = rng.choice([True, "1", 1.0, 2, None, [1], 0])
@@ -100,10 +117,16 @@ def graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
         ops["inplace_base"][3] = rng.choice([4, 6, 1])  # relu_ is not fed by loss/update/input:0
     elif kind == "measured":
         d["measured"] = rng.choice(
-            [[{"key": "G", "kind": "tpu", "times": [1.0] * n}], [{"key": "G", "kind": "gpu", "times": [1.0]}],
-             [{"key": "G", "kind": "gpu", "times": ["1"] * n}], [{"key": "G", "kind": "gpu", "times": [-1.0] * n}],
-             "x", [3], [{"kind": "gpu", "times": [1.0] * n}]]
-        )  # fmt: skip
+            [
+                [{"key": "G", "kind": "tpu", "times": [1.0] * n}],
+                [{"key": "G", "kind": "gpu", "times": [1.0]}],
+                [{"key": "G", "kind": "gpu", "times": ["1"] * n}],
+                [{"key": "G", "kind": "gpu", "times": [-1.0] * n}],
+                "x",
+                [3],
+                [{"kind": "gpu", "times": [1.0] * n}],
+            ]
+        )
     elif kind == "slot":
         e = rng.randrange(len(edges["src"]))
         edges["slot"][e] = -1
@@ -115,21 +138,46 @@ def graph_mutation(rng: random.Random, doc: dict) -> tuple[str, bytes]:
 def cluster_mutation(rng: random.Random) -> tuple[str, dict, bool]:
     """A structured mutation of the cluster document: (label, document, certainly invalid)."""
     d = json.loads(json.dumps(CLUSTER_DOC))
-    kind = rng.choice(["device_num", "link_num", "latency", "kind", "name", "link_end", "missing", "shape",
-                       "dup", "reserve", "disconnect"])  # fmt: skip
+    kind = rng.choice(
+        [
+            "device_num",
+            "link_num",
+            "latency",
+            "kind",
+            "name",
+            "link_end",
+            "missing",
+            "shape",
+            "dup",
+            "reserve",
+            "disconnect",
+        ]
+    )
     if kind == "device_num":
         dev = rng.choice(d["device"])
-        f = rng.choice(["peak_flops", "memory_bandwidth", "memory", "launch_overhead", "reserve", "peak_flops_bf16",
-                        "peak_flops_fp16"])  # fmt: skip
-        dev[f] = rng.choice(["1e9", True, [1.0], {"a": 1}, float("nan"), float("inf"), -1.0, BIG]
-                            + ([0.0] if f in ("peak_flops", "memory_bandwidth", "memory", "peak_flops_bf16",
-                                              "peak_flops_fp16") else []))  # fmt: skip
+        f = rng.choice(
+            [
+                "peak_flops",
+                "memory_bandwidth",
+                "memory",
+                "launch_overhead",
+                "reserve",
+                "peak_flops_bf16",
+                "peak_flops_fp16",
+            ]
+        )
+        dev[f] = rng.choice(
+            ["1e9", True, [1.0], {"a": 1}, float("nan"), float("inf"), -1.0, BIG]
+            + ([0.0] if f in ("peak_flops", "memory_bandwidth", "memory", "peak_flops_bf16", "peak_flops_fp16") else [])
+        )
         return f"device {f}={dev[f]!r}"[:60], d, True
     if kind in ("link_num", "latency"):
         link = rng.choice(d["link"])
         f = "latency" if kind == "latency" else "bandwidth"
-        link[f] = rng.choice(["1e9", True, [1.0], float("nan"), float("inf"), float("-inf"), -1.0, BIG]
-                             + ([0.0] if f == "bandwidth" else []))  # fmt: skip
+        link[f] = rng.choice(
+            ["1e9", True, [1.0], float("nan"), float("inf"), float("-inf"), -1.0, BIG]
+            + ([0.0] if f == "bandwidth" else [])
+        )
         return f"link {f}={link[f]!r}"[:60], d, True
     if kind == "kind":
         rng.choice(d["device"])["kind"] = rng.choice(["tpu", 3, True, ["gpu"]])
@@ -204,8 +252,13 @@ def file_cases(rng: random.Random, per_kind: int) -> Iterator[Case]:
     for k in range(per_kind):
         if k % 2 == 0:
             label, doc, must = cluster_mutation(rng)
-            yield Case("cluster file", label, _simulate(), {**good, CLUSTER: base_cluster_toml(doc).encode()},
-                       INVALID if must else VALID)  # fmt: skip
+            yield Case(
+                "cluster file",
+                label,
+                _simulate(),
+                {**good, CLUSTER: base_cluster_toml(doc).encode()},
+                INVALID if must else VALID,
+            )
         else:
             label, data = agnostic_corruption(rng, cluster_bytes)
             yield _agnostic_case("cluster file", label, _simulate(), {**good, CLUSTER: data})
@@ -240,8 +293,15 @@ def run_folder_cases(rng: random.Random, n: int) -> Iterator[Case]:
     """``n`` copies of a real run folder with one file corrupted (the benchmark applies the corruption
     to the real bytes), resumed: a corrupted state file may or may not still hold a state."""
     for _ in range(n):
-        target = rng.choice(["checkpoint.json", "checkpoint-*.npz", "run.json", "history.jsonl", "summary.json",
-                             "placement.json"])  # fmt: skip (a glob names the file whose name holds a checksum)
+        target = rng.choice(
+            ["checkpoint.json", "checkpoint-*.npz", "run.json", "history.jsonl", "summary.json", "placement.json"]
+        )
         label, data = agnostic_corruption(rng, b"\x00")  # the label only; the bytes are made from the real file
-        yield Case("run folder", f"{target}: {label}", ["place", "--resume", "run", "--json"],
-                   {f"run/{target}": label.encode()}, UNDECIDED, copy_run=True)  # fmt: skip
+        yield Case(
+            "run folder",
+            f"{target}: {label}",
+            ["place", "--resume", "run", "--json"],
+            {f"run/{target}": label.encode()},
+            UNDECIDED,
+            copy_run=True,
+        )

@@ -19,8 +19,19 @@ import math
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["CLUSTER_DOC", "INVALID", "UNDECIDED", "VALID", "Case", "base_cluster_toml", "base_graph",
-           "base_placement", "base_workload", "corrupt_run_file", "expect_of"]  # fmt: skip
+__all__ = [
+    "CLUSTER_DOC",
+    "INVALID",
+    "UNDECIDED",
+    "VALID",
+    "Case",
+    "base_cluster_toml",
+    "base_graph",
+    "base_placement",
+    "base_workload",
+    "corrupt_run_file",
+    "expect_of",
+]
 
 GRAPH, CLUSTER, PLACEMENT, WORKLOAD = "g.json", "c.toml", "p.json", "w.json"
 BIG = "__BIG_NUMBER__"  # as a value: a number past float range (1e400 in JSON, 400 digits in TOML)
@@ -89,10 +100,26 @@ def base_graph():
 CLUSTER_DOC = {
     "name": "tiny",
     "device": [
-        {"name": "cpu", "kind": "cpu", "model": "X", "peak_flops": 5e11, "memory_bandwidth": 5e10,
-         "memory": 6e10, "reserve": 1e9, "launch_overhead": 5e-6},
-        {"names": ["gpu0", "gpu1"], "kind": "gpu", "model": "G", "peak_flops": 3e12,
-         "memory_bandwidth": 2.4e11, "memory": 1.2e10, "reserve": 5e8, "launch_overhead": 1e-5},
+        {
+            "name": "cpu",
+            "kind": "cpu",
+            "model": "X",
+            "peak_flops": 5e11,
+            "memory_bandwidth": 5e10,
+            "memory": 6e10,
+            "reserve": 1e9,
+            "launch_overhead": 5e-6,
+        },
+        {
+            "names": ["gpu0", "gpu1"],
+            "kind": "gpu",
+            "model": "G",
+            "peak_flops": 3e12,
+            "memory_bandwidth": 2.4e11,
+            "memory": 1.2e10,
+            "reserve": 5e8,
+            "launch_overhead": 1e-5,
+        },
     ],
     "switch": [{"name": "host"}, {"name": "board"}],
     "link": [
@@ -101,7 +128,7 @@ CLUSTER_DOC = {
         {"a": "gpu0", "b": "board", "bandwidth": 1.575e10, "latency": 1e-6},
         {"a": "gpu1", "b": "board", "bandwidth": 1.575e10, "latency": 1e-6},
     ],
-}  # fmt: skip
+}
 
 
 def _toml_value(x) -> str:
@@ -151,8 +178,13 @@ def base_workload() -> dict:
         d = {"id": i, "name": name, "fpgaLatency": fpga, "cpuLatency": 10 * fpga, "size": 1e6, "isBackwardNode": bw}
         return {**d, **({} if color is None else {"colorClass": color}), **kw}
 
-    nodes = [node(1, "in", 0.1, supportedOnFpga=0), node(2, "conv", 2.0, 1), node(3, "fc", 1.0, 2),
-             node(4, "fc_grad", 1.5, 2, 1), node(5, "conv_grad", 3.0, 1, 1)]  # fmt: skip
+    nodes = [
+        node(1, "in", 0.1, supportedOnFpga=0),
+        node(2, "conv", 2.0, 1),
+        node(3, "fc", 1.0, 2),
+        node(4, "fc_grad", 1.5, 2, 1),
+        node(5, "conv_grad", 3.0, 1, 1),
+    ]
     edges = [{"sourceId": a, "destId": b, "size": s, "cost": 0} for a, b, s in ((1, 2, 4e6), (2, 3, 2e6), (4, 5, 2e6))]
     return {"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes, "edges": edges}
 
@@ -197,7 +229,6 @@ def agnostic_corruption(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     return kind, bytes(b)
 
 
-
 def corrupt_run_file(rng: random.Random, data: bytes, label: str) -> bytes:
     """Apply the format-agnostic corruption ``label`` to a run folder file's real bytes."""
     for _ in range(50):
@@ -205,4 +236,3 @@ def corrupt_run_file(rng: random.Random, data: bytes, label: str) -> bytes:
         if kind == label:
             return out
     return data[: len(data) // 2]
-

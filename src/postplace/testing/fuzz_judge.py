@@ -70,4 +70,3 @@ def _all_finite(out: str) -> bool:
 
         return walk(doc)
     return "inf" not in out and "nan" not in out.lower().replace("nano", "")
-

@@ -237,4 +237,3 @@ def place_check(files: dict[str, bytes], argv: list[str]):
         return all(x is None or x >= bound * (1 - REL) for x in times)
 
     return check
-

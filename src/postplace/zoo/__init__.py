@@ -21,8 +21,18 @@ from pathlib import Path
 
 from postplace.errors import PostplaceError
 
-__all__ = ["MODELS", "SIZES", "ModelSpec", "TargetLoss", "build", "cache_dir", "cached_graph", "graph_factory",
-           "sizes", "trace_model"]
+__all__ = [
+    "MODELS",
+    "SIZES",
+    "ModelSpec",
+    "TargetLoss",
+    "build",
+    "cache_dir",
+    "cached_graph",
+    "graph_factory",
+    "sizes",
+    "trace_model",
+]
 
 MAX_BATCH = 2**20
 """The largest global batch a zoo size may carry (``SIZE@N``)."""
@@ -92,8 +102,10 @@ class ModelSpec:
         base, at, batch = size.partition("@")
         if at:
             if not batch.isdigit() or not 1 <= int(batch) <= MAX_BATCH:
-                raise PostplaceError(f"size '{size}' of model '{self.name}': the batch after '@' must be a whole "
-                                     f"number from 1 to {MAX_BATCH} (e.g. 7b@512)")  # fmt: skip
+                raise PostplaceError(
+                    f"size '{size}' of model '{self.name}': the batch after '@' must be a whole "
+                    f"number from 1 to {MAX_BATCH} (e.g. 7b@512)"
+                )
             return {**self.config(base), "batch": int(batch)}
         if size == "full":
             return dict(self.full)
@@ -110,8 +122,9 @@ _LLAMA_7B = dict(batch=8, seq=2048, vocab=32000, d=4096, layers=32, heads=32, kv
 _LLAMA_1B = dict(batch=8, seq=2048, vocab=128256, d=2048, layers=16, heads=32, kv_heads=8, ffn=8192, theta=500000.0)
 _LLAMA_13B = dict(batch=8, seq=4096, vocab=32000, d=5120, layers=40, heads=40, kv_heads=40, ffn=13824, theta=10000.0)
 _LLAMA_70B = dict(batch=8, seq=4096, vocab=32000, d=8192, layers=80, heads=64, kv_heads=8, ffn=28672, theta=10000.0)
-_LLAMA_31_8B = dict(batch=16, seq=8192, vocab=128256, d=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
-                    theta=500000.0)  # fmt: skip
+_LLAMA_31_8B = dict(
+    batch=16, seq=8192, vocab=128256, d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, theta=500000.0
+)
 _POST = "Post paper (Gao et al., NeurIPS 2018) Sec. 5: batch 32 for the CNNs, 4-layer RNNLM, 2/4-layer NMT"
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -347,9 +360,15 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
     if name == "llama":
         with where:
             model = llama.Llama(
-                cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"],
-                context=cfg["seq"], theta=cfg["theta"],
-            )  # fmt: skip
+                cfg["vocab"],
+                cfg["d"],
+                cfg["layers"],
+                cfg["heads"],
+                cfg["kv_heads"],
+                cfg["ffn"],
+                context=cfg["seq"],
+                theta=cfg["theta"],
+            )
         shape = (b, cfg["seq"])
         if meta:  # token values are never read: empty int64 tensors on the meta device
             tokens, y = (torch.empty(shape, dtype=torch.int64, device="meta") for _ in range(2))
@@ -468,8 +487,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("POSTPLACE_CACHE") or Path.home() / ".cache" / "postplace")
 
 
-def cached_graph(name: str, size: str = "full", optimizer="sgd", *, lr: float | None = None, precision: str = "fp32",
-                 microbatches: int = 1, colocation: str = "none"):  # fmt: skip
+def cached_graph(
+    name: str,
+    size: str = "full",
+    optimizer="sgd",
+    *,
+    lr: float | None = None,
+    precision: str = "fp32",
+    microbatches: int = 1,
+    colocation: str = "none",
+):
     """The OpGraph of one zoo model, traced on first use and read from the cache after that.
 
     The cache (:func:`cache_dir`) is keyed by model, config, torch version and the tracer's source,

@@ -67,18 +67,15 @@ def cmd_graph(
     if microbatches < 1:
         raise PostplaceError(f"--microbatches must be >= 1, got {microbatches}")
     if colocation not in COLOCATION_MODES:
-        raise PostplaceError(
-            f"--microbatch-colocation '{colocation}' is not one of {', '.join(COLOCATION_MODES)}"
-        )
-    graph = cached_graph(name, size, optimizer, lr=lr, precision=precision, microbatches=microbatches,
-                         colocation=colocation)
+        raise PostplaceError(f"--microbatch-colocation '{colocation}' is not one of {', '.join(COLOCATION_MODES)}")
+    graph = cached_graph(
+        name, size, optimizer, lr=lr, precision=precision, microbatches=microbatches, colocation=colocation
+    )
     if out is not None:
         try:
             graph.save(out)
         except OSError as exc:
-            raise PostplaceError(
-                f"{out}: cannot write the graph ({exc.strerror}); pick a writable path"
-            ) from None
+            raise PostplaceError(f"{out}: cannot write the graph ({exc.strerror}); pick a writable path") from None
     s = graph_summary(graph)
     text = (
         f"{graph.name} ({optimizer}): {s['ops']} ops ({s['ops_before']} aten calls before folding), "

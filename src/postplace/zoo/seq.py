@@ -52,9 +52,7 @@ class NMT(nn.Module):
         self.tgt_embed = nn.Embedding(vocab, hidden)
         self.fwd = nn.LSTMCell(hidden, hidden)
         self.bwd = nn.LSTMCell(hidden, hidden)
-        self.enc = nn.ModuleList(
-            nn.LSTMCell(2 * hidden if i == 0 else hidden, hidden) for i in range(layers - 1)
-        )
+        self.enc = nn.ModuleList(nn.LSTMCell(2 * hidden if i == 0 else hidden, hidden) for i in range(layers - 1))
         self.dec = nn.ModuleList(nn.LSTMCell(hidden if i == 0 else 2 * hidden, hidden) for i in range(layers))
         self.att_q = nn.Linear(hidden, hidden, bias=False)
         self.att_k = nn.Linear(hidden, hidden, bias=False)
@@ -74,10 +72,7 @@ class NMT(nn.Module):
     def forward(self, src, tgt):  # [batch, src_len], [batch, tgt_len]
         e = self.src_embed(src)
         xs = [e[:, t] for t in range(src.shape[1])]
-        hs = [
-            torch.cat(p, 1)
-            for p in zip(self._run(self.fwd, xs), self._run(self.bwd, xs, reverse=True), strict=True)
-        ]
+        hs = [torch.cat(p, 1) for p in zip(self._run(self.fwd, xs), self._run(self.bwd, xs, reverse=True), strict=True)]
         for i, cell in enumerate(self.enc):
             ys = self._run(cell, hs)
             hs = [y + h for y, h in zip(ys, hs, strict=True)] if i >= 1 else ys  # residual from layer 3 up

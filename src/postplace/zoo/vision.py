@@ -40,9 +40,7 @@ class Bottleneck(nn.Module):
         self.a = ConvBN(cin, mid, 1)
         self.b = ConvBN(mid, mid, 3, stride=stride, padding=1)
         self.c = ConvBN(mid, mid * 4, 1, relu=False)
-        self.short = (
-            ConvBN(cin, mid * 4, 1, stride=stride, relu=False) if stride != 1 or cin != mid * 4 else None
-        )
+        self.short = ConvBN(cin, mid * 4, 1, stride=stride, relu=False) if stride != 1 or cin != mid * 4 else None
 
     def forward(self, x):
         s = x if self.short is None else self.short(x)
@@ -224,7 +222,5 @@ class InceptionV3(nn.Module):
 
     def forward(self, x):
         x = self.blocks(self.stem(x))
-        x = nn.functional.dropout(
-            torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1), 0.2, self.training
-        )
+        x = nn.functional.dropout(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1), 0.2, self.training)
         return self.fc(x)
