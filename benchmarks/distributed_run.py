@@ -13,9 +13,10 @@ time and bytes on the plan's cluster. With gloo the ranks are CPU processes stan
 (each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
 ``--backend nccl`` runs the ranks on their GPUs where they exist.
 
-``--plan ddp`` launches the ``ddp`` plan instead (:func:`postplace.runtime.launcher.launch_plan`: one process per
-replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each rank's
-all-reduced gradient bytes, "sim sent B" the simulated plan's, "sim ms" the simulated ``ddp`` step.
+``--plan ddp`` (or ``zero1``) launches that plan instead (:func:`postplace.runtime.launcher.launch_plan`: one
+process per replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each
+rank's collective payload (all-reduced gradients; for zero1 also all-gathered parameters), "sim sent B" the
+simulated plan's, "sim ms" the simulated plan's step.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", default="gloo")
-    ap.add_argument("--plan", default=None, help="ddp: launch the ddp plan over --stages replicas")
+    ap.add_argument("--plan", default=None, help="ddp or zero1: launch that plan over --stages replicas")
     args = ap.parse_args()
     cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
     print(
@@ -107,7 +108,7 @@ def main() -> None:
 
 
 def ddp_rows(name, traced, cluster, args) -> None:
-    """The ddp plan over ``args.stages`` replicas, launched and simulated."""
+    """The ddp (or zero1) plan over ``args.stages`` replicas, launched and simulated."""
     from postplace.placers.practitioner import plan_step
     from postplace.plans import parse_plan
     from postplace.runtime.launcher import launch_plan
@@ -115,7 +116,7 @@ def ddp_rows(name, traced, cluster, args) -> None:
     plan = f"{args.plan}:m={args.microbatches},dp={args.stages}"
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]
     sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
-    sim_sent = int(sum(c.nbytes for c in sim.graph.collectives if c.kind == "all_reduce"))
+    sim_sent = int(sum(c.nbytes for c in sim.graph.collectives if c.kind in ("all_reduce", "all_gather")))
     t0 = time.perf_counter()
     result = launch_plan(
         traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend, threads=args.threads

@@ -1,7 +1,8 @@
-"""The ``ddp`` plan run as one gloo process per replica (issue 33): each rank its micro-batches and an
-all-reduce of every gradient, the step's loss and parameters after 3 steps equal to the one-process step
-within fp32 rounding (the sums run in another order), and each rank all-reducing the bytes the simulated
-plan's buckets hold."""
+"""The ``ddp`` and ``zero1`` plans run as one gloo process per replica (issue 33): each rank its
+micro-batches and an all-reduce of every gradient (``zero1``: then the update of the parameters it owns
+alone, with their optimizer state alone, and an all-gather of the updated parameters), the step's loss and
+parameters after 3 steps equal to the one-process step within fp32 rounding (the sums run in another
+order), and each rank moving the bytes the simulated plan's collectives hold."""
 
 from __future__ import annotations
 
@@ -71,8 +72,10 @@ def test_each_replica_runs_its_own_micro_batches():
 
 
 def test_plans_launch_does_not_run_are_one_line():
-    with pytest.raises(PostplaceError, match="runs plain ddp plans") as e:
+    with pytest.raises(PostplaceError, match="runs plain ddp and zero1 plans") as e:
         launch_plan(mlp_step(4), "fsdp:m=4", K80X4)
+    with pytest.raises(PostplaceError, match="runs plain ddp and zero1 plans"):
+        launch_plan(mlp_step(4), "zero2:m=4", K80X4)
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="traced as 4"):
         launch_plan(mlp_step(4), "ddp:m=8", K80X4)
@@ -80,7 +83,8 @@ def test_plans_launch_does_not_run_are_one_line():
         ddp_plan(mlp_step(4), [1, 2, 3], K80X4.device_names)
 
 
-def test_launch_runs_a_run_folders_ddp_plan(tmp_path):
+@pytest.mark.parametrize("plan", ["ddp:m=2,dp=2", "zero1:m=2,dp=2"])
+def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     """A run folder whose returned plan is ``ddp:m=2,dp=2`` (GPT-2 small on two K80s): ``postplace launch``
     runs it as two processes, the losses those of the one-process step, the bytes the simulated plan's."""
     import json
@@ -91,7 +95,7 @@ def test_launch_runs_a_run_folders_ddp_plan(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
-    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": "ddp:m=2,dp=2"}))
+    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": plan}))
     (folder / "run.json").write_text(json.dumps({"cluster_spec": "k80x2"}))
     (folder / "placement.json").write_text("{}")
     got = run_cli("launch", folder, "--steps", "2", "--json")
@@ -105,8 +109,9 @@ def test_launch_runs_a_run_folders_ddp_plan(tmp_path):
     assert "2 processes by torch's elastic launcher, 0 messages and" in text.stdout, text.stdout
 
 
-def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str) -> None:
-    """One rank of torch's own DistributedDataParallel on the MLP: its slice of each batch, AdamW."""
+def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str, zero: bool = False) -> None:
+    """One rank of torch's own DistributedDataParallel on the MLP: its slice of each batch, AdamW (``zero``:
+    torch's ZeroRedundancyOptimizer, each rank the state and update of its own parameters)."""
     import os
 
     import torch.distributed as dist
@@ -118,7 +123,14 @@ def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str) -> None:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
         ddp = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.01)
+        if zero:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(
+                ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, weight_decay=0.01
+            )
+        else:
+            opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3, weight_decay=0.01)
         for x, y in steps:
             share = x.shape[0] // world
             sl = slice(rank * share, (rank + 1) * share)
@@ -131,9 +143,12 @@ def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_ddp_equals_torchs_distributed_data_parallel(tmp_path):
+@pytest.mark.parametrize("plan", ["ddp", "zero1"])
+def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     """The same model, batches and AdamW under ``torch.nn.parallel.DistributedDataParallel`` (2 gloo
-    processes, each its half of every batch): the parameters after 3 steps agree within fp32 rounding."""
+    processes, each its half of every batch; for ``zero1`` with torch's ``ZeroRedundancyOptimizer``, which
+    splits the parameters among the ranks its own way): the parameters after 3 steps agree within fp32
+    rounding."""
     import socket
 
     import torch.multiprocessing as mp
@@ -141,14 +156,52 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path):
     traced = mlp_step(4)
     batches = RandomBatches(0)
     steps = [tuple(batches(traced)) for _ in range(3)]
-    ours = launch_plan(mlp_step(4), "ddp:m=4,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=0)
+    ours = launch_plan(mlp_step(4), f"{plan}:m=4,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=0)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_torch_ddp_rank, args=(2, port, steps, str(tmp_path / "ddp.pt")), nprocs=2, join=True)
+    mp.spawn(_torch_ddp_rank, args=(2, port, steps, str(tmp_path / "ddp.pt"), plan == "zero1"), nprocs=2, join=True)
     theirs = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert list(theirs) == list(ours.parameters)
     gap = max(float((ours.parameters[n] - p).abs().max()) for n, p in theirs.items())
     assert gap < 1e-6, gap  # measured 4.5e-8
     moved = max(float((ours.parameters[n] - p.detach()).abs().max()) for n, p in mlp_step(4).model.named_parameters())
     assert moved > 1e-3  # 3 AdamW steps at lr 1e-3 moved the weights well beyond the tolerance
+
+
+def test_zero1_trains_as_one_process_does_and_moves_the_simulated_bytes():
+    """Four replicas, four parameters owned unevenly (the first weight on rank 0, the rest cut by size):
+    the losses and parameters of 3 AdamW steps are the one-process step's within fp32 rounding, and each
+    rank all-reduces the gradients and all-gathers the parameters, the simulated zero1 plan's payloads."""
+    res = launch_plan(mlp_step(4), "zero1:m=4,dp=4", K80X4, steps=3, batches=RandomBatches(0), seed=0)
+    losses, params = one_process(mlp_step(4), 3)
+    assert res.losses == pytest.approx(losses, rel=1e-6)
+    for name, p in params.items():
+        torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)
+    planned = data_parallel(mlp_step(4).graph, 4, "zero1")
+    payload = {c.kind: c.nbytes for c in planned.graph.collectives}
+    grads = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    assert payload == {"all_reduce": grads, "all_gather": grads}  # fp32 parameters, as many bytes as gradients
+    assert all(b == 2 * grads for b in res.bytes_sent.values())
+
+
+def test_zero1_ranks_hold_and_update_only_the_parameters_they_own():
+    """Each rank's program takes every parameter but only its own parameters' optimizer state (AdamW's two
+    moments and step), runs only their update, and all-gathers from the owners the simulator names."""
+    from postplace.plans.data_parallel import zero_owners
+
+    traced = mlp_step(4)
+    plan = ddp_plan(traced, [1, 2], K80X4.device_names, level="zero1")
+    owners = zero_owners(traced.graph, 2)
+    n_params = len(list(traced.model.parameters()))
+    (gather,) = [c for c in plan.collectives if c.kind == "all_gather"]
+    assert gather.owners == tuple(owners[p] for p in sorted(owners)) == (0, 1, 1, 1)  # 512 of 676 floats: rank 0
+    for r, prog in enumerate(plan.programs):
+        held = [i for i in prog.inputs if i < plan.n_persistent]
+        mine = [j for j, p in enumerate(sorted(owners)) if owners[p] == r]
+        state = [n_params + 3 * j + s for j in mine for s in range(3)]  # step, exp_avg, exp_avg_sq per parameter
+        assert held == list(range(n_params)) + state
+        updates = [n for n in prog.gm.graph.nodes if n.op == "call_function" and "addcdiv" in str(n.target)]
+        assert len(updates) == len(mine)  # AdamW's one addcdiv_ per parameter, for the owned ones only
+    ddp = ddp_plan(traced, [1, 2], K80X4.device_names)
+    assert all(prog.inputs[: ddp.n_persistent] == tuple(range(ddp.n_persistent)) for prog in ddp.programs)  # all

@@ -341,15 +341,8 @@ class _Pass:
             if self.phase[i] == FORWARD and self.mb[i] >= 0 and ins:
                 self.derived[i] = all(self.fsdp_param[s] or self.derived[s] for s in ins)
         self.param_bytes = {p: float(g.output_bytes[p]) for p in np.flatnonzero(parameter_ops(g)).tolist()}
-        # ZeRO-1/2 (DeepSpeed) partition the flat parameters into k contiguous ranges of about equal size: a
-        # parameter's state, update and reduced gradient live on the rank whose range holds its middle
         self.param_of_coloc = param_of_coloc
-        total = float(sum(g.persistent_bytes[p] for p in self.param_bytes)) or 1.0
-        self.owner, before = {}, 0.0
-        for p in self.param_bytes:
-            size = float(g.persistent_bytes[p])
-            self.owner[p] = min(self.k - 1, int((before + size / 2) / total * self.k))
-            before += size
+        self.owner = zero_owners(g, self.k)
         self.slot0_bytes = dict(self.param_bytes)
         for e in range(len(self.src)):
             if self.is_param[self.src[e]] and self.slot[e] == 0:
@@ -604,3 +597,18 @@ class _Pass:
             seq = sorted(members[r])
             for (_, _, reader), (_, mem, _) in zip(seq, seq[1:], strict=False):
                 d.order(reader, mem)
+
+
+def zero_owners(g: OpGraph, k: int) -> dict[int, int]:
+    """Which of k ranks owns each parameter op of ``g`` under ZeRO-1/2 (its optimizer state, its update, its
+    reduced gradient). As DeepSpeed, the flat parameters are cut into k contiguous ranges of about equal
+    size, in the graph's parameter order; a parameter belongs, whole, to the rank whose range holds its
+    middle. The launcher's ``zero1`` ranks (:mod:`postplace.runtime.ddp`) own the same parameters."""
+    params = np.flatnonzero(parameter_ops(g)).tolist()
+    total = float(sum(g.persistent_bytes[p] for p in params)) or 1.0
+    owner, before = {}, 0.0
+    for p in params:
+        size = float(g.persistent_bytes[p])
+        owner[p] = min(k - 1, int((before + size / 2) / total * k))
+        before += size
+    return owner

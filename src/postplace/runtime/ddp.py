@@ -19,6 +19,12 @@ bytes, what the simulated ``ddp`` plan's buckets hold. DDP's overlap of the buck
 pass is a timing the simulator prices, not numerics, and is not reproduced here. The sum's order differs
 from one process's chain (``(a + b) + (c + d)`` instead of ``((a + b) + c) + d``), so the result equals
 the one-process step within rounding, not bit for bit.
+
+``zero1`` (:func:`ddp_plan` with ``level="zero1"``) is the same step but for the update: each rank owns whole
+parameters (:func:`postplace.plans.data_parallel.zero_owners`, the simulated plan's owners, as DeepSpeed cuts
+the flat parameters into k ranges), holds their optimizer state alone (the others' state placeholders are
+not in its program), runs their update alone (the update ops of a parameter share its colocation set), and
+after the update each bucket's parameters are all-gathered from their owners into every rank's copy.
 """
 
 from __future__ import annotations
@@ -31,18 +37,27 @@ import torch.fx
 
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES
-from postplace.runtime.ranks import ALL_REDUCE, REDUCE, Collective, RankComm, RankPlan, RankProgram
+from postplace.runtime.ranks import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    GATHER,
+    REDUCE,
+    Collective,
+    RankComm,
+    RankPlan,
+    RankProgram,
+)
 
-__all__ = ["ddp_plan", "plain_ddp"]
+__all__ = ["ddp_plan", "launchable"]
 
 _MICROBATCH = re.compile(r"^mb(\d+)_")
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
 _UPDATE = PHASES.index("update")
 
 
-def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6) -> RankPlan:
-    """Per-rank programs of the ``ddp`` plan of ``traced`` over the logical devices ``devices`` (one
-    replica each, in order).
+def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6, level: str = "ddp") -> RankPlan:
+    """Per-rank programs of the ``ddp`` (or ``zero1``) plan of ``traced`` over the logical devices
+    ``devices`` (one replica each, in order).
 
     Parameters
     ----------
@@ -54,11 +69,16 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         Every logical device's name.
     bucket_bytes : float
         DDP's bucket size (``bucket_cap_mb``): gradients all-reduced together, one flat buffer each.
+    level : {"ddp", "zero1"}
+        ``zero1``: each rank holds the optimizer state of the parameters it owns
+        (:func:`postplace.plans.data_parallel.zero_owners`, the simulated plan's owners) and runs only
+        their update; after the update each bucket's parameters are all-gathered from their owners.
 
     Returns
     -------
     RankPlan
-        With no messages, one all-reduce per gradient (``collectives``) and ``partial_loss``.
+        With no messages, one all-reduce per bucket of gradients (``collectives``; for ``zero1`` then one
+        all-gather per bucket of parameters) and ``partial_loss``.
 
     Raises
     ------
@@ -77,21 +97,42 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
             "ddp launch: the step's batch norms update running statistics shared by every micro-"
             "batch, which each replica would keep apart; launch a model without them"
         )
-    programs, reduced = [], None
+    if level not in ("ddp", "zero1"):
+        raise PostplaceError(f"launch runs ddp and zero1 replicas, not '{level}'")
+    owners = None
+    if level == "zero1":
+        from postplace.plans.data_parallel import zero_owners
+
+        owners = zero_owners(traced.graph, k)
+    placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    programs, reduced, gathered = [], None, None
     for r in range(k):
-        gm, order = _replica(traced, r, m // k, bucket_bytes)
+        gm, order, gathers = _replica(traced, r, m // k, bucket_bytes, owners)
         if reduced is None:
-            reduced = order
-        elif order != reduced:  # the same graph cut the same way: never; checked because a mismatch would hang
-            raise AssertionError("ddp replicas all-reduce in different orders")
-        n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-        programs.append(RankProgram(r, devices[r], gm, tuple(range(n_in)), (0,), ()))
+            reduced, gathered = order, gathers
+        elif order != reduced or gathers != gathered:  # the same graph cut the same way: never; checked because
+            raise AssertionError("ddp replicas call their collectives in different orders")  # a mismatch would hang
+        kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
+        programs.append(
+            RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
+        )
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
     collectives = tuple(
         Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),), vals[names[0]].dtype)
         for j, names in enumerate(reduced)
+    ) + tuple(
+        Collective(
+            len(reduced) + j,
+            ALL_GATHER,
+            "+".join(names),
+            (sum(vals[x].numel() for x in names),),
+            vals[names[0]].dtype,
+            owners=tuple(who),
+            shapes=tuple(tuple(vals[x].shape) for x in names),
+        )
+        for j, (names, who) in enumerate(gathered)
     )
-    n_persistent = n_in - len(traced.inputs)  # every replica keeps every placeholder; the batch's come last
+    n_persistent = len(placeholders) - len(traced.inputs)  # the batch's placeholders come last
     return RankPlan(
         tuple(device_names),
         tuple(devices),
@@ -103,9 +144,10 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
     )
 
 
-def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.fx.GraphModule, list[tuple]]:
-    """Replica r's GraphModule (every placeholder kept, so its inputs are the traced step's) and the values
-    it all-reduces, in order."""
+def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | None = None):
+    """Replica r's GraphModule, the values it all-reduces (buckets of gradient node names, in order) and,
+    with ZeRO-1's ``owners`` (parameter op -> rank), the parameters it all-gathers: ``[(names, owner
+    ranks)]`` per bucket. Every placeholder is kept but the optimizer state of parameters r does not own."""
     src = traced.gm.graph
     m = traced.microbatches
     first, last = r * b, r * b + b - 1
@@ -126,6 +168,19 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
         for n in src.nodes
         if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
     ]
+    param_node, param_of_coloc = {}, {}  # ZeRO-1: parameter op -> its placeholder; colocation set -> parameter op
+    if owners is not None:
+        n_params = sum(1 for _ in traced.model.parameters())
+        for n in list(src.nodes)[:n_params]:
+            param_node[op_of[n.name]] = n
+        colocation = traced.graph.colocation
+        param_of_coloc = {int(colocation[p]): p for p in owners if colocation[p] >= 0}
+
+    def param_of(n) -> int | None:
+        op = op_of.get(n.name, -1)
+        return param_of_coloc.get(int(traced.graph.colocation[op])) if op >= 0 else None
+
+    skipped: set[torch.fx.Node] = set()  # ZeRO-1: the updates of parameters another rank owns, and what reads them
 
     def reduce_all() -> None:
         """Every gradient, in buckets of ``bucket_bytes`` in the order they become final, one all-reduce each."""
@@ -145,6 +200,29 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
                 reduced[x] = g.call_function(operator.getitem, (out, i))
             order.append(tuple(x.name for x in bucket))
 
+    gathers: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+    def gather_all() -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+        """ZeRO-1: each bucket's parameters from their owners, after every update, copied into the others'."""
+        done = []
+        for j, names in enumerate(order):
+            params = []
+            for x in names:
+                for u in node_of[x].users:
+                    p = param_of(u) if updating(u) else None
+                    if p is not None and p not in params:
+                        params.append(p)
+            who = tuple(owners[p] for p in params)
+            mine = [env[param_node[p]] for p in params if owners[p] == r]
+            out = g.call_module(GATHER, (len(order) + j, mine))
+            for i, p in enumerate(params):
+                if owners[p] != r:
+                    g.call_method("copy_", (env[param_node[p]], g.call_function(operator.getitem, (out, i))))
+            done.append((tuple(param_node[p].name for p in params), who))
+        return done
+
+    node_of = {n.name: n for n in src.nodes}
+
     def value(x: torch.fx.Node, into_update: bool) -> torch.fx.Node:
         if into_update and x in reduced:
             return reduced[x]
@@ -160,6 +238,8 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
             env[n] = g.node_copy(n)
             continue
         if n.op == "output":
+            if owners is not None:
+                gathers = gather_all()
             g.output(torch.fx.map_arg(n.args[0], lambda x: value(x, False)))
             continue
         j = _MICROBATCH.match(n.name)
@@ -182,16 +262,31 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6) -> tuple[torch.
         into = updating(n)
         if into and finals and not reduced:  # the backward is done: every gradient's all-reduce, in buckets
             reduce_all()
+        if owners is not None and (
+            (into and owners.get(param_of(n), r) != r) or any(a in skipped for a in n.all_input_nodes)
+        ):
+            skipped.add(n)
+            continue
         env[n] = g.node_copy(n, lambda x, into=into: value(x, into))
     root = torch.nn.Module()
     for n in g.nodes:
         if n.op == "get_attr":
             setattr(root, n.target, getattr(traced.gm, n.target))
     root.add_module(comm, RankComm(ALL_REDUCE))
-    return torch.fx.GraphModule(root, g), order
+    if owners is not None:
+        root.add_module(GATHER, RankComm(ALL_GATHER))
+        for node in [x for x in g.nodes if x.op == "placeholder" and not x.users]:
+            g.erase_node(node)  # the optimizer state of parameters another rank owns: never held here
+    return torch.fx.GraphModule(root, g), order, gathers
 
 
-def plain_ddp(spec) -> bool:
+def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp`` with no recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
-    return spec.level == "ddp" and not spec.recompute and spec.shard is None and not spec.pipeline and not spec.tensor
+    runs: ``ddp`` or ``zero1`` with no recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
+    return (
+        spec.level in ("ddp", "zero1")
+        and not spec.recompute
+        and spec.shard is None
+        and not spec.pipeline
+        and not spec.tensor
+    )

@@ -19,7 +19,8 @@ never sends fails within it (gloo notices a closed connection at once), a rank t
 the others' start within it, and the agent stops every rank as soon as one exits. Each failure becomes
 one line naming the rank, its device, the step and the message it waited for.
 
-What is not here yet: collectives (the ddp/zero/fsdp plans' rewritten steps), per-rank checkpoints,
+Collectives: the ``ddp`` and ``zero1`` plans (:mod:`postplace.runtime.ddp`) all-reduce their gradients and
+(``zero1``) all-gather their parameters. What is not here yet: the zero2/fsdp plans' steps, per-rank checkpoints,
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -45,7 +46,7 @@ import numpy as np
 import torch
 
 from postplace.errors import PostplaceError
-from postplace.runtime.ranks import RECV, REDUCE, SEND, RankPlan, incoming, outgoing, rank_plan
+from postplace.runtime.ranks import GATHER, RECV, REDUCE, SEND, RankPlan, incoming, outgoing, rank_plan
 
 __all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_plan", "launch_run", "run_rank"]
 
@@ -221,6 +222,38 @@ class _Channel:
         self.received += c.nbytes
         return [piece.view(x.shape) for piece, x in zip(t.split([x.numel() for x in parts]), parts, strict=True)]
 
+    def all_gather(self, index: int, mine: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every tensor of collective ``index`` on every rank: each rank sends those it owns (``mine``, in the
+        collective's order) as one flat buffer padded to the largest rank's share, and receives the others';
+        counted as the payload sent and received once each, as an all-reduce is."""
+        c = self.plan.collectives[index]
+        sizes = [_numel_of(shape) for shape in c.shapes]
+        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(self.plan.world_size)]
+        width = max(share) if share else 0
+        flat = torch.zeros(width, dtype=c.dtype, device=self.device)
+        if mine:
+            own = torch.cat([x.reshape(-1) for x in mine])
+            flat[: own.numel()] = own
+        parts = [torch.empty_like(flat) for _ in range(self.plan.world_size)]
+        t0 = time.perf_counter()
+        try:
+            self.dist.all_gather(parts, flat)
+        except Exception as exc:  # noqa: BLE001 - as in send
+            raise _PeerError(
+                f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-gather of '{c.value}' "
+                f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
+                f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}"
+            ) from None
+        self.seconds += time.perf_counter() - t0
+        self.sent += c.nbytes
+        self.received += c.nbytes
+        offset = [0] * self.plan.world_size
+        out = []
+        for n, o, shape in zip(sizes, c.owners, c.shapes, strict=True):
+            out.append(parts[o][offset[o] : offset[o] + n].view(shape))
+            offset[o] += n
+        return out
+
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
         t, flat = incoming(m, self.device)
@@ -234,6 +267,10 @@ class _Channel:
         self.seconds += time.perf_counter() - t0
         self.received += m.nbytes
         return t
+
+
+def _numel_of(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
 
 def _op_devices(traced, placement, devices) -> tuple[np.ndarray, list[str]]:
@@ -432,7 +469,7 @@ def _execute(
     args = [t.to(device) for t in args]
     step_no = [0]
     channel = _Channel(plan, rank, device, op_names, step_no)
-    for name in (SEND, RECV, REDUCE):  # a program that sends or receives nothing has no such module
+    for name in (SEND, RECV, REDUCE, GATHER):  # a program that sends or receives nothing has no such module
         if hasattr(gm, name):
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
@@ -809,13 +846,13 @@ def run_folder(folder: str | Path) -> dict:
     plan = summary.get("returned_plan")
     if plan:
         from postplace.plans import parse_plan
-        from postplace.runtime.ddp import plain_ddp
+        from postplace.runtime.ddp import launchable
 
         p = parse_plan(plan)
-        if not plain_ddp(p) or not p.microbatches:
+        if not launchable(p) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "plain ddp plans so far (zero, fsdp, recompute, tp, pp: simulated only)"
+                "plain ddp and zero1 plans so far (zero2, fsdp, recompute, tp, pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -866,7 +903,7 @@ def launch_run(
     ------
     PostplaceError
         One line before any process starts: a missing folder or placement.json, a target that is not
-        a zoo model, a returned plan launch does not run (all but plain ddp), a placement naming
+        a zoo model, a returned plan launch does not run (all but plain ddp and zero1), a placement naming
         devices the run's cluster lacks; else as :func:`launch`.
     """
     from postplace.cluster import load_cluster
@@ -897,11 +934,12 @@ def launch_run(
             backend=backend,
             threads=threads,
         )
-        from postplace.plans import data_parallel
+        from postplace.plans import data_parallel, parse_plan
 
-        planned = data_parallel(traced.graph, result.plan.world_size, "ddp")  # the simulated plan's buckets
-        grads = int(sum(c.nbytes for c in planned.graph.collectives if c.kind == "all_reduce"))
-        every = dict.fromkeys(range(result.plan.world_size), grads)
+        level = parse_plan(run["plan"]).level
+        planned = data_parallel(traced.graph, result.plan.world_size, level)  # the simulated plan's collectives
+        payload = int(sum(c.nbytes for c in planned.graph.collectives if c.kind in ("all_reduce", "all_gather")))
+        every = dict.fromkeys(range(result.plan.world_size), payload)
         return result, {"bytes_sent": every, "bytes_received": dict(every)}
     op_device = load_placement(run["placement"], traced.graph, cluster)
     result = _launch(
@@ -938,9 +976,9 @@ def launch_plan(
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
-    Only ``ddp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every GPU of
-    ``cluster``) runs so far; the sharded levels, recomputation, tensor parallelism and pipelines are
-    refused in one line.
+    Only ``ddp`` and ``zero1`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every
+    GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`) run so far; ``zero2``, ``fsdp``,
+    recomputation, tensor parallelism and pipelines are refused in one line.
 
     Parameters
     ----------
@@ -962,14 +1000,14 @@ def launch_plan(
     from postplace.cluster import load_cluster
     from postplace.placers.practitioner import plan_devices
     from postplace.plans import parse_plan
-    from postplace.runtime.ddp import ddp_plan, plain_ddp
+    from postplace.runtime.ddp import ddp_plan, launchable
 
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
-    if not plain_ddp(spec):
+    if not launchable(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs plain ddp plans (and op-level placements) so far; zero, "
+            f"plan '{plan}': launch runs plain ddp and zero1 plans (and op-level placements) so far; zero2, "
             "fsdp, recomputation, tensor and pipeline parallelism are simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
@@ -980,5 +1018,5 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec)
     _check_backend(backend, gpus, list(cluster.device_names))
-    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names))
+    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names), level=spec.level)
     return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)

@@ -56,6 +56,11 @@ REDUCE = "postplace_all_reduce"
 """The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
 ALL_REDUCE = "all_reduce"
 """The kind of :class:`RankComm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
+GATHER = "postplace_all_gather"
+"""The submodule of a rank's GraphModule that calls an all-gather: ``postplace_all_gather(index, tensors)``."""
+ALL_GATHER = "all_gather"
+"""The kind of :class:`RankComm` that gathers whole tensors each rank owns onto every rank: ``(collective index,
+the rank's own tensors) -> every tensor of the collective``, in the collective's order (ZeRO-1's parameters)."""
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -65,13 +70,16 @@ def _numel(shape: tuple[int, ...]) -> int:
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective of a step, called by every rank in ``index`` order: its kind, the fx node whose value
-    it carries, and that value's shape and dtype."""
+    it carries, and that value's shape and dtype. An all-gather of whole tensors also names each tensor's
+    ``owners`` (the rank that sends it) and ``shapes``, in the order every rank receives them."""
 
     index: int
     kind: str
     value: str
     shape: tuple[int, ...]
     dtype: torch.dtype
+    owners: tuple[int, ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -191,7 +199,7 @@ class RankPlan:
         for m in self.messages:
             h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
         for c in self.collectives:
-            h.update(repr((c.index, c.kind, c.value, c.shape, str(c.dtype))).encode())
+            h.update(repr((c.index, c.kind, c.value, c.shape, str(c.dtype), c.owners, c.shapes)).encode())
         return h.hexdigest()[:16]
 
     def check(self) -> None:
@@ -333,6 +341,8 @@ class RankComm(torch.nn.Module):
             return None
         if self.kind == ALL_REDUCE:
             return self.channel.all_reduce(index, value)
+        if self.kind == ALL_GATHER:
+            return self.channel.all_gather(index, value)
         return self.channel.recv(index)
 
 
