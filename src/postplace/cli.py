@@ -701,11 +701,32 @@ def launch(
         str, typer.Option("--backend", help="gloo (every rank a CPU process) or nccl (ranks on their GPUs).")
     ] = "gloo",
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per rank.")] = 1,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", help="Folder where every rank writes its state after each step."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Start from the last step every rank recorded in --checkpoint.")
+    ] = False,
 ) -> None:
     """Run a run folder's placement as one process per device (torch.distributed, torchrun's launcher)."""
     from postplace.runtime.cli import cmd_launch
 
-    text = cmd_launch(run_folder, steps, as_json=as_json, seed=seed, timeout=timeout, backend=backend, threads=threads)
+    if resume and checkpoint is None:
+        raise PostplaceError(
+            "--resume continues from the ranks' checkpoints: give --checkpoint DIR (the folder the first launch wrote)"
+        )
+    text = cmd_launch(
+        run_folder,
+        steps,
+        as_json=as_json,
+        seed=seed,
+        timeout=timeout,
+        backend=backend,
+        threads=threads,
+        checkpoint=checkpoint,
+        resume=resume,
+    )
     print(text) if as_json else console.print(text, highlight=False)
 
 

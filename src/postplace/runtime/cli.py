@@ -442,6 +442,8 @@ def cmd_launch(
     timeout: float = 60.0,
     backend: str = "gloo",
     threads: int | None = 1,
+    checkpoint=None,
+    resume: bool = False,
 ) -> str:
     """``postplace launch RUN_FOLDER``: run the folder's placement with one process per device it uses
     (:func:`postplace.runtime.launcher.launch_run`) and report each step's loss, and each rank's bytes per
@@ -457,7 +459,16 @@ def cmd_launch(
 
     if threads is not None:
         _check_threads(threads)
-    result, sim = launch_run(folder, steps=steps, seed=seed, timeout=timeout, backend=backend, threads=threads)
+    result, sim = launch_run(
+        folder,
+        steps=steps,
+        seed=seed,
+        timeout=timeout,
+        backend=backend,
+        threads=threads,
+        checkpoint=checkpoint,
+        resume=resume,
+    )
     where = "CPU processes (gloo) standing in for the devices" if backend == "gloo" else "one process per GPU (nccl)"
     if as_json:
         simulated = {f"simulated_{k}": {str(r): n for r, n in v.items()} for k, v in sim.items()}
@@ -471,7 +482,9 @@ def cmd_launch(
         f"{threads if threads is not None else torch.get_num_threads()} CPU thread(s) per rank",
         f"{'step':>5} {'loss':>12}",
     ]
-    lines += [f"{k + 1:5d} {loss:12.6f}" for k, loss in enumerate(result.losses)]
+    if result.start_step:
+        lines.insert(2, f"resumed after step {result.start_step}, the last every rank recorded in {checkpoint}")
+    lines += [f"{result.start_step + k + 1:5d} {loss:12.6f}" for k, loss in enumerate(result.losses)]
     lines.append("")
     lines.append(
         f"{'rank':>4} {'device':8} {'sent B/step':>12} {'simulated':>12} {'received':>12} {'simulated':>12} "

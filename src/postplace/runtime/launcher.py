@@ -20,7 +20,9 @@ the others' start within it, and the agent stops every rank as soon as one exits
 one line naming the rank, its device, the step and the message it waited for.
 
 Collectives: the ``ddp`` and ``zero1`` plans (:mod:`postplace.runtime.ddp`) all-reduce their gradients and
-(``zero1``) all-gather their parameters. What is not here yet: the zero2/fsdp plans' steps, per-rank checkpoints,
+(``zero1``) all-gather their parameters. Checkpoints: with ``checkpoint=DIR`` every rank writes its state after
+each step and ``resume=True`` starts from the last step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
+What is not here yet: the zero2/fsdp plans' steps,
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -69,6 +71,7 @@ class RankResult:
     parameters: dict[str, torch.Tensor]
     buffers: dict[str, torch.Tensor]
     digest: str
+    start_step: int = 0
 
 
 @dataclasses.dataclass
@@ -92,6 +95,8 @@ class LaunchResult:
     backend : str
     plan : RankPlan
         The plan the ranks ran (built and checked before they started).
+    start_step : int
+        Steps run before this launch (a resumed one): ``losses`` are those of the steps after them.
     """
 
     losses: list[float]
@@ -105,6 +110,7 @@ class LaunchResult:
     held: dict[int, list[str]]
     backend: str
     plan: RankPlan
+    start_step: int = 0
 
     def copy_to_model(self, model: torch.nn.Module) -> None:
         """Write the trained parameters and buffers into ``model`` (a module with the traced names).
@@ -119,8 +125,8 @@ class LaunchResult:
                 target.copy_(t.to(target.device))
 
     def to_json(self) -> dict:
-        """``{"losses", "bytes_sent", "bytes_received", "ranks", "step_times_s", "comm_times_s", "backend"}``
-        (rank keys as strings; bytes per step)."""
+        """``{"losses", "bytes_sent", "bytes_received", "ranks", "step_times_s", "comm_times_s", "backend",
+        "start_step"}`` (rank keys as strings; bytes per step)."""
         return {
             "losses": self.losses,
             "bytes_sent": {str(r): n for r, n in self.bytes_sent.items()},
@@ -129,6 +135,7 @@ class LaunchResult:
             "step_times_s": {str(r): t for r, t in self.step_times_s.items()},
             "comm_times_s": {str(r): t for r, t in self.comm_times_s.items()},
             "backend": self.backend,
+            "start_step": self.start_step,
         }
 
 
@@ -269,6 +276,16 @@ class _Channel:
         return t
 
 
+def _ckpt(folder) -> Path | None:
+    """A checkpoint folder as given (None: no checkpoints), refused in one line where it is a file."""
+    if folder is None:
+        return None
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise PostplaceError(f"--checkpoint {folder}: a file, not a folder; give a folder for the ranks' checkpoints")
+    return path
+
+
 def _numel_of(shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
@@ -349,6 +366,8 @@ def run_rank(
     timeout: float = 60.0,
     backend: str = "gloo",
     threads: int | None = 1,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ) -> RankResult:
     """Run this process's rank of a placed step for ``steps`` training steps (under ``torchrun``).
 
@@ -386,6 +405,13 @@ def run_rank(
     backend : {"gloo", "nccl"}
     threads : int, optional
         torch CPU threads per rank (default 1; None leaves them).
+    checkpoint : path, optional
+        A folder every rank can read: after each step each rank writes its parameters, buffers,
+        optimizer state and generator state there (:mod:`postplace.runtime.rank_checkpoint`).
+    resume : bool
+        Start every rank from the last step all ranks recorded in ``checkpoint`` (the batches of the steps
+        before it drawn and dropped, so the run goes on as if never stopped); ``steps`` counts from the
+        first step.
 
     Returns
     -------
@@ -415,7 +441,9 @@ def run_rank(
         device = _rank_device(backend, plan, rank)
         args, owned = _rank_state(traced, plan, rank)
         op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
-        return _execute(plan, rank, device, args, owned, traced, batches, steps, seed, op_names, None)
+        return _execute(
+            plan, rank, device, args, owned, traced, batches, steps, seed, op_names, None, _ckpt(checkpoint), resume
+        )
     finally:
         if created:
             dist.destroy_process_group()
@@ -459,9 +487,14 @@ def _execute(
     seed: int,
     op_names: dict,
     progress: Path | None,
+    checkpoint: Path | None = None,
+    resume: bool = False,
 ) -> RankResult:
     """Run rank ``rank``'s program ``steps`` times on ``device`` with its state ``args`` (``owned``:
-    position in ``args`` -> ``(kind, name)`` of its parameters and buffers)."""
+    position in ``args`` -> ``(kind, name)`` of its parameters and buffers), writing its checkpoint after
+    each step into ``checkpoint``; with ``resume``, from the last step every rank recorded there."""
+    from postplace.runtime import rank_checkpoint
+
     if device.type == "cuda":
         torch.cuda.set_device(device)
     prog = plan.programs[rank]
@@ -474,8 +507,24 @@ def _execute(
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
     per_step = (0, 0)
+    held = [i for i in prog.inputs if i < plan.n_persistent]  # the placeholders of args, in order
+    start, rng = 0, None
+    if checkpoint is not None and resume:
+        start = rank_checkpoint.common_step(checkpoint, plan.world_size)
+        if start > steps:
+            raise PostplaceError(
+                f"{plan.rank_name(rank)}: {checkpoint} holds step {start}, past --steps {steps}; give more steps"
+            )
+        if start:
+            tensors, rng = rank_checkpoint.read(checkpoint, plan.digest(), rank, start, held)
+            args = [t.to(device) for t in tensors]
     torch.manual_seed(seed)
-    for k in range(steps):
+    for _ in range(start):  # the batches of the steps already run: drawn and dropped, as the first launch drew them
+        if batches is not None:
+            batches(inputs)
+    if rng is not None:
+        torch.set_rng_state(rng)
+    for k in range(start, steps):
         step_no[0] = k
         if progress is not None:
             progress.write_text(str(k + 1))
@@ -493,6 +542,8 @@ def _execute(
         times.append(time.perf_counter() - t0)
         comm.append(channel.seconds - seconds)
         per_step = (channel.sent - sent, channel.received - received)
+        if checkpoint is not None:
+            rank_checkpoint.write(checkpoint, plan.digest(), rank, k + 1, list(zip(held, args, strict=True)))
     params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
     bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
     return RankResult(
@@ -506,6 +557,7 @@ def _execute(
         params,
         bufs,
         plan.digest(),
+        start,
     )
 
 
@@ -565,6 +617,8 @@ class _Job:
     backend: str
     threads: int | None
     folder: str
+    checkpoint: str | None = None
+    resume: bool = False
 
 
 def _worker(folder: str) -> RankResult:
@@ -598,6 +652,8 @@ def _worker(folder: str) -> RankResult:
             job.seed,
             job.op_names,
             folder / f"step-{rank}",
+            _ckpt(job.checkpoint),
+            job.resume,
         )
     except BaseException as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -638,6 +694,8 @@ def launch(
     timeout: float = 60.0,
     backend: str = "gloo",
     threads: int | None = 1,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ) -> LaunchResult:
     """Run a placed step as one process per device, through torch's elastic launcher (torchrun's agent).
 
@@ -656,7 +714,7 @@ def launch(
         As for :func:`run_rank`.
     devices : Cluster, str or list of str, optional
         The placement's cluster or device names.
-    steps, batches, seed, timeout, backend, threads
+    steps, batches, seed, timeout, backend, threads, checkpoint, resume
         As for :func:`run_rank`; ``batches`` must be picklable (a module-level function or class
         instance), each rank calling its own copy as ``batches(inputs)`` where ``inputs`` has the traced
         step's ``inputs``, ``batch`` and ``split_batch``.
@@ -684,17 +742,21 @@ def launch(
     _check_steps(steps)
     _check_timeout(timeout)
     op_device, names = _op_devices(traced, placement, devices)
-    return _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads)
+    return _launch(
+        traced, op_device, names, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
+    )
 
 
-def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads) -> LaunchResult:
+def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads, **ckpt) -> LaunchResult:
     _check_backend(backend, op_device, names)
     plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
     plan.check()
-    return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads)
+    return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads, **ckpt)
 
 
-def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, threads) -> LaunchResult:
+def _run_plan(
+    traced, plan: RankPlan, steps, batches, seed, timeout, backend, threads, checkpoint=None, resume=False
+) -> LaunchResult:
     """Every rank of ``plan`` in its own process; their results as one."""
     folder = Path(tempfile.mkdtemp(prefix="postplace-launch-"))
     try:
@@ -703,7 +765,21 @@ def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, th
             torch.save({"args": args, "owned": owned}, folder / f"state-{r}.pt")
         inputs = _Inputs(tuple(traced.inputs), tuple(traced.batch), traced.microbatches)
         op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
-        job = _Job(plan, inputs, op_names, steps, batches, seed, float(timeout), backend, threads, str(folder))
+        ckpt = _ckpt(checkpoint)
+        job = _Job(
+            plan,
+            inputs,
+            op_names,
+            steps,
+            batches,
+            seed,
+            float(timeout),
+            backend,
+            threads,
+            str(folder),
+            None if ckpt is None else str(ckpt.resolve()),
+            bool(resume),
+        )
         try:
             (folder / "job.pkl").write_bytes(pickle.dumps(job))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -715,7 +791,8 @@ def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, th
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if plan.partial_loss:  # data parallelism: each rank's share of every step's loss
-        losses = [float(sum(r.losses[k] for r in results.values())) for k in range(steps)]
+        ran = min(len(r.losses) for r in results.values())
+        losses = [float(sum(r.losses[k] for r in results.values())) for k in range(ran)]
     else:
         losses = next((r.losses for r in results.values() if r.losses), [])
     params, bufs = {}, {}
@@ -737,6 +814,7 @@ def _run_plan(traced, plan: RankPlan, steps, batches, seed, timeout, backend, th
         held={r: [*results[r].parameters, *results[r].buffers] for r in ranks},
         backend=backend,
         plan=plan,
+        start_step=max(r.start_step for r in results.values()),
     )
 
 
@@ -880,6 +958,8 @@ def launch_run(
     timeout: float = 60.0,
     backend: str = "gloo",
     threads: int | None = 1,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ) -> tuple[LaunchResult, dict]:
     """``postplace launch RUN_FOLDER``: the folder's placement of its zoo model, one process per device.
 
@@ -890,8 +970,8 @@ def launch_run(
     ----------
     folder : path
         A run folder of ``postplace place`` on a zoo model.
-    steps, seed, timeout, backend, threads
-        As for :func:`launch`.
+    steps, seed, timeout, backend, threads, checkpoint, resume
+        As for :func:`launch` (``checkpoint``: the ranks' checkpoints, e.g. ``RUN_FOLDER/launch``).
 
     Returns
     -------
@@ -933,6 +1013,8 @@ def launch_run(
             timeout=timeout,
             backend=backend,
             threads=threads,
+            checkpoint=checkpoint,
+            resume=resume,
         )
         from postplace.plans import data_parallel, parse_plan
 
@@ -943,7 +1025,17 @@ def launch_run(
         return result, {"bytes_sent": every, "bytes_received": dict(every)}
     op_device = load_placement(run["placement"], traced.graph, cluster)
     result = _launch(
-        traced, op_device, list(cluster.device_names), steps, RandomBatches(seed), seed, timeout, backend, threads
+        traced,
+        op_device,
+        list(cluster.device_names),
+        steps,
+        RandomBatches(seed),
+        seed,
+        timeout,
+        backend,
+        threads,
+        checkpoint=checkpoint,
+        resume=resume,
     )
     return result, simulated_bytes(traced.graph, cluster, op_device, result.plan)
 
@@ -973,6 +1065,8 @@ def launch_plan(
     timeout: float = 60.0,
     backend: str = "gloo",
     threads: int | None = 1,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
@@ -988,7 +1082,7 @@ def launch_plan(
         The plan as ``place`` returns it (``summary.json``'s ``returned_plan``).
     cluster : Cluster or str
         The plan's cluster (a preset or file).
-    steps, batches, seed, timeout, backend, threads
+    steps, batches, seed, timeout, backend, threads, checkpoint, resume
         As for :func:`launch`.
 
     Returns
@@ -1019,4 +1113,6 @@ def launch_plan(
     gpus = plan_devices(cluster, spec)
     _check_backend(backend, gpus, list(cluster.device_names))
     rank_programs = ddp_plan(traced, gpus, list(cluster.device_names), level=spec.level)
-    return _run_plan(traced, rank_programs, steps, batches, seed, timeout, backend, threads)
+    return _run_plan(
+        traced, rank_programs, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
+    )

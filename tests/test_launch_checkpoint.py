@@ -1,0 +1,110 @@
+"""Per-rank checkpoints of a launched step (issue 33 items 2 and 4): each rank writes what it holds after
+every step; a launch stopped after step 2, or killed in step 3, resumes from the last step every rank
+recorded and ends bit for bit where an unbroken launch ends (its dropout's generator and its batch stream
+restored as well), and a checkpoint of another plan is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph.trace_torch import trace
+from postplace.runtime import rank_checkpoint
+from postplace.runtime.launcher import RandomBatches, launch
+from tests.test_launch import Fault
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+K80X2 = load_cluster("k80x2")  # cpu, gpu0, gpu1
+
+
+class Dropped(nn.Module):
+    """Dropout between two layers: a resumed rank must draw the masks the unbroken run drew."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.drop, self.b = nn.Linear(6, 16), nn.Dropout(0.3), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+def step_and_placement():
+    torch.manual_seed(0)
+    tr = trace(Dropped(), (torch.randn(8, 6),), nn.functional.mse_loss, "adamw", targets=(torch.randn(8, 3),))
+    placement = np.random.default_rng(4).integers(1, 3, tr.graph.num_ops)  # gpu0 and gpu1, op by op
+    return tr, placement
+
+
+def run(steps, folder, *, resume=False, batches=None, placement=None):
+    tr, mine = step_and_placement()
+    return launch(
+        tr,
+        mine if placement is None else placement,
+        K80X2,
+        steps=steps,
+        batches=batches or RandomBatches(0),
+        seed=3,
+        checkpoint=folder,
+        resume=resume,
+    )
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("unbroken")
+    return run(3, folder), folder
+
+
+def assert_same_state(a, b):
+    for name, t in a.parameters.items():
+        assert torch.equal(t, b.parameters[name]), name
+
+
+def test_each_rank_keeps_its_last_two_steps_as_data(unbroken):
+    result, folder = unbroken
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"rank{r}-step{k}.{ext}" for r in (0, 1) for k in (2, 3) for ext in ("json", "npz")
+    ]
+    record = json.loads((folder / "rank1-step3.json").read_text())
+    assert record["digest"] == result.plan.digest() and record["step"] == 3
+    held = [i for i in result.plan.programs[1].inputs if i < result.plan.n_persistent]
+    assert [a["placeholder"] for a in record["arrays"]] == held  # its own state only
+    with np.load(folder / "rank1-step3.npz", allow_pickle=False) as npz:
+        assert set(npz.files) == {f"p{i}" for i in held} | {"rng"}
+
+
+def test_a_launch_stopped_after_step_two_resumes_to_the_unbroken_state(unbroken, tmp_path):
+    whole, _ = unbroken
+    first = run(2, tmp_path)
+    assert first.losses == whole.losses[:2]
+    rest = run(3, tmp_path, resume=True)
+    assert rest.start_step == 2 and rest.losses == whole.losses[2:]  # dropout masks and batch 3 as unbroken
+    assert_same_state(rest, whole)
+
+
+def test_a_rank_killed_in_step_three_resumes_from_step_two(unbroken, tmp_path):
+    whole, _ = unbroken
+    with pytest.raises(PostplaceError, match="rank 1 .* killed"):
+        run(3, tmp_path, batches=Fault(1, 3, "kill"))
+    assert rank_checkpoint.common_step(tmp_path, 2) == 2
+    rest = run(3, tmp_path, resume=True)
+    assert rest.start_step == 2 and rest.losses == whole.losses[2:]
+    assert_same_state(rest, whole)
+
+
+def test_a_checkpoint_of_another_plan_is_one_line(unbroken, tmp_path):
+    _, folder = unbroken
+    tr, placement = step_and_placement()
+    other = np.where(placement == 1, 2, 1)  # the same ops on the other GPU: another plan
+    with pytest.raises(PostplaceError, match="written by another plan") as e:
+        run(3, folder, resume=True, placement=other)
+    assert "\n" not in str(e.value)
+    with pytest.raises(PostplaceError, match="past --steps 2"):
+        run(2, folder, resume=True)
