@@ -103,8 +103,13 @@ def test_a_new_placer_is_registered_where_it_is_defined(placer_sandbox):
 
     assert place("throwaway", OpGraph.build(["a", "b"]), star_cluster()).tolist() == [0, 0]
 
+    def place_other(graph, cluster, **kw):
+        return np.ones(graph.num_ops, dtype=np.int64)
+
     with pytest.raises(ValueError, match="placer 'throwaway' is registered twice"):
-        register_placer("throwaway")(place_throwaway)
+        register_placer("throwaway")(place_other)  # another function under a taken name
+    register_placer("throwaway", candidate=True, heuristic=True, rank=15)(place_throwaway)  # itself again: a reload
+    assert REGISTRY["throwaway"].fn is place_throwaway
     with pytest.raises(ValueError, match="placer 'metis' is registered twice"):
         register_placer("metis")(place_throwaway)
     assert REGISTRY["metis"].fn.__name__ == "place_metis"
@@ -292,3 +297,20 @@ def test_no_import_cycle_among_search_and_placer_modules():
     assert graph["postplace.search.registry"] == set() and graph["postplace.placers.registry"] == set()
     assert "postplace.search.registry" in graph["postplace.search.post"]  # it registers where it is defined
     assert _cycles(graph) == []
+
+
+def test_a_module_reloaded_registers_again_without_complaint():
+    """``importlib.reload`` of a placer's or a strategy's module registers the same functions again: kept,
+    not refused as a duplicate (a different function under a taken name still is)."""
+    import importlib
+
+    import postplace.placers.heft as heft
+    import postplace.search.anneal as anneal
+    import postplace.search.reinforce as reinforce
+    from postplace.placers import REGISTRY
+    from postplace.search import STRATEGIES
+
+    before = (list(REGISTRY), list(STRATEGIES))
+    for module in (heft, anneal, reinforce):
+        importlib.reload(module)
+    assert (list(REGISTRY), list(STRATEGIES)) == before

@@ -97,3 +97,39 @@ def test_no_module_imports_another_modules_private_names():
                 except ImportError:
                     private.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
     assert private == []
+
+
+def test_a_zoo_run_resumes_after_its_graph_is_traced_again(tmp_path, monkeypatch):
+    """The graph's fingerprint leaves out how long tracing took: a run started with one graph cache resumes
+    with another (a fresh trace: another trace_seconds), as it must after any change that re-traces; a
+    folder that recorded the old, whole-metadata fingerprint still resumes on the very graph it traced."""
+    from postplace.search.state_io import fingerprint, fingerprints
+    from postplace.zoo import cached_graph
+
+    monkeypatch.setenv("POSTPLACE_CACHE", str(tmp_path / "a"))
+    first = cached_graph("rnnlm", "small")
+    out = tmp_path / "run"
+    postplace.place("rnnlm", "k80x2", size="small", budget=8, microbatches=1, out=out, report=False)
+    monkeypatch.setenv("POSTPLACE_CACHE", str(tmp_path / "b"))
+    again = cached_graph("rnnlm", "small")
+    assert again.metadata["trace_seconds"] != first.metadata["trace_seconds"]
+    assert fingerprint(again) == fingerprint(first) == read_settings(out).graph_sha
+    assert postplace.resume(out, budget=16, report=False).summary["samples"] == 16
+    legacy = fingerprints(first) - {fingerprint(first)}
+    assert len(legacy) == 1 and legacy != fingerprints(again) - {fingerprint(again)}
+
+
+def test_grouped_arguments_given_where_they_do_not_apply_or_again_on_resume(run):
+    """compare takes Step, not Measure; resume checks a Step or Measure field set away from its default
+    against the recorded run, and names a recorded list as a list."""
+    with pytest.raises(PostplaceError, match="Measure's fields do not apply to compare") as err:
+        postplace.compare(chain(), "k80x2", confirm=2)
+    assert "\n" not in str(err.value)
+    with pytest.raises(PostplaceError, match="started with precision fp32, not bf16"):
+        postplace.resume(run, step=postplace.Step(precision="bf16"))
+    with pytest.raises(PostplaceError, match="started with evaluator 'simulator', not 'torch'"):
+        postplace.resume(run, measure=postplace.Measure(evaluator="torch"))
+    with pytest.raises(PostplaceError, match=r"started with pins \['a=gpu1'\], not \['b=gpu0'\]"):
+        postplace.resume(run, pins=["b=gpu0"])
+    with pytest.raises(PostplaceError, match="part of measure="):
+        postplace.resume(run, confirm=2)

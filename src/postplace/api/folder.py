@@ -20,7 +20,7 @@ from postplace.api.settings import (
 )
 from postplace.api.target import Target, load_cluster, load_target, recorded_step
 from postplace.errors import PostplaceError
-from postplace.search.state_io import fingerprint
+from postplace.search.state_io import fingerprint, fingerprints
 
 
 def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
@@ -65,7 +65,7 @@ def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ra
         tgt.spec = spec
     else:
         raise PostplaceError(f"{out}: the run was started from an in-memory graph; pass graph= to resume it")
-    if fingerprint(tgt.graph) != settings.graph_sha:
+    if settings.graph_sha not in fingerprints(tgt.graph):
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
     return place_run(
@@ -136,7 +136,7 @@ def _resume_over_m(out: Path, settings: RunSettings, cluster, progress: bool, co
             tgt = Target(load_target(out / f"m{m}" / "graph.json").graph, None, own)
         else:
             raise PostplaceError(f"{out}: m{m}/graph.json is missing; the run cannot be resumed, start a new one")
-        if fingerprint(tgt.graph) != shas[str(m)]:
+        if shas[str(m)] not in fingerprints(tgt.graph):
             raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
         targets_by_m[m] = tgt
     c = _recorded_cluster(out, settings, cluster, targets_by_m[counts[0]].graph)
@@ -197,7 +197,7 @@ def _check_given(out: Path, settings: RunSettings, given: dict) -> None:
             raise PostplaceError(f"resume: unknown setting '{key}'")
         if _norm(value) != _norm(recorded):
             raise PostplaceError(
-                f"--resume {out}: the run was started with {key} {recorded!r}, not {value!r}; "
+                f"--resume {out}: the run was started with {key} {_norm(recorded)!r}, not {_norm(value)!r}; "
                 "drop the flag or start a new run"
             )
 

@@ -341,14 +341,15 @@ def resume(
         Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
     measure : Measure, optional
         ``confirm=K`` measures the K best candidates for real and ``ray=`` evaluates on Ray actors, as
-        :func:`place` takes them; its ``evaluator`` and ``map_all_to``, where not the defaults, must
-        equal the recorded ones.
+        :func:`place` takes them; its ``evaluator`` and ``map_all_to``, where set away from their
+        defaults, must equal the recorded ones (a field left at its default is not checked).
     progress : bool
         Show a progress bar.
     report : bool
         Draw ``report.html`` at the end, as :func:`place` does.
     **given
-        Any setting the run recorded (``strategy=``, ``seed=``, ``precision=``...): it must equal the
+        Any setting the run recorded (``strategy=``, ``seed=``, ``precision=``...), or ``step=Step(...)``
+        (its optimizer, lr and precision, where set away from their defaults): each must equal the
         recorded one.
 
     Returns
@@ -377,9 +378,16 @@ def resume(
     (96, 'search')
     """
     measure = grouped(measure, Measure, "measure")
-    for key in ("evaluator", "map_all_to"):  # the recorded ones hold: given again, they must agree
-        if getattr(measure, key) != getattr(Measure(), key):
-            given[key] = getattr(measure, key)
+    step = grouped(given.pop("step", None), Step, "step")
+    if step.inputs is not None or step.loss_fn is not None or step.targets is not None:
+        raise PostplaceError(
+            "resume: a module's inputs, loss_fn and targets are the run's; pass step= with its "
+            "optimizer, lr or precision only"
+        )
+    for group, keys in ((measure, ("evaluator", "map_all_to")), (step, ("optimizer", "lr", "precision"))):
+        for key in keys:  # the recorded ones hold: a field set away from its default must agree with them
+            if getattr(group, key) != getattr(type(group)(), key):
+                given[key] = getattr(group, key)
     check_moved("resume", {k: v for k, v in given.items() if k in ("confirm", "ray")})
     return with_report(
         resume_folder(Path(out), budget, graph, cluster, progress, measure.confirm, measure.ray, given), out, report
@@ -464,7 +472,7 @@ def compare(
     from postplace.comparison import PLAN_NAMES, parse_strategies
     from postplace.comparison import compare as run_compare
 
-    check_moved("compare", moved)
+    check_moved("compare", moved, groups=("step",))
     step = grouped(step, Step, "step")
     if step.inputs is not None or step.loss_fn is not None or step.targets is not None:
         raise PostplaceError(

@@ -101,11 +101,16 @@ def grouped(value, cls, name: str):
     return value
 
 
-def check_moved(call: str, given: dict) -> None:
-    """Refuse, in one line, a keyword of a group passed loose (``inputs=`` for ``step=Step(inputs=...)``)."""
+def check_moved(call: str, given: dict, groups: tuple[str, ...] = ("step", "measure")) -> None:
+    """Refuse, in one line, a keyword of a group passed loose (``inputs=`` for ``step=Step(inputs=...)``);
+    ``groups``: those ``call`` takes (a field of another group does not apply to it)."""
     for key in given:
         group = MOVED.get(key)
         if group is None:
             raise PostplaceError(f"{call}() got an unknown argument '{key}'; see help(postplace.{call})")
         cls = "Step" if group == "step" else "Measure"
+        if group not in groups:
+            raise PostplaceError(
+                f"{call}({key}=...): {cls}'s fields do not apply to {call}; see help(postplace.{call})"
+            )
         raise PostplaceError(f"{call}({key}=...): {key} is part of {group}=; pass {group}=postplace.{cls}({key}=...)")

@@ -1,6 +1,6 @@
 """The micro-batch counts a run weighs (DESIGN.md section 4c) and how its budget is shared among them.
 
-When the target can be traced again (a zoo model, a module with ``targets=``), ``place`` traces the
+When the target can be traced again (a zoo model, a module with ``Step(targets=...)``), ``place`` traces the
 step as m micro-batches for every m of :func:`microbatch_counts` (1, 2, 4... dividing the batch, up to
 the number of GPUs or 8, whichever is larger, or further to the count where one micro-batch fits);
 :mod:`postplace.api.run` weighs the same candidates at every m and answers with the fastest of all.

@@ -326,7 +326,8 @@ def _warn_captured(graph: OpGraph, label: str) -> None:
         warnings.warn(
             f"{label}: the traced step reads {len(consts)} tensor(s) captured at trace time ({consts[0]}...), "
             "e.g. targets the loss_fn closed over; every run of the placed step uses these same values. "
-            "Give the labels as targets=(y,) with a loss_fn(outputs, y) to pass new ones each step",
+            "Give the labels as targets (place: step=Step(targets=(y,)); trace: targets=(y,)) with a "
+            "loss_fn(outputs, y) to pass new ones each step",
             CapturedTensorWarning,
             stacklevel=3,
         )

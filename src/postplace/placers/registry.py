@@ -71,7 +71,8 @@ def register(name: str, placer: Placer) -> Placer:
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a placer's name must be a non-empty string, not {name!r}")
-    if name in REGISTRY:
+    old = REGISTRY.get(name)
+    if old is not None and (old.fn.__module__, old.fn.__qualname__) != (placer.fn.__module__, placer.fn.__qualname__):
         raise ValueError(
             f"placer '{name}' is registered twice ({REGISTRY[name].fn.__module__}."
             f"{REGISTRY[name].fn.__qualname__} and {placer.fn.__module__}.{placer.fn.__qualname__}); "

@@ -80,16 +80,16 @@ def edited_error(path: Path, run_dir: Path, what: str) -> PostplaceError:
 
 def check_summary(s, run_dir: Path) -> dict:
     """``summary.json`` of a ``place`` folder as the report reads it: a JSON object whose strategy is text,
-        whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
-        seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
-        naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
-        figures; a negative one was drawn as if it were a time). It must name what was returned, its step time
+    whose step times (bars, reference lines, the search's start, the candidates) are null or a number of
+    seconds from 0 to :data:`MAX_STEP_S`, and whose wall time is one. Anything else is one error line
+    naming the field (a value of the wrong type was an internal error; a NaN or a 1e308 one broke the
+    figures; a negative one was drawn as if it were a time). It must name what was returned, its step time
     and the cluster (every place run records them); other keys it leaves out stay "not recorded".
 
-        Raises
-        ------
-        PostplaceError
-            Naming the file and the field, saying the folder was edited or damaged and how to write it again.
+    Raises
+    ------
+    PostplaceError
+        Naming the file and the field, saying the folder was edited or damaged and how to write it again.
     """
     path = run_dir / "summary.json"
     if not isinstance(s, dict):

@@ -55,10 +55,15 @@ from postplace.search.reinforce import ReinforceStrategy as ReinforceStrategy
 from postplace.search.runner import Budget, SearchResult, run
 from postplace.search.strategy import SearchSpace, Strategy, scores
 
-ON_LAYERS = on_layers_names()
-"""Strategies written for units that act, on a micro-batched step, on Post's layers and stripes
-(:mod:`postplace.search.on_layers`), so a comparison differs only in the learning rule (those registered
-with ``on_layers=True``). The hierarchical planner keeps its own grouper."""
+
+def __getattr__(name: str):
+    """``ON_LAYERS``: the strategies written for units that act, on a micro-batched step, on Post's layers and
+    stripes (:mod:`postplace.search.on_layers`), so a comparison differs only in the learning rule (those
+    registered with ``on_layers=True``; the hierarchical planner keeps its own grouper). Read when asked, so a
+    strategy registered after import is in it."""
+    if name == "ON_LAYERS":
+        return on_layers_names()
+    raise AttributeError(f"module 'postplace.search' has no attribute '{name}'")
 
 
 def make_strategy(name: str, space: SearchSpace, *, seed: int = 0, config=None) -> Strategy:

@@ -37,6 +37,10 @@ def _taken(name: str, what: str) -> None:
         raise ValueError(f"'{name}' is already registered as a {kind}; give the new {what} another name")
 
 
+def _where(fn: Callable) -> tuple[str, str]:
+    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", "")
+
+
 def _reorder(table: dict) -> None:
     ordered = sorted(table.items(), key=lambda item: _RANKS[item[0]])  # stable: equal ranks as registered
     table.clear()
@@ -77,7 +81,9 @@ def register_strategy(name: str, *, config: Callable, rank: float = math.inf, on
     """
 
     def add(make: Callable) -> Callable:
-        _taken(name, "strategy")
+        old = STRATEGIES.get(name)
+        if old is None or name in VARIANTS or _where(old) != _where(make):  # its own module again: a reload
+            _taken(name, "strategy")
         if not callable(config):
             raise ValueError(f"strategy '{name}': config must be callable (it makes the default config)")
         _RANKS[name] = (0, rank)
@@ -118,7 +124,8 @@ def register_variant(name: str, base: str, *, rank: float = math.inf, **changes)
     >>> VARIANTS["reinforce-probe"], config_class("reinforce-probe")[1].init
     (('reinforce', {'init': 'probe', 'use_local': False}), 'probe')
     """
-    _taken(name, "named start")
+    if VARIANTS.get(name) != (base, dict(changes)):  # the same start again (its module reloaded): kept
+        _taken(name, "named start")
     if base not in CONFIGS:
         raise ValueError(f"named start '{name}': its strategy '{base}' is not registered (register it first)")
     _RANKS[name] = (1, rank)

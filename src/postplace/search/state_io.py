@@ -93,11 +93,34 @@ def settings_checksum(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+VOLATILE_METADATA = ("trace_seconds",)
+"""Graph metadata that differs between two traces of one step (how long tracing took): not hashed."""
+
+
 def fingerprint(obj) -> str:
-    """A short hash of an OpGraph or a Cluster: what a finished run may be reused for, or resumed with."""
+    """A short hash of an OpGraph or a Cluster: what a finished run may be reused for, or resumed with. A
+    graph traced again hashes alike (:data:`VOLATILE_METADATA` left out)."""
+    data = _data(obj)
+    meta = data.get("metadata") if hasattr(obj, "to_dict") else None
+    if isinstance(meta, dict):
+        data = {**data, "metadata": {k: v for k, v in meta.items() if k not in VOLATILE_METADATA}}
+    return _hash(data)
+
+
+def fingerprints(obj) -> set[str]:
+    """The fingerprints a run folder may record for ``obj``: :func:`fingerprint`, and the one folders
+    written before it left the trace time out recorded (whole metadata), so those still resume where
+    the graph is the very one they traced (a cached graph)."""
+    return {fingerprint(obj), _hash(_data(obj))}
+
+
+def _data(obj):
     import dataclasses
 
-    data = obj.to_dict() if hasattr(obj, "to_dict") else _without_none(dataclasses.asdict(obj))
+    return obj.to_dict() if hasattr(obj, "to_dict") else _without_none(dataclasses.asdict(obj))
+
+
+def _hash(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -293,6 +293,7 @@ def run_folder_cases(rng: random.Random, n: int) -> Iterator[Case]:
     """``n`` copies of a real run folder with one file corrupted (the benchmark applies the corruption
     to the real bytes), resumed: a corrupted state file may or may not still hold a state."""
     for _ in range(n):
+        # a glob names the array file, whose name holds a checksum
         target = rng.choice(
             ["checkpoint.json", "checkpoint-*.npz", "run.json", "history.jsonl", "summary.json", "placement.json"]
         )
