@@ -208,25 +208,30 @@ class _Channel:
         self.seconds += time.perf_counter() - t0
         self.sent += m.nbytes
 
-    def all_reduce(self, index: int, value: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The tensors of one bucket summed over every rank (collective ``index`` of the step: one flat
-        buffer, DDP's bucket), counted as bytes sent and received once each (the payload: a ring moves
-        ``2 (k - 1) / k`` of it each way)."""
+    def _collective(self, verb: str, index: int, call: Callable[[], object]) -> None:
+        """Run collective ``index`` (``call``), timed and counted as its payload sent and received once each;
+        a failure is one line naming the rank, the step and the collective."""
         c = self.plan.collectives[index]
-        parts = list(value)
-        t = torch.cat([x.reshape(-1) for x in parts]) if len(parts) > 1 else parts[0].contiguous().reshape(-1)
         t0 = time.perf_counter()
         try:
-            self.dist.all_reduce(t)
+            call()
         except Exception as exc:  # noqa: BLE001 - as in send
             raise _PeerError(
-                f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-reduce of '{c.value}' "
+                f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: {verb} of '{c.value}' "
                 f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
                 f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}"
             ) from None
         self.seconds += time.perf_counter() - t0
         self.sent += c.nbytes
         self.received += c.nbytes
+
+    def all_reduce(self, index: int, value: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors of one bucket summed over every rank (collective ``index`` of the step: one flat
+        buffer, DDP's bucket), counted as bytes sent and received once each (the payload: a ring moves
+        ``2 (k - 1) / k`` of it each way)."""
+        parts = list(value)
+        t = torch.cat([x.reshape(-1) for x in parts]) if len(parts) > 1 else parts[0].contiguous().reshape(-1)
+        self._collective("all-reduce", index, lambda: self.dist.all_reduce(t))
         return [piece.view(x.shape) for piece, x in zip(t.split([x.numel() for x in parts]), parts, strict=True)]
 
     def all_gather(self, index: int, mine: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -242,18 +247,7 @@ class _Channel:
             own = torch.cat([x.reshape(-1) for x in mine])
             flat[: own.numel()] = own
         parts = [torch.empty_like(flat) for _ in range(self.plan.world_size)]
-        t0 = time.perf_counter()
-        try:
-            self.dist.all_gather(parts, flat)
-        except Exception as exc:  # noqa: BLE001 - as in send
-            raise _PeerError(
-                f"{self.plan.rank_name(self.rank)}, step {self.step[0] + 1}: all-gather of '{c.value}' "
-                f"({c.nbytes:,} bytes; collective {index + 1} of {len(self.plan.collectives)}) failed "
-                f"after {time.perf_counter() - t0:.1f} s: {_short(exc)}"
-            ) from None
-        self.seconds += time.perf_counter() - t0
-        self.sent += c.nbytes
-        self.received += c.nbytes
+        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat))
         offset = [0] * self.plan.world_size
         out = []
         for n, o, shape in zip(sizes, c.owners, c.shapes, strict=True):

@@ -16,6 +16,7 @@ import math
 import random
 from collections.abc import Iterator
 
+from postplace.testing.fuzz_flags import PLACE_G
 from postplace.testing.fuzz_inputs import (
     BIG,
     CLUSTER,
@@ -139,20 +140,7 @@ def config_cases(rng: random.Random, n: int) -> Iterator[Case]:
     from postplace.search.ranges import field_range
 
     good = {GRAPH: json.dumps(base_graph().to_dict()).encode(), CLUSTER: base_cluster_toml().encode()}
-    base = [
-        "place",
-        GRAPH,
-        "--cluster",
-        CLUSTER,
-        "--budget",
-        "16",
-        "--groups",
-        "none",
-        "--out",
-        "out",
-        "--json",
-        "--no-report",
-    ]
+    base = list(PLACE_G)
     fixed = [
         (["--set", s], must)
         for s, must in (
