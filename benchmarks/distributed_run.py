@@ -15,7 +15,7 @@ time and bytes on the plan's cluster. With gloo the ranks are CPU processes stan
 
 ``--plan ddp`` (or ``zero1``) launches that plan instead (:func:`postplace.runtime.launcher.launch_plan`: one
 process per replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each
-rank's collective payload (all-reduced gradients; for zero1 also all-gathered parameters), "sim sent B" the
+rank's collective payload (all-reduced or, zero2, reduce-scattered gradients; ZeRO also all-gathered parameters), "sim sent B" the
 simulated plan's, "sim ms" the simulated plan's step.
 """
 
@@ -116,7 +116,9 @@ def ddp_rows(name, traced, cluster, args) -> None:
     plan = f"{args.plan}:m={args.microbatches},dp={args.stages}"
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]
     sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
-    sim_sent = int(sum(c.nbytes for c in sim.graph.collectives if c.kind in ("all_reduce", "all_gather")))
+    sim_sent = int(
+        sum(c.nbytes for c in sim.graph.collectives if c.kind in ("all_reduce", "reduce_scatter", "all_gather"))
+    )
     t0 = time.perf_counter()
     result = launch_plan(
         traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend, threads=args.threads

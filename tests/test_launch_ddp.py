@@ -6,6 +6,8 @@ order), and each rank moving the bytes the simulated plan's collectives hold."""
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 import torch
@@ -72,10 +74,10 @@ def test_each_replica_runs_its_own_micro_batches():
 
 
 def test_plans_launch_does_not_run_are_one_line():
-    with pytest.raises(PostplaceError, match="runs plain ddp and zero1 plans") as e:
+    with pytest.raises(PostplaceError, match="runs plain ddp, zero1 and zero2 plans") as e:
         launch_plan(mlp_step(4), "fsdp:m=4", K80X4)
-    with pytest.raises(PostplaceError, match="runs plain ddp and zero1 plans"):
-        launch_plan(mlp_step(4), "zero2:m=4", K80X4)
+    with pytest.raises(PostplaceError, match="runs plain ddp, zero1 and zero2 plans"):
+        launch_plan(mlp_step(4), "zero2+recompute:m=4", K80X4)
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="traced as 4"):
         launch_plan(mlp_step(4), "ddp:m=8", K80X4)
@@ -83,7 +85,7 @@ def test_plans_launch_does_not_run_are_one_line():
         ddp_plan(mlp_step(4), [1, 2, 3], K80X4.device_names)
 
 
-@pytest.mark.parametrize("plan", ["ddp:m=2,dp=2", "zero1:m=2,dp=2"])
+@pytest.mark.parametrize("plan", ["ddp:m=2,dp=2", "zero1:m=2,dp=2", "zero2:m=2,dp=2"])
 def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     """A run folder whose returned plan is ``ddp:m=2,dp=2`` (GPT-2 small on two K80s): ``postplace launch``
     runs it as two processes, the losses those of the one-process step, the bytes the simulated plan's."""
@@ -139,16 +141,18 @@ def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str, zero: boo
             opt.step()
         if rank == 0:
             torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, out)
+        dist.barrier()  # no rank leaves while a peer's last collective is in flight
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("plan", ["ddp", "zero1"])
+@pytest.mark.parametrize("plan", ["ddp", "zero1", "zero2"])
 def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     """The same model, batches and AdamW under ``torch.nn.parallel.DistributedDataParallel`` (2 gloo
-    processes, each its half of every batch; for ``zero1`` with torch's ``ZeroRedundancyOptimizer``, which
-    splits the parameters among the ranks its own way): the parameters after 3 steps agree within fp32
-    rounding."""
+    processes, each its half of every batch; for ``zero1`` and ``zero2`` with torch's
+    ``ZeroRedundancyOptimizer``, which splits the parameters among the ranks its own way and reduces the
+    gradients as DDP does: the sums are the same, in another order): the parameters after 3 steps agree
+    within fp32 rounding."""
     import socket
 
     import torch.multiprocessing as mp
@@ -160,7 +164,7 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_torch_ddp_rank, args=(2, port, steps, str(tmp_path / "ddp.pt"), plan == "zero1"), nprocs=2, join=True)
+    mp.spawn(_torch_ddp_rank, args=(2, port, steps, str(tmp_path / "ddp.pt"), plan != "ddp"), nprocs=2, join=True)
     theirs = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert list(theirs) == list(ours.parameters)
     gap = max(float((ours.parameters[n] - p).abs().max()) for n, p in theirs.items())
@@ -169,29 +173,38 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     assert moved > 1e-3  # 3 AdamW steps at lr 1e-3 moved the weights well beyond the tolerance
 
 
-def test_zero1_trains_as_one_process_does_and_moves_the_simulated_bytes():
-    """Four replicas, four parameters owned unevenly (the first weight on rank 0, the rest cut by size):
-    the losses and parameters of 3 AdamW steps are the one-process step's within fp32 rounding, and each
-    rank all-reduces the gradients and all-gathers the parameters, the simulated zero1 plan's payloads."""
-    res = launch_plan(mlp_step(4), "zero1:m=4,dp=4", K80X4, steps=3, batches=RandomBatches(0), seed=0)
+@pytest.mark.parametrize(("level", "replicas"), [("zero1", 4), ("zero2", 2)])
+def test_zero_trains_as_one_process_does_and_moves_the_simulated_bytes(level, replicas):
+    """Four parameters owned unevenly (the first weight on rank 0, the rest cut by size): the losses and
+    parameters of 3 AdamW steps are the one-process step's within fp32 rounding, and each rank moves the
+    simulated plan's payloads: zero1 all-reduces the gradients once, zero2 reduce-scatters each of its 2
+    micro-batches' gradients to their owners; both then all-gather the parameters."""
+    res = launch_plan(mlp_step(4), f"{level}:m=4,dp={replicas}", K80X4, steps=3, batches=RandomBatches(0), seed=0)
     losses, params = one_process(mlp_step(4), 3)
     assert res.losses == pytest.approx(losses, rel=1e-6)
     for name, p in params.items():
         torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)
-    planned = data_parallel(mlp_step(4).graph, 4, "zero1")
-    payload = {c.kind: c.nbytes for c in planned.graph.collectives}
-    grads = (16 * 32 + 32 + 32 * 4 + 4) * 4
-    assert payload == {"all_reduce": grads, "all_gather": grads}  # fp32 parameters, as many bytes as gradients
-    assert all(b == 2 * grads for b in res.bytes_sent.values())
+    planned = data_parallel(mlp_step(4).graph, replicas, level)
+    payload = sorted((c.kind, c.nbytes) for c in planned.graph.collectives)
+    grads = (16 * 32 + 32 + 32 * 4 + 4) * 4  # fp32 parameters: as many bytes as their gradients
+    if level == "zero1":
+        assert payload == [("all_gather", grads), ("all_reduce", grads)]
+    else:
+        assert payload == [("all_gather", grads), ("reduce_scatter", grads), ("reduce_scatter", grads)]
+    assert all(b == sum(n for _, n in payload) for b in res.bytes_sent.values())
+    kinds = [c.kind for c in res.plan.collectives]  # in the order every rank calls them
+    assert kinds == (["all_reduce", "all_gather"] if level == "zero1" else ["reduce_scatter"] * 2 + ["all_gather"])
 
 
-def test_zero1_ranks_hold_and_update_only_the_parameters_they_own():
+@pytest.mark.parametrize("level", ["zero1", "zero2"])
+def test_zero_ranks_hold_and_update_only_the_parameters_they_own(level):
     """Each rank's program takes every parameter but only its own parameters' optimizer state (AdamW's two
-    moments and step), runs only their update, and all-gathers from the owners the simulator names."""
+    moments and step), runs only their update, and all-gathers from the owners the simulator names; under
+    zero2 it sums only its own parameters' gradients (the reduce-scattered ones), none of the others'."""
     from postplace.plans.data_parallel import zero_owners
 
     traced = mlp_step(4)
-    plan = ddp_plan(traced, [1, 2], K80X4.device_names, level="zero1")
+    plan = ddp_plan(traced, [1, 2], K80X4.device_names, level=level)
     owners = zero_owners(traced.graph, 2)
     n_params = len(list(traced.model.parameters()))
     (gather,) = [c for c in plan.collectives if c.kind == "all_gather"]
@@ -203,5 +216,11 @@ def test_zero1_ranks_hold_and_update_only_the_parameters_they_own():
         assert held == list(range(n_params)) + state
         updates = [n for n in prog.gm.graph.nodes if n.op == "call_function" and "addcdiv" in str(n.target)]
         assert len(updates) == len(mine)  # AdamW's one addcdiv_ per parameter, for the owned ones only
+        sums = [n for n in prog.gm.graph.nodes if n.name.startswith("acc")]
+        adds = [n for n in prog.gm.graph.nodes if n.op == "call_function" and n.target is operator.add]
+        if level == "zero1":
+            assert sums  # the replica sums its two micro-batches' gradients of every parameter, then all-reduces
+        else:
+            assert not sums and len(adds) == len(mine)  # one sum of two reduced micro-batches per own parameter
     ddp = ddp_plan(traced, [1, 2], K80X4.device_names)
     assert all(prog.inputs[: ddp.n_persistent] == tuple(range(ddp.n_persistent)) for prog in ddp.programs)  # all

@@ -25,6 +25,10 @@ parameters (:func:`postplace.plans.data_parallel.zero_owners`, the simulated pla
 the flat parameters into k ranges), holds their optimizer state alone (the others' state placeholders are
 not in its program), runs their update alone (the update ops of a parameter share its colocation set), and
 after the update each bucket's parameters are all-gathered from their owners into every rank's copy.
+``zero2`` shards the gradients too, as the simulated plan does: each of the replica's micro-batches'
+gradients is reduce-scattered per bucket as soon as that micro-batch's backward has made them (the sums of
+every replica landing on their owners; a padded ``reduce_scatter_tensor``, since owners hold unequal
+shares), and each owner adds its micro-batches' sums; no rank sums another's gradients.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from postplace.runtime.ranks import (
     ALL_REDUCE,
     GATHER,
     REDUCE,
+    REDUCE_SCATTER,
+    SCATTER,
     Collective,
     RankComm,
     RankPlan,
@@ -69,16 +75,18 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         Every logical device's name.
     bucket_bytes : float
         DDP's bucket size (``bucket_cap_mb``): gradients all-reduced together, one flat buffer each.
-    level : {"ddp", "zero1"}
+    level : {"ddp", "zero1", "zero2"}
         ``zero1``: each rank holds the optimizer state of the parameters it owns
         (:func:`postplace.plans.data_parallel.zero_owners`, the simulated plan's owners) and runs only
         their update; after the update each bucket's parameters are all-gathered from their owners.
+        ``zero2``: also each micro-batch's gradients reduce-scattered to their owners, summed there.
 
     Returns
     -------
     RankPlan
-        With no messages, one all-reduce per bucket of gradients (``collectives``; for ``zero1`` then one
-        all-gather per bucket of parameters) and ``partial_loss``.
+        With no messages, its ``collectives`` (one all-reduce per bucket of gradients; ``zero2``: one
+        reduce-scatter per bucket and micro-batch instead; ZeRO then one all-gather per bucket of
+        parameters) and ``partial_loss``.
 
     Raises
     ------
@@ -97,40 +105,37 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
             "ddp launch: the step's batch norms update running statistics shared by every micro-"
             "batch, which each replica would keep apart; launch a model without them"
         )
-    if level not in ("ddp", "zero1"):
-        raise PostplaceError(f"launch runs ddp and zero1 replicas, not '{level}'")
+    if level not in ("ddp", "zero1", "zero2"):
+        raise PostplaceError(f"launch runs ddp, zero1 and zero2 replicas, not '{level}'")
     owners = None
-    if level == "zero1":
+    if level != "ddp":
         from postplace.plans.data_parallel import zero_owners
 
         owners = zero_owners(traced.graph, k)
     placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    programs, reduced, gathered = [], None, None
+    programs, calls = [], None
     for r in range(k):
-        gm, order, gathers = _replica(traced, r, m // k, bucket_bytes, owners)
-        if reduced is None:
-            reduced, gathered = order, gathers
-        elif order != reduced or gathers != gathered:  # the same graph cut the same way: never; checked because
-            raise AssertionError("ddp replicas call their collectives in different orders")  # a mismatch would hang
+        gm, mine = _replica(traced, r, m // k, bucket_bytes, owners, sharded_grads=level == "zero2")
+        if calls is None:
+            calls = mine
+        elif mine != calls:  # the same graph cut the same way: never; checked because a mismatch would hang
+            raise AssertionError("ddp replicas call their collectives in different orders")
         kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
         programs.append(
             RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
         )
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
     collectives = tuple(
-        Collective(j, "all_reduce", "+".join(names), (sum(vals[x].numel() for x in names),), vals[names[0]].dtype)
-        for j, names in enumerate(reduced)
-    ) + tuple(
         Collective(
-            len(reduced) + j,
-            ALL_GATHER,
-            "+".join(names),
+            j,
+            kind,
+            "+".join(names) + tag,
             (sum(vals[x].numel() for x in names),),
             vals[names[0]].dtype,
             owners=tuple(who),
-            shapes=tuple(tuple(vals[x].shape) for x in names),
+            shapes=tuple(tuple(vals[x].shape) for x in names) if who else (),
         )
-        for j, (names, who) in enumerate(gathered)
+        for j, (kind, names, tag, who) in enumerate(calls)
     )
     n_persistent = len(placeholders) - len(traced.inputs)  # the batch's placeholders come last
     return RankPlan(
@@ -144,10 +149,13 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
     )
 
 
-def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | None = None):
-    """Replica r's GraphModule, the values it all-reduces (buckets of gradient node names, in order) and,
-    with ZeRO-1's ``owners`` (parameter op -> rank), the parameters it all-gathers: ``[(names, owner
-    ranks)]`` per bucket. Every placeholder is kept but the optimizer state of parameters r does not own."""
+def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | None = None, *, sharded_grads=False):
+    """Replica r's GraphModule and its collective calls in order: ``(kind, value names, tag, owner ranks)``
+    (the names of the gradients or parameters they carry; ``tag``: the local micro-batch of a per-micro-batch
+    reduce-scatter). With ZeRO's ``owners`` (parameter op -> rank) the update runs for r's own parameters
+    only, then each bucket's parameters are all-gathered; with ``sharded_grads`` (ZeRO-2) each micro-batch's
+    gradients are reduce-scattered to their owners instead of all-reduced once. Every placeholder is kept
+    but the optimizer state of parameters r does not own, and other replicas' micro-batches."""
     src = traced.gm.graph
     m = traced.microbatches
     first, last = r * b, r * b + b - 1
@@ -155,9 +163,8 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
     op_of = traced.op_of_node
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
-    reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-    order: list[tuple[str, ...]] = []
-    comm = REDUCE
+    reduced: dict[torch.fx.Node, torch.fx.Node] = {}  # a final gradient sum -> what the update reads instead
+    calls: list[tuple[str, tuple[str, ...], str, tuple[int, ...]]] = []
 
     def updating(n) -> bool:
         op = op_of.get(n.name, -1)
@@ -168,7 +175,8 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         for n in src.nodes
         if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
     ]
-    param_node, param_of_coloc = {}, {}  # ZeRO-1: parameter op -> its placeholder; colocation set -> parameter op
+    buckets = _buckets(finals, bucket_bytes)
+    param_node, param_of_coloc = {}, {}  # ZeRO: parameter op -> its placeholder; colocation set -> parameter op
     if owners is not None:
         n_params = sum(1 for _ in traced.model.parameters())
         for n in list(src.nodes)[:n_params]:
@@ -180,48 +188,61 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         op = op_of.get(n.name, -1)
         return param_of_coloc.get(int(traced.graph.colocation[op])) if op >= 0 else None
 
-    skipped: set[torch.fx.Node] = set()  # ZeRO-1: the updates of parameters another rank owns, and what reads them
+    def params_of(final: torch.fx.Node) -> list[int]:
+        """The parameters a final gradient sum updates (a tied weight's one)."""
+        found = []
+        for u in final.users:
+            p = param_of(u) if updating(u) else None
+            if p is not None and p not in found:
+                found.append(p)
+        return found
+
+    skipped: set[torch.fx.Node] = set()  # ZeRO: the updates of parameters another rank owns, and what reads them
 
     def reduce_all() -> None:
         """Every gradient, in buckets of ``bucket_bytes`` in the order they become final, one all-reduce each."""
-        buckets: list[list[torch.fx.Node]] = []
-        size = 0.0
-        for x in finals:
-            val = x.meta["val"]
-            nbytes = val.numel() * val.element_size()
-            if not buckets or size + nbytes > bucket_bytes or buckets[-1][0].meta["val"].dtype != val.dtype:
-                buckets.append([])
-                size = 0.0
-            buckets[-1].append(x)
-            size += nbytes
         for bucket in buckets:
-            out = g.call_module(comm, (len(order), [env[x] for x in bucket]))
+            out = g.call_module(REDUCE, (len(calls), [env[x] for x in bucket]))
             for i, x in enumerate(bucket):
                 reduced[x] = g.call_function(operator.getitem, (out, i))
-            order.append(tuple(x.name for x in bucket))
+            calls.append((ALL_REDUCE, tuple(x.name for x in bucket), "", ()))
 
-    gathers: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+    # ZeRO-2: each micro-batch's own gradient of each final sum, and which (micro-batch, bucket) it completes
+    grad_chain: set[torch.fx.Node] = set()
+    waiting: dict[tuple[int, int], set[torch.fx.Node]] = {}
+    completes: dict[torch.fx.Node, tuple[int, int]] = {}
+    per_mb: dict[torch.fx.Node, dict[int, torch.fx.Node]] = {}
+    if sharded_grads:
+        for bi, bucket in enumerate(buckets):
+            for x in bucket:
+                per_mb[x] = _micro_batch_grads(x, grad_chain)
+                for k in range(first, last + 1):
+                    waiting.setdefault((k, bi), set()).add(per_mb[x][k])
+                    completes[per_mb[x][k]] = (k, bi)
 
-    def gather_all() -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-        """ZeRO-1: each bucket's parameters from their owners, after every update, copied into the others'."""
-        done = []
-        for j, names in enumerate(order):
-            params = []
-            for x in names:
-                for u in node_of[x].users:
-                    p = param_of(u) if updating(u) else None
-                    if p is not None and p not in params:
-                        params.append(p)
+    def reduce_scatter(k: int, bi: int) -> None:
+        """Micro-batch k's gradients of bucket ``bi`` summed over the replicas onto their owners; each owner
+        adds them to its running sums."""
+        bucket = buckets[bi]
+        who = tuple(owners[params_of(x)[0]] for x in bucket)
+        out = g.call_module(SCATTER, (len(calls), [env[per_mb[x][k]] for x in bucket]))
+        mine = [x for x, o in zip(bucket, who, strict=True) if o == r]
+        for i, x in enumerate(mine):
+            part = g.call_function(operator.getitem, (out, i))
+            reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
+        calls.append((REDUCE_SCATTER, tuple(x.name for x in bucket), f"@mb{k - first}", who))
+
+    def gather_all() -> None:
+        """ZeRO: each bucket's parameters from their owners, after every update, copied into the others'."""
+        for bucket in buckets:
+            params = list(dict.fromkeys(p for x in bucket for p in params_of(x)))
             who = tuple(owners[p] for p in params)
             mine = [env[param_node[p]] for p in params if owners[p] == r]
-            out = g.call_module(GATHER, (len(order) + j, mine))
+            out = g.call_module(GATHER, (len(calls), mine))
             for i, p in enumerate(params):
                 if owners[p] != r:
                     g.call_method("copy_", (env[param_node[p]], g.call_function(operator.getitem, (out, i))))
-            done.append((tuple(param_node[p].name for p in params), who))
-        return done
-
-    node_of = {n.name: n for n in src.nodes}
+            calls.append((ALL_GATHER, tuple(param_node[p].name for p in params), "", who))
 
     def value(x: torch.fx.Node, into_update: bool) -> torch.fx.Node:
         if into_update and x in reduced:
@@ -239,11 +260,13 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
             continue
         if n.op == "output":
             if owners is not None:
-                gathers = gather_all()
+                gather_all()
             g.output(torch.fx.map_arg(n.args[0], lambda x: value(x, False)))
             continue
         j = _MICROBATCH.match(n.name)
         if j and not first <= int(j.group(1)) <= last:
+            continue
+        if n in grad_chain:  # ZeRO-2: the owner sums the reduced micro-batch gradients itself
             continue
         c = _CHAIN.match(n.name)
         if c:
@@ -260,7 +283,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
                 env[n] = env[prev]
                 continue
         into = updating(n)
-        if into and finals and not reduced:  # the backward is done: every gradient's all-reduce, in buckets
+        if into and finals and not reduced and not sharded_grads:  # the backward is done: the all-reduces
             reduce_all()
         if owners is not None and (
             (into and owners.get(param_of(n), r) != r) or any(a in skipped for a in n.all_input_nodes)
@@ -268,23 +291,60 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
             skipped.add(n)
             continue
         env[n] = g.node_copy(n, lambda x, into=into: value(x, into))
+        if n in completes:
+            key = completes[n]
+            waiting[key].discard(n)
+            if not waiting[key]:
+                reduce_scatter(*key)
     root = torch.nn.Module()
     for n in g.nodes:
         if n.op == "get_attr":
             setattr(root, n.target, getattr(traced.gm, n.target))
-    root.add_module(comm, RankComm(ALL_REDUCE))
+    root.add_module(SCATTER if sharded_grads else REDUCE, RankComm(REDUCE_SCATTER if sharded_grads else ALL_REDUCE))
     if owners is not None:
         root.add_module(GATHER, RankComm(ALL_GATHER))
         for node in [x for x in g.nodes if x.op == "placeholder" and not x.users]:
             g.erase_node(node)  # the optimizer state of parameters another rank owns: never held here
-    return torch.fx.GraphModule(root, g), order, gathers
+    return torch.fx.GraphModule(root, g), calls
+
+
+def _buckets(finals: list[torch.fx.Node], bucket_bytes: float) -> list[list[torch.fx.Node]]:
+    """The final gradient sums in buckets of ``bucket_bytes`` (one dtype each), in the order they become final."""
+    buckets: list[list[torch.fx.Node]] = []
+    size = 0.0
+    for x in finals:
+        val = x.meta["val"]
+        nbytes = val.numel() * val.element_size()
+        if not buckets or size + nbytes > bucket_bytes or buckets[-1][0].meta["val"].dtype != val.dtype:
+            buckets.append([])
+            size = 0.0
+        buckets[-1].append(x)
+        size += nbytes
+    return buckets
+
+
+def _micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.Node]:
+    """Micro-batch k's own gradient of the final sum ``final`` (``acc{m-1}_x``), for every k, walking its
+    chain ``acc{k}_x = acc{k-1}_x + mb{k}_x`` down to micro-batch 0's value; the chain's sums go into ``chain``."""
+    out = {}
+    n = final
+    while (c := _CHAIN.match(n.name)) and c.group(1):
+        k = int(c.group(1))
+        chain.add(n)
+        nodes = [a for a in n.args if isinstance(a, torch.fx.Node)]
+        own = next(a for a in nodes if a.name.startswith(f"mb{k}_"))
+        out[k] = own
+        n = next(a for a in nodes if a is not own)
+    out[0] = n
+    return out
 
 
 def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp`` or ``zero1`` with no recomputation, no per-unit sharding, no tensor or pipeline parallelism."""
+    runs: ``ddp``, ``zero1`` or ``zero2`` with no recomputation, no per-unit sharding, no tensor or pipeline
+    parallelism."""
     return (
-        spec.level in ("ddp", "zero1")
+        spec.level in ("ddp", "zero1", "zero2")
         and not spec.recompute
         and spec.shard is None
         and not spec.pipeline

@@ -19,10 +19,11 @@ never sends fails within it (gloo notices a closed connection at once), a rank t
 the others' start within it, and the agent stops every rank as soon as one exits. Each failure becomes
 one line naming the rank, its device, the step and the message it waited for.
 
-Collectives: the ``ddp`` and ``zero1`` plans (:mod:`postplace.runtime.ddp`) all-reduce their gradients and
-(``zero1``) all-gather their parameters. Checkpoints: with ``checkpoint=DIR`` every rank writes its state after
-each step and ``resume=True`` starts from the last step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
-What is not here yet: the zero2/fsdp plans' steps,
+Collectives: the ``ddp``, ``zero1`` and ``zero2`` plans (:mod:`postplace.runtime.ddp`) all-reduce their
+gradients (``zero2``: reduce-scatter each micro-batch's to their owners) and (ZeRO) all-gather their
+parameters. Checkpoints: with ``checkpoint=DIR`` every rank writes its state after each step and
+``resume=True`` starts from the last step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
+What is not here yet: the fsdp plans' steps,
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -48,7 +49,7 @@ import numpy as np
 import torch
 
 from postplace.errors import PostplaceError
-from postplace.runtime.ranks import GATHER, RECV, REDUCE, SEND, RankPlan, incoming, outgoing, rank_plan
+from postplace.runtime.ranks import GATHER, RECV, REDUCE, SCATTER, SEND, RankPlan, incoming, outgoing, rank_plan
 
 __all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_plan", "launch_run", "run_rank"]
 
@@ -254,6 +255,27 @@ class _Channel:
             out.append(parts[o][offset[o] : offset[o] + n].view(shape))
             offset[o] += n
         return out
+
+    def reduce_scatter(self, index: int, values: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Collective ``index``'s tensors (every one, in its order) summed over every rank, each sum landing on
+        the rank that owns it: one flat buffer of one padded chunk per rank (its owned tensors), reduce-scattered;
+        returns this rank's sums in the collective's order. Counted as the payload sent and received once."""
+        c = self.plan.collectives[index]
+        sizes = [_numel_of(shape) for shape in c.shapes]
+        world = self.plan.world_size
+        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(world)]
+        width = max(share) if share else 0
+        flat = torch.zeros(world * width, dtype=c.dtype, device=self.device)
+        offset = [q * width for q in range(world)]
+        mine = []
+        for x, n, o in zip(values, sizes, c.owners, strict=True):
+            flat[offset[o] : offset[o] + n] = x.reshape(-1)
+            if o == self.rank:
+                mine.append((offset[o] - o * width, n, x.shape))
+            offset[o] += n
+        out = torch.empty(width, dtype=c.dtype, device=self.device)
+        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
+        return [out[a : a + n].view(shape) for a, n, shape in mine]
 
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
@@ -496,7 +518,7 @@ def _execute(
     args = [t.to(device) for t in args]
     step_no = [0]
     channel = _Channel(plan, rank, device, op_names, step_no)
-    for name in (SEND, RECV, REDUCE, GATHER):  # a program that sends or receives nothing has no such module
+    for name in (SEND, RECV, REDUCE, GATHER, SCATTER):  # a program that sends or receives nothing has no such module
         if hasattr(gm, name):
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
@@ -924,7 +946,7 @@ def run_folder(folder: str | Path) -> dict:
         if not launchable(p) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "plain ddp and zero1 plans so far (zero2, fsdp, recompute, tp, pp: simulated only)"
+                "plain ddp, zero1 and zero2 plans so far (fsdp, recompute, tp, pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -977,7 +999,7 @@ def launch_run(
     ------
     PostplaceError
         One line before any process starts: a missing folder or placement.json, a target that is not
-        a zoo model, a returned plan launch does not run (all but plain ddp and zero1), a placement naming
+        a zoo model, a returned plan launch does not run (all but plain ddp, zero1, zero2), a placement naming
         devices the run's cluster lacks; else as :func:`launch`.
     """
     from postplace.cluster import load_cluster
@@ -1014,7 +1036,9 @@ def launch_run(
 
         level = parse_plan(run["plan"]).level
         planned = data_parallel(traced.graph, result.plan.world_size, level)  # the simulated plan's collectives
-        payload = int(sum(c.nbytes for c in planned.graph.collectives if c.kind in ("all_reduce", "all_gather")))
+        payload = int(
+            sum(c.nbytes for c in planned.graph.collectives if c.kind in ("all_reduce", "reduce_scatter", "all_gather"))
+        )
         every = dict.fromkeys(range(result.plan.world_size), payload)
         return result, {"bytes_sent": every, "bytes_received": dict(every)}
     op_device = load_placement(run["placement"], traced.graph, cluster)
@@ -1064,8 +1088,8 @@ def launch_plan(
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
-    Only ``ddp`` and ``zero1`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas, default every
-    GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`) run so far; ``zero2``, ``fsdp``,
+    Only ``ddp``, ``zero1`` and ``zero2`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas,
+    default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`) run so far; ``fsdp``,
     recomputation, tensor parallelism and pipelines are refused in one line.
 
     Parameters
@@ -1095,7 +1119,7 @@ def launch_plan(
     spec = parse_plan(plan)
     if not launchable(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs plain ddp and zero1 plans (and op-level placements) so far; zero2, "
+            f"plan '{plan}': launch runs plain ddp, zero1 and zero2 plans (and op-level placements) so far; "
             "fsdp, recomputation, tensor and pipeline parallelism are simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:

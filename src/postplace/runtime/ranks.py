@@ -56,6 +56,11 @@ REDUCE = "postplace_all_reduce"
 """The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
 ALL_REDUCE = "all_reduce"
 """The kind of :class:`RankComm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
+SCATTER = "postplace_reduce_scatter"
+"""The submodule of a rank's GraphModule that calls a reduce-scatter: ``postplace_reduce_scatter(index, tensors)``."""
+REDUCE_SCATTER = "reduce_scatter"
+"""The kind of :class:`RankComm` that sums whole tensors over every rank onto their owners: ``(collective index,
+every tensor of the collective) -> the rank's own sums``, in the collective's order (ZeRO-2's gradients)."""
 GATHER = "postplace_all_gather"
 """The submodule of a rank's GraphModule that calls an all-gather: ``postplace_all_gather(index, tensors)``."""
 ALL_GATHER = "all_gather"
@@ -343,6 +348,8 @@ class RankComm(torch.nn.Module):
             return self.channel.all_reduce(index, value)
         if self.kind == ALL_GATHER:
             return self.channel.all_gather(index, value)
+        if self.kind == REDUCE_SCATTER:
+            return self.channel.reduce_scatter(index, value)
         return self.channel.recv(index)
 
 
