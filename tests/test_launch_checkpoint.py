@@ -73,7 +73,9 @@ def test_each_rank_keeps_its_last_two_steps_as_data(unbroken):
         f"rank{r}-step{k}.{ext}" for r in (0, 1) for k in (2, 3) for ext in ("json", "npz")
     ]
     record = json.loads((folder / "rank1-step3.json").read_text())
-    assert record["digest"] == result.plan.digest() and record["step"] == 3
+    tr, _ = step_and_placement()
+    assert record["key"] == rank_checkpoint.launch_key(result.plan, tr.graph, 3, RandomBatches(0))
+    assert record["step"] == 3
     held = [i for i in result.plan.programs[1].inputs if i < result.plan.n_persistent]
     assert [a["placeholder"] for a in record["arrays"]] == held  # its own state only
     with np.load(folder / "rank1-step3.npz", allow_pickle=False) as npz:
@@ -99,12 +101,18 @@ def test_a_rank_killed_in_step_three_resumes_from_step_two(unbroken, tmp_path):
     assert_same_state(rest, whole)
 
 
-def test_a_checkpoint_of_another_plan_is_one_line(unbroken, tmp_path):
+def test_another_launchs_checkpoint_or_nothing_left_to_run_is_one_line(unbroken, tmp_path):
+    """Another placement, another seed or a folder that already holds a launch are refused before any step:
+    a resume must continue the very launch that wrote the folder."""
     _, folder = unbroken
     tr, placement = step_and_placement()
     other = np.where(placement == 1, 2, 1)  # the same ops on the other GPU: another plan
-    with pytest.raises(PostplaceError, match="written by another plan") as e:
-        run(3, folder, resume=True, placement=other)
+    with pytest.raises(PostplaceError, match="written by another launch") as e:
+        run(4, folder, resume=True, placement=other)
     assert "\n" not in str(e.value)
-    with pytest.raises(PostplaceError, match="past --steps 2"):
-        run(2, folder, resume=True)
+    with pytest.raises(PostplaceError, match="written by another launch"):
+        run(4, folder, resume=True, batches=RandomBatches(5))  # another batch stream
+    with pytest.raises(PostplaceError, match="nothing is left to run"):
+        run(3, folder, resume=True)
+    with pytest.raises(PostplaceError, match="holds a launch's checkpoints; pass --resume"):
+        run(1, folder)  # a fresh launch would leave its step 1 beside the old steps 2 and 3

@@ -476,7 +476,7 @@ def cmd_launch(
     plan = result.plan
     lines = [
         f"{folder}: {plan.world_size} processes by torch's elastic launcher, {len(plan.messages)} messages"
-        + (f" and {len(plan.collectives)} all-reduces" if plan.collectives else "")
+        + (f" and {len(plan.collectives)} collectives" if plan.collectives else "")
         + " per step",
         f"measured on {where}; torch {torch.__version__}, "
         f"{threads if threads is not None else torch.get_num_threads()} CPU thread(s) per rank",

@@ -292,6 +292,20 @@ class _Channel:
         return t
 
 
+def resume_step(folder: Path, plan: RankPlan, steps: int) -> int:
+    """The step a resumed launch starts after: the last every rank of ``plan`` recorded in ``folder``; one
+    line when none is left to run."""
+    from postplace.runtime import rank_checkpoint
+
+    start = rank_checkpoint.common_step(folder, plan.world_size)
+    if start >= steps:
+        raise PostplaceError(
+            f"--checkpoint {folder} holds step {start} of every rank and --steps is {steps}: nothing is left to "
+            "run; give more --steps"
+        )
+    return start
+
+
 def _ckpt(folder) -> Path | None:
     """A checkpoint folder as given (None: no checkpoints), refused in one line where it is a file."""
     if folder is None:
@@ -457,8 +471,25 @@ def run_rank(
         device = _rank_device(backend, plan, rank)
         args, owned = _rank_state(traced, plan, rank)
         op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
+        from postplace.runtime.rank_checkpoint import launch_key
+
+        key = launch_key(plan, traced.graph, seed, batches)
         return _execute(
-            plan, rank, device, args, owned, traced, batches, steps, seed, op_names, None, _ckpt(checkpoint), resume
+            plan,
+            rank,
+            device,
+            args,
+            owned,
+            traced,
+            batches,
+            steps,
+            seed,
+            op_names,
+            None,
+            _ckpt(checkpoint),
+            resume,
+            None,
+            key,
         )
     finally:
         if created:
@@ -505,10 +536,14 @@ def _execute(
     progress: Path | None,
     checkpoint: Path | None = None,
     resume: bool = False,
+    resume_at: int | None = None,
+    key: str = "",
 ) -> RankResult:
     """Run rank ``rank``'s program ``steps`` times on ``device`` with its state ``args`` (``owned``:
     position in ``args`` -> ``(kind, name)`` of its parameters and buffers), writing its checkpoint after
-    each step into ``checkpoint``; with ``resume``, from the last step every rank recorded there."""
+    each step into ``checkpoint``; with ``resume``, from step ``resume_at`` (the launcher found it once for
+    every rank) or, under torchrun, the last step every rank recorded there; ``key``: the launch's
+    (:func:`postplace.runtime.rank_checkpoint.launch_key`), which its checkpoints carry."""
     from postplace.runtime import rank_checkpoint
 
     if device.type == "cuda":
@@ -524,22 +559,20 @@ def _execute(
     losses, times, comm = [], [], []
     per_step = (0, 0)
     held = [i for i in prog.inputs if i < plan.n_persistent]  # the placeholders of args, in order
-    start, rng = 0, None
+    start, rng = 0, {}
     if checkpoint is not None and resume:
-        start = rank_checkpoint.common_step(checkpoint, plan.world_size)
-        if start > steps:
-            raise PostplaceError(
-                f"{plan.rank_name(rank)}: {checkpoint} holds step {start}, past --steps {steps}; give more steps"
-            )
+        start = resume_at if resume_at is not None else resume_step(checkpoint, plan, steps)
         if start:
-            tensors, rng = rank_checkpoint.read(checkpoint, plan.digest(), rank, start, held)
+            tensors, rng = rank_checkpoint.read(checkpoint, key, rank, start, held)
             args = [t.to(device) for t in tensors]
     torch.manual_seed(seed)
     for _ in range(start):  # the batches of the steps already run: drawn and dropped, as the first launch drew them
         if batches is not None:
             batches(inputs)
-    if rng is not None:
-        torch.set_rng_state(rng)
+    if "rng" in rng:
+        torch.set_rng_state(rng["rng"])
+    if "cuda_rng" in rng and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda_rng"], device)
     for k in range(start, steps):
         step_no[0] = k
         if progress is not None:
@@ -559,7 +592,7 @@ def _execute(
         comm.append(channel.seconds - seconds)
         per_step = (channel.sent - sent, channel.received - received)
         if checkpoint is not None:
-            rank_checkpoint.write(checkpoint, plan.digest(), rank, k + 1, list(zip(held, args, strict=True)))
+            rank_checkpoint.write(checkpoint, key, rank, k + 1, list(zip(held, args, strict=True)), device)
     params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
     bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
     return RankResult(
@@ -635,6 +668,8 @@ class _Job:
     folder: str
     checkpoint: str | None = None
     resume: bool = False
+    resume_at: int | None = None
+    key: str = ""
 
 
 def _worker(folder: str) -> RankResult:
@@ -670,6 +705,8 @@ def _worker(folder: str) -> RankResult:
             folder / f"step-{rank}",
             _ckpt(job.checkpoint),
             job.resume,
+            job.resume_at,
+            job.key,
         )
     except BaseException as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -782,6 +819,11 @@ def _run_plan(
         inputs = _Inputs(tuple(traced.inputs), tuple(traced.batch), traced.microbatches)
         op_names = {m.op: traced.graph.names[m.op] for m in plan.messages if m.op >= 0}
         ckpt = _ckpt(checkpoint)
+        resume_at = None
+        from postplace.runtime import rank_checkpoint
+
+        if ckpt is not None:  # decided once, here, before any rank starts: every rank starts after the same step
+            resume_at = resume_step(ckpt, plan, steps) if resume else rank_checkpoint.check_fresh(ckpt)
         job = _Job(
             plan,
             inputs,
@@ -795,6 +837,8 @@ def _run_plan(
             str(folder),
             None if ckpt is None else str(ckpt.resolve()),
             bool(resume),
+            resume_at,
+            "" if ckpt is None else rank_checkpoint.launch_key(plan, traced.graph, seed, batches),
         )
         try:
             (folder / "job.pkl").write_bytes(pickle.dumps(job))

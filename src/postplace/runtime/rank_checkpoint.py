@@ -1,13 +1,17 @@
 """Per-rank checkpoints of a launched step (DESIGN.md section 7): after every step each rank writes what it
 holds (its parameters, buffers and optimizer state: the persistent placeholders of its program) and
-torch's generator state to ``DIR/rank{r}-step{k}.npz``, then a JSON record beside it naming the plan's
-digest, the rank, the step, each array's placeholder, shape and dtype, and the arrays' sha256; the record
-is written last, so a file without its record is not a checkpoint. Each rank keeps its last two steps:
-the ranks run in lock step (every step ends in messages or collectives between them), so when a rank dies
-the others have finished the same step or the one before, and a resumed launch starts every rank from the
-last step all of them recorded (:func:`common_step`). Data only: npz arrays and JSON, never pickle.
+torch's generator state to ``DIR/rank{r}-step{k}.npz``, then a JSON record beside it naming the launch's
+key (:func:`launch_key`: the plan, the traced step with its optimizer, the seed and the batches' seed), the
+rank, the step, each array's placeholder, shape and dtype, and the arrays'
+sha256; the record is written last, so a file without its record is not a checkpoint. Each rank keeps its
+last two steps: the ranks run in lock step (every step ends in messages or collectives between them), so
+when a rank dies the others have finished the same step or the one before, and a resumed launch starts
+every rank from the last step all of them recorded (:func:`common_step`, found once by the launcher). A
+launch that does not resume needs a folder without checkpoints (:func:`check_fresh`). Data only: npz
+arrays and JSON, never pickle.
 
-``DIR`` must be a folder every rank can read (one host, or a shared file system).
+``DIR`` must be a folder every rank can read (one host, or a shared file system). Under ``torchrun`` each
+rank finds the step itself, and a fresh launch's folder is not checked.
 """
 
 from __future__ import annotations
@@ -31,8 +35,28 @@ def _stem(rank: int, step: int) -> str:
     return f"rank{rank}-step{step}"
 
 
-def write(folder: Path, digest: str, rank: int, step: int, held: list[tuple[int, torch.Tensor]]) -> None:
-    """Rank ``rank``'s state after ``step`` steps: ``held`` is ``[(placeholder index, tensor)]``."""
+def launch_key(plan, graph, seed: int, batches) -> str:
+    """What a checkpoint may be resumed by: the same plan (ranks, messages, collectives), the same traced
+    step (its graph's fingerprint, which holds the optimizer and its hyperparameters), the same seed and the
+    same batch stream (its seed)."""
+    from postplace.search.state_io import fingerprint
+
+    key = (plan.digest(), fingerprint(graph), int(seed), getattr(batches, "seed", None), batches is None)
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+
+
+def check_fresh(folder: Path) -> None:
+    """A launch that does not resume writes into a folder without checkpoints: one launch's steps beside
+    another's would be resumed as if they were one run."""
+    if folder.is_dir() and any(folder.glob("rank*-step*.json")):
+        raise PostplaceError(
+            f"--checkpoint {folder} holds a launch's checkpoints; pass --resume to continue it, or give an empty folder"
+        )
+
+
+def write(folder: Path, key: str, rank: int, step: int, held: list[tuple[int, torch.Tensor]], device=None) -> None:
+    """Rank ``rank``'s state after ``step`` steps: ``held`` is ``[(placeholder index, tensor)]``; on a CUDA
+    ``device`` its generator's state too."""
     folder.mkdir(parents=True, exist_ok=True)
     arrays, layout = {}, []
     for i, t in held:
@@ -41,13 +65,15 @@ def write(folder: Path, digest: str, rank: int, step: int, held: list[tuple[int,
         arrays[f"p{i}"] = kept.numpy()
         layout.append({"placeholder": i, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")})
     arrays["rng"] = torch.get_rng_state().numpy()
+    if device is not None and torch.device(device).type == "cuda":
+        arrays["cuda_rng"] = torch.cuda.get_rng_state(device).numpy()
     stem = _stem(rank, step)
     tmp = folder / f"{stem}.tmp.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, folder / f"{stem}.npz")
     record = {
         "format": FORMAT,
-        "digest": digest,
+        "key": key,
         "rank": rank,
         "step": step,
         "arrays": layout,
@@ -57,7 +83,7 @@ def write(folder: Path, digest: str, rank: int, step: int, held: list[tuple[int,
     os.replace(folder / f"{stem}.json.tmp", folder / f"{stem}.json")
     for old in folder.glob(f"rank{rank}-step*.json"):
         k = _step_of(old, rank)
-        if k is not None and k <= step - KEEP:
+        if k is not None and not step - KEEP < k <= step:
             old.unlink(missing_ok=True)
             (folder / f"{_stem(rank, k)}.npz").unlink(missing_ok=True)
 
@@ -80,9 +106,10 @@ def common_step(folder: Path, world: int) -> int:
     return max(common, default=0)
 
 
-def read(folder: Path, digest: str, rank: int, step: int, placeholders: list[int]) -> tuple[list, torch.Tensor]:
-    """Rank ``rank``'s tensors after ``step`` steps, in the order of ``placeholders``, and the generator
-    state; one error line when the record is not this plan's, this rank's, or its arrays were changed."""
+def read(folder: Path, key: str, rank: int, step: int, placeholders: list[int]) -> tuple[list, dict]:
+    """Rank ``rank``'s tensors after ``step`` steps, in the order of ``placeholders``, and the generators'
+    states (``{"rng": ..., "cuda_rng": ...}``); one error line when the record is not this launch's
+    (:func:`launch_key`), not this rank's, or its arrays were changed."""
     stem = _stem(rank, step)
     where = folder / f"{stem}.json"
     try:
@@ -92,10 +119,10 @@ def read(folder: Path, digest: str, rank: int, step: int, placeholders: list[int
         raise PostplaceError(f"{where}: unreadable ({exc}); start the launch again without --resume") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("rank") != rank:
         raise PostplaceError(f"{where}: not a rank checkpoint of rank {rank}; start the launch again without --resume")
-    if record.get("digest") != digest:
+    if record.get("key") != key:
         raise PostplaceError(
-            f"{where}: written by another plan (digest {record.get('digest')}, this one {digest}); "
-            "resume with the placement and step it was launched with, or start again"
+            f"{where}: written by another launch (its plan, step, optimizer, seed or batches differ); resume "
+            "with the placement, step and --seed it was launched with, or start again in an empty folder"
         )
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):
         raise PostplaceError(f"{where}: its arrays do not match their checksum (damaged); start again")
@@ -105,7 +132,11 @@ def read(folder: Path, digest: str, rank: int, step: int, placeholders: list[int
     with np.load(folder / f"{stem}.npz", allow_pickle=False) as npz:
         tensors = []
         for a in layout:
-            dtype = getattr(torch, a["dtype"])
+            dtype = getattr(torch, str(a.get("dtype")), None)
+            if not isinstance(dtype, torch.dtype) or f"p{a['placeholder']}" not in npz.files:
+                raise PostplaceError(
+                    f"{where}: tensor {a['placeholder']} has no array or dtype here (edited); start again"
+                )
             t = torch.from_numpy(npz[f"p{a['placeholder']}"].copy())
             t = t.view(dtype) if dtype in _BITS else t
             if list(t.shape) != a["shape"] or t.dtype != dtype:
@@ -113,5 +144,5 @@ def read(folder: Path, digest: str, rank: int, step: int, placeholders: list[int
                     f"{where}: tensor {a['placeholder']} is not the {a['dtype']} {a['shape']} recorded"
                 )
             tensors.append(t)
-        rng = torch.from_numpy(npz["rng"].copy())
+        rng = {name: torch.from_numpy(npz[name].copy()) for name in ("rng", "cuda_rng") if name in npz.files}
     return tensors, rng
