@@ -428,6 +428,14 @@ def test_launch_and_train_print_the_same_losses(run_folder):
     assert got["losses"] == json.loads(trained.stdout)["losses"] and len(got["losses"]) == 2
     assert got["bytes_sent"] == got["simulated_bytes_sent"] and set(got["ranks"].values()) == {"gpu0", "gpu1"}
     assert got["bytes_received"] == got["simulated_bytes_received"]
+    record = json.loads((Path(run_folder) / "launch.json").read_text())  # the run folder keeps the launch
+    assert record["losses"] == got["losses"] and record["step_times_s"] == got["step_times_s"]
+    assert record["figures"]["step_times_s"] == "measured" and record["figures"]["simulated_step_time_s"] == "simulated"
+    assert (
+        record["simulated_step_time_s"]
+        == json.loads((Path(run_folder) / "summary.json").read_text())["simulated_step_time_s"]
+    )
+    assert record["measured_on"] == "CPU processes (gloo) standing in for the devices"
     text = run_cli("launch", run_folder, "--steps", "1", "--seed", "3")
     assert text.returncode == 0, text.stderr
     assert "CPU processes (gloo) standing in for the devices" in text.stdout

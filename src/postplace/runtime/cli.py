@@ -469,7 +469,9 @@ def cmd_launch(
         checkpoint=checkpoint,
         resume=resume,
     )
-    where = "CPU processes (gloo) standing in for the devices" if backend == "gloo" else "one process per GPU (nccl)"
+    from postplace.runtime.launcher import measured_on
+
+    where = measured_on(backend)
     if as_json:
         simulated = {f"simulated_{k}": {str(r): n for r, n in v.items()} for k, v in sim.items()}
         return json.dumps({**result.to_json(), **simulated, "measured_on": where, "steps": steps, "seed": seed})

@@ -1084,7 +1084,9 @@ def launch_run(
             sum(c.nbytes for c in planned.graph.collectives if c.kind in ("all_reduce", "reduce_scatter", "all_gather"))
         )
         every = dict.fromkeys(range(result.plan.world_size), payload)
-        return result, {"bytes_sent": every, "bytes_received": dict(every)}
+        simulated = {"bytes_sent": every, "bytes_received": dict(every)}
+        _record_launch(Path(folder), result, simulated, steps=steps, seed=seed)
+        return result, simulated
     op_device = load_placement(run["placement"], traced.graph, cluster)
     result = _launch(
         traced,
@@ -1099,7 +1101,53 @@ def launch_run(
         checkpoint=checkpoint,
         resume=resume,
     )
-    return result, simulated_bytes(traced.graph, cluster, op_device, result.plan)
+    simulated = simulated_bytes(traced.graph, cluster, op_device, result.plan)
+    _record_launch(Path(folder), result, simulated, steps=steps, seed=seed)
+    return result, simulated
+
+
+LAUNCH_RECORD = "launch.json"
+
+
+def measured_on(backend: str) -> str:
+    """What a launch's measured figures were measured on, in words."""
+    if backend == "gloo":
+        return "CPU processes (gloo) standing in for the devices"
+    return "one process per GPU (nccl)"
+
+
+def _record_launch(folder: Path, result: LaunchResult, simulated: dict, *, steps: int, seed: int) -> None:
+    """``RUN_FOLDER/launch.json``: the last launch's measured figures per rank beside the simulated ones, each
+    figure labelled (``figures``), what they were measured on said in words."""
+    from postplace.graph.opgraph import read_json
+
+    try:
+        summary = read_json(folder / "summary.json")
+    except (OSError, ValueError, PostplaceError):
+        summary = {}
+    record = {
+        "format": "postplace-launch",
+        **result.to_json(),
+        "steps": steps,
+        "seed": seed,
+        "measured_on": measured_on(result.backend),
+        "simulated_bytes_sent": {str(r): n for r, n in simulated["bytes_sent"].items()},
+        "simulated_bytes_received": {str(r): n for r, n in simulated["bytes_received"].items()},
+        "simulated_step_time_s": summary.get("simulated_step_time_s") if isinstance(summary, dict) else None,
+        "figures": {
+            "losses": "measured",
+            "step_times_s": "measured",
+            "comm_times_s": "measured",
+            "bytes_sent": "measured",
+            "bytes_received": "measured",
+            "simulated_bytes_sent": "simulated",
+            "simulated_bytes_received": "simulated",
+            "simulated_step_time_s": "simulated",
+        },
+    }
+    tmp = folder / (LAUNCH_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(folder / LAUNCH_RECORD)
 
 
 def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
