@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", default="gloo")
-    ap.add_argument("--plan", default=None, help="ddp or zero1: launch that plan over --stages replicas")
+    ap.add_argument("--plan", default=None, help="ddp, zero1, zero2 or fsdp: launch that plan over --stages replicas")
     args = ap.parse_args()
     cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
     print(

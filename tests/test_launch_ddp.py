@@ -74,10 +74,10 @@ def test_each_replica_runs_its_own_micro_batches():
 
 
 def test_plans_launch_does_not_run_are_one_line():
-    with pytest.raises(PostplaceError, match="runs plain ddp, zero1 and zero2 plans") as e:
-        launch_plan(mlp_step(4), "fsdp:m=4", K80X4)
-    with pytest.raises(PostplaceError, match="runs plain ddp, zero1 and zero2 plans"):
-        launch_plan(mlp_step(4), "zero2+recompute:m=4", K80X4)
+    with pytest.raises(PostplaceError, match="runs plain ddp, zero1, zero2 and fsdp plans") as e:
+        launch_plan(mlp_step(4), "fsdp+recompute:m=4", K80X4)
+    with pytest.raises(PostplaceError, match="runs plain ddp, zero1, zero2 and fsdp plans"):
+        launch_plan(mlp_step(4), "zero2:m=4,tp=2", K80X4)
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="traced as 4"):
         launch_plan(mlp_step(4), "ddp:m=8", K80X4)
@@ -146,13 +146,13 @@ def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str, zero: boo
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("plan", ["ddp", "zero1", "zero2"])
+@pytest.mark.parametrize("plan", ["ddp", "zero1", "zero2", "fsdp"])
 def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     """The same model, batches and AdamW under ``torch.nn.parallel.DistributedDataParallel`` (2 gloo
     processes, each its half of every batch; for ``zero1`` and ``zero2`` with torch's
     ``ZeroRedundancyOptimizer``, which splits the parameters among the ranks its own way and reduces the
-    gradients as DDP does: the sums are the same, in another order): the parameters after 3 steps agree
-    within fp32 rounding."""
+    gradients as DDP does: the sums are the same, in another order; fsdp against plain DDP, whose sums and
+    update it computes on slices): the parameters after 3 steps agree within fp32 rounding."""
     import socket
 
     import torch.multiprocessing as mp
@@ -164,7 +164,12 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_torch_ddp_rank, args=(2, port, steps, str(tmp_path / "ddp.pt"), plan != "ddp"), nprocs=2, join=True)
+    mp.spawn(
+        _torch_ddp_rank,
+        args=(2, port, steps, str(tmp_path / "ddp.pt"), plan in ("zero1", "zero2")),
+        nprocs=2,
+        join=True,
+    )
     theirs = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert list(theirs) == list(ours.parameters)
     gap = max(float((ours.parameters[n] - p).abs().max()) for n, p in theirs.items())
@@ -173,12 +178,14 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     assert moved > 1e-3  # 3 AdamW steps at lr 1e-3 moved the weights well beyond the tolerance
 
 
-@pytest.mark.parametrize(("level", "replicas"), [("zero1", 4), ("zero2", 2)])
+@pytest.mark.parametrize(("level", "replicas"), [("zero1", 4), ("zero2", 2), ("fsdp", 2)])
 def test_zero_trains_as_one_process_does_and_moves_the_simulated_bytes(level, replicas):
-    """Four parameters owned unevenly (the first weight on rank 0, the rest cut by size): the losses and
-    parameters of 3 AdamW steps are the one-process step's within fp32 rounding, and each rank moves the
-    simulated plan's payloads: zero1 all-reduces the gradients once, zero2 reduce-scatters each of its 2
-    micro-batches' gradients to their owners; both then all-gather the parameters."""
+    """Four parameters owned unevenly (the first weight on rank 0, the rest cut by size) or, for fsdp, each
+    cut in slices: the losses and parameters of 3 AdamW steps are the one-process step's within fp32
+    rounding, and each rank moves the simulated plan's payloads: zero1 all-reduces the gradients once, zero2
+    reduce-scatters each of its 2 micro-batches' gradients to their owners, both then all-gather the
+    parameters; fsdp gathers the parameters before each micro-batch's forward and backward and
+    reduce-scatters its gradients."""
     res = launch_plan(mlp_step(4), f"{level}:m=4,dp={replicas}", K80X4, steps=3, batches=RandomBatches(0), seed=0)
     losses, params = one_process(mlp_step(4), 3)
     assert res.losses == pytest.approx(losses, rel=1e-6)
@@ -187,13 +194,14 @@ def test_zero_trains_as_one_process_does_and_moves_the_simulated_bytes(level, re
     planned = data_parallel(mlp_step(4).graph, replicas, level)
     payload = sorted((c.kind, c.nbytes) for c in planned.graph.collectives)
     grads = (16 * 32 + 32 + 32 * 4 + 4) * 4  # fp32 parameters: as many bytes as their gradients
-    if level == "zero1":
-        assert payload == [("all_gather", grads), ("all_reduce", grads)]
-    else:
-        assert payload == [("all_gather", grads), ("reduce_scatter", grads), ("reduce_scatter", grads)]
-    assert all(b == sum(n for _, n in payload) for b in res.bytes_sent.values())
-    kinds = [c.kind for c in res.plan.collectives]  # in the order every rank calls them
-    assert kinds == (["all_reduce", "all_gather"] if level == "zero1" else ["reduce_scatter"] * 2 + ["all_gather"])
+    expected = {  # the kinds in the order every rank calls them: one unit (the root), 2 micro-batches a replica
+        "zero1": ["all_reduce", "all_gather"],
+        "zero2": ["reduce_scatter", "reduce_scatter", "all_gather"],
+        "fsdp": ["all_gather", "all_gather", "reduce_scatter"] * 2,  # gathered for the forward and the backward
+    }[level]
+    assert payload == sorted((kind, grads) for kind in expected)
+    assert all(b == len(expected) * grads for b in res.bytes_sent.values())
+    assert [c.kind for c in res.plan.collectives] == expected
 
 
 @pytest.mark.parametrize("level", ["zero1", "zero2"])
@@ -224,3 +232,24 @@ def test_zero_ranks_hold_and_update_only_the_parameters_they_own(level):
             assert not sums and len(adds) == len(mine)  # one sum of two reduced micro-batches per own parameter
     ddp = ddp_plan(traced, [1, 2], K80X4.device_names)
     assert all(prog.inputs[: ddp.n_persistent] == tuple(range(ddp.n_persistent)) for prog in ddp.programs)  # all
+
+
+def test_fsdp_ranks_hold_slices_of_every_parameter_and_its_moments():
+    """Each fsdp rank holds 1/k of every parameter and of AdamW's two moments (flattened, padded), the step
+    counts whole; the launcher joins the slices back into the parameters."""
+    from postplace.runtime.fsdp import fsdp_plan
+    from postplace.runtime.launcher import _rank_state, shard_of, unshard
+
+    traced = mlp_step(4)
+    plan = fsdp_plan(traced, [1, 2], K80X4.device_names)
+    assert plan.sharded and plan.partial_loss
+    shapes = [tuple(p.shape) for p in traced.model.parameters()]
+    for r in range(2):
+        args, owned = _rank_state(traced, plan, r)
+        sizes = [tuple(t.shape) for t in args]
+        for j, shape in enumerate(shapes):
+            width = -(-int(np.prod(shape)) // 2)
+            assert sizes[j] == (width,)  # the parameter's slice
+            assert sizes[len(shapes) + 3 * j : len(shapes) + 3 * j + 3] == [(), (width,), (width,)]  # step, moments
+    weight = traced.model[0].weight.detach()
+    assert torch.equal(unshard([shard_of(weight, q, 3) for q in range(3)], weight.shape), weight)

@@ -580,7 +580,7 @@ def apply(result: PlaceResult, model=None, *, device_map=None, optimizer=None, l
             f"the returned plan is '{plan}', whose replicas meet in collectives: it runs as one "
             "process per GPU under torchrun (DDP/FSDP as its library sets it up), not as one "
             "placed process; apply runs the search's placements only (postplace launch RUN_FOLDER "
-            "runs plain ddp, zero1 and zero2 plans so)"
+            "runs plain ddp, zero1, zero2 and fsdp plans so)"
         )
     check_same_optimizer(ts.get("optimizer", "sgd"), optimizer, lr)
     if traced is None and ts.get("kind") == "zoo":

@@ -341,10 +341,10 @@ def _micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.N
 
 def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp``, ``zero1`` or ``zero2`` with no recomputation, no per-unit sharding, no tensor or pipeline
+    runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` with no recomputation, no per-unit sharding, no tensor or pipeline
     parallelism."""
     return (
-        spec.level in ("ddp", "zero1", "zero2")
+        spec.level in ("ddp", "zero1", "zero2", "fsdp")
         and not spec.recompute
         and spec.shard is None
         and not spec.pipeline

@@ -21,9 +21,11 @@ one line naming the rank, its device, the step and the message it waited for.
 
 Collectives: the ``ddp``, ``zero1`` and ``zero2`` plans (:mod:`postplace.runtime.ddp`) all-reduce their
 gradients (``zero2``: reduce-scatter each micro-batch's to their owners) and (ZeRO) all-gather their
-parameters. Checkpoints: with ``checkpoint=DIR`` every rank writes its state after each step and
-``resume=True`` starts from the last step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
-What is not here yet: the fsdp plans' steps,
+parameters; ``fsdp`` (:mod:`postplace.runtime.fsdp`) gathers each unit's parameter slices before each
+micro-batch's forward and backward and reduce-scatters its gradients. Checkpoints: with
+``checkpoint=DIR`` every rank writes its state after each step and ``resume=True`` starts from the last
+step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
+What is not here yet: recomputation, tensor and pipeline plans,
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -240,6 +242,8 @@ class _Channel:
         collective's order) as one flat buffer padded to the largest rank's share, and receives the others';
         counted as the payload sent and received once each, as an all-reduce is."""
         c = self.plan.collectives[index]
+        if not c.owners:
+            return self._gather_slices(index, mine)
         sizes = [_numel_of(shape) for shape in c.shapes]
         share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(self.plan.world_size)]
         width = max(share) if share else 0
@@ -261,6 +265,8 @@ class _Channel:
         the rank that owns it: one flat buffer of one padded chunk per rank (its owned tensors), reduce-scattered;
         returns this rank's sums in the collective's order. Counted as the payload sent and received once."""
         c = self.plan.collectives[index]
+        if not c.owners:
+            return self._scatter_slices(index, values)
         sizes = [_numel_of(shape) for shape in c.shapes]
         world = self.plan.world_size
         share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(world)]
@@ -276,6 +282,32 @@ class _Channel:
         out = torch.empty(width, dtype=c.dtype, device=self.device)
         self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
         return [out[a : a + n].view(shape) for a, n, shape in mine]
+
+    def _gather_slices(self, index: int, slices: list[torch.Tensor]) -> list[torch.Tensor]:
+        """FSDP's all-gather: every rank sends its slice of each tensor (:func:`shard_of`) in one buffer;
+        returns the whole tensors."""
+        c = self.plan.collectives[index]
+        world = self.plan.world_size
+        widths = [-(-_numel_of(shape) // world) for shape in c.shapes]
+        flat = torch.cat([x.reshape(-1) for x in slices]).to(c.dtype)
+        parts = [torch.empty_like(flat) for _ in range(world)]
+        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat))
+        out, at = [], 0
+        for w, shape in zip(widths, c.shapes, strict=True):
+            out.append(unshard([part[at : at + w] for part in parts], shape))
+            at += w
+        return out
+
+    def _scatter_slices(self, index: int, values: list[torch.Tensor]) -> list[torch.Tensor]:
+        """FSDP's reduce-scatter: the whole tensors summed over every rank, each rank keeping its slice of each."""
+        c = self.plan.collectives[index]
+        world = self.plan.world_size
+        widths = [-(-_numel_of(shape) // world) for shape in c.shapes]
+        chunks = [[shard_of(v, q, world) for v, shape in zip(values, c.shapes, strict=True)] for q in range(world)]
+        flat = torch.cat([x for chunk in chunks for x in chunk]).to(c.dtype)
+        out = torch.empty(sum(widths), dtype=c.dtype, device=self.device)
+        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
+        return list(out.split(widths))
 
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
@@ -620,19 +652,39 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
     state = [t for i, p in enumerate(params) for t in traced.optimizer.initial_state(i, p, device="meta")]
     if len(params) + len(bufs) + len(state) != plan.n_persistent:
         raise PostplaceError("the traced step's parameters, buffers and optimizer state do not match its placeholders")
+    state_of = [i for i, p in enumerate(params) for _ in traced.optimizer.initial_state(i, p, device="meta")]
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
             break
         if i < len(params):
             owned[len(args)] = ("parameter", pnames[i])
-            args.append(params[i].to("cpu", copy=True))
+            t = params[i].to("cpu", copy=True)
+            args.append(shard_of(t, rank, plan.world_size) if plan.sharded else t)
         elif i < len(params) + len(bufs):
             owned[len(args)] = ("buffer", bnames[i - len(params)])
             args.append(bufs[i - len(params)].to("cpu", copy=True))
         else:
-            args.append(torch.zeros_like(state[i - len(params) - len(bufs)], device="cpu"))
+            j = i - len(params) - len(bufs)
+            t = torch.zeros_like(state[j], device="cpu")
+            if plan.sharded and t.shape == params[state_of[j]].shape:  # the parameter's moments: sliced alike
+                t = shard_of(t, rank, plan.world_size)
+            args.append(t)
     return args, owned
+
+
+def shard_of(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank ``rank``'s slice of ``t`` flattened and padded with zeros to a multiple of ``world`` (FSDP's)."""
+    width = -(-t.numel() // world)
+    flat = torch.zeros(width * world, dtype=t.dtype, device=t.device)
+    flat[: t.numel()] = t.reshape(-1)
+    return flat[rank * width : (rank + 1) * width].clone()
+
+
+def unshard(shards: list[torch.Tensor], shape) -> torch.Tensor:
+    """The tensor of ``shape`` the ranks' slices (:func:`shard_of`, in rank order) hold."""
+    n = _numel_of(tuple(shape))
+    return torch.cat([x.reshape(-1) for x in shards])[:n].view(tuple(shape))
 
 
 # ------------------------------------------------------------------------------ the launcher
@@ -859,6 +911,12 @@ def _run_plan(
     for r in results.values():
         params.update(r.parameters)
         bufs.update(r.buffers)
+    if plan.sharded:  # every rank returned its slices: joined back into the parameters
+        ranks_in_order = [results[q] for q in sorted(results)]
+        params = {
+            n: unshard([res.parameters[n] for res in ranks_in_order], p.shape)
+            for n, p in traced.model.named_parameters()
+        }
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
     ranks = sorted(results)
@@ -990,7 +1048,7 @@ def run_folder(folder: str | Path) -> dict:
         if not launchable(p) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "plain ddp, zero1 and zero2 plans so far (fsdp, recompute, tp, pp: simulated only)"
+                "ddp, zero1, zero2 and fsdp plans so far (recompute, tp, pp, per-unit sharding: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1043,7 +1101,7 @@ def launch_run(
     ------
     PostplaceError
         One line before any process starts: a missing folder or placement.json, a target that is not
-        a zoo model, a returned plan launch does not run (all but plain ddp, zero1, zero2), a placement naming
+        a zoo model, a returned plan launch does not run (all but plain ddp, zero1, zero2, fsdp), a placement naming
         devices the run's cluster lacks; else as :func:`launch`.
     """
     from postplace.cluster import load_cluster
@@ -1180,9 +1238,10 @@ def launch_plan(
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
-    Only ``ddp``, ``zero1`` and ``zero2`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K replicas,
-    default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`) run so far; ``fsdp``,
-    recomputation, tensor parallelism and pipelines are refused in one line.
+    Only ``ddp``, ``zero1``, ``zero2`` and ``fsdp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K
+    replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
+    :func:`postplace.runtime.fsdp.fsdp_plan`) run so far; recomputation, per-unit sharding, tensor
+    parallelism and pipelines are refused in one line.
 
     Parameters
     ----------
@@ -1211,7 +1270,7 @@ def launch_plan(
     spec = parse_plan(plan)
     if not launchable(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs plain ddp, zero1 and zero2 plans (and op-level placements) so far; "
+            f"plan '{plan}': launch runs plain ddp, zero1, zero2 and fsdp plans (and op-level placements) so far; "
             "fsdp, recomputation, tensor and pipeline parallelism are simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
@@ -1222,7 +1281,12 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec)
     _check_backend(backend, gpus, list(cluster.device_names))
-    rank_programs = ddp_plan(traced, gpus, list(cluster.device_names), level=spec.level)
+    if spec.level == "fsdp":
+        from postplace.runtime.fsdp import fsdp_plan
+
+        rank_programs = fsdp_plan(traced, gpus, list(cluster.device_names))
+    else:
+        rank_programs = ddp_plan(traced, gpus, list(cluster.device_names), level=spec.level)
     return _run_plan(
         traced, rank_programs, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
     )

@@ -1,0 +1,283 @@
+"""The ``fsdp`` plan (ZeRO-3) as one program per rank (DESIGN.md section 7), as the simulated plan
+(:mod:`postplace.plans.data_parallel`) writes it.
+
+Each rank holds 1/k of every parameter and of its optimizer state: the parameter flattened, padded to a
+multiple of k, rank r's slice (the scalar step counts stay whole). Replica r runs its own micro-batches as
+under ``ddp`` (:mod:`postplace.runtime.ddp`); per micro-batch, each unit's (:func:`postplace.plans.unit_of`)
+parameters are all-gathered before the first forward op that reads them and again before the first
+backward op (a unit whose backward reads none gathers before its gradients leave, as FSDP unshards the
+whole unit), and the views and casts of a parameter (``t(weight)``) are made again from each gather. Each
+micro-batch's gradients of a unit are reduce-scattered as soon as its backward has made them all, every
+rank keeping the sum of its own slices, and the update runs on the slices (the optimizer's ops are
+elementwise). Nothing is gathered after the update: the next step's forward gathers. The sums run in
+another order than one process's, so the result equals it within rounding.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from postplace.errors import PostplaceError
+from postplace.graph import PHASES
+from postplace.runtime.ddp import _CHAIN, _MICROBATCH, _micro_batch_grads
+from postplace.runtime.ranks import (
+    ALL_GATHER,
+    GATHER,
+    REDUCE_SCATTER,
+    SCATTER,
+    Collective,
+    RankComm,
+    RankPlan,
+    RankProgram,
+)
+
+__all__ = ["fsdp_plan"]
+
+_FORWARD, _BACKWARD, _UPDATE = (PHASES.index(p) for p in ("forward", "backward", "update"))
+
+
+def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
+    """Per-rank programs of the ``fsdp`` plan of ``traced`` over the logical devices ``devices``.
+
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The step traced as m micro-batches, m a multiple of ``len(devices)``.
+    devices : list of int
+        The replicas' logical devices.
+    device_names : sequence of str
+        Every logical device's name.
+
+    Returns
+    -------
+    RankPlan
+        ``sharded`` (every parameter and its state held as slices), its collectives (per micro-batch and
+        unit: an all-gather before the forward, one before the backward, a reduce-scatter of the gradients)
+        and ``partial_loss``.
+
+    Raises
+    ------
+    PostplaceError
+        Fewer than 2 replicas, a micro-batch count they do not divide, batch norm's shared statistics, or
+        a step whose forward or backward reads a parameter outside any micro-batch.
+    """
+    k, m = len(devices), traced.microbatches
+    if k < 2 or m % k:
+        raise PostplaceError(
+            f"fsdp over {k} processes needs at least 2 and a micro-batch count they divide; the "
+            f"step has {m} micro-batch{'es' if m > 1 else ''}"
+        )
+    if traced.graph.metadata.get("microbatch_norms"):
+        raise PostplaceError(
+            "fsdp launch: the step's batch norms update running statistics shared by every micro-"
+            "batch, which each replica would keep apart; launch a model without them"
+        )
+    placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    programs, calls = [], None
+    for r in range(k):
+        gm, mine = _replica(traced, r, m // k)
+        if calls is None:
+            calls = mine
+        elif mine != calls:  # the same graph cut the same way: never; checked because a mismatch would hang
+            raise AssertionError("fsdp replicas call their collectives in different orders")
+        kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
+        programs.append(
+            RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
+        )
+    vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
+    collectives = tuple(
+        Collective(
+            j,
+            kind,
+            "+".join(names) + tag,
+            (sum(vals[x].numel() for x in names),),
+            vals[names[0]].dtype,
+            shapes=tuple(tuple(vals[x].shape) for x in names),
+        )
+        for j, (kind, names, tag) in enumerate(calls)
+    )
+    return RankPlan(
+        tuple(device_names),
+        tuple(devices),
+        (),
+        tuple(programs),
+        len(placeholders) - len(traced.inputs),
+        collectives=collectives,
+        partial_loss=True,
+        sharded=True,
+    )
+
+
+def _replica(traced, r: int, b: int):
+    """Replica r's GraphModule and its collective calls in order: ``(kind, names, tag)``."""
+    src = traced.gm.graph
+    m = traced.microbatches
+    first, last = r * b, r * b + b - 1
+    phase = traced.graph.phase
+    op_of = traced.op_of_node
+    nodes = list(src.nodes)
+    n_params = sum(1 for _ in traced.model.parameters())
+    params = nodes[:n_params]
+    from postplace.plans import unit_of
+
+    unit = {p: unit_of(traced.graph.module[op_of[p.name]]) for p in params}
+    unit_params: dict[str, list[torch.fx.Node]] = {}
+    for p in params:
+        unit_params.setdefault(unit[p], []).append(p)
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    reduced: dict[torch.fx.Node, torch.fx.Node] = {}
+    calls: list[tuple[str, tuple[str, ...], str]] = []
+
+    def op_phase(n) -> int:
+        op = op_of.get(n.name, -1)
+        return int(phase[op]) if op >= 0 else -1
+
+    def updating(n) -> bool:
+        return op_phase(n) == _UPDATE
+
+    derived_memo: dict[torch.fx.Node, bool] = {}
+
+    def derived(n) -> bool:
+        """A parameter, or a view or cast of parameters alone (made again from each gather)."""
+        if n in derived_memo:
+            return derived_memo[n]
+        ok = n in unit or (
+            n.op == "call_function"
+            and not updating(n)
+            and bool(n.all_input_nodes)
+            and all(derived(a) for a in n.all_input_nodes)
+        )
+        derived_memo[n] = ok
+        return ok
+
+    finals = [
+        n
+        for n in nodes
+        if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
+    ]
+    grad_chain: set[torch.fx.Node] = set()
+    per_mb = {x: _micro_batch_grads(x, grad_chain) for x in finals}
+    colocation = traced.graph.colocation
+    param_of_coloc = {int(colocation[op_of[p.name]]): p for p in params if colocation[op_of[p.name]] >= 0}
+    param_of_final = {}
+    for x in finals:
+        ps = [param_of_coloc.get(int(colocation[op_of[u.name]])) for u in x.users if updating(u)]
+        ps = [p for p in ps if p is not None]
+        if not ps:
+            raise PostplaceError(f"fsdp launch: the gradient '{x.name}' updates no parameter the launcher can name")
+        param_of_final[x] = ps[0]
+    unit_grads: dict[str, list[torch.fx.Node]] = {}
+    for x in finals:
+        unit_grads.setdefault(unit[param_of_final[x]], []).append(x)
+    waiting: dict[tuple[str, int], set[torch.fx.Node]] = {}
+    completes: dict[torch.fx.Node, tuple[str, int]] = {}
+    for u, xs in unit_grads.items():
+        for kk in range(first, last + 1):
+            for x in xs:
+                waiting.setdefault((u, kk), set()).add(per_mb[x][kk])
+                completes[per_mb[x][kk]] = (u, kk)
+
+    gathered: dict[tuple[str, int, int], dict[torch.fx.Node, torch.fx.Node]] = {}
+
+    def gather(u: str, mb: int, ph: int) -> dict[torch.fx.Node, torch.fx.Node]:
+        key = (u, mb, ph)
+        if key not in gathered:
+            ps = unit_params[u]
+            out = g.call_module(GATHER, (len(calls), [env[p] for p in ps]))
+            gathered[key] = {p: g.call_function(operator.getitem, (out, i)) for i, p in enumerate(ps)}
+            calls.append((ALL_GATHER, tuple(p.name for p in ps), f"@mb{mb - first}:{PHASES[ph]}"))
+        return gathered[key]
+
+    made: dict[tuple, torch.fx.Node] = {}
+
+    def materialize(x: torch.fx.Node, mb: int, ph: int) -> torch.fx.Node:
+        """``x`` (a parameter or a view of parameters) from micro-batch mb's gather for phase ``ph``."""
+        if x in unit:
+            return gather(unit[x], mb, ph)[x]
+        key = (x, mb, ph)
+        if key not in made:
+            made[key] = g.node_copy(x, lambda a: materialize(a, mb, ph) if derived(a) else env[a])
+        return made[key]
+
+    def context(n) -> tuple[int, int]:
+        j = _MICROBATCH.match(n.name)
+        op = op_of.get(n.name, -1)
+        mb = int(j.group(1)) if j else (int(traced.graph.microbatch[op]) if op >= 0 else -1)
+        ph = op_phase(n)
+        if mb < 0 or ph not in (_FORWARD, _BACKWARD):
+            raise PostplaceError(
+                f"fsdp launch: node '{n.name}' reads a parameter outside a micro-batch's forward or backward; "
+                "this step cannot be sharded"
+            )
+        return mb, ph
+
+    def reduce_scatter(u: str, mb: int) -> None:
+        gather(u, mb, _BACKWARD)  # FSDP unshards the whole unit for its backward, whatever it reads
+        xs = unit_grads[u]
+        out = g.call_module(SCATTER, (len(calls), [env[per_mb[x][mb]] for x in xs]))
+        for i, x in enumerate(xs):
+            part = g.call_function(operator.getitem, (out, i))
+            reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
+        calls.append((REDUCE_SCATTER, tuple(x.name for x in xs), f"@mb{mb - first}"))
+
+    def value(x: torch.fx.Node, n: torch.fx.Node, into: bool) -> torch.fx.Node:
+        if into and x in reduced:
+            return reduced[x]
+        if not into and derived(x):
+            return materialize(x, *context(n))
+        if x not in env:
+            raise PostplaceError(
+                f"fsdp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
+                "value; this step cannot be split into replicas"
+            )
+        return env[x]
+
+    for n in nodes:
+        if n.op == "placeholder":
+            env[n] = g.node_copy(n)
+            continue
+        if n.op == "output":
+            g.output(torch.fx.map_arg(n.args[0], lambda x: env[x]))
+            continue
+        j = _MICROBATCH.match(n.name)
+        if j and not first <= int(j.group(1)) <= last:
+            continue
+        if n in grad_chain or (derived(n) and n not in unit):
+            continue  # sums: the reduce-scattered ones are added instead; views of parameters: made per gather
+        c = _CHAIN.match(n.name)
+        if c:  # the loss's running sum, as under ddp
+            kk = int(c.group(1) or c.group(2))
+            args = [a for a in n.args if isinstance(a, torch.fx.Node)]
+            own = next(a for a in args if a.name.startswith(f"mb{kk}_"))
+            prev = next(a for a in args if a is not own)
+            if kk < first:
+                continue
+            if kk == first:
+                env[n] = env[own]
+                continue
+            if kk > last:
+                env[n] = env[prev]
+                continue
+        into = updating(n)
+        env[n] = g.node_copy(n, lambda x, n=n, into=into: value(x, n, into))
+        if n in completes:
+            key = completes[n]
+            waiting[key].discard(n)
+            if not waiting[key]:
+                reduce_scatter(*key)
+    root = torch.nn.Module()
+    for n in g.nodes:
+        if n.op == "get_attr":
+            setattr(root, n.target, getattr(traced.gm, n.target))
+    root.add_module(GATHER, RankComm(ALL_GATHER))
+    root.add_module(SCATTER, RankComm(REDUCE_SCATTER))
+    for node in [
+        x for x in g.nodes if x.op == "placeholder" and not x.users and x.name not in {p.name for p in params}
+    ]:
+        if node.name.startswith("mb"):
+            g.erase_node(node)  # other replicas' micro-batches
+    return torch.fx.GraphModule(root, g), calls
