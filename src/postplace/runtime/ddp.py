@@ -56,7 +56,7 @@ from postplace.runtime.ranks import (
 
 __all__ = ["ddp_plan", "launchable"]
 
-_MICROBATCH = re.compile(r"^mb(\d+)_")
+MICROBATCH = re.compile(r"^mb(\d+)_")  # a node of micro-batch k: "mb{k}_..."
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
 _UPDATE = PHASES.index("update")
 
@@ -95,16 +95,7 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         write shared state (batch norm's running statistics): DDP would keep one copy per replica.
     """
     k, m = len(devices), traced.microbatches
-    if k < 2 or m % k:
-        raise PostplaceError(
-            f"ddp over {k} processes needs at least 2 and a micro-batch count they divide; the "
-            f"step has {m} micro-batch{'es' if m > 1 else ''}"
-        )
-    if traced.graph.metadata.get("microbatch_norms"):
-        raise PostplaceError(
-            "ddp launch: the step's batch norms update running statistics shared by every micro-"
-            "batch, which each replica would keep apart; launch a model without them"
-        )
+    check_replicas(traced, k, level)
     if level not in ("ddp", "zero1", "zero2"):
         raise PostplaceError(f"launch runs ddp, zero1 and zero2 replicas, not '{level}'")
     owners = None
@@ -112,14 +103,41 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         from postplace.plans.data_parallel import zero_owners
 
         owners = zero_owners(traced.graph, k)
+    return replica_plan(
+        traced,
+        devices,
+        device_names,
+        lambda r: _replica(traced, r, m // k, bucket_bytes, owners, sharded_grads=level == "zero2"),
+    )
+
+
+def check_replicas(traced, k: int, plan: str) -> None:
+    """k replicas of ``traced`` can run ``plan``: at least 2, dividing the micro-batches, and no batch norm
+    (its running statistics are shared by every micro-batch: each replica would keep its own)."""
+    m = traced.microbatches
+    if k < 2 or m % k:
+        raise PostplaceError(
+            f"{plan} over {k} processes needs at least 2 and a micro-batch count they divide; the "
+            f"step has {m} micro-batch{'es' if m > 1 else ''}"
+        )
+    if traced.graph.metadata.get("microbatch_norms"):
+        raise PostplaceError(
+            f"{plan} launch: the step's batch norms update running statistics shared by every micro-"
+            "batch, which each replica would keep apart; launch a model without them"
+        )
+
+
+def replica_plan(traced, devices, device_names, build, *, sharded: bool = False) -> RankPlan:
+    """The :class:`RankPlan` of one replica per device: ``build(r) -> (GraphModule, calls)``, each call
+    ``(kind, value names, tag, owner ranks)`` in the order the replica makes it (every replica the same)."""
     placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     programs, calls = [], None
-    for r in range(k):
-        gm, mine = _replica(traced, r, m // k, bucket_bytes, owners, sharded_grads=level == "zero2")
+    for r in range(len(devices)):
+        gm, mine = build(r)
         if calls is None:
             calls = mine
         elif mine != calls:  # the same graph cut the same way: never; checked because a mismatch would hang
-            raise AssertionError("ddp replicas call their collectives in different orders")
+            raise AssertionError("replicas call their collectives in different orders")
         kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
         programs.append(
             RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
@@ -133,19 +151,19 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
             (sum(vals[x].numel() for x in names),),
             vals[names[0]].dtype,
             owners=tuple(who),
-            shapes=tuple(tuple(vals[x].shape) for x in names) if who else (),
+            shapes=tuple(tuple(vals[x].shape) for x in names),
         )
         for j, (kind, names, tag, who) in enumerate(calls)
     )
-    n_persistent = len(placeholders) - len(traced.inputs)  # the batch's placeholders come last
     return RankPlan(
         tuple(device_names),
         tuple(devices),
         (),
         tuple(programs),
-        n_persistent,
+        len(placeholders) - len(traced.inputs),  # the batch's placeholders come last
         collectives=collectives,
         partial_loss=True,
+        sharded=sharded,
     )
 
 
@@ -170,11 +188,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         op = op_of.get(n.name, -1)
         return op >= 0 and phase[op] == _UPDATE
 
-    finals = [
-        n
-        for n in src.nodes
-        if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
-    ]
+    finals = final_sums(src, m, updating)
     buckets = _buckets(finals, bucket_bytes)
     param_node, param_of_coloc = {}, {}  # ZeRO: parameter op -> its placeholder; colocation set -> parameter op
     if owners is not None:
@@ -215,7 +229,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
     if sharded_grads:
         for bi, bucket in enumerate(buckets):
             for x in bucket:
-                per_mb[x] = _micro_batch_grads(x, grad_chain)
+                per_mb[x] = micro_batch_grads(x, grad_chain)
                 for k in range(first, last + 1):
                     waiting.setdefault((k, bi), set()).add(per_mb[x][k])
                     completes[per_mb[x][k]] = (k, bi)
@@ -263,25 +277,13 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
                 gather_all()
             g.output(torch.fx.map_arg(n.args[0], lambda x: value(x, False)))
             continue
-        j = _MICROBATCH.match(n.name)
+        j = MICROBATCH.match(n.name)
         if j and not first <= int(j.group(1)) <= last:
             continue
         if n in grad_chain:  # ZeRO-2: the owner sums the reduced micro-batch gradients itself
             continue
-        c = _CHAIN.match(n.name)
-        if c:
-            k = int(c.group(1) or c.group(2))
-            nodes = [a for a in n.args if isinstance(a, torch.fx.Node)]
-            own = next(a for a in nodes if a.name.startswith(f"mb{k}_"))
-            prev = next(a for a in nodes if a is not own)
-            if k < first:
-                continue
-            if k == first:
-                env[n] = env[own]
-                continue
-            if k > last:
-                env[n] = env[prev]
-                continue
+        if chain_alias(n, env, first, last):
+            continue
         into = updating(n)
         if into and finals and not reduced and not sharded_grads:  # the backward is done: the all-reduces
             reduce_all()
@@ -296,16 +298,55 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
             waiting[key].discard(n)
             if not waiting[key]:
                 reduce_scatter(*key)
+    comms = {SCATTER: REDUCE_SCATTER} if sharded_grads else {REDUCE: ALL_REDUCE}
+    if owners is not None:
+        comms[GATHER] = ALL_GATHER
+        for node in [x for x in g.nodes if x.op == "placeholder" and not x.users]:
+            g.erase_node(node)  # the optimizer state of parameters another rank owns: never held here
+    return graph_module(traced, g, comms), calls
+
+
+def final_sums(src: torch.fx.Graph, m: int, updating) -> list[torch.fx.Node]:
+    """The gradients' sums over the m micro-batches that the update reads (``acc{m-1}_x``), in graph order."""
+    return [
+        n
+        for n in src.nodes
+        if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
+    ]
+
+
+def chain_alias(n: torch.fx.Node, env: dict, first: int, last: int) -> bool:
+    """A running sum over micro-batches (a gradient's ``acc{k}_x``, the loss's ``loss_sum{k}``) in the replica
+    of micro-batches ``first..last``: before them it is left out, at the first it is that micro-batch's own
+    value, past the last it is the sum at the last; True when so handled (else the sum is copied)."""
+    c = _CHAIN.match(n.name)
+    if not c:
+        return False
+    k = int(c.group(1) or c.group(2))
+    nodes = [a for a in n.args if isinstance(a, torch.fx.Node)]
+    own = next(a for a in nodes if a.name.startswith(f"mb{k}_"))
+    prev = next(a for a in nodes if a is not own)
+    if k < first:
+        return True
+    if k == first:
+        env[n] = env[own]
+        return True
+    if k > last:
+        env[n] = env[prev]
+        return True
+    return False
+
+
+def graph_module(traced, g: torch.fx.Graph, comms: dict[str, str]) -> torch.fx.GraphModule:
+    """A replica's GraphModule over ``g``: the traced step's constants, and a :class:`RankComm` of each kind
+    ``comms`` names (submodule name -> kind)."""
     root = torch.nn.Module()
     for n in g.nodes:
         if n.op == "get_attr":
             setattr(root, n.target, getattr(traced.gm, n.target))
-    root.add_module(SCATTER if sharded_grads else REDUCE, RankComm(REDUCE_SCATTER if sharded_grads else ALL_REDUCE))
-    if owners is not None:
-        root.add_module(GATHER, RankComm(ALL_GATHER))
-        for node in [x for x in g.nodes if x.op == "placeholder" and not x.users]:
-            g.erase_node(node)  # the optimizer state of parameters another rank owns: never held here
-    return torch.fx.GraphModule(root, g), calls
+    for name, kind in comms.items():
+        root.add_module(name, RankComm(kind))
+    return torch.fx.GraphModule(root, g)
 
 
 def _buckets(finals: list[torch.fx.Node], bucket_bytes: float) -> list[list[torch.fx.Node]]:
@@ -323,7 +364,7 @@ def _buckets(finals: list[torch.fx.Node], bucket_bytes: float) -> list[list[torc
     return buckets
 
 
-def _micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.Node]:
+def micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.Node]:
     """Micro-batch k's own gradient of the final sum ``final`` (``acc{m-1}_x``), for every k, walking its
     chain ``acc{k}_x = acc{k-1}_x + mb{k}_x`` down to micro-batch 0's value; the chain's sums go into ``chain``."""
     out = {}

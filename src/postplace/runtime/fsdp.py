@@ -22,17 +22,16 @@ import torch.fx
 
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES
-from postplace.runtime.ddp import _CHAIN, _MICROBATCH, _micro_batch_grads
-from postplace.runtime.ranks import (
-    ALL_GATHER,
-    GATHER,
-    REDUCE_SCATTER,
-    SCATTER,
-    Collective,
-    RankComm,
-    RankPlan,
-    RankProgram,
+from postplace.runtime.ddp import (
+    MICROBATCH,
+    chain_alias,
+    check_replicas,
+    final_sums,
+    graph_module,
+    micro_batch_grads,
+    replica_plan,
 )
+from postplace.runtime.ranks import ALL_GATHER, GATHER, REDUCE_SCATTER, SCATTER, RankPlan
 
 __all__ = ["fsdp_plan"]
 
@@ -65,50 +64,8 @@ def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
         a step whose forward or backward reads a parameter outside any micro-batch.
     """
     k, m = len(devices), traced.microbatches
-    if k < 2 or m % k:
-        raise PostplaceError(
-            f"fsdp over {k} processes needs at least 2 and a micro-batch count they divide; the "
-            f"step has {m} micro-batch{'es' if m > 1 else ''}"
-        )
-    if traced.graph.metadata.get("microbatch_norms"):
-        raise PostplaceError(
-            "fsdp launch: the step's batch norms update running statistics shared by every micro-"
-            "batch, which each replica would keep apart; launch a model without them"
-        )
-    placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    programs, calls = [], None
-    for r in range(k):
-        gm, mine = _replica(traced, r, m // k)
-        if calls is None:
-            calls = mine
-        elif mine != calls:  # the same graph cut the same way: never; checked because a mismatch would hang
-            raise AssertionError("fsdp replicas call their collectives in different orders")
-        kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
-        programs.append(
-            RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
-        )
-    vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
-    collectives = tuple(
-        Collective(
-            j,
-            kind,
-            "+".join(names) + tag,
-            (sum(vals[x].numel() for x in names),),
-            vals[names[0]].dtype,
-            shapes=tuple(tuple(vals[x].shape) for x in names),
-        )
-        for j, (kind, names, tag) in enumerate(calls)
-    )
-    return RankPlan(
-        tuple(device_names),
-        tuple(devices),
-        (),
-        tuple(programs),
-        len(placeholders) - len(traced.inputs),
-        collectives=collectives,
-        partial_loss=True,
-        sharded=True,
-    )
+    check_replicas(traced, k, "fsdp")
+    return replica_plan(traced, devices, device_names, lambda r: _replica(traced, r, m // k), sharded=True)
 
 
 def _replica(traced, r: int, b: int):
@@ -130,7 +87,7 @@ def _replica(traced, r: int, b: int):
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-    calls: list[tuple[str, tuple[str, ...], str]] = []
+    calls: list[tuple[str, tuple[str, ...], str, tuple]] = []
 
     def op_phase(n) -> int:
         op = op_of.get(n.name, -1)
@@ -154,13 +111,9 @@ def _replica(traced, r: int, b: int):
         derived_memo[n] = ok
         return ok
 
-    finals = [
-        n
-        for n in nodes
-        if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
-    ]
+    finals = final_sums(src, m, updating)
     grad_chain: set[torch.fx.Node] = set()
-    per_mb = {x: _micro_batch_grads(x, grad_chain) for x in finals}
+    per_mb = {x: micro_batch_grads(x, grad_chain) for x in finals}
     colocation = traced.graph.colocation
     param_of_coloc = {int(colocation[op_of[p.name]]): p for p in params if colocation[op_of[p.name]] >= 0}
     param_of_final = {}
@@ -189,7 +142,7 @@ def _replica(traced, r: int, b: int):
             ps = unit_params[u]
             out = g.call_module(GATHER, (len(calls), [env[p] for p in ps]))
             gathered[key] = {p: g.call_function(operator.getitem, (out, i)) for i, p in enumerate(ps)}
-            calls.append((ALL_GATHER, tuple(p.name for p in ps), f"@mb{mb - first}:{PHASES[ph]}"))
+            calls.append((ALL_GATHER, tuple(p.name for p in ps), f"@mb{mb - first}:{PHASES[ph]}", ()))
         return gathered[key]
 
     made: dict[tuple, torch.fx.Node] = {}
@@ -204,7 +157,7 @@ def _replica(traced, r: int, b: int):
         return made[key]
 
     def context(n) -> tuple[int, int]:
-        j = _MICROBATCH.match(n.name)
+        j = MICROBATCH.match(n.name)
         op = op_of.get(n.name, -1)
         mb = int(j.group(1)) if j else (int(traced.graph.microbatch[op]) if op >= 0 else -1)
         ph = op_phase(n)
@@ -222,7 +175,7 @@ def _replica(traced, r: int, b: int):
         for i, x in enumerate(xs):
             part = g.call_function(operator.getitem, (out, i))
             reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
-        calls.append((REDUCE_SCATTER, tuple(x.name for x in xs), f"@mb{mb - first}"))
+        calls.append((REDUCE_SCATTER, tuple(x.name for x in xs), f"@mb{mb - first}", ()))
 
     def value(x: torch.fx.Node, n: torch.fx.Node, into: bool) -> torch.fx.Node:
         if into and x in reduced:
@@ -243,25 +196,13 @@ def _replica(traced, r: int, b: int):
         if n.op == "output":
             g.output(torch.fx.map_arg(n.args[0], lambda x: env[x]))
             continue
-        j = _MICROBATCH.match(n.name)
+        j = MICROBATCH.match(n.name)
         if j and not first <= int(j.group(1)) <= last:
             continue
         if n in grad_chain or (derived(n) and n not in unit):
             continue  # sums: the reduce-scattered ones are added instead; views of parameters: made per gather
-        c = _CHAIN.match(n.name)
-        if c:  # the loss's running sum, as under ddp
-            kk = int(c.group(1) or c.group(2))
-            args = [a for a in n.args if isinstance(a, torch.fx.Node)]
-            own = next(a for a in args if a.name.startswith(f"mb{kk}_"))
-            prev = next(a for a in args if a is not own)
-            if kk < first:
-                continue
-            if kk == first:
-                env[n] = env[own]
-                continue
-            if kk > last:
-                env[n] = env[prev]
-                continue
+        if chain_alias(n, env, first, last):  # the loss's running sum, as under ddp
+            continue
         into = updating(n)
         env[n] = g.node_copy(n, lambda x, n=n, into=into: value(x, n, into))
         if n in completes:
@@ -269,15 +210,9 @@ def _replica(traced, r: int, b: int):
             waiting[key].discard(n)
             if not waiting[key]:
                 reduce_scatter(*key)
-    root = torch.nn.Module()
-    for n in g.nodes:
-        if n.op == "get_attr":
-            setattr(root, n.target, getattr(traced.gm, n.target))
-    root.add_module(GATHER, RankComm(ALL_GATHER))
-    root.add_module(SCATTER, RankComm(REDUCE_SCATTER))
     for node in [
         x for x in g.nodes if x.op == "placeholder" and not x.users and x.name not in {p.name for p in params}
     ]:
         if node.name.startswith("mb"):
             g.erase_node(node)  # other replicas' micro-batches
-    return torch.fx.GraphModule(root, g), calls
+    return graph_module(traced, g, {GATHER: ALL_GATHER, SCATTER: REDUCE_SCATTER}), calls
