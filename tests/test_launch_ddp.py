@@ -253,3 +253,33 @@ def test_fsdp_ranks_hold_slices_of_every_parameter_and_its_moments():
             assert sizes[len(shapes) + 3 * j : len(shapes) + 3 * j + 3] == [(), (width,), (width,)]  # step, moments
     weight = traced.model[0].weight.detach()
     assert torch.equal(unshard([shard_of(weight, q, 3) for q in range(3)], weight.shape), weight)
+
+
+class Mixed(nn.Module):
+    """One unit whose parameters differ in dtype (an fp64 layer before an fp32 one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 4).double(), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.b(self.a(x.double()).float())
+
+
+def test_fsdp_gathers_a_units_parameters_of_each_dtype_apart():
+    """A unit mixing fp64 and fp32 parameters: each dtype gathered and reduce-scattered apart (one buffer of
+    the first dtype turned the fp32 weights into fp64 and the step failed), as a ddp bucket holds one dtype."""
+    torch.manual_seed(0)
+    traced = trace(
+        Mixed(), (torch.randn(4, 6),), nn.functional.mse_loss, "adamw", microbatches=2, targets=(torch.randn(4, 3),)
+    )
+    from postplace.runtime.fsdp import fsdp_plan
+
+    plan = fsdp_plan(traced, [1, 2], K80X4.device_names)
+    assert {c.dtype for c in plan.collectives} == {torch.float64, torch.float32}
+    res = launch_plan(traced, "fsdp:m=2,dp=2", K80X4, steps=2, batches=RandomBatches(0))
+    losses, params = one_process(traced, 2)
+    assert res.losses == pytest.approx(losses, rel=1e-6)
+    for name, p in params.items():
+        assert res.parameters[name].dtype == p.dtype
+        torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)

@@ -35,6 +35,9 @@ from postplace.runtime.ranks import ALL_GATHER, GATHER, REDUCE_SCATTER, SCATTER,
 
 __all__ = ["fsdp_plan"]
 
+ELEMENTWISE = ("sgd", "adam", "adamw")
+"""The optimizers whose update is elementwise in each parameter, so a slice updates as the whole would."""
+
 _FORWARD, _BACKWARD, _UPDATE = (PHASES.index(p) for p in ("forward", "backward", "update"))
 
 
@@ -60,11 +63,17 @@ def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
     Raises
     ------
     PostplaceError
-        Fewer than 2 replicas, a micro-batch count they do not divide, batch norm's shared statistics, or
-        a step whose forward or backward reads a parameter outside any micro-batch.
+        Fewer than 2 replicas, a micro-batch count they do not divide, batch norm's shared statistics, an
+        optimizer that is not elementwise, or a step whose forward or backward reads a parameter outside
+        any micro-batch.
     """
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, "fsdp")
+    if getattr(traced.optimizer, "name", None) not in ELEMENTWISE:
+        raise PostplaceError(
+            f"fsdp launch: the update runs on slices of each parameter, which holds for {', '.join(ELEMENTWISE)} "
+            f"(elementwise), not for '{getattr(traced.optimizer, 'name', None)}'"
+        )
     return replica_plan(traced, devices, device_names, lambda r: _replica(traced, r, m // k), sharded=True)
 
 
@@ -80,8 +89,9 @@ def _replica(traced, r: int, b: int):
     params = nodes[:n_params]
     from postplace.plans import unit_of
 
-    unit = {p: unit_of(traced.graph.module[op_of[p.name]]) for p in params}
-    unit_params: dict[str, list[torch.fx.Node]] = {}
+    # a unit's parameters of one dtype travel together (a unit mixing fp64 and fp32 gathers each apart)
+    unit = {p: (unit_of(traced.graph.module[op_of[p.name]]), str(p.meta["val"].dtype)) for p in params}
+    unit_params: dict[tuple[str, str], list[torch.fx.Node]] = {}
     for p in params:
         unit_params.setdefault(unit[p], []).append(p)
     g = torch.fx.Graph()
@@ -123,20 +133,20 @@ def _replica(traced, r: int, b: int):
         if not ps:
             raise PostplaceError(f"fsdp launch: the gradient '{x.name}' updates no parameter the launcher can name")
         param_of_final[x] = ps[0]
-    unit_grads: dict[str, list[torch.fx.Node]] = {}
+    unit_grads: dict[tuple[str, str], list[torch.fx.Node]] = {}
     for x in finals:
         unit_grads.setdefault(unit[param_of_final[x]], []).append(x)
-    waiting: dict[tuple[str, int], set[torch.fx.Node]] = {}
-    completes: dict[torch.fx.Node, tuple[str, int]] = {}
+    waiting: dict[tuple[tuple[str, str], int], set[torch.fx.Node]] = {}
+    completes: dict[torch.fx.Node, tuple[tuple[str, str], int]] = {}
     for u, xs in unit_grads.items():
         for kk in range(first, last + 1):
             for x in xs:
                 waiting.setdefault((u, kk), set()).add(per_mb[x][kk])
                 completes[per_mb[x][kk]] = (u, kk)
 
-    gathered: dict[tuple[str, int, int], dict[torch.fx.Node, torch.fx.Node]] = {}
+    gathered: dict[tuple[tuple[str, str], int, int], dict[torch.fx.Node, torch.fx.Node]] = {}
 
-    def gather(u: str, mb: int, ph: int) -> dict[torch.fx.Node, torch.fx.Node]:
+    def gather(u: tuple[str, str], mb: int, ph: int) -> dict[torch.fx.Node, torch.fx.Node]:
         key = (u, mb, ph)
         if key not in gathered:
             ps = unit_params[u]
@@ -168,7 +178,7 @@ def _replica(traced, r: int, b: int):
             )
         return mb, ph
 
-    def reduce_scatter(u: str, mb: int) -> None:
+    def reduce_scatter(u: tuple[str, str], mb: int) -> None:
         gather(u, mb, _BACKWARD)  # FSDP unshards the whole unit for its backward, whatever it reads
         xs = unit_grads[u]
         out = g.call_module(SCATTER, (len(calls), [env[per_mb[x][mb]] for x in xs]))

@@ -61,7 +61,8 @@ BACKENDS = ("gloo", "nccl")
 @dataclasses.dataclass
 class RankResult:
     """What one rank returns: the losses it computed (the rank that holds the loss), its bytes sent and
-    received per step (measured: what it passed to torch.distributed), the seconds of each step and of
+    received per step (each message's and collective's payload as it passed them to torch.distributed; a
+    collective's padding for unequal shares not counted), the seconds of each step and of
     the sends and receives in it, and its parameters and buffers (CPU copies, by name)."""
 
     rank: int
@@ -652,7 +653,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
     state = [t for i, p in enumerate(params) for t in traced.optimizer.initial_state(i, p, device="meta")]
     if len(params) + len(bufs) + len(state) != plan.n_persistent:
         raise PostplaceError("the traced step's parameters, buffers and optimizer state do not match its placeholders")
-    state_of = [i for i, p in enumerate(params) for _ in traced.optimizer.initial_state(i, p, device="meta")]
+    state_name = [name for i in range(len(params)) for name in traced.optimizer.state_names(i)]
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
@@ -667,7 +668,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         else:
             j = i - len(params) - len(bufs)
             t = torch.zeros_like(state[j], device="cpu")
-            if plan.sharded and t.shape == params[state_of[j]].shape:  # the parameter's moments: sliced alike
+            if plan.sharded and state_name[j] != "step":  # the parameter's moments: sliced alike; the count whole
                 t = shard_of(t, rank, plan.world_size)
             args.append(t)
     return args, owned
@@ -1271,7 +1272,7 @@ def launch_plan(
     if not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs plain ddp, zero1, zero2 and fsdp plans (and op-level placements) so far; "
-            "fsdp, recomputation, tensor and pipeline parallelism are simulated only"
+            "recomputation, per-unit sharding, tensor and pipeline parallelism are simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
