@@ -74,9 +74,13 @@ def test_each_replica_runs_its_own_micro_batches():
 
 
 def test_plans_launch_does_not_run_are_one_line():
-    with pytest.raises(PostplaceError, match="runs plain ddp, zero1, zero2 and fsdp plans") as e:
+    with pytest.raises(
+        PostplaceError, match=r"runs plain ddp, zero1, zero2 and fsdp plans, the first three with \+recompute"
+    ) as e:
         launch_plan(mlp_step(4), "fsdp+recompute:m=4", K80X4)
-    with pytest.raises(PostplaceError, match="runs plain ddp, zero1, zero2 and fsdp plans"):
+    with pytest.raises(
+        PostplaceError, match=r"runs plain ddp, zero1, zero2 and fsdp plans, the first three with \+recompute"
+    ):
         launch_plan(mlp_step(4), "zero2:m=4,tp=2", K80X4)
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="traced as 4"):
@@ -283,3 +287,65 @@ def test_fsdp_gathers_a_units_parameters_of_each_dtype_apart():
     for name, p in params.items():
         assert res.parameters[name].dtype == p.dtype
         torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)
+
+
+class Blocks(nn.Module):
+    """Two numbered residual blocks (units ``blocks.0``, ``blocks.1``) with dropout inside, and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Dropout(0.2), nn.Linear(16, 16)) for _ in range(2)]
+        )
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def blocks_step():
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    return trace(Blocks(), (x,), nn.functional.cross_entropy, "adamw", microbatches=2, targets=(y,))
+
+
+def test_recomputed_blocks_train_bit_for_bit_as_kept_ones():
+    """``ddp+recompute``: each block's forward runs again before its backward (its dropout mask kept, as
+    checkpointing replays the generator), so the backward reads no forward value of a block but its inputs
+    and kept outputs; losses and parameters after 3 steps are the plain ddp launch's bit for bit."""
+    from postplace.plans import unit_of
+    from postplace.runtime.recompute import keeps_output, recompute_program
+
+    traced = blocks_step()
+    plan = ddp_plan(traced, [1, 2], K80X4.device_names)
+    gm = plan.programs[0].gm
+    assert recompute_program(gm, traced, {"blocks.0", "blocks.1"}) > 0
+    phase, module, op_of = traced.graph.phase, traced.graph.module, traced.op_of_node
+    forward, backward = 0, 1  # PHASES
+    read = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or op_of.get(n.name, -1) < 0 or phase[op_of[n.name]] != backward:
+            continue
+        for a in n.all_input_nodes:
+            op = op_of.get(a.name, -1)
+            if op >= 0 and phase[op] == forward and unit_of(module[op]).startswith("blocks."):
+                read.append(a)
+    assert read and all(keeps_output(a) for a in read), [str(a.target) for a in read]  # dropout's, kept only
+    plain = ddp_plan(traced, [1, 2], K80X4.device_names).programs[0].gm
+    before = [
+        a
+        for n in plain.graph.nodes
+        if op_of.get(n.name, -1) >= 0 and phase[op_of[n.name]] == backward
+        for a in n.all_input_nodes
+        if op_of.get(a.name, -1) >= 0
+        and phase[op_of[a.name]] == forward
+        and unit_of(module[op_of[a.name]]).startswith("blocks.")
+    ]
+    assert any(not keeps_output(a) for a in before)  # without recomputation the backward reads the forward's
+    again = launch_plan(blocks_step(), "ddp+recompute:m=2,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=1)
+    kept = launch_plan(blocks_step(), "ddp:m=2,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=1)
+    assert again.losses == kept.losses
+    for name, p in kept.parameters.items():
+        assert torch.equal(again.parameters[name], p), name

@@ -61,7 +61,9 @@ _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
 _UPDATE = PHASES.index("update")
 
 
-def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6, level: str = "ddp") -> RankPlan:
+def ddp_plan(
+    traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6, level: str = "ddp", recompute=()
+) -> RankPlan:
     """Per-rank programs of the ``ddp`` (or ``zero1``) plan of ``traced`` over the logical devices
     ``devices`` (one replica each, in order).
 
@@ -80,6 +82,9 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         (:func:`postplace.plans.data_parallel.zero_owners`, the simulated plan's owners) and runs only
         their update; after the update each bucket's parameters are all-gathered from their owners.
         ``zero2``: also each micro-batch's gradients reduce-scattered to their owners, summed there.
+    recompute : collection of str
+        Units (:func:`postplace.plans.unit_of`) whose forward runs again before their backward
+        (:func:`postplace.runtime.recompute.recompute_program`).
 
     Returns
     -------
@@ -103,12 +108,16 @@ def ddp_plan(traced, devices: list[int], device_names, *, bucket_bytes: float = 
         from postplace.plans.data_parallel import zero_owners
 
         owners = zero_owners(traced.graph, k)
-    return replica_plan(
-        traced,
-        devices,
-        device_names,
-        lambda r: _replica(traced, r, m // k, bucket_bytes, owners, sharded_grads=level == "zero2"),
-    )
+
+    def build(r: int):
+        gm, calls = _replica(traced, r, m // k, bucket_bytes, owners, sharded_grads=level == "zero2")
+        if recompute:
+            from postplace.runtime.recompute import recompute_program
+
+            recompute_program(gm, traced, set(recompute))
+        return gm, calls
+
+    return replica_plan(traced, devices, device_names, build)
 
 
 def check_replicas(traced, k: int, plan: str) -> None:
@@ -382,11 +391,11 @@ def micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.No
 
 def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` with no recomputation, no per-unit sharding, no tensor or pipeline
-    parallelism."""
+    runs: ``ddp``, ``zero1``, ``zero2`` (recomputed or not, not selectively) or ``fsdp`` (not recomputed),
+    with no per-unit sharding, no tensor or pipeline parallelism."""
     return (
         spec.level in ("ddp", "zero1", "zero2", "fsdp")
-        and not spec.recompute
+        and (not spec.recompute or (spec.level != "fsdp" and not spec.selective))
         and spec.shard is None
         and not spec.pipeline
         and not spec.tensor
