@@ -199,26 +199,14 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
 
     finals = final_sums(src, m, updating)
     buckets = _buckets(finals, bucket_bytes)
-    param_node, param_of_coloc = {}, {}  # ZeRO: parameter op -> its placeholder; colocation set -> parameter op
-    if owners is not None:
-        n_params = sum(1 for _ in traced.model.parameters())
-        for n in list(src.nodes)[:n_params]:
-            param_node[op_of[n.name]] = n
-        colocation = traced.graph.colocation
-        param_of_coloc = {int(colocation[p]): p for p in owners if colocation[p] >= 0}
+    param_of = updated_parameter(traced, parameters(traced))  # ZeRO: an update op -> its parameter placeholder
 
-    def param_of(n) -> int | None:
-        op = op_of.get(n.name, -1)
-        return param_of_coloc.get(int(traced.graph.colocation[op])) if op >= 0 else None
+    def owner(p: torch.fx.Node) -> int:
+        return owners.get(op_of[p.name], r)
 
-    def params_of(final: torch.fx.Node) -> list[int]:
+    def params_of(final: torch.fx.Node) -> list[torch.fx.Node]:
         """The parameters a final gradient sum updates (a tied weight's one)."""
-        found = []
-        for u in final.users:
-            p = param_of(u) if updating(u) else None
-            if p is not None and p not in found:
-                found.append(p)
-        return found
+        return list(dict.fromkeys(p for u in final.users if updating(u) and (p := param_of(u)) is not None))
 
     skipped: set[torch.fx.Node] = set()  # ZeRO: the updates of parameters another rank owns, and what reads them
 
@@ -230,24 +218,19 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
                 reduced[x] = g.call_function(operator.getitem, (out, i))
             calls.append((ALL_REDUCE, tuple(x.name for x in bucket), "", ()))
 
-    # ZeRO-2: each micro-batch's own gradient of each final sum, and which (micro-batch, bucket) it completes
+    # ZeRO-2: each micro-batch's own gradient of each final sum, and which (bucket, micro-batch) it completes
     grad_chain: set[torch.fx.Node] = set()
-    waiting: dict[tuple[int, int], set[torch.fx.Node]] = {}
-    completes: dict[torch.fx.Node, tuple[int, int]] = {}
     per_mb: dict[torch.fx.Node, dict[int, torch.fx.Node]] = {}
+    waiting, completes = {}, {}
     if sharded_grads:
-        for bi, bucket in enumerate(buckets):
-            for x in bucket:
-                per_mb[x] = micro_batch_grads(x, grad_chain)
-                for k in range(first, last + 1):
-                    waiting.setdefault((k, bi), set()).add(per_mb[x][k])
-                    completes[per_mb[x][k]] = (k, bi)
+        per_mb = {x: micro_batch_grads(x, grad_chain) for x in finals}
+        waiting, completes = micro_batch_groups(enumerate(buckets), per_mb, first, last)
 
-    def reduce_scatter(k: int, bi: int) -> None:
+    def reduce_scatter(bi: int, k: int) -> None:
         """Micro-batch k's gradients of bucket ``bi`` summed over the replicas onto their owners; each owner
         adds them to its running sums."""
         bucket = buckets[bi]
-        who = tuple(owners[params_of(x)[0]] for x in bucket)
+        who = tuple(owner(params_of(x)[0]) for x in bucket)
         out = g.call_module(SCATTER, (len(calls), [env[per_mb[x][k]] for x in bucket]))
         mine = [x for x, o in zip(bucket, who, strict=True) if o == r]
         for i, x in enumerate(mine):
@@ -259,13 +242,13 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         """ZeRO: each bucket's parameters from their owners, after every update, copied into the others'."""
         for bucket in buckets:
             params = list(dict.fromkeys(p for x in bucket for p in params_of(x)))
-            who = tuple(owners[p] for p in params)
-            mine = [env[param_node[p]] for p in params if owners[p] == r]
+            who = tuple(owner(p) for p in params)
+            mine = [env[p] for p in params if owner(p) == r]
             out = g.call_module(GATHER, (len(calls), mine))
             for i, p in enumerate(params):
-                if owners[p] != r:
-                    g.call_method("copy_", (env[param_node[p]], g.call_function(operator.getitem, (out, i))))
-            calls.append((ALL_GATHER, tuple(param_node[p].name for p in params), "", who))
+                if owner(p) != r:
+                    g.call_method("copy_", (env[p], g.call_function(operator.getitem, (out, i))))
+            calls.append((ALL_GATHER, tuple(p.name for p in params), "", who))
 
     def value(x: torch.fx.Node, into_update: bool) -> torch.fx.Node:
         if into_update and x in reduced:
@@ -297,16 +280,13 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         if into and finals and not reduced and not sharded_grads:  # the backward is done: the all-reduces
             reduce_all()
         if owners is not None and (
-            (into and owners.get(param_of(n), r) != r) or any(a in skipped for a in n.all_input_nodes)
+            (into and (p := param_of(n)) is not None and owner(p) != r) or any(a in skipped for a in n.all_input_nodes)
         ):
             skipped.add(n)
             continue
         env[n] = g.node_copy(n, lambda x, into=into: value(x, into))
-        if n in completes:
-            key = completes[n]
-            waiting[key].discard(n)
-            if not waiting[key]:
-                reduce_scatter(*key)
+        if (done := completed(n, waiting, completes)) is not None:
+            reduce_scatter(*done)
     comms = {SCATTER: REDUCE_SCATTER} if sharded_grads else {REDUCE: ALL_REDUCE}
     if owners is not None:
         comms[GATHER] = ALL_GATHER
@@ -322,6 +302,47 @@ def final_sums(src: torch.fx.Graph, m: int, updating) -> list[torch.fx.Node]:
         for n in src.nodes
         if (c := _CHAIN.match(n.name)) and c.group(1) and int(c.group(1)) == m - 1 and any(updating(u) for u in n.users)
     ]
+
+
+def parameters(traced) -> list[torch.fx.Node]:
+    """The traced step's parameter placeholders: its first ones, in the model's parameter order."""
+    return list(traced.gm.graph.nodes)[: sum(1 for _ in traced.model.parameters())]
+
+
+def updated_parameter(traced, params: list[torch.fx.Node]):
+    """``n -> p``: the parameter placeholder of ``params`` whose update op ``n`` is (an update op shares its
+    parameter's colocation set), or None."""
+    op_of, colocation = traced.op_of_node, traced.graph.colocation
+    by_set = {int(colocation[op_of[p.name]]): p for p in params if colocation[op_of[p.name]] >= 0}
+
+    def of(n: torch.fx.Node) -> torch.fx.Node | None:
+        op = op_of.get(n.name, -1)
+        return by_set.get(int(colocation[op])) if op >= 0 else None
+
+    return of
+
+
+def micro_batch_groups(groups, per_mb: dict, first: int, last: int) -> tuple[dict, dict]:
+    """``(waiting, completes)`` for ``groups`` (``(key, final sums)`` pairs, a bucket or a unit): per
+    ``(key, k)``, micro-batch k's own gradients of the group's sums still to be made (``per_mb``:
+    :func:`micro_batch_grads`), and the ``(key, k)`` each of them belongs to; :func:`completed` reads them."""
+    waiting: dict[tuple, set[torch.fx.Node]] = {}
+    completes: dict[torch.fx.Node, tuple] = {}
+    for key, sums in groups:
+        for k in range(first, last + 1):
+            for x in sums:
+                waiting.setdefault((key, k), set()).add(per_mb[x][k])
+                completes[per_mb[x][k]] = (key, k)
+    return waiting, completes
+
+
+def completed(n: torch.fx.Node, waiting: dict, completes: dict) -> tuple | None:
+    """The ``(key, k)`` whose last own gradient the node just made ``n`` is (its reduce-scatter may go), or None."""
+    key = completes.get(n)
+    if key is None:
+        return None
+    waiting[key].discard(n)
+    return None if waiting[key] else key
 
 
 def chain_alias(n: torch.fx.Node, env: dict, first: int, last: int) -> bool:

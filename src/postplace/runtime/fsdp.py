@@ -26,10 +26,14 @@ from postplace.runtime.ddp import (
     MICROBATCH,
     chain_alias,
     check_replicas,
+    completed,
     final_sums,
     graph_module,
     micro_batch_grads,
+    micro_batch_groups,
+    parameters,
     replica_plan,
+    updated_parameter,
 )
 from postplace.runtime.ranks import ALL_GATHER, GATHER, REDUCE_SCATTER, SCATTER, RankPlan
 
@@ -85,8 +89,7 @@ def _replica(traced, r: int, b: int):
     phase = traced.graph.phase
     op_of = traced.op_of_node
     nodes = list(src.nodes)
-    n_params = sum(1 for _ in traced.model.parameters())
-    params = nodes[:n_params]
+    params = parameters(traced)
     from postplace.plans import unit_of
 
     # a unit's parameters of one dtype travel together (a unit mixing fp64 and fp32 gathers each apart)
@@ -124,25 +127,17 @@ def _replica(traced, r: int, b: int):
     finals = final_sums(src, m, updating)
     grad_chain: set[torch.fx.Node] = set()
     per_mb = {x: micro_batch_grads(x, grad_chain) for x in finals}
-    colocation = traced.graph.colocation
-    param_of_coloc = {int(colocation[op_of[p.name]]): p for p in params if colocation[op_of[p.name]] >= 0}
+    param_of = updated_parameter(traced, params)
     param_of_final = {}
     for x in finals:
-        ps = [param_of_coloc.get(int(colocation[op_of[u.name]])) for u in x.users if updating(u)]
-        ps = [p for p in ps if p is not None]
+        ps = [p for u in x.users if updating(u) and (p := param_of(u)) is not None]
         if not ps:
             raise PostplaceError(f"fsdp launch: the gradient '{x.name}' updates no parameter the launcher can name")
         param_of_final[x] = ps[0]
     unit_grads: dict[tuple[str, str], list[torch.fx.Node]] = {}
     for x in finals:
         unit_grads.setdefault(unit[param_of_final[x]], []).append(x)
-    waiting: dict[tuple[tuple[str, str], int], set[torch.fx.Node]] = {}
-    completes: dict[torch.fx.Node, tuple[tuple[str, str], int]] = {}
-    for u, xs in unit_grads.items():
-        for kk in range(first, last + 1):
-            for x in xs:
-                waiting.setdefault((u, kk), set()).add(per_mb[x][kk])
-                completes[per_mb[x][kk]] = (u, kk)
+    waiting, completes = micro_batch_groups(unit_grads.items(), per_mb, first, last)
 
     gathered: dict[tuple[tuple[str, str], int, int], dict[torch.fx.Node, torch.fx.Node]] = {}
 
@@ -215,14 +210,8 @@ def _replica(traced, r: int, b: int):
             continue
         into = updating(n)
         env[n] = g.node_copy(n, lambda x, n=n, into=into: value(x, n, into))
-        if n in completes:
-            key = completes[n]
-            waiting[key].discard(n)
-            if not waiting[key]:
-                reduce_scatter(*key)
-    for node in [
-        x for x in g.nodes if x.op == "placeholder" and not x.users and x.name not in {p.name for p in params}
-    ]:
-        if node.name.startswith("mb"):
-            g.erase_node(node)  # other replicas' micro-batches
+        if (done := completed(n, waiting, completes)) is not None:
+            reduce_scatter(*done)
+    for node in [x for x in g.nodes if x.op == "placeholder" and not x.users and MICROBATCH.match(x.name)]:
+        g.erase_node(node)  # other replicas' micro-batches
     return graph_module(traced, g, {GATHER: ALL_GATHER, SCATTER: REDUCE_SCATTER}), calls

@@ -51,7 +51,18 @@ import numpy as np
 import torch
 
 from postplace.errors import PostplaceError
-from postplace.runtime.ranks import GATHER, RECV, REDUCE, SCATTER, SEND, RankPlan, incoming, outgoing, rank_plan
+from postplace.runtime.ranks import (
+    GATHER,
+    RECV,
+    REDUCE,
+    SCATTER,
+    SEND,
+    RankPlan,
+    incoming,
+    numel_of,
+    outgoing,
+    rank_plan,
+)
 
 __all__ = ["LaunchResult", "RandomBatches", "RankResult", "launch", "launch_plan", "launch_run", "run_rank"]
 
@@ -245,9 +256,7 @@ class _Channel:
         c = self.plan.collectives[index]
         if not c.owners:
             return self._gather_slices(index, mine)
-        sizes = [_numel_of(shape) for shape in c.shapes]
-        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(self.plan.world_size)]
-        width = max(share) if share else 0
+        sizes, width = self._owner_layout(c)
         flat = torch.zeros(width, dtype=c.dtype, device=self.device)
         if mine:
             own = torch.cat([x.reshape(-1) for x in mine])
@@ -268,10 +277,8 @@ class _Channel:
         c = self.plan.collectives[index]
         if not c.owners:
             return self._scatter_slices(index, values)
-        sizes = [_numel_of(shape) for shape in c.shapes]
+        sizes, width = self._owner_layout(c)
         world = self.plan.world_size
-        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(world)]
-        width = max(share) if share else 0
         flat = torch.zeros(world * width, dtype=c.dtype, device=self.device)
         offset = [q * width for q in range(world)]
         mine = []
@@ -284,12 +291,18 @@ class _Channel:
         self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
         return [out[a : a + n].view(shape) for a, n, shape in mine]
 
+    def _owner_layout(self, c) -> tuple[list[int], int]:
+        """Each tensor's elements, and the padded chunk every rank sends: the largest owner's share."""
+        sizes = [numel_of(shape) for shape in c.shapes]
+        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(self.plan.world_size)]
+        return sizes, max(share, default=0)
+
     def _gather_slices(self, index: int, slices: list[torch.Tensor]) -> list[torch.Tensor]:
         """FSDP's all-gather: every rank sends its slice of each tensor (:func:`shard_of`) in one buffer;
         returns the whole tensors."""
         c = self.plan.collectives[index]
         world = self.plan.world_size
-        widths = [-(-_numel_of(shape) // world) for shape in c.shapes]
+        widths = [slice_width(numel_of(shape), world) for shape in c.shapes]
         flat = torch.cat([x.reshape(-1) for x in slices]).to(c.dtype)
         parts = [torch.empty_like(flat) for _ in range(world)]
         self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat))
@@ -303,8 +316,8 @@ class _Channel:
         """FSDP's reduce-scatter: the whole tensors summed over every rank, each rank keeping its slice of each."""
         c = self.plan.collectives[index]
         world = self.plan.world_size
-        widths = [-(-_numel_of(shape) // world) for shape in c.shapes]
-        chunks = [[shard_of(v, q, world) for v, shape in zip(values, c.shapes, strict=True)] for q in range(world)]
+        widths = [slice_width(numel_of(shape), world) for shape in c.shapes]
+        chunks = [[shard_of(v, q, world) for v in values] for q in range(world)]
         flat = torch.cat([x for chunk in chunks for x in chunk]).to(c.dtype)
         out = torch.empty(sum(widths), dtype=c.dtype, device=self.device)
         self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
@@ -347,10 +360,6 @@ def _ckpt(folder) -> Path | None:
     if path.exists() and not path.is_dir():
         raise PostplaceError(f"--checkpoint {folder}: a file, not a folder; give a folder for the ranks' checkpoints")
     return path
-
-
-def _numel_of(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
 
 def _op_devices(traced, placement, devices) -> tuple[np.ndarray, list[str]]:
@@ -676,15 +685,20 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
 
 def shard_of(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     """Rank ``rank``'s slice of ``t`` flattened and padded with zeros to a multiple of ``world`` (FSDP's)."""
-    width = -(-t.numel() // world)
+    width = slice_width(t.numel(), world)
     flat = torch.zeros(width * world, dtype=t.dtype, device=t.device)
     flat[: t.numel()] = t.reshape(-1)
     return flat[rank * width : (rank + 1) * width].clone()
 
 
+def slice_width(numel: int, world: int) -> int:
+    """The elements of each rank's slice of a tensor of ``numel`` elements (the last one padded)."""
+    return -(-numel // world)
+
+
 def unshard(shards: list[torch.Tensor], shape) -> torch.Tensor:
     """The tensor of ``shape`` the ranks' slices (:func:`shard_of`, in rank order) hold."""
-    n = _numel_of(tuple(shape))
+    n = numel_of(tuple(shape))
     return torch.cat([x.reshape(-1) for x in shards])[:n].view(tuple(shape))
 
 

@@ -68,7 +68,8 @@ ALL_GATHER = "all_gather"
 the rank's own tensors) -> every tensor of the collective``, in the collective's order (ZeRO-1's parameters)."""
 
 
-def _numel(shape: tuple[int, ...]) -> int:
+def numel_of(shape: tuple[int, ...]) -> int:
+    """The elements of a tensor of ``shape`` (1 for a scalar)."""
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
 
@@ -88,7 +89,7 @@ class Collective:
 
     @property
     def nbytes(self) -> int:
-        return _numel(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+        return numel_of(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +113,7 @@ class Message:
 
     @property
     def numel(self) -> int:
-        return _numel(self.shape)
+        return numel_of(self.shape)
 
     @property
     def nbytes(self) -> int:
