@@ -1,14 +1,14 @@
 """Per-rank checkpoints of a launched step (DESIGN.md section 7): after every step each rank writes what it
 holds (its parameters, buffers and optimizer state: the persistent placeholders of its program) and
-torch's generator state to ``DIR/rank{r}-step{k}.npz``, then a JSON record beside it naming the launch's
+torch's generator state as ``DIR/rank{r}-step{k}.json`` and the ``.npz`` beside it, through the run
+folders' own checkpoint format (:func:`postplace.search.state_io.save_state`: arrays first, the
+checksummed JSON last, so a file without its record is not a checkpoint). The record names the launch's
 key (:func:`launch_key`: the plan, the traced step with its optimizer, the seed and the batches' seed), the
-rank, the step, each array's placeholder, shape and dtype, and the arrays'
-sha256; the record is written last, so a file without its record is not a checkpoint. Each rank keeps its
-last two steps: the ranks run in lock step (every step ends in messages or collectives between them), so
-when a rank dies the others have finished the same step or the one before, and a resumed launch starts
-every rank from the last step all of them recorded (:func:`common_step`, found once by the launcher). A
-launch that does not resume needs a folder without checkpoints (:func:`check_fresh`). Data only: npz
-arrays and JSON, never pickle.
+rank, the step, and each tensor's placeholder and dtype. Each rank keeps its last two steps: the ranks run
+in lock step (every step ends in messages or collectives between them), so when a rank dies the others
+have finished the same step or the one before, and a resumed launch starts every rank from the last step
+all of them recorded (:func:`common_step`, found once by the launcher). A launch that does not resume
+needs a folder without checkpoints (:func:`check_fresh`). Data only: npz arrays and JSON, never pickle.
 
 ``DIR`` must be a folder every rank can read (one host, or a shared file system). Under ``torchrun`` each
 rank finds the step itself, and a fresh launch's folder is not checked.
@@ -17,14 +17,13 @@ rank finds the step itself, and a fresh launch's folder is not checked.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from postplace.errors import PostplaceError
+from postplace.search.state_io import load_state, save_state
 
 FORMAT = "postplace-rank-checkpoint"
 KEEP = 2
@@ -58,34 +57,22 @@ def write(folder: Path, key: str, rank: int, step: int, held: list[tuple[int, to
     """Rank ``rank``'s state after ``step`` steps: ``held`` is ``[(placeholder index, tensor)]``; on a CUDA
     ``device`` its generator's state too."""
     folder.mkdir(parents=True, exist_ok=True)
-    arrays, layout = {}, []
+    tensors = []
     for i, t in held:
         t = t.detach().cpu()
-        kept = t.view(_BITS[t.dtype]) if t.dtype in _BITS else t
-        arrays[f"p{i}"] = kept.numpy()
-        layout.append({"placeholder": i, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")})
-    arrays["rng"] = torch.get_rng_state().numpy()
+        data = (t.view(_BITS[t.dtype]) if t.dtype in _BITS else t).numpy()
+        tensors.append({"placeholder": i, "dtype": str(t.dtype).removeprefix("torch."), "data": data})
+    state = {"format": FORMAT, "key": key, "rank": rank, "step": step, "tensors": tensors}
+    state["rng"] = torch.get_rng_state().numpy()
     if device is not None and torch.device(device).type == "cuda":
-        arrays["cuda_rng"] = torch.cuda.get_rng_state(device).numpy()
-    stem = _stem(rank, step)
-    tmp = folder / f"{stem}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, folder / f"{stem}.npz")
-    record = {
-        "format": FORMAT,
-        "key": key,
-        "rank": rank,
-        "step": step,
-        "arrays": layout,
-        "sha256": hashlib.sha256((folder / f"{stem}.npz").read_bytes()).hexdigest(),
-    }
-    (folder / f"{stem}.json.tmp").write_text(json.dumps(record))
-    os.replace(folder / f"{stem}.json.tmp", folder / f"{stem}.json")
+        state["cuda_rng"] = torch.cuda.get_rng_state(device).numpy()
+    save_state(folder / f"{_stem(rank, step)}.json", state)
     for old in folder.glob(f"rank{rank}-step*.json"):
         k = _step_of(old, rank)
         if k is not None and not step - KEEP < k <= step:
             old.unlink(missing_ok=True)
-            (folder / f"{_stem(rank, k)}.npz").unlink(missing_ok=True)
+            for arrays in folder.glob(f"{_stem(rank, k)}-*.npz"):
+                arrays.unlink(missing_ok=True)
 
 
 def _step_of(path: Path, rank: int) -> int | None:
@@ -108,41 +95,36 @@ def common_step(folder: Path, world: int) -> int:
 
 def read(folder: Path, key: str, rank: int, step: int, placeholders: list[int]) -> tuple[list, dict]:
     """Rank ``rank``'s tensors after ``step`` steps, in the order of ``placeholders``, and the generators'
-    states (``{"rng": ..., "cuda_rng": ...}``); one error line when the record is not this launch's
-    (:func:`launch_key`), not this rank's, or its arrays were changed."""
-    stem = _stem(rank, step)
-    where = folder / f"{stem}.json"
+    states (``{"rng": ..., "cuda_rng": ...}``); one error line when the record is damaged, not this launch's
+    (:func:`launch_key`) or not this rank's."""
+    where = folder / f"{_stem(rank, step)}.json"
     try:
-        record = json.loads(where.read_text())
-        data = (folder / f"{stem}.npz").read_bytes()
-    except (OSError, ValueError) as exc:
-        raise PostplaceError(f"{where}: unreadable ({exc}); start the launch again without --resume") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("rank") != rank:
+        state = load_state(where)
+    except PostplaceError as exc:
+        raise PostplaceError(
+            f"{str(exc).removesuffix('; start a new run')}; start the launch again without --resume"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("rank") != rank:
         raise PostplaceError(f"{where}: not a rank checkpoint of rank {rank}; start the launch again without --resume")
-    if record.get("key") != key:
+    if state.get("key") != key:
         raise PostplaceError(
             f"{where}: written by another launch (its plan, step, optimizer, seed or batches differ); resume "
             "with the placement, step and --seed it was launched with, or start again in an empty folder"
         )
-    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-        raise PostplaceError(f"{where}: its arrays do not match their checksum (damaged); start again")
-    layout = record.get("arrays")
-    if not isinstance(layout, list) or [a.get("placeholder") for a in layout if isinstance(a, dict)] != placeholders:
+    records = state.get("tensors")
+    if not isinstance(records, list) or [a.get("placeholder") for a in records if isinstance(a, dict)] != placeholders:
         raise PostplaceError(f"{where}: holds other tensors than rank {rank}'s program takes; start again")
-    with np.load(folder / f"{stem}.npz", allow_pickle=False) as npz:
-        tensors = []
-        for a in layout:
-            dtype = getattr(torch, str(a.get("dtype")), None)
-            if not isinstance(dtype, torch.dtype) or f"p{a['placeholder']}" not in npz.files:
-                raise PostplaceError(
-                    f"{where}: tensor {a['placeholder']} has no array or dtype here (edited); start again"
-                )
-            t = torch.from_numpy(npz[f"p{a['placeholder']}"].copy())
-            t = t.view(dtype) if dtype in _BITS else t
-            if list(t.shape) != a["shape"] or t.dtype != dtype:
-                raise PostplaceError(
-                    f"{where}: tensor {a['placeholder']} is not the {a['dtype']} {a['shape']} recorded"
-                )
-            tensors.append(t)
-        rng = {name: torch.from_numpy(npz[name].copy()) for name in ("rng", "cuda_rng") if name in npz.files}
+    tensors = []
+    for a in records:
+        dtype = getattr(torch, str(a.get("dtype")), None)
+        if not isinstance(dtype, torch.dtype) or not isinstance(a.get("data"), np.ndarray):
+            raise PostplaceError(f"{where}: tensor {a['placeholder']} has no array or dtype here (edited); start again")
+        t = torch.from_numpy(a["data"])
+        t = t.view(dtype) if dtype in _BITS else t
+        if t.dtype != dtype:
+            raise PostplaceError(f"{where}: tensor {a['placeholder']} is not the {a['dtype']} recorded")
+        tensors.append(t)
+    rng = {
+        name: torch.from_numpy(state[name]) for name in ("rng", "cuda_rng") if isinstance(state.get(name), np.ndarray)
+    }
     return tensors, rng
