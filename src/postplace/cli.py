@@ -982,6 +982,13 @@ def place(
             help="Measure the search's K best placements (and the single device) for real; return the fastest measured.",
         ),
     ] = 0,
+    confirm_with: Annotated[
+        str,
+        typer.Option(
+            "--confirm-with",
+            help="How --confirm measures: process (each placement in this one process) or launch (one process per device over torch.distributed; gloo: CPU processes standing in for the devices).",
+        ),
+    ] = "process",
     ray: Annotated[
         str | None,
         typer.Option("--ray", help="Evaluate on Ray actors: 'local' (a local cluster) or a cluster ADDRESS."),
@@ -1022,6 +1029,9 @@ def place(
         from postplace.distributed.ray_evaluator import parse_address
 
         parse_address(ray)  # a malformed address is one line before anything is traced
+    from postplace.api.options import check_confirm_with
+
+    check_confirm_with(confirm_with, confirm, ray, map_all_to)  # before anything is traced or printed
     try:
         if resume is not None:
             if batch is not None:
@@ -1052,7 +1062,7 @@ def place(
                 resume,
                 budget=budget if explicit_budget else None,
                 progress=_progress(as_json),
-                measure=api.Measure(confirm=confirm, ray=ray),
+                measure=api.Measure(confirm=confirm, ray=ray, confirm_with=confirm_with),
                 report=not no_report,
                 **given,
             )
@@ -1082,7 +1092,9 @@ def place(
                 microbatches=None if microbatches is None else _microbatches(microbatches),
                 microbatch_colocation=microbatch_colocation,
                 step=api.Step(optimizer=optimizer, lr=lr, precision=precision),
-                measure=api.Measure(evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, ray=ray),
+                measure=api.Measure(
+                    evaluator=evaluator, map_all_to=map_all_to, confirm=confirm, ray=ray, confirm_with=confirm_with
+                ),
                 report=not no_report,
             )
     except KeyboardInterrupt:
@@ -1123,6 +1135,8 @@ def _confirm_table(c: dict) -> Table:
         )
     rho = c["spearman"]
     t.caption = f"Spearman rank correlation: {'n/a (fewer than 3 ran)' if rho is None else f'{rho:.3f}'}"
+    if c.get("measured_on"):
+        t.caption += f"; measured on {c['measured_on']}"
     return t
 
 

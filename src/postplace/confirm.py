@@ -6,7 +6,9 @@ model, so its first choice may not be the machine's. :func:`confirm` takes the K
 placements of a finished search (:func:`candidates_from_cache` / :func:`candidates_from_run` read them
 from the runner's cache of every placement it evaluated), adds the simulator's best single device, runs
 them all through a measuring evaluator (:class:`~postplace.runtime.evaluator.TorchEvaluator`, on Ray
-actors through :class:`~postplace.distributed.RayEvaluator` when asked), and returns the fastest
+actors through :class:`~postplace.distributed.RayEvaluator` when asked, or launched as one process per
+device by :class:`~postplace.runtime.launch_measure.LaunchEvaluator`, ``--confirm-with launch``, whose
+rows keep each rank's figures and whose result says what it measured on), and returns the fastest
 measured one that ran (not out of memory, not failed), with each placement's simulated and measured
 step time side by side and the Spearman rank correlation between the two (over the placements that
 ran; NaN with fewer than 3).
@@ -41,7 +43,8 @@ __all__ = ["ConfirmResult", "ConfirmRow", "candidates_from_cache", "candidates_f
 class ConfirmRow:
     """One measured placement: ``label`` (``search #1`` = the search's best, ``single:gpu0``...),
     op-level ``placement``, ``simulated_s``, ``measured_s`` (inf where it did not run), ``status``
-    (``ok``, ``oom`` or ``failed``) and the evaluator's ``reason`` where it did not run."""
+    (``ok``, ``oom`` or ``failed``) and the evaluator's ``reason`` where it did not run; ``launch``: what
+    a launched measurement ran (:class:`~postplace.runtime.launch_measure.LaunchEvaluator`), else None."""
 
     label: str
     placement: np.ndarray
@@ -49,20 +52,28 @@ class ConfirmRow:
     measured_s: float
     status: str
     reason: str | None = None
+    launch: dict | None = None
 
     def to_dict(self) -> dict:
-        return {
+        """``{"label", "simulated_s", "measured_s", "status", "reason"}``, and ``"launch"`` where the row was
+        measured by launching it (its ranks, each rank's median step seconds, the steps run and timed)."""
+        out = {
             "label": self.label,
             "simulated_s": self.simulated_s,
             "measured_s": self.measured_s if np.isfinite(self.measured_s) else None,
             "status": self.status,
             "reason": self.reason,
         }
+        if self.launch is not None:
+            out["launch"] = self.launch
+        return out
 
 
 @dataclass
 class ConfirmResult:
-    """The measured candidates (in the simulator's order), the one returned, and the rank correlation."""
+    """The measured candidates (in the simulator's order), the one returned, and the rank correlation;
+    ``measured_on``: what the measured figures were measured on, in words, where the measurer says
+    (a launch's: ``"CPU processes (gloo) standing in for the devices"``), else None."""
 
     rows: list[ConfirmRow]
     best: ConfirmRow
@@ -70,6 +81,7 @@ class ConfirmResult:
     simulator: str
     evaluator: str
     notes: list[str] = field(default_factory=list)
+    measured_on: str | None = None
 
     @property
     def placement(self) -> np.ndarray:
@@ -85,6 +97,7 @@ class ConfirmResult:
             "evaluator": self.evaluator,
             "candidates": [r.to_dict() for r in self.rows],
             "notes": list(self.notes),
+            **({"measured_on": self.measured_on} if self.measured_on else {}),
         }
 
     def format(self) -> str:
@@ -97,6 +110,8 @@ class ConfirmResult:
             out.append(f"{r.label:28} {r.simulated_s * 1e3:13.3f} {meas} {ratio}  {r.status}{why}{mark}")
         rho = "n/a (fewer than 3 placements ran)" if np.isnan(self.spearman) else f"{self.spearman:.3f}"
         out.append(f"Spearman rank correlation, simulated ({self.simulator}) vs measured ({self.evaluator}): {rho}")
+        if self.measured_on:
+            out.append(f"measured on: {self.measured_on}")
         out.extend(self.notes)
         return "\n".join(out)
 
@@ -206,10 +221,11 @@ def confirm(
     sim = simulator.evaluate_ops(batch)
     meas = measurer.evaluate(batch)
     rows = []
+    launched = (meas.extra or {}).get("launch") or [None] * len(names)
     for j, label in enumerate(names):
         status = "failed" if meas.failed[j] else "oom" if meas.oom[j] else "ok"
         t = float(meas.step_time[j]) if status == "ok" else float("inf")
-        rows.append(ConfirmRow(label, batch[j], float(sim.step_time[j]), t, status, meas.reasons[j]))
+        rows.append(ConfirmRow(label, batch[j], float(sim.step_time[j]), t, status, meas.reasons[j], launched[j]))
     ran = [r for r in rows if r.status == "ok"]
     if not ran:
         raise PostplaceError(
@@ -218,7 +234,8 @@ def confirm(
             + ")"
         )
     best = min(ran, key=lambda r: r.measured_s)  # ties: the better simulated one (earlier row)
-    return ConfirmResult(rows, best, _spearman(ran), simulator.name, measurer.name, notes)
+    on = getattr(measurer, "measured_on", None)
+    return ConfirmResult(rows, best, _spearman(ran), simulator.name, measurer.name, notes, on)
 
 
 def _spearman(rows: list[ConfirmRow]) -> float:
@@ -242,4 +259,5 @@ def merge_results(results: list[ConfirmResult]) -> ConfirmResult:
     ran = [r for r in rows if r.status == "ok"]
     best = min(ran, key=lambda r: r.measured_s)  # each result holds one that ran
     notes = [n for res in results for n in res.notes]
-    return ConfirmResult(rows, best, _spearman(ran), results[0].simulator, results[0].evaluator, notes)
+    on = results[0].measured_on
+    return ConfirmResult(rows, best, _spearman(ran), results[0].simulator, results[0].evaluator, notes, on)

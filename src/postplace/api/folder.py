@@ -23,7 +23,9 @@ from postplace.errors import PostplaceError
 from postplace.search.state_io import fingerprint, fingerprints
 
 
-def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict) -> PlaceResult:
+def resume_folder(
+    out: Path, budget, graph, cluster, progress: bool, confirm, ray, given: dict, confirm_with: str = "process"
+) -> PlaceResult:
     from postplace.search import Budget
     from postplace.search.checkpoint import CHECKPOINT
 
@@ -47,7 +49,7 @@ def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ra
             settings = settings.extended(budget_text(new))
     spec = settings.target
     if over_m:
-        return _resume_over_m(out, settings, cluster, progress, confirm, ray)
+        return _resume_over_m(out, settings, cluster, progress, confirm, ray, confirm_with)
     if spec["kind"] == "file":
         tgt = load_target(spec["path"])
     elif spec["kind"] == "zoo":
@@ -69,7 +71,15 @@ def resume_folder(out: Path, budget, graph, cluster, progress: bool, confirm, ra
         raise PostplaceError(f"{out}: the graph is not the one this run was started with (its file changed?)")
     c = _recorded_cluster(out, settings, cluster, tgt.graph)
     return place_run(
-        settings, {settings.pinned_count: tgt}, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray
+        settings,
+        {settings.pinned_count: tgt},
+        c,
+        out=out,
+        resume=True,
+        progress=progress,
+        confirm_k=confirm,
+        ray=ray,
+        confirm_with=confirm_with,
     )
 
 
@@ -119,7 +129,9 @@ def _recorded_cluster(out: Path, settings: RunSettings, cluster, graph):
     return c
 
 
-def _resume_over_m(out: Path, settings: RunSettings, cluster, progress: bool, confirm, ray) -> PlaceResult:
+def _resume_over_m(
+    out: Path, settings: RunSettings, cluster, progress: bool, confirm, ray, confirm_with: str = "process"
+) -> PlaceResult:
     spec, shas, counts = settings.target, settings.graph_shas, settings.microbatch_counts  # read_settings checked
     targets_by_m = {}
     for m in counts:
@@ -140,7 +152,17 @@ def _resume_over_m(out: Path, settings: RunSettings, cluster, progress: bool, co
             raise PostplaceError(f"{out}: the graph at {m} micro-batches is not the one this run was started with")
         targets_by_m[m] = tgt
     c = _recorded_cluster(out, settings, cluster, targets_by_m[counts[0]].graph)
-    return place_run(settings, targets_by_m, c, out=out, resume=True, progress=progress, confirm_k=confirm, ray=ray)
+    return place_run(
+        settings,
+        targets_by_m,
+        c,
+        out=out,
+        resume=True,
+        progress=progress,
+        confirm_k=confirm,
+        ray=ray,
+        confirm_with=confirm_with,
+    )
 
 
 def _resolved(value) -> str:

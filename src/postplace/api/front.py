@@ -98,7 +98,8 @@ def place(
         Default: SGD (lr 0.1, momentum 0.9) in fp32.
     measure : Measure, optional
         How placements are judged beyond the simulator (:class:`postplace.Measure`): ``evaluator="torch"``
-        measures every sample, ``confirm=K`` the K best candidates, ``ray=`` evaluates on Ray actors,
+        measures every sample, ``confirm=K`` the K best candidates (``confirm_with="launch"``: each
+        launched as one process per device), ``ray=`` evaluates on Ray actors,
         ``map_all_to=`` runs every device on one torch device. Default: simulated.
     out : str or path, optional
         The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``,
@@ -220,6 +221,7 @@ def place(
         progress=progress,
         confirm_k=measure.confirm,
         ray=measure.ray,
+        confirm_with=measure.confirm_with,
     )
     return with_report(result, out, report)
 
@@ -307,6 +309,7 @@ def _place_over_m(
         progress=progress,
         confirm_k=measure.confirm,
         ray=measure.ray,
+        confirm_with=measure.confirm_with,
     )
     if result.graph.metadata.get("microbatch_norms") and (result.summary.get("microbatches") or 1) > 1:
         warnings.warn(MicrobatchNormWarning(result.summary["microbatch_note"]), stacklevel=2)
@@ -340,9 +343,11 @@ def resume(
     graph, cluster : optional
         Needed only for a run started from an in-memory object (a graph it did not save, a Cluster).
     measure : Measure, optional
-        ``confirm=K`` measures the K best candidates for real and ``ray=`` evaluates on Ray actors, as
-        :func:`place` takes them; its ``evaluator`` and ``map_all_to``, where set away from their
-        defaults, must equal the recorded ones (a field left at its default is not checked).
+        ``confirm=K`` measures the K best candidates for real (``confirm_with="launch"``: as one process
+        per device) and ``ray=`` evaluates on Ray actors, as :func:`place` takes them (how a run is
+        confirmed is not a recorded setting: a run folder of any age resumes with either); its
+        ``evaluator`` and ``map_all_to``, where set away from their defaults, must equal the recorded
+        ones (a field left at its default is not checked).
     progress : bool
         Show a progress bar.
     report : bool
@@ -388,10 +393,19 @@ def resume(
         for key in keys:  # the recorded ones hold: a field set away from its default must agree with them
             if getattr(group, key) != getattr(type(group)(), key):
                 given[key] = getattr(group, key)
-    check_moved("resume", {k: v for k, v in given.items() if k in ("confirm", "ray")})
-    return with_report(
-        resume_folder(Path(out), budget, graph, cluster, progress, measure.confirm, measure.ray, given), out, report
+    check_moved("resume", {k: v for k, v in given.items() if k in ("confirm", "ray", "confirm_with")})
+    folder = resume_folder(
+        Path(out),
+        budget,
+        graph,
+        cluster,
+        progress,
+        measure.confirm,
+        measure.ray,
+        given,
+        confirm_with=measure.confirm_with,
     )
+    return with_report(folder, out, report)
 
 
 def compare(

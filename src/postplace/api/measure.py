@@ -1,6 +1,7 @@
 """Evaluators beyond the simulator: measuring samples with the torch runtime (``--evaluator
 torch``), on Ray actors (``--ray``), and ``--confirm K``, which measures the K best candidates for
-real and returns the fastest measured.
+real and returns the fastest measured: in this one process (``--confirm-with process``), on Ray
+actors, or launched as one process per device (``--confirm-with launch``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from postplace.api.options import check_confirm_with
 from postplace.api.settings import RunSettings
 from postplace.api.target import Target, recorded_step
 from postplace.errors import PostplaceError
@@ -48,10 +50,14 @@ def _measurer(settings: RunSettings, tgt: Target, c, *, group_of_op=None):
     )
 
 
-def check_confirm(k: int, settings: RunSettings, tgt: Target, out: Path | None, ray: str | None) -> None:
-    """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder."""
+def check_confirm(
+    k: int, settings: RunSettings, tgt: Target, out: Path | None, ray: str | None, confirm_with: str = "process"
+) -> None:
+    """``--confirm K`` measures the K best of a simulated search: it needs code to run and a run folder;
+    ``--confirm-with launch`` goes with it, without Ray, on the CPU (the run's recorded ``--map-all-to`` too)."""
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
         raise PostplaceError(f"--confirm {k!r}: give how many of the search's best placements to measure (0 = none)")
+    check_confirm_with(confirm_with, k, ray, settings.map_all_to)
     if not k:
         return
     if settings.evaluator != "simulator":
@@ -106,12 +112,22 @@ def ray_evaluator(address: str, settings: RunSettings, tgt: Target, c, problem):
     return RayEvaluator(factory, address=address)
 
 
-def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, answer=(), *, over_m: bool = False):
+def confirm_best(
+    k: int,
+    settings: RunSettings,
+    c,
+    arms: dict,
+    ray: str | None,
+    answer=(),
+    *,
+    over_m: bool = False,
+    confirm_with: str = "process",
+):
     """Measure the ``k`` best distinct candidates of the whole run by simulated step time (each count's
     search best from its cache, and the one-shot candidates ``answer``: placers, data parallelism,
     pipeline, warm start: ``(candidate, its count)`` pairs), each on a measurer traced at its own
-    micro-batch count, and the best single
-    device at the smallest count; the fastest measured wins. Returns the
+    micro-batch count (``confirm_with``: in process, or launched as one process per device), and the
+    best single device at the smallest count; the fastest measured wins. Returns the
     :class:`postplace.confirm.ConfirmResult` and the count of its best row."""
     from postplace.confirm import candidates_from_run, merge_results
     from postplace.confirm import confirm as measure
@@ -145,7 +161,7 @@ def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, 
             continue
         graph = arm.target.graph
         cands = np.stack([ops for _, ops in rows]) if rows else np.zeros((0, graph.num_ops), dtype=np.int64)
-        measurer = _confirm_measurer(settings, arm.target, c, ray)
+        measurer = _confirm_measurer(settings, arm.target, c, ray, confirm_with)
         try:
             res = measure(
                 arm.problem.simulator,
@@ -176,10 +192,37 @@ def confirm_best(k: int, settings: RunSettings, c, arms: dict, ray: str | None, 
     return merged, next(m for m, res in results if any(r is merged.best for r in res.rows))
 
 
-def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None):
-    """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, or on Ray actors."""
+def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None, confirm_with: str = "process"):
+    """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, launched (one process
+    per device), or on Ray actors."""
+    if confirm_with == "launch":
+        return launch_measurer(tgt, c)
     if ray is None:
         return _measurer(settings, tgt, c)
     from postplace.distributed import RayEvaluator
 
     return RayEvaluator(_zoo_factory(settings, tgt, c), address=ray)  # a zoo model: check_confirm refused a module
+
+
+def launch_measurer(tgt: Target, c):
+    """The :class:`~postplace.runtime.launch_measure.LaunchEvaluator` of the target's own code (a traced
+    module, or a zoo model traced again as its spec records it: size, count, colocation, optimizer,
+    precision), on gloo: every rank a CPU process standing in for its device."""
+    from postplace.runtime.launch_measure import LaunchEvaluator
+
+    if tgt.traced is not None:
+        return LaunchEvaluator(tgt.traced, c)
+    spec = tgt.spec
+    if spec.get("kind") != "zoo":
+        raise PostplaceError(
+            "--confirm-with launch needs the step's code: a module's run folder keeps its graph, not the "
+            "module: start a new run from the module"
+        )
+    return LaunchEvaluator.for_zoo(
+        spec["name"],
+        spec["size"],
+        c,
+        graph=tgt.graph,
+        microbatches=spec.get("microbatches", 1),
+        colocation=spec.get("microbatch_colocation", "none"),
+    )

@@ -67,25 +67,70 @@ class Measure:
     confirm : int
         Measure the K best candidates of a simulated search for real and return the fastest measured
         (needs code to run, and a run folder).
+    confirm_with : {"process", "launch"}
+        How ``confirm`` measures: ``"process"`` (default) runs each placement in this one process, each op
+        on its logical device (:class:`~postplace.runtime.evaluator.TorchEvaluator`); ``"launch"`` runs it
+        as one process per device over torch.distributed
+        (:class:`~postplace.runtime.launch_measure.LaunchEvaluator`: gloo, every rank a CPU process
+        standing in for its device; the step time is the median, after a warm-up, of the slowest
+        rank's seconds per step). Not with ``ray`` or a ``map_all_to`` other than ``"cpu"``.
     ray : str, optional
         ``"local"`` or a Ray address: evaluate the search's samples on Ray actors (at every count).
+
+    Raises
+    ------
+    PostplaceError
+        One line for a ``confirm_with`` that is not one of :data:`CONFIRM_WITH`, or ``"launch"`` without
+        ``confirm``, with ``ray`` or with ``map_all_to`` other than ``"cpu"``.
 
     Examples
     --------
     >>> from postplace import Measure
     >>> Measure(confirm=3).evaluator
     'simulator'
+    >>> Measure(confirm=2, confirm_with="launch").confirm_with
+    'launch'
     """
 
     evaluator: str = "simulator"
     map_all_to: str | None = None
     confirm: int = 0
     ray: str | None = None
+    confirm_with: str = "process"
+
+    def __post_init__(self):
+        check_confirm_with(self.confirm_with, self.confirm, self.ray, self.map_all_to)
 
     @property
     def measured(self) -> bool:
         """Whether any figure of the run is measured (``--evaluator torch`` or ``--confirm K``)."""
         return self.evaluator != "simulator" or bool(self.confirm)
+
+
+CONFIRM_WITH = ("process", "launch")
+"""How ``--confirm`` measures: in this one process, or launched as one process per device."""
+
+
+def check_confirm_with(confirm_with, confirm, ray, map_all_to) -> None:
+    """``--confirm-with``'s value and the flags it goes with, each refusal one line."""
+    if not isinstance(confirm_with, str) or confirm_with not in CONFIRM_WITH:
+        raise PostplaceError(
+            f"--confirm-with {confirm_with!r}: use process (each placement in this one process) or launch "
+            "(one process per device over torch.distributed)"
+        )
+    if confirm_with == "process":
+        return
+    if not confirm:
+        raise PostplaceError("--confirm-with launch says how --confirm K measures: give --confirm K too")
+    if ray is not None:
+        raise PostplaceError(
+            "--confirm-with launch starts its processes on this machine; --ray does not apply: drop one of them"
+        )
+    if map_all_to not in (None, "cpu"):
+        raise PostplaceError(
+            f"--confirm-with launch runs every device as a CPU process (gloo); --map-all-to {map_all_to} "
+            "does not apply: drop it"
+        )
 
 
 MOVED = {**{f.name: "step" for f in fields(Step)}, **{f.name: "measure" for f in fields(Measure)}}

@@ -86,9 +86,11 @@ def place_run(
     progress: bool,
     confirm_k: int = 0,
     ray: str | None = None,
+    confirm_with: str = "process",
 ) -> PlaceResult:
     """Search every count of ``targets`` (``{m: Target}``) and return the fastest feasible candidate of
-    all as a :class:`postplace.PlaceResult` (module docstring)."""
+    all as a :class:`postplace.PlaceResult` (module docstring); ``confirm_with``: how ``--confirm``
+    measures (:class:`postplace.Measure`)."""
     from postplace.search import Budget
     from postplace.search.checkpoint import CHECKPOINT
 
@@ -111,7 +113,7 @@ def place_run(
     ):
         raise PostplaceError(f"{out} already holds a run; pass --resume {out} to continue it, or pick a new --out")
     arms = {m: _arm(settings, m, targets[m], c, folders[m], resume=resume, over_m=over_m) for m in counts}
-    check_confirm(confirm_k, settings, targets[counts[0]], out, ray)
+    check_confirm(confirm_k, settings, targets[counts[0]], out, ray, confirm_with)
     started = False  # Ray is started or joined before anything is written: a bad --ray leaves no folder
     if ray is not None:
         from postplace.distributed.ray_evaluator import init_ray
@@ -132,6 +134,7 @@ def place_run(
             ray=ray,
             over_m=over_m,
             t0=t0,
+            confirm_with=confirm_with,
         )
     finally:
         if started:  # as a RayEvaluator that started it would: nothing left running
@@ -141,7 +144,20 @@ def place_run(
 
 
 def _search_and_answer(
-    settings: RunSettings, arms: dict, c, budget, sizes: list[int], *, out, resume, progress, confirm_k, ray, over_m, t0
+    settings: RunSettings,
+    arms: dict,
+    c,
+    budget,
+    sizes: list[int],
+    *,
+    out,
+    resume,
+    progress,
+    confirm_k,
+    ray,
+    over_m,
+    t0,
+    confirm_with="process",
 ) -> PlaceResult:
     """Write the run folder, weigh the one-shot candidates, run the halving's rounds (``sizes``: how many
     counts each keeps) over ``budget``, answer."""
@@ -223,7 +239,9 @@ def _search_and_answer(
             arm.strategy = strat
             if arm.result.interrupted:
                 raise KeyboardInterrupt
-    res = _answer(settings, arms, rounds, c, out, t0, over_m=over_m, confirm_k=confirm_k, ray=ray)
+    res = _answer(
+        settings, arms, rounds, c, out, t0, over_m=over_m, confirm_k=confirm_k, ray=ray, confirm_with=confirm_with
+    )
     if out is not None:
         res.save(out)
         record_start(out, settings, res.summary)
@@ -261,7 +279,17 @@ def _arm(settings: RunSettings, m: int, tgt: Target, c, folder: Path | None, *, 
 
 
 def _answer(
-    settings: RunSettings, arms: dict, rounds, cluster, out, t0, *, over_m: bool, confirm_k: int, ray
+    settings: RunSettings,
+    arms: dict,
+    rounds,
+    cluster,
+    out,
+    t0,
+    *,
+    over_m: bool,
+    confirm_k: int,
+    ray,
+    confirm_with: str = "process",
 ) -> PlaceResult:
     from postplace.sim import Simulator
 
@@ -290,7 +318,10 @@ def _answer(
     judge = arm.judge
     confirmed = None
     if confirm_k:
-        confirmed, m = confirm_best(confirm_k, settings, cluster, arms, ray, [(k, a.m) for k, a in pool], over_m=over_m)
+        answer = [(k, a.m) for k, a in pool]
+        confirmed, m = confirm_best(
+            confirm_k, settings, cluster, arms, ray, answer, over_m=over_m, confirm_with=confirm_with
+        )
         arm = arms[m]
         best = Candidate(
             f"confirmed:{confirmed.best.label}",
@@ -349,7 +380,7 @@ def _answer(
         best.placement,
         best.name,
         best.step_time_s,
-        "torch" if confirmed is not None else judge.name,
+        confirmed.evaluator if confirmed is not None else judge.name,
         top.result,
         search_ops,
         cands,
