@@ -25,12 +25,13 @@ The pass is a function from a step to a step; :mod:`postplace.plans.data_paralle
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from postplace.graph import OpGraph
 from postplace.plans._draft import Draft
 from postplace.plans._step import BACKWARD, FORWARD, numbered_units, units
 
-__all__ = ["recompute"]
+__all__ = ["recompute", "selective_saves"]
 
 
 def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool = False) -> OpGraph:
@@ -59,7 +60,7 @@ def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool
     src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
     in_ptr, in_edges = graph.in_ptr.tolist(), graph.in_edges.tolist()
 
-    segment = {i: (unit[i], mb[i]) for i in range(n) if phase[i] == FORWARD and unit[i] in targets}
+    segment = _segments(graph, targets)
     first_backward: dict[tuple, int] = {}
     for i in range(n):
         if phase[i] == BACKWARD and unit[i] in targets:
@@ -74,7 +75,7 @@ def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool
             if s < first_backward[(unit[d], mb[d])]:
                 triggers[(unit[d], mb[d])].add(s)
 
-    kept = _selective_saves(graph, segment) if selective else set()
+    kept = _saves(graph, segment) if selective else set()
     draft = Draft(graph)
     for i in range(n):
         draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
@@ -123,9 +124,22 @@ def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool
     return out
 
 
-def _selective_saves(graph: OpGraph, segment: dict[int, tuple]) -> set[int]:
-    """The forward ops whose outputs torchtitan's selective op rule keeps: attention kernels, and the odd
-    matrix products counted per block and micro-batch in program order."""
+def selective_saves(graph: OpGraph, which: Iterable[str] | None = None) -> set[int]:
+    """The forward ops of the units ``which`` (default: every numbered unit) whose outputs torchtitan's
+    selective op rule keeps: attention kernels, and the odd matrix products (op type ``mm``) counted per
+    unit and micro-batch in program order. :func:`recompute` with ``selective=True`` recomputes the other
+    forward ops, and the launched plans (:mod:`postplace.runtime.recompute`) keep these same ops."""
+    return _saves(graph, _segments(graph, set(numbered_units(graph) if which is None else which)))
+
+
+def _segments(graph: OpGraph, targets: set[str]) -> dict[int, tuple[str, int]]:
+    """The forward ops of the units ``targets``, each with its unit and micro-batch."""
+    unit, phase, mb = units(graph), graph.phase.tolist(), graph.microbatch.tolist()
+    return {i: (unit[i], mb[i]) for i in range(graph.num_ops) if phase[i] == FORWARD and unit[i] in targets}
+
+
+def _saves(graph: OpGraph, segment: dict[int, tuple]) -> set[int]:
+    """:func:`selective_saves` over ``segment`` (forward op -> its unit and micro-batch)."""
     kept, count = set(), defaultdict(int)
     for f in sorted(segment):
         kind = graph.op_types[f]

@@ -62,7 +62,14 @@ _UPDATE = PHASES.index("update")
 
 
 def ddp_plan(
-    traced, devices: list[int], device_names, *, bucket_bytes: float = 25e6, level: str = "ddp", recompute=()
+    traced,
+    devices: list[int],
+    device_names,
+    *,
+    bucket_bytes: float = 25e6,
+    level: str = "ddp",
+    recompute=(),
+    selective: bool = False,
 ) -> RankPlan:
     """Per-rank programs of the ``ddp`` (or ``zero1``) plan of ``traced`` over the logical devices
     ``devices`` (one replica each, in order).
@@ -85,6 +92,9 @@ def ddp_plan(
     recompute : collection of str
         Units (:func:`postplace.plans.unit_of`) whose forward runs again before their backward
         (:func:`postplace.runtime.recompute.recompute_program`).
+    selective : bool
+        With ``recompute``: keep what torchtitan's selective op rule saves, as the simulated
+        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`).
 
     Returns
     -------
@@ -96,8 +106,9 @@ def ddp_plan(
     Raises
     ------
     PostplaceError
-        Fewer than 2 replicas, a micro-batch count they do not divide, or a step whose micro-batches
-        write shared state (batch norm's running statistics): DDP would keep one copy per replica.
+        Fewer than 2 replicas, a micro-batch count they do not divide, a step whose micro-batches
+        write shared state (batch norm's running statistics): DDP would keep one copy per replica, or a
+        recomputed unit the step does not have.
     """
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, level)
@@ -114,7 +125,7 @@ def ddp_plan(
         if recompute:
             from postplace.runtime.recompute import recompute_program
 
-            recompute_program(gm, traced, set(recompute))
+            recompute_program(gm, traced, set(recompute), selective=selective)
         return gm, calls
 
     return replica_plan(traced, devices, device_names, build)
@@ -412,12 +423,8 @@ def micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.No
 
 def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp``, ``zero1``, ``zero2`` (recomputed or not, not selectively) or ``fsdp`` (not recomputed),
-    with no per-unit sharding, no tensor or pipeline parallelism."""
+    runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp``, recomputed (``+recompute``, ``recompute=U/U``,
+    ``+selective``) or not, with no per-unit sharding, no tensor or pipeline parallelism."""
     return (
-        spec.level in ("ddp", "zero1", "zero2", "fsdp")
-        and (not spec.recompute or (spec.level != "fsdp" and not spec.selective))
-        and spec.shard is None
-        and not spec.pipeline
-        and not spec.tensor
+        spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None and not spec.pipeline and not spec.tensor
     )

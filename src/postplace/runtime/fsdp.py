@@ -11,6 +11,13 @@ micro-batch's gradients of a unit are reduce-scattered as soon as its backward h
 rank keeping the sum of its own slices, and the update runs on the slices (the optimizer's ops are
 elementwise). Nothing is gathered after the update: the next step's forward gathers. The sums run in
 another order than one process's, so the result equals it within rounding.
+
+With recomputation (``fsdp+recompute``, ``recompute=U/U``, ``+selective``: :mod:`postplace.runtime.recompute`)
+a recomputed unit's backward all-gather comes first, before the first backward op of the unit that reads
+one of its forward values, and the unit's forward ops run again from it: the recomputed ops read the
+parameters, and the views and casts of them, of that backward gather, never the forward gather's, so a
+unit's full parameters live from its forward gather to its last forward op only, as FSDP frees them. The
+gathers are the plain plan's (the backward one exists anyway): the same collectives, the same bytes.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ ELEMENTWISE = ("sgd", "adam", "adamw")
 _FORWARD, _BACKWARD, _UPDATE = (PHASES.index(p) for p in ("forward", "backward", "update"))
 
 
-def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
+def fsdp_plan(traced, devices: list[int], device_names, *, recompute=(), selective: bool = False) -> RankPlan:
     """Per-rank programs of the ``fsdp`` plan of ``traced`` over the logical devices ``devices``.
 
     Parameters
@@ -56,6 +63,12 @@ def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
         The replicas' logical devices.
     device_names : sequence of str
         Every logical device's name.
+    recompute : collection of str
+        Units (:func:`postplace.plans.unit_of`) whose forward runs again, from their backward gather,
+        before their backward (:class:`postplace.runtime.recompute.Recomputation`).
+    selective : bool
+        With ``recompute``: keep what torchtitan's selective op rule saves, as the simulated
+        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`).
 
     Returns
     -------
@@ -68,8 +81,8 @@ def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
     ------
     PostplaceError
         Fewer than 2 replicas, a micro-batch count they do not divide, batch norm's shared statistics, an
-        optimizer that is not elementwise, or a step whose forward or backward reads a parameter outside
-        any micro-batch.
+        optimizer that is not elementwise, a step whose forward or backward reads a parameter outside
+        any micro-batch, or a recomputed unit the step does not have.
     """
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, "fsdp")
@@ -78,11 +91,22 @@ def fsdp_plan(traced, devices: list[int], device_names) -> RankPlan:
             f"fsdp launch: the update runs on slices of each parameter, which holds for {', '.join(ELEMENTWISE)} "
             f"(elementwise), not for '{getattr(traced.optimizer, 'name', None)}'"
         )
-    return replica_plan(traced, devices, device_names, lambda r: _replica(traced, r, m // k), sharded=True)
+    which = set(recompute)
+
+    def build(r: int):
+        if not which:
+            return _replica(traced, r, m // k, None)
+        from postplace.runtime.recompute import Recomputation
+
+        return _replica(traced, r, m // k, Recomputation(traced, which, selective=selective))
+
+    return replica_plan(traced, devices, device_names, build, sharded=True)
 
 
-def _replica(traced, r: int, b: int):
-    """Replica r's GraphModule and its collective calls in order: ``(kind, names, tag)``."""
+def _replica(traced, r: int, b: int, rc=None):
+    """Replica r's GraphModule and its collective calls in order: ``(kind, names, tag)``; with ``rc`` (a
+    :class:`~postplace.runtime.recompute.Recomputation`) its units' forward made again from their backward
+    gathers."""
     src = traced.gm.graph
     m = traced.microbatches
     first, last = r * b, r * b + b - 1
@@ -182,17 +206,31 @@ def _replica(traced, r: int, b: int):
             reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
         calls.append((REDUCE_SCATTER, tuple(x.name for x in xs), f"@mb{mb - first}", ()))
 
-    def value(x: torch.fx.Node, n: torch.fx.Node, into: bool) -> torch.fx.Node:
-        if into and x in reduced:
-            return reduced[x]
-        if not into and derived(x):
-            return materialize(x, *context(n))
+    def again(x: torch.fx.Node, seg: tuple[str, int]) -> torch.fx.Node:
+        """The recomputed copy of ``x`` (a forward value of unit ``seg[0]`` at micro-batch ``seg[1]``), its
+        parameters from the unit's backward gather, which comes first."""
+        u, mb = seg
+        for key in unit_params:
+            if key[0] == u:
+                gather(key, mb, _BACKWARD)
+        return rc.again(g, x, seg, lambda a: materialize(a, mb, _BACKWARD) if derived(a) else outside(a))
+
+    def outside(x: torch.fx.Node) -> torch.fx.Node:
         if x not in env:
             raise PostplaceError(
                 f"fsdp launch: node '{x.name}' of replica {r} reads another replica's micro-batch "
                 "value; this step cannot be split into replicas"
             )
         return env[x]
+
+    def value(x: torch.fx.Node, n: torch.fx.Node, into: bool) -> torch.fx.Node:
+        if into and x in reduced:
+            return reduced[x]
+        if not into and derived(x):
+            return materialize(x, *context(n))
+        if rc is not None and (seg := rc.reads_again(n, x)) is not None:
+            return again(x, seg)
+        return outside(x)
 
     for n in nodes:
         if n.op == "placeholder":
@@ -212,6 +250,8 @@ def _replica(traced, r: int, b: int):
         env[n] = g.node_copy(n, lambda x, n=n, into=into: value(x, n, into))
         if (done := completed(n, waiting, completes)) is not None:
             reduce_scatter(*done)
+    if rc is not None:
+        rc.prune(g, env.get)
     for node in [x for x in g.nodes if x.op == "placeholder" and not x.users and MICROBATCH.match(x.name)]:
         g.erase_node(node)  # other replicas' micro-batches
     return graph_module(traced, g, {GATHER: ALL_GATHER, SCATTER: REDUCE_SCATTER}), calls

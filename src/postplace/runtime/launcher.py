@@ -25,7 +25,7 @@ parameters; ``fsdp`` (:mod:`postplace.runtime.fsdp`) gathers each unit's paramet
 micro-batch's forward and backward and reduce-scatters its gradients. Checkpoints: with
 ``checkpoint=DIR`` every rank writes its state after each step and ``resume=True`` starts from the last
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
-What is not here yet: fsdp+recompute, selective recomputation, tensor and pipeline plans,
+What is not here yet: tensor and pipeline plans, per-unit sharding (``shard=``),
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -1063,8 +1063,8 @@ def run_folder(folder: str | Path) -> dict:
         if not launchable(p) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "ddp, zero1, zero2 (+recompute) and fsdp plans so far (fsdp+recompute, +selective, tp, pp, per-unit "
-                "sharding: simulated only)"
+                "ddp, zero1, zero2 and fsdp plans (+recompute, +selective) so far (tp, pp, per-unit sharding: "
+                "simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1254,11 +1254,10 @@ def launch_plan(
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
-    Only ``ddp``, ``zero1``, ``zero2`` (each with or without ``+recompute``) and ``fsdp`` (``ddp:m=M,dp=K``:
-    the step's micro-batch count M, K replicas, default every GPU of ``cluster``;
-    :func:`postplace.runtime.ddp.ddp_plan`, :func:`postplace.runtime.fsdp.fsdp_plan`) run so far;
-    ``fsdp+recompute``, ``+selective``, per-unit sharding, tensor parallelism and pipelines are refused in
-    one line.
+    Only ``ddp``, ``zero1``, ``zero2`` and ``fsdp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K
+    replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
+    :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
+    ``+selective``, run so far; per-unit sharding, tensor parallelism and pipelines are refused in one line.
 
     Parameters
     ----------
@@ -1287,9 +1286,9 @@ def launch_plan(
     spec = parse_plan(plan)
     if not launchable(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs plain ddp, zero1, zero2 and fsdp plans, the first three with +recompute "
-            "(and op-level placements) so far; fsdp+recompute, +selective, per-unit sharding, tensor and "
-            "pipeline parallelism are simulated only"
+            f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans, with +recompute or +selective or "
+            "not (and op-level placements) so far; per-unit sharding, tensor and pipeline parallelism are "
+            "simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1299,17 +1298,21 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec)
     _check_backend(backend, gpus, list(cluster.device_names))
+    recompute = ()
+    if spec.recompute:
+        from postplace.plans._step import numbered_units
+
+        recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
     if spec.level == "fsdp":
         from postplace.runtime.fsdp import fsdp_plan
 
-        rank_programs = fsdp_plan(traced, gpus, list(cluster.device_names))
+        rank_programs = fsdp_plan(
+            traced, gpus, list(cluster.device_names), recompute=recompute, selective=spec.selective
+        )
     else:
-        recompute = ()
-        if spec.recompute:
-            from postplace.plans._step import numbered_units
-
-            recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-        rank_programs = ddp_plan(traced, gpus, list(cluster.device_names), level=spec.level, recompute=recompute)
+        rank_programs = ddp_plan(
+            traced, gpus, list(cluster.device_names), level=spec.level, recompute=recompute, selective=spec.selective
+        )
     return _run_plan(
         traced, rank_programs, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
     )

@@ -1,70 +1,146 @@
 """Activation recomputation in a replica's program (DESIGN.md section 7), as the simulated pass
 (:mod:`postplace.plans.recompute`) writes it: for every recomputed unit and micro-batch, the forward ops of
-the unit whose outputs its backward reads run again just before the first backward op that needs them,
-from the unit's inputs, and the backward reads the copies, so between the forward and the backward a
-recomputed unit keeps only its inputs alive.
+the unit whose outputs the unit's own backward reads run again just before the first backward op that
+needs them, from the unit's inputs, and that backward reads the copies, so between the forward and the
+backward a recomputed unit keeps only its inputs alive (its output, the next unit's input, stays for the
+next unit's backward, as checkpointing saves a block's input).
+
+``ddp``, ``zero1`` and ``zero2`` rewrite their replica's program afterwards (:func:`recompute_program`);
+``fsdp`` (:mod:`postplace.runtime.fsdp`) makes the copies while it writes its program
+(:meth:`Recomputation.again`), from the unit's backward all-gather: the gather comes before the unit's
+recomputed ops, which read its parameters (and their views, ``t(weight)``) from it, so the forward
+gather's full parameters die with the forward.
 
 Two kinds of forward op are kept instead of run again, as ``torch.utils.checkpoint`` keeps their effect:
 a random op (dropout: running it again would draw another mask; checkpointing replays the generator, here
 its output is kept), and an op that writes in place a value the recomputation does not make again (it
-would write twice). Recomputed values equal the forward's bit for bit (same ops, same inputs).
+would write twice). *Selective* recomputation (``+selective``) keeps, besides, the ops torchtitan's
+selective op rule saves (:func:`postplace.plans.recompute.selective_saves`, the very set the simulated
+pass keeps: attention kernels and every other ``mm`` of a unit). Recomputed values equal the forward's
+bit for bit (same ops, same inputs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import torch
 import torch.fx
 
+from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.placed import written_args
 
-__all__ = ["keeps_output", "recompute_program"]
+__all__ = ["Recomputation", "keeps_output", "recompute_program"]
 
 _FORWARD, _BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
 
-def recompute_program(gm: torch.fx.GraphModule, traced, which: set[str]) -> int:
-    """Rewrite ``gm`` (a replica's program of ``traced``) so the backward of each unit in ``which``
-    reads recomputed forward values; returns how many ops it runs again."""
-    from postplace.plans import unit_of
+class Recomputation:
+    """Which forward values of a traced step a replica's program makes again, and their copies.
 
-    graph = traced.graph
-    op_of = traced.op_of_node
+    Parameters
+    ----------
+    traced : postplace.graph.trace_torch.Traced
+        The step the program runs (its nodes are found by name: ``traced.op_of_node``).
+    which : collection of str
+        The recomputed units (:func:`postplace.plans.unit_of`; ``""`` the root).
+    selective : bool
+        Keep the outputs torchtitan's selective op rule saves
+        (:func:`postplace.plans.recompute.selective_saves`) instead of making them again.
 
-    def where(n: torch.fx.Node) -> tuple[int, str, int] | None:
-        op = op_of.get(n.name, -1)
-        if op < 0 or n.op != "call_function":
+    Raises
+    ------
+    PostplaceError
+        A unit the step does not have.
+    """
+
+    def __init__(self, traced, which: Iterable[str], *, selective: bool = False):
+        from postplace.plans import unit_of
+        from postplace.plans._step import units
+        from postplace.plans.recompute import selective_saves
+
+        graph = traced.graph
+        self.which = set(which)
+        known = set(units(graph))
+        bad = sorted(self.which - known)
+        if bad:
+            raise PostplaceError(
+                f"recompute names unit '{bad[0] or 'root'}', which the step does not have (its units: "
+                f"{', '.join(u or 'root' for u in sorted(known, key=lambda u: (u != '', u))[:6])}, ...)"
+            )
+        self.saved = frozenset(selective_saves(graph, self.which)) if selective else frozenset()
+        self.made = 0  # how many ops run again
+        self._op_of = traced.op_of_node
+        self._phase = graph.phase.tolist()
+        self._unit = [unit_of(m) for m in graph.module]
+        self._mb = graph.microbatch.tolist()
+        self._copies: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def _op(self, n: torch.fx.Node) -> int:
+        return self._op_of.get(n.name, -1) if n.op == "call_function" else -1
+
+    def kept(self, n: torch.fx.Node) -> bool:
+        """A forward output of a recomputed unit read as the forward left it: a random or in-place op's
+        (:func:`keeps_output`) or, selectively, one the selective rule saves."""
+        return keeps_output(n) or self._op(n) in self.saved
+
+    def segment(self, n: torch.fx.Node) -> tuple[str, int] | None:
+        """``(unit, micro-batch)`` of a forward value of a recomputed unit that is made again, else None."""
+        op = self._op(n)
+        if op < 0 or self._phase[op] != _FORWARD or self._unit[op] not in self.which or self.kept(n):
             return None
-        return int(graph.phase[op]), unit_of(graph.module[op]), int(graph.microbatch[op])
+        return self._unit[op], int(self._mb[op])
 
-    copies: dict[torch.fx.Node, torch.fx.Node] = {}
-    made = 0
+    def reads_again(self, reader: torch.fx.Node, x: torch.fx.Node) -> tuple[str, int] | None:
+        """The ``(unit, micro-batch)`` whose recomputed copy of ``x`` the node ``reader`` reads instead of
+        ``x``: ``reader`` is a backward op of the unit and micro-batch that make ``x`` again; else None."""
+        op = self._op(reader)
+        if op < 0 or self._phase[op] != _BACKWARD:
+            return None
+        seg = self.segment(x)
+        return seg if seg == (self._unit[op], int(self._mb[op])) else None
 
-    def again(x: torch.fx.Node, unit: str, mb: int) -> torch.fx.Node:
-        nonlocal made
-        w = where(x)
-        if w is None or w[0] != _FORWARD or w[1] != unit or w[2] != mb or keeps_output(x):
-            return x  # the unit's input, a parameter, or a kept output: read as the forward left it
-        if x not in copies:
-            args = torch.fx.map_arg(x.args, lambda a: again(a, unit, mb))
-            kwargs = torch.fx.map_arg(x.kwargs, lambda a: again(a, unit, mb))
-            copies[x] = gm.graph.call_function(x.target, args, kwargs)
-            copies[x].meta = dict(x.meta)
-            made += 1
-        return copies[x]
+    def again(
+        self, graph: torch.fx.Graph, x: torch.fx.Node, seg: tuple[str, int], read: Callable[[torch.fx.Node], object]
+    ) -> torch.fx.Node:
+        """The copy in ``graph`` (at its insertion point) of ``x``, a value of the segment ``seg``: its inputs
+        of the segment made again too, each other input ``read(input)`` (the unit's inputs, kept outputs,
+        parameters). A copy's ``meta["recompute"]`` names the traced node it makes again."""
+        if self.segment(x) != seg:
+            return read(x)
+        if x not in self._copies:
+            c = graph.node_copy(x, lambda a: self.again(graph, a, seg, read))
+            c.meta["recompute"] = x.name
+            self._copies[x] = c
+            self.made += 1
+        return self._copies[x]
 
+    def prune(self, graph: torch.fx.Graph, node_of: Callable[[torch.fx.Node], torch.fx.Node | None]) -> None:
+        """Erase from ``graph`` the program's nodes (``node_of(traced node)``) of the values made again that
+        nothing reads any more, last first: a forward value only the backward read (autograd's ``detach``
+        of a saved tensor, which sits in the backward and belongs to the forward op), else it would keep the
+        forward's values alive until the backward."""
+        nodes = [n for x in self._copies if (n := node_of(x)) is not None and n.graph is graph]
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        for n in sorted(nodes, key=order.__getitem__, reverse=True):
+            if not n.users and not written_args(n) and not n.is_impure():
+                graph.erase_node(n)
+
+
+def recompute_program(gm: torch.fx.GraphModule, traced, which, *, selective: bool = False) -> int:
+    """Rewrite ``gm`` (a replica's program of ``traced`` whose nodes keep the traced names: ``ddp``, ``zero1``,
+    ``zero2``) so the backward of each unit in ``which`` reads recomputed forward values (``selective``:
+    :class:`Recomputation`); returns how many ops it runs again."""
+    rc = Recomputation(traced, which, selective=selective)
     for n in list(gm.graph.nodes):
-        w = where(n)
-        if w is None or w[0] != _BACKWARD:
-            continue
         for a in n.all_input_nodes:
-            wa = where(a)
-            if wa is None or wa[0] != _FORWARD or wa[1] not in which or keeps_output(a):
-                continue
-            with gm.graph.inserting_before(n):
-                n.replace_input_with(a, again(a, wa[1], wa[2]))
+            if (seg := rc.reads_again(n, a)) is not None:
+                with gm.graph.inserting_before(n):
+                    n.replace_input_with(a, rc.again(gm.graph, a, seg, lambda x: x))
+    rc.prune(gm.graph, lambda x: x)
     gm.recompile()
-    return made
+    return rc.made
 
 
 def keeps_output(n: torch.fx.Node) -> bool:
