@@ -13,10 +13,11 @@ time and bytes on the plan's cluster. With gloo the ranks are CPU processes stan
 (each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
 ``--backend nccl`` runs the ranks on their GPUs where they exist.
 
-``--plan ddp`` (or ``zero1``) launches that plan instead (:func:`postplace.runtime.launcher.launch_plan`: one
-process per replica over ``--stages`` GPUs, ``--microbatches`` a multiple of them): "sent B" is then each
-rank's collective payload (all-reduced or, zero2, reduce-scattered gradients; ZeRO also all-gathered parameters), "sim sent B" the
-simulated plan's, "sim ms" the simulated plan's step.
+``--plan ddp`` (or ``zero1``, ``zero2``, ``fsdp``, or a pipeline ``ddp:pp=2,schedule=1f1b``) launches that plan
+instead (:func:`postplace.runtime.launcher.launch_plan`: one process per GPU over ``--stages`` GPUs, ``pp`` stages
+of ``--stages / pp`` replicas, ``--microbatches`` a multiple of the replicas): "sent B" is then each rank's
+messages and collective payload (all-reduced or, zero2, reduce-scattered gradients; ZeRO also all-gathered
+parameters), "sim sent B" the simulated plan's for that rank, "sim ms" the simulated plan's step.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", default="gloo")
-    ap.add_argument("--plan", default=None, help="ddp, zero1, zero2 or fsdp: launch that plan over --stages replicas")
+    ap.add_argument(
+        "--plan",
+        default=None,
+        help="ddp, zero1, zero2, fsdp (+recompute...) or a pipeline (ddp:pp=2,schedule=1f1b): launch it over --stages GPUs",
+    )
     args = ap.parse_args()
     cluster = load_cluster("k80x2" if args.stages <= 2 else "k80x4")
     print(
@@ -108,22 +113,23 @@ def main() -> None:
 
 
 def ddp_rows(name, traced, cluster, args) -> None:
-    """The ddp (or zero1) plan over ``args.stages`` replicas, launched and simulated."""
+    """The plan ``args.plan`` over ``args.stages`` GPUs (replicas, or ``pp`` stages of ``args.stages / pp``
+    replicas), launched and simulated."""
     from postplace.placers.practitioner import plan_step
     from postplace.plans import parse_plan
-    from postplace.runtime.launcher import launch_plan
+    from postplace.runtime.launcher import launch_plan, simulated_plan_bytes
 
-    plan = f"{args.plan}:m={args.microbatches},dp={args.stages}"
+    head, _, options = args.plan.partition(":")
+    pp = parse_plan(args.plan).pipeline or 1
+    plan = f"{head}:" + ",".join([*filter(None, [options]), f"m={args.microbatches}", f"dp={args.stages // pp}"])
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]
     sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
-    sim_sent = int(
-        sum(c.nbytes for c in sim.graph.collectives if c.kind in ("all_reduce", "reduce_scatter", "all_gather"))
-    )
     t0 = time.perf_counter()
     result = launch_plan(
         traced, plan, cluster, steps=args.steps, batches=RandomBatches(0), backend=args.backend, threads=args.threads
     )
     wall = time.perf_counter() - t0
+    sim_sent = simulated_plan_bytes(traced.graph, parse_plan(plan), cluster, result.plan)["bytes_sent"]
     single = one_process_ms(traced, np.zeros(traced.graph.num_ops, dtype=np.int64), cluster, args.steps, args.threads)
     for r, device in result.ranks.items():
         half = len(result.step_times_s[r]) // 2
@@ -131,7 +137,7 @@ def ddp_rows(name, traced, cluster, args) -> None:
         comm_ms = np.median(result.comm_times_s[r][half:]) * 1e3
         print(
             f"{name:<10} {r:>4} {device:<6} {step_ms:8.2f} {comm_ms:8.2f} {result.bytes_sent[r]:9,d} "
-            f"{sim_sent:10,d} {single:9.2f} {sim.step_time_s * 1e3:8.3f} {wall:8.1f}"
+            f"{sim_sent[r]:10,d} {single:9.2f} {sim.step_time_s * 1e3:8.3f} {wall:8.1f}"
         )
 
 

@@ -190,11 +190,16 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
-    planned = apply_plan(graph, spec, spec.replicas_over(len(devices)))
+    stage, key = None, None
+    if spec.pipeline:  # each stage all-reduces its own gradients, over its GPUs in every replica
+        slots = len(devices) // spec.pipeline
+        stage = pipeline_stages(graph, cluster, spec, [devices[slots * s] for s in range(spec.pipeline)], cost_model)
+        key = dict(zip(graph.names, (np.maximum(stage, 0) % spec.pipeline).tolist(), strict=True))
+    planned = apply_plan(graph, spec, spec.replicas_over(len(devices)), bucket_key=key)
     cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
     cpu = cpus[0] if cpus else None
     if spec.pipeline:
-        planned, dev = _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model)
+        planned, dev = _pipelined(graph, planned, spec, stage, devices, cpu)
     else:
         dev = planned.placement(devices, cpu)
     _check_pins(pins, graph, planned.graph, cluster, dev, spec)
@@ -220,20 +225,18 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     )
 
 
-def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
-    """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
-    layers cut as :func:`postplace.placers.place_pipeline` cuts them on the first pipeline's GPUs (a block
-    kept whole on the stage its forward starts on, as Megatron-LM cuts at layer boundaries), each
-    replica's op on GPU ``devices[slot + slots x stage]`` (a replica's slot, ``tp`` of them per replica),
-    a made op (a collective's member) on the stage
-    of the nearest op it exchanges data with."""
+def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> np.ndarray:
+    """Each op's pipeline stage (-1: none, an op the cut left off the pipeline's GPUs) in a plan with
+    ``spec.pipeline`` stages on the GPUs ``first`` (the first pipeline's, stage order): the layers cut as
+    :func:`postplace.placers.place_pipeline` cuts them, a numbered unit (a block) kept whole on the stage its
+    forward starts on, as Megatron-LM cuts at layer boundaries. With ``interleaved-V`` the blocks are cut
+    evenly into ``pp x V`` chunks, numbered as stages (chunk c on GPU ``c mod pp``). The simulated plan and
+    the launched one (:mod:`postplace.runtime.pipeline`) both cut here."""
     from postplace.placers.pipeline import place_pipeline
-    from postplace.plans import PlannedStep
-    from postplace.plans._step import numbered_units, traced_name, units
-    from postplace.plans.schedule import chunks_of, pipeline_schedule
+    from postplace.plans._step import numbered_units, units
+    from postplace.plans.schedule import chunks_of
 
-    pp, dp = spec.pipeline, planned.replicas
-    first = [devices[dp * s] for s in range(pp)]
+    pp = spec.pipeline
     cut = place_pipeline(graph, cluster, stages=pp, devices=first, cost_model=cost_model)
     at = [first.index(d) if d in first else -1 for d in cut.tolist()]
     unit = units(graph)
@@ -251,7 +254,23 @@ def _pipelined(graph, planned, cluster, spec, devices, cpu, cost_model):
             )
         unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
         at = [pp * v - 1 if a == pp - 1 else a for a in at]  # the root's ops: the last stage's to the last chunk
-    stage_of = {graph.names[i]: unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)}
+    return np.array(
+        [unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)], dtype=np.int64
+    )
+
+
+def _pipelined(graph, planned, spec, at, devices, cpu):
+    """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
+    layers cut as :func:`pipeline_stages` cuts them (``at``: each traced op's stage), each
+    replica's op on GPU ``devices[slot + slots x stage]`` (a replica's slot, ``tp`` of them per replica),
+    a made op (a collective's member) on the stage
+    of the nearest op it exchanges data with."""
+    from postplace.plans import PlannedStep
+    from postplace.plans._step import traced_name
+    from postplace.plans.schedule import pipeline_schedule
+
+    pp, dp = spec.pipeline, planned.replicas
+    stage_of = dict(zip(graph.names, at.tolist(), strict=True))
     g = planned.graph
     stage = np.array([stage_of.get(traced_name(n), -2) for n in g.names])
     near: list[list[int]] = [[] for _ in range(g.num_ops)]

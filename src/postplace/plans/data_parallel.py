@@ -41,7 +41,7 @@ ZeRO-1/2's parameter gathers in fp32. In memory the fp32 parameters and the opti
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +57,7 @@ from postplace.plans._step import (
     chain_positions,
     microbatch_count,
     parameter_ops,
+    traced_name,
     unit_of,
 )
 
@@ -118,6 +119,7 @@ def data_parallel(
     reduce_dtype: str = "fp32",
     param_dtype: str | None = None,
     shard: frozenset[str] | None = None,
+    bucket_key: Mapping[str, int] | None = None,
 ) -> PlannedStep:
     """The step of ``replicas`` GPUs under ``level`` (see the module docstring).
 
@@ -138,6 +140,9 @@ def data_parallel(
         A hybrid: the units (:func:`postplace.plans.unit_of`, ``""`` the root) sharded as FSDP shards
         them, the others as ``level`` says; only with ``ddp`` (the others DDP) or ``fsdp`` (the others
         DDP too). Default: every unit for ``fsdp``, none for the other levels.
+    bucket_key : mapping of str to int, optional
+        A key per traced op name: no bucket holds gradients whose final sums have two keys (a pipeline's
+        stages all-reduce their own gradients, each over its own GPUs).
 
     Returns
     -------
@@ -175,12 +180,16 @@ def data_parallel(
         param_dtype,
         reduce_dtype,
         shard,
+        bucket_key or {},
     ).run()
 
 
 class _Pass:
-    def __init__(self, g, k, level, bucket_bytes, reduce_factor, param_factor, param_dtype, reduce_dtype, shard):
+    def __init__(
+        self, g, k, level, bucket_bytes, reduce_factor, param_factor, param_dtype, reduce_dtype, shard, bucket_key
+    ):
         self.g, self.k, self.level = g, k, level
+        self.bucket_key = bucket_key
         self.shard = shard  # the units FSDP shards (None: all of them)
         self.bucket_bytes, self.reduce_factor, self.param_factor = bucket_bytes, reduce_factor, param_factor
         self.meta = {
@@ -294,6 +303,7 @@ class _Pass:
         grad_bytes: dict[str, float] = {}
         grad_params: dict[str, list[int]] = defaultdict(list)
         grad_done: dict[str, int] = {}
+        grad_final: dict[str, int] = {}  # the op the update reads the gradient from (its last sum)
         for e in range(len(self.src)):
             s, d = self.src[e], self.dst[e]
             if self.phase[d] != UPDATE or self.is_param[s] or self.phase[s] not in (FORWARD, BACKWARD):
@@ -304,19 +314,22 @@ class _Pass:
             if p is not None and p not in grad_params[t]:
                 grad_params[t].append(p)
             grad_done[t] = self._own(s) if self.chain[s] >= 0 else s
+            grad_final[t] = s
         order = sorted(grad_bytes, key=lambda t: (grad_done[t], t))
         self.grad_params = grad_params
         self.grad_bytes = grad_bytes
         # a gradient FSDP shards is reduce-scattered per unit, the others bucketed in finishing order
         self.fsdp_grad = {t: any(self.fsdp_param[p] for p in grad_params[t]) for t in order}
         self.bucket_of, self.bucket_kind, size, j = {}, {}, 0.0, 0
+        key = None
         for t in order:
             if self.fsdp_grad[t]:
                 unit = unit_of(g.module[grad_params[t][0]])
                 self.bucket_of[t] = f"unit:{unit or 'root'}"
                 self.bucket_kind[self.bucket_of[t]] = "fsdp"
                 continue
-            if size > 0 and size + grad_bytes[t] > self.bucket_bytes:
+            key, before = self.bucket_key.get(traced_name(g.names[grad_final[t]])), key
+            if size > 0 and (size + grad_bytes[t] > self.bucket_bytes or key != before):
                 j, size = j + 1, 0.0
             self.bucket_of[t] = f"bucket{j}"
             self.bucket_kind[self.bucket_of[t]] = "zero2" if self.level == "zero2" else "all_reduce"

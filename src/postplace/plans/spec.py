@@ -165,7 +165,7 @@ def parse_plan(text: str) -> PlanSpec:
     )
 
 
-def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
+def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None) -> PlannedStep:
     """The passes ``spec`` names over ``graph`` (traced at the plan's micro-batch count), on ``replicas`` GPUs.
 
     Parameters
@@ -175,6 +175,8 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
     spec : PlanSpec
     replicas : int
         The data-parallel degree (each replica ``tp`` GPUs wide).
+    bucket_key : mapping of str to int, optional
+        As for :func:`postplace.plans.data_parallel` (a pipeline's GPU per op: each stage's own buckets).
 
     Returns
     -------
@@ -194,7 +196,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int) -> PlannedStep:
     if spec.tensor:
         step = tensor_parallel(step, spec.tensor)
     shard = frozenset(spec.shard) if spec.shard is not None else None
-    planned = data_parallel(step, replicas, spec.level, shard=shard)
+    planned = data_parallel(step, replicas, spec.level, shard=shard, bucket_key=bucket_key)
     if not spec.tensor:
         return planned
     ranks, slot = over_tensor_ranks(planned.graph, planned.replica, spec.tensor)

@@ -54,7 +54,7 @@ from postplace.runtime.ranks import (
     RankProgram,
 )
 
-__all__ = ["ddp_plan", "launchable"]
+__all__ = ["ddp_plan", "launchable", "replica_program"]
 
 MICROBATCH = re.compile(r"^mb(\d+)_")  # a node of micro-batch k: "mb{k}_..."
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
@@ -159,8 +159,9 @@ def replica_plan(traced, devices, device_names, build, *, sharded: bool = False)
         elif mine != calls:  # the same graph cut the same way: never; checked because a mismatch would hang
             raise AssertionError("replicas call their collectives in different orders")
         kept = {n.name for n in gm.graph.nodes if n.op == "placeholder"}
+        inputs = tuple(i for i, x in enumerate(placeholders) if x in kept)
         programs.append(
-            RankProgram(r, devices[r], gm, tuple(i for i, x in enumerate(placeholders) if x in kept), (0,), ())
+            RankProgram(r, devices[r], gm, inputs, (0,), tuple(("collective", j) for j in range(len(mine))))
         )
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
     collectives = tuple(
@@ -187,7 +188,26 @@ def replica_plan(traced, devices, device_names, build, *, sharded: bool = False)
     )
 
 
-def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | None = None, *, sharded_grads=False):
+def replica_program(
+    traced, r: int, b: int, bucket_bytes: float = 25e6, *, bucket_key=None
+) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
+    """Replica r's program of the ``ddp`` plan (its ``b`` micro-batches, its gradients all-reduced in buckets
+    before the update) and its collective calls in order (``(kind, value names, tag, owners)``); with
+    ``bucket_key`` (a final gradient sum's node -> a key) no bucket holds gradients of two keys: a pipeline's
+    stages all-reduce their own (:mod:`postplace.runtime.pipeline`)."""
+    return _replica(traced, r, b, bucket_bytes, bucket_key=bucket_key)
+
+
+def _replica(
+    traced,
+    r: int,
+    b: int,
+    bucket_bytes: float = 25e6,
+    owners: dict | None = None,
+    *,
+    sharded_grads=False,
+    bucket_key=None,
+):
     """Replica r's GraphModule and its collective calls in order: ``(kind, value names, tag, owner ranks)``
     (the names of the gradients or parameters they carry; ``tag``: the local micro-batch of a per-micro-batch
     reduce-scatter). With ZeRO's ``owners`` (parameter op -> rank) the update runs for r's own parameters
@@ -209,7 +229,7 @@ def _replica(traced, r: int, b: int, bucket_bytes: float = 25e6, owners: dict | 
         return op >= 0 and phase[op] == _UPDATE
 
     finals = final_sums(src, m, updating)
-    buckets = _buckets(finals, bucket_bytes)
+    buckets = _buckets(finals, bucket_bytes, bucket_key)
     param_of = updated_parameter(traced, parameters(traced))  # ZeRO: an update op -> its parameter placeholder
 
     def owner(p: torch.fx.Node) -> int:
@@ -390,14 +410,17 @@ def graph_module(traced, g: torch.fx.Graph, comms: dict[str, str]) -> torch.fx.G
     return torch.fx.GraphModule(root, g)
 
 
-def _buckets(finals: list[torch.fx.Node], bucket_bytes: float) -> list[list[torch.fx.Node]]:
-    """The final gradient sums in buckets of ``bucket_bytes`` (one dtype each), in the order they become final."""
+def _buckets(finals: list[torch.fx.Node], bucket_bytes: float, key=None) -> list[list[torch.fx.Node]]:
+    """The final gradient sums in buckets of ``bucket_bytes`` (one dtype each, and one ``key(sum)`` each when
+    given), in the order they become final."""
     buckets: list[list[torch.fx.Node]] = []
     size = 0.0
+    key = key or (lambda x: None)
     for x in finals:
         val = x.meta["val"]
         nbytes = val.numel() * val.element_size()
-        if not buckets or size + nbytes > bucket_bytes or buckets[-1][0].meta["val"].dtype != val.dtype:
+        head = buckets[-1][0] if buckets else None
+        if head is None or size + nbytes > bucket_bytes or head.meta["val"].dtype != val.dtype or key(head) != key(x):
             buckets.append([])
             size = 0.0
         buckets[-1].append(x)

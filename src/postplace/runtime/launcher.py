@@ -22,10 +22,12 @@ one line naming the rank, its device, the step and the message it waited for.
 Collectives: the ``ddp``, ``zero1`` and ``zero2`` plans (:mod:`postplace.runtime.ddp`) all-reduce their
 gradients (``zero2``: reduce-scatter each micro-batch's to their owners) and (ZeRO) all-gather their
 parameters; ``fsdp`` (:mod:`postplace.runtime.fsdp`) gathers each unit's parameter slices before each
-micro-batch's forward and backward and reduce-scatters its gradients. Checkpoints: with
+micro-batch's forward and backward and reduce-scatters its gradients; a pipeline of ``ddp`` replicas
+(:mod:`postplace.runtime.pipeline`) sends activations and gradients between stages in its schedule's order
+and all-reduces each stage's gradients over that stage's ranks (one process group per stage). Checkpoints: with
 ``checkpoint=DIR`` every rank writes its state after each step and ``resume=True`` starts from the last
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
-What is not here yet: tensor and pipeline plans, per-unit sharding (``shard=``),
+What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline, per-unit sharding (``shard=``),
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -197,6 +199,10 @@ class _Channel:
         self.sent = self.received = 0
         self.seconds = 0.0
         self.tags = device.type == "cpu"  # gloo matches tags; NCCL ignores them
+        self.groups = {}  # a collective's group -> its process group, made once, by every rank in one order
+        for c in plan.collectives:
+            if c.group and c.group not in self.groups:
+                self.groups[c.group] = dist.new_group(list(c.group))
 
     def _fail(self, verb: str, index: int, exc: BaseException, t0: float) -> PostplaceError:
         m = self.plan.messages[index]
@@ -246,7 +252,8 @@ class _Channel:
         ``2 (k - 1) / k`` of it each way)."""
         parts = list(value)
         t = torch.cat([x.reshape(-1) for x in parts]) if len(parts) > 1 else parts[0].contiguous().reshape(-1)
-        self._collective("all-reduce", index, lambda: self.dist.all_reduce(t))
+        group = self.groups.get(self.plan.collectives[index].group)
+        self._collective("all-reduce", index, lambda: self.dist.all_reduce(t, group=group))
         return [piece.view(x.shape) for piece, x in zip(t.split([x.numel() for x in parts]), parts, strict=True)]
 
     def all_gather(self, index: int, mine: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -917,9 +924,10 @@ def _run_plan(
         results = _elastic(job, plan)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if plan.partial_loss:  # data parallelism: each rank's share of every step's loss
-        ran = min(len(r.losses) for r in results.values())
-        losses = [float(sum(r.losses[k] for r in results.values())) for k in range(ran)]
+    if plan.partial_loss:  # data parallelism: each replica's share of every step's loss (its last stage's)
+        shares = [r.losses for r in results.values() if 0 in plan.programs[r.rank].outputs]
+        ran = min(len(x) for x in shares)
+        losses = [float(sum(x[k] for x in shares)) for k in range(ran)]
     else:
         losses = next((r.losses for r in results.values() if r.losses), [])
     params, bufs = {}, {}
@@ -1060,11 +1068,11 @@ def run_folder(folder: str | Path) -> dict:
         from postplace.runtime.ddp import launchable
 
         p = parse_plan(plan)
-        if not launchable(p) or not p.microbatches:
+        if not (launchable(p) or p.pipeline) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "ddp, zero1, zero2 and fsdp plans (+recompute, +selective) so far (tp, pp, per-unit sharding: "
-                "simulated only)"
+                "ddp, zero1, zero2 and fsdp plans (+recompute, +selective) and pipelines of ddp replicas so far "
+                "(tp, ZeRO/FSDP or recomputation with pp, per-unit sharding: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1152,13 +1160,20 @@ def launch_run(
         )
         from postplace.plans import data_parallel, parse_plan
 
-        level = parse_plan(run["plan"]).level
-        planned = data_parallel(traced.graph, result.plan.world_size, level)  # the simulated plan's collectives
-        payload = int(
-            sum(c.nbytes for c in planned.graph.collectives if c.kind in ("all_reduce", "reduce_scatter", "all_gather"))
-        )
-        every = dict.fromkeys(range(result.plan.world_size), payload)
-        simulated = {"bytes_sent": every, "bytes_received": dict(every)}
+        spec = parse_plan(run["plan"])
+        if spec.pipeline:
+            simulated = simulated_plan_bytes(traced.graph, spec, cluster, result.plan)
+        else:
+            planned = data_parallel(traced.graph, result.plan.world_size, spec.level)  # the simulated collectives
+            payload = int(
+                sum(
+                    c.nbytes
+                    for c in planned.graph.collectives
+                    if c.kind in ("all_reduce", "reduce_scatter", "all_gather")
+                )
+            )
+            every = dict.fromkeys(range(result.plan.world_size), payload)
+            simulated = {"bytes_sent": every, "bytes_received": dict(every)}
         _record_launch(Path(folder), result, simulated, steps=steps, seed=seed)
         return result, simulated
     op_device = load_placement(run["placement"], traced.graph, cluster)
@@ -1238,6 +1253,31 @@ def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
     return {"bytes_sent": sent, "bytes_received": received}
 
 
+def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan) -> dict:
+    """The simulator's bytes sent and received per step by each rank of ``plan``, the launch of the
+    practitioner plan ``spec`` of ``graph``: the transfers of the simulated plan
+    (:func:`postplace.placers.practitioner.plan_step`) from and to the rank's device, and the payload of each
+    collective it is a member of, counted once each way as the launch counts it."""
+    from postplace.placers.practitioner import plan_devices, plan_step
+    from postplace.sim import Simulator
+
+    simulated = plan_step(graph, cluster, spec, plan_devices(cluster, spec))
+    rank_of = {d: r for r, d in enumerate(plan.ranks)}
+    sent = dict.fromkeys(range(plan.world_size), 0)
+    received = dict.fromkeys(range(plan.world_size), 0)
+    for _op, _slot, a, b, nbytes, *_ in Simulator(simulated.graph, cluster).schedule(simulated.placement).transfers:
+        sent[rank_of[int(a)]] += int(nbytes)
+        received[rank_of[int(b)]] += int(nbytes)
+    g = simulated.graph
+    for k, c in enumerate(g.collectives):
+        members = {int(simulated.placement[i]) for i in np.flatnonzero(g.collective == k)}
+        if len(members) > 1:
+            for d in members:
+                sent[rank_of[d]] += int(c.nbytes)
+                received[rank_of[d]] += int(c.nbytes)
+    return {"bytes_sent": sent, "bytes_received": received}
+
+
 def launch_plan(
     traced,
     plan: str,
@@ -1257,7 +1297,9 @@ def launch_plan(
     Only ``ddp``, ``zero1``, ``zero2`` and ``fsdp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K
     replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
     :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
-    ``+selective``, run so far; per-unit sharding, tensor parallelism and pipelines are refused in one line.
+    ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
+    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far; per-unit sharding, tensor parallelism, and
+    ZeRO, FSDP or recomputation inside a pipeline are refused in one line.
 
     Parameters
     ----------
@@ -1284,11 +1326,15 @@ def launch_plan(
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
+    if spec.pipeline:
+        return _launch_pipeline(
+            traced, spec, cluster, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
+        )
     if not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans, with +recompute or +selective or "
-            "not (and op-level placements) so far; per-unit sharding, tensor and pipeline parallelism are "
-            "simulated only"
+            "not, and pipelines of ddp replicas (and op-level placements) so far; per-unit sharding and tensor "
+            "parallelism are simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1313,6 +1359,25 @@ def launch_plan(
         rank_programs = ddp_plan(
             traced, gpus, list(cluster.device_names), level=spec.level, recompute=recompute, selective=spec.selective
         )
+    rank_programs.check()
     return _run_plan(
         traced, rank_programs, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
     )
+
+
+def _launch_pipeline(traced, spec, cluster, steps, batches, seed, timeout, backend, threads, **ckpt) -> LaunchResult:
+    """:func:`launch_plan` of a plan with a pipeline (:func:`postplace.runtime.pipeline.pipeline_plan`)."""
+    from postplace.cluster import load_cluster
+    from postplace.placers.practitioner import plan_devices
+    from postplace.runtime.pipeline import pipeline_plan
+
+    if spec.microbatches is not None and spec.microbatches != traced.microbatches:
+        raise PostplaceError(
+            f"plan '{spec}' is for {spec.microbatches} micro-batches and the step was traced as "
+            f"{traced.microbatches}; trace it at m={spec.microbatches}"
+        )
+    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    gpus = plan_devices(cluster, spec)
+    _check_backend(backend, gpus, list(cluster.device_names))
+    plan = pipeline_plan(traced, spec, cluster, gpus, device="cpu" if backend == "gloo" else "cuda")
+    return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads, **ckpt)

@@ -297,6 +297,8 @@ def placed_graph_module(
     for name, d in consts.items():
         value = getattr(gm, name)
         setattr(root, name, value.to(torch_devices[d], copy=True) if isinstance(value, torch.Tensor) else value)
+    for target in {n.target for n in g.nodes if n.op == "call_module"}:  # a replica's collectives
+        root.add_module(target, getattr(gm, target))
     out = torch.fx.GraphModule(root, g)
     return out, {"transfers": n_transfers, "transfer_bytes": transfer_bytes, "write_backs": write_backs}
 

@@ -75,9 +75,10 @@ def numel_of(shape: tuple[int, ...]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Collective:
-    """One collective of a step, called by every rank in ``index`` order: its kind, the fx node whose value
-    it carries, and that value's shape and dtype. An all-gather of whole tensors also names each tensor's
-    ``owners`` (the rank that sends it) and ``shapes``, in the order every rank receives them."""
+    """One collective of a step, called by every rank of its ``group`` (every rank when empty) in ``index``
+    order: its kind, the fx node whose value it carries, and that value's shape and dtype. An all-gather of
+    whole tensors also names each tensor's ``owners`` (the rank that sends it) and ``shapes``, in the order
+    every rank receives them."""
 
     index: int
     kind: str
@@ -86,10 +87,15 @@ class Collective:
     dtype: torch.dtype
     owners: tuple[int, ...] = ()
     shapes: tuple[tuple[int, ...], ...] = ()
+    group: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
         return numel_of(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+    def members(self, world: int) -> tuple[int, ...]:
+        """The ranks that call it: its ``group`` (a pipeline stage's replicas), or every rank when empty."""
+        return self.group or tuple(range(world))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +131,8 @@ class RankProgram:
     """What one rank runs: ``gm`` called with the placeholders ``inputs`` names (indices into the
     traced step's placeholders: parameters, buffers, optimizer state, then the batch) returns the
     step's outputs ``outputs`` names (indices into the traced step's outputs; the loss is output 0).
-    ``actions`` lists its sends and receives in the order it posts them: ``("send" | "recv", message)``.
+    ``actions`` lists its sends, receives and collective calls in the order it posts them:
+    ``("send" | "recv", message)`` or ``("collective", collective index)``.
     """
 
     rank: int
@@ -209,36 +216,50 @@ class RankPlan:
         for m in self.messages:
             h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
         for c in self.collectives:
-            h.update(repr((c.index, c.kind, c.value, c.shape, str(c.dtype), c.owners, c.shapes)).encode())
+            h.update(repr((c.index, c.kind, c.value, c.shape, str(c.dtype), c.owners, c.shapes, c.group)).encode())
         return h.hexdigest()[:16]
 
     def check(self) -> None:
         """:func:`check_order` on this plan's programs; one :class:`PostplaceError` line when they
         could deadlock or disagree."""
         check_order(
-            [p.actions for p in self.programs], self.messages, [self.rank_name(r) for r in range(self.world_size)]
+            [p.actions for p in self.programs],
+            self.messages,
+            [self.rank_name(r) for r in range(self.world_size)],
+            collectives=self.collectives,
         )
 
 
 def check_order(
-    actions: Sequence[Sequence[tuple[str, int]]], messages: Sequence[Message], names: Sequence[str] | None = None
+    actions: Sequence[Sequence[tuple[str, int]]],
+    messages: Sequence[Message],
+    names: Sequence[str] | None = None,
+    *,
+    collectives: Sequence[Collective] = (),
 ) -> None:
-    """Prove that blocking sends and receives in these per-rank orders cannot deadlock.
+    """Prove that blocking sends, receives and collectives in these per-rank orders cannot deadlock.
 
-    Every message must be sent by its ``src`` rank and received by its ``dst`` rank exactly once.
-    Then the ranks are run as if every send waited for its matching receive (the strictest blocking
-    semantics; buffered sends only make progress easier): each rank advances while its next action is
-    the send or receive whose other end is posted at the same time. If every rank finishes, the order
+    Every message must be sent by its ``src`` rank and received by its ``dst`` rank exactly once, and a
+    collective a rank lists (``("collective", index)``) must be listed once by every rank of its group and
+    by no other. Then the ranks are run as if every send waited for its matching receive (the strictest
+    blocking semantics; buffered sends only make progress easier) and every collective for all its
+    members: each rank advances while its next action is the send or receive whose other end is posted
+    at the same time, or the collective every member has reached. If every rank finishes, the order
     cannot deadlock, and both ends of every pair of ranks agree on the order of their messages.
+    (A plan whose programs list no collective, ``ddp`` over the whole world, calls them in one order
+    on every rank by construction.)
 
     Parameters
     ----------
     actions : sequence of sequences of (str, int)
-        Per rank, ``("send", message index)`` / ``("recv", message index)`` in the order posted.
+        Per rank, ``("send", message index)`` / ``("recv", message index)`` / ``("collective", index)``
+        in the order posted.
     messages : sequence of Message
         By index.
     names : sequence of str, optional
         How each rank is named in the error line (default ``rank K``).
+    collectives : sequence of Collective
+        By index: the collectives the actions name, with their groups.
 
     Raises
     ------
@@ -257,10 +278,22 @@ def check_order(
     ...
     postplace.errors.PostplaceError: the per-rank programs can deadlock: rank 0 waits to receive message 1 (y) ...
     """
-    names = list(names) if names is not None else [f"rank {r}" for r in range(len(actions))]
+    world = len(actions)
+    names = list(names) if names is not None else [f"rank {r}" for r in range(world)]
     seen: dict[tuple[str, int], int] = {}
+    called: dict[int, set[int]] = {}
     for r, acts in enumerate(actions):
         for kind, k in acts:
+            if kind == "collective":
+                members = collectives[k].members(world)
+                if r not in members or r in called.setdefault(k, set()):
+                    raise PostplaceError(
+                        f"the per-rank programs are inconsistent: {names[r]} calls collective {k} "
+                        f"({collectives[k].value}), whose group is ranks {list(members)}, or calls it twice; "
+                        "build every rank's program from one plan"
+                    )
+                called[k].add(r)
+                continue
             m = messages[k]
             if kind not in ("send", "recv") or (kind, k) in seen or (m.src if kind == "send" else m.dst) != r:
                 owner = m.src if kind == "send" else m.dst
@@ -278,36 +311,58 @@ def check_order(
                     f"the per-rank programs are inconsistent: {who} never posts the {kind} of message "
                     f"{m.index} ({m.value}); build every rank's program from one plan"
                 )
-    pos = [0] * len(actions)
+    for k, who in called.items():
+        missing = sorted(set(collectives[k].members(world)) - who)
+        if missing:
+            raise PostplaceError(
+                f"the per-rank programs are inconsistent: {names[missing[0]]} never calls collective {k} "
+                f"({collectives[k].value}) of its group; build every rank's program from one plan"
+            )
+    pos = [0] * world
+
+    def at(r: int):
+        return actions[r][pos[r]] if pos[r] < len(actions[r]) else None
+
     progress = True
     while progress:
         progress = False
-        for r in range(len(actions)):
-            while pos[r] < len(actions[r]):
-                kind, k = actions[r][pos[r]]
+        for r in range(world):
+            while (act := at(r)) is not None:
+                kind, k = act
+                if kind == "collective":
+                    members = collectives[k].members(world)
+                    if any(at(q) != act for q in members):
+                        break
+                    for q in members:
+                        pos[q] += 1
+                    progress = True
+                    continue
                 m = messages[k]
                 peer, other = (m.dst, "recv") if kind == "send" else (m.src, "send")
-                if pos[peer] < len(actions[peer]) and actions[peer][pos[peer]] == (other, k):
-                    pos[r] += 1
-                    pos[peer] += 1
-                    progress = True
-                else:
+                if at(peer) != (other, k):
                     break
-    stuck = [r for r in range(len(actions)) if pos[r] < len(actions[r])]
+                pos[r] += 1
+                pos[peer] += 1
+                progress = True
+    stuck = [r for r in range(world) if at(r) is not None]
     if stuck:
         waits = []
         for r in stuck[:2]:
             kind, k = actions[r][pos[r]]
-            m = messages[k]
-            what = (
-                f"send message {k} ({m.value}) to {names[m.dst]}"
-                if kind == "send"
-                else f"receive message {k} ({m.value}) from {names[m.src]}"
-            )
+            if kind == "collective":
+                late = [q for q in collectives[k].members(world) if at(q) != (kind, k)]
+                what = f"call collective {k} ({collectives[k].value}) with {names[late[0]]}"
+            else:
+                m = messages[k]
+                what = (
+                    f"send message {k} ({m.value}) to {names[m.dst]}"
+                    if kind == "send"
+                    else f"receive message {k} ({m.value}) from {names[m.src]}"
+                )
             waits.append(f"{names[r]} waits to {what}")
         raise PostplaceError(
             f"the per-rank programs can deadlock: {', and '.join(waits)}; every rank must post its "
-            "sends and receives in one global order"
+            "sends, receives and collectives in one global order"
         )
 
 
@@ -441,6 +496,7 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
     inputs: list[list[int]] = [[] for _ in range(world)]
     actions: list[list[tuple[str, int]]] = [[] for _ in range(world)]
     consts: list[set[str]] = [set() for _ in range(world)]
+    comms: list[set[str]] = [set() for _ in range(world)]
     messages: list[Message] = []
     # (root node, receiving rank) -> (the received tensor, the write count when it was sent)
     cache: dict[tuple[str, int], tuple[torch.fx.Node, int]] = {}
@@ -531,6 +587,9 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
             n_ph += 1
         elif node.op == "get_attr":
             consts[r].add(node.target)
+        elif node.op == "call_module":  # a collective of a replica's program (a pipeline stage's all-reduce)
+            comms[r].add(node.target)
+            actions[r].append(("collective", int(node.args[0])))
         elif node.op == "call_function" and _is_random(node):
             _replay_random(node, r, graphs, torch_device)
         for j in written_args(node):  # written in place: what was sent of that storage is stale now
@@ -555,6 +614,8 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
             setattr(root, c, getattr(placed, c))
         root.add_module(SEND, RankComm("send"))
         root.add_module(RECV, RankComm("recv"))
+        for c in comms[r]:
+            root.add_module(c, RankComm(getattr(traced.gm, c).kind))
         gm = torch.fx.GraphModule(root, graphs[r])
         programs.append(RankProgram(r, used[r], gm, tuple(inputs[r]), tuple(outputs[r]), tuple(actions[r])))
     n_persistent = n_ph - len(traced.inputs)

@@ -1,0 +1,183 @@
+"""Pipeline plans (``ddp:pp=P``) on torch.distributed: each stage of each replica one gloo process, the
+schedule's order on every rank, each stage's gradients all-reduced over its own ranks (issue 33)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph.trace_torch import trace
+from postplace.placers.practitioner import plan_devices, plan_step
+from postplace.plans import parse_plan
+from postplace.plans._step import traced_name
+from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
+from postplace.runtime.pipeline import pipeline_plan
+from postplace.runtime.placed import apply
+from postplace.runtime.ranks import Collective, Message, check_order
+from postplace.runtime.zoo_step import trace_zoo_step
+from postplace.sim import Simulator
+
+K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
+
+
+def llama(m: int = 4):
+    return trace_zoo_step("llama", "small", microbatches=m, batch=4, optimizer="adamw")
+
+
+def one_process(traced, steps: int, seed: int = 0):
+    """The reference: the step on one device, the same batches."""
+    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
+    batches = RandomBatches(seed)
+    torch.manual_seed(seed)
+    losses = [float(step(*batches(traced))) for _ in range(steps)]
+    return losses, step.parameters()
+
+
+def slots_of(plan, rank: int) -> str:
+    """A stage rank's messages as the slots they belong to: ``s`` a send, ``r`` a receive."""
+    return "".join(kind[0] for kind, _ in plan.programs[rank].actions if kind in ("send", "recv"))
+
+
+def simulated_transfers(traced, spec) -> Counter:
+    """The simulated plan's bytes by (traced op, sending device, receiving device)."""
+    sim = plan_step(traced.graph, K80X4, spec, plan_devices(K80X4, spec))
+    out = Counter()
+    for op, _slot, a, b, nbytes, *_ in Simulator(sim.graph, K80X4).schedule(sim.placement).transfers:
+        out[(traced_name(sim.graph.names[op]), int(a), int(b))] += int(nbytes)
+    return out
+
+
+def test_a_1f1b_pipeline_trains_bit_for_bit_as_one_process_and_moves_the_simulated_tensors():
+    """LLaMA (small) as 4 micro-batches on 2 stages, 1F1B: stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3 (it sends
+    each forward's activations and receives each backward's gradient in that order), GPipe all forwards
+    first; the launched step equals the one-process step bit for bit, and every message is a transfer of
+    the simulated plan, tensor for tensor."""
+    spec = parse_plan("ddp:pp=2,m=4,dp=1,schedule=1f1b")
+    traced = llama()
+    plan = pipeline_plan(traced, spec, K80X4, plan_devices(K80X4, spec))
+    assert slots_of(plan, 0) == "ssrsrsrr" and slots_of(plan, 1) == "rrsrsrss"
+    gpipe = pipeline_plan(traced, parse_plan("ddp:pp=2,m=4,dp=1,schedule=gpipe"), K80X4, [1, 2])
+    assert slots_of(gpipe, 0) == "ssssrrrr"
+    mine = Counter()
+    for m in plan.messages:
+        mine[(traced.graph.names[m.op], plan.ranks[m.src], plan.ranks[m.dst])] += m.nbytes
+    assert mine == simulated_transfers(traced, spec) and mine
+
+    res = launch_plan(traced, str(spec), K80X4, steps=3, batches=RandomBatches(0))
+    losses, params = one_process(llama(), 3)
+    assert res.losses == losses and losses[2] < losses[0]
+    assert list(res.parameters) == list(params)
+    for name, p in params.items():
+        assert torch.equal(res.parameters[name], p.cpu()), name
+    assert res.bytes_sent == plan.bytes_sent() == simulated_plan_bytes(traced.graph, spec, K80X4, plan)["bytes_sent"]
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4)])
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(self.blocks(self.inp(x)))
+
+
+def blocks_step(m: int):
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 8), torch.randint(0, 3, (8,))
+    torch.manual_seed(1)
+    return trace(Blocks(), (x,), nn.functional.cross_entropy, "adamw", microbatches=m, targets=(y,))
+
+
+def test_two_pipelines_all_reduce_each_stage_over_its_own_ranks():
+    """pp=2 x dp=2 on four GPUs (Megatron's order: stage s of replica r on GPU r + 2 s): each stage's
+    gradients all-reduced in buckets of their own over that stage's two ranks, as the simulated plan now
+    buckets them; the losses and parameters are the one-process step's within fp32 rounding (the
+    replicas' sums run in another order), every rank's bytes the simulator's."""
+    spec = parse_plan("ddp:pp=2,m=4,dp=2,schedule=1f1b")
+    traced = blocks_step(4)
+    plan = pipeline_plan(traced, spec, K80X4, plan_devices(K80X4, spec))
+    assert {c.group for c in plan.collectives} == {(0, 1), (2, 3)}
+    sim = plan_step(traced.graph, K80X4, spec, plan_devices(K80X4, spec))
+    assert sorted(c.nbytes for c in sim.graph.collectives) == sorted(c.nbytes for c in plan.collectives)
+    for q in range(4):  # every rank calls its stage's all-reduces, after its messages
+        kinds = [kind for kind, _ in plan.programs[q].actions]
+        assert "collective" in kinds and kinds.index("collective") == len(kinds) - kinds.count("collective")
+
+    res = launch_plan(traced, str(spec), K80X4, steps=3, batches=RandomBatches(0))
+    losses, params = one_process(blocks_step(4), 3)
+    assert res.losses == pytest.approx(losses, rel=1e-6)
+    for name, p in params.items():
+        torch.testing.assert_close(res.parameters[name], p.cpu(), rtol=1e-5, atol=1e-6)
+    simulated = simulated_plan_bytes(traced.graph, spec, K80X4, plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    grads = sum(c.nbytes for c in plan.collectives)
+    assert sum(res.bytes_sent.values()) == sum(plan.bytes_sent().values()) + 2 * grads
+
+
+def test_an_interleaved_pipeline_runs_its_chunks_in_order_bit_for_bit():
+    """Four blocks in 2 x 2 chunks (chunk c on GPU c mod 2), interleaved-2 over 2 GPUs and 2 micro-batches."""
+    spec = parse_plan("ddp:pp=2,m=2,dp=1,schedule=interleaved-2")
+    res = launch_plan(blocks_step(2), str(spec), K80X4, steps=3, batches=RandomBatches(2))
+    losses, params = one_process(blocks_step(2), 3, seed=2)
+    assert res.losses == losses
+    for name, p in params.items():
+        assert torch.equal(res.parameters[name], p.cpu()), name
+    assert sorted(res.ranks.values()) == ["gpu0", "gpu1"]
+    assert sum(res.bytes_sent.values()) > 0
+
+
+def test_order_check_knows_collectives():
+    a = Message(0, 0, 1, "x", 0, (2,), (1,), torch.float32)
+    reduce01 = Collective(0, "all_reduce", "g", (2,), torch.float32, group=(0, 1))
+    check_order([[("send", 0), ("collective", 0)], [("recv", 0), ("collective", 0)]], [a], collectives=[reduce01])
+    with pytest.raises(PostplaceError, match=r"can deadlock: rank 0 waits to call collective 0 \(g\) with rank 1"):
+        check_order([[("collective", 0), ("send", 0)], [("recv", 0), ("collective", 0)]], [a], collectives=[reduce01])
+    with pytest.raises(PostplaceError, match="rank 2 calls collective 0 .*group is ranks \\[0, 1\\]"):
+        check_order([[("collective", 0)], [("collective", 0)], [("collective", 0)]], [], collectives=[reduce01])
+    with pytest.raises(PostplaceError, match="rank 1 never calls collective 0"):
+        check_order([[("collective", 0)], []], [], collectives=[reduce01])
+
+
+def test_pipelines_launch_does_not_run_are_one_line():
+    gpt2 = trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw")
+    with pytest.raises(
+        PostplaceError, match=r"schedule 1f1b cannot order .* tied embedding and head\); use schedule=gpipe"
+    ):
+        pipeline_plan(gpt2, parse_plan("ddp:pp=2,m=2,dp=1,schedule=1f1b"), K80X4, [1, 2])
+    with pytest.raises(PostplaceError, match="launch runs pipelines of ddp replicas"):
+        launch_plan(gpt2, "zero2:pp=2,m=2,dp=1", K80X4)
+    with pytest.raises(PostplaceError, match="traced as 2"):
+        launch_plan(gpt2, "ddp:pp=2,m=4,dp=1", K80X4)
+    with pytest.raises(PostplaceError, match="3 GPUs make no whole replicas of 2 stages"):
+        pipeline_plan(gpt2, parse_plan("ddp:pp=2,m=2"), K80X4, [1, 2, 3])
+
+
+def test_launch_runs_a_run_folders_pipeline_plan(tmp_path):
+    """A run folder whose returned plan is a GPipe pipeline of GPT-2 (small) over two K80s: ``postplace
+    launch`` runs it, the losses the one-process step's, the bytes the simulated plan's, in launch.json."""
+    from tests.clihelp import run_cli
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
+    plan = "ddp:m=2,dp=1,pp=2,schedule=gpipe"
+    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": plan}))
+    (folder / "run.json").write_text(json.dumps({"cluster_spec": "k80x2"}))
+    (folder / "placement.json").write_text("{}")
+    got = run_cli("launch", folder, "--steps", "2", "--json")
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    losses, _ = one_process(trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw"), 2)
+    assert out["losses"] == losses
+    assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
+    record = json.loads((folder / "launch.json").read_text())
+    assert record["simulated_bytes_sent"] == {str(r): n for r, n in out["bytes_sent"].items()}
