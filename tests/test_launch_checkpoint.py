@@ -118,3 +118,35 @@ def test_another_launchs_checkpoint_or_nothing_left_to_run_is_one_line(unbroken,
         run(3, folder, resume=True)
     with pytest.raises(PostplaceError, match="holds a launch's checkpoints; pass --resume"):
         run(1, folder)  # a fresh launch would leave its step 1 beside the old steps 2 and 3
+
+
+def test_a_checkpoint_loads_back_into_the_users_one_model(unbroken, tmp_path):
+    """``load_into``: the ranks' checkpoints (each its own parameters) written into one fresh model give the
+    launch's final parameters; FSDP's slices are joined back; another model's or no checkpoint is one line."""
+    from postplace.runtime.launcher import launch_plan
+
+    result, folder = unbroken
+    torch.manual_seed(9)
+    fresh = Dropped()
+    assert rank_checkpoint.load_into(fresh, folder) == 3
+    for name, p in fresh.named_parameters():
+        assert torch.equal(p.detach(), result.parameters[name]), name
+    assert rank_checkpoint.load_into(fresh, folder, step=2) == 2  # the step before, still kept
+    assert not torch.equal(fresh.a.weight.detach(), result.parameters["a.weight"])
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))  # 7 x 5 = 35 weights: padded slices
+    tr = trace(mlp, (torch.randn(4, 5),), nn.functional.mse_loss, "adamw", microbatches=2, targets=(torch.randn(4, 3),))
+    sharded = launch_plan(
+        tr, "fsdp:m=2,dp=2", load_cluster("k80x4"), steps=2, batches=RandomBatches(1), checkpoint=tmp_path / "fsdp"
+    )
+    slices = [a["data"].shape for a in load_state(tmp_path / "fsdp" / "rank0-step2.json")["tensors"]]
+    assert (18,) in slices and (7, 5) not in slices  # each rank holds half of the padded 35 weights, not them whole
+    other = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+    rank_checkpoint.load_into(other, tmp_path / "fsdp")
+    for name, p in other.named_parameters():
+        assert torch.equal(p.detach(), sharded.parameters[name]), name
+    with pytest.raises(PostplaceError, match="held as .* not as the model's \\(7, 4\\)"):
+        rank_checkpoint.load_into(nn.Sequential(nn.Linear(4, 7), nn.Tanh(), nn.Linear(7, 3)), tmp_path / "fsdp")
+    with pytest.raises(PostplaceError, match="holds no launch checkpoint"):
+        rank_checkpoint.load_into(other, tmp_path)

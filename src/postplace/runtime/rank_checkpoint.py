@@ -114,17 +114,98 @@ def read(folder: Path, key: str, rank: int, step: int, placeholders: list[int]) 
     records = state.get("tensors")
     if not isinstance(records, list) or [a.get("placeholder") for a in records if isinstance(a, dict)] != placeholders:
         raise PostplaceError(f"{where}: holds other tensors than rank {rank}'s program takes; start again")
-    tensors = []
-    for a in records:
-        dtype = getattr(torch, str(a.get("dtype")), None)
-        if not isinstance(dtype, torch.dtype) or not isinstance(a.get("data"), np.ndarray):
-            raise PostplaceError(f"{where}: tensor {a['placeholder']} has no array or dtype here (edited); start again")
-        t = torch.from_numpy(a["data"])
-        t = t.view(dtype) if dtype in _BITS else t
-        if t.dtype != dtype:
-            raise PostplaceError(f"{where}: tensor {a['placeholder']} is not the {a['dtype']} recorded")
-        tensors.append(t)
+    tensors = [t for _, t in _tensors(records, where)]
     rng = {
         name: torch.from_numpy(state[name]) for name in ("rng", "cuda_rng") if isinstance(state.get(name), np.ndarray)
     }
     return tensors, rng
+
+
+def _tensors(records: list, where: Path) -> list[tuple[int, torch.Tensor]]:
+    """``(placeholder, tensor)`` of a record's tensors; one error line for one without its array or dtype."""
+    out = []
+    for a in records:
+        dtype = getattr(torch, str(a.get("dtype")), None) if isinstance(a, dict) else None
+        if not isinstance(dtype, torch.dtype) or not isinstance(a.get("data"), np.ndarray):
+            raise PostplaceError(f"{where}: a tensor has no array or dtype here (edited); start again")
+        t = torch.from_numpy(a["data"])
+        t = t.view(dtype) if dtype in _BITS else t
+        if t.dtype != dtype:
+            raise PostplaceError(f"{where}: tensor {a['placeholder']} is not the {a['dtype']} recorded")
+        out.append((int(a["placeholder"]), t))
+    return out
+
+
+def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = None) -> int:
+    """Write a launch's checkpoint (``--checkpoint DIR``) into ``model``, the user's one model: its parameters
+    and buffers after the last step every rank recorded (or ``step``), whatever the plan split them into.
+
+    Each rank holds the placeholders of its program (parameters first, in ``model.named_parameters()``
+    order, then buffers): a parameter held whole by some rank (its stage, its replica; replicas hold equal
+    copies) is copied from the first that holds it; one held as FSDP slices (every rank a slice of the
+    flattened, padded tensor) is joined back in rank order. Optimizer state is not the model's and is left
+    out.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The module the launch was traced from (same parameter and buffer names, shapes and dtypes).
+    folder : path
+        The launch's ``--checkpoint`` folder.
+    step : int, optional
+        The step to load (default: the last step every rank recorded).
+
+    Returns
+    -------
+    int
+        The step loaded.
+
+    Raises
+    ------
+    PostplaceError
+        One line: no checkpoint in ``folder``, a step not every rank recorded, ranks of different launches, or
+        a checkpoint of another model (a parameter no rank holds, or of another shape or dtype).
+    """
+    from postplace.runtime.launcher import slice_width, unshard
+
+    folder = Path(folder)
+    ranks = sorted({int(p.name[4:].split("-", 1)[0]) for p in folder.glob("rank*-step*.json") if p.name[4].isdigit()})
+    if not ranks or ranks != list(range(len(ranks))):
+        raise PostplaceError(
+            f"{folder}: holds no launch checkpoint of ranks 0..K-1; give the folder --checkpoint wrote"
+        )
+    world = len(ranks)
+    step = common_step(folder, world) if step is None else step
+    if not step or any(step not in steps_of(folder, r) for r in ranks):
+        raise PostplaceError(
+            f"{folder}: not every rank recorded step {step}; give one of {sorted(steps_of(folder, 0))}"
+        )
+    held: dict[int, list[torch.Tensor]] = {}
+    keys = set()
+    for r in ranks:
+        where = folder / f"{_stem(r, step)}.json"
+        state = load_state(where)
+        if not isinstance(state, dict) or state.get("format") != FORMAT or not isinstance(state.get("tensors"), list):
+            raise PostplaceError(f"{where}: not a rank checkpoint")
+        keys.add(state.get("key"))
+        for i, t in _tensors(state["tensors"], where):
+            held.setdefault(i, []).append(t)
+    if len(keys) > 1:
+        raise PostplaceError(f"{folder}: its ranks' checkpoints come from different launches; give one launch's folder")
+    named = [*model.named_parameters(), *model.named_buffers()]
+    with torch.no_grad():
+        for i, (name, p) in enumerate(named):
+            copies = held.get(i)
+            if not copies:
+                raise PostplaceError(f"{folder}: no rank holds '{name}'; it is a checkpoint of another model's launch")
+            whole = [t for t in copies if tuple(t.shape) == tuple(p.shape)]
+            width = slice_width(p.numel(), world)
+            sliced = len(copies) == world and all(t.shape == (width,) for t in copies)
+            value = whole[0] if whole else unshard(copies, p.shape) if sliced else None
+            if value is None or value.dtype != p.dtype or tuple(value.shape) != tuple(p.shape):
+                raise PostplaceError(
+                    f"{folder}: '{name}' is held as {[tuple(t.shape) for t in copies]} {copies[0].dtype}, not as the "
+                    f"model's {tuple(p.shape)} {p.dtype}; it is a checkpoint of another model's launch"
+                )
+            p.copy_(value)
+    return step
