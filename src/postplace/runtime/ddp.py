@@ -147,9 +147,10 @@ def check_replicas(traced, k: int, plan: str) -> None:
         )
 
 
-def replica_plan(traced, devices, device_names, build, *, sharded: bool = False) -> RankPlan:
+def replica_plan(traced, devices, device_names, build, *, sharded: frozenset[int] = frozenset()) -> RankPlan:
     """The :class:`RankPlan` of one replica per device: ``build(r) -> (GraphModule, calls)``, each call
-    ``(kind, value names, tag, owner ranks)`` in the order the replica makes it (every replica the same)."""
+    ``(kind, value names, tag, owner ranks)`` in the order the replica makes it (every replica the same);
+    ``sharded``: the parameters held as slices (:attr:`RankPlan.sharded`)."""
     placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     programs, calls = [], None
     for r in range(len(devices)):
@@ -229,7 +230,7 @@ def _replica(
         return op >= 0 and phase[op] == _UPDATE
 
     finals = final_sums(src, m, updating)
-    buckets = _buckets(finals, bucket_bytes, bucket_key)
+    buckets = gradient_buckets(finals, bucket_bytes, bucket_key)
     param_of = updated_parameter(traced, parameters(traced))  # ZeRO: an update op -> its parameter placeholder
 
     def owner(p: torch.fx.Node) -> int:
@@ -410,7 +411,7 @@ def graph_module(traced, g: torch.fx.Graph, comms: dict[str, str]) -> torch.fx.G
     return torch.fx.GraphModule(root, g)
 
 
-def _buckets(finals: list[torch.fx.Node], bucket_bytes: float, key=None) -> list[list[torch.fx.Node]]:
+def gradient_buckets(finals: list[torch.fx.Node], bucket_bytes: float, key=None) -> list[list[torch.fx.Node]]:
     """The final gradient sums in buckets of ``bucket_bytes`` (one dtype each, and one ``key(sum)`` each when
     given), in the order they become final."""
     buckets: list[list[torch.fx.Node]] = []
@@ -446,8 +447,8 @@ def micro_batch_grads(final: torch.fx.Node, chain: set) -> dict[int, torch.fx.No
 
 def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
-    runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp``, recomputed (``+recompute``, ``recompute=U/U``,
-    ``+selective``) or not, with no per-unit sharding, no tensor or pipeline parallelism."""
-    return (
-        spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None and not spec.pipeline and not spec.tensor
-    )
+    runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp``, and the hybrids of ``ddp`` and ``fsdp`` per unit
+    (``ddp:shard=U/U``: :func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``), recomputed (``+recompute``,
+    ``recompute=U/U``, ``+selective``) or not, with no tensor or pipeline parallelism."""
+    hybrid = spec.shard is None or spec.level in ("ddp", "fsdp")
+    return spec.level in ("ddp", "zero1", "zero2", "fsdp") and hybrid and not spec.pipeline and not spec.tensor

@@ -18,6 +18,14 @@ one of its forward values, and the unit's forward ops run again from it: the rec
 parameters, and the views and casts of them, of that backward gather, never the forward gather's, so a
 unit's full parameters live from its forward gather to its last forward op only, as FSDP frees them. The
 gathers are the plain plan's (the backward one exists anyway): the same collectives, the same bytes.
+
+A hybrid per unit (``ddp:shard=U/U``, ``fsdp:shard=U/U``: :func:`fsdp_plan` with ``shard``, as the simulated
+plan's ``data_parallel(shard=)``) shards only the units named: their parameters and same-shaped optimizer
+state held as slices, gathered and reduce-scattered as above (``RankPlan.sharded`` names them, so the launcher
+slices and joins those alone). Every other parameter is held whole, as under ``ddp``: its gradient summed over
+the replica's micro-batches, all-reduced once after the backward in DDP's buckets
+(:func:`postplace.runtime.ddp.gradient_buckets`, 25 MB), its update run whole. Recomputation works on both
+kinds of unit (a whole unit's forward runs again from its held parameters).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from postplace.runtime.ddp import (
     check_replicas,
     completed,
     final_sums,
+    gradient_buckets,
     graph_module,
     micro_batch_grads,
     micro_batch_groups,
@@ -42,7 +51,7 @@ from postplace.runtime.ddp import (
     replica_plan,
     updated_parameter,
 )
-from postplace.runtime.ranks import ALL_GATHER, GATHER, REDUCE_SCATTER, SCATTER, RankPlan
+from postplace.runtime.ranks import ALL_GATHER, ALL_REDUCE, GATHER, REDUCE, REDUCE_SCATTER, SCATTER, RankPlan
 
 __all__ = ["fsdp_plan"]
 
@@ -52,7 +61,16 @@ ELEMENTWISE = ("sgd", "adam", "adamw")
 _FORWARD, _BACKWARD, _UPDATE = (PHASES.index(p) for p in ("forward", "backward", "update"))
 
 
-def fsdp_plan(traced, devices: list[int], device_names, *, recompute=(), selective: bool = False) -> RankPlan:
+def fsdp_plan(
+    traced,
+    devices: list[int],
+    device_names,
+    *,
+    recompute=(),
+    selective: bool = False,
+    shard: frozenset[str] | None = None,
+    bucket_bytes: float = 25e6,
+) -> RankPlan:
     """Per-rank programs of the ``fsdp`` plan of ``traced`` over the logical devices ``devices``.
 
     Parameters
@@ -69,24 +87,45 @@ def fsdp_plan(traced, devices: list[int], device_names, *, recompute=(), selecti
     selective : bool
         With ``recompute``: keep what torchtitan's selective op rule saves, as the simulated
         ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`).
+    shard : frozenset of str, optional
+        A hybrid (``ddp:shard=U/U``, ``fsdp:shard=U/U``): only these units' parameters sharded, the others
+        held whole as under ``ddp`` (their gradients summed over the replica's micro-batches and all-reduced
+        in buckets after the backward, their update whole). None: every unit sharded.
+    bucket_bytes : float
+        With ``shard``: DDP's bucket size for the gradients of the units held whole.
 
     Returns
     -------
     RankPlan
-        ``sharded`` (every parameter and its state held as slices), its collectives (per micro-batch and
-        unit: an all-gather before the forward, one before the backward, a reduce-scatter of the gradients)
-        and ``partial_loss``.
+        ``sharded`` (the parameters held as slices, with their state), its collectives (per micro-batch and
+        sharded unit: an all-gather before the forward, one before the backward, a reduce-scatter of the
+        gradients; a hybrid's all-reduce per bucket of the others' gradients last) and ``partial_loss``.
 
     Raises
     ------
     PostplaceError
         Fewer than 2 replicas, a micro-batch count they do not divide, batch norm's shared statistics, an
-        optimizer that is not elementwise, a step whose forward or backward reads a parameter outside
-        any micro-batch, or a recomputed unit the step does not have.
+        optimizer that is not elementwise (with a unit sharded), a step whose forward or backward reads a
+        sharded parameter outside any micro-batch, or a recomputed or sharded unit the step does not have.
     """
+    from postplace.plans import unit_of
+    from postplace.plans._step import units
+
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, "fsdp")
-    if getattr(traced.optimizer, "name", None) not in ELEMENTWISE:
+    if shard is not None:
+        known = set(units(traced.graph))
+        bad = sorted(set(shard) - known)
+        if bad:
+            raise PostplaceError(
+                f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: "
+                f"{', '.join(u or 'root' for u in sorted(known, key=lambda u: (u != '', u))[:6])}, ...)"
+            )
+    module, op_of = traced.graph.module, traced.op_of_node
+    sliced = frozenset(
+        i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
+    )
+    if sliced and getattr(traced.optimizer, "name", None) not in ELEMENTWISE:
         raise PostplaceError(
             f"fsdp launch: the update runs on slices of each parameter, which holds for {', '.join(ELEMENTWISE)} "
             f"(elementwise), not for '{getattr(traced.optimizer, 'name', None)}'"
@@ -94,19 +133,21 @@ def fsdp_plan(traced, devices: list[int], device_names, *, recompute=(), selecti
     which = set(recompute)
 
     def build(r: int):
-        if not which:
-            return _replica(traced, r, m // k, None)
-        from postplace.runtime.recompute import Recomputation
+        rc = None
+        if which:
+            from postplace.runtime.recompute import Recomputation
 
-        return _replica(traced, r, m // k, Recomputation(traced, which, selective=selective))
+            rc = Recomputation(traced, which, selective=selective)
+        return _replica(traced, r, m // k, rc, None if shard is None else sliced, bucket_bytes)
 
-    return replica_plan(traced, devices, device_names, build, sharded=True)
+    return replica_plan(traced, devices, device_names, build, sharded=sliced)
 
 
-def _replica(traced, r: int, b: int, rc=None):
+def _replica(traced, r: int, b: int, rc=None, sliced: frozenset[int] | None = None, bucket_bytes: float = 25e6):
     """Replica r's GraphModule and its collective calls in order: ``(kind, names, tag)``; with ``rc`` (a
     :class:`~postplace.runtime.recompute.Recomputation`) its units' forward made again from their backward
-    gathers."""
+    gathers. Only the parameters ``sliced`` names (indices, default all) are slices; the others are whole,
+    their gradients summed over the replica's micro-batches and all-reduced in buckets before the update."""
     src = traced.gm.graph
     m = traced.microbatches
     first, last = r * b, r * b + b - 1
@@ -117,9 +158,13 @@ def _replica(traced, r: int, b: int, rc=None):
     from postplace.plans import unit_of
 
     # a unit's parameters of one dtype travel together (a unit mixing fp64 and fp32 gathers each apart)
-    unit = {p: (unit_of(traced.graph.module[op_of[p.name]]), str(p.meta["val"].dtype)) for p in params}
+    unit = {
+        p: (unit_of(traced.graph.module[op_of[p.name]]), str(p.meta["val"].dtype))
+        for i, p in enumerate(params)
+        if sliced is None or i in sliced
+    }
     unit_params: dict[tuple[str, str], list[torch.fx.Node]] = {}
-    for p in params:
+    for p in unit:
         unit_params.setdefault(unit[p], []).append(p)
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -148,16 +193,20 @@ def _replica(traced, r: int, b: int, rc=None):
         derived_memo[n] = ok
         return ok
 
-    finals = final_sums(src, m, updating)
+    param_of = updated_parameter(traced, params)
+    param_of_final, whole = {}, []  # a sharded parameter's gradient -> it; the others' gradients (DDP's)
+    for x in final_sums(src, m, updating):
+        ps = [p for u in x.users if updating(u) and (p := param_of(u)) is not None]
+        if not ps and sliced is None:
+            raise PostplaceError(f"fsdp launch: the gradient '{x.name}' updates no parameter the launcher can name")
+        if any(p in unit for p in ps):
+            param_of_final[x] = next(p for p in ps if p in unit)
+        else:
+            whole.append(x)
+    finals = list(param_of_final)
+    buckets = gradient_buckets(whole, bucket_bytes)
     grad_chain: set[torch.fx.Node] = set()
     per_mb = {x: micro_batch_grads(x, grad_chain) for x in finals}
-    param_of = updated_parameter(traced, params)
-    param_of_final = {}
-    for x in finals:
-        ps = [p for u in x.users if updating(u) and (p := param_of(u)) is not None]
-        if not ps:
-            raise PostplaceError(f"fsdp launch: the gradient '{x.name}' updates no parameter the launcher can name")
-        param_of_final[x] = ps[0]
     unit_grads: dict[tuple[str, str], list[torch.fx.Node]] = {}
     for x in finals:
         unit_grads.setdefault(unit[param_of_final[x]], []).append(x)
@@ -206,6 +255,15 @@ def _replica(traced, r: int, b: int, rc=None):
             reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
         calls.append((REDUCE_SCATTER, tuple(x.name for x in xs), f"@mb{mb - first}", ()))
 
+    def reduce_all() -> None:
+        """The whole parameters' gradients, in DDP's buckets in the order they become final, one all-reduce
+        each, once the backward is done."""
+        for bucket in buckets:
+            out = g.call_module(REDUCE, (len(calls), [env[x] for x in bucket]))
+            for i, x in enumerate(bucket):
+                reduced[x] = g.call_function(operator.getitem, (out, i))
+            calls.append((ALL_REDUCE, tuple(x.name for x in bucket), "", ()))
+
     def again(x: torch.fx.Node, seg: tuple[str, int]) -> torch.fx.Node:
         """The recomputed copy of ``x`` (a forward value of unit ``seg[0]`` at micro-batch ``seg[1]``), its
         parameters from the unit's backward gather, which comes first."""
@@ -247,6 +305,8 @@ def _replica(traced, r: int, b: int, rc=None):
         if chain_alias(n, env, first, last):  # the loss's running sum, as under ddp
             continue
         into = updating(n)
+        if into and buckets and buckets[0][0] not in reduced:  # the backward is done: the all-reduces
+            reduce_all()
         env[n] = g.node_copy(n, lambda x, n=n, into=into: value(x, n, into))
         if (done := completed(n, waiting, completes)) is not None:
             reduce_scatter(*done)
@@ -254,4 +314,4 @@ def _replica(traced, r: int, b: int, rc=None):
         rc.prune(g, env.get)
     for node in [x for x in g.nodes if x.op == "placeholder" and not x.users and MICROBATCH.match(x.name)]:
         g.erase_node(node)  # other replicas' micro-batches
-    return graph_module(traced, g, {GATHER: ALL_GATHER, SCATTER: REDUCE_SCATTER}), calls
+    return graph_module(traced, g, {GATHER: ALL_GATHER, SCATTER: REDUCE_SCATTER, REDUCE: ALL_REDUCE}), calls

@@ -27,7 +27,9 @@ micro-batch's forward and backward and reduce-scatters its gradients; a pipeline
 and all-reduces each stage's gradients over that stage's ranks (one process group per stage). Checkpoints: with
 ``checkpoint=DIR`` every rank writes its state after each step and ``resume=True`` starts from the last
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
-What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline, per-unit sharding (``shard=``),
+Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as ``ddp`` for the others
+(:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
+What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline,
 batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
 global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
 """
@@ -670,6 +672,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
     if len(params) + len(bufs) + len(state) != plan.n_persistent:
         raise PostplaceError("the traced step's parameters, buffers and optimizer state do not match its placeholders")
     state_name = [name for i in range(len(params)) for name in traced.optimizer.state_names(i)]
+    state_of = [i for i in range(len(params)) for _ in traced.optimizer.state_names(i)]  # its parameter
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
@@ -677,14 +680,14 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         if i < len(params):
             owned[len(args)] = ("parameter", pnames[i])
             t = params[i].to("cpu", copy=True)
-            args.append(shard_of(t, rank, plan.world_size) if plan.sharded else t)
+            args.append(shard_of(t, rank, plan.world_size) if i in plan.sharded else t)
         elif i < len(params) + len(bufs):
             owned[len(args)] = ("buffer", bnames[i - len(params)])
             args.append(bufs[i - len(params)].to("cpu", copy=True))
         else:
             j = i - len(params) - len(bufs)
             t = torch.zeros_like(state[j], device="cpu")
-            if plan.sharded and state_name[j] != "step":  # the parameter's moments: sliced alike; the count whole
+            if state_of[j] in plan.sharded and state_name[j] != "step":  # the moments: sliced alike; the count whole
                 t = shard_of(t, rank, plan.world_size)
             args.append(t)
     return args, owned
@@ -934,12 +937,10 @@ def _run_plan(
     for r in results.values():
         params.update(r.parameters)
         bufs.update(r.buffers)
-    if plan.sharded:  # every rank returned its slices: joined back into the parameters
-        ranks_in_order = [results[q] for q in sorted(results)]
-        params = {
-            n: unshard([res.parameters[n] for res in ranks_in_order], p.shape)
-            for n, p in traced.model.named_parameters()
-        }
+    ranks_in_order = [results[q] for q in sorted(results)]
+    for i, (n, p) in enumerate(traced.model.named_parameters()):
+        if i in plan.sharded:  # every rank returned its slice: joined back into the parameter
+            params[n] = unshard([res.parameters[n] for res in ranks_in_order], p.shape)
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
     ranks = sorted(results)
@@ -1071,8 +1072,8 @@ def run_folder(folder: str | Path) -> dict:
         if not (launchable(p) or p.pipeline) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "ddp, zero1, zero2 and fsdp plans (+recompute, +selective) and pipelines of ddp replicas so far "
-                "(tp, ZeRO/FSDP or recomputation with pp, per-unit sharding: simulated only)"
+                "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, and "
+                "pipelines of ddp replicas so far (tp, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1125,8 +1126,8 @@ def launch_run(
     ------
     PostplaceError
         One line before any process starts: a missing folder or placement.json, a target that is not
-        a zoo model, a returned plan launch does not run (all but plain ddp, zero1, zero2, fsdp), a placement naming
-        devices the run's cluster lacks; else as :func:`launch`.
+        a zoo model, a returned plan launch does not run (tensor parallelism, ZeRO/FSDP in a pipeline), a
+        placement naming devices the run's cluster lacks; else as :func:`launch`.
     """
     from postplace.cluster import load_cluster
     from postplace.cluster.placement import load_placement
@@ -1164,7 +1165,8 @@ def launch_run(
         if spec.pipeline:
             simulated = simulated_plan_bytes(traced.graph, spec, cluster, result.plan)
         else:
-            planned = data_parallel(traced.graph, result.plan.world_size, spec.level)  # the simulated collectives
+            shard = None if spec.shard is None else frozenset(spec.shard)  # a hybrid's units: fsdp's collectives
+            planned = data_parallel(traced.graph, result.plan.world_size, spec.level, shard=shard)
             payload = int(
                 sum(
                     c.nbytes
@@ -1298,8 +1300,9 @@ def launch_plan(
     replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
     :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
     ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
-    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far; per-unit sharding, tensor parallelism, and
-    ZeRO, FSDP or recomputation inside a pipeline are refused in one line.
+    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, and the hybrids per unit (``ddp:shard=U/U``: those
+    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``); tensor
+    parallelism, and ZeRO, FSDP or recomputation inside a pipeline are refused in one line.
 
     Parameters
     ----------
@@ -1332,9 +1335,9 @@ def launch_plan(
         )
     if not launchable(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans, with +recompute or +selective or "
-            "not, and pipelines of ddp replicas (and op-level placements) so far; per-unit sharding and tensor "
-            "parallelism are simulated only"
+            f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), "
+            "with +recompute or +selective or not, and pipelines of ddp replicas (and op-level placements) so far; "
+            "tensor parallelism is simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1349,11 +1352,12 @@ def launch_plan(
         from postplace.plans._step import numbered_units
 
         recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-    if spec.level == "fsdp":
+    if spec.level == "fsdp" or spec.shard is not None:  # a hybrid: fsdp's units, the others as ddp's
         from postplace.runtime.fsdp import fsdp_plan
 
+        shard = None if spec.shard is None else frozenset(spec.shard)
         rank_programs = fsdp_plan(
-            traced, gpus, list(cluster.device_names), recompute=recompute, selective=spec.selective
+            traced, gpus, list(cluster.device_names), recompute=recompute, selective=spec.selective, shard=shard
         )
     else:
         rank_programs = ddp_plan(

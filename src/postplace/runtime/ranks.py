@@ -164,9 +164,11 @@ class RankPlan:
     partial_loss : bool
         Each rank returns its share of the loss (data parallelism: the launcher sums them); else one
         rank returns the whole loss.
-    sharded : bool
-        FSDP: each rank holds 1/k of every parameter and of its same-shaped optimizer state (flattened,
-        padded to a multiple of k, its slice); the launcher cuts them so and joins them back.
+    sharded : frozenset of int
+        FSDP: the parameters (indices into the traced step's placeholders, whose first ones are the
+        parameters) each rank holds 1/k of, with their same-shaped optimizer state (flattened, padded to a
+        multiple of k, its slice); the launcher cuts them so and joins them back. Every parameter under
+        ``fsdp``, those of the sharded units of a hybrid (``ddp:shard=U/U``), none else.
     """
 
     device_names: tuple[str, ...]
@@ -176,7 +178,7 @@ class RankPlan:
     n_persistent: int
     collectives: tuple[Collective, ...] = ()
     partial_loss: bool = False
-    sharded: bool = False
+    sharded: frozenset[int] = frozenset()
 
     @property
     def world_size(self) -> int:
@@ -212,7 +214,7 @@ class RankPlan:
     def digest(self) -> str:
         """A short hash of the ranks and the messages (who sends what to whom, in which order): two
         processes that built the same plan agree on it."""
-        h = hashlib.sha256(repr((self.device_names, self.ranks, self.sharded)).encode())
+        h = hashlib.sha256(repr((self.device_names, self.ranks, tuple(sorted(self.sharded)))).encode())
         for m in self.messages:
             h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
         for c in self.collectives:
