@@ -135,6 +135,46 @@ def test_an_interleaved_pipeline_runs_its_chunks_in_order_bit_for_bit():
     assert sum(res.bytes_sent.values()) > 0
 
 
+class Normed(nn.Module):
+    """Blocks with batch norm: each micro-batch's forward updates the running statistics in place, and
+    its backward takes them as arguments (and, in training, ignores them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.blocks = nn.Sequential(
+            *[nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.Tanh()) for _ in range(2)]
+        )
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(self.blocks(self.inp(x)))
+
+
+def normed_step():
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    torch.manual_seed(1)
+    return trace(Normed(), (x,), nn.functional.cross_entropy, "adamw", microbatches=4, targets=(y,))
+
+
+def test_batch_norm_pipelines_update_running_statistics_in_micro_batch_order_bit_for_bit():
+    """Micro-batch 1's forward writes the running statistics before micro-batch 0's backward (which takes
+    them but, training, reads its saved statistics) in both schedules: they order, and the launched
+    1F1B step equals the one-process step bit for bit, buffers included."""
+    gpipe = pipeline_plan(normed_step(), parse_plan("ddp:pp=2,m=4,dp=1,schedule=gpipe"), K80X4, [1, 2])
+    assert slots_of(gpipe, 0) == "ssssrrrr"
+    res = launch_plan(normed_step(), "ddp:pp=2,m=4,dp=1,schedule=1f1b", K80X4, steps=2, batches=RandomBatches(0))
+    assert slots_of(res.plan, 0) == "ssrsrsrr"
+    ref = normed_step()
+    step = apply(ref.model, ref, np.zeros(ref.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
+    batches = RandomBatches(0)
+    assert res.losses == [float(step(*batches(ref))) for _ in range(2)]
+    for name, p in step.parameters().items():
+        assert torch.equal(res.parameters[name], p.cpu()), name
+    assert res.buffers and all(torch.equal(b, step.buffers()[name].cpu()) for name, b in res.buffers.items())
+
+
 def test_order_check_knows_collectives():
     a = Message(0, 0, 1, "x", 0, (2,), (1,), torch.float32)
     reduce01 = Collective(0, "all_reduce", "g", (2,), torch.float32, group=(0, 1))
@@ -159,6 +199,8 @@ def test_pipelines_launch_does_not_run_are_one_line():
         launch_plan(gpt2, "ddp:pp=2,m=4,dp=1", K80X4)
     with pytest.raises(PostplaceError, match="3 GPUs make no whole replicas of 2 stages"):
         pipeline_plan(gpt2, parse_plan("ddp:pp=2,m=2"), K80X4, [1, 2, 3])
+    with pytest.raises(PostplaceError, match="its 2 replicas do not divide the 1 micro-batches"):
+        pipeline_plan(blocks_step(1), parse_plan("ddp:pp=2,m=1"), K80X4, [1, 2, 3, 4])
 
 
 def test_launch_runs_a_run_folders_pipeline_plan(tmp_path):

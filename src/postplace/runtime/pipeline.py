@@ -21,9 +21,16 @@ which :meth:`~postplace.runtime.ranks.RankPlan.check` proves cannot deadlock.
 
 Numerics: with one replica each op runs on the same inputs as in the one-process step, so losses and
 parameters equal it bit for bit; with more, the gradients are summed over the replicas as ``ddp``
-sums them (another order: equal within rounding). Not here: ZeRO or FSDP with a pipeline,
-recomputation in a pipeline, tensor parallelism; a step with ops only a CPU may run and more than one
-replica.
+sums them (another order: equal within rounding). Random ops (dropout) draw from each rank's generator
+in the global order: with ``gpipe`` and ``1f1b`` that is the traced order (each micro-batch's forwards
+before the next one's), so the masks are the one-process step's; ``interleaved-V`` runs micro-batch
+j + 1's first chunk before micro-batch j's later ones, so its masks are drawn in another order (the same
+distribution, not the same bits); with several replicas each draws its own micro-batches' masks from
+the seed, as ``ddp`` does. A training batch norm's backward takes the running statistics and ignores
+them: they are not a read that would hold the next micro-batch's forward behind it.
+
+Not here: ZeRO or FSDP with a pipeline, recomputation in a pipeline, tensor parallelism; a step with ops
+only a CPU may run and more than one replica.
 """
 
 from __future__ import annotations
@@ -89,10 +96,11 @@ def pipeline_plan(
         )
     k, m = len(devices), traced.microbatches
     dp = k // pp
-    if dp * pp != k or m % dp:
+    if dp * pp != k:
+        raise PostplaceError(f"plan '{spec}': {k} GPUs make no whole replicas of {pp} stages; give {pp} x dp GPUs")
+    if m % dp:
         raise PostplaceError(
-            f"plan '{spec}': {k} GPUs make no whole replicas of {pp} stages, or their {dp} replicas do not "
-            f"divide the {m} micro-batches; give dp with m a multiple of it"
+            f"plan '{spec}': its {dp} replicas do not divide the {m} micro-batches; give dp with m a multiple of it"
         )
     graph = traced.graph
     stage = pipeline_stages(graph, cluster, spec, [devices[dp * s] for s in range(pp)], cost_model)
@@ -207,7 +215,7 @@ def schedule_order(gm: torch.fx.GraphModule, traced, stage, schedule: str, pp: i
         raise PostplaceError(
             f"{what}: schedule {schedule} cannot order this step's stages (node '{stuck.name}' waits for its "
             "stage's earlier slots, which wait for it: a layer used at both ends of the model, as a tied "
-            "embedding and head); use schedule=gpipe"
+            "embedding and head)" + ("; use schedule=gpipe" if schedule != "gpipe" else "")
         )
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -233,7 +241,7 @@ def _dependencies(nodes: list[torch.fx.Node], pos: dict) -> dict[torch.fx.Node, 
     last_write: dict[torch.fx.Node, torch.fx.Node] = {}
     since: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # accesses since the last write, per storage
     for n in nodes:
-        reads = {root[a] for a in n.all_input_nodes if root[a] in written}
+        reads = {root[a] for a in _read_inputs(n) if root[a] in written}
         writes = {root[n.args[k]] for k in written_args(n)}
         for s in reads - writes:
             if s in last_write:
@@ -247,6 +255,21 @@ def _dependencies(nodes: list[torch.fx.Node], pos: dict) -> dict[torch.fx.Node, 
     for n in nodes:
         deps[n].discard(n)
     return deps
+
+
+def _read_inputs(n: torch.fx.Node) -> list[torch.fx.Node]:
+    """The inputs ``n`` reads: all of them, less the running statistics a training-mode batch norm's backward
+    takes and ignores (it reads the batch's saved statistics), so that a later micro-batch's forward may
+    update them before an earlier one's backward, as every pipeline schedule has it."""
+    if (
+        n.op == "call_function"
+        and getattr(n.target, "overloadpacket", None) is torch.ops.aten.native_batch_norm_backward
+        and len(n.args) > 7
+        and n.args[7] is True
+    ):
+        ignored = {a for a in n.args[3:5] if isinstance(a, torch.fx.Node)}
+        return [a for a in n.all_input_nodes if a not in ignored]
+    return n.all_input_nodes
 
 
 def _merge(traced, replicas, devices, dp: int, gpu, names) -> RankPlan:
