@@ -312,6 +312,41 @@ def test_launch_a_random_placement_of_a_user_module_over_three_processes():
     assert torch.equal(fresh.a.weight, ref_params["a.weight"])
 
 
+class TwoDrops(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(6, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.d1, self.d2 = nn.Dropout(0.3), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.c(self.d2(torch.relu(self.b(self.d1(torch.relu(self.a(x)))))))
+
+
+def test_random_draws_replayed_on_other_ranks_survive_the_trip_to_their_processes():
+    """Each rank's program reaches its process pickled, and unpickling a GraphModule traces its code again:
+    a replay made of constants alone would run then and vanish, and the ranks' generators drift apart (two
+    dropouts on two ranks drew other masks than one process). The replays are made from a node of the
+    program, so they survive, and the launch draws the one process's masks."""
+    import pickle
+
+    from postplace.runtime.ranks import rank_plan
+
+    torch.manual_seed(0)
+    tr = trace(TwoDrops(), (torch.randn(8, 6),), nn.functional.mse_loss, targets=(torch.randn(8, 3),))
+    placement = np.random.default_rng(7).integers(1, 3, tr.graph.num_ops)  # gpu0 and gpu1, op by op
+    plan = rank_plan(tr, placement, K80X2.device_names)
+
+    def draws(gm):
+        return sum(1 for n in gm.graph.nodes if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()))
+
+    for prog in plan.programs:
+        assert draws(prog.gm) == draws(pickle.loads(pickle.dumps(prog.gm))) >= 2
+    result = launch(tr, placement, K80X2, steps=2, seed=5)
+    ref_losses, ref_params, _ = one_process(tr, placement, 2, seed=5)
+    assert result.losses == ref_losses
+    assert_bitwise(result.parameters, ref_params)
+
+
 class Fault(RandomBatches):
     """Batches that make rank ``rank`` die (SIGKILL) or hang at step ``step``."""
 

@@ -188,6 +188,8 @@ def test_order_check_knows_collectives():
 
 
 def test_pipelines_launch_does_not_run_are_one_line():
+    with pytest.raises(PostplaceError, match="dp=2 x pp=4 needs 8 GPUs and cluster 'k80x4' has 4"):
+        plan_devices(K80X4, parse_plan("ddp:pp=4,m=4,dp=2"))
     gpt2 = trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw")
     with pytest.raises(
         PostplaceError, match=r"schedule 1f1b cannot order .* tied embedding and head\); use schedule=gpipe"

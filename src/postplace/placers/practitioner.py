@@ -163,8 +163,11 @@ def plan_devices(cluster, spec, exclude=()) -> list[int]:
             + (" (--exclude removed them)" if excluded else "")
         )
     if k > len(gpus):
+        what = f"dp={spec.replicas} x " + " x ".join(
+            f"{name}={v}" for name, v in (("tp", spec.tensor), ("pp", spec.pipeline)) if v
+        )
         raise PostplaceError(
-            f"plan '{spec}': dp={k} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
+            f"plan '{spec}': {what.removesuffix(' x ')} needs {k} GPUs and cluster '{cluster.name}' has {len(gpus)}"
             + (" after --exclude" if excluded else "")
             + "; lower dp"
         )

@@ -524,7 +524,9 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
             return part.get(root_of[root.name], -1) < sent
         return all(stamp.get(root_of[v.name], -1) < sent for v in pieces)
 
+    pending: list[list[torch.fx.Node]] = [[] for _ in range(world)]  # replays waiting for a node to make scratch from
     for node in nodes:
+        _replay_pending(pending, graphs, torch_device)
         if node.op == "output":
             continue
         d = node.meta["postplace_device"]
@@ -593,7 +595,7 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
             comms[r].add(node.target)
             actions[r].append(("collective", int(node.args[0])))
         elif node.op == "call_function" and _is_random(node):
-            _replay_random(node, r, graphs, torch_device)
+            _replay_random(node, r, graphs, torch_device, pending)
         for j in written_args(node):  # written in place: what was sent of that storage is stale now
             writes += 1
             written = root_of[node.args[j].name]
@@ -602,6 +604,7 @@ def rank_plan(traced, op_device, device_names: Sequence[str], device: str | torc
                 part[piece_of[written]] = writes
             if written in fresh:  # the receiver wrote into the received tensor itself
                 cache.pop(fresh.pop(written), None)
+    _replay_pending(pending, graphs, torch_device)
     outputs: list[list[int]] = [[] for _ in range(world)]
     out_node = nodes[-1]
     flat = out_node.args[0] if isinstance(out_node.args[0], list | tuple) else [out_node.args[0]]
@@ -628,22 +631,46 @@ def _is_random(node: torch.fx.Node) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
-def _replay_random(node: torch.fx.Node, owner: int, graphs, torch_device: torch.device) -> None:
+def _replay_random(node: torch.fx.Node, owner: int, graphs, torch_device: torch.device, pending) -> None:
     """On every other rank (CPU ranks: one generator per process), the same random op on scratch
-    tensors, so each rank's generator advances as the one process's does."""
+    tensors, so each rank's generator advances as the one process's does.
+
+    The scratch is made from a node already in the rank's program (``new_zeros`` of its first node), not
+    from constants: a program travels to its process pickled, and unpickling a GraphModule traces its code
+    again, which runs a call on constants alone at once and keeps its result, so a replay made of constants
+    would vanish from the program and the generators drift apart. A rank whose program is still empty keeps
+    the replay in ``pending`` until its first node (it draws nothing of its own before that)."""
     if torch_device.type != "cpu":
         return
     for r, g in enumerate(graphs):
         if r == owner:
             continue
+        if pending[r] or not len(g.nodes):
+            pending[r].append(node)
+            continue
+        _replay_on(node, g, torch_device)
 
-        def scratch(arg, g=g):
-            val = arg.meta.get("val")
-            if not isinstance(val, torch.Tensor):
-                raise PostplaceError(
-                    f"random op '{node.name}' reads '{arg.name}', which is not a tensor; it cannot "
-                    "be replayed on the other ranks"
-                )
-            return g.call_function(torch.zeros, (tuple(val.shape),), {"dtype": val.dtype, "device": torch_device})
 
-        g.node_copy(node, scratch)
+def _replay_pending(pending, graphs, torch_device: torch.device) -> None:
+    """The replays that waited for a rank's first node, once it has one."""
+    for r, g in enumerate(graphs):
+        if pending[r] and len(g.nodes):
+            for node in pending[r]:
+                _replay_on(node, g, torch_device)
+            pending[r].clear()
+
+
+def _replay_on(node: torch.fx.Node, g: torch.fx.Graph, torch_device: torch.device) -> None:
+    anchor = next(iter(g.nodes))
+
+    def scratch(arg):
+        val = arg.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise PostplaceError(
+                f"random op '{node.name}' reads '{arg.name}', which is not a tensor; it cannot "
+                "be replayed on the other ranks"
+            )
+        how = {"dtype": val.dtype, "device": torch_device}
+        return g.call_function(torch.ops.aten.new_zeros.default, (anchor, tuple(val.shape)), how)
+
+    g.node_copy(node, scratch)
