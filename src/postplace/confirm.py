@@ -13,10 +13,16 @@ measured one that ran (not out of memory, not failed), with each placement's sim
 step time side by side and the Spearman rank correlation between the two (over the placements that
 ran; NaN with fewer than 3).
 
-All placements here are op-level (a device id per op of the graph): the measuring evaluator must be
-built without a grouping (``group_of_op=None``), on the same graph: for a step traced as m micro-batches,
-a measurer traced with the same m (``TorchEvaluator.for_zoo(..., microbatches=m, colocation=mode)``,
-``TorchZooFactory(..., microbatches=m, colocation=mode)``), which measures the whole accumulated step.
+All placements :func:`confirm` measures are op-level (a device id per op of the graph): the measuring
+evaluator must be built without a grouping (``group_of_op=None``), on the same graph: for a step traced
+as m micro-batches, a measurer traced with the same m (``TorchEvaluator.for_zoo(..., microbatches=m,
+colocation=mode)``, ``TorchZooFactory(..., microbatches=m, colocation=mode)``), which measures the whole
+accumulated step. A practitioner plan (``ddp``, ``fsdp+recompute``...: its placement places its own
+rewritten step, not the graph's ops) is measured apart, by :func:`confirm_plans`, only by a measurer
+that launches it (:meth:`LaunchEvaluator.evaluate_plans
+<postplace.runtime.launch_measure.LaunchEvaluator.evaluate_plans>`); its row keeps the plan and its
+step (:attr:`ConfirmRow.plan`, :attr:`ConfirmRow.graph`), and :func:`merge_results` puts the plans'
+rows and the placements' together.
 
 Wiring ``place --confirm K --ray local|ADDRESS`` after the search (the CLI's part)::
 
@@ -36,7 +42,15 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["ConfirmResult", "ConfirmRow", "candidates_from_cache", "candidates_from_run", "confirm", "merge_results"]
+__all__ = [
+    "ConfirmResult",
+    "ConfirmRow",
+    "candidates_from_cache",
+    "candidates_from_run",
+    "confirm",
+    "confirm_plans",
+    "merge_results",
+]
 
 
 @dataclass
@@ -44,7 +58,9 @@ class ConfirmRow:
     """One measured placement: ``label`` (``search #1`` = the search's best, ``single:gpu0``...),
     op-level ``placement``, ``simulated_s``, ``measured_s`` (inf where it did not run), ``status``
     (``ok``, ``oom`` or ``failed``) and the evaluator's ``reason`` where it did not run; ``launch``: what
-    a launched measurement ran (:class:`~postplace.runtime.launch_measure.LaunchEvaluator`), else None."""
+    a launched measurement ran (:class:`~postplace.runtime.launch_measure.LaunchEvaluator`), else None;
+    ``plan``: the practitioner plan measured (``ddp:m=2,dp=2``), whose rewritten step ``graph`` the
+    ``placement`` places (not the searched graph's ops), else None for both."""
 
     label: str
     placement: np.ndarray
@@ -53,10 +69,13 @@ class ConfirmRow:
     status: str
     reason: str | None = None
     launch: dict | None = None
+    plan: str | None = None
+    graph: object | None = None
 
     def to_dict(self) -> dict:
-        """``{"label", "simulated_s", "measured_s", "status", "reason"}``, and ``"launch"`` where the row was
-        measured by launching it (its ranks, each rank's median step seconds, the steps run and timed)."""
+        """``{"label", "simulated_s", "measured_s", "status", "reason"}``, ``"plan"`` where the row is a
+        practitioner plan, and ``"launch"`` where the row was measured by launching it (its ranks, each
+        rank's median step seconds, the steps run and timed)."""
         out = {
             "label": self.label,
             "simulated_s": self.simulated_s,
@@ -64,6 +83,8 @@ class ConfirmRow:
             "status": self.status,
             "reason": self.reason,
         }
+        if self.plan is not None:
+            out["plan"] = self.plan
         if self.launch is not None:
             out["launch"] = self.launch
         return out
@@ -238,6 +259,36 @@ def confirm(
     return ConfirmResult(rows, best, _spearman(ran), simulator.name, measurer.name, notes, on)
 
 
+def confirm_plans(measurer, plans) -> list[ConfirmRow]:
+    """Measure practitioner plans: ``plans`` are ``(label, candidate)`` pairs, each candidate a plan of
+    the measurer's step (``plan``: its name, ``placement`` over its own step ``graph``, ``step_time_s``:
+    simulated), launched by ``measurer.evaluate_plans`` (a
+    :class:`~postplace.runtime.launch_measure.LaunchEvaluator`). Returns their rows in the given order; a
+    plan that cannot be launched is a ``failed`` row with its reason (never raised).
+
+    Raises :class:`~postplace.errors.PostplaceError` when ``measurer`` does not launch plans (one
+    process cannot run a plan's replicas).
+    """
+    if not plans:
+        return []
+    if not hasattr(measurer, "evaluate_plans"):
+        raise PostplaceError(
+            f"confirm: {getattr(measurer, 'name', type(measurer).__name__)} measures op-level placements only; "
+            "practitioner plans run as one process per GPU: --confirm-with launch"
+        )
+    meas = measurer.evaluate_plans([k.plan for _, k in plans])
+    launched = (meas.extra or {}).get("launch") or [None] * len(plans)
+    rows = []
+    for j, (label, k) in enumerate(plans):
+        status = "failed" if meas.failed[j] else "oom" if meas.oom[j] else "ok"
+        t = float(meas.step_time[j]) if status == "ok" else float("inf")
+        placement = np.asarray(k.placement, dtype=np.int64)
+        rows.append(
+            ConfirmRow(label, placement, float(k.step_time_s), t, status, meas.reasons[j], launched[j], k.plan, k.graph)
+        )
+    return rows
+
+
 def _spearman(rows: list[ConfirmRow]) -> float:
     if len(rows) < 3:
         return float("nan")
@@ -249,15 +300,41 @@ def _spearman(rows: list[ConfirmRow]) -> float:
     return float(rho)
 
 
-def merge_results(results: list[ConfirmResult]) -> ConfirmResult:
+def merge_results(
+    results: list[ConfirmResult],
+    plans: list[ConfirmRow] = (),
+    *,
+    simulator: str | None = None,
+    evaluator: str | None = None,
+    measured_on: str | None = None,
+) -> ConfirmResult:
     """One :class:`ConfirmResult` of several (placements measured at several micro-batch counts, each on
-    its own measurer): every row, in the simulator's order, the fastest measured one returned, and the
-    rank correlation over all that ran."""
-    if len(results) == 1:
+    its own measurer) and of the practitioner plans' rows ``plans`` (:func:`confirm_plans`): every row, in
+    the simulator's order, the fastest measured one returned, and the rank correlation over all that ran.
+    ``simulator``, ``evaluator`` and ``measured_on`` name what simulated and measured them (default: as
+    the first result says).
+
+    Raises :class:`~postplace.errors.PostplaceError` when none of the rows ran.
+    """
+    if len(results) == 1 and not plans:
         return results[0]
-    rows = sorted((r for res in results for r in res.rows), key=lambda r: r.simulated_s)
+    rows = sorted([*(r for res in results for r in res.rows), *plans], key=lambda r: r.simulated_s)
     ran = [r for r in rows if r.status == "ok"]
-    best = min(ran, key=lambda r: r.measured_s)  # each result holds one that ran
+    if not ran:
+        raise PostplaceError(
+            f"confirm: none of the {len(rows)} placements and plans ran ("
+            + "; ".join(f"{r.label}: {r.reason}" for r in rows[:3])
+            + ")"
+        )
+    best = min(ran, key=lambda r: r.measured_s)  # ties: the better simulated one (earlier row)
     notes = [n for res in results for n in res.notes]
-    on = results[0].measured_on
-    return ConfirmResult(rows, best, _spearman(ran), results[0].simulator, results[0].evaluator, notes, on)
+    first = results[0] if results else None
+    return ConfirmResult(
+        rows,
+        best,
+        _spearman(ran),
+        simulator or (first.simulator if first else "simulator"),
+        evaluator or (first.evaluator if first else "unknown"),
+        notes,
+        measured_on or (first.measured_on if first else None),
+    )

@@ -128,68 +128,99 @@ def confirm_best(
     pipeline, warm start: ``(candidate, its count)`` pairs), each on a measurer traced at its own
     micro-batch count (``confirm_with``: in process, or launched as one process per device), and the
     best single device at the smallest count; the fastest measured wins. Returns the
-    :class:`postplace.confirm.ConfirmResult` and the count of its best row."""
-    from postplace.confirm import candidates_from_run, merge_results
+    :class:`postplace.confirm.ConfirmResult` and the count of its best row.
+
+    With ``confirm_with="launch"`` the practitioner plans among ``answer`` (a candidate with a ``plan``:
+    ``ddp``, ``fsdp+recompute``, ``hybrid``, ``best-3d``...) take their place in the top ``k`` by
+    simulated time too, one row per distinct plan (a plan two candidates name is one row, both names in
+    its label), each launched as :func:`postplace.runtime.launcher.launch_plan` runs it on the step traced
+    at its count (:func:`postplace.confirm.confirm_plans`); a plan's placement is over its own rewritten
+    step, so it never joins the op-level placements. In process (or on Ray) plans are left out: one
+    process cannot run their replicas."""
+    from postplace.confirm import candidates_from_run, confirm_plans, merge_results
     from postplace.confirm import confirm as measure
 
-    pool = []  # (simulated step time, order, label, op placement, m)
+    pool = []  # (simulated step time, order, label, op placement, m, the plan's candidate or None)
     at = (lambda m: f" @m{m}") if over_m else (lambda m: "")
     for m, arm in arms.items():
         searched = candidates_from_run(arm.folder, arm.problem.simulator, k)
         if len(searched):
             times = arm.problem.simulator.evaluate_ops(searched).step_time
             pool += [
-                (float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m)
+                (float(t), len(pool) + i, f"search #{i + 1}{at(m)}", ops, m, None)
                 for i, (t, ops) in enumerate(zip(times, searched, strict=True))
             ]
     for j, (k_, m) in enumerate(answer):  # (candidate, its count)
         base = k_.name.removesuffix(at(m))
-        if k_.feasible and base != "search" and not base.startswith("single:"):
-            pool.append((k_.step_time_s, len(pool) + j, k_.name, k_.placement, m))
+        if not k_.feasible or base == "search" or base.startswith("single:"):
+            continue
+        plan = k_.plan is not None or k_.graph is not None  # placed over its own step
+        if plan and confirm_with != "launch":
+            continue  # one process cannot run a plan's replicas
+        pool.append((k_.step_time_s, len(pool) + j, k_.name, k_.placement, m, k_ if plan else None))
     pool.sort(key=lambda x: (x[0], x[1]))
-    chosen: dict[int, list] = {}
-    seen = set()
-    for _t, _i, label, ops, m in pool:
-        key = (m, np.asarray(ops, dtype=np.int64).tobytes())
-        if key not in seen and len(seen) < k:
-            seen.add(key)
-            chosen.setdefault(m, []).append((label, ops))
-    results, errors, notes = [], [], []
+    chosen: dict[int, list] = {}  # m -> [label, op placement, plan candidate or None]
+    seen: dict[tuple, list] = {}
+    for _t, _i, label, ops, m, cand in pool:
+        key = (m, "plan", cand.plan) if cand is not None else (m, np.asarray(ops, dtype=np.int64).tobytes())
+        if key in seen:
+            if cand is not None and label not in seen[key][0].split(" = "):
+                seen[key][0] += f" = {label}"  # best-3d or the hybrid that is a plain plan: one row
+        elif len(seen) < k:
+            seen[key] = [label, ops, cand]
+            chosen.setdefault(m, []).append(seen[key])
+    results, plan_rows, errors, notes = [], [], [], []
+    owner: dict[int, int] = {}  # id(row) -> its count
+    names: dict = {}
     for m, arm in arms.items():
-        rows = chosen.get(m, [])
-        if not rows and m != min(arms):
+        rows = [(label, ops) for label, ops, cand in chosen.get(m, []) if cand is None]
+        plans = [(label, cand) for label, _ops, cand in chosen.get(m, []) if cand is not None]
+        single = m == min(arms)
+        if not rows and not plans and not single:
             continue
         graph = arm.target.graph
         cands = np.stack([ops for _, ops in rows]) if rows else np.zeros((0, graph.num_ops), dtype=np.int64)
         measurer = _confirm_measurer(settings, arm.target, c, ray, confirm_with)
+        names = names or {
+            "simulator": arm.problem.simulator.name,
+            "evaluator": measurer.name,
+            "measured_on": getattr(measurer, "measured_on", None),
+        }
         try:
-            res = measure(
-                arm.problem.simulator,
-                measurer,
-                cands,
-                single=m == min(arms),
-                allowed=arm.problem.op_allowed,
-                labels=[label for label, _ in rows] or None,
-            )
-        except PostplaceError as exc:
-            errors.append(exc)
-            notes.append(
-                f"at {m} micro-batch{'es' if m > 1 else ''} nothing was measured ({exc}): "
-                f"{', '.join(label for label, _ in rows) or 'the single device'} left out"
-            )
-            continue
+            if rows or single:
+                try:
+                    res = measure(
+                        arm.problem.simulator,
+                        measurer,
+                        cands,
+                        single=single,
+                        allowed=arm.problem.op_allowed,
+                        labels=[label for label, _ in rows] or None,
+                    )
+                except PostplaceError as exc:
+                    errors.append(exc)
+                    notes.append(
+                        f"at {m} micro-batch{'es' if m > 1 else ''} nothing was measured ({exc}): "
+                        f"{', '.join(label for label, _ in rows) or 'the single device'} left out"
+                    )
+                else:
+                    for row in res.rows:
+                        if over_m and " @m" not in row.label:  # the single device: at its count too
+                            row.label += at(m)
+                        owner[id(row)] = m
+                    results.append(res)
+            for row in confirm_plans(measurer, plans):
+                owner[id(row)] = m
+                plan_rows.append(row)
         finally:
             if hasattr(measurer, "shutdown"):
                 measurer.shutdown()
-        for row in res.rows:
-            if over_m and " @m" not in row.label:  # the single device: at its count too
-                row.label += at(m)
-        results.append((m, res))
-    if not results:
-        raise errors[0]
-    merged = merge_results([res for _, res in results])
+    if not results and not any(r.status == "ok" for r in plan_rows):
+        if errors:
+            raise errors[0]
+    merged = merge_results(results, plan_rows, **names)
     merged.notes.extend(notes)
-    return merged, next(m for m, res in results if any(r is merged.best for r in res.rows))
+    return merged, owner[id(merged.best)]
 
 
 def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None, confirm_with: str = "process"):

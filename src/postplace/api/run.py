@@ -172,8 +172,9 @@ def _search_and_answer(
                 make_folder(arm.folder)
                 arm.target.graph.save(arm.folder / "graph.json")
         write_settings(out, settings)
-    simulated = settings.evaluator == "simulator" and not confirm_k  # plans are simulated: never beside
-    for arm in arms.values():  # measured times
+    # plans are simulated: never beside measured times, unless --confirm launches the ones it measures
+    simulated = settings.evaluator == "simulator" and (not confirm_k or confirm_with == "launch")
+    for arm in arms.values():
         arm.oneshot = oneshot_candidates(arm.problem, arm.judge, arm.warm_ops, settings.warm_start)
         if simulated:
             arm.oneshot += plan_candidates(
@@ -329,6 +330,8 @@ def _answer(
             confirmed.best.measured_s,
             True,
             "measured by --confirm",
+            confirmed.best.graph,  # a launched plan: the step its placement places, and the plan
+            confirmed.best.plan,
         )
         judge = types.SimpleNamespace(name=confirmed.evaluator)  # the returned figure is measured: say so
     searched = [a for a in arms.values() if a.result is not None and a.result.best_placement is not None]

@@ -22,11 +22,18 @@ A placement that cannot be launched is a failed row with its reason, never an ex
 outside the cluster or against its rules (checked before any process starts), a plan the launcher
 refuses (a value that is not a tensor crossing devices), a rank that failed or a peer that did not
 answer within ``timeout`` (the launcher's one line). Peak memory is not measured (zeros).
+
+:meth:`LaunchEvaluator.evaluate_plans` measures practitioner plans of the same step the same way
+(those :func:`postplace.runtime.launcher.launch_plan` runs: ``ddp``, ``zero1``, ``zero2``, ``fsdp``,
+recomputed or not, pipelines of ``ddp`` replicas; each as it runs them, one process per GPU of the
+plan): the same step time, the same per-rank figures, and a plan the launcher refuses (tensor
+parallelism, ZeRO or FSDP inside a pipeline...) or one for another micro-batch count a failed row with
+the launcher's one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,7 +58,8 @@ def launched_step_time(step_times_s: Mapping[int, list[float]], discard: int) ->
 
 
 class LaunchEvaluator:
-    """Evaluates op-level placements of a traced step by launching them (module docstring).
+    """Evaluates op-level placements and practitioner plans of a traced step by launching them (module
+    docstring).
 
     Parameters
     ----------
@@ -146,25 +154,60 @@ class LaunchEvaluator:
         postplace.sim.EvalResult
             Step times (module docstring); failed placements marked with their reason, never raised.
         """
-        from postplace.sim import EvalResult
-
         ops = np.atleast_2d(np.asarray(placements, dtype=np.int64))
         if ops.shape[1] != self.graph.num_ops:
             raise PostplaceError(
                 f"LaunchEvaluator: placements have {ops.shape[1]} columns, the graph has {self.graph.num_ops} ops"
             )
-        n, D = ops.shape[0], len(self.device_names)
+        return self._each(list(ops), self._launch, self._invalid)
+
+    def evaluate_plans(self, plans: Sequence[str]):
+        """Launch practitioner plans of this step one after another, each as
+        :func:`postplace.runtime.launcher.launch_plan` runs it (one process per GPU of the plan).
+
+        Parameters
+        ----------
+        plans : sequence of str
+            Plans as ``place`` names them (``summary.json``'s ``returned_plan``, a
+            :class:`~postplace.api.result.Candidate`'s ``plan``: ``ddp:m=2,dp=2``,
+            ``fsdp+recompute:m=8,dp=8``, ``ddp:pp=2,m=4,dp=1,schedule=1f1b``), each for this step's
+            micro-batch count.
+
+        Returns
+        -------
+        postplace.sim.EvalResult
+            One row per plan, timed as :meth:`evaluate` times a placement (module docstring); a plan the
+            launcher refuses, one for another micro-batch count, or one that fails: a failed row with its
+            one line, never raised. Evaluated without a cluster (device names only): every plan fails
+            (a plan picks its GPUs by the cluster's kinds).
+        """
+
+        def invalid(plan) -> str | None:
+            if not isinstance(plan, str) or not plan:
+                return f"plan {plan!r}: give a plan's name (ddp:m=M,dp=K...)"
+            if self.cluster is None:
+                return f"plan '{plan}': launching a plan needs the Cluster, not only its device names"
+            return None
+
+        return self._each(list(plans), self._launch_plan, invalid)
+
+    def _each(self, todo: list, run: Callable, invalid: Callable):
+        """Run ``run(x)`` for each ``x`` of ``todo`` (``invalid(x)``: a reason not to, or None); an exception
+        is that row's failure (its first line), never raised."""
+        from postplace.sim import EvalResult
+
+        n, D = len(todo), len(self.device_names)
         step = np.full(n, np.inf)
         oom = np.zeros(n, dtype=bool)
         failed = np.zeros(n, dtype=bool)
         reasons: list[str | None] = [None] * n
         details: list[dict | None] = [None] * n
         all_times: list[dict] = [{} for _ in range(n)]
-        for r in range(n):
-            reason = self._invalid(ops[r])
+        for r, x in enumerate(todo):
+            reason = invalid(x)
             if reason is None:
                 try:
-                    step[r], details[r], all_times[r] = self._launch(ops[r])
+                    step[r], details[r], all_times[r] = run(x)
                     continue
                 except PostplaceError as exc:
                     reason = _first_line(exc)
@@ -206,6 +249,26 @@ class LaunchEvaluator:
             backend=self.backend,
             threads=self.threads,
         )
+        return self._timed(result)
+
+    def _launch_plan(self, plan: str) -> tuple[float, dict, dict]:
+        from postplace.runtime.launcher import launch_plan
+
+        result = launch_plan(
+            self.traced,
+            plan,
+            self.cluster,
+            steps=self.steps,
+            batches=self.batches,
+            seed=self.seed,
+            timeout=self.timeout,
+            backend=self.backend,
+            threads=self.threads,
+        )
+        return self._timed(result)
+
+    def _timed(self, result) -> tuple[float, dict, dict]:
+        """A launch's step time (:func:`launched_step_time`), its ranks and each rank's median, its seconds."""
         times = {r: list(t) for r, t in result.step_times_s.items()}
         detail = {
             "ranks": {str(r): d for r, d in result.ranks.items()},
