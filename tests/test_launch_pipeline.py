@@ -42,7 +42,8 @@ def one_process(traced, steps: int, seed: int = 0):
 
 def slots_of(plan, rank: int) -> str:
     """A stage rank's messages as the slots they belong to: ``s`` a send, ``r`` a receive."""
-    return "".join(kind[0] for kind, _ in plan.programs[rank].actions if kind in ("send", "recv"))
+    acts = [x for act in plan.programs[rank].actions for x in (act[1] if act[0] == "batch" else (act,))]
+    return "".join(kind[0] for kind, _ in acts if kind in ("send", "recv"))
 
 
 def simulated_transfers(traced, spec) -> Counter:
@@ -185,6 +186,34 @@ def test_order_check_knows_collectives():
         check_order([[("collective", 0)], [("collective", 0)], [("collective", 0)]], [], collectives=[reduce01])
     with pytest.raises(PostplaceError, match="rank 1 never calls collective 0"):
         check_order([[("collective", 0)], []], [], collectives=[reduce01])
+
+
+def test_order_check_knows_batches_and_programs_batch_what_nothing_separates():
+    """Two ranks that each send first and then receive deadlock with blocking calls, and not as batches
+    (``batch_isend_irecv``: posted at once, done when both ends are posted); a rank's receives with only
+    copies of what they bring between them become one batch, and the batched programs still check."""
+    from postplace.placers.pipeline import place_pipeline
+    from postplace.runtime.ranks import batch_messages, rank_plan
+
+    a = Message(0, 0, 1, "x", 0, (2,), (1,), torch.float32)
+    b = Message(1, 1, 0, "y", 1, (2,), (1,), torch.float32)
+    with pytest.raises(PostplaceError, match="can deadlock"):
+        check_order([[("send", 0), ("recv", 1)], [("send", 1), ("recv", 0)]], [a, b])
+    check_order([[("batch", (("send", 0), ("recv", 1)))], [("batch", (("send", 1), ("recv", 0)))]], [a, b])
+    c = Message(2, 0, 1, "z", 2, (2,), (1,), torch.float32)
+    with pytest.raises(PostplaceError, match=r"can deadlock: rank 0 waits to receive message 1 \(y\)"):
+        check_order(
+            [[("batch", (("send", 0), ("recv", 1))), ("send", 2)], [("recv", 0), ("recv", 2), ("send", 1)]], [a, b, c]
+        )
+
+    traced = llama()
+    plan = rank_plan(traced, place_pipeline(traced.graph, K80X4, stages=3, devices=[1, 2, 3]), K80X4.device_names)
+    batched = batch_messages(plan)
+    batched.check()
+    assert any(act[0] == "batch" for prog in batched.programs for act in prog.actions)
+    for before, after in zip(plan.programs, batched.programs, strict=True):  # the same messages, in the same order
+        flat = [x for act in after.actions for x in (act[1] if act[0] == "batch" else (act,))]
+        assert flat == list(before.actions)
 
 
 def test_pipelines_launch_does_not_run_are_one_line():

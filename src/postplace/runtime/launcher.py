@@ -29,9 +29,10 @@ and all-reduces each stage's gradients over that stage's ranks (one process grou
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
 Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as ``ddp`` for the others
 (:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
-What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline,
-batched (``batch_isend_irecv``) messages; every message is a blocking send or receive in the plan's one
-global order (:meth:`~postplace.runtime.ranks.RankPlan.check` proves that order cannot deadlock).
+Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
+(:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
+:meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
+What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline.
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ import torch
 
 from postplace.errors import PostplaceError
 from postplace.runtime.ranks import (
+    BATCH,
     GATHER,
     RECV,
     REDUCE,
     SCATTER,
     SEND,
     RankPlan,
+    batch_messages,
     incoming,
     numel_of,
     outgoing,
@@ -332,6 +335,38 @@ class _Channel:
         self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
         return list(out.split(widths))
 
+    def batch(self, ops) -> list[torch.Tensor]:
+        """Several sends and receives posted at once (``batch_isend_irecv``) and waited for together:
+        ``ops`` are ``(kind, message index, value or None)``; returns the received tensors in order."""
+        dist = self.dist
+        p2p, received, t0 = [], [], time.perf_counter()
+        for kind, index, value in ops:
+            m = self.plan.messages[index]
+            if m.numel == 0:
+                if kind == "recv":
+                    received.append(incoming(m, self.device)[0])
+                continue
+            tag = index if self.tags else 0
+            if kind == "send":
+                p2p.append(dist.P2POp(dist.isend, outgoing(m, value), m.dst, tag=tag))
+                self.sent += m.nbytes
+            else:
+                t, flat = incoming(m, self.device)
+                received.append(t)
+                p2p.append(dist.P2POp(dist.irecv, flat, m.src, tag=tag))
+                self.received += m.nbytes
+        if p2p:
+            try:
+                for request in dist.batch_isend_irecv(p2p):
+                    request.wait()
+            except PostplaceError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - as in send
+                first = ops[0]
+                raise self._fail("sending" if first[0] == "send" else "receiving", first[1], exc, t0) from None
+        self.seconds += time.perf_counter() - t0
+        return received
+
     def recv(self, index: int) -> torch.Tensor:
         m = self.plan.messages[index]
         t, flat = incoming(m, self.device)
@@ -512,7 +547,7 @@ def run_rank(
         torch.set_num_threads(threads)
     op_device, names = _op_devices(traced, placement, devices)
     _check_backend(backend, op_device, names)
-    plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
+    plan = batch_messages(rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda"))
     plan.check()
     created = not dist.is_initialized()
     if created:
@@ -604,7 +639,7 @@ def _execute(
     args = [t.to(device) for t in args]
     step_no = [0]
     channel = _Channel(plan, rank, device, op_names, step_no)
-    for name in (SEND, RECV, REDUCE, GATHER, SCATTER):  # a program that sends or receives nothing has no such module
+    for name in (SEND, RECV, BATCH, REDUCE, GATHER, SCATTER):  # a program that sends or receives nothing has none
         if hasattr(gm, name):
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
@@ -879,7 +914,7 @@ def launch(
 
 def _launch(traced, op_device, names, steps, batches, seed, timeout, backend, threads, **ckpt) -> LaunchResult:
     _check_backend(backend, op_device, names)
-    plan = rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda")
+    plan = batch_messages(rank_plan(traced, op_device, names, "cpu" if backend == "gloo" else "cuda"))
     plan.check()
     return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads, **ckpt)
 

@@ -45,7 +45,7 @@ import torch.fx
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.placed import aliased_arg, written_args
-from postplace.runtime.ranks import RECV, SEND, Collective, RankPlan, RankProgram, rank_plan
+from postplace.runtime.ranks import RECV, SEND, Collective, RankPlan, RankProgram, batch_messages, rank_plan
 
 __all__ = ["pipeline_plan", "schedule_order"]
 
@@ -133,7 +133,7 @@ def pipeline_plan(
             gm, calls = traced.gm, []
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         replicas.append((rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device), calls))
-    plan = _merge(traced, replicas, devices, dp, gpu, names)
+    plan = batch_messages(_merge(traced, replicas, devices, dp, gpu, names))
     plan.check()
     return plan
 

@@ -46,12 +46,15 @@ import torch.fx
 from postplace.errors import PostplaceError
 from postplace.runtime.placed import aliased_arg, placed_graph_module, transfer, written_args
 
-__all__ = ["Collective", "Message", "RankPlan", "RankProgram", "check_order", "rank_plan"]
+__all__ = ["Collective", "Message", "RankPlan", "RankProgram", "batch_messages", "check_order", "rank_plan"]
 
 SEND = "postplace_send"
 """The submodule of a rank's GraphModule that posts a send: ``postplace_send(message index, value)``."""
 RECV = "postplace_recv"
 """The submodule of a rank's GraphModule that posts a receive: ``postplace_recv(message index) -> tensor``."""
+BATCH = "postplace_batch"
+"""The submodule of a rank's GraphModule that posts several sends and receives at once (``batch_isend_irecv``):
+``postplace_batch(((kind, message index, value or None), ...)) -> the received tensors``, in the batch's order."""
 REDUCE = "postplace_all_reduce"
 """The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
 ALL_REDUCE = "all_reduce"
@@ -285,7 +288,7 @@ def check_order(
     seen: dict[tuple[str, int], int] = {}
     called: dict[int, set[int]] = {}
     for r, acts in enumerate(actions):
-        for kind, k in acts:
+        for kind, k in (x for act in acts for x in _members(act)):
             if kind == "collective":
                 members = collectives[k].members(world)
                 if r not in members or r in called.setdefault(k, set()):
@@ -321,36 +324,41 @@ def check_order(
                 f"({collectives[k].value}) of its group; build every rank's program from one plan"
             )
     pos = [0] * world
+    matched: set[tuple[str, int]] = set()
 
     def at(r: int):
         return actions[r][pos[r]] if pos[r] < len(actions[r]) else None
+
+    def peer_of(kind: str, k: int) -> tuple[int, tuple[str, int]]:
+        m = messages[k]
+        return (m.dst, ("recv", k)) if kind == "send" else (m.src, ("send", k))
 
     progress = True
     while progress:
         progress = False
         for r in range(world):
             while (act := at(r)) is not None:
-                kind, k = act
-                if kind == "collective":
-                    members = collectives[k].members(world)
+                if act[0] == "collective":
+                    members = collectives[act[1]].members(world)
                     if any(at(q) != act for q in members):
                         break
                     for q in members:
                         pos[q] += 1
                     progress = True
                     continue
-                m = messages[k]
-                peer, other = (m.dst, "recv") if kind == "send" else (m.src, "send")
-                if at(peer) != (other, k):
+                for op in _members(act):  # posted now: matched when the other end is posted too
+                    peer, other = peer_of(*op)
+                    if op not in matched and at(peer) is not None and other in _members(at(peer)):
+                        matched.update((op, other))
+                if not all(op in matched for op in _members(act)):
                     break
                 pos[r] += 1
-                pos[peer] += 1
                 progress = True
     stuck = [r for r in range(world) if at(r) is not None]
     if stuck:
         waits = []
         for r in stuck[:2]:
-            kind, k = actions[r][pos[r]]
+            kind, k = next((op for op in _members(at(r)) if op not in matched), _members(at(r))[0])
             if kind == "collective":
                 late = [q for q in collectives[k].members(world) if at(q) != (kind, k)]
                 what = f"call collective {k} ({collectives[k].value}) with {names[late[0]]}"
@@ -366,6 +374,11 @@ def check_order(
             f"the per-rank programs can deadlock: {', and '.join(waits)}; every rank must post its "
             "sends, receives and collectives in one global order"
         )
+
+
+def _members(action) -> tuple[tuple[str, int], ...]:
+    """The sends and receives a rank posts at once in ``action``: a batch's, or the action itself."""
+    return tuple(action[1]) if action[0] == "batch" else (action,)
 
 
 # ------------------------------------------------------------------------------ message buffers
@@ -406,6 +419,8 @@ class RankComm(torch.nn.Module):
         if self.kind == "send":
             self.channel.send(index, value)
             return None
+        if self.kind == "batch":
+            return self.channel.batch(index)
         if self.kind == ALL_REDUCE:
             return self.channel.all_reduce(index, value)
         if self.kind == ALL_GATHER:
@@ -674,3 +689,76 @@ def _replay_on(node: torch.fx.Node, g: torch.fx.Graph, torch_device: torch.devic
         return g.call_function(torch.ops.aten.new_zeros.default, (anchor, tuple(val.shape)), how)
 
     g.node_copy(node, scratch)
+
+
+def batch_messages(plan: RankPlan) -> RankPlan:
+    """``plan`` with each rank's runs of sends and receives that nothing between them needs posted at once,
+    as one ``batch_isend_irecv`` (:data:`BATCH`) where each was a blocking call.
+
+    A send or receive joins the batch of the one before it on its rank when the only ops between them are
+    copies and views of tensors the batch receives (nothing else waits longer than it did), and, for a send,
+    when the tensor it sends is made before the batch. A receive posted earlier fills a fresh tensor, read
+    where it was read before. The programs compute what they computed; only when each message may travel
+    changes, and :meth:`RankPlan.check` proves the batched order cannot deadlock either (a batch completes
+    when the other end of each of its messages is posted).
+    """
+    programs = []
+    for prog in plan.programs:
+        gm, actions = _batched(prog)
+        programs.append(dataclasses.replace(prog, gm=gm, actions=actions))
+    return dataclasses.replace(plan, programs=tuple(programs))
+
+
+def _batched(prog: RankProgram) -> tuple[torch.fx.GraphModule, tuple]:
+    g = prog.gm.graph
+    nodes = list(g.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    runs: list[list[torch.fx.Node]] = []
+    received: set[torch.fx.Node] = set()  # the open run's receives and what is made of them alone (copies, views)
+    for n in nodes:
+        comm = n.op == "call_module" and n.target in (SEND, RECV)
+        if not comm:
+            passive = n.op == "call_function" and not written_args(n) and set(n.all_input_nodes) <= received
+            if passive and n.all_input_nodes:
+                received.add(n)  # waits for the batch instead of for its own receive: nothing else is delayed
+            elif runs and runs[-1]:
+                runs.append([])  # anything else between two messages keeps them apart
+                received = set()
+            continue
+        if runs and runs[-1] and (n.target == RECV or pos[n.args[1]] < pos[runs[-1][0]]):
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+            received = set()
+        if n.target == RECV:
+            received.add(n)
+    batches = [run for run in runs if len(run) > 1]
+    if not batches:
+        return prog.gm, prog.actions
+    first = {run[0]: run for run in batches}
+    inside = {n for run in batches for n in run}
+    actions = []
+    for n in nodes:
+        if n in first:
+            actions.append(("batch", tuple(("send" if c.target == SEND else "recv", int(c.args[0])) for c in first[n])))
+        elif n.op == "call_module" and n.target in (SEND, RECV) and n not in inside:
+            actions.append(("send" if n.target == SEND else "recv", int(n.args[0])))
+        elif n.op == "call_module" and n not in inside:
+            actions.append(("collective", int(n.args[0])))
+    if not hasattr(prog.gm, BATCH):
+        prog.gm.add_module(BATCH, RankComm("batch"))
+    for run in batches:
+        ops = tuple(
+            ("send", int(c.args[0]), c.args[1]) if c.target == SEND else ("recv", int(c.args[0]), None) for c in run
+        )
+        with g.inserting_before(run[0]):
+            batch = g.call_module(BATCH, (ops,))
+            received = [c for c in run if c.target == RECV]
+            for k, c in enumerate(received):
+                got = g.call_function(operator.getitem, (batch, k))
+                got.meta = dict(c.meta)
+                c.replace_all_uses_with(got)
+        for c in run:
+            g.erase_node(c)
+    prog.gm.recompile()
+    return prog.gm, tuple(actions)
