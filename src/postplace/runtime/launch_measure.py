@@ -238,34 +238,23 @@ class LaunchEvaluator:
     def _launch(self, dev: np.ndarray) -> tuple[float, dict, dict]:
         from postplace.runtime.launcher import launch
 
-        result = launch(
-            self.traced,
-            dev,
-            list(self.device_names),
-            steps=self.steps,
-            batches=self.batches,
-            seed=self.seed,
-            timeout=self.timeout,
-            backend=self.backend,
-            threads=self.threads,
-        )
-        return self._timed(result)
+        return self._timed(launch(self.traced, dev, list(self.device_names), **self._how()))
 
     def _launch_plan(self, plan: str) -> tuple[float, dict, dict]:
         from postplace.runtime.launcher import launch_plan
 
-        result = launch_plan(
-            self.traced,
-            plan,
-            self.cluster,
-            steps=self.steps,
-            batches=self.batches,
-            seed=self.seed,
-            timeout=self.timeout,
-            backend=self.backend,
-            threads=self.threads,
-        )
-        return self._timed(result)
+        return self._timed(launch_plan(self.traced, plan, self.cluster, **self._how()))
+
+    def _how(self) -> dict:
+        """The launch's settings, for a placement and a plan alike."""
+        return {
+            "steps": self.steps,
+            "batches": self.batches,
+            "seed": self.seed,
+            "timeout": self.timeout,
+            "backend": self.backend,
+            "threads": self.threads,
+        }
 
     def _timed(self, result) -> tuple[float, dict, dict]:
         """A launch's step time (:func:`launched_step_time`), its ranks and each rank's median, its seconds."""

@@ -1364,11 +1364,7 @@ def launch_plan(
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
-    if spec.pipeline:
-        return _launch_pipeline(
-            traced, spec, cluster, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
-        )
-    if not launchable(spec):
+    if not spec.pipeline and not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), "
             "with +recompute or +selective or not, and pipelines of ddp replicas (and op-level placements) so far; "
@@ -1387,7 +1383,11 @@ def launch_plan(
         from postplace.plans._step import numbered_units
 
         recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-    if spec.level == "fsdp" or spec.shard is not None:  # a hybrid: fsdp's units, the others as ddp's
+    if spec.pipeline:
+        from postplace.runtime.pipeline import pipeline_plan
+
+        rank_programs = pipeline_plan(traced, spec, cluster, gpus, device="cpu" if backend == "gloo" else "cuda")
+    elif spec.level == "fsdp" or spec.shard is not None:  # a hybrid: fsdp's units, the others as ddp's
         from postplace.runtime.fsdp import fsdp_plan
 
         shard = None if spec.shard is None else frozenset(spec.shard)
@@ -1402,21 +1402,3 @@ def launch_plan(
     return _run_plan(
         traced, rank_programs, steps, batches, seed, timeout, backend, threads, checkpoint=checkpoint, resume=resume
     )
-
-
-def _launch_pipeline(traced, spec, cluster, steps, batches, seed, timeout, backend, threads, **ckpt) -> LaunchResult:
-    """:func:`launch_plan` of a plan with a pipeline (:func:`postplace.runtime.pipeline.pipeline_plan`)."""
-    from postplace.cluster import load_cluster
-    from postplace.placers.practitioner import plan_devices
-    from postplace.runtime.pipeline import pipeline_plan
-
-    if spec.microbatches is not None and spec.microbatches != traced.microbatches:
-        raise PostplaceError(
-            f"plan '{spec}' is for {spec.microbatches} micro-batches and the step was traced as "
-            f"{traced.microbatches}; trace it at m={spec.microbatches}"
-        )
-    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    gpus = plan_devices(cluster, spec)
-    _check_backend(backend, gpus, list(cluster.device_names))
-    plan = pipeline_plan(traced, spec, cluster, gpus, device="cpu" if backend == "gloo" else "cuda")
-    return _run_plan(traced, plan, steps, batches, seed, timeout, backend, threads, **ckpt)
