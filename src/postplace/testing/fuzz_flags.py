@@ -181,8 +181,8 @@ def _workload_with(**machine) -> bytes:
 
 
 def flag_family_cases() -> Iterator[Case]:
-    """The flags added since the first fuzz: ``--microbatches``, ``--confirm``, ``--ray``, ``--optimizer``
-    / ``--lr`` / ``--precision``, ``--cluster workload:`` and ``--resume`` with other flags."""
+    """The flags added since the first fuzz: ``--microbatches``, ``--confirm``, ``--confirm-with``, ``--ray``,
+    ``--optimizer`` / ``--lr`` / ``--precision``, ``--cluster workload:`` and ``--resume`` with other flags."""
     good = {
         GRAPH: json.dumps(base_graph().to_dict()).encode(),
         CLUSTER: base_cluster_toml().encode(),
@@ -211,6 +211,15 @@ def flag_family_cases() -> Iterator[Case]:
             ([*PLACE_Z1, "--confirm", HUGE, "--map-all-to", "cpu"], None),
             ([*PLACE_Z1, "--confirm", "1", "--map-all-to", "cpu"], False),
             ([*PLACE_Z1, "--confirm", "1"], None),  # measures on the GPUs of k80x2: a CPU-only machine has none
+        ],
+        "--confirm-with": [
+            ([*PLACE_Z1, "--confirm", "1", "--confirm-with", w, "--map-all-to", "cpu"], True)
+            for w in ("", "Launch", "processes", "launch,process", HUGE)
+        ]
+        + [
+            ([*PLACE_Z1, "--confirm-with", "launch"], True),  # nothing to confirm
+            ([*PLACE_Z1, "--confirm", "1", "--confirm-with", "launch", "--ray", "127.0.0.1:1"], True),
+            ([*PLACE_Z1, "--confirm", "1", "--confirm-with", "launch", "--map-all-to", "gpu0"], True),
         ],
         "--ray": [
             *[
