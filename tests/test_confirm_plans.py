@@ -150,3 +150,27 @@ def test_a_plan_the_launcher_cannot_run_is_a_failed_row_never_an_exception():
         confirm_plans(types.SimpleNamespace(name="torch"), [("ddp", plan)])
     (row,) = confirm_plans(ev, [("tp", Candidate("tp", np.zeros(3, dtype=np.int64), 1.0, True, "", None, TP))])
     assert row.status == "failed" and row.plan == TP and row.to_dict()["plan"] == TP
+
+
+def test_a_plan_placed_off_the_gpus_launch_would_use_is_a_failed_row_not_launched():
+    """``--exclude gpu0`` on k80x4: ``ddp:m=2,dp=2`` is placed on gpu1 and gpu2, but launch_plan runs a
+    plan on the cluster's first GPUs (gpu0, gpu1): measuring it there would time the excluded GPU."""
+    from postplace.cluster import load_cluster
+
+    cluster = load_cluster("k80x4")
+    launched = []
+
+    def evaluate_plans(plans):
+        launched.extend(plans)
+        n = len(plans)
+        return types.SimpleNamespace(
+            failed=np.zeros(n, bool), oom=np.zeros(n, bool), step_time=np.ones(n), reasons=[None] * n, extra=None
+        )
+
+    measurer = types.SimpleNamespace(name="launch", cluster=cluster, evaluate_plans=evaluate_plans)
+    off = Candidate("ddp", np.array([2, 3, 2]), 1.0, True, "", None, "ddp:m=2,dp=2")
+    on = Candidate("zero2", np.array([1, 2, 1]), 2.0, True, "", None, "zero2:m=2,dp=2")
+    (a, b) = confirm_plans(measurer, [("ddp", off), ("zero2", on)])
+    assert launched == ["zero2:m=2,dp=2"]
+    assert a.status == "failed" and "gpu0" in a.reason and "\n" not in a.reason and a.plan == "ddp:m=2,dp=2"
+    assert b.status == "ok" and b.measured_s == 1.0

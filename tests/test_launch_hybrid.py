@@ -165,6 +165,7 @@ def test_hybrids_are_launchable_and_a_unit_the_step_lacks_is_one_line():
     with pytest.raises(PostplaceError, match="shard= names unit 'blocks.7', which the step does not have") as e:
         launch_plan(tiny_step(), "ddp:m=4,dp=2,shard=root/blocks.7", K80X4)
     assert "\n" not in str(e.value)
+    assert str(e.value).endswith(f"(its units: root, {', '.join(BLOCKS)})")  # all of them: no '...'
 
 
 def test_launch_runs_a_run_folders_hybrid_plan(tmp_path):

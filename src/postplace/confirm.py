@@ -264,7 +264,8 @@ def confirm_plans(measurer, plans) -> list[ConfirmRow]:
     the measurer's step (``plan``: its name, ``placement`` over its own step ``graph``, ``step_time_s``:
     simulated), launched by ``measurer.evaluate_plans`` (a
     :class:`~postplace.runtime.launch_measure.LaunchEvaluator`). Returns their rows in the given order; a
-    plan that cannot be launched is a ``failed`` row with its reason (never raised).
+    plan that cannot be launched is a ``failed`` row with its reason (never raised), as is one placed on
+    other GPUs than the launcher would run it on (``--exclude``: a GPU the placement left out), unlaunched.
 
     Raises :class:`~postplace.errors.PostplaceError` when ``measurer`` does not launch plans (one
     process cannot run a plan's replicas).
@@ -276,17 +277,54 @@ def confirm_plans(measurer, plans) -> list[ConfirmRow]:
             f"confirm: {getattr(measurer, 'name', type(measurer).__name__)} measures op-level placements only; "
             "practitioner plans run as one process per GPU: --confirm-with launch"
         )
-    meas = measurer.evaluate_plans([k.plan for _, k in plans])
-    launched = (meas.extra or {}).get("launch") or [None] * len(plans)
+    elsewhere = {j: why for j, (_, k) in enumerate(plans) if (why := _launched_elsewhere(measurer, k)) is not None}
+    todo = [j for j in range(len(plans)) if j not in elsewhere]
+    meas = measurer.evaluate_plans([plans[j][1].plan for j in todo]) if todo else None
+    launched = ((meas.extra or {}).get("launch") if meas is not None else None) or [None] * len(todo)
+    at = {j: i for i, j in enumerate(todo)}
     rows = []
     for j, (label, k) in enumerate(plans):
-        status = "failed" if meas.failed[j] else "oom" if meas.oom[j] else "ok"
-        t = float(meas.step_time[j]) if status == "ok" else float("inf")
         placement = np.asarray(k.placement, dtype=np.int64)
+        if j in elsewhere:
+            rows.append(
+                ConfirmRow(
+                    label, placement, float(k.step_time_s), float("inf"), "failed", elsewhere[j], None, k.plan, k.graph
+                )
+            )
+            continue
+        i = at[j]
+        status = "failed" if meas.failed[i] else "oom" if meas.oom[i] else "ok"
+        t = float(meas.step_time[i]) if status == "ok" else float("inf")
         rows.append(
-            ConfirmRow(label, placement, float(k.step_time_s), t, status, meas.reasons[j], launched[j], k.plan, k.graph)
+            ConfirmRow(label, placement, float(k.step_time_s), t, status, meas.reasons[i], launched[i], k.plan, k.graph)
         )
     return rows
+
+
+def _launched_elsewhere(measurer, k) -> str | None:
+    """Why plan candidate ``k`` cannot be measured as placed: the launcher runs a plan on the cluster's first
+    GPUs of its kind (every GPU, no ``--exclude``), and ``k`` was placed on other ones (a GPU left out by
+    ``--exclude``); None when they agree or the launcher would refuse the plan anyway (its own reason)."""
+    cluster = getattr(measurer, "cluster", None)
+    if cluster is None or not isinstance(k.plan, str) or k.placement is None:
+        return None
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import parse_plan
+
+    try:
+        gpus = plan_devices(cluster, parse_plan(k.plan))
+    except PostplaceError:
+        return None
+    placed = {int(d) for d in np.unique(np.asarray(k.placement, dtype=np.int64))}
+    missing = [cluster.device_names[d] for d in gpus if d not in placed]
+    if not missing:
+        return None
+    names = ", ".join(cluster.device_names[d] for d in sorted(placed) if 0 <= d < len(cluster.device_names))
+    return (
+        f"plan '{k.plan}' is placed on {names}, but launch runs it on "
+        f"{', '.join(cluster.device_names[d] for d in gpus)} ({', '.join(missing)} left out of the placement, "
+        "as --exclude does); not launched"
+    )
 
 
 def _spearman(rows: list[ConfirmRow]) -> float:

@@ -117,9 +117,10 @@ def fsdp_plan(
         known = set(units(traced.graph))
         bad = sorted(set(shard) - known)
         if bad:
+            names = [u or "root" for u in sorted(known, key=lambda u: (u != "", u))]
+            listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
             raise PostplaceError(
-                f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: "
-                f"{', '.join(u or 'root' for u in sorted(known, key=lambda u: (u != '', u))[:6])}, ...)"
+                f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: {listed})"
             )
     module, op_of = traced.graph.module, traced.op_of_node
     sliced = frozenset(
