@@ -174,3 +174,9 @@ def test_a_plan_placed_off_the_gpus_launch_would_use_is_a_failed_row_not_launche
     assert launched == ["zero2:m=2,dp=2"]
     assert a.status == "failed" and "gpu0" in a.reason and "\n" not in a.reason and a.plan == "ddp:m=2,dp=2"
     assert b.status == "ok" and b.measured_s == 1.0
+    # a measurer told what --exclude left out (LaunchEvaluator(exclude=), as confirm makes it) launches the plan
+    # on the GPUs it was placed on: nothing is refused
+    launched.clear()
+    measurer.exclude = ("gpu0",)
+    (a,) = confirm_plans(measurer, [("ddp", off)])
+    assert launched == ["ddp:m=2,dp=2"] and a.status == "ok"

@@ -347,3 +347,12 @@ def test_recomputed_blocks_train_bit_for_bit_as_kept_ones():
     assert again.losses == kept.losses
     for name, p in kept.parameters.items():
         assert torch.equal(again.parameters[name], p), name
+
+
+def test_a_plan_launches_on_the_gpus_exclude_leaves():
+    """``place --exclude gpu0`` simulated ``ddp:m=2,dp=2`` on gpu1 and gpu2; launching it honours the same
+    exclusion (``launch_plan(exclude=)``, which a run folder's run.json and --confirm-with launch pass on)."""
+    res = launch_plan(mlp_step(2), "ddp:m=2,dp=2", K80X4, steps=1, batches=RandomBatches(0), exclude=("gpu0",))
+    assert sorted(res.ranks.values()) == ["gpu1", "gpu2"]
+    with pytest.raises(PostplaceError, match="after --exclude"):
+        launch_plan(mlp_step(2), "ddp:m=2,dp=4", K80X4, exclude=("gpu0",))

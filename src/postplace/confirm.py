@@ -312,7 +312,7 @@ def _launched_elsewhere(measurer, k) -> str | None:
     from postplace.plans import parse_plan
 
     try:
-        gpus = plan_devices(cluster, parse_plan(k.plan))
+        gpus = plan_devices(cluster, parse_plan(k.plan), getattr(measurer, "exclude", ()))
     except PostplaceError:
         return None
     placed = {int(d) for d in np.unique(np.asarray(k.placement, dtype=np.int64))}

@@ -227,7 +227,7 @@ def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None, co
     """What measures ``--confirm``'s placements of ``tgt`` at op level: in process, launched (one process
     per device), or on Ray actors."""
     if confirm_with == "launch":
-        return launch_measurer(tgt, c)
+        return launch_measurer(tgt, c, exclude=settings.exclude)
     if ray is None:
         return _measurer(settings, tgt, c)
     from postplace.distributed import RayEvaluator
@@ -235,14 +235,15 @@ def _confirm_measurer(settings: RunSettings, tgt: Target, c, ray: str | None, co
     return RayEvaluator(_zoo_factory(settings, tgt, c), address=ray)  # a zoo model: check_confirm refused a module
 
 
-def launch_measurer(tgt: Target, c):
+def launch_measurer(tgt: Target, c, *, exclude=()):
     """The :class:`~postplace.runtime.launch_measure.LaunchEvaluator` of the target's own code (a traced
     module, or a zoo model traced again as its spec records it: size, count, colocation, optimizer,
-    precision), on gloo: every rank a CPU process standing in for its device."""
+    precision), on gloo: every rank a CPU process standing in for its device; a plan on the GPUs ``exclude``
+    (``--exclude``) leaves, as the simulated plan ran."""
     from postplace.runtime.launch_measure import LaunchEvaluator
 
     if tgt.traced is not None:
-        return LaunchEvaluator(tgt.traced, c)
+        return LaunchEvaluator(tgt.traced, c, exclude=exclude)
     spec = tgt.spec
     if spec.get("kind") != "zoo":
         raise PostplaceError(
@@ -256,4 +257,5 @@ def launch_measurer(tgt: Target, c):
         graph=tgt.graph,
         microbatches=spec.get("microbatches", 1),
         colocation=spec.get("microbatch_colocation", "none"),
+        exclude=exclude,
     )

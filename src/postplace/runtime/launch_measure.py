@@ -101,6 +101,7 @@ class LaunchEvaluator:
         threads: int | None = 1,
         seed: int = 0,
         batches: Callable | None = None,
+        exclude: Sequence[str] = (),
     ):
         from postplace.runtime.launcher import BACKENDS, measured_on
 
@@ -117,6 +118,7 @@ class LaunchEvaluator:
         self.steps, self.discard = steps, discard
         self.backend, self.timeout, self.threads = backend, float(timeout), threads
         self.seed, self.batches = seed, batches
+        self.exclude = tuple(exclude)  # the GPUs a plan may not use (place's --exclude), as the simulated plan left out
         self.measured_on = measured_on(backend)
 
     @classmethod
@@ -243,7 +245,7 @@ class LaunchEvaluator:
     def _launch_plan(self, plan: str) -> tuple[float, dict, dict]:
         from postplace.runtime.launcher import launch_plan
 
-        return self._timed(launch_plan(self.traced, plan, self.cluster, **self._how()))
+        return self._timed(launch_plan(self.traced, plan, self.cluster, exclude=self.exclude, **self._how()))
 
     def _how(self) -> dict:
         """The launch's settings, for a placement and a plan alike."""

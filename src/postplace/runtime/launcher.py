@@ -1125,7 +1125,16 @@ def run_folder(folder: str | Path) -> dict:
         "microbatches": p.microbatches if plan else check_placement_microbatches(mapping, None, str(placement)),
         "colocation": summary.get("microbatch_colocation") or target.get("microbatch_colocation") or "none",
         "plan": plan or None,
+        "exclude": _excluded(run, folder),
     }
+
+
+def _excluded(run: dict, folder: Path) -> tuple[str, ...]:
+    """The GPUs the run's ``--exclude`` left out (run.json), which a launched plan must leave out too."""
+    exclude = run.get("exclude") or ()
+    if not isinstance(exclude, list | tuple) or not all(isinstance(d, str) for d in exclude):
+        raise PostplaceError(f"{folder}/run.json: exclude is {exclude!r}, not a list of device names; run place again")
+    return tuple(exclude)
 
 
 def launch_run(
@@ -1193,12 +1202,13 @@ def launch_run(
             threads=threads,
             checkpoint=checkpoint,
             resume=resume,
+            exclude=run["exclude"],
         )
         from postplace.plans import data_parallel, parse_plan
 
         spec = parse_plan(run["plan"])
         if spec.pipeline:
-            simulated = simulated_plan_bytes(traced.graph, spec, cluster, result.plan)
+            simulated = simulated_plan_bytes(traced.graph, spec, cluster, result.plan, run["exclude"])
         else:
             shard = None if spec.shard is None else frozenset(spec.shard)  # a hybrid's units: fsdp's collectives
             planned = data_parallel(traced.graph, result.plan.world_size, spec.level, shard=shard)
@@ -1290,7 +1300,7 @@ def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
     return {"bytes_sent": sent, "bytes_received": received}
 
 
-def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan) -> dict:
+def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> dict:
     """The simulator's bytes sent and received per step by each rank of ``plan``, the launch of the
     practitioner plan ``spec`` of ``graph``: the transfers of the simulated plan
     (:func:`postplace.placers.practitioner.plan_step`) from and to the rank's device, and the payload of each
@@ -1298,7 +1308,7 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan) -> dict:
     from postplace.placers.practitioner import plan_devices, plan_step
     from postplace.sim import Simulator
 
-    simulated = plan_step(graph, cluster, spec, plan_devices(cluster, spec))
+    simulated = plan_step(graph, cluster, spec, plan_devices(cluster, spec, exclude))
     rank_of = {d: r for r, d in enumerate(plan.ranks)}
     sent = dict.fromkeys(range(plan.world_size), 0)
     received = dict.fromkeys(range(plan.world_size), 0)
@@ -1328,6 +1338,7 @@ def launch_plan(
     threads: int | None = 1,
     checkpoint: str | Path | None = None,
     resume: bool = False,
+    exclude=(),
 ):
     """Run the practitioner plan ``plan`` of ``traced`` as one process per GPU (torchrun's elastic agent).
 
@@ -1349,6 +1360,8 @@ def launch_plan(
         The plan's cluster (a preset or file).
     steps, batches, seed, timeout, backend, threads, checkpoint, resume
         As for :func:`launch`.
+    exclude : sequence of str
+        GPUs the plan may not use (``place --exclude``): it runs on the others, as the simulated plan did.
 
     Returns
     -------
@@ -1376,7 +1389,7 @@ def launch_plan(
             f"{traced.microbatches}; trace it at m={spec.microbatches}"
         )
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    gpus = plan_devices(cluster, spec)
+    gpus = plan_devices(cluster, spec, exclude)
     _check_backend(backend, gpus, list(cluster.device_names))
     recompute = ()
     if spec.recompute:
