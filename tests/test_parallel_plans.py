@@ -323,3 +323,17 @@ def test_a_warm_start_at_the_same_m_with_an_unknown_op_is_refused_not_mapped(tmp
     path.write_text(json.dumps(doc))
     with pytest.raises(PostplaceError, match="'no_such_op' is not in graph"):
         postplace.place(MODEL, CLUSTER, size="small", budget=8, groups=32, microbatches=1, warm_start=str(path))
+
+
+def test_a_plan_returned_at_a_pinned_count_names_its_own_step_in_the_summary(tmp_path):
+    """At one pinned count the summary's ``graph`` is the step placement.json places: a plan's rewrite
+    (``...+zero24``) when a plan answers, as over several counts (it named the traced step)."""
+    import postplace
+
+    r = postplace.place(
+        "gpt2", "k80x4", size="small@8", microbatches=8, budget=16, out=tmp_path / "run", step=postplace.Step()
+    )
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["graph"] == r.summary["graph"] == r.graph.name
+    if r.summary["returned_plan"]:  # today zero2 answers here
+        assert r.graph.name.startswith("gpt2-small@8-mb8-none+")

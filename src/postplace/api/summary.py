@@ -24,7 +24,7 @@ def run_summary(
     peak = sched.peak_memory
     return {
         **_utilisation(problem, best, cands),
-        "graph": problem.graph.name,
+        "graph": problem.graph.name if getattr(best, "graph", None) is None else best.graph.name,
         "cluster": c.name,
         "strategy": settings.strategy,
         "seed": settings.seed,
