@@ -4,6 +4,7 @@ error line with exit status 2."""
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,15 @@ def cli_error(argv, capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
     return err[0]
+
+
+def plan_run_folder(path, plan: str, cluster: str = "k80x2"):
+    """A run folder as ``postplace place`` leaves it for GPT-2 (small, AdamW) whose returned plan is ``plan``:
+    what ``postplace launch RUN_FOLDER`` reads (summary.json's target and plan, run.json's cluster, a
+    placement.json)."""
+    path.mkdir()
+    target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
+    (path / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": plan}))
+    (path / "run.json").write_text(json.dumps({"cluster_spec": cluster}))
+    (path / "placement.json").write_text("{}")
+    return path

@@ -94,14 +94,9 @@ def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     import json
 
     from postplace.runtime.zoo_step import trace_zoo_step
-    from tests.clihelp import run_cli
+    from tests.clihelp import plan_run_folder, run_cli
 
-    folder = tmp_path / "run"
-    folder.mkdir()
-    target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
-    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": plan}))
-    (folder / "run.json").write_text(json.dumps({"cluster_spec": "k80x2"}))
-    (folder / "placement.json").write_text("{}")
+    folder = plan_run_folder(tmp_path / "run", plan)
     got = run_cli("launch", folder, "--steps", "2", "--json")
     assert got.returncode == 0, got.stderr
     out = json.loads(got.stdout)

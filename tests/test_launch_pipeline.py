@@ -237,15 +237,9 @@ def test_pipelines_launch_does_not_run_are_one_line():
 def test_launch_runs_a_run_folders_pipeline_plan(tmp_path):
     """A run folder whose returned plan is a GPipe pipeline of GPT-2 (small) over two K80s: ``postplace
     launch`` runs it, the losses the one-process step's, the bytes the simulated plan's, in launch.json."""
-    from tests.clihelp import run_cli
+    from tests.clihelp import plan_run_folder, run_cli
 
-    folder = tmp_path / "run"
-    folder.mkdir()
-    target = {"kind": "zoo", "name": "gpt2", "size": "small", "optimizer": "adamw"}
-    plan = "ddp:m=2,dp=1,pp=2,schedule=gpipe"
-    (folder / "summary.json").write_text(json.dumps({"target_spec": target, "returned_plan": plan}))
-    (folder / "run.json").write_text(json.dumps({"cluster_spec": "k80x2"}))
-    (folder / "placement.json").write_text("{}")
+    folder = plan_run_folder(tmp_path / "run", "ddp:m=2,dp=1,pp=2,schedule=gpipe")
     got = run_cli("launch", folder, "--steps", "2", "--json")
     assert got.returncode == 0, got.stderr
     out = json.loads(got.stdout)

@@ -244,17 +244,9 @@ def confirm(
     rows = []
     launched = (meas.extra or {}).get("launch") or [None] * len(names)
     for j, label in enumerate(names):
-        status = "failed" if meas.failed[j] else "oom" if meas.oom[j] else "ok"
-        t = float(meas.step_time[j]) if status == "ok" else float("inf")
+        status, t = _outcome(meas, j)
         rows.append(ConfirmRow(label, batch[j], float(sim.step_time[j]), t, status, meas.reasons[j], launched[j]))
-    ran = [r for r in rows if r.status == "ok"]
-    if not ran:
-        raise PostplaceError(
-            f"confirm: none of the {len(rows)} placements ran on {measurer.name} ("
-            + "; ".join(f"{r.label}: {r.reason}" for r in rows[:3])
-            + ")"
-        )
-    best = min(ran, key=lambda r: r.measured_s)  # ties: the better simulated one (earlier row)
+    ran, best = _fastest(rows, f"placements ran on {measurer.name}")
     on = getattr(measurer, "measured_on", None)
     return ConfirmResult(rows, best, _spearman(ran), simulator.name, measurer.name, notes, on)
 
@@ -293,8 +285,7 @@ def confirm_plans(measurer, plans) -> list[ConfirmRow]:
             )
             continue
         i = at[j]
-        status = "failed" if meas.failed[i] else "oom" if meas.oom[i] else "ok"
-        t = float(meas.step_time[i]) if status == "ok" else float("inf")
+        status, t = _outcome(meas, i)
         rows.append(
             ConfirmRow(label, placement, float(k.step_time_s), t, status, meas.reasons[i], launched[i], k.plan, k.graph)
         )
@@ -303,8 +294,9 @@ def confirm_plans(measurer, plans) -> list[ConfirmRow]:
 
 def _launched_elsewhere(measurer, k) -> str | None:
     """Why plan candidate ``k`` cannot be measured as placed: the launcher runs a plan on the cluster's first
-    GPUs of its kind (every GPU, no ``--exclude``), and ``k`` was placed on other ones (a GPU left out by
-    ``--exclude``); None when they agree or the launcher would refuse the plan anyway (its own reason)."""
+    GPUs less the measurer's ``exclude``, and ``k`` was placed on other ones (a measurer not told what
+    ``--exclude`` left out); None when they agree or the launcher would refuse the plan anyway (its own
+    reason)."""
     cluster = getattr(measurer, "cluster", None)
     if cluster is None or not isinstance(k.plan, str) or k.placement is None:
         return None
@@ -325,6 +317,24 @@ def _launched_elsewhere(measurer, k) -> str | None:
         f"{', '.join(cluster.device_names[d] for d in gpus)} ({', '.join(missing)} left out of the placement, "
         "as --exclude does); not launched"
     )
+
+
+def _outcome(meas, i: int) -> tuple[str, float]:
+    """Row ``i`` of a measurer's answer: its status (``ok``, ``oom``, ``failed``) and measured seconds (inf
+    unless it ran)."""
+    status = "failed" if meas.failed[i] else "oom" if meas.oom[i] else "ok"
+    return status, float(meas.step_time[i]) if status == "ok" else float("inf")
+
+
+def _fastest(rows: list[ConfirmRow], what: str) -> tuple[list[ConfirmRow], ConfirmRow]:
+    """The rows that ran and the fastest measured of them (ties: the better simulated, earlier row); one
+    error line naming the first failures when none ran (``what``: "placements ran on torch"...)."""
+    ran = [r for r in rows if r.status == "ok"]
+    if not ran:
+        raise PostplaceError(
+            f"confirm: none of the {len(rows)} {what} (" + "; ".join(f"{r.label}: {r.reason}" for r in rows[:3]) + ")"
+        )
+    return ran, min(ran, key=lambda r: r.measured_s)
 
 
 def _spearman(rows: list[ConfirmRow]) -> float:
@@ -357,14 +367,7 @@ def merge_results(
     if len(results) == 1 and not plans:
         return results[0]
     rows = sorted([*(r for res in results for r in res.rows), *plans], key=lambda r: r.simulated_s)
-    ran = [r for r in rows if r.status == "ok"]
-    if not ran:
-        raise PostplaceError(
-            f"confirm: none of the {len(rows)} placements and plans ran ("
-            + "; ".join(f"{r.label}: {r.reason}" for r in rows[:3])
-            + ")"
-        )
-    best = min(ran, key=lambda r: r.measured_s)  # ties: the better simulated one (earlier row)
+    ran, best = _fastest(rows, "placements and plans ran")
     notes = [n for res in results for n in res.notes]
     first = results[0] if results else None
     return ConfirmResult(

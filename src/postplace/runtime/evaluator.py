@@ -261,9 +261,9 @@ class TorchEvaluator:
             except Exception as exc:  # noqa: BLE001 - any failure of one placement is its result
                 if _is_oom(exc):
                     oom[r] = True
-                    reasons[r] = f"out of memory: {_first_line(exc)}"
+                    reasons[r] = f"out of memory: {first_line(exc)}"
                 else:
-                    failed[r], reasons[r] = True, f"{type(exc).__name__}: {_first_line(exc)}"
+                    failed[r], reasons[r] = True, f"{type(exc).__name__}: {first_line(exc)}"
             finally:
                 gc.collect()
                 if torch.cuda.is_available():
@@ -280,13 +280,7 @@ class TorchEvaluator:
         return {n: str(d) for n, d in zip(self.device_names, self.torch_devices, strict=True)}
 
     def _invalid(self, dev: np.ndarray) -> str | None:
-        if np.any((dev < 0) | (dev >= len(self.device_names))):
-            return f"device ids must be 0..{len(self.device_names) - 1}"
-        if self.cluster is not None:
-            from postplace.cluster.placement import invalid_reason
-
-            return invalid_reason(self.graph, self.cluster, dev)
-        return None
+        return invalid_placement(self.graph, self.cluster, self.device_names, dev)
 
     def _make_step(self, dev: np.ndarray):
         """The placed step of one op-level placement (a separate method so tests can wrap it)."""
@@ -351,6 +345,19 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
 
 
-def _first_line(exc: BaseException) -> str:
+def invalid_placement(graph, cluster, device_names, dev: np.ndarray) -> str | None:
+    """Why op-level placement ``dev`` cannot be run (a device id out of range, or against the cluster's
+    rules when there is one), or None: what every measuring evaluator checks before it runs one."""
+    if np.any((dev < 0) | (dev >= len(device_names))):
+        return f"device ids must be 0..{len(device_names) - 1}"
+    if cluster is not None:
+        from postplace.cluster.placement import invalid_reason
+
+        return invalid_reason(graph, cluster, dev)
+    return None
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line (its type's name when it says nothing), at most ``limit`` characters."""
     text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]

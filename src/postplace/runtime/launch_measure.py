@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.runtime.evaluator import first_line, invalid_placement
 
 __all__ = ["LaunchEvaluator", "launched_step_time"]
 
@@ -212,9 +213,9 @@ class LaunchEvaluator:
                     step[r], details[r], all_times[r] = run(x)
                     continue
                 except PostplaceError as exc:
-                    reason = _first_line(exc)
+                    reason = first_line(exc, 600)
                 except Exception as exc:  # noqa: BLE001 - any failure of one placement is its result
-                    reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                    reason = f"{type(exc).__name__}: {first_line(exc, 600)}"
             if "out of memory" in reason.lower():
                 oom[r] = True
             else:
@@ -270,15 +271,4 @@ class LaunchEvaluator:
         return launched_step_time(times, self.discard), detail, times
 
     def _invalid(self, dev: np.ndarray) -> str | None:
-        if np.any((dev < 0) | (dev >= len(self.device_names))):
-            return f"device ids must be 0..{len(self.device_names) - 1}"
-        if self.cluster is not None:
-            from postplace.cluster.placement import invalid_reason
-
-            return invalid_reason(self.graph, self.cluster, dev)
-        return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:600]
+        return invalid_placement(self.graph, self.cluster, self.device_names, dev)

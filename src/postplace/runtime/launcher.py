@@ -1295,8 +1295,8 @@ def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
     sent = dict.fromkeys(range(plan.world_size), 0)
     received = dict.fromkeys(range(plan.world_size), 0)
     for _op, _slot, a, b, nbytes, *_ in schedule.transfers:
-        sent[rank_of[a]] += int(nbytes)
-        received[rank_of[b]] += int(nbytes)
+        sent[rank_of[int(a)]] += int(nbytes)
+        received[rank_of[int(b)]] += int(nbytes)
     return {"bytes_sent": sent, "bytes_received": received}
 
 
@@ -1306,23 +1306,18 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
     (:func:`postplace.placers.practitioner.plan_step`) from and to the rank's device, and the payload of each
     collective it is a member of, counted once each way as the launch counts it."""
     from postplace.placers.practitioner import plan_devices, plan_step
-    from postplace.sim import Simulator
 
     simulated = plan_step(graph, cluster, spec, plan_devices(cluster, spec, exclude))
+    out = simulated_bytes(simulated.graph, cluster, simulated.placement, plan)
     rank_of = {d: r for r, d in enumerate(plan.ranks)}
-    sent = dict.fromkeys(range(plan.world_size), 0)
-    received = dict.fromkeys(range(plan.world_size), 0)
-    for _op, _slot, a, b, nbytes, *_ in Simulator(simulated.graph, cluster).schedule(simulated.placement).transfers:
-        sent[rank_of[int(a)]] += int(nbytes)
-        received[rank_of[int(b)]] += int(nbytes)
     g = simulated.graph
     for k, c in enumerate(g.collectives):
         members = {int(simulated.placement[i]) for i in np.flatnonzero(g.collective == k)}
         if len(members) > 1:
             for d in members:
-                sent[rank_of[d]] += int(c.nbytes)
-                received[rank_of[d]] += int(c.nbytes)
-    return {"bytes_sent": sent, "bytes_received": received}
+                out["bytes_sent"][rank_of[d]] += int(c.nbytes)
+                out["bytes_received"][rank_of[d]] += int(c.nbytes)
+    return out
 
 
 def launch_plan(

@@ -114,6 +114,10 @@ def pipeline_plan(
             if cpus
             else f"plan '{spec}': op '{name}' runs on a CPU only and cluster '{cluster.name}' has none"
         )
+    if dp > 1:
+        from postplace.runtime.ddp import check_replicas, replica_program
+
+        check_replicas(traced, dp, f"plan '{spec}'")
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
     b = m // dp
@@ -123,9 +127,6 @@ def pipeline_plan(
         if cpus:
             op_device[on_cpu] = cpus[0]
         if dp > 1:
-            from postplace.runtime.ddp import check_replicas, replica_program
-
-            check_replicas(traced, dp, f"plan '{spec}'")
             gm, calls = replica_program(
                 traced, r, b, bucket_bytes, bucket_key=lambda x: int(gpu[traced.op_of_node.get(x.name, 0)])
             )
