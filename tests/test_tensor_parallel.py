@@ -67,7 +67,8 @@ def test_tp_must_divide_the_heads():
 
 def test_one_block_makes_four_all_reduces_of_its_activation_per_micro_batch():
     """Per micro-batch: 4 all-reduces of one block's activation per block, one of the head's input gradient,
-    and the vocabulary-parallel cross-entropy's one (each token's max and sum: 2 x 32 tokens x 4 bytes)."""
+    and the vocabulary-parallel cross-entropy's one (each token's max, sum and target logit: 3 x 32 tokens x 4
+    bytes)."""
     g = zoo.cached_graph("llama", "small", "adamw")
     planned = apply_plan(g, parse_plan("ddp:tp=2"), 1)
     assert planned.replicas == 2 and sorted(set(planned.replica.tolist())) == [0, 1]
@@ -77,7 +78,7 @@ def test_one_block_makes_four_all_reduces_of_its_activation_per_micro_batch():
         assert planned.graph.collectives[c].kind == "all_reduce"
         assert sorted(planned.replica[member_of == c].tolist()) == [0, 1]  # one member per GPU of the group
     sizes = sorted(planned.graph.collectives[c].nbytes for c in tp)
-    assert sizes == [2 * 32 * 4] + [ACTIVATION] * (4 * 2 + 1)
+    assert sizes == [3 * 32 * 4] + [ACTIVATION] * (4 * 2 + 1)
     fwd = [c for c in tp if planned.graph.phase[np.flatnonzero(member_of == c)[0]] == 0]
     assert len(fwd) == 4 + 1
 
@@ -130,7 +131,7 @@ def test_the_forward_all_reduces_are_on_the_critical_path():
 
     slow, fast = 1e6, 1e15
     ring = ACTIVATION / slow  # a ring all-reduce over 2 GPUs moves 2 (k - 1) / k = 1 activation per GPU
-    vocab = 2 * 32 * 4 / slow  # the cross-entropy's max and sum per token
+    vocab = 3 * 32 * 4 / slow  # the cross-entropy's max, sum and target logit per token
     delta = step(slow) - step(fast)
     # the forward's 4 block all-reduces and the vocabulary's wait; at most the backward's 5 more
     assert (4 * ring + vocab) * 0.999 <= delta <= (9 * ring + vocab) * 1.001

@@ -15,7 +15,7 @@ query, key and value projections; SwiGLU's gate and up projections). In a model 
 linear whose output reaches the loss with no linear or norm between (a transformer's output head, its
 weight read by it alone) is split by *vocabulary*: each GPU computes its share of the logits, and the
 softmax over them all-reduces each token's maximum and sum (Megatron-LM's vocabulary-parallel
-cross-entropy, two fp32 values per token). Every other op stays whole: each GPU runs it entirely (the
+cross-entropy, three fp32 values per token). Every other op stays whole: each GPU runs it entirely (the
 norms, the residual adds, the embedding, which Megatron-LM also splits by vocabulary, and a head tied to
 it) and :func:`tensor_parallel` lists the linear layers it left whole.
 
@@ -294,7 +294,10 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         else:
             draft.edge(s, d, slot[e], b)
     vocab = _vocab_reductions(graph, role, state, ins, weights)
-    for i, nbytes_ in vocab.items():  # the softmax over split logits: each token's max and sum all-reduced
+    for (
+        i,
+        nbytes_,
+    ) in vocab.items():  # the softmax over split logits: each token's max, sum and target logit all-reduced
         ar = all_reduce_after(i, output_bytes=nbytes_)
         draft.order(i, ar)
         for e in range(graph.out_ptr[i], graph.out_ptr[i + 1]):
@@ -314,8 +317,9 @@ def _vocab_reductions(
     graph: OpGraph, role: dict, state: np.ndarray, ins: list[list[int]], weights: np.ndarray
 ) -> dict[int, float]:
     """The softmax-like ops over a vocabulary-split head's logits (in the forward), each with the bytes its
-    all-reduce carries: two fp32 values (the running maximum and the sum) per token, Megatron-LM's
-    vocabulary-parallel cross-entropy. Tokens are the logits' elements over the vocabulary, which follows
+    all-reduce carries: three fp32 values per token (the maximum, the sum of exponentials and the target's
+    logit: the vocabulary-parallel cross-entropy's three all-reduces, one op here; :mod:`postplace.runtime.tensor`
+    runs them). Tokens are the logits' elements over the vocabulary, which follows
     from the head's weight (vocabulary x width), input (tokens x width) and output (tokens x vocabulary)."""
     is_param = parameter_ops(graph)
     params = {
@@ -341,7 +345,7 @@ def _vocab_reductions(
                     continue
                 seen.add(d)
                 if graph.op_types[d] in _SOFTMAXES:
-                    out[d] = 2 * 4.0 * tokens
+                    out[d] = 3 * 4.0 * tokens
                 else:
                     todo.append(d)
     return out

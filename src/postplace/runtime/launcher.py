@@ -29,16 +29,20 @@ and all-reduces each stage's gradients over that stage's ranks (one process grou
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
 Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as ``ddp`` for the others
 (:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
+One tensor-parallel group (``ddp:tp=T,dp=1``, :mod:`postplace.runtime.tensor`) runs Megatron-LM's split: each
+rank holds its part of the split parameters and their state, and all-reduces partial sums over the group.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism, ZeRO/FSDP or recomputation inside a pipeline.
+What is not here yet: tensor parallelism with data parallelism, a pipeline or sharding around it; ZeRO/FSDP or
+recomputation inside a pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import os
@@ -57,10 +61,12 @@ import torch
 
 from postplace.errors import PostplaceError
 from postplace.runtime.ranks import (
+    ALL_REDUCE_MAX,
     BATCH,
     GATHER,
     RECV,
     REDUCE,
+    REDUCE_MAX,
     SCATTER,
     SEND,
     RankPlan,
@@ -257,8 +263,10 @@ class _Channel:
         ``2 (k - 1) / k`` of it each way)."""
         parts = list(value)
         t = torch.cat([x.reshape(-1) for x in parts]) if len(parts) > 1 else parts[0].contiguous().reshape(-1)
-        group = self.groups.get(self.plan.collectives[index].group)
-        self._collective("all-reduce", index, lambda: self.dist.all_reduce(t, group=group))
+        c = self.plan.collectives[index]
+        group = self.groups.get(c.group)
+        op = self.dist.ReduceOp.MAX if c.kind == ALL_REDUCE_MAX else self.dist.ReduceOp.SUM
+        self._collective("all-reduce", index, lambda: self.dist.all_reduce(t, op=op, group=group))
         return [piece.view(x.shape) for piece, x in zip(t.split([x.numel() for x in parts]), parts, strict=True)]
 
     def all_gather(self, index: int, mine: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -639,7 +647,15 @@ def _execute(
     args = [t.to(device) for t in args]
     step_no = [0]
     channel = _Channel(plan, rank, device, op_names, step_no)
-    for name in (SEND, RECV, BATCH, REDUCE, GATHER, SCATTER):  # a program that sends or receives nothing has none
+    for name in (
+        SEND,
+        RECV,
+        BATCH,
+        REDUCE,
+        REDUCE_MAX,
+        GATHER,
+        SCATTER,
+    ):  # a program that sends or receives nothing has none
         if hasattr(gm, name):
             getattr(gm, name).channel = channel
     losses, times, comm = [], [], []
@@ -678,7 +694,9 @@ def _execute(
         comm.append(channel.seconds - seconds)
         per_step = (channel.sent - sent, channel.received - received)
         if checkpoint is not None:
-            rank_checkpoint.write(checkpoint, key, rank, k + 1, list(zip(held, args, strict=True)), device)
+            rank_checkpoint.write(
+                checkpoint, key, rank, k + 1, list(zip(held, args, strict=True)), device, plan.tensor_split
+            )
     params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
     bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
     return RankResult(
@@ -708,6 +726,12 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         raise PostplaceError("the traced step's parameters, buffers and optimizer state do not match its placeholders")
     state_name = [name for i in range(len(params)) for name in traced.optimizer.state_names(i)]
     state_of = [i for i in range(len(params)) for _ in traced.optimizer.state_names(i)]  # its parameter
+    split = {}  # tensor parallelism: placeholder -> this rank's part of it
+    if plan.tensor_split:
+        from postplace.runtime.tensor import tensor_shard
+
+        for i, dim, blocks in plan.tensor_split:
+            split[i] = functools.partial(tensor_shard, dim=dim, groups=blocks, degree=plan.world_size, j=rank)
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
@@ -715,7 +739,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         if i < len(params):
             owned[len(args)] = ("parameter", pnames[i])
             t = params[i].to("cpu", copy=True)
-            args.append(shard_of(t, rank, plan.world_size) if i in plan.sharded else t)
+            args.append(shard_of(t, rank, plan.world_size) if i in plan.sharded else split.get(i, lambda x: x)(t))
         elif i < len(params) + len(bufs):
             owned[len(args)] = ("buffer", bnames[i - len(params)])
             args.append(bufs[i - len(params)].to("cpu", copy=True))
@@ -724,7 +748,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
             t = torch.zeros_like(state[j], device="cpu")
             if state_of[j] in plan.sharded and state_name[j] != "step":  # the moments: sliced alike; the count whole
                 t = shard_of(t, rank, plan.world_size)
-            args.append(t)
+            args.append(split.get(i, lambda x: x)(t))
     return args, owned
 
 
@@ -973,9 +997,14 @@ def _run_plan(
         params.update(r.parameters)
         bufs.update(r.buffers)
     ranks_in_order = [results[q] for q in sorted(results)]
+    tensor_split = {i: (dim, blocks) for i, dim, blocks in plan.tensor_split}
+    if tensor_split:
+        from postplace.runtime.tensor import tensor_unshard
     for i, (n, p) in enumerate(traced.model.named_parameters()):
         if i in plan.sharded:  # every rank returned its slice: joined back into the parameter
             params[n] = unshard([res.parameters[n] for res in ranks_in_order], p.shape)
+        elif i in tensor_split:  # every rank returned its part
+            params[n] = tensor_unshard([res.parameters[n] for res in ranks_in_order], *tensor_split[i])
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
     ranks = sorted(results)
@@ -1102,13 +1131,15 @@ def run_folder(folder: str | Path) -> dict:
     if plan:
         from postplace.plans import parse_plan
         from postplace.runtime.ddp import launchable
+        from postplace.runtime.tensor import launchable_tensor
 
         p = parse_plan(plan)
-        if not (launchable(p) or p.pipeline) or not p.microbatches:
+        if not (launchable(p) or p.pipeline or launchable_tensor(p)) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
-                "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, and "
-                "pipelines of ddp replicas so far (tp, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
+                "pipelines of ddp replicas and one tensor-parallel group (ddp:tp=T,dp=1) so far (tp with dp, pp or "
+                "sharding, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1207,7 +1238,7 @@ def launch_run(
         from postplace.plans import data_parallel, parse_plan
 
         spec = parse_plan(run["plan"])
-        if spec.pipeline:
+        if spec.pipeline or spec.tensor:
             simulated = simulated_plan_bytes(traced.graph, spec, cluster, result.plan, run["exclude"])
         else:
             shard = None if spec.shard is None else frozenset(spec.shard)  # a hybrid's units: fsdp's collectives
@@ -1320,6 +1351,18 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
     return out
 
 
+def _check_tensor(plan: str, spec) -> None:
+    """Tensor parallelism launches as one group of ``ddp`` ranks, nothing around it (so far)."""
+    from postplace.runtime.tensor import launchable_tensor
+
+    if not launchable_tensor(spec):
+        raise PostplaceError(
+            f"plan '{plan}': launch runs tensor parallelism as one group of ddp ranks (ddp:tp=T,dp=1) so far; "
+            "the rest of tensor parallelism (with data parallelism, a pipeline, ZeRO, FSDP or recomputation) "
+            "is simulated only"
+        )
+
+
 def launch_plan(
     traced,
     plan: str,
@@ -1341,9 +1384,11 @@ def launch_plan(
     replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
     :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
     ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
-    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, and the hybrids per unit (``ddp:shard=U/U``: those
-    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``); tensor
-    parallelism, and ZeRO, FSDP or recomputation inside a pipeline are refused in one line.
+    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
+    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and one
+    tensor-parallel group (``ddp:tp=T,dp=1``: :func:`postplace.runtime.tensor.tensor_plan`); tensor parallelism
+    with data parallelism, a pipeline or sharding, and ZeRO, FSDP or recomputation inside a pipeline are refused
+    in one line.
 
     Parameters
     ----------
@@ -1372,11 +1417,13 @@ def launch_plan(
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
-    if not spec.pipeline and not launchable(spec):
+    if spec.tensor:
+        _check_tensor(plan, spec)
+    elif not spec.pipeline and not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), "
-            "with +recompute or +selective or not, and pipelines of ddp replicas (and op-level placements) so far; "
-            "tensor parallelism is simulated only"
+            "with +recompute or +selective or not, pipelines of ddp replicas, one tensor-parallel group "
+            "(ddp:tp=T,dp=1) and op-level placements so far; the rest of tensor parallelism is simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1391,7 +1438,11 @@ def launch_plan(
         from postplace.plans._step import numbered_units
 
         recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-    if spec.pipeline:
+    if spec.tensor:
+        from postplace.runtime.tensor import tensor_plan
+
+        rank_programs = tensor_plan(traced, gpus, list(cluster.device_names))
+    elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan
 
         rank_programs = pipeline_plan(traced, spec, cluster, gpus, device="cpu" if backend == "gloo" else "cuda")

@@ -53,9 +53,12 @@ def check_fresh(folder: Path) -> None:
         )
 
 
-def write(folder: Path, key: str, rank: int, step: int, held: list[tuple[int, torch.Tensor]], device=None) -> None:
+def write(
+    folder: Path, key: str, rank: int, step: int, held: list[tuple[int, torch.Tensor]], device=None, split=()
+) -> None:
     """Rank ``rank``'s state after ``step`` steps: ``held`` is ``[(placeholder index, tensor)]``; on a CUDA
-    ``device`` its generator's state too."""
+    ``device`` its generator's state too; ``split``: the placeholders held as tensor-parallel parts
+    (:attr:`postplace.runtime.ranks.RankPlan.tensor_split`), so that :func:`load_into` joins them."""
     folder.mkdir(parents=True, exist_ok=True)
     tensors = []
     for i, t in held:
@@ -63,6 +66,8 @@ def write(folder: Path, key: str, rank: int, step: int, held: list[tuple[int, to
         data = (t.view(_BITS[t.dtype]) if t.dtype in _BITS else t).numpy()
         tensors.append({"placeholder": i, "dtype": str(t.dtype).removeprefix("torch."), "data": data})
     state = {"format": FORMAT, "key": key, "rank": rank, "step": step, "tensors": tensors}
+    if split:
+        state["tensor_split"] = [list(x) for x in split]
     state["rng"] = torch.get_rng_state().numpy()
     if device is not None and torch.device(device).type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state(device).numpy()
@@ -143,8 +148,8 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
     Each rank holds the placeholders of its program (parameters first, in ``model.named_parameters()``
     order, then buffers): a parameter held whole by some rank (its stage, its replica; replicas hold equal
     copies) is copied from the first that holds it; one held as FSDP slices (every rank a slice of the
-    flattened, padded tensor) is joined back in rank order. Optimizer state is not the model's and is left
-    out.
+    flattened, padded tensor) or as tensor-parallel parts is joined back in rank order. Optimizer state is not
+    the model's and is left out.
 
     Parameters
     ----------
@@ -182,12 +187,15 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
         )
     held: dict[int, list[torch.Tensor]] = {}
     keys = set()
+    parts: dict[int, tuple[int, int]] = {}  # tensor parallelism: placeholder -> (dimension, blocks)
     for r in ranks:
         where = folder / f"{_stem(r, step)}.json"
         state = load_state(where)
         if not isinstance(state, dict) or state.get("format") != FORMAT or not isinstance(state.get("tensors"), list):
             raise PostplaceError(f"{where}: not a rank checkpoint")
         keys.add(state.get("key"))
+        for i, dim, blocks in state.get("tensor_split") or ():
+            parts[int(i)] = (int(dim), int(blocks))
         for i, t in _tensors(state["tensors"], where):
             held.setdefault(i, []).append(t)
     if len(keys) > 1:
@@ -202,6 +210,10 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
             width = slice_width(p.numel(), world)
             sliced = len(copies) == world and all(t.shape == (width,) for t in copies)
             value = whole[0] if whole else unshard(copies, p.shape) if sliced else None
+            if i in parts and not whole and len(copies) == world:
+                from postplace.runtime.tensor import tensor_unshard
+
+                value = tensor_unshard(copies, *parts[i])
             if value is None or value.dtype != p.dtype or tuple(value.shape) != tuple(p.shape):
                 raise PostplaceError(
                     f"{folder}: '{name}' is held as {[tuple(t.shape) for t in copies]} {copies[0].dtype}, not as the "

@@ -59,6 +59,11 @@ REDUCE = "postplace_all_reduce"
 """The submodule of a rank's GraphModule that calls a collective: ``postplace_all_reduce(index, tensor) -> tensor``."""
 ALL_REDUCE = "all_reduce"
 """The kind of :class:`RankComm` that sums a tensor over every rank: ``(collective index, tensor) -> tensor``."""
+REDUCE_MAX = "postplace_all_reduce_max"
+"""The submodule of a rank's GraphModule that takes a maximum over ranks: ``postplace_all_reduce_max(index, t)``."""
+ALL_REDUCE_MAX = "all_reduce_max"
+"""The kind of :class:`RankComm` that takes the elementwise maximum of a tensor over its group's ranks
+(a vocabulary-split cross-entropy's per-token maximum: :mod:`postplace.runtime.tensor`)."""
 SCATTER = "postplace_reduce_scatter"
 """The submodule of a rank's GraphModule that calls a reduce-scatter: ``postplace_reduce_scatter(index, tensors)``."""
 REDUCE_SCATTER = "reduce_scatter"
@@ -172,6 +177,10 @@ class RankPlan:
         parameters) each rank holds 1/k of, with their same-shaped optimizer state (flattened, padded to a
         multiple of k, its slice); the launcher cuts them so and joins them back. Every parameter under
         ``fsdp``, those of the sharded units of a hybrid (``ddp:shard=U/U``), none else.
+    tensor_split : tuple of (int, int, int)
+        Tensor parallelism: ``(placeholder index, dimension, blocks)`` of every parameter and optimizer state
+        that rank j holds part j of (:func:`postplace.runtime.tensor.tensor_shard`); the launcher cuts them
+        so and joins them back.
     """
 
     device_names: tuple[str, ...]
@@ -182,6 +191,7 @@ class RankPlan:
     collectives: tuple[Collective, ...] = ()
     partial_loss: bool = False
     sharded: frozenset[int] = frozenset()
+    tensor_split: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -217,7 +227,9 @@ class RankPlan:
     def digest(self) -> str:
         """A short hash of the ranks and the messages (who sends what to whom, in which order): two
         processes that built the same plan agree on it."""
-        h = hashlib.sha256(repr((self.device_names, self.ranks, tuple(sorted(self.sharded)))).encode())
+        h = hashlib.sha256(
+            repr((self.device_names, self.ranks, tuple(sorted(self.sharded)), self.tensor_split)).encode()
+        )
         for m in self.messages:
             h.update(repr((m.index, m.src, m.dst, m.value, m.shape, m.stride, str(m.dtype))).encode())
         for c in self.collectives:
@@ -421,7 +433,7 @@ class RankComm(torch.nn.Module):
             return None
         if self.kind == "batch":
             return self.channel.batch(index)
-        if self.kind == ALL_REDUCE:
+        if self.kind in (ALL_REDUCE, ALL_REDUCE_MAX):
             return self.channel.all_reduce(index, value)
         if self.kind == ALL_GATHER:
             return self.channel.all_gather(index, value)

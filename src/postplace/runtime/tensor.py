@@ -1,0 +1,690 @@
+"""Tensor parallelism (``ddp:tp=T``) as one program per rank: Megatron-LM's split of the traced step, with
+the shapes each GPU of the group really computes (DESIGN.md section 7).
+
+The simulated plan (:func:`postplace.plans.tensor.tensor_parallel`) decides which parameters are split and
+prices the step one GPU of the group runs. Here the same decision (:func:`postplace.plans.tensor.split_linears`
+on the traced step's graph) becomes a real program: rank j of the group holds its part of every split parameter
+and of its optimizer state, and every fx node of the step is rewritten for the tensors it then reads. Each
+value has a *layout*:
+
+* whole: every rank holds all of it (the residual stream, the norms, the embedding);
+* split along one dimension: the dimension of size S is ``groups`` blocks of ``degree`` parts, rank j holding
+  part j of every block (``groups`` > 1 for a fused layer: GPT-2's one query/key/value matrix is three blocks,
+  so each rank holds its heads of each; a batch-of-heads dimension after a reshape is one block per sequence);
+* partial: every rank holds a full-sized term and the value is their sum (a row-split product, a
+  column-split layer's input gradient), with, for a row-split layer's bias, the bias to add after the sum.
+
+The layout of a node's output follows from its inputs' (a matrix product of a split activation and a weight
+split along the same contraction dimension is partial; a view keeps the split on the dimension that holds
+the same elements; a pointwise op keeps it where it broadcasts), and the node's arguments are rewritten
+for the local shapes (a view's shape, a split's size). Where a partial value meets an op that is not a
+sum, it is all-reduced over the group first, exactly where the simulated plan's ``tp_all_reduce`` sits: the
+same ops keep a partial sum partial here and there (views, copies, sums of partial sums).
+
+The vocabulary-split head's cross-entropy is Megatron-LM's: the log-softmax over the split logits
+all-reduces each token's maximum and sum of exponentials, the loss all-reduces the target's log-probability
+(three fp32 values per token, what the simulated plan charges), and its backward is local (the gradient of
+log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
+
+Only the group of one replica is built (every GPU of the plan in one tensor-parallel group: ``dp=1``); data
+parallelism across groups and pipelines of groups are refused by the caller in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+
+import torch
+import torch.fx
+
+from postplace.errors import PostplaceError
+from postplace.runtime.ranks import ALL_REDUCE, ALL_REDUCE_MAX, REDUCE, REDUCE_MAX, Collective, RankPlan, RankProgram
+
+__all__ = [
+    "launchable_tensor",
+    "tensor_plan",
+    "tensor_shard",
+    "tensor_unshard",
+    "vocab_log_softmax_backward",
+    "vocab_nll_backward",
+    "vocab_nll_loss",
+    "vocab_picked",
+]
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """A value split over the group along ``dim``: ``groups`` blocks of ``degree`` parts, rank j holding part
+    j of each; ``sources`` are the split parameters it derives from (to regroup them when a later op needs
+    more blocks)."""
+
+    dim: int
+    groups: int
+    sources: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """A value each rank holds a term of (full size); ``bias`` is added once after the sum."""
+
+    bias: object = None
+
+
+class _Regroup(Exception):
+    """A split op needs ``sources`` split into ``groups`` blocks (a fused layer found late)."""
+
+    def __init__(self, sources: frozenset, groups: int):
+        super().__init__()
+        self.sources, self.groups = sources, groups
+
+
+# ---------------------------------------------------------------------------------------- slicing
+def tensor_shard(x: torch.Tensor, dim: int, groups: int, degree: int, j: int) -> torch.Tensor:
+    """Rank ``j``'s part of ``x`` split along ``dim`` in ``groups`` blocks of ``degree`` parts (a copy)."""
+    s = tuple(x.shape)
+    y = x.reshape(*s[:dim], groups, degree, s[dim] // (groups * degree), *s[dim + 1 :])
+    return y.select(dim + 1, j).reshape(*s[:dim], s[dim] // degree, *s[dim + 1 :]).clone()
+
+
+def tensor_unshard(parts: list[torch.Tensor], dim: int, groups: int) -> torch.Tensor:
+    """The tensor whose parts (:func:`tensor_shard`, in rank order) are ``parts``."""
+    s = tuple(parts[0].shape)
+    blocks = [p.reshape(*s[:dim], groups, 1, s[dim] // groups, *s[dim + 1 :]) for p in parts]
+    return torch.cat(blocks, dim + 1).reshape(*s[:dim], s[dim] * len(parts), *s[dim + 1 :])
+
+
+# ------------------------------------------------------------------- the vocabulary-parallel loss
+def vocab_picked(logp: torch.Tensor, target: torch.Tensor, start: int) -> torch.Tensor:
+    """Each token's log-probability of its target where the target is in this rank's vocabulary slice
+    ``[start, start + width)``, else 0: summed over the group, every token's."""
+    local = target - start
+    inside = (local >= 0) & (local < logp.shape[1])
+    picked = logp.gather(1, torch.where(inside, local, 0).unsqueeze(1)).squeeze(1)
+    return torch.where(inside, picked, torch.zeros_like(picked))
+
+
+def vocab_nll_loss(picked: torch.Tensor, target: torch.Tensor, reduction: int, ignore_index: int):
+    """``nll_loss_forward``'s ``(loss, total weight)`` from every token's picked log-probability."""
+    valid = target != ignore_index
+    total = valid.sum().to(picked.dtype)
+    loss = -torch.where(valid, picked, torch.zeros_like(picked)).sum()
+    return (loss / total if reduction == 1 else loss), total
+
+
+def _token_weights(grad_output, target, reduction: int, ignore_index: int, total_weight) -> torch.Tensor:
+    """The gradient of the loss with respect to each token's target log-probability."""
+    scale = grad_output / total_weight if reduction == 1 else grad_output
+    return torch.where(target != ignore_index, -scale, torch.zeros((), dtype=grad_output.dtype))
+
+
+def vocab_nll_backward(grad_output, logp, target, start: int, reduction: int, ignore_index: int, total_weight):
+    """``nll_loss_backward`` on this rank's slice of the vocabulary: the one-hot of the targets inside it."""
+    local = target - start
+    inside = (local >= 0) & (local < logp.shape[1])
+    w = torch.where(inside, _token_weights(grad_output, target, reduction, ignore_index, total_weight), 0.0)
+    out = torch.zeros_like(logp)
+    return out.scatter_(1, torch.where(inside, local, 0).unsqueeze(1), w.to(logp.dtype).unsqueeze(1))
+
+
+def vocab_log_softmax_backward(grad, out, grad_output, target, reduction: int, ignore_index: int, total_weight):
+    """``_log_softmax_backward_data`` over a split vocabulary when ``grad`` is the loss's: ``grad - exp(out) x
+    (the sum of grad over the whole vocabulary)``, a sum every rank knows (each token's weight)."""
+    per_token = _token_weights(grad_output, target, reduction, ignore_index, total_weight).to(out.dtype)
+    return grad - torch.exp(out) * per_token.unsqueeze(1)
+
+
+# ------------------------------------------------------------------------------ layouts of ops
+_SAME = ("clone", "detach", "alias", "_to_copy", "contiguous", "lift_fresh_copy")
+_VIEWS = ("view", "_unsafe_view", "reshape")
+_KEEP_PARTIAL = ("add", "add_", "_to_copy", "clone", "view", "_unsafe_view", "reshape", "alias")  # as the pass's
+_LIKE = ("zeros_like", "ones_like", "empty_like", "full_like")
+
+
+def _name(target) -> str:
+    return getattr(getattr(target, "_overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
+
+
+def _shape(n: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(n.meta["val"].shape)
+
+
+def _norm(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def _view_split(full_in: tuple, full_out: tuple, s: Split, t: int) -> Split | None:
+    """The split of a view's output: the dimension whose elements are the same blocks and parts."""
+    outer = math.prod(full_in[: s.dim]) * s.groups
+    for d, size in enumerate(full_out):
+        before = math.prod(full_out[:d])
+        if size > 1 and outer % before == 0 and (before * size) % (outer * t) == 0:
+            return Split(d, outer // before, s.sources)
+    return None
+
+
+def _local(shape: tuple, lay, t: int) -> tuple:
+    if not isinstance(lay, Split):
+        return tuple(shape)
+    return tuple(x // t if d == lay.dim else x for d, x in enumerate(shape))
+
+
+class _Builder:
+    """One rank's program: the traced step's nodes rewritten in order (see the module docstring)."""
+
+    def __init__(self, traced, degree: int, rank: int, params: dict[str, Split]):
+        self.traced, self.t, self.j = traced, degree, rank
+        self.params = params
+        self.g = torch.fx.Graph()
+        self.env: dict[torch.fx.Node, torch.fx.Node] = {}
+        self.lay: dict[torch.fx.Node, object] = {}
+        self.reduced: dict[torch.fx.Node, torch.fx.Node] = {}
+        self.calls: list[tuple[str, str, tuple, torch.dtype]] = []
+        self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
+
+    # -- collectives
+    def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
+        k = len(self.calls)
+        out = self.g.call_module(REDUCE_MAX if kind == ALL_REDUCE_MAX else REDUCE, (k, [value]))
+        self.calls.append((kind, label, tuple(shape), dtype))
+        return self.g.call_function(operator.getitem, (out, 0))
+
+    def refuse(self, reader: torch.fx.Node, x: torch.fx.Node | None = None):
+        what = f"'{x.name}', which the Megatron-LM split leaves divided over the group" if x else "a split tensor"
+        raise PostplaceError(
+            f"tensor parallelism: op '{reader.name}' ({reader.target}) of '{self.traced.graph.name}' reads {what}, "
+            "in a way postplace cannot run split; use tp=1 or a plan without tensor parallelism"
+        )
+
+    def whole(self, x: torch.fx.Node, reader: torch.fx.Node) -> torch.fx.Node:
+        """``x``'s value as every rank holds it: a partial sum all-reduced (once), a whole value as it is."""
+        lay = self.lay.get(x)
+        if isinstance(lay, Split):
+            self.refuse(reader, x)
+        if not isinstance(lay, Partial):
+            return self.env[x]
+        if x not in self.reduced:
+            value = self.env[x]
+            if len(x.users) > 1:  # the all-reduce writes its buffer; another reader may want the term
+                value = self.g.call_function(aten.clone.default, (value,))
+            val = x.meta["val"]
+            out = self.reduce(value, ALL_REDUCE, f"{x.name}@tp", tuple(val.shape), val.dtype)
+            if lay.bias is not None:
+                out = self.g.call_function(aten.add.Tensor, (out, lay.bias))
+            self.reduced[x] = out
+        return self.reduced[x]
+
+    def local_arg(self, a, reader):
+        return torch.fx.map_arg(a, lambda x: self.whole(x, reader))
+
+    # -- the walk
+    def build(self):
+        for n in self.traced.gm.graph.nodes:
+            if n.op == "placeholder":
+                self.env[n] = self.g.node_copy(n)
+                self.lay[n] = self.params.get(n.name)
+            elif n.op == "get_attr":
+                self.env[n] = self.g.node_copy(n)
+            elif n.op == "output":
+                self.g.output(torch.fx.map_arg(n.args[0], lambda x, n=n: self.whole(x, n)))
+            else:
+                self.node(n)
+        return self.g, self.calls
+
+    def emit(self, n: torch.fx.Node, args, kwargs=None, lay=None, target=None) -> None:
+        kwargs = torch.fx.map_arg(dict(n.kwargs), lambda x: self.env[x]) if kwargs is None else dict(kwargs)
+        new = self.g.create_node("call_function", target or n.target, tuple(args), kwargs, name=n.name)
+        new.meta = dict(n.meta)
+        self.env[n], self.lay[n] = new, lay
+
+    def node(self, n: torch.fx.Node) -> None:
+        if n.op != "call_function":
+            raise PostplaceError(f"tensor parallelism: node '{n.name}' ({n.op}) is not an op; cannot split it")
+        ins = [a for a in n.all_input_nodes]
+        lays = [self.lay.get(a) for a in ins]
+        if n.target is operator.getitem:
+            src, idx = n.args
+            lay = self.lay.get(src)
+            self.emit(n, (self.env[src], idx), lay=lay[idx] if isinstance(lay, (tuple, list)) else None)
+            return
+        if all(x is None for x in lays):
+            self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=None)
+            return
+        name = _name(n.target)
+        rule = getattr(self, f"op_{name}", None)
+        if rule is None:
+            if name.startswith("_scaled_dot_product"):
+                rule = self.attention
+            elif name in _LIKE:
+                rule = self.like
+            elif name in _SAME:
+                rule = self.same
+            elif name in _VIEWS:
+                rule = self.view
+            elif isinstance(n.target, torch._ops.OpOverload) and torch.Tag.pointwise in n.target.tags:
+                rule = self.pointwise
+            else:
+                rule = self.opaque
+        rule(n, ins, lays)
+
+    def opaque(self, n, ins, lays) -> None:
+        self.emit(n, self.local_arg(n.args, n), self.local_arg(n.kwargs, n), lay=None)
+
+    def one_split(self, n, lays) -> Split | None:
+        """The one split input of an op that moves it; None (the op emitted whole) when a partial sum is
+        read: it is all-reduced first."""
+        splits = [x for x in lays if isinstance(x, Split)]
+        if len(splits) > 1:
+            self.refuse(n)
+        if not splits or any(isinstance(x, Partial) for x in lays):
+            self.opaque(n, None, lays)
+            return None
+        return splits[0]
+
+    def same(self, n, ins, lays) -> None:
+        src = n.args[0]
+        lay = self.lay.get(src)
+        if isinstance(lay, Partial) and _name(n.target) not in _KEEP_PARTIAL:
+            self.opaque(n, ins, lays)
+            return
+        self.emit(n, (self.env[src], *n.args[1:]), lay=lay)
+
+    def view(self, n, ins, lays) -> None:
+        src = n.args[0]
+        lay = self.lay.get(src)
+        full_out = _shape(n)
+        if isinstance(lay, Partial):
+            if lay.bias is not None and full_out[-1:] != _shape(src)[-1:]:
+                self.opaque(n, ins, lays)
+                return
+            self.emit(n, (self.env[src], list(full_out)), lay=lay)
+            return
+        out = _view_split(_shape(src), full_out, lay, self.t)
+        if out is None:
+            self.refuse(n, src)
+        self.emit(n, (self.env[src], list(_local(full_out, out, self.t))), lay=out)
+
+    def op_expand(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        full_out = _shape(n)
+        out = Split(lay.dim + len(full_out) - len(_shape(n.args[0])), lay.groups, lay.sources)
+        self.emit(n, (self.env[n.args[0]], list(_local(full_out, out, self.t)), *n.args[2:]), lay=out)
+
+    def moved(self, n, lay: Split, dim: int) -> None:
+        self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=Split(dim, lay.groups, lay.sources))
+
+    def op_t(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        self.moved(n, lay, 1 - lay.dim if len(_shape(n)) == 2 else lay.dim)
+
+    def op_transpose(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        nd = len(_shape(n))
+        a, b = _norm(n.args[1], nd), _norm(n.args[2], nd)
+        self.moved(n, lay, b if lay.dim == a else a if lay.dim == b else lay.dim)
+
+    def op_permute(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        dims = [_norm(d, len(_shape(n))) for d in n.args[1]]
+        self.moved(n, lay, dims.index(lay.dim))
+
+    def op_unsqueeze(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        d = _norm(n.args[1], len(_shape(n)))
+        self.moved(n, lay, lay.dim + (d <= lay.dim))
+
+    def op_squeeze(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        nd = len(_shape(n.args[0]))
+        dims = n.args[1] if len(n.args) > 1 else [d for d, x in enumerate(_shape(n.args[0])) if x == 1]
+        dims = [_norm(d, nd) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+        if lay.dim in dims:
+            self.refuse(n, n.args[0])
+        self.moved(n, lay, lay.dim - sum(d < lay.dim for d in dims))
+
+    def op_slice(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        if _norm(n.args[1], len(_shape(n))) == lay.dim:
+            self.refuse(n, n.args[0])
+        self.moved(n, lay, lay.dim)
+
+    def op_split(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        full = _shape(n.args[0])
+        dim = _norm(n.args[2] if len(n.args) > 2 else 0, len(full))
+        sizes = n.args[1] if isinstance(n.args[1], (list, tuple)) else None
+        chunks = len(n.meta["val"])
+        if dim != lay.dim:
+            self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=tuple([lay] * chunks))
+            return
+        if full[dim] % chunks or (sizes is not None and len(set(sizes)) != 1):
+            self.refuse(n, n.args[0])  # unequal pieces of the split dimension
+        if lay.groups % chunks:
+            raise _Regroup(lay.sources, math.lcm(lay.groups, chunks))
+        each = Split(dim, lay.groups // chunks, lay.sources)
+        size = [x // self.t for x in sizes] if sizes is not None else n.args[1] // self.t
+        self.emit(n, (self.env[n.args[0]], size, *n.args[2:]), lay=tuple([each] * chunks))
+
+    op_split_with_sizes = op_split
+
+    def op_cat(self, n, ins, lays) -> None:
+        tensors = n.args[0]
+        dim = _norm(n.args[1] if len(n.args) > 1 else 0, len(_shape(n)))
+        parts = [self.lay.get(x) for x in tensors]
+        if not all(isinstance(x, Split) and x.dim == parts[0].dim for x in parts):
+            self.refuse(n)
+        sources = frozenset().union(*(x.sources for x in parts))
+        if dim == parts[0].dim:
+            lay = Split(dim, sum(x.groups for x in parts), sources)
+        elif all(x.groups == parts[0].groups for x in parts):
+            lay = Split(parts[0].dim, parts[0].groups, sources)
+        else:
+            self.refuse(n)
+        self.emit(n, ([self.env[x] for x in tensors], *n.args[1:]), lay=lay)
+
+    def product(self, n, a, b, batch: int):
+        """The layout of ``a @ b`` (``batch`` leading batch dimensions), or None when it is not Megatron's."""
+        la, lb = self.lay.get(a), self.lay.get(b)
+        if isinstance(la, Partial) or isinstance(lb, Partial):
+            return None
+        i, k, j = batch, batch + 1, batch + 1
+        if la is None and lb is None:
+            return "whole"
+        if isinstance(la, Split) and isinstance(lb, Split):
+            if la.dim == k and lb.dim == batch and la.groups == lb.groups:  # the contraction: partial sums
+                return Partial()
+            if batch and la.dim == 0 and lb.dim == 0 and la.groups == lb.groups:
+                return Split(0, la.groups, la.sources | lb.sources)
+            return None
+        if la is None and lb.dim == j:
+            return Split(j, lb.groups, lb.sources)
+        if lb is None and la.dim == i:
+            return Split(i, la.groups, la.sources)
+        return None
+
+    def op_mm(self, n, ins, lays) -> None:
+        lay = self.product(n, *n.args[:2], batch=0)
+        if lay is None or lay == "whole":
+            self.opaque(n, ins, lays)
+            return
+        self.emit(n, [self.env[x] for x in n.args[:2]], lay=lay)
+
+    def op_bmm(self, n, ins, lays) -> None:
+        lay = self.product(n, *n.args[:2], batch=1)
+        if lay is None or lay == "whole":
+            self.opaque(n, ins, lays)
+            return
+        self.emit(n, [self.env[x] for x in n.args[:2]], lay=lay)
+
+    def op_addmm(self, n, ins, lays) -> None:
+        bias, a, b = n.args[:3]
+        lay = self.product(n, a, b, batch=0)
+        lb = self.lay.get(bias)
+        if isinstance(lay, Partial) and lb is None and not n.kwargs:  # Megatron: the bias after the sum
+            self.emit(n, (self.env[a], self.env[b]), {}, lay=Partial(self.env[bias]), target=aten.mm.default)
+        elif isinstance(lay, Split) and lay.dim == 1 and isinstance(lb, Split) and lb.groups == lay.groups:
+            lay = Split(1, lay.groups, lay.sources | lb.sources)
+            self.emit(n, (self.env[bias], self.env[a], self.env[b], *n.args[3:]), lay=lay)
+        else:
+            self.opaque(n, ins, lays)
+
+    def op_sum(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        src = n.args[0]
+        nd = len(_shape(src))
+        dims = n.args[1] if len(n.args) > 1 and n.args[1] is not None else list(range(nd))
+        dims = [_norm(d, nd) for d in dims]
+        keep = len(n.args) > 2 and n.args[2] or n.kwargs.get("keepdim", False)
+        if lay.dim in dims:
+            out = Partial()
+        else:
+            out = Split(lay.dim if keep else lay.dim - sum(d < lay.dim for d in dims), lay.groups, lay.sources)
+        self.emit(n, (self.env[src], *n.args[1:]), lay=out)
+
+    def op_mean(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        nd = len(_shape(n.args[0]))
+        if lay.dim in [_norm(d, nd) for d in n.args[1]]:
+            self.refuse(n, n.args[0])
+        self.op_sum(n, ins, lays)
+
+    def softmax_like(self, n, ins, lays) -> None:
+        if any(isinstance(x, Partial) for x in lays):
+            self.opaque(n, ins, lays)
+            return
+        splits = [x for x in lays if isinstance(x, Split)]
+        if any((x.dim, x.groups) != (splits[0].dim, splits[0].groups) for x in splits) or len(splits) != len(ins):
+            self.refuse(n)
+        lay = Split(splits[0].dim, splits[0].groups, frozenset().union(*(x.sources for x in splits)))
+        dim = _norm(n.args[-2] if _name(n.target).endswith("backward_data") else n.args[1], len(_shape(n)))
+        if dim == lay.dim:
+            self.refuse(n, n.args[0])
+        self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=lay)
+
+    op__softmax = op__softmax_backward_data = softmax_like
+
+    def attention(self, n, ins, lays) -> None:
+        heads = [x for x in lays if x is not None]
+        if not all(isinstance(x, Split) and x.dim == 1 and x.groups == heads[0].groups for x in heads):
+            self.refuse(n)  # attention over heads split alike, or nothing
+        vals = n.meta["val"]
+        outs = tuple(
+            Split(1, heads[0].groups, heads[0].sources) if isinstance(v, torch.Tensor) and v.dim() >= 3 else None
+            for v in (vals if isinstance(vals, (tuple, list)) else (vals,))
+        )
+        self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=outs)
+
+    def pointwise(self, n, ins, lays) -> None:
+        if any(isinstance(x, Partial) for x in lays):
+            if _name(n.target) in _KEEP_PARTIAL and all(isinstance(x, Partial) and x.bias is None for x in lays):
+                self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=Partial())
+                return
+            if not any(isinstance(x, Split) for x in lays):
+                self.opaque(n, ins, lays)
+                return
+        nd = len(_shape(n))
+        out = None
+        for x, lay in zip(ins, lays, strict=True):
+            if isinstance(lay, Split):
+                here = Split(lay.dim + nd - len(_shape(x)), lay.groups, lay.sources)
+                if out is not None and (out.dim, out.groups) != (here.dim, here.groups):
+                    self.refuse(n, x)
+                out = here if out is None else Split(out.dim, out.groups, out.sources | here.sources)
+        for x, lay in zip(ins, lays, strict=True):
+            shape = _shape(x)
+            at = out.dim - (nd - len(shape))
+            if not isinstance(lay, Split) and 0 <= at < len(shape) and shape[at] != 1:
+                self.refuse(n, x)  # a whole operand as large as the split dimension: it would need its part
+
+        def local(x):
+            return self.env[x] if isinstance(self.lay.get(x), Split) else self.whole(x, n)
+
+        self.emit(n, torch.fx.map_arg(n.args, local), torch.fx.map_arg(n.kwargs, local), lay=out)
+
+    def like(self, n, ins, lays) -> None:
+        lay = self.lay.get(n.args[0])
+        self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=lay if isinstance(lay, Split) else None)
+
+    # -- the vocabulary-split cross-entropy
+    def op__log_softmax(self, n, ins, lays) -> None:
+        lay = self.one_split(n, lays)
+        if lay is None:
+            return
+        x = self.env[n.args[0]]
+        dim = _norm(n.args[1], len(_shape(n)))
+        if dim != lay.dim or lay.groups != 1:
+            self.softmax_like(n, ins, lays)
+            return
+        val = n.meta["val"]
+        stat = tuple(1 if d == dim else s for d, s in enumerate(_shape(n)))
+        g = self.g
+        top = g.call_function(aten.amax.default, (x, [dim], True))
+        top = self.reduce(top, ALL_REDUCE_MAX, f"{n.name}:max@tp", stat, val.dtype)
+        shifted = g.call_function(aten.sub.Tensor, (x, top))
+        sums = g.call_function(aten.sum.dim_IntList, (g.call_function(aten.exp.default, (shifted,)), [dim], True))
+        sums = self.reduce(sums, ALL_REDUCE, f"{n.name}:sum@tp", stat, val.dtype)
+        out = g.call_function(aten.sub.Tensor, (shifted, g.call_function(aten.log.default, (sums,))))
+        self.env[n], self.lay[n] = out, lay
+
+    def start(self, logp: torch.fx.Node) -> int:
+        return self.j * _shape(logp)[1] // self.t
+
+    def op_nll_loss_forward(self, n, ins, lays) -> None:
+        logp, target, weight, reduction, ignore = n.args
+        lay = self.lay.get(logp)
+        if not (isinstance(lay, Split) and lay.dim == 1 and lay.groups == 1) or weight is not None or reduction == 0:
+            self.opaque(n, ins, lays)
+            return
+        tgt = self.whole(target, n)
+        picked = self.g.call_function(vocab_picked, (self.env[logp], tgt, self.start(logp)))
+        val = logp.meta["val"]
+        picked = self.reduce(picked, ALL_REDUCE, f"{n.name}:target@tp", (val.shape[0],), val.dtype)
+        self.emit(n, (picked, tgt, reduction, ignore), {}, lay=(None, None), target=vocab_nll_loss)
+
+    def op_nll_loss_backward(self, n, ins, lays) -> None:
+        grad, logp, target, weight, reduction, ignore, total = n.args
+        lay = self.lay.get(logp)
+        if not isinstance(lay, Split) or weight is not None:
+            self.opaque(n, ins, lays)
+            return
+        w = [self.whole(x, n) for x in (grad, target, total)]
+        args = (w[0], self.env[logp], w[1], self.start(logp), reduction, ignore, w[2])
+        self.emit(n, args, {}, lay=lay, target=vocab_nll_backward)
+        self.nll[n] = (w[0], w[1], reduction, ignore, w[2])
+
+    def op__log_softmax_backward_data(self, n, ins, lays) -> None:
+        grad, out = n.args[:2]
+        if grad not in self.nll:
+            self.softmax_like(n, ins, lays)
+            return
+        go, tgt, reduction, ignore, total = self.nll[grad]
+        args = (self.env[grad], self.env[out], go, tgt, reduction, ignore, total)
+        self.emit(n, args, {}, lay=self.lay.get(grad), target=vocab_log_softmax_backward)
+
+
+# ------------------------------------------------------------------------------ the plan
+def launchable_tensor(spec) -> bool:
+    """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: one
+    group of ``ddp`` ranks (``ddp:tp=T,dp=1``), no pipeline, sharding or recomputation around it."""
+    return (
+        bool(spec.tensor)
+        and spec.level == "ddp"
+        and not spec.pipeline
+        and not spec.recompute
+        and spec.shard is None
+        and spec.replicas == 1
+    )
+
+
+def split_parameters(traced, degree: int) -> dict[str, Split]:
+    """The placeholders split over the group (parameters and their same-shaped optimizer state), each with
+    its dimension: a column-split weight or bias and a vocabulary-split head by rows (dim 0), a row-split
+    weight by columns (dim 1)."""
+    from postplace.plans.tensor import split_linears
+
+    role, _whole = split_linears(traced.graph)
+    if not role:
+        raise PostplaceError(
+            f"tensor parallelism: '{traced.graph.name}' has no pair of linear layers Megatron-LM would split; use tp=1"
+        )
+    holders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    params = list(traced.model.parameters())
+    n_bufs = len(list(traced.model.buffers()))
+    out: dict[str, Split] = {}
+    state_at = len(params) + n_bufs
+    for i, p in enumerate(params):
+        names = traced.optimizer.state_names(i)
+        kind = role.get(traced.op_of_node.get(holders[i].name, -1))
+        if kind is not None:
+            dim = 1 if kind == "row" else 0
+            if p.shape[dim] % degree:
+                raise PostplaceError(
+                    f"tensor parallelism: tp={degree} does not divide dimension {dim} ({p.shape[dim]}) of "
+                    f"parameter {i} of '{traced.graph.name}'; choose a tp that divides it"
+                )
+            lay = Split(dim, 1, frozenset({holders[i].name}))
+            out[holders[i].name] = lay
+            for k, s in enumerate(names):
+                if s != "step":
+                    out[holders[state_at + k].name] = lay
+        state_at += len(names)
+    return out
+
+
+def tensor_plan(traced, devices: list[int], device_names) -> RankPlan:
+    """Per-rank programs of ``traced`` split Megatron-style over the logical devices ``devices`` (one
+    tensor-parallel group; see the module docstring).
+
+    Returns
+    -------
+    RankPlan
+        No messages; its collectives (every rank calls each: the partial sums' all-reduces and the
+        cross-entropy's three per micro-batch); ``tensor_split`` names what each rank holds a part of.
+
+    Raises
+    ------
+    PostplaceError
+        A step with nothing to split, a tp that does not divide a split dimension, an op the split
+        cannot run (one line naming it).
+    """
+    t = len(devices)
+    params = split_parameters(traced, t)
+    for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
+        try:
+            built = [_Builder(traced, t, j, params).build() for j in range(t)]
+            break
+        except _Regroup as need:
+            for name, lay in list(params.items()):  # a parameter and its optimizer state alike
+                if lay.sources & need.sources:
+                    params[name] = Split(lay.dim, need.groups, lay.sources)
+    else:
+        raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
+    from postplace.runtime.ddp import graph_module
+
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    calls = built[0][1]
+    programs = tuple(
+        RankProgram(
+            j,
+            devices[j],
+            graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX}),
+            tuple(range(len(holders))),
+            (0,),
+            tuple(("collective", k) for k in range(len(calls))),
+        )
+        for j, (g, _calls) in enumerate(built)
+    )
+    collectives = tuple(Collective(k, kind, label, shape, dtype) for k, (kind, label, shape, dtype) in enumerate(calls))
+    split = tuple((holders.index(name), lay.dim, lay.groups) for name, lay in params.items())
+    return RankPlan(
+        tuple(device_names),
+        tuple(devices),
+        (),
+        programs,
+        len(holders) - len(traced.inputs),
+        collectives=collectives,
+        tensor_split=tuple(sorted(split)),
+    )

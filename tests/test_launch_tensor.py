@@ -1,0 +1,124 @@
+"""One tensor-parallel group (``ddp:tp=2,dp=1``) on torch.distributed: Megatron-LM's split run by two gloo
+processes, each holding its part of the split layers (issue 33; the numerics of issue 31's split)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph.trace_torch import trace
+from postplace.plans import parse_plan
+from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
+from postplace.runtime.placed import apply
+from postplace.runtime.rank_checkpoint import load_into
+from postplace.runtime.tensor import tensor_plan, tensor_shard, tensor_unshard
+from postplace.runtime.zoo_step import trace_zoo_step
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
+PLAN = "ddp:tp=2,dp=1,m=2"
+
+
+def one_process(traced, steps: int, seed: int = 0):
+    """The reference: the step on one device, the same batches."""
+    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
+    batches = RandomBatches(seed)
+    torch.manual_seed(seed)
+    losses = [float(step(*batches(traced))) for _ in range(steps)]
+    return losses, step.parameters()
+
+
+def split_of(traced, plan) -> dict[str, tuple[int, int]]:
+    """Parameter name -> (dimension, blocks) of the parameters the ranks hold parts of."""
+    names = [n for n, _ in traced.model.named_parameters()]
+    return {names[i]: (d, b) for i, d, b in plan.tensor_split if i < len(names)}
+
+
+def assert_trains_as_one_process(traced, res, steps: int = 3, learns: bool = True):
+    losses, params = one_process(traced, steps)
+    assert res.losses == pytest.approx(losses, rel=1e-5)  # partial sums add in another order: fp32 rounding
+    assert not learns or losses[-1] < losses[0]  # it trains
+    assert list(res.parameters) == list(params)
+    for name, p in params.items():
+        assert torch.allclose(res.parameters[name], p, rtol=1e-4, atol=1e-6), name
+
+
+def test_a_part_and_its_blocks_join_back():
+    x = torch.arange(2 * 12 * 3, dtype=torch.float32).view(2, 12, 3)
+    parts = [tensor_shard(x, 1, 3, 2, j) for j in range(2)]
+    assert parts[0].shape == (2, 6, 3)
+    assert parts[0][0, :, 0].tolist() == [0, 3, 12, 15, 24, 27]  # rows 0-1, 4-5, 8-9: part 0 of each block
+    assert torch.equal(tensor_unshard(parts, 1, 3), x)
+
+
+def test_llama_split_over_two_processes_trains_as_one_and_moves_what_the_simulator_charges(tmp_path):
+    """LLaMA (small, AdamW, 2 micro-batches): the attention and MLP layers split Megatron-style, the head by
+    vocabulary (its cross-entropy all-reduces each token's max, sum and target logit); losses and parameters
+    after 3 steps within fp32 rounding of the one-process step; every rank all-reduces the bytes the simulated
+    plan's all-reduces carry; the per-rank checkpoint joins back into the user's model."""
+    traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
+    res = launch_plan(traced, PLAN, K80X4, steps=3, batches=RandomBatches(0), checkpoint=tmp_path)
+    assert_trains_as_one_process(traced, res)
+    split = split_of(traced, res.plan)
+    assert {n for n, (d, _) in split.items() if d == 1} == {
+        f"blocks.{b}.{w}.weight" for b in (0, 1) for w in ("attn.wo", "mlp.w2")
+    }
+    assert {n for n, (d, _) in split.items() if d == 0} == {"head.weight"} | {
+        f"blocks.{b}.{w}.weight" for b in (0, 1) for w in ("attn.wq", "attn.wk", "attn.wv", "mlp.w1", "mlp.w3")
+    }
+    assert [c.kind for c in res.plan.collectives].count("all_reduce_max") == 2  # one per micro-batch
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(PLAN), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    assert res.bytes_sent[0] == 2 * (9 * 2 * 16 * 32 + 3 * 2 * 16) * 4  # per micro-batch 9 activations, 3 per token
+    model = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw").model
+    assert load_into(model, tmp_path) == 3
+    for name, p in model.named_parameters():
+        assert torch.equal(p, res.parameters[name]), name
+
+
+def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
+    """GPT-2 (small, SGD) computes query, key and value with one matrix: each rank holds its heads of each
+    (three blocks), as Megatron-LM lays out a fused projection; the row-split layers' biases are added once,
+    after the all-reduce. (AdamW is left out here: the key bias's gradient is zero in exact arithmetic, so
+    AdamW's normalisation turns rounding into steps as large as the learning rate.)"""
+    traced = trace_zoo_step("gpt2", "small", microbatches=2, batch=4, optimizer="sgd")
+    res = launch_plan(traced, PLAN, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    split = split_of(traced, res.plan)
+    assert split["blocks.0.qkv.weight"] == split["blocks.0.qkv.bias"] == (0, 3)
+    assert split["blocks.0.proj.weight"] == (1, 1) and "blocks.0.proj.bias" not in split
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(PLAN), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"]
+
+
+def test_a_user_module_splits_where_the_pattern_is():
+    """A user's MLP (linear, GELU, linear): the first layer split by columns, the second by rows; one
+    all-reduce per micro-batch, of the output (the first layer's input gradient, Megatron's backward
+    all-reduce, is not computed: the batch needs none)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    x, y = torch.randn(8, 16), torch.randn(8, 8)
+    traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=2, targets=(y,))
+    res = launch_plan(traced, PLAN, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res, learns=False)  # random targets every step: nothing to learn
+    assert split_of(traced, res.plan) == {"0.weight": (0, 1), "0.bias": (0, 1), "2.weight": (1, 1)}
+    assert [c.nbytes for c in res.plan.collectives] == [4 * 8 * 4] * 2  # the output of each micro-batch
+    assert res.bytes_sent == simulated_plan_bytes(traced.graph, parse_plan(PLAN), K80X4, res.plan)["bytes_sent"]
+
+
+def test_tensor_plans_launch_does_not_run_are_one_line():
+    traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
+    for plan in ("ddp:tp=2,m=2", "fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2"):
+        with pytest.raises(PostplaceError, match=r"one group of ddp ranks \(ddp:tp=T,dp=1\)") as e:
+            launch_plan(traced, plan, K80X4)
+        assert "\n" not in str(e.value)
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    plain = trace(nn.Sequential(nn.Linear(16, 4)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))
+    with pytest.raises(PostplaceError, match="no pair of linear layers"):
+        tensor_plan(plain, [1, 2], K80X4.device_names)
