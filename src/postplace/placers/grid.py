@@ -183,8 +183,8 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
             if error and schedule == "1f1b" and "do not form a chain" in error:  # a tied embedding and head
                 schedule = "gpipe"
                 out.notes.append(
-                    "1F1B refused (the stages do not form a chain: ops of one module at both ends of the model, "
-                    "as a CNN's stem pooling and final mean or a tied embedding and head); the pipelines run GPipe"
+                    "1F1B refused (the stages do not form a chain: a weight read at several depths, "
+                    "as a tied embedding and head); the pipelines run GPipe"
                 )
                 attempt = replace(attempt, schedule=schedule)
                 r, error = simulate(attempt)

@@ -234,7 +234,9 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
     :func:`postplace.placers.place_pipeline` cuts them, a numbered unit (a block) kept whole on the stage its
     forward starts on, as Megatron-LM cuts at layer boundaries. With ``interleaved-V`` the blocks are cut
     evenly into ``pp x V`` chunks, numbered as stages (chunk c on GPU ``c mod pp``). The simulated plan and
-    the launched one (:mod:`postplace.runtime.pipeline`) both cut here."""
+    the launched one (:mod:`postplace.runtime.pipeline`) both cut here. The cut is then made a chain
+    (:func:`_chained`): an op of a module called at several depths (the top module's stem pooling and final
+    mean) goes up to the stage it reads from, so that a micro-batch's forward only flows to later stages."""
     from postplace.placers.pipeline import place_pipeline
     from postplace.plans._step import numbered_units, units
     from postplace.plans.schedule import chunks_of
@@ -257,9 +259,81 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
             )
         unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
         at = [pp * v - 1 if a == pp - 1 else a for a in at]  # the root's ops: the last stage's to the last chunk
-    return np.array(
+    stage = np.array(
         [unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)], dtype=np.int64
     )
+    return _chained(graph, stage, unit)
+
+
+def _chained(graph, stage: np.ndarray, unit: list[str]) -> np.ndarray:
+    """``stage`` with no micro-batch's forward flowing from a later stage to an earlier one, nor its backward
+    from an earlier to a later, as 1F1B and interleaved schedules need.
+
+    The cut takes a module as one layer, placed where it is first called, so a module called again deeper
+    (a CNN's top module: its stem's max pool, then its final mean; an attention query called at every
+    decoder step) sends back to an earlier stage. Such an op goes up to the stage it reads from (its
+    backward with it), and whatever that makes read from a later stage follows, until none does; a cut that
+    already is a chain is kept as is. What moves is a numbered unit whole, as the cut keeps it, else a
+    colocation set (the tracer pairs an op with its backward) together with the weights it reads and their
+    other readers. Such a set moves only to the one stage all its calls read from: calls reading from two
+    stages (GPT-2's tied embedding and head) would need the weight on both (Megatron-LM's copy of a tied
+    embedding on the last stage, its gradient all-reduced), which plans do not model, so that cut stays and
+    1F1B still refuses it."""
+    from postplace.cluster.placement import colocation_representative
+    from postplace.plans._step import BACKWARD, FORWARD, parameter_ops
+
+    rep = colocation_representative(graph)
+    keys: dict[object, int] = {}
+    gid = np.array([keys.setdefault(u or int(r), len(keys)) for u, r in zip(unit, rep.tolist(), strict=True)])
+    numbered = np.zeros(len(keys), dtype=bool)
+    numbered[gid[np.array([bool(u) for u in unit], dtype=bool)]] = True
+    fixed = np.zeros(len(keys), dtype=bool)
+    fixed[gid[stage < 0]] = True  # ops the cut left off the pipeline's GPUs stay there
+    param = parameter_ops(graph)
+    src, dst = graph.edge_src, graph.edge_dst
+    root = list(range(len(keys)))
+
+    def find(g: int) -> int:
+        while root[g] != g:
+            root[g] = root[root[g]]
+            g = root[g]
+        return g
+
+    reads = param[src] & (gid[src] != gid[dst])
+    for s, d in zip(src[reads].tolist(), dst[reads].tolist(), strict=True):
+        if numbered[gid[s]] or numbered[gid[d]]:  # a weight shared across units: its readers stay
+            fixed[gid[d]] = True
+        else:
+            root[find(gid[d])] = find(gid[s])
+    gid = np.array([find(g) for g in gid.tolist()])
+    fixed[[find(g) for g in np.flatnonzero(fixed).tolist()]] = True
+    weighted = np.zeros(len(keys), dtype=bool)  # a numbered unit moves with its weights wherever it goes
+    weighted[gid[param]] = True
+    weighted[numbered] = False
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(gid.tolist()):
+        members.setdefault(g, []).append(i)
+    mb, phase = graph.microbatch, graph.phase
+    same = (mb[src] >= 0) & (mb[src] == mb[dst]) & (phase[src] == phase[dst]) & (gid[src] != gid[dst])
+    fwd, bwd = same & (phase[src] == FORWARD), same & (phase[src] == BACKWARD)
+    inputs: dict[int, list[int]] = {}  # a weighted set's calls' inputs from outside it
+    for s, d in zip(src[fwd].tolist(), dst[fwd].tolist(), strict=True):
+        if weighted[gid[d]]:
+            inputs.setdefault(int(gid[d]), []).append(s)
+    # (a, b): b may not run on an earlier stage than a; forwards in program order, backwards reversed
+    pairs = list(zip(src[fwd].tolist(), dst[fwd].tolist(), strict=True))
+    pairs += list(zip(dst[bwd].tolist()[::-1], src[bwd].tolist()[::-1], strict=True))
+    stage = stage.copy()
+    moved = True
+    while moved:
+        moved = False
+        for a, b in pairs:
+            g, to = gid[b], stage[a]
+            if stage[b] >= to or fixed[g] or (weighted[g] and any(stage[x] != to for x in inputs.get(g, ()))):
+                continue
+            stage[members[g]] = to
+            moved = True
+    return stage
 
 
 def _pipelined(graph, planned, spec, at, devices, cpu):

@@ -95,9 +95,8 @@ def _check_chain(graph: OpGraph, inside: dict[int, tuple], schedule: str) -> Non
             raise PostplaceError(
                 f"schedule {schedule}: the stages of '{graph.name}' do not form a chain (op '{graph.names[d]}' of "
                 f"stage {b[1]} consumes '{graph.names[s]}' of stage {a[1]} in the "
-                f"{'forward' if a[2] == 'F' else 'backward'}, as ops of one module at both ends of the model do: the "
-                "top module's own calls, such as a CNN's stem pooling and final mean, or a tied embedding and head); "
-                "use schedule=gpipe, or give those ops modules of their own"
+                f"{'forward' if a[2] == 'F' else 'backward'}, as a weight read at several depths can make it, "
+                "such as a tied embedding and head); use schedule=gpipe"
             )
 
 

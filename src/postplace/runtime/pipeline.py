@@ -215,9 +215,8 @@ def schedule_order(gm: torch.fx.GraphModule, traced, stage, schedule: str, pp: i
         stuck = nodes[min(p for ps in held.values() for p in ps)] if held else nodes[0]
         raise PostplaceError(
             f"{what}: schedule {schedule} cannot order this step's stages (node '{stuck.name}' waits for its "
-            "stage's earlier slots, which wait for it: ops of one module at both ends of the model, such as a CNN's "
-            "stem pooling and final mean, or a tied embedding and head)"
-            + ("; use schedule=gpipe" if schedule != "gpipe" else "")
+            "stage's earlier slots, which wait for it: a weight read at several depths, such as a tied "
+            "embedding and head)" + ("; use schedule=gpipe" if schedule != "gpipe" else "")
         )
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
