@@ -1,5 +1,5 @@
-"""One tensor-parallel group (``ddp:tp=2,dp=1``) on torch.distributed: Megatron-LM's split run by two gloo
-processes, each holding its part of the split layers (issue 33; the numerics of issue 31's split)."""
+"""Tensor parallelism (``ddp:tp=2``) on torch.distributed: Megatron-LM's split run by gloo processes, each
+holding its part of the split layers, groups as ddp replicas (issue 33; the numerics of issue 31's split)."""
 
 from __future__ import annotations
 
@@ -96,25 +96,34 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
     assert res.bytes_sent == simulated["bytes_sent"]
 
 
-def test_a_user_module_splits_where_the_pattern_is():
-    """A user's MLP (linear, GELU, linear): the first layer split by columns, the second by rows; one
-    all-reduce per micro-batch, of the output (the first layer's input gradient, Megatron's backward
-    all-reduce, is not computed: the batch needs none)."""
+def test_a_user_module_splits_where_the_pattern_is_in_two_data_parallel_groups():
+    """A user's MLP (linear, GELU, linear) on 4 ranks, ``ddp:tp=2``: two groups (ranks 0-1, 2-3), each a
+    replica of one micro-batch; the first layer split by columns, the second by rows; per group one
+    all-reduce of the output (the first layer's input gradient, Megatron's backward all-reduce, is not
+    computed: the batch needs none); per part one gradient bucket all-reduced over the replicas (ranks 0
+    and 2, 1 and 3): this part's halves of the split layers and a whole copy of the last bias."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
     x, y = torch.randn(8, 16), torch.randn(8, 8)
     traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=2, targets=(y,))
-    res = launch_plan(traced, PLAN, K80X4, steps=3, batches=RandomBatches(0))
+    res = launch_plan(traced, "ddp:tp=2,m=2", K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res, learns=False)  # random targets every step: nothing to learn
     assert split_of(traced, res.plan) == {"0.weight": (0, 1), "0.bias": (0, 1), "2.weight": (1, 1)}
-    assert [c.nbytes for c in res.plan.collectives] == [4 * 8 * 4] * 2  # the output of each micro-batch
-    assert res.bytes_sent == simulated_plan_bytes(traced.graph, parse_plan(PLAN), K80X4, res.plan)["bytes_sent"]
+    grads = (16 * 32 + 32 + 32 * 8) // 2 * 4 + 8 * 4
+    assert [(c.group, c.nbytes) for c in res.plan.collectives] == [
+        ((0, 1), 4 * 8 * 4),
+        ((2, 3), 4 * 8 * 4),
+        ((0, 2), grads),
+        ((1, 3), grads),
+    ]
+    simulated = simulated_plan_bytes(traced.graph, parse_plan("ddp:tp=2,m=2"), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] == {r: 4 * 8 * 4 + grads for r in range(4)}
 
 
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
-    for plan in ("ddp:tp=2,m=2", "fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2"):
-        with pytest.raises(PostplaceError, match=r"one group of ddp ranks \(ddp:tp=T,dp=1\)") as e:
+    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2", "ddp+recompute:tp=2,dp=1,m=2"):
+        with pytest.raises(PostplaceError, match=r"groups that are ddp replicas \(ddp:tp=T\)") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)
     torch.manual_seed(0)

@@ -29,12 +29,13 @@ and all-reduces each stage's gradients over that stage's ranks (one process grou
 step all recorded (:mod:`postplace.runtime.rank_checkpoint`).
 Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as ``ddp`` for the others
 (:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
-One tensor-parallel group (``ddp:tp=T,dp=1``, :mod:`postplace.runtime.tensor`) runs Megatron-LM's split: each
-rank holds its part of the split parameters and their state, and all-reduces partial sums over the group.
+Tensor-parallel groups (``ddp:tp=T``, :mod:`postplace.runtime.tensor`) run Megatron-LM's split: each rank holds
+its part of the split parameters and their state and all-reduces partial sums over its group; the groups are
+``ddp`` replicas, each gradient bucket all-reduced over the ranks holding the same parts.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism with data parallelism, a pipeline or sharding around it; ZeRO/FSDP or
+What is not here yet: tensor parallelism with a pipeline, sharding or recomputation around it; ZeRO/FSDP or
 recomputation inside a pipeline.
 """
 
@@ -695,7 +696,14 @@ def _execute(
         per_step = (channel.sent - sent, channel.received - received)
         if checkpoint is not None:
             rank_checkpoint.write(
-                checkpoint, key, rank, k + 1, list(zip(held, args, strict=True)), device, plan.tensor_split
+                checkpoint,
+                key,
+                rank,
+                k + 1,
+                list(zip(held, args, strict=True)),
+                device,
+                plan.tensor_split,
+                plan.tensor_degree,
             )
     params = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "parameter"}
     bufs = {name: args[i].detach().cpu() for i, (kind, name) in owned.items() if kind == "buffer"}
@@ -731,7 +739,8 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         from postplace.runtime.tensor import tensor_shard
 
         for i, dim, blocks in plan.tensor_split:
-            split[i] = functools.partial(tensor_shard, dim=dim, groups=blocks, degree=plan.world_size, j=rank)
+            t = plan.tensor_degree
+            split[i] = functools.partial(tensor_shard, dim=dim, groups=blocks, degree=t, j=rank % t)
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
@@ -1004,7 +1013,9 @@ def _run_plan(
         if i in plan.sharded:  # every rank returned its slice: joined back into the parameter
             params[n] = unshard([res.parameters[n] for res in ranks_in_order], p.shape)
         elif i in tensor_split:  # every rank returned its part
-            params[n] = tensor_unshard([res.parameters[n] for res in ranks_in_order], *tensor_split[i])
+            params[n] = tensor_unshard(
+                [res.parameters[n] for res in ranks_in_order[: plan.tensor_degree]], *tensor_split[i]
+            )
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
     ranks = sorted(results)
@@ -1138,8 +1149,8 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp replicas and one tensor-parallel group (ddp:tp=T,dp=1) so far (tp with dp, pp or "
-                "sharding, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "pipelines of ddp replicas and tensor-parallel groups as ddp replicas (ddp:tp=T) so far (tp with pp, "
+                "sharding or recomputation, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1352,14 +1363,13 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches as one group of ``ddp`` ranks, nothing around it (so far)."""
+    """Tensor parallelism launches in groups that are ``ddp`` replicas, nothing else around them (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs tensor parallelism as one group of ddp ranks (ddp:tp=T,dp=1) so far; "
-            "the rest of tensor parallelism (with data parallelism, a pipeline, ZeRO, FSDP or recomputation) "
-            "is simulated only"
+            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp replicas (ddp:tp=T) so far; "
+            "the rest of tensor parallelism (with a pipeline, ZeRO, FSDP or recomputation) is simulated only"
         )
 
 
@@ -1385,10 +1395,10 @@ def launch_plan(
     :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
     ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
     :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
-    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and one
-    tensor-parallel group (``ddp:tp=T,dp=1``: :func:`postplace.runtime.tensor.tensor_plan`); tensor parallelism
-    with data parallelism, a pipeline or sharding, and ZeRO, FSDP or recomputation inside a pipeline are refused
-    in one line.
+    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
+    tensor-parallel groups as ``ddp`` replicas (``ddp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`);
+    tensor parallelism with a pipeline, sharding or recomputation, and ZeRO, FSDP or recomputation inside a
+    pipeline are refused in one line.
 
     Parameters
     ----------
@@ -1422,8 +1432,8 @@ def launch_plan(
     elif not spec.pipeline and not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), "
-            "with +recompute or +selective or not, pipelines of ddp replicas, one tensor-parallel group "
-            "(ddp:tp=T,dp=1) and op-level placements so far; the rest of tensor parallelism is simulated only"
+            "with +recompute or +selective or not, pipelines of ddp replicas, tensor-parallel groups as ddp "
+            "replicas (ddp:tp=T) and op-level placements so far; the rest of tensor parallelism is simulated only"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1441,7 +1451,7 @@ def launch_plan(
     if spec.tensor:
         from postplace.runtime.tensor import tensor_plan
 
-        rank_programs = tensor_plan(traced, gpus, list(cluster.device_names))
+        rank_programs = tensor_plan(traced, gpus, list(cluster.device_names), tp=spec.tensor)
     elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan
 

@@ -54,11 +54,19 @@ def check_fresh(folder: Path) -> None:
 
 
 def write(
-    folder: Path, key: str, rank: int, step: int, held: list[tuple[int, torch.Tensor]], device=None, split=()
+    folder: Path,
+    key: str,
+    rank: int,
+    step: int,
+    held: list[tuple[int, torch.Tensor]],
+    device=None,
+    split=(),
+    degree: int = 1,
 ) -> None:
     """Rank ``rank``'s state after ``step`` steps: ``held`` is ``[(placeholder index, tensor)]``; on a CUDA
-    ``device`` its generator's state too; ``split``: the placeholders held as tensor-parallel parts
-    (:attr:`postplace.runtime.ranks.RankPlan.tensor_split`), so that :func:`load_into` joins them."""
+    ``device`` its generator's state too; ``split`` and ``degree``: the placeholders held as tensor-parallel
+    parts and the ranks of a group (:class:`postplace.runtime.ranks.RankPlan`), so that :func:`load_into`
+    joins them."""
     folder.mkdir(parents=True, exist_ok=True)
     tensors = []
     for i, t in held:
@@ -68,6 +76,7 @@ def write(
     state = {"format": FORMAT, "key": key, "rank": rank, "step": step, "tensors": tensors}
     if split:
         state["tensor_split"] = [list(x) for x in split]
+        state["tensor_degree"] = int(degree)
     state["rng"] = torch.get_rng_state().numpy()
     if device is not None and torch.device(device).type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state(device).numpy()
@@ -188,6 +197,7 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
     held: dict[int, list[torch.Tensor]] = {}
     keys = set()
     parts: dict[int, tuple[int, int]] = {}  # tensor parallelism: placeholder -> (dimension, blocks)
+    degree = world
     for r in ranks:
         where = folder / f"{_stem(r, step)}.json"
         state = load_state(where)
@@ -196,6 +206,7 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
         keys.add(state.get("key"))
         for i, dim, blocks in state.get("tensor_split") or ():
             parts[int(i)] = (int(dim), int(blocks))
+        degree = int(state.get("tensor_degree", degree))
         for i, t in _tensors(state["tensors"], where):
             held.setdefault(i, []).append(t)
     if len(keys) > 1:
@@ -210,10 +221,10 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
             width = slice_width(p.numel(), world)
             sliced = len(copies) == world and all(t.shape == (width,) for t in copies)
             value = whole[0] if whole else unshard(copies, p.shape) if sliced else None
-            if i in parts and not whole and len(copies) == world:
+            if i in parts and not whole and len(copies) == world:  # ranks 0..tp-1: the first group's parts
                 from postplace.runtime.tensor import tensor_unshard
 
-                value = tensor_unshard(copies, *parts[i])
+                value = tensor_unshard(copies[:degree], *parts[i])
             if value is None or value.dtype != p.dtype or tuple(value.shape) != tuple(p.shape):
                 raise PostplaceError(
                     f"{folder}: '{name}' is held as {[tuple(t.shape) for t in copies]} {copies[0].dtype}, not as the "

@@ -179,8 +179,10 @@ class RankPlan:
         ``fsdp``, those of the sharded units of a hybrid (``ddp:shard=U/U``), none else.
     tensor_split : tuple of (int, int, int)
         Tensor parallelism: ``(placeholder index, dimension, blocks)`` of every parameter and optimizer state
-        that rank j holds part j of (:func:`postplace.runtime.tensor.tensor_shard`); the launcher cuts them
-        so and joins them back.
+        that rank j holds part ``j mod tensor_degree`` of (:func:`postplace.runtime.tensor.tensor_shard`); the
+        launcher cuts them so and joins them back.
+    tensor_degree : int
+        Tensor parallelism: the ranks of a group (``tp``), ranks ``r tp .. r tp + tp - 1`` replica r's.
     """
 
     device_names: tuple[str, ...]
@@ -192,6 +194,7 @@ class RankPlan:
     partial_loss: bool = False
     sharded: frozenset[int] = frozenset()
     tensor_split: tuple[tuple[int, int, int], ...] = ()
+    tensor_degree: int = 1
 
     @property
     def world_size(self) -> int:

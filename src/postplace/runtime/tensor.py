@@ -26,8 +26,9 @@ all-reduces each token's maximum and sum of exponentials, the loss all-reduces t
 (three fp32 values per token, what the simulated plan charges), and its backward is local (the gradient of
 log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
 
-Only the group of one replica is built (every GPU of the plan in one tensor-parallel group: ``dp=1``); data
-parallelism across groups and pipelines of groups are refused by the caller in one line.
+Data parallelism around the groups is ``ddp``'s (each group a replica, every gradient bucket all-reduced
+over the ranks holding the same parts); pipelines of groups, ZeRO and FSDP around them and recomputation are
+refused by the caller in one line.
 """
 
 from __future__ import annotations
@@ -148,8 +149,16 @@ def _name(target) -> str:
     return getattr(getattr(target, "_overloadpacket", None), "__name__", getattr(target, "__name__", str(target)))
 
 
+def _val(n: torch.fx.Node):
+    """A node's fake value; a gradient read back from a data-parallel bucket's all-reduce: the gradient's."""
+    v = n.meta.get("val")
+    if v is None and n.target is operator.getitem and n.args[0].op == "call_module":
+        return _val(n.args[0].args[1][n.args[1]])
+    return v
+
+
 def _shape(n: torch.fx.Node) -> tuple[int, ...]:
-    return tuple(n.meta["val"].shape)
+    return tuple(_val(n).shape)
 
 
 def _norm(d: int, ndim: int) -> int:
@@ -175,21 +184,21 @@ def _local(shape: tuple, lay, t: int) -> tuple:
 class _Builder:
     """One rank's program: the traced step's nodes rewritten in order (see the module docstring)."""
 
-    def __init__(self, traced, degree: int, rank: int, params: dict[str, Split]):
-        self.traced, self.t, self.j = traced, degree, rank
+    def __init__(self, traced, src: torch.fx.Graph, degree: int, rank: int, params: dict[str, Split]):
+        self.traced, self.src, self.t, self.j = traced, src, degree, rank
         self.params = params
         self.g = torch.fx.Graph()
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}
         self.lay: dict[torch.fx.Node, object] = {}
         self.reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-        self.calls: list[tuple[str, str, tuple, torch.dtype]] = []
+        self.calls: list[tuple[str, str, str, tuple, torch.dtype]] = []  # (over "tp" or "dp", kind, ...)
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
 
     # -- collectives
     def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
         k = len(self.calls)
         out = self.g.call_module(REDUCE_MAX if kind == ALL_REDUCE_MAX else REDUCE, (k, [value]))
-        self.calls.append((kind, label, tuple(shape), dtype))
+        self.calls.append(("tp", kind, label, tuple(shape), dtype))
         return self.g.call_function(operator.getitem, (out, 0))
 
     def refuse(self, reader: torch.fx.Node, x: torch.fx.Node | None = None):
@@ -210,7 +219,7 @@ class _Builder:
             value = self.env[x]
             if len(x.users) > 1:  # the all-reduce writes its buffer; another reader may want the term
                 value = self.g.call_function(aten.clone.default, (value,))
-            val = x.meta["val"]
+            val = _val(x)
             out = self.reduce(value, ALL_REDUCE, f"{x.name}@tp", tuple(val.shape), val.dtype)
             if lay.bias is not None:
                 out = self.g.call_function(aten.add.Tensor, (out, lay.bias))
@@ -222,7 +231,7 @@ class _Builder:
 
     # -- the walk
     def build(self):
-        for n in self.traced.gm.graph.nodes:
+        for n in self.src.nodes:
             if n.op == "placeholder":
                 self.env[n] = self.g.node_copy(n)
                 self.lay[n] = self.params.get(n.name)
@@ -241,6 +250,16 @@ class _Builder:
         self.env[n], self.lay[n] = new, lay
 
     def node(self, n: torch.fx.Node) -> None:
+        if n.op == "call_module" and n.target == REDUCE:  # a data-parallel bucket: this rank's parts of it
+            values = [self.env[x] if isinstance(self.lay.get(x), Split) else self.whole(x, n) for x in n.args[1]]
+            k = len(self.calls)
+            self.env[n] = self.g.call_module(REDUCE, (k, values))
+            self.lay[n] = tuple(self.lay.get(x) if isinstance(self.lay.get(x), Split) else None for x in n.args[1])
+            numel = sum(math.prod(_local(_shape(x), self.lay[n][i], self.t)) for i, x in enumerate(n.args[1]))
+            self.calls.append(
+                ("dp", ALL_REDUCE, "+".join(x.name for x in n.args[1]), (numel,), _val(n.args[1][0]).dtype)
+            )
+            return
         if n.op != "call_function":
             raise PostplaceError(f"tensor parallelism: node '{n.name}' ({n.op}) is not an op; cannot split it")
         ins = [a for a in n.all_input_nodes]
@@ -372,7 +391,7 @@ class _Builder:
         full = _shape(n.args[0])
         dim = _norm(n.args[2] if len(n.args) > 2 else 0, len(full))
         sizes = n.args[1] if isinstance(n.args[1], (list, tuple)) else None
-        chunks = len(n.meta["val"])
+        chunks = len(_val(n))
         if dim != lay.dim:
             self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=tuple([lay] * chunks))
             return
@@ -490,7 +509,7 @@ class _Builder:
         heads = [x for x in lays if x is not None]
         if not all(isinstance(x, Split) and x.dim == 1 and x.groups == heads[0].groups for x in heads):
             self.refuse(n)  # attention over heads split alike, or nothing
-        vals = n.meta["val"]
+        vals = _val(n)
         outs = tuple(
             Split(1, heads[0].groups, heads[0].sources) if isinstance(v, torch.Tensor) and v.dim() >= 3 else None
             for v in (vals if isinstance(vals, (tuple, list)) else (vals,))
@@ -538,7 +557,7 @@ class _Builder:
         if dim != lay.dim or lay.groups != 1:
             self.softmax_like(n, ins, lays)
             return
-        val = n.meta["val"]
+        val = _val(n)
         stat = tuple(1 if d == dim else s for d, s in enumerate(_shape(n)))
         g = self.g
         top = g.call_function(aten.amax.default, (x, [dim], True))
@@ -560,7 +579,7 @@ class _Builder:
             return
         tgt = self.whole(target, n)
         picked = self.g.call_function(vocab_picked, (self.env[logp], tgt, self.start(logp)))
-        val = logp.meta["val"]
+        val = _val(logp)
         picked = self.reduce(picked, ALL_REDUCE, f"{n.name}:target@tp", (val.shape[0],), val.dtype)
         self.emit(n, (picked, tgt, reduction, ignore), {}, lay=(None, None), target=vocab_nll_loss)
 
@@ -587,16 +606,9 @@ class _Builder:
 
 # ------------------------------------------------------------------------------ the plan
 def launchable_tensor(spec) -> bool:
-    """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: one
-    group of ``ddp`` ranks (``ddp:tp=T,dp=1``), no pipeline, sharding or recomputation around it."""
-    return (
-        bool(spec.tensor)
-        and spec.level == "ddp"
-        and not spec.pipeline
-        and not spec.recompute
-        and spec.shard is None
-        and spec.replicas == 1
-    )
+    """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
+    that are ``ddp`` replicas (``ddp:tp=T``), no pipeline, sharding or recomputation around them."""
+    return bool(spec.tensor) and spec.level == "ddp" and not spec.pipeline and not spec.recompute and spec.shard is None
 
 
 def split_parameters(traced, degree: int) -> dict[str, Split]:
@@ -634,27 +646,45 @@ def split_parameters(traced, degree: int) -> dict[str, Split]:
     return out
 
 
-def tensor_plan(traced, devices: list[int], device_names) -> RankPlan:
-    """Per-rank programs of ``traced`` split Megatron-style over the logical devices ``devices`` (one
-    tensor-parallel group; see the module docstring).
+def tensor_plan(
+    traced, devices: list[int], device_names, *, tp: int | None = None, bucket_bytes: float = 25e6
+) -> RankPlan:
+    """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
+    ``devices`` (see the module docstring): rank ``j + tp x r`` is part j of replica r, Megatron-LM's order.
+
+    With more than one group, each group is a ``ddp`` replica (:func:`postplace.runtime.ddp.replica_program`:
+    its micro-batches, its gradients all-reduced in buckets after the backward), and each bucket is
+    all-reduced over the ranks that hold the same parts (j of every replica), as Megatron-LM's
+    data-parallel groups do.
 
     Returns
     -------
     RankPlan
-        No messages; its collectives (every rank calls each: the partial sums' all-reduces and the
-        cross-entropy's three per micro-batch); ``tensor_split`` names what each rank holds a part of.
+        No messages; its collectives: per group, the partial sums' all-reduces and the cross-entropy's three
+        per micro-batch; per part, the gradient buckets' all-reduces over the replicas. ``tensor_split``
+        names what each rank holds a part of.
 
     Raises
     ------
     PostplaceError
-        A step with nothing to split, a tp that does not divide a split dimension, an op the split
-        cannot run (one line naming it).
+        A step with nothing to split, a tp that does not divide a split dimension or the devices, replicas
+        that do not divide the micro-batches, an op the split cannot run (one line naming it).
     """
-    t = len(devices)
+    from postplace.runtime.ddp import check_replicas, graph_module, replica_program
+
+    t = tp or len(devices)
+    if len(devices) % t:
+        raise PostplaceError(f"tensor parallelism: tp={t} does not divide the {len(devices)} GPUs of the plan")
+    dp, world = len(devices) // t, len(devices)
+    if dp > 1:
+        check_replicas(traced, dp, "ddp")
+        sources = [replica_program(traced, r, traced.microbatches // dp, bucket_bytes)[0].graph for r in range(dp)]
+    else:
+        sources = [traced.gm.graph]
     params = split_parameters(traced, t)
     for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
         try:
-            built = [_Builder(traced, t, j, params).build() for j in range(t)]
+            built = [_Builder(traced, sources[r], t, j, params).build() for r in range(dp) for j in range(t)]
             break
         except _Regroup as need:
             for name, lay in list(params.items()):  # a parameter and its optimizer state alike
@@ -662,29 +692,47 @@ def tensor_plan(traced, devices: list[int], device_names) -> RankPlan:
                     params[name] = Split(lay.dim, need.groups, lay.sources)
     else:
         raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
-    from postplace.runtime.ddp import graph_module
-
-    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     calls = built[0][1]
-    programs = tuple(
-        RankProgram(
-            j,
-            devices[j],
-            graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX}),
-            tuple(range(len(holders))),
-            (0,),
-            tuple(("collective", k) for k in range(len(calls))),
+    index: dict[tuple[int, int], int] = {}  # (the program's k-th collective, rank) -> the plan's collective
+    collectives = []
+    for k, (over, kind, label, shape, dtype) in enumerate(calls):
+        if over == "tp":
+            groups = [tuple(r * t + j for j in range(t)) for r in range(dp)]
+        else:
+            groups = [tuple(r * t + j for r in range(dp)) for j in range(t)]
+        for members in groups:
+            for rank in members:
+                index[(k, rank)] = len(collectives)
+            group = members if len(members) < world else ()
+            collectives.append(Collective(len(collectives), kind, label, shape, dtype, group=group))
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    programs = []
+    for rank, (g, mine) in enumerate(built):
+        if [c[:2] + c[3:] for c in mine] != [c[:2] + c[3:] for c in calls]:  # one graph cut alike: never
+            raise AssertionError("the ranks of a tensor-parallel plan call their collectives in different orders")
+        for node in g.nodes:
+            if node.op == "call_module":
+                node.args = (index[(node.args[0], rank)], *node.args[1:])
+        kept = {n.name for n in g.nodes if n.op == "placeholder"}
+        programs.append(
+            RankProgram(
+                rank,
+                devices[rank],
+                graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX}),
+                tuple(i for i, x in enumerate(holders) if x in kept),
+                (0,) if rank % t == 0 else (),  # the group's loss once
+                tuple(("collective", index[(k, rank)]) for k in range(len(calls))),
+            )
         )
-        for j, (g, _calls) in enumerate(built)
-    )
-    collectives = tuple(Collective(k, kind, label, shape, dtype) for k, (kind, label, shape, dtype) in enumerate(calls))
     split = tuple((holders.index(name), lay.dim, lay.groups) for name, lay in params.items())
     return RankPlan(
         tuple(device_names),
         tuple(devices),
         (),
-        programs,
+        tuple(programs),
         len(holders) - len(traced.inputs),
-        collectives=collectives,
+        collectives=tuple(collectives),
+        partial_loss=dp > 1,
         tensor_split=tuple(sorted(split)),
+        tensor_degree=t,
     )
