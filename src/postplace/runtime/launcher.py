@@ -35,7 +35,7 @@ its part of the split parameters and their state and all-reduces partial sums ov
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism with a pipeline, sharding or recomputation around it; ZeRO/FSDP or
+What is not here yet: tensor parallelism with a pipeline or sharding around it; ZeRO/FSDP or
 recomputation inside a pipeline.
 """
 
@@ -1149,8 +1149,8 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp replicas and tensor-parallel groups as ddp replicas (ddp:tp=T) so far (tp with pp, "
-                "sharding or recomputation, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "pipelines of ddp replicas and tensor-parallel groups as ddp replicas (ddp:tp=T) so far (tp with pp or "
+                "sharding, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1368,8 +1368,9 @@ def _check_tensor(plan: str, spec) -> None:
 
     if not launchable_tensor(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp replicas (ddp:tp=T) so far; "
-            "the rest of tensor parallelism (with a pipeline, ZeRO, FSDP or recomputation) is simulated only"
+            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp replicas (ddp:tp=T, recomputed or "
+            "not) so far; "
+            "the rest of tensor parallelism (with a pipeline, ZeRO or FSDP) is simulated only"
         )
 
 
@@ -1397,7 +1398,7 @@ def launch_plan(
     :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
     units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
     tensor-parallel groups as ``ddp`` replicas (``ddp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`);
-    tensor parallelism with a pipeline, sharding or recomputation, and ZeRO, FSDP or recomputation inside a
+    tensor parallelism with a pipeline or sharding, and ZeRO, FSDP or recomputation inside a
     pipeline are refused in one line.
 
     Parameters
@@ -1451,7 +1452,9 @@ def launch_plan(
     if spec.tensor:
         from postplace.runtime.tensor import tensor_plan
 
-        rank_programs = tensor_plan(traced, gpus, list(cluster.device_names), tp=spec.tensor)
+        rank_programs = tensor_plan(
+            traced, gpus, list(cluster.device_names), tp=spec.tensor, recompute=recompute, selective=spec.selective
+        )
     elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan
 

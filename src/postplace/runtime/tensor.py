@@ -607,8 +607,9 @@ class _Builder:
 # ------------------------------------------------------------------------------ the plan
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
-    that are ``ddp`` replicas (``ddp:tp=T``), no pipeline, sharding or recomputation around them."""
-    return bool(spec.tensor) and spec.level == "ddp" and not spec.pipeline and not spec.recompute and spec.shard is None
+    that are ``ddp`` replicas (``ddp:tp=T``, ``+recompute`` or ``+selective`` or not), no pipeline or sharding
+    around them."""
+    return bool(spec.tensor) and spec.level == "ddp" and not spec.pipeline and spec.shard is None
 
 
 def split_parameters(traced, degree: int) -> dict[str, Split]:
@@ -647,7 +648,14 @@ def split_parameters(traced, degree: int) -> dict[str, Split]:
 
 
 def tensor_plan(
-    traced, devices: list[int], device_names, *, tp: int | None = None, bucket_bytes: float = 25e6
+    traced,
+    devices: list[int],
+    device_names,
+    *,
+    tp: int | None = None,
+    bucket_bytes: float = 25e6,
+    recompute=(),
+    selective: bool = False,
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
     ``devices`` (see the module docstring): rank ``j + tp x r`` is part j of replica r, Megatron-LM's order.
@@ -655,7 +663,9 @@ def tensor_plan(
     With more than one group, each group is a ``ddp`` replica (:func:`postplace.runtime.ddp.replica_program`:
     its micro-batches, its gradients all-reduced in buckets after the backward), and each bucket is
     all-reduced over the ranks that hold the same parts (j of every replica), as Megatron-LM's
-    data-parallel groups do.
+    data-parallel groups do. With ``recompute`` (units, and ``selective`` as for
+    :func:`postplace.runtime.ddp.ddp_plan`) each group's program runs those units' forward again before their
+    backward, split alike: the recomputed forward all-reduces its partial sums again, as Megatron-LM's does.
 
     Returns
     -------
@@ -678,9 +688,17 @@ def tensor_plan(
     dp, world = len(devices) // t, len(devices)
     if dp > 1:
         check_replicas(traced, dp, "ddp")
-        sources = [replica_program(traced, r, traced.microbatches // dp, bucket_bytes)[0].graph for r in range(dp)]
+        programs = [replica_program(traced, r, traced.microbatches // dp, bucket_bytes)[0] for r in range(dp)]
     else:
-        sources = [traced.gm.graph]
+        whole = torch.fx.Graph()
+        whole.output(whole.graph_copy(traced.gm.graph, {}))
+        programs = [torch.fx.GraphModule(traced.gm, whole)]
+    if recompute:
+        from postplace.runtime.recompute import recompute_program
+
+        for gm in programs:
+            recompute_program(gm, traced, set(recompute), selective=selective)
+    sources = [gm.graph for gm in programs]
     params = split_parameters(traced, t)
     for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
         try:
