@@ -13,9 +13,9 @@ time and bytes on the plan's cluster. With gloo the ranks are CPU processes stan
 (each with ``--threads`` torch threads), so the measured times are this machine's, not the cluster's;
 ``--backend nccl`` runs the ranks on their GPUs where they exist.
 
-``--plan ddp`` (or ``zero1``, ``zero2``, ``fsdp``, or a pipeline ``ddp:pp=2,schedule=1f1b``) launches that plan
-instead (:func:`postplace.runtime.launcher.launch_plan`: one process per GPU over ``--stages`` GPUs, ``pp`` stages
-of ``--stages / pp`` replicas, ``--microbatches`` a multiple of the replicas): "sent B" is then each rank's
+``--plan ddp`` (or ``zero1``, ``zero2``, ``fsdp``, a pipeline ``ddp:pp=2,schedule=1f1b``, tensor parallelism
+``ddp:tp=2``) launches that plan instead (:func:`postplace.runtime.launcher.launch_plan`: one process per GPU
+over ``--stages`` GPUs, ``pp`` stages of ``tp`` GPUs each for ``--stages / (pp tp)`` replicas, ``--microbatches`` a multiple of the replicas): "sent B" is then each rank's
 messages and collective payload (all-reduced or, zero2, reduce-scattered gradients; ZeRO also all-gathered
 parameters), "sim sent B" the simulated plan's for that rank, "sim ms" the simulated plan's step.
 """
@@ -120,8 +120,11 @@ def ddp_rows(name, traced, cluster, args) -> None:
     from postplace.runtime.launcher import launch_plan, simulated_plan_bytes
 
     head, _, options = args.plan.partition(":")
-    pp = parse_plan(args.plan).pipeline or 1
-    plan = f"{head}:" + ",".join([*filter(None, [options]), f"m={args.microbatches}", f"dp={args.stages // pp}"])
+    spec = parse_plan(args.plan)
+    per_replica = (spec.pipeline or 1) * (spec.tensor or 1)
+    plan = f"{head}:" + ",".join(
+        [*filter(None, [options]), f"m={args.microbatches}", f"dp={args.stages // per_replica}"]
+    )
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][: args.stages]
     sim = plan_step(traced.graph, cluster, parse_plan(plan), gpus)
     t0 = time.perf_counter()
