@@ -48,7 +48,7 @@ from postplace.graph import OpGraph
 from postplace.plans._draft import Draft
 from postplace.plans._step import FORWARD, parameter_ops
 
-__all__ = ["TP_ALL_REDUCE", "over_tensor_ranks", "split_linears", "tensor_parallel"]
+__all__ = ["TP_ALL_REDUCE", "check_degree", "over_tensor_ranks", "split_linears", "tensor_parallel"]
 
 TP_ALL_REDUCE = "tp_all_reduce"
 _PRODUCTS = ("mm", "addmm")
@@ -162,16 +162,18 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
         return ends.pop() if len(ends) == 1 else None
 
     def ends_in_loss(i: int) -> bool:
-        """Everything ``i`` feeds in the forward pass reaches the loss with no linear layer or norm between."""
-        seen, todo = set(), deque([i])
+        """Everything ``i`` feeds in the forward pass reaches the loss with no linear layer or norm between,
+        through a softmax (a classifier's logits: a regression head is not split by vocabulary)."""
+        seen, todo, softmax = set(), deque([i]), False
         while todo:
             for d in (d for d in outs[todo.popleft()] if forward[d]):
                 if linear[d] or "norm" in graph.op_types[d] or graph.op_types[d] in _NORMS:
                     return False
+                softmax = softmax or graph.op_types[d] in _SOFTMAXES
                 if d not in seen:
                     seen.add(d)
                     todo.append(d)
-        return True
+        return softmax
 
     role: dict[int, str] = {}
     rows: set[int] = set()
@@ -199,6 +201,24 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
     return role, whole
 
 
+def check_degree(graph: OpGraph, degree: int, role: dict) -> None:
+    """One :class:`PostplaceError` line when ``graph`` cannot be split over ``degree`` GPUs: nothing to split
+    (``role`` of :func:`split_linears` empty), or a zoo model's attention heads that ``degree`` does not divide."""
+    if not role:
+        raise PostplaceError(
+            f"tensor parallelism: graph '{graph.name}' has no pair of linear layers Megatron-LM would "
+            "split (a linear, an element-wise stretch or attention, a linear); use tp=1"
+        )
+    config = (graph.metadata.get("zoo") or {}).get("config") or {}
+    for key in ("heads", "kv_heads"):
+        if config.get(key) and config[key] % degree:
+            what = key.replace("_", " ")
+            raise PostplaceError(
+                f"tensor parallelism: tp={degree} does not divide the {config[key]} {what} of "
+                f"'{graph.name}'; choose a tp that divides them"
+            )
+
+
 def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
@@ -221,19 +241,7 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         No linear layer pair to split, or t not dividing the model's attention heads.
     """
     role, whole = split_linears(graph)
-    if not role:
-        raise PostplaceError(
-            f"tensor parallelism: graph '{graph.name}' has no pair of linear layers Megatron-LM would "
-            "split (a linear, an element-wise stretch or attention, a linear); use tp=1"
-        )
-    config = (graph.metadata.get("zoo") or {}).get("config") or {}
-    for key in ("heads", "kv_heads"):
-        if config.get(key) and config[key] % degree:
-            what = key.replace("_", " ")
-            raise PostplaceError(
-                f"tensor parallelism: tp={degree} does not divide the {config[key]} {what} of "
-                f"'{graph.name}'; choose a tp that divides them"
-            )
+    check_degree(graph, degree, role)
     ins = _inputs(graph)
     weights = _from_parameters(graph, ins)
     n, t = graph.num_ops, float(degree)
@@ -332,11 +340,16 @@ def _vocab_reductions(
     outs = _outputs(ins)
     for h, ps in heads.items():
         weight = max(ps, key=lambda p: graph.output_bytes[p])
-        x = max((s for s in ins[h] if state[s] != SHARD), key=lambda s: graph.output_bytes[s], default=None)
+        into = {  # what the head reads of each whole input: its edge (a layer norm's op also makes its statistics)
+            int(graph.edge_src[e]): float(graph.edge_bytes[e])
+            for e in graph.in_edges[graph.in_ptr[h] : graph.in_ptr[h + 1]]
+            if state[graph.edge_src[e]] != SHARD
+        }
+        x = max(into, key=into.get, default=None)
         if x is None:
             continue
         logits = float(graph.output_bytes[h])
-        vocab = np.sqrt(graph.output_bytes[weight] / 4.0 * logits / float(graph.output_bytes[x]))
+        vocab = np.sqrt(graph.output_bytes[weight] / 4.0 * logits / into[x])
         tokens = logits / (vocab * _ELEMENT_BYTES[int(graph.precision[h])])
         seen, todo = {h}, deque([h])
         while todo:

@@ -175,6 +175,19 @@ def _view_split(full_in: tuple, full_out: tuple, s: Split, t: int) -> Split | No
     return None
 
 
+_ALIASING = ("view", "_unsafe_view", "reshape", "alias", "add_")  # ops whose output may be their input's memory
+
+
+def _shared(x: torch.fx.Node) -> bool:
+    """Another op may read the memory of ``x`` (another reader of it, or of what it is a view of)."""
+    while True:
+        if len(x.users) > 1:
+            return True
+        if x.op != "call_function" or _name(x.target) not in _ALIASING or not isinstance(x.args[0], torch.fx.Node):
+            return False
+        x = x.args[0]
+
+
 def _local(shape: tuple, lay, t: int) -> tuple:
     if not isinstance(lay, Split):
         return tuple(shape)
@@ -217,7 +230,7 @@ class _Builder:
             return self.env[x]
         if x not in self.reduced:
             value = self.env[x]
-            if len(x.users) > 1:  # the all-reduce writes its buffer; another reader may want the term
+            if _shared(x):  # the all-reduce writes its buffer; another reader may want the term
                 value = self.g.call_function(aten.clone.default, (value,))
             val = _val(x)
             out = self.reduce(value, ALL_REDUCE, f"{x.name}@tp", tuple(val.shape), val.dtype)
@@ -374,7 +387,14 @@ class _Builder:
         dims = [_norm(d, nd) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
         if lay.dim in dims:
             self.refuse(n, n.args[0])
-        self.moved(n, lay, lay.dim - sum(d < lay.dim for d in dims))
+        # the full shape's size-1 dimensions, named: a part may have size 1 where the whole has not
+        self.emit(
+            n,
+            (self.env[n.args[0]], dims),
+            {},
+            lay=Split(lay.dim - sum(d < lay.dim for d in dims), lay.groups, lay.sources),
+            target=aten.squeeze.dims,
+        )
 
     def op_slice(self, n, ins, lays) -> None:
         lay = self.one_split(n, lays)
@@ -395,7 +415,7 @@ class _Builder:
         if dim != lay.dim:
             self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=tuple([lay] * chunks))
             return
-        if full[dim] % chunks or (sizes is not None and len(set(sizes)) != 1):
+        if (sizes is not None and len(set(sizes)) != 1) or (sizes is None and n.args[1] * chunks != full[dim]):
             self.refuse(n, n.args[0])  # unequal pieces of the split dimension
         if lay.groups % chunks:
             raise _Regroup(lay.sources, math.lcm(lay.groups, chunks))
@@ -413,6 +433,8 @@ class _Builder:
             self.refuse(n)
         sources = frozenset().union(*(x.sources for x in parts))
         if dim == parts[0].dim:
+            if len({_shape(x)[dim] // p.groups for x, p in zip(tensors, parts, strict=True)}) != 1:
+                self.refuse(n)  # blocks of unequal sizes: no one block size describes the result
             lay = Split(dim, sum(x.groups for x in parts), sources)
         elif all(x.groups == parts[0].groups for x in parts):
             lay = Split(parts[0].dim, parts[0].groups, sources)
@@ -472,7 +494,7 @@ class _Builder:
             return
         src = n.args[0]
         nd = len(_shape(src))
-        dims = n.args[1] if len(n.args) > 1 and n.args[1] is not None else list(range(nd))
+        dims = n.args[1] if len(n.args) > 1 and n.args[1] else list(range(nd))  # none named: every one
         dims = [_norm(d, nd) for d in dims]
         keep = len(n.args) > 2 and n.args[2] or n.kwargs.get("keepdim", False)
         if lay.dim in dims:
@@ -486,7 +508,8 @@ class _Builder:
         if lay is None:
             return
         nd = len(_shape(n.args[0]))
-        if lay.dim in [_norm(d, nd) for d in n.args[1]]:
+        dims = n.args[1] if len(n.args) > 1 and n.args[1] else range(nd)
+        if lay.dim in [_norm(d, nd) for d in dims]:
             self.refuse(n, n.args[0])
         self.op_sum(n, ins, lays)
 
@@ -509,6 +532,9 @@ class _Builder:
         heads = [x for x in lays if x is not None]
         if not all(isinstance(x, Split) and x.dim == 1 and x.groups == heads[0].groups for x in heads):
             self.refuse(n)  # attention over heads split alike, or nothing
+        for x, lay in zip(ins, lays, strict=True):
+            if lay is None and len(_shape(x)) >= 3 and _shape(x)[1] != 1:
+                self.refuse(n, x)  # a mask per head would need its heads' part
         vals = _val(n)
         outs = tuple(
             Split(1, heads[0].groups, heads[0].sources) if isinstance(v, torch.Tensor) and v.dim() >= 3 else None
@@ -518,7 +544,11 @@ class _Builder:
 
     def pointwise(self, n, ins, lays) -> None:
         if any(isinstance(x, Partial) for x in lays):
-            if _name(n.target) in _KEEP_PARTIAL and all(isinstance(x, Partial) and x.bias is None for x in lays):
+            name = _name(n.target)
+            sum_of_terms = name not in ("add", "add_") or (
+                len(n.args) >= 2 and all(isinstance(a, torch.fx.Node) for a in n.args[:2])
+            )  # a number added to a partial sum would be added once per rank
+            if name in _KEEP_PARTIAL and sum_of_terms and all(isinstance(x, Partial) and x.bias is None for x in lays):
                 self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=Partial())
                 return
             if not any(isinstance(x, Split) for x in lays):
@@ -616,13 +646,10 @@ def split_parameters(traced, degree: int) -> dict[str, Split]:
     """The placeholders split over the group (parameters and their same-shaped optimizer state), each with
     its dimension: a column-split weight or bias and a vocabulary-split head by rows (dim 0), a row-split
     weight by columns (dim 1)."""
-    from postplace.plans.tensor import split_linears
+    from postplace.plans.tensor import check_degree, split_linears
 
     role, _whole = split_linears(traced.graph)
-    if not role:
-        raise PostplaceError(
-            f"tensor parallelism: '{traced.graph.name}' has no pair of linear layers Megatron-LM would split; use tp=1"
-        )
+    check_degree(traced.graph, degree, role)
     holders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
     params = list(traced.model.parameters())
     n_bufs = len(list(traced.model.buffers()))
