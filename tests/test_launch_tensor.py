@@ -100,17 +100,19 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
     assert res.bytes_sent == simulated["bytes_sent"]
 
 
-def test_a_user_module_splits_where_the_pattern_is_in_two_data_parallel_groups():
-    """A user's MLP (linear, GELU, linear) on 4 ranks, ``ddp:tp=2``: two groups (ranks 0-1, 2-3), each a
+def test_a_user_module_splits_where_the_pattern_is_in_two_zero1_groups():
+    """A user's MLP (linear, GELU, linear) on 4 ranks, ``zero1:tp=2``: two groups (ranks 0-1, 2-3), each a
     replica of one micro-batch; the first layer split by columns, the second by rows; per group one
     all-reduce of the output (the first layer's input gradient, Megatron's backward all-reduce, is not
     computed: the batch needs none); per part one gradient bucket all-reduced over the replicas (ranks 0
-    and 2, 1 and 3): this part's halves of the split layers and a whole copy of the last bias."""
+    and 2, 1 and 3): this part's halves of the split layers and a whole copy of the last bias; then each
+    replica updates the parameters it owns (the simulated plan's owners: the first weight replica 0, the
+    rest replica 1) and the part's parameters are all-gathered from their owners."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
     x, y = torch.randn(8, 16), torch.randn(8, 8)
     traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=2, targets=(y,))
-    res = launch_plan(traced, "ddp:tp=2,m=2", K80X4, steps=3, batches=RandomBatches(0))
+    res = launch_plan(traced, "zero1:tp=2,m=2", K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res, learns=False)  # random targets every step: nothing to learn
     assert split_of(traced, res.plan) == {"0.weight": (0, 1), "0.bias": (0, 1), "2.weight": (1, 1)}
     grads = (16 * 32 + 32 + 32 * 8) // 2 * 4 + 8 * 4
@@ -119,15 +121,18 @@ def test_a_user_module_splits_where_the_pattern_is_in_two_data_parallel_groups()
         ((2, 3), 4 * 8 * 4),
         ((0, 2), grads),
         ((1, 3), grads),
+        ((0, 2), grads),
+        ((1, 3), grads),
     ]
-    simulated = simulated_plan_bytes(traced.graph, parse_plan("ddp:tp=2,m=2"), K80X4, res.plan)
-    assert res.bytes_sent == simulated["bytes_sent"] == {r: 4 * 8 * 4 + grads for r in range(4)}
+    assert res.plan.collectives[-1].owners == (0, 1, 1, 1)  # positions in the group (0 = replica 0)
+    simulated = simulated_plan_bytes(traced.graph, parse_plan("zero1:tp=2,m=2"), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] == {r: 4 * 8 * 4 + 2 * grads for r in range(4)}
 
 
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
-    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2", "zero1+recompute:tp=2,dp=1,m=2"):
-        with pytest.raises(PostplaceError, match=r"groups that are ddp replicas \(ddp:tp=T, recomputed or not\)") as e:
+    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2", "zero2:tp=2,m=2"):
+        with pytest.raises(PostplaceError, match=r"groups that are ddp or zero1 replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)
     torch.manual_seed(0)

@@ -190,13 +190,14 @@ def replica_plan(traced, devices, device_names, build, *, sharded: frozenset[int
 
 
 def replica_program(
-    traced, r: int, b: int, bucket_bytes: float = 25e6, *, bucket_key=None
+    traced, r: int, b: int, bucket_bytes: float = 25e6, *, bucket_key=None, owners: dict | None = None
 ) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
     """Replica r's program of the ``ddp`` plan (its ``b`` micro-batches, its gradients all-reduced in buckets
     before the update) and its collective calls in order (``(kind, value names, tag, owners)``); with
     ``bucket_key`` (a final gradient sum's node -> a key) no bucket holds gradients of two keys: a pipeline's
-    stages all-reduce their own (:mod:`postplace.runtime.pipeline`)."""
-    return _replica(traced, r, b, bucket_bytes, bucket_key=bucket_key)
+    stages all-reduce their own (:mod:`postplace.runtime.pipeline`); with ZeRO-1's ``owners`` (parameter op ->
+    replica) r updates its own parameters only and all-gathers the others' after the update."""
+    return _replica(traced, r, b, bucket_bytes, owners, bucket_key=bucket_key)
 
 
 def _replica(

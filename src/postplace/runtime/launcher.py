@@ -31,11 +31,12 @@ Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as 
 (:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
 Tensor-parallel groups (``ddp:tp=T``, :mod:`postplace.runtime.tensor`) run Megatron-LM's split: each rank holds
 its part of the split parameters and their state and all-reduces partial sums over its group; the groups are
-``ddp`` replicas, each gradient bucket all-reduced over the ranks holding the same parts.
+``ddp`` or ``zero1`` replicas, each gradient bucket all-reduced (and under ZeRO-1 each parameter gathered from
+its owner) over the ranks holding the same parts.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism with a pipeline or sharding around it; ZeRO/FSDP or
+What is not here yet: tensor parallelism with a pipeline, zero2 or fsdp around it; ZeRO/FSDP or
 recomputation inside a pipeline.
 """
 
@@ -282,9 +283,11 @@ class _Channel:
         if mine:
             own = torch.cat([x.reshape(-1) for x in mine])
             flat[: own.numel()] = own
-        parts = [torch.empty_like(flat) for _ in range(self.plan.world_size)]
-        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat))
-        offset = [0] * self.plan.world_size
+        members = c.members(self.plan.world_size)
+        parts = [torch.empty_like(flat) for _ in members]
+        group = self.groups.get(c.group)
+        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat, group=group))
+        offset = [0] * len(members)
         out = []
         for n, o, shape in zip(sizes, c.owners, c.shapes, strict=True):
             out.append(parts[o][offset[o] : offset[o] + n].view(shape))
@@ -299,23 +302,27 @@ class _Channel:
         if not c.owners:
             return self._scatter_slices(index, values)
         sizes, width = self._owner_layout(c)
-        world = self.plan.world_size
-        flat = torch.zeros(world * width, dtype=c.dtype, device=self.device)
-        offset = [q * width for q in range(world)]
+        members = c.members(self.plan.world_size)
+        me = members.index(self.rank)
+        flat = torch.zeros(len(members) * width, dtype=c.dtype, device=self.device)
+        offset = [q * width for q in range(len(members))]
         mine = []
         for x, n, o in zip(values, sizes, c.owners, strict=True):
             flat[offset[o] : offset[o] + n] = x.reshape(-1)
-            if o == self.rank:
+            if o == me:
                 mine.append((offset[o] - o * width, n, x.shape))
             offset[o] += n
         out = torch.empty(width, dtype=c.dtype, device=self.device)
-        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
+        group = self.groups.get(c.group)
+        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat, group=group))
         return [out[a : a + n].view(shape) for a, n, shape in mine]
 
     def _owner_layout(self, c) -> tuple[list[int], int]:
-        """Each tensor's elements, and the padded chunk every rank sends: the largest owner's share."""
+        """Each tensor's elements, and the padded chunk every rank sends: the largest owner's share (owners
+        are positions in the collective's group)."""
         sizes = [numel_of(shape) for shape in c.shapes]
-        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(self.plan.world_size)]
+        members = c.members(self.plan.world_size)
+        share = [sum(n for n, o in zip(sizes, c.owners, strict=True) if o == q) for q in range(len(members))]
         return sizes, max(share, default=0)
 
     def _gather_slices(self, index: int, slices: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -1149,8 +1156,8 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp replicas and tensor-parallel groups as ddp replicas (ddp:tp=T) so far (tp with pp or "
-                "sharding, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "pipelines of ddp replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, zero1:tp=T) "
+                "so far (tp with pp, zero2 or fsdp, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1363,14 +1370,14 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches in groups that are ``ddp`` replicas, nothing else around them (so far)."""
+    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp replicas (ddp:tp=T, recomputed or "
-            "not) so far; "
-            "the rest of tensor parallelism (with a pipeline, ZeRO or FSDP) is simulated only"
+            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp or zero1 replicas (ddp:tp=T, "
+            "zero1:tp=T, recomputed or not) so far; the rest of tensor parallelism (with a pipeline, zero2 or "
+            "fsdp) is simulated only"
         )
 
 
@@ -1397,7 +1404,8 @@ def launch_plan(
     ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
     :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
     units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
-    tensor-parallel groups as ``ddp`` replicas (``ddp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`);
+    tensor-parallel groups as ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``:
+    :func:`postplace.runtime.tensor.tensor_plan`);
     tensor parallelism with a pipeline or sharding, and ZeRO, FSDP or recomputation inside a
     pipeline are refused in one line.
 
@@ -1453,7 +1461,13 @@ def launch_plan(
         from postplace.runtime.tensor import tensor_plan
 
         rank_programs = tensor_plan(
-            traced, gpus, list(cluster.device_names), tp=spec.tensor, recompute=recompute, selective=spec.selective
+            traced,
+            gpus,
+            list(cluster.device_names),
+            tp=spec.tensor,
+            recompute=recompute,
+            selective=spec.selective,
+            level=spec.level,
         )
     elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan

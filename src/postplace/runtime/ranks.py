@@ -85,8 +85,8 @@ def numel_of(shape: tuple[int, ...]) -> int:
 class Collective:
     """One collective of a step, called by every rank of its ``group`` (every rank when empty) in ``index``
     order: its kind, the fx node whose value it carries, and that value's shape and dtype. An all-gather of
-    whole tensors also names each tensor's ``owners`` (the rank that sends it) and ``shapes``, in the order
-    every rank receives them."""
+    whole tensors also names each tensor's ``owners`` (the position in the group of the rank that sends it)
+    and ``shapes``, in the order every rank receives them."""
 
     index: int
     kind: str

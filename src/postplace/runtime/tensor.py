@@ -41,7 +41,17 @@ import torch
 import torch.fx
 
 from postplace.errors import PostplaceError
-from postplace.runtime.ranks import ALL_REDUCE, ALL_REDUCE_MAX, REDUCE, REDUCE_MAX, Collective, RankPlan, RankProgram
+from postplace.runtime.ranks import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_REDUCE_MAX,
+    GATHER,
+    REDUCE,
+    REDUCE_MAX,
+    Collective,
+    RankPlan,
+    RankProgram,
+)
 
 __all__ = [
     "launchable_tensor",
@@ -197,21 +207,23 @@ def _local(shape: tuple, lay, t: int) -> tuple:
 class _Builder:
     """One rank's program: the traced step's nodes rewritten in order (see the module docstring)."""
 
-    def __init__(self, traced, src: torch.fx.Graph, degree: int, rank: int, params: dict[str, Split]):
+    def __init__(self, traced, src: torch.fx.Graph, degree: int, rank: int, params: dict[str, Split], gathers=()):
         self.traced, self.src, self.t, self.j = traced, src, degree, rank
+        self.gathers = list(gathers)  # ZeRO-1: each all-gather's (parameter names, owners), in order
         self.params = params
         self.g = torch.fx.Graph()
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}
         self.lay: dict[torch.fx.Node, object] = {}
         self.reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-        self.calls: list[tuple[str, str, str, tuple, torch.dtype]] = []  # (over "tp" or "dp", kind, ...)
+        # (over "tp" or "dp", kind, label, shape, dtype, owners, shapes)
+        self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple]] = []
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
 
     # -- collectives
     def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
         k = len(self.calls)
         out = self.g.call_module(REDUCE_MAX if kind == ALL_REDUCE_MAX else REDUCE, (k, [value]))
-        self.calls.append(("tp", kind, label, tuple(shape), dtype))
+        self.calls.append(("tp", kind, label, tuple(shape), dtype, (), ()))
         return self.g.call_function(operator.getitem, (out, 0))
 
     def refuse(self, reader: torch.fx.Node, x: torch.fx.Node | None = None):
@@ -269,9 +281,22 @@ class _Builder:
             self.env[n] = self.g.call_module(REDUCE, (k, values))
             self.lay[n] = tuple(self.lay.get(x) if isinstance(self.lay.get(x), Split) else None for x in n.args[1])
             numel = sum(math.prod(_local(_shape(x), self.lay[n][i], self.t)) for i, x in enumerate(n.args[1]))
-            self.calls.append(
-                ("dp", ALL_REDUCE, "+".join(x.name for x in n.args[1]), (numel,), _val(n.args[1][0]).dtype)
-            )
+            label = "+".join(x.name for x in n.args[1])
+            self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), ()))
+            return
+        if n.op == "call_module" and n.target == GATHER:  # ZeRO-1: every part's owners send their parameters
+            names, owners = self.gathers.pop(0)
+            holders = {x.name: x for x in self.src.nodes if x.op == "placeholder"}
+            shapes = tuple(_local(_shape(holders[p]), self.params.get(p), self.t) for p in names)
+            self.env[n] = self.g.call_module(GATHER, (len(self.calls), [self.env[x] for x in n.args[1]]))
+            self.lay[n] = tuple(self.params.get(p) for p in names)
+            dtype = _val(holders[names[0]]).dtype
+            numel = sum(math.prod(x) for x in shapes)
+            self.calls.append(("dp", ALL_GATHER, "+".join(names), (numel,), dtype, tuple(owners), shapes))
+            return
+        if n.op == "call_method" and n.target == "copy_":  # ZeRO-1: a gathered parameter into this copy
+            self.env[n] = self.g.call_method("copy_", (self.env[n.args[0]], self.env[n.args[1]]))
+            self.lay[n] = self.lay.get(n.args[0])
             return
         if n.op != "call_function":
             raise PostplaceError(f"tensor parallelism: node '{n.name}' ({n.op}) is not an op; cannot split it")
@@ -635,11 +660,22 @@ class _Builder:
 
 
 # ------------------------------------------------------------------------------ the plan
+def _zero_owners(traced, degree: int, replicas: int) -> dict[int, int]:
+    """ZeRO-1's owner of each parameter op of ``traced``: the simulated plan's, found on the split step (where
+    a split parameter weighs 1/``degree``)."""
+    from postplace.plans.data_parallel import zero_owners
+    from postplace.plans.tensor import tensor_parallel
+
+    split = tensor_parallel(traced.graph, degree)
+    index = {name: i for i, name in enumerate(traced.graph.names)}
+    return {index[split.names[p]]: r for p, r in zero_owners(split, replicas).items()}
+
+
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
-    that are ``ddp`` replicas (``ddp:tp=T``, ``+recompute`` or ``+selective`` or not), no pipeline or sharding
-    around them."""
-    return bool(spec.tensor) and spec.level == "ddp" and not spec.pipeline and spec.shard is None
+    that are ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``, ``+recompute`` or ``+selective`` or
+    not), no pipeline or sharding around them."""
+    return bool(spec.tensor) and spec.level in ("ddp", "zero1") and not spec.pipeline and spec.shard is None
 
 
 def split_parameters(traced, degree: int) -> dict[str, Split]:
@@ -683,6 +719,7 @@ def tensor_plan(
     bucket_bytes: float = 25e6,
     recompute=(),
     selective: bool = False,
+    level: str = "ddp",
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
     ``devices`` (see the module docstring): rank ``j + tp x r`` is part j of replica r, Megatron-LM's order.
@@ -693,6 +730,9 @@ def tensor_plan(
     data-parallel groups do. With ``recompute`` (units, and ``selective`` as for
     :func:`postplace.runtime.ddp.ddp_plan`) each group's program runs those units' forward again before their
     backward, split alike: the recomputed forward all-reduces its partial sums again, as Megatron-LM's does.
+    With ``level="zero1"`` each replica owns whole parameters (its part of them), as the simulated plan's
+    owners on the split step (:func:`postplace.plans.data_parallel.zero_owners`), holds their moments alone,
+    updates them alone, and all-gathers the others' parts after the update over the ranks of its part.
 
     Returns
     -------
@@ -713,9 +753,17 @@ def tensor_plan(
     if len(devices) % t:
         raise PostplaceError(f"tensor parallelism: tp={t} does not divide the {len(devices)} GPUs of the plan")
     dp, world = len(devices) // t, len(devices)
+    if level not in ("ddp", "zero1") or (level == "zero1" and dp < 2):
+        raise PostplaceError(f"tensor parallelism launches with ddp, or zero1 over 2 or more replicas, not '{level}'")
+    owners = _zero_owners(traced, t, dp) if level == "zero1" else None
+    gathers: list[list] = [[] for _ in range(dp)]
     if dp > 1:
         check_replicas(traced, dp, "ddp")
-        programs = [replica_program(traced, r, traced.microbatches // dp, bucket_bytes)[0] for r in range(dp)]
+        programs = []
+        for r in range(dp):
+            gm, calls = replica_program(traced, r, traced.microbatches // dp, bucket_bytes, owners=owners)
+            programs.append(gm)
+            gathers[r] = [(names, who) for kind, names, _tag, who in calls if kind == ALL_GATHER]
     else:
         whole = torch.fx.Graph()
         whole.output(whole.graph_copy(traced.gm.graph, {}))
@@ -729,7 +777,9 @@ def tensor_plan(
     params = split_parameters(traced, t)
     for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
         try:
-            built = [_Builder(traced, sources[r], t, j, params).build() for r in range(dp) for j in range(t)]
+            built = [
+                _Builder(traced, sources[r], t, j, params, gathers[r]).build() for r in range(dp) for j in range(t)
+            ]
             break
         except _Regroup as need:
             for name, lay in list(params.items()):  # a parameter and its optimizer state alike
@@ -740,7 +790,7 @@ def tensor_plan(
     calls = built[0][1]
     index: dict[tuple[int, int], int] = {}  # (the program's k-th collective, rank) -> the plan's collective
     collectives = []
-    for k, (over, kind, label, shape, dtype) in enumerate(calls):
+    for k, (over, kind, label, shape, dtype, who, shapes) in enumerate(calls):
         if over == "tp":
             groups = [tuple(r * t + j for j in range(t)) for r in range(dp)]
         else:
@@ -749,7 +799,9 @@ def tensor_plan(
             for rank in members:
                 index[(k, rank)] = len(collectives)
             group = members if len(members) < world else ()
-            collectives.append(Collective(len(collectives), kind, label, shape, dtype, group=group))
+            collectives.append(
+                Collective(len(collectives), kind, label, shape, dtype, owners=who, shapes=shapes, group=group)
+            )
     holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     programs = []
     for rank, (g, mine) in enumerate(built):
@@ -763,7 +815,7 @@ def tensor_plan(
             RankProgram(
                 rank,
                 devices[rank],
-                graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX}),
+                graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER}),
                 tuple(i for i, x in enumerate(holders) if x in kept),
                 (0,) if rank % t == 0 else (),  # the group's loss once
                 tuple(("collective", index[(k, rank)]) for k in range(len(calls))),
