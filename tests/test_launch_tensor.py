@@ -100,6 +100,20 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
     assert res.bytes_sent == simulated["bytes_sent"]
 
 
+def test_a_pipeline_of_tensor_parallel_groups_runs_1f1b_and_moves_what_the_simulator_charges():
+    """LLaMA (small, AdamW, 4 micro-batches) on 4 ranks, ``ddp:tp=2,pp=2``: two stages of two parts each
+    (GPUs j + 2 s); part j of stage 0 sends each micro-batch's activation to part j of stage 1 in 1F1B's
+    order; within fp32 rounding of one process, each rank's bytes = the simulated plan's."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    plan = "ddp:tp=2,pp=2,dp=1,m=4,schedule=1f1b"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert [(m.src, m.dst) for m in res.plan.messages[:4]] == [(0, 2), (1, 3), (0, 2), (1, 3)]
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    assert res.bytes_sent[0] > res.bytes_sent[2]  # the first stage's: its activations, its blocks' partial sums
+
+
 def test_a_user_module_splits_where_the_pattern_is_in_two_zero1_groups():
     """A user's MLP (linear, GELU, linear) on 4 ranks, ``zero1:tp=2``: two groups (ranks 0-1, 2-3), each a
     replica of one micro-batch; the first layer split by columns, the second by rows; per group one
@@ -131,7 +145,7 @@ def test_a_user_module_splits_where_the_pattern_is_in_two_zero1_groups():
 
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
-    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2", "zero2:tp=2,m=2"):
+    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp+recompute:tp=2,pp=2,dp=1,m=2", "zero2:tp=2,m=2"):
         with pytest.raises(PostplaceError, match=r"groups that are ddp or zero1 replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)

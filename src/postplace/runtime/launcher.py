@@ -32,11 +32,12 @@ Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as 
 Tensor-parallel groups (``ddp:tp=T``, :mod:`postplace.runtime.tensor`) run Megatron-LM's split: each rank holds
 its part of the split parameters and their state and all-reduces partial sums over its group; the groups are
 ``ddp`` or ``zero1`` replicas, each gradient bucket all-reduced (and under ZeRO-1 each parameter gathered from
-its owner) over the ranks holding the same parts.
+its owner) over the ranks holding the same parts; a pipeline of groups (``ddp:tp=T,pp=P``) sends each
+activation from part j of a stage to part j of the next.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism with a pipeline, zero2 or fsdp around it; ZeRO/FSDP or
+What is not here yet: tensor parallelism under zero2 or fsdp; ZeRO/FSDP or
 recomputation inside a pipeline.
 """
 
@@ -1021,7 +1022,8 @@ def _run_plan(
             params[n] = unshard([res.parameters[n] for res in ranks_in_order], p.shape)
         elif i in tensor_split:  # every rank returned its part
             params[n] = tensor_unshard(
-                [res.parameters[n] for res in ranks_in_order[: plan.tensor_degree]], *tensor_split[i]
+                [res.parameters[n] for res in ranks_in_order if n in res.parameters][: plan.tensor_degree],
+                *tensor_split[i],
             )
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
@@ -1156,8 +1158,8 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, zero1:tp=T) "
-                "so far (tp with pp, zero2 or fsdp, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "pipelines of ddp replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, zero1:tp=T, "
+                "ddp:tp=T,pp=P) so far (tp with zero2 or fsdp, ZeRO/FSDP or recomputation with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1370,14 +1372,15 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas, nothing else (so far)."""
+    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas and in pipelines of ``ddp``
+    groups, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs tensor parallelism in groups that are ddp or zero1 replicas (ddp:tp=T, "
-            "zero1:tp=T, recomputed or not) so far; the rest of tensor parallelism (with a pipeline, zero2 or "
-            "fsdp) is simulated only"
+            "zero1:tp=T, recomputed or not) and in pipelines of ddp groups (ddp:tp=T,pp=P) so far; the rest of "
+            "tensor parallelism (zero2, fsdp, or zero1 or recomputation with a pipeline) is simulated only"
         )
 
 
@@ -1405,7 +1408,7 @@ def launch_plan(
     :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
     units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
     tensor-parallel groups as ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``:
-    :func:`postplace.runtime.tensor.tensor_plan`);
+    :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``);
     tensor parallelism with a pipeline or sharding, and ZeRO, FSDP or recomputation inside a
     pipeline are refused in one line.
 
@@ -1457,7 +1460,7 @@ def launch_plan(
         from postplace.plans._step import numbered_units
 
         recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-    if spec.tensor:
+    if spec.tensor and not spec.pipeline:
         from postplace.runtime.tensor import tensor_plan
 
         rank_programs = tensor_plan(

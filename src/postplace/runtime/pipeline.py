@@ -89,11 +89,14 @@ def pipeline_plan(
     from postplace.placers.practitioner import pipeline_stages
 
     pp = spec.pipeline
-    if not pp or spec.level != "ddp" or spec.tensor or spec.shard is not None or spec.recompute:
+    if not pp or spec.level != "ddp" or spec.shard is not None or spec.recompute:
         raise PostplaceError(
-            f"plan '{spec}': launch runs pipelines of ddp replicas (ddp:pp=P) without recomputation, "
-            "tensor parallelism or sharding so far"
+            f"plan '{spec}': launch runs pipelines of ddp replicas (ddp:pp=P, tp=T or not) without recomputation "
+            "or sharding so far"
         )
+    every = list(devices)
+    t = spec.tensor or 1
+    devices = every[::t]  # each tensor-parallel group's first GPU: the pipeline of groups is cut as one of GPUs
     k, m = len(devices), traced.microbatches
     dp = k // pp
     if dp * pp != k:
@@ -134,7 +137,12 @@ def pipeline_plan(
             gm, calls = traced.gm, []
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         replicas.append((rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device), calls))
-    plan = batch_messages(_merge(traced, replicas, devices, dp, gpu, names))
+    plan = _merge(traced, replicas, devices, dp, gpu, names)
+    if t > 1:
+        from postplace.runtime.tensor import tensor_ranks
+
+        plan = tensor_ranks(plan, traced, t, every)
+    plan = batch_messages(plan)
     plan.check()
     return plan
 

@@ -221,7 +221,7 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
             width = slice_width(p.numel(), world)
             sliced = len(copies) == world and all(t.shape == (width,) for t in copies)
             value = whole[0] if whole else unshard(copies, p.shape) if sliced else None
-            if i in parts and not whole and len(copies) == world:  # ranks 0..tp-1: the first group's parts
+            if i in parts and not whole and len(copies) % degree == 0:  # the first group holding it: its parts
                 from postplace.runtime.tensor import tensor_unshard
 
                 value = tensor_unshard(copies[:degree], *parts[i])

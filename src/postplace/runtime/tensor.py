@@ -46,8 +46,10 @@ from postplace.runtime.ranks import (
     ALL_REDUCE,
     ALL_REDUCE_MAX,
     GATHER,
+    RECV,
     REDUCE,
     REDUCE_MAX,
+    SEND,
     Collective,
     RankPlan,
     RankProgram,
@@ -215,15 +217,16 @@ class _Builder:
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}
         self.lay: dict[torch.fx.Node, object] = {}
         self.reduced: dict[torch.fx.Node, torch.fx.Node] = {}
-        # (over "tp" or "dp", kind, label, shape, dtype, owners, shapes)
-        self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple]] = []
+        # (over "tp" or "dp", kind, label, shape, dtype, owners, shapes, the source's collective index)
+        self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple, int]] = []
+        self.message = lambda k: k  # a message of the source program -> this rank's (a pipeline's parts)
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
 
     # -- collectives
     def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
         k = len(self.calls)
         out = self.g.call_module(REDUCE_MAX if kind == ALL_REDUCE_MAX else REDUCE, (k, [value]))
-        self.calls.append(("tp", kind, label, tuple(shape), dtype, (), ()))
+        self.calls.append(("tp", kind, label, tuple(shape), dtype, (), (), -1))
         return self.g.call_function(operator.getitem, (out, 0))
 
     def refuse(self, reader: torch.fx.Node, x: torch.fx.Node | None = None):
@@ -282,7 +285,7 @@ class _Builder:
             self.lay[n] = tuple(self.lay.get(x) if isinstance(self.lay.get(x), Split) else None for x in n.args[1])
             numel = sum(math.prod(_local(_shape(x), self.lay[n][i], self.t)) for i, x in enumerate(n.args[1]))
             label = "+".join(x.name for x in n.args[1])
-            self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), ()))
+            self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), (), n.args[0]))
             return
         if n.op == "call_module" and n.target == GATHER:  # ZeRO-1: every part's owners send their parameters
             names, owners = self.gathers.pop(0)
@@ -292,7 +295,15 @@ class _Builder:
             self.lay[n] = tuple(self.params.get(p) for p in names)
             dtype = _val(holders[names[0]]).dtype
             numel = sum(math.prod(x) for x in shapes)
-            self.calls.append(("dp", ALL_GATHER, "+".join(names), (numel,), dtype, tuple(owners), shapes))
+            self.calls.append(("dp", ALL_GATHER, "+".join(names), (numel,), dtype, tuple(owners), shapes, n.args[0]))
+            return
+        if n.op == "call_module" and n.target == SEND:  # a pipeline's message: part j to part j of the next stage
+            self.g.call_module(SEND, (self.message(n.args[0]), self.whole(n.args[1], n)))
+            return
+        if n.op == "call_module" and n.target == RECV:
+            self.env[n] = self.g.call_module(RECV, (self.message(n.args[0]),))
+            self.env[n].meta = dict(n.meta)
+            self.lay[n] = None
             return
         if n.op == "call_method" and n.target == "copy_":  # ZeRO-1: a gathered parameter into this copy
             self.env[n] = self.g.call_method("copy_", (self.env[n.args[0]], self.env[n.args[1]]))
@@ -671,11 +682,101 @@ def _zero_owners(traced, degree: int, replicas: int) -> dict[int, int]:
     return {index[split.names[p]]: r for p, r in zero_owners(split, replicas).items()}
 
 
+def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> RankPlan:
+    """``plan`` (per-rank programs of unsplit replicas or stages, before batching: a pipeline's) with each
+    rank q made ``degree`` ranks ``q degree + j``, part j of its split program, on the plan's GPUs ``devices``
+    (the group of q's GPU: it and the next ``degree - 1``, Megatron-LM's order). Every message of ``plan``
+    goes from part j to part j (a stage sends its whole activation from every part, as the simulated plan
+    does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
+    sums over itself."""
+    t = degree
+    params = split_parameters(traced, t)
+    for prog in plan.programs:
+        for n in prog.gm.graph.nodes:  # the messages the programs receive carry their shapes
+            if n.op == "call_module" and n.target == RECV and "val" not in n.meta:
+                m = plan.messages[n.args[0]]
+                n.meta["val"] = torch.empty(m.shape, dtype=m.dtype, device="meta")
+    for _ in range(8):
+        try:
+            built = []
+            for prog in plan.programs:
+                for j in range(t):
+                    b = _Builder(traced, prog.gm.graph, t, j, params)
+                    b.message = lambda k, j=j: k * t + j
+                    built.append(b.build())
+            break
+        except _Regroup as need:
+            for name, lay in list(params.items()):
+                if lay.sources & need.sources:
+                    params[name] = Split(lay.dim, need.groups, lay.sources)
+    else:
+        raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
+    collectives: list[Collective] = []
+    index: dict[tuple[int, int], int] = {}  # (rank, its program's k-th collective) -> the plan's
+    for c in plan.collectives:  # each of the unsplit plan's, once per part, over that part of its ranks
+        for j in range(t):
+            members = tuple(q * t + j for q in c.members(plan.world_size))
+            local = next(call for q in c.members(plan.world_size) for call in built[q * t + j][1] if call[7] == c.index)
+            for rank in members:
+                k = next(i for i, call in enumerate(built[rank][1]) if call[0] == "dp" and call[7] == c.index)
+                index[(rank, k)] = len(collectives)
+            collectives.append(
+                dataclasses.replace(c, index=len(collectives), shape=local[3], shapes=local[6] or (), group=members)
+            )
+    for q in range(plan.world_size):  # each group's own: its partial sums
+        for k, call in enumerate(built[q * t][1]):
+            if call[0] == "tp":
+                for j in range(t):
+                    index[(q * t + j, k)] = len(collectives)
+                group = tuple(q * t + j for j in range(t))
+                collectives.append(Collective(len(collectives), call[1], call[2], call[3], call[4], group=group))
+    messages = tuple(
+        dataclasses.replace(m, index=m.index * t + j, src=m.src * t + j, dst=m.dst * t + j)
+        for m in plan.messages
+        for j in range(t)
+    )
+    from postplace.runtime.ddp import graph_module
+
+    programs, ranks = [], []
+    for rank, (g, _calls) in enumerate(built):
+        q, j = divmod(rank, t)
+        actions = []
+        for node in g.nodes:
+            if node.op != "call_module":
+                continue
+            if node.target in (SEND, RECV):
+                actions.append(("send" if node.target == SEND else "recv", int(node.args[0])))
+            else:
+                node.args = (index[(rank, node.args[0])], *node.args[1:])
+                actions.append(("collective", node.args[0]))
+        old = plan.programs[q]
+        device = devices[devices.index(old.device) + j]
+        comms = {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER, SEND: "send", RECV: "recv"}
+        gm = graph_module(traced, g, comms)
+        programs.append(RankProgram(rank, device, gm, old.inputs, old.outputs if j == 0 else (), tuple(actions)))
+        ranks.append(device)
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    split = tuple((holders.index(name), lay.dim, lay.groups) for name, lay in params.items())
+    return RankPlan(
+        plan.device_names,
+        tuple(ranks),
+        messages,
+        tuple(programs),
+        plan.n_persistent,
+        collectives=tuple(collectives),
+        partial_loss=plan.partial_loss,
+        tensor_split=tuple(sorted(split)),
+        tensor_degree=t,
+    )
+
+
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``, ``+recompute`` or ``+selective`` or
-    not), no pipeline or sharding around them."""
-    return bool(spec.tensor) and spec.level in ("ddp", "zero1") and not spec.pipeline and spec.shard is None
+    not), or pipelines of groups that are ``ddp`` replicas (``ddp:tp=T,pp=P``: :func:`tensor_ranks`)."""
+    if spec.pipeline:  # a pipeline of groups: ddp replicas (runtime.pipeline)
+        return bool(spec.tensor) and spec.level == "ddp" and not spec.recompute and spec.shard is None
+    return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
 
 
 def split_parameters(traced, degree: int) -> dict[str, Split]:
@@ -790,7 +891,7 @@ def tensor_plan(
     calls = built[0][1]
     index: dict[tuple[int, int], int] = {}  # (the program's k-th collective, rank) -> the plan's collective
     collectives = []
-    for k, (over, kind, label, shape, dtype, who, shapes) in enumerate(calls):
+    for k, (over, kind, label, shape, dtype, who, shapes, _source) in enumerate(calls):
         if over == "tp":
             groups = [tuple(r * t + j for j in range(t)) for r in range(dp)]
         else:
