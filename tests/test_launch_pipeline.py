@@ -23,21 +23,13 @@ from postplace.runtime.placed import apply
 from postplace.runtime.ranks import Collective, Message, check_order
 from postplace.runtime.zoo_step import trace_zoo_step
 from postplace.sim import Simulator
+from tests.launchhelp import one_process
 
 K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
 
 
 def llama(m: int = 4):
     return trace_zoo_step("llama", "small", microbatches=m, batch=4, optimizer="adamw")
-
-
-def one_process(traced, steps: int, seed: int = 0):
-    """The reference: the step on one device, the same batches."""
-    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
-    batches = RandomBatches(seed)
-    torch.manual_seed(seed)
-    losses = [float(step(*batches(traced))) for _ in range(steps)]
-    return losses, step.parameters()
 
 
 def slots_of(plan, rank: int) -> str:

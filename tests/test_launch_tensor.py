@@ -3,7 +3,6 @@ holding its part of the split layers, groups as ddp replicas (issue 33; the nume
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -13,24 +12,15 @@ from postplace.errors import PostplaceError
 from postplace.graph.trace_torch import trace
 from postplace.plans import parse_plan
 from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
-from postplace.runtime.placed import apply
 from postplace.runtime.rank_checkpoint import load_into
 from postplace.runtime.tensor import tensor_plan, tensor_shard, tensor_unshard
 from postplace.runtime.zoo_step import trace_zoo_step
+from tests.launchhelp import one_process
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
 PLAN = "ddp:tp=2,dp=1,m=2"
-
-
-def one_process(traced, steps: int, seed: int = 0):
-    """The reference: the step on one device, the same batches."""
-    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
-    batches = RandomBatches(seed)
-    torch.manual_seed(seed)
-    losses = [float(step(*batches(traced))) for _ in range(steps)]
-    return losses, step.parameters()
 
 
 def split_of(traced, plan) -> dict[str, tuple[int, int]]:

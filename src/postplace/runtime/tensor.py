@@ -498,19 +498,15 @@ class _Builder:
             return Split(i, la.groups, la.sources)
         return None
 
-    def op_mm(self, n, ins, lays) -> None:
-        lay = self.product(n, *n.args[:2], batch=0)
+    def op_mm(self, n, ins, lays, batch: int = 0) -> None:
+        lay = self.product(n, *n.args[:2], batch=batch)
         if lay is None or lay == "whole":
             self.opaque(n, ins, lays)
             return
         self.emit(n, [self.env[x] for x in n.args[:2]], lay=lay)
 
     def op_bmm(self, n, ins, lays) -> None:
-        lay = self.product(n, *n.args[:2], batch=1)
-        if lay is None or lay == "whole":
-            self.opaque(n, ins, lays)
-            return
-        self.emit(n, [self.env[x] for x in n.args[:2]], lay=lay)
+        self.op_mm(n, ins, lays, batch=1)
 
     def op_addmm(self, n, ins, lays) -> None:
         bias, a, b = n.args[:3]
