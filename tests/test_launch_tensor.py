@@ -48,10 +48,10 @@ def test_a_part_and_its_blocks_join_back():
 
 def test_llama_split_and_recomputed_over_two_processes_trains_as_one_and_moves_what_the_simulator_charges(tmp_path):
     """LLaMA (small, AdamW, 2 micro-batches, blocks recomputed): the attention and MLP layers split
-    Megatron-style, the head by vocabulary (its cross-entropy all-reduces each token's max, sum and target
-    logit); losses and parameters after 3 steps within fp32 rounding of the one-process step; every rank
-    all-reduces the bytes the simulated plan's all-reduces carry; the per-rank checkpoint joins back into
-    the user's model."""
+    Megatron-style, the head and the embedding by vocabulary (its cross-entropy all-reduces each token's max,
+    sum and target logit, its lookups each token's vector); losses and parameters after 3 steps within fp32
+    rounding of the one-process step; every rank all-reduces the bytes the simulated plan's all-reduces carry;
+    the per-rank checkpoint joins back into the user's model."""
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
     plan = "ddp+recompute:tp=2,dp=1,m=2"
     res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0), checkpoint=tmp_path)
@@ -60,15 +60,15 @@ def test_llama_split_and_recomputed_over_two_processes_trains_as_one_and_moves_w
     assert {n for n, (d, _) in split.items() if d == 1} == {
         f"blocks.{b}.{w}.weight" for b in (0, 1) for w in ("attn.wo", "mlp.w2")
     }
-    assert {n for n, (d, _) in split.items() if d == 0} == {"head.weight"} | {
+    assert {n for n, (d, _) in split.items() if d == 0} == {"head.weight", "embed.weight"} | {
         f"blocks.{b}.{w}.weight" for b in (0, 1) for w in ("attn.wq", "attn.wk", "attn.wv", "mlp.w1", "mlp.w3")
     }
     assert [c.kind for c in res.plan.collectives].count("all_reduce_max") == 2  # one per micro-batch
     simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
     assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
-    # per micro-batch: 9 activations (4 forward, 5 backward), each block's attention output again (the
-    # recomputed forward's; the MLP's output is the next unit's input, kept), 3 values per token
-    assert res.bytes_sent[0] == 2 * ((9 + 2) * 2 * 16 * 32 + 3 * 2 * 16) * 4
+    # per micro-batch: 10 activations (the embedding's vectors, 4 forward, 5 backward), each block's attention
+    # output again (the recomputed forward's; the MLP's output is the next unit's input, kept), 3 values per token
+    assert res.bytes_sent[0] == 2 * ((10 + 2) * 2 * 16 * 32 + 3 * 2 * 16) * 4
     model = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw").model
     assert load_into(model, tmp_path) == 3
     for name, p in model.named_parameters():

@@ -12,12 +12,15 @@ its transpose, its cast); a linear L is *column-split* when everything its outpu
 pass before the next linear layer flows into one and the same linear R (nothing escapes to the
 residual stream or the loss), and R is then *row-split*. Several column linears may share one R (the
 query, key and value projections; SwiGLU's gate and up projections). In a model with such pairs, a
-linear whose output reaches the loss with no linear or norm between (a transformer's output head, its
-weight read by it alone) is split by *vocabulary*: each GPU computes its share of the logits, and the
-softmax over them all-reduces each token's maximum and sum (Megatron-LM's vocabulary-parallel
-cross-entropy, three fp32 values per token). Every other op stays whole: each GPU runs it entirely (the
-norms, the residual adds, the embedding, which Megatron-LM also splits by vocabulary, and a head tied to
-it) and :func:`tensor_parallel` lists the linear layers it left whole.
+linear whose output reaches the loss through a softmax with no linear or norm between (a transformer's
+output head, its weight read by it alone) is split by *vocabulary*: each GPU computes its share of the
+logits, and the softmax over them all-reduces each token's maximum, sum and target logit (Megatron-LM's
+vocabulary-parallel cross-entropy, three fp32 values per token). The input embedding of that vocabulary
+(a table as large as the head's, read by lookups alone) is split by vocabulary too, as Megatron-LM splits
+it: each GPU holds its rows, looks up the tokens that fall in them (zeros for the others) and the vectors
+are all-reduced (a partial sum); its gradient is each GPU's rows'. Every other op stays whole: each GPU
+runs it entirely (the norms, the residual adds, a position table, a head tied to the embedding) and
+:func:`tensor_parallel` lists the linear layers it left whole.
 
 What each op then is on one GPU follows from its inputs, forward and backward alike, as a sharding
 rule: a split parameter (the weights and biases of the split linears) is a *shard* (1/t of it per GPU);
@@ -197,6 +200,16 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
         ):
             for p in params[head]:
                 role[p] = "vocab"
+    heads = [p for p, r in role.items() if r == "vocab"]
+    for p, found in readers.items():  # the input embedding of a vocabulary-split head's vocabulary: split alike
+        if (
+            heads
+            and p not in role
+            and found
+            and all(graph.op_types[d] == "embedding" for d in found)
+            and any(graph.output_bytes[p] == graph.output_bytes[h] for h in heads)
+        ):
+            role[p] = "embedding"
     whole = [i for i in params if not any(p in role for p in params[i])]
     return role, whole
 
@@ -246,12 +259,18 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     weights = _from_parameters(graph, ins)
     n, t = graph.num_ops, float(degree)
     state = np.full(n, WHOLE, dtype=np.int64)
+    looked_up: set[int] = set()  # the colocation sets of embedding lookups in a split table
     for i in range(n):
         if i in role:
             state[i] = SHARD
             continue
         got = [state[s] for s in ins[i]]
-        if PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
+        if graph.op_types[i] == "embedding" and SHARD in got:  # each rank's rows: a term of every token's vector
+            state[i] = PARTIAL
+            looked_up.add(int(graph.colocation[i]))
+        elif graph.op_types[i] == "embedding_dense_backward" and int(graph.colocation[i]) in looked_up - {-1}:
+            state[i] = SHARD  # the gradient of this rank's rows
+        elif PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
             state[i] = PARTIAL
         elif (
             graph.op_types[i] in _PRODUCTS

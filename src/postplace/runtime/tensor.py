@@ -60,6 +60,8 @@ __all__ = [
     "tensor_plan",
     "tensor_shard",
     "tensor_unshard",
+    "vocab_embedding",
+    "vocab_embedding_backward",
     "vocab_log_softmax_backward",
     "vocab_nll_backward",
     "vocab_nll_loss",
@@ -118,6 +120,25 @@ def vocab_picked(logp: torch.Tensor, target: torch.Tensor, start: int) -> torch.
     inside = (local >= 0) & (local < logp.shape[1])
     picked = logp.gather(1, torch.where(inside, local, 0).unsqueeze(1)).squeeze(1)
     return torch.where(inside, picked, torch.zeros_like(picked))
+
+
+def vocab_embedding(weight: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+    """The vectors of the tokens in this rank's rows ``[start, start + rows)`` of a vocabulary-split embedding
+    table, zeros for the others: summed over the group, every token's vector."""
+    local = tokens - start
+    inside = (local >= 0) & (local < weight.shape[0])
+    out = torch.nn.functional.embedding(torch.where(inside, local, 0), weight)
+    return out * inside.unsqueeze(-1).to(out.dtype)
+
+
+def vocab_embedding_backward(grad, tokens, start: int, rows: int, padding_idx: int, scale_grad_by_freq: bool):
+    """``embedding_dense_backward`` for this rank's rows of a vocabulary-split table: the gradient rows of the
+    tokens inside them (the others' gradients are other ranks')."""
+    local = tokens - start
+    inside = (local >= 0) & (local < rows)
+    masked = grad * inside.unsqueeze(-1).to(grad.dtype)
+    pad = padding_idx - start if 0 <= padding_idx - start < rows else -1
+    return aten.embedding_dense_backward(masked, torch.where(inside, local, 0), rows, pad, scale_grad_by_freq)
 
 
 def vocab_nll_loss(picked: torch.Tensor, target: torch.Tensor, reduction: int, ignore_index: int):
@@ -221,6 +242,7 @@ class _Builder:
         self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple, int]] = []
         self.message = lambda k: k  # a message of the source program -> this rank's (a pipeline's parts)
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
+        self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
 
     # -- collectives
     def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
@@ -318,7 +340,9 @@ class _Builder:
             lay = self.lay.get(src)
             self.emit(n, (self.env[src], idx), lay=lay[idx] if isinstance(lay, (tuple, list)) else None)
             return
-        if all(x is None for x in lays):
+        if all(x is None for x in lays) and not (
+            _name(n.target) == "embedding_dense_backward" and ins[1:2] and ins[1] in self.looked_up
+        ):
             self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=None)
             return
         name = _name(n.target)
@@ -608,6 +632,26 @@ class _Builder:
     def like(self, n, ins, lays) -> None:
         lay = self.lay.get(n.args[0])
         self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=lay if isinstance(lay, Split) else None)
+
+    # -- the vocabulary-split embedding
+    def op_embedding(self, n, ins, lays) -> None:
+        weight, tokens = n.args[:2]
+        lay = self.lay.get(weight)
+        if not (isinstance(lay, Split) and lay.dim == 0 and lay.groups == 1) or len(n.args) > 2:
+            self.opaque(n, ins, lays)  # refuses: a table split otherwise, a padding row
+            return
+        start = self.j * _shape(weight)[0] // self.t
+        self.looked_up[tokens] = start
+        self.emit(n, (self.env[weight], self.whole(tokens, n), start), {}, lay=Partial(), target=vocab_embedding)
+
+    def op_embedding_dense_backward(self, n, ins, lays) -> None:
+        grad, tokens, rows, padding_idx, scale = n.args
+        if tokens not in self.looked_up:
+            self.opaque(n, ins, lays)
+            return
+        start = self.looked_up[tokens]
+        args = (self.whole(grad, n), self.whole(tokens, n), start, rows // self.t, padding_idx, scale)
+        self.emit(n, args, {}, lay=Split(0, 1), target=vocab_embedding_backward)
 
     # -- the vocabulary-split cross-entropy
     def op__log_softmax(self, n, ins, lays) -> None:
