@@ -104,16 +104,15 @@ def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     assert "2 processes by torch's elastic launcher, 0 messages and" in text.stdout, text.stdout
 
 
-def _torch_ddp_rank(rank: int, world: int, port: int, steps, out: str, zero: bool = False) -> None:
+def _torch_ddp_rank(rank: int, world: int, store: str, steps, out: str, zero: bool = False) -> None:
     """One rank of torch's own DistributedDataParallel on the MLP: its slice of each batch, AdamW (``zero``:
     torch's ZeroRedundancyOptimizer, each rank the state and update of its own parameters)."""
-    import os
 
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file rendezvous: a free port picked here could be taken by a concurrent launch before the ranks bind it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
@@ -146,20 +145,15 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     ``ZeroRedundancyOptimizer``, which splits the parameters among the ranks its own way and reduces the
     gradients as DDP does: the sums are the same, in another order; fsdp against plain DDP, whose sums and
     update it computes on slices): the parameters after 3 steps agree within fp32 rounding."""
-    import socket
-
     import torch.multiprocessing as mp
 
     traced = mlp_step(4)
     batches = RandomBatches(0)
     steps = [tuple(batches(traced)) for _ in range(3)]
     ours = launch_plan(mlp_step(4), f"{plan}:m=4,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=0)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     mp.spawn(
         _torch_ddp_rank,
-        args=(2, port, steps, str(tmp_path / "ddp.pt"), plan in ("zero1", "zero2")),
+        args=(2, str(tmp_path / "rendezvous"), steps, str(tmp_path / "ddp.pt"), plan in ("zero1", "zero2")),
         nprocs=2,
         join=True,
     )

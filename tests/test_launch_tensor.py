@@ -139,6 +139,13 @@ def test_tensor_plans_launch_does_not_run_are_one_line():
         with pytest.raises(PostplaceError, match=r"groups that are ddp or zero1 replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)
+    with pytest.raises(PostplaceError, match="zero1 shards over replicas of the 2-GPU group and the plan has 1"):
+        launch_plan(traced, "zero1:tp=2,dp=1,m=2", K80X4)
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))  # two units: a cut between them
+    cut = trace(mlp, (torch.randn(8, 16),), nn.functional.mse_loss, "sgd", microbatches=4, targets=(torch.randn(8, 8),))
+    with pytest.raises(PostplaceError, match="the cut falls between the layers of a split pair"):
+        launch_plan(cut, "ddp:tp=2,pp=2,dp=1,m=4,schedule=gpipe", K80X4)
     torch.manual_seed(0)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
     plain = trace(nn.Sequential(nn.Linear(16, 4)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))

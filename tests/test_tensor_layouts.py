@@ -199,3 +199,16 @@ class _LM(nn.Module):
 
 def _lm_loss(logits, targets):
     return F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
+
+
+def test_a_group_out_of_rank_order_is_refused_before_launch():
+    """torch orders a process group's ranks; an all-gather's owners are positions in the group as written."""
+    from postplace.runtime.ranks import Collective, RankPlan, RankProgram
+
+    gm = torch.fx.GraphModule(nn.Module(), torch.fx.Graph())
+    programs = tuple(RankProgram(r, r, gm, (), (), (("collective", 0),)) for r in range(2))
+    plan = RankPlan(
+        ("a", "b"), (0, 1), (), programs, 0, (Collective(0, "all_reduce", "x", (1,), torch.float32, group=(1, 0)),)
+    )
+    with pytest.raises(PostplaceError, match=r"names its group \[1, 0\] out of rank order"):
+        plan.check()

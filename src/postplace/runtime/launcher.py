@@ -1409,8 +1409,8 @@ def launch_plan(
     units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
     tensor-parallel groups as ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``:
     :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``);
-    tensor parallelism with a pipeline or sharding, and ZeRO, FSDP or recomputation inside a
-    pipeline are refused in one line.
+    tensor parallelism under ``zero2`` or ``fsdp``, and ZeRO, FSDP or recomputation inside a pipeline are
+    refused in one line.
 
     Parameters
     ----------

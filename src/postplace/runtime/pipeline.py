@@ -29,8 +29,11 @@ distribution, not the same bits); with several replicas each draws its own micro
 the seed, as ``ddp`` does. A training batch norm's backward takes the running statistics and ignores
 them: they are not a read that would hold the next micro-batch's forward behind it.
 
-Not here: ZeRO or FSDP with a pipeline, recomputation in a pipeline, tensor parallelism; a step with ops
-only a CPU may run and more than one replica.
+With ``tp=T`` the pipeline is built over each tensor-parallel group's first GPU and every rank then made T
+parts (:func:`postplace.runtime.tensor.tensor_ranks`): part j of a stage sends to part j of the next.
+
+Not here: ZeRO or FSDP with a pipeline, recomputation in a pipeline; a step with ops only a CPU may run and
+more than one replica.
 """
 
 from __future__ import annotations

@@ -241,7 +241,14 @@ class RankPlan:
 
     def check(self) -> None:
         """:func:`check_order` on this plan's programs; one :class:`PostplaceError` line when they
-        could deadlock or disagree."""
+        could deadlock or disagree, or a collective's group is not in rank order (torch's process groups
+        order their ranks, and an all-gather's owners are positions in the group)."""
+        for c in self.collectives:
+            if list(c.group) != sorted(set(c.group)):
+                raise PostplaceError(
+                    f"collective {c.index} ({c.value}) names its group {list(c.group)} out of rank order; "
+                    "build the plan's groups in rank order"
+                )
         check_order(
             [p.actions for p in self.programs],
             self.messages,

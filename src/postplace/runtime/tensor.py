@@ -26,9 +26,11 @@ all-reduces each token's maximum and sum of exponentials, the loss all-reduces t
 (three fp32 values per token, what the simulated plan charges), and its backward is local (the gradient of
 log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
 
-Data parallelism around the groups is ``ddp``'s (each group a replica, every gradient bucket all-reduced
-over the ranks holding the same parts); pipelines of groups, ZeRO and FSDP around them and recomputation are
-refused by the caller in one line.
+Data parallelism around the groups is ``ddp``'s or ZeRO-1's (each group a replica, every gradient bucket
+all-reduced, and under ZeRO-1 every parameter gathered from its owner, over the ranks holding the same parts),
+recomputation is the replica's (:mod:`postplace.runtime.recompute`), and a pipeline of groups is the pipeline's
+ranks each made T parts (:func:`tensor_ranks`). ZeRO-2 and FSDP around the groups are refused by the caller in
+one line.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from postplace.runtime.ranks import (
 __all__ = [
     "launchable_tensor",
     "tensor_plan",
+    "tensor_ranks",
     "tensor_shard",
     "tensor_unshard",
     "vocab_embedding",
@@ -320,6 +323,12 @@ class _Builder:
             self.calls.append(("dp", ALL_GATHER, "+".join(names), (numel,), dtype, tuple(owners), shapes, n.args[0]))
             return
         if n.op == "call_module" and n.target == SEND:  # a pipeline's message: part j to part j of the next stage
+            if isinstance(self.lay.get(n.args[1]), Split):
+                raise PostplaceError(
+                    f"tensor parallelism: the pipeline's stage cut of '{self.traced.graph.name}' sends "
+                    f"'{n.args[1].name}', a value split over the group (the cut falls between the layers of a "
+                    "split pair); launch runs pipelines of tensor-parallel groups whose stages hold whole blocks"
+                )
             self.g.call_module(SEND, (self.message(n.args[0]), self.whole(n.args[1], n)))
             return
         if n.op == "call_module" and n.target == RECV:
@@ -894,12 +903,17 @@ def tensor_plan(
     if len(devices) % t:
         raise PostplaceError(f"tensor parallelism: tp={t} does not divide the {len(devices)} GPUs of the plan")
     dp, world = len(devices) // t, len(devices)
-    if level not in ("ddp", "zero1") or (level == "zero1" and dp < 2):
-        raise PostplaceError(f"tensor parallelism launches with ddp, or zero1 over 2 or more replicas, not '{level}'")
+    if level not in ("ddp", "zero1"):
+        raise PostplaceError(f"tensor parallelism launches in ddp or zero1 replicas, not {level}")
+    if level == "zero1" and dp < 2:
+        raise PostplaceError(
+            f"tensor parallelism: zero1 shards over replicas of the {t}-GPU group and the plan has {dp}; "
+            f"give zero1 2 or more replicas, or use ddp:tp={t} for one group"
+        )
     owners = _zero_owners(traced, t, dp) if level == "zero1" else None
     gathers: list[list] = [[] for _ in range(dp)]
     if dp > 1:
-        check_replicas(traced, dp, "ddp")
+        check_replicas(traced, dp, level)
         programs = []
         for r in range(dp):
             gm, calls = replica_program(traced, r, traced.microbatches // dp, bucket_bytes, owners=owners)
