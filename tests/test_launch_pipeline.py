@@ -90,15 +90,19 @@ def blocks_step(m: int):
     return trace(Blocks(), (x,), nn.functional.cross_entropy, "adamw", microbatches=m, targets=(y,))
 
 
-def test_two_pipelines_all_reduce_each_stage_over_its_own_ranks():
+@pytest.mark.parametrize("level", ["ddp", "zero1"])
+def test_two_pipelines_all_reduce_each_stage_over_its_own_ranks(level):
     """pp=2 x dp=2 on four GPUs (Megatron's order: stage s of replica r on GPU r + 2 s): each stage's
     gradients all-reduced in buckets of their own over that stage's two ranks, as the simulated plan now
-    buckets them; the losses and parameters are the one-process step's within fp32 rounding (the
-    replicas' sums run in another order), every rank's bytes the simulator's."""
-    spec = parse_plan("ddp:pp=2,m=4,dp=2,schedule=1f1b")
+    buckets them (zero1: then each replica updates the parameters it owns and each stage's are all-gathered
+    over that stage's ranks, the simulated plan's owners); the losses and parameters are the one-process
+    step's within fp32 rounding (the replicas' sums run in another order), every rank's bytes the
+    simulator's."""
+    spec = parse_plan(f"{level}:pp=2,m=4,dp=2,schedule=1f1b")
     traced = blocks_step(4)
     plan = pipeline_plan(traced, spec, K80X4, plan_devices(K80X4, spec))
     assert {c.group for c in plan.collectives} == {(0, 1), (2, 3)}
+    assert {c.kind for c in plan.collectives} == ({"all_reduce", "all_gather"} if level == "zero1" else {"all_reduce"})
     sim = plan_step(traced.graph, K80X4, spec, plan_devices(K80X4, spec))
     assert sorted(c.nbytes for c in sim.graph.collectives) == sorted(c.nbytes for c in plan.collectives)
     for q in range(4):  # every rank calls its stage's all-reduces, after its messages
@@ -216,7 +220,7 @@ def test_pipelines_launch_does_not_run_are_one_line():
         PostplaceError, match=r"schedule 1f1b cannot order .* tied embedding and head\); use schedule=gpipe"
     ):
         pipeline_plan(gpt2, parse_plan("ddp:pp=2,m=2,dp=1,schedule=1f1b"), K80X4, [1, 2])
-    with pytest.raises(PostplaceError, match="launch runs pipelines of ddp replicas"):
+    with pytest.raises(PostplaceError, match="launch runs pipelines of ddp or zero1 replicas"):
         launch_plan(gpt2, "zero2:pp=2,m=2,dp=1", K80X4)
     with pytest.raises(PostplaceError, match="traced as 2"):
         launch_plan(gpt2, "ddp:pp=2,m=4,dp=1", K80X4)

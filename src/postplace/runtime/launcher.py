@@ -37,7 +37,7 @@ activation from part j of a stage to part j of the next.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism under zero2 or fsdp; ZeRO/FSDP or
+What is not here yet: tensor parallelism under zero2 or fsdp; ZeRO-2/FSDP or
 recomputation inside a pipeline.
 """
 
@@ -1158,8 +1158,9 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, zero1:tp=T, "
-                "ddp:tp=T,pp=P) so far (tp with zero2 or fsdp, ZeRO/FSDP or recomputation with pp: simulated only)"
+                "pipelines of ddp or zero1 replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, "
+                "zero1:tp=T, with pp or not) so far (tp with zero2 or fsdp, ZeRO-2/FSDP or recomputation with pp: "
+                "simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1372,15 +1373,15 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas and in pipelines of ``ddp``
-    groups, nothing else (so far)."""
+    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas, in a pipeline or not,
+    nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs tensor parallelism in groups that are ddp or zero1 replicas (ddp:tp=T, "
-            "zero1:tp=T, recomputed or not) and in pipelines of ddp groups (ddp:tp=T,pp=P) so far; the rest of "
-            "tensor parallelism (zero2, fsdp, or zero1 or recomputation with a pipeline) is simulated only"
+            "zero1:tp=T, recomputed or not, and pipelines of them: ddp:tp=T,pp=P) so far; the rest of "
+            "tensor parallelism (zero2, fsdp, or recomputation with a pipeline) is simulated only"
         )
 
 
@@ -1408,9 +1409,9 @@ def launch_plan(
     :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
     units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
     tensor-parallel groups as ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``:
-    :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``);
-    tensor parallelism under ``zero2`` or ``fsdp``, and ZeRO, FSDP or recomputation inside a pipeline are
-    refused in one line.
+    :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``);
+    pipelines of ``zero1`` replicas too; tensor parallelism under ``zero2`` or ``fsdp``, and ZeRO-2, FSDP or
+    recomputation inside a pipeline are refused in one line.
 
     Parameters
     ----------

@@ -32,7 +32,11 @@ them: they are not a read that would hold the next micro-batch's forward behind 
 With ``tp=T`` the pipeline is built over each tensor-parallel group's first GPU and every rank then made T
 parts (:func:`postplace.runtime.tensor.tensor_ranks`): part j of a stage sends to part j of the next.
 
-Not here: ZeRO or FSDP with a pipeline, recomputation in a pipeline; a step with ops only a CPU may run and
+``zero1:pp=P`` is the same pipeline of replicas, each owning the parameters the simulated plan gives it
+(:func:`postplace.plans.data_parallel.zero_owners`): it updates them alone and each stage's buckets of them are
+all-gathered over that stage's ranks after the update.
+
+Not here: ZeRO-2 or FSDP with a pipeline, recomputation in a pipeline; a step with ops only a CPU may run and
 more than one replica.
 """
 
@@ -92,10 +96,10 @@ def pipeline_plan(
     from postplace.placers.practitioner import pipeline_stages
 
     pp = spec.pipeline
-    if not pp or spec.level != "ddp" or spec.shard is not None or spec.recompute:
+    if not pp or spec.level not in ("ddp", "zero1") or spec.shard is not None or spec.recompute:
         raise PostplaceError(
-            f"plan '{spec}': launch runs pipelines of ddp replicas (ddp:pp=P, tp=T or not) without recomputation "
-            "or sharding so far"
+            f"plan '{spec}': launch runs pipelines of ddp or zero1 replicas (ddp:pp=P, zero1:pp=P, tp=T or not) "
+            "without recomputation or sharding so far"
         )
     every = list(devices)
     t = spec.tensor or 1
@@ -124,6 +128,17 @@ def pipeline_plan(
         from postplace.runtime.ddp import check_replicas, replica_program
 
         check_replicas(traced, dp, f"plan '{spec}'")
+    owners = None
+    if spec.level == "zero1":  # the simulated plan's owners over the whole model's parameters
+        if dp < 2:
+            raise PostplaceError(f"plan '{spec}': zero1 shards over 2 or more replicas and the plan has {dp}")
+        from postplace.plans.data_parallel import zero_owners
+
+        owners = zero_owners(traced.graph, dp) if (spec.tensor or 1) == 1 else None
+        if owners is None:
+            from postplace.runtime.tensor import zero_owners_split
+
+            owners = zero_owners_split(traced, spec.tensor, dp)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
     b = m // dp
@@ -134,12 +149,18 @@ def pipeline_plan(
             op_device[on_cpu] = cpus[0]
         if dp > 1:
             gm, calls = replica_program(
-                traced, r, b, bucket_bytes, bucket_key=lambda x: int(gpu[traced.op_of_node.get(x.name, 0)])
+                traced,
+                r,
+                b,
+                bucket_bytes,
+                bucket_key=lambda x: int(gpu[traced.op_of_node.get(x.name, 0)]),
+                owners=owners,
             )
         else:
             gm, calls = traced.gm, []
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
-        replicas.append((rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device), calls))
+        plan_r = rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device)
+        replicas.append((_traced_inputs(plan_r, ordered, traced) if owners is not None else plan_r, calls))
     plan = _merge(traced, replicas, devices, dp, gpu, names)
     if t > 1:
         from postplace.runtime.tensor import tensor_ranks
@@ -284,6 +305,15 @@ def _read_inputs(n: torch.fx.Node) -> list[torch.fx.Node]:
     return n.all_input_nodes
 
 
+def _traced_inputs(plan: RankPlan, gm: torch.fx.GraphModule, traced) -> RankPlan:
+    """``plan``'s program inputs as indices into the traced step's placeholders (ZeRO-1's replica program
+    has none of the optimizer state of parameters other replicas own, so its own indices are shifted)."""
+    held = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    every = {n.name: i for i, n in enumerate(n for n in traced.gm.graph.nodes if n.op == "placeholder")}
+    programs = tuple(dataclasses.replace(p, inputs=tuple(every[held[i]] for i in p.inputs)) for p in plan.programs)
+    return dataclasses.replace(plan, programs=programs, n_persistent=len(every) - len(traced.inputs))
+
+
 def _merge(traced, replicas, devices, dp: int, gpu, names) -> RankPlan:
     """One :class:`RankPlan` of the replicas' plans: ranks in device order, each replica's messages after
     the previous one's, each stage's all-reduces over that stage's ranks."""
@@ -308,7 +338,7 @@ def _merge(traced, replicas, devices, dp: int, gpu, names) -> RankPlan:
             programs[q] = RankProgram(q, prog.device, prog.gm, prog.inputs, prog.outputs, actions)
     vals = {n.name: n.meta.get("val") for n in traced.gm.graph.nodes}
     collectives = []
-    for j, (kind, values, tag, _owners) in enumerate(replicas[0][1]):
+    for j, (kind, values, tag, who) in enumerate(replicas[0][1]):
         g = int(gpu[traced.op_of_node[values[0]]])
         collectives.append(
             Collective(
@@ -317,6 +347,7 @@ def _merge(traced, replicas, devices, dp: int, gpu, names) -> RankPlan:
                 "+".join(values) + tag,
                 (sum(vals[x].numel() for x in values),),
                 vals[values[0]].dtype,
+                owners=tuple(who),  # ZeRO-1's all-gathers: replica r is position r of the stage's group
                 shapes=tuple(tuple(vals[x].shape) for x in values),
                 group=tuple(rank_of[devices[r + dp * g]] for r in range(dp)),
             )

@@ -180,6 +180,11 @@ def aliased_arg(node) -> torch.fx.Node | None:
     return node.all_input_nodes[0] if node.all_input_nodes else None
 
 
+def _of_module(n: torch.fx.Node) -> bool:
+    """A getitem of a collective's results."""
+    return n.target is operator.getitem and n.args[0].op == "call_module"
+
+
 def node_devices(gm: torch.fx.GraphModule, op_of_node: Mapping[str, int], op_device: np.ndarray) -> dict[str, int]:
     """Logical device of every fx node (see the module docstring); the output node is left out."""
     dev: dict[str, int] = {}
@@ -188,10 +193,25 @@ def node_devices(gm: torch.fx.GraphModule, op_of_node: Mapping[str, int], op_dev
         op = op_of_node.get(n.name, -1)
         if op >= 0:
             dev[n.name] = int(op_device[op])
+
+    def by_users(n) -> None:
+        users = [u for u in n.users if u.name in dev]
+        if n.name not in dev and users:
+            dev[n.name] = dev[users[0].name]
+
     for n in reversed(nodes):  # a dropped node goes where its first consumer goes
+        by_users(n)
+    # a replica's collective nodes no placed op reads (ZeRO-1: a bucket whose sums no update of this replica
+    # reads, a gathered parameter copied into this replica's own) go with what they read, then with that
+    for n in nodes:
+        placed_input = [a for a in n.all_input_nodes if a.name in dev]
+        if n.name not in dev and placed_input and (n.op in ("call_module", "call_method") or _of_module(n)):
+            dev[n.name] = dev[placed_input[0].name]
+    for n in reversed(nodes):
+        by_users(n)
+    for n in nodes:
         if n.name not in dev:
-            users = [u for u in n.users if u.name in dev]
-            dev[n.name] = dev[users[0].name] if users else int(op_device[0]) if len(op_device) else 0
+            dev[n.name] = int(op_device[0]) if len(op_device) else 0
     return dev
 
 

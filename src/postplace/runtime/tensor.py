@@ -63,6 +63,7 @@ __all__ = [
     "tensor_ranks",
     "tensor_shard",
     "tensor_unshard",
+    "zero_owners_split",
     "vocab_embedding",
     "vocab_embedding_backward",
     "vocab_log_softmax_backward",
@@ -244,6 +245,7 @@ class _Builder:
         # (over "tp" or "dp", kind, label, shape, dtype, owners, shapes, the source's collective index)
         self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple, int]] = []
         self.message = lambda k: k  # a message of the source program -> this rank's (a pipeline's parts)
+        self.collectives = ()  # the unsplit plan's collectives (a pipeline's), by index
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
         self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
 
@@ -313,7 +315,11 @@ class _Builder:
             self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), (), n.args[0]))
             return
         if n.op == "call_module" and n.target == GATHER:  # ZeRO-1: every part's owners send their parameters
-            names, owners = self.gathers.pop(0)
+            if self.gathers:
+                names, owners = self.gathers.pop(0)
+            else:  # a pipeline stage's: the unsplit plan's collective says what it gathers
+                c = self.collectives[n.args[0]]
+                names, owners = c.value.split("+"), c.owners
             holders = {x.name: x for x in self.src.nodes if x.op == "placeholder"}
             shapes = tuple(_local(_shape(holders[p]), self.params.get(p), self.t) for p in names)
             self.env[n] = self.g.call_module(GATHER, (len(self.calls), [self.env[x] for x in n.args[1]]))
@@ -720,7 +726,7 @@ class _Builder:
 
 
 # ------------------------------------------------------------------------------ the plan
-def _zero_owners(traced, degree: int, replicas: int) -> dict[int, int]:
+def zero_owners_split(traced, degree: int, replicas: int) -> dict[int, int]:
     """ZeRO-1's owner of each parameter op of ``traced``: the simulated plan's, found on the split step (where
     a split parameter weighs 1/``degree``)."""
     from postplace.plans.data_parallel import zero_owners
@@ -752,6 +758,7 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
                 for j in range(t):
                     b = _Builder(traced, prog.gm.graph, t, j, params)
                     b.message = lambda k, j=j: k * t + j
+                    b.collectives = plan.collectives
                     built.append(b.build())
             break
         except _Regroup as need:
@@ -822,9 +829,9 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``, ``+recompute`` or ``+selective`` or
-    not), or pipelines of groups that are ``ddp`` replicas (``ddp:tp=T,pp=P``: :func:`tensor_ranks`)."""
-    if spec.pipeline:  # a pipeline of groups: ddp replicas (runtime.pipeline)
-        return bool(spec.tensor) and spec.level == "ddp" and not spec.recompute and spec.shard is None
+    not), or pipelines of such groups without recomputation (``zero1:tp=T,pp=P``: :func:`tensor_ranks`)."""
+    if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
+        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and not spec.recompute and spec.shard is None
     return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
 
 
@@ -910,7 +917,7 @@ def tensor_plan(
             f"tensor parallelism: zero1 shards over replicas of the {t}-GPU group and the plan has {dp}; "
             f"give zero1 2 or more replicas, or use ddp:tp={t} for one group"
         )
-    owners = _zero_owners(traced, t, dp) if level == "zero1" else None
+    owners = zero_owners_split(traced, t, dp) if level == "zero1" else None
     gathers: list[list] = [[] for _ in range(dp)]
     if dp > 1:
         check_replicas(traced, dp, level)
