@@ -234,9 +234,20 @@ def _local(shape: tuple, lay, t: int) -> tuple:
 class _Builder:
     """One rank's program: the traced step's nodes rewritten in order (see the module docstring)."""
 
-    def __init__(self, traced, src: torch.fx.Graph, degree: int, rank: int, params: dict[str, Split], gathers=()):
+    def __init__(
+        self,
+        traced,
+        src: torch.fx.Graph,
+        degree: int,
+        rank: int,
+        params: dict[str, Split],
+        *,
+        gathered=None,
+        message=None,
+    ):
         self.traced, self.src, self.t, self.j = traced, src, degree, rank
-        self.gathers = list(gathers)  # ZeRO-1: each all-gather's (parameter names, owners), in order
+        self.gathered = gathered  # ZeRO-1: the source's collective index -> (parameter names, owners) it gathers
+        self.message = message or (lambda k: k)  # a message of the source program -> this rank's (a pipeline's)
         self.params = params
         self.g = torch.fx.Graph()
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -244,8 +255,6 @@ class _Builder:
         self.reduced: dict[torch.fx.Node, torch.fx.Node] = {}
         # (over "tp" or "dp", kind, label, shape, dtype, owners, shapes, the source's collective index)
         self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple, int]] = []
-        self.message = lambda k: k  # a message of the source program -> this rank's (a pipeline's parts)
-        self.collectives = ()  # the unsplit plan's collectives (a pipeline's), by index
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
         self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
 
@@ -315,11 +324,7 @@ class _Builder:
             self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), (), n.args[0]))
             return
         if n.op == "call_module" and n.target == GATHER:  # ZeRO-1: every part's owners send their parameters
-            if self.gathers:
-                names, owners = self.gathers.pop(0)
-            else:  # a pipeline stage's: the unsplit plan's collective says what it gathers
-                c = self.collectives[n.args[0]]
-                names, owners = c.value.split("+"), c.owners
+            names, owners = self.gathered(n.args[0])
             holders = {x.name: x for x in self.src.nodes if x.op == "placeholder"}
             shapes = tuple(_local(_shape(holders[p]), self.params.get(p), self.t) for p in names)
             self.env[n] = self.g.call_module(GATHER, (len(self.calls), [self.env[x] for x in n.args[1]]))
@@ -726,6 +731,28 @@ class _Builder:
 
 
 # ------------------------------------------------------------------------------ the plan
+_COMMS = {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER, SEND: "send", RECV: "recv"}
+
+
+def _settled(traced, params: dict[str, Split], builders) -> list:
+    """What ``builders()`` (the ranks' builders over ``params``) build; where a split op needs more blocks
+    (a fused layer) the parameters it derives from are regrouped and every rank is built again."""
+    for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
+        try:
+            return [b.build() for b in builders()]
+        except _Regroup as need:
+            for name, lay in list(params.items()):  # a parameter and its optimizer state alike
+                if lay.sources & need.sources:
+                    params[name] = Split(lay.dim, need.groups, lay.sources)
+    raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
+
+
+def _tensor_split(traced, params: dict[str, Split]) -> tuple[tuple[int, int, int], ...]:
+    """:attr:`RankPlan.tensor_split` of ``params``: (placeholder index, dimension, blocks), in order."""
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    return tuple(sorted((holders.index(name), lay.dim, lay.groups) for name, lay in params.items()))
+
+
 def zero_owners_split(traced, degree: int, replicas: int) -> dict[int, int]:
     """ZeRO-1's owner of each parameter op of ``traced``: the simulated plan's, found on the split step (where
     a split parameter weighs 1/``degree``)."""
@@ -751,22 +778,19 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
             if n.op == "call_module" and n.target == RECV and "val" not in n.meta:
                 m = plan.messages[n.args[0]]
                 n.meta["val"] = torch.empty(m.shape, dtype=m.dtype, device="meta")
-    for _ in range(8):
-        try:
-            built = []
-            for prog in plan.programs:
-                for j in range(t):
-                    b = _Builder(traced, prog.gm.graph, t, j, params)
-                    b.message = lambda k, j=j: k * t + j
-                    b.collectives = plan.collectives
-                    built.append(b.build())
-            break
-        except _Regroup as need:
-            for name, lay in list(params.items()):
-                if lay.sources & need.sources:
-                    params[name] = Split(lay.dim, need.groups, lay.sources)
-    else:
-        raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
+
+    def gathered(k: int) -> tuple[list[str], tuple[int, ...]]:  # a stage's: the unsplit plan's collective says
+        return plan.collectives[k].value.split("+"), plan.collectives[k].owners
+
+    built = _settled(
+        traced,
+        params,
+        lambda: [
+            _Builder(traced, prog.gm.graph, t, j, params, gathered=gathered, message=lambda k, j=j: k * t + j)
+            for prog in plan.programs
+            for j in range(t)
+        ],
+    )
     collectives: list[Collective] = []
     index: dict[tuple[int, int], int] = {}  # (rank, its program's k-th collective) -> the plan's
     for c in plan.collectives:  # each of the unsplit plan's, once per part, over that part of its ranks
@@ -807,12 +831,9 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
                 actions.append(("collective", node.args[0]))
         old = plan.programs[q]
         device = devices[devices.index(old.device) + j]
-        comms = {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER, SEND: "send", RECV: "recv"}
-        gm = graph_module(traced, g, comms)
+        gm = graph_module(traced, g, _COMMS)
         programs.append(RankProgram(rank, device, gm, old.inputs, old.outputs if j == 0 else (), tuple(actions)))
         ranks.append(device)
-    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    split = tuple((holders.index(name), lay.dim, lay.groups) for name, lay in params.items())
     return RankPlan(
         plan.device_names,
         tuple(ranks),
@@ -821,7 +842,7 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
         plan.n_persistent,
         collectives=tuple(collectives),
         partial_loss=plan.partial_loss,
-        tensor_split=tuple(sorted(split)),
+        tensor_split=_tensor_split(traced, params),
         tensor_degree=t,
     )
 
@@ -918,14 +939,13 @@ def tensor_plan(
             f"give zero1 2 or more replicas, or use ddp:tp={t} for one group"
         )
     owners = zero_owners_split(traced, t, dp) if level == "zero1" else None
-    gathers: list[list] = [[] for _ in range(dp)]
+    replica_calls: list[list] = [[] for _ in range(dp)]  # each replica's collective calls, by index
     if dp > 1:
         check_replicas(traced, dp, level)
         programs = []
         for r in range(dp):
-            gm, calls = replica_program(traced, r, traced.microbatches // dp, bucket_bytes, owners=owners)
+            gm, replica_calls[r] = replica_program(traced, r, traced.microbatches // dp, bucket_bytes, owners=owners)
             programs.append(gm)
-            gathers[r] = [(names, who) for kind, names, _tag, who in calls if kind == ALL_GATHER]
     else:
         whole = torch.fx.Graph()
         whole.output(whole.graph_copy(traced.gm.graph, {}))
@@ -937,18 +957,15 @@ def tensor_plan(
             recompute_program(gm, traced, set(recompute), selective=selective)
     sources = [gm.graph for gm in programs]
     params = split_parameters(traced, t)
-    for _ in range(8):  # each retry gives a fused layer its blocks; a model has few kinds of them
-        try:
-            built = [
-                _Builder(traced, sources[r], t, j, params, gathers[r]).build() for r in range(dp) for j in range(t)
-            ]
-            break
-        except _Regroup as need:
-            for name, lay in list(params.items()):  # a parameter and its optimizer state alike
-                if lay.sources & need.sources:
-                    params[name] = Split(lay.dim, need.groups, lay.sources)
-    else:
-        raise PostplaceError(f"tensor parallelism: the split of '{traced.graph.name}' does not settle")
+
+    def gathered(r: int):  # ZeRO-1: replica r's all-gather k, as its program records it
+        return lambda k: (list(replica_calls[r][k][1]), replica_calls[r][k][3])
+
+    built = _settled(
+        traced,
+        params,
+        lambda: [_Builder(traced, sources[r], t, j, params, gathered=gathered(r)) for r in range(dp) for j in range(t)],
+    )
     calls = built[0][1]
     index: dict[tuple[int, int], int] = {}  # (the program's k-th collective, rank) -> the plan's collective
     collectives = []
@@ -977,13 +994,12 @@ def tensor_plan(
             RankProgram(
                 rank,
                 devices[rank],
-                graph_module(traced, g, {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER}),
+                graph_module(traced, g, _COMMS),
                 tuple(i for i, x in enumerate(holders) if x in kept),
                 (0,) if rank % t == 0 else (),  # the group's loss once
                 tuple(("collective", index[(k, rank)]) for k in range(len(calls))),
             )
         )
-    split = tuple((holders.index(name), lay.dim, lay.groups) for name, lay in params.items())
     return RankPlan(
         tuple(device_names),
         tuple(devices),
@@ -992,6 +1008,6 @@ def tensor_plan(
         len(holders) - len(traced.inputs),
         collectives=tuple(collectives),
         partial_loss=dp > 1,
-        tensor_split=tuple(sorted(split)),
+        tensor_split=_tensor_split(traced, params),
         tensor_degree=t,
     )
