@@ -19,7 +19,7 @@ from postplace.graph.trace_torch import trace
 from postplace.plans import data_parallel
 from postplace.runtime.ddp import ddp_plan
 from postplace.runtime.launcher import RandomBatches, launch_plan
-from postplace.runtime.placed import apply
+from tests.launchhelp import launched_run_folder, one_process
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -31,14 +31,6 @@ def mlp_step(m: int, optimizer="adamw"):
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
     return trace(model, (x,), nn.functional.cross_entropy, optimizer, microbatches=m, targets=(y,))
-
-
-def one_process(traced, steps: int, seed: int = 0):
-    """The reference: the step on one device, the same batches."""
-    step = apply(traced.model, traced, np.zeros(traced.graph.num_ops, dtype=np.int64), K80X4, device_map="cpu")
-    batches = RandomBatches(seed)
-    losses = [float(step(*batches(traced))) for _ in range(steps)]
-    return losses, step.parameters()
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
@@ -87,17 +79,9 @@ def test_plans_launch_does_not_run_are_one_line():
 def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     """A run folder whose returned plan is ``ddp:m=2,dp=2`` (GPT-2 small on two K80s): ``postplace launch``
     runs it as two processes, the losses those of the one-process step, the bytes the simulated plan's."""
-    import json
+    from tests.clihelp import run_cli
 
-    from postplace.runtime.zoo_step import trace_zoo_step
-    from tests.clihelp import plan_run_folder, run_cli
-
-    folder = plan_run_folder(tmp_path / "run", plan)
-    got = run_cli("launch", folder, "--steps", "2", "--json")
-    assert got.returncode == 0, got.stderr
-    out = json.loads(got.stdout)
-    traced = trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw")
-    losses, _ = one_process(traced, 2)
+    folder, out, losses = launched_run_folder(tmp_path / "run", plan)
     assert out["losses"] == pytest.approx(losses, rel=1e-6)
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     text = run_cli("launch", folder, "--steps", "1")

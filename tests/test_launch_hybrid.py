@@ -9,7 +9,6 @@ the simulated hybrid plan's collectives."""
 from __future__ import annotations
 
 import functools
-import json
 
 import pytest
 import torch
@@ -21,7 +20,8 @@ from postplace.plans import data_parallel, parse_plan, unit_of
 from postplace.runtime.ddp import launchable
 from postplace.runtime.fsdp import fsdp_plan
 from postplace.runtime.launcher import RandomBatches, _rank_state, launch_plan
-from tests.test_launch_ddp import K80X4, one_process
+from tests.launchhelp import launched_run_folder
+from tests.test_launch_ddp import K80X4
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -172,13 +172,6 @@ def test_launch_runs_a_run_folders_hybrid_plan(tmp_path):
     """A run folder whose returned plan is ``ddp:m=2,dp=2,shard=root`` (GPT-2 small on two K80s: the embeddings
     and the tied head sharded, the blocks replicated): ``postplace launch`` runs it, the losses the one-process
     step's, the bytes the simulated hybrid plan's."""
-    from postplace.runtime.zoo_step import trace_zoo_step
-    from tests.clihelp import plan_run_folder, run_cli
-
-    folder = plan_run_folder(tmp_path / "run", "ddp:m=2,dp=2,shard=root")
-    got = run_cli("launch", folder, "--steps", "2", "--json")
-    assert got.returncode == 0, got.stderr
-    out = json.loads(got.stdout)
-    losses, _ = one_process(trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw"), 2)
+    _folder, out, losses = launched_run_folder(tmp_path / "run", "ddp:m=2,dp=2,shard=root")
     assert out["losses"] == pytest.approx(losses, rel=1e-6)
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}

@@ -23,7 +23,7 @@ from postplace.runtime.placed import apply
 from postplace.runtime.ranks import Collective, Message, check_order
 from postplace.runtime.zoo_step import trace_zoo_step
 from postplace.sim import Simulator
-from tests.launchhelp import one_process
+from tests.launchhelp import launched_run_folder, one_process
 
 K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
 
@@ -233,13 +233,7 @@ def test_pipelines_launch_does_not_run_are_one_line():
 def test_launch_runs_a_run_folders_pipeline_plan(tmp_path):
     """A run folder whose returned plan is a GPipe pipeline of GPT-2 (small) over two K80s: ``postplace
     launch`` runs it, the losses the one-process step's, the bytes the simulated plan's, in launch.json."""
-    from tests.clihelp import plan_run_folder, run_cli
-
-    folder = plan_run_folder(tmp_path / "run", "ddp:m=2,dp=1,pp=2,schedule=gpipe")
-    got = run_cli("launch", folder, "--steps", "2", "--json")
-    assert got.returncode == 0, got.stderr
-    out = json.loads(got.stdout)
-    losses, _ = one_process(trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw"), 2)
+    folder, out, losses = launched_run_folder(tmp_path / "run", "ddp:m=2,dp=1,pp=2,schedule=gpipe")
     assert out["losses"] == losses
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     record = json.loads((folder / "launch.json").read_text())

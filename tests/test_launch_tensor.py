@@ -15,7 +15,7 @@ from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_pla
 from postplace.runtime.rank_checkpoint import load_into
 from postplace.runtime.tensor import tensor_plan, tensor_shard, tensor_unshard
 from postplace.runtime.zoo_step import trace_zoo_step
-from tests.launchhelp import one_process
+from tests.launchhelp import launched_run_folder, one_process
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -156,15 +156,7 @@ def test_tensor_plans_launch_does_not_run_are_one_line():
 def test_launch_runs_a_run_folders_tensor_parallel_plan(tmp_path):
     """A run folder whose returned plan splits GPT-2 (small, AdamW) over two K80s: ``postplace launch`` runs it,
     the losses the one-process step's within fp32 rounding, the bytes the simulated plan's, in launch.json."""
-    import json
-
-    from tests.clihelp import plan_run_folder, run_cli
-
-    folder = plan_run_folder(tmp_path / "run", "ddp:m=2,dp=1,tp=2")
-    got = run_cli("launch", folder, "--steps", "2", "--json")
-    assert got.returncode == 0, got.stderr
-    out = json.loads(got.stdout)
-    losses, _ = one_process(trace_zoo_step("gpt2", "small", microbatches=2, optimizer="adamw"), 2)
+    _folder, out, losses = launched_run_folder(tmp_path / "run", "ddp:m=2,dp=1,tp=2")
     assert out["losses"] == pytest.approx(losses, rel=1e-5)
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     assert min(out["bytes_sent"].values()) > 0  # the partial sums' all-reduces
