@@ -160,7 +160,7 @@ def pipeline_plan(
             gm, calls = traced.gm, []
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         plan_r = rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device)
-        replicas.append((_traced_inputs(plan_r, ordered, traced) if owners is not None else plan_r, calls))
+        replicas.append((_traced_inputs(plan_r, ordered, traced), calls))
     plan = _merge(traced, replicas, devices, dp, gpu, names)
     if t > 1:
         from postplace.runtime.tensor import tensor_ranks
@@ -306,8 +306,8 @@ def _read_inputs(n: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _traced_inputs(plan: RankPlan, gm: torch.fx.GraphModule, traced) -> RankPlan:
-    """``plan``'s program inputs as indices into the traced step's placeholders (ZeRO-1's replica program
-    has none of the optimizer state of parameters other replicas own, so its own indices are shifted)."""
+    """``plan``'s program inputs as indices into the traced step's placeholders (the same under ddp; ZeRO-1's
+    replica program has none of the optimizer state of parameters other replicas own, so its own are shifted)."""
     held = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     every = {n.name: i for i, n in enumerate(n for n in traced.gm.graph.nodes if n.op == "placeholder")}
     programs = tuple(dataclasses.replace(p, inputs=tuple(every[held[i]] for i in p.inputs)) for p in plan.programs)
