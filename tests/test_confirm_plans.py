@@ -21,7 +21,7 @@ from postplace.runtime.launch_measure import LaunchEvaluator
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 SIZE = "small@4"  # a batch of 4: m = 2 runs the plans over both GPUs of k80x2
-TP = "fsdp:tp=2,m=2,dp=1"  # tensor parallelism under FSDP: simulated only, the launcher refuses it
+TP = "ddp:tp=2,m=2,dp=1,shard=root"  # a per-unit hybrid with tensor parallelism: simulated only, launch refuses it
 
 
 def _place(out, k, **kw):

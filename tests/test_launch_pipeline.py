@@ -90,19 +90,36 @@ def blocks_step(m: int):
     return trace(Blocks(), (x,), nn.functional.cross_entropy, "adamw", microbatches=m, targets=(y,))
 
 
-@pytest.mark.parametrize("level", ["ddp", "zero1"])
+@pytest.mark.parametrize("level", ["ddp", "zero1+recompute"])
 def test_two_pipelines_all_reduce_each_stage_over_its_own_ranks(level):
     """pp=2 x dp=2 on four GPUs (Megatron's order: stage s of replica r on GPU r + 2 s): each stage's
     gradients all-reduced in buckets of their own over that stage's two ranks, as the simulated plan now
     buckets them (zero1: then each replica updates the parameters it owns and each stage's are all-gathered
-    over that stage's ranks, the simulated plan's owners); the losses and parameters are the one-process
-    step's within fp32 rounding (the replicas' sums run in another order), every rank's bytes the
-    simulator's."""
+    over that stage's ranks, the simulated plan's owners; recomputed, `best-3d`'s pipelines where memory is
+    short: each block's forward runs again in its micro-batch's backward slot, after the other micro-batch's
+    forward, as 1F1B orders them); the losses and parameters are the one-process step's within fp32 rounding
+    (the replicas' sums run in another order), every rank's bytes the simulator's."""
     spec = parse_plan(f"{level}:pp=2,m=4,dp=2,schedule=1f1b")
     traced = blocks_step(4)
     plan = pipeline_plan(traced, spec, K80X4, plan_devices(K80X4, spec))
     assert {c.group for c in plan.collectives} == {(0, 1), (2, 3)}
-    assert {c.kind for c in plan.collectives} == ({"all_reduce", "all_gather"} if level == "zero1" else {"all_reduce"})
+    assert {c.kind for c in plan.collectives} == (
+        {"all_reduce", "all_gather"} if spec.level == "zero1" else {"all_reduce"}
+    )
+    if spec.recompute:
+        g, op_of = traced.graph, traced.op_of_node
+        for q, prog in enumerate(plan.programs):
+            where: dict[tuple[str, int], list[int]] = {}  # (forward or recomputed, micro-batch) -> positions
+            for i, n in enumerate(prog.gm.graph.nodes):
+                op = op_of.get(n.meta.get("recompute") or n.name, -1)
+                if op >= 0 and g.microbatch[op] >= 0 and g.phase[op] == 0:
+                    where.setdefault(("R" if n.meta.get("recompute") else "F", int(g.microbatch[op])), []).append(i)
+            a, b = sorted({j for _, j in where})
+            assert min(where[("R", a)]) > max(where[("F", a)]) and min(where[("R", b)]) > max(where[("F", b)])
+            if q < 2:  # the first stage's 1F1B: F a, F b, B a, B b (the last stage's: F a, B a, F b, B b)
+                assert min(where[("R", a)]) > max(where[("F", b)])
+            else:
+                assert max(where[("R", a)]) < max(where[("F", b)])
     sim = plan_step(traced.graph, K80X4, spec, plan_devices(K80X4, spec))
     assert sorted(c.nbytes for c in sim.graph.collectives) == sorted(c.nbytes for c in plan.collectives)
     for q in range(4):  # every rank calls its stage's all-reduces, after its messages

@@ -91,14 +91,15 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
 
 
 def test_a_pipeline_of_tensor_parallel_groups_runs_1f1b_and_moves_what_the_simulator_charges():
-    """LLaMA (small, AdamW, 4 micro-batches) on 4 ranks, ``ddp:tp=2,pp=2``: two stages of two parts each
-    (GPUs j + 2 s); part j of stage 0 sends each micro-batch's activation to part j of stage 1 in 1F1B's
-    order; within fp32 rounding of one process, each rank's bytes = the simulated plan's."""
+    """LLaMA (small, AdamW, 4 micro-batches) on 4 ranks, ``ddp+recompute:tp=2,pp=2``: two stages of two parts
+    each (GPUs j + 2 s); part j of stage 0 sends each micro-batch's activation to part j of stage 1 in 1F1B's
+    order, and each recomputed block all-reduces its partial sums again in its backward slot; within fp32
+    rounding of one process, each rank's bytes = the simulated plan's."""
     traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
-    plan = "ddp:tp=2,pp=2,dp=1,m=4,schedule=1f1b"
+    plan = "ddp+recompute:tp=2,pp=2,dp=1,m=4,schedule=1f1b"
     res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res)
-    assert [(m.src, m.dst) for m in res.plan.messages[:4]] == [(0, 2), (1, 3), (0, 2), (1, 3)]
+    assert {(m.src, m.dst) for m in res.plan.messages} == {(0, 2), (1, 3), (2, 0), (3, 1)}  # part j to part j
     simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
     assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
     assert res.bytes_sent[0] > res.bytes_sent[2]  # the first stage's: its activations, its blocks' partial sums
@@ -133,14 +134,56 @@ def test_a_user_module_splits_where_the_pattern_is_in_two_zero1_groups():
     assert res.bytes_sent == simulated["bytes_sent"] == {r: 4 * 8 * 4 + 2 * grads for r in range(4)}
 
 
+def test_llama_split_in_fsdp_groups_trains_as_one_process_and_its_checkpoint_joins_back(tmp_path):
+    """torchtitan's 2D plan: LLaMA (small, AdamW, 2 micro-batches, blocks recomputed) on 4 ranks,
+    ``fsdp+recompute:tp=2``: two groups (ranks 0-1, 2-3), each an FSDP replica of one micro-batch; rank
+    j + 2 r holds slice r of part j of every parameter and of its moments, gathers each unit's parts over the
+    ranks of its part (0 and 2, 1 and 3) before the forward and again before the backward, and reduce-scatters
+    their gradients there. Losses and parameters within fp32 rounding of one process, bytes = the simulated
+    plan's, and the checkpoint's slices of parts join back into the user's model."""
+    traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
+    plan = "fsdp+recompute:tp=2,m=2"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0), checkpoint=tmp_path)
+    assert_trains_as_one_process(traced, res)
+    assert {c.group for c in res.plan.collectives if c.kind in ("all_gather", "reduce_scatter")} == {(0, 2), (1, 3)}
+    wq = next(i for i, (n, _) in enumerate(traced.model.named_parameters()) if n == "blocks.0.attn.wq.weight")
+    assert wq in res.plan.sharded and any(i == wq for i, _, _ in res.plan.tensor_split)
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    model = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw").model
+    assert load_into(model, tmp_path) == 3
+    for name, p in model.named_parameters():
+        assert torch.equal(p, res.parameters[name]), name
+
+
+def test_a_user_module_splits_in_zero2_groups():
+    """The user's MLP on 4 ranks, ``zero2:tp=2,m=4``: each replica's two micro-batches' gradients
+    reduce-scattered to their owners over the ranks of each part, summed there, the owners' updates
+    all-gathered; within fp32 rounding of one process, the bytes the simulated plan's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    x, y = torch.randn(8, 16), torch.randn(8, 8)
+    traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=4, targets=(y,))
+    res = launch_plan(traced, "zero2:tp=2,m=4", K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res, learns=False)
+    kinds = [(c.kind, c.group) for c in res.plan.collectives if c.kind != "all_reduce"]
+    assert kinds == [("reduce_scatter", g) for _ in range(2) for g in ((0, 2), (1, 3))] + [
+        ("all_gather", (0, 2)),
+        ("all_gather", (1, 3)),
+    ]
+    simulated = simulated_plan_bytes(traced.graph, parse_plan("zero2:tp=2,m=4"), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+
+
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
-    for plan in ("fsdp:tp=2,dp=1,m=2", "ddp+recompute:tp=2,pp=2,dp=1,m=2", "zero2:tp=2,m=2"):
-        with pytest.raises(PostplaceError, match=r"groups that are ddp or zero1 replicas") as e:
+    for plan in ("fsdp:tp=2,pp=2,dp=1,m=2", "fsdp:tp=2,m=2,shard=root"):
+        with pytest.raises(PostplaceError, match=r"groups that are ddp, zero1, zero2 or fsdp replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)
-    with pytest.raises(PostplaceError, match="zero1 shards over replicas of the 2-GPU group and the plan has 1"):
-        launch_plan(traced, "zero1:tp=2,dp=1,m=2", K80X4)
+    for level in ("zero1", "fsdp"):  # launch_plan runs one such group as ddp's: it shards nothing
+        with pytest.raises(PostplaceError, match=f"{level} shards over replicas of the 2-GPU group and the plan has 1"):
+            tensor_plan(traced, [1, 2], K80X4.device_names, level=level)
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))  # two units: a cut between them
     cut = trace(mlp, (torch.randn(8, 16),), nn.functional.mse_loss, "sgd", microbatches=4, targets=(torch.randn(8, 8),))
@@ -154,9 +197,11 @@ def test_tensor_plans_launch_does_not_run_are_one_line():
 
 
 def test_launch_runs_a_run_folders_tensor_parallel_plan(tmp_path):
-    """A run folder whose returned plan splits GPT-2 (small, AdamW) over two K80s: ``postplace launch`` runs it,
-    the losses the one-process step's within fp32 rounding, the bytes the simulated plan's, in launch.json."""
-    _folder, out, losses = launched_run_folder(tmp_path / "run", "ddp:m=2,dp=1,tp=2")
+    """A run folder whose returned plan splits GPT-2 (small, AdamW) over two K80s, ``fsdp:tp=2,dp=1`` (a grid
+    shape: FSDP over one group shards nothing, so it runs as ddp's group, its gathers over one rank moving no
+    bytes in either): ``postplace launch`` runs it, the losses the one-process step's within fp32 rounding,
+    the bytes the simulated plan's, in launch.json."""
+    _folder, out, losses = launched_run_folder(tmp_path / "run", "fsdp:m=2,dp=1,tp=2")
     assert out["losses"] == pytest.approx(losses, rel=1e-5)
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     assert min(out["bytes_sent"].values()) > 0  # the partial sums' all-reduces

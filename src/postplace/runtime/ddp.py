@@ -190,14 +190,22 @@ def replica_plan(traced, devices, device_names, build, *, sharded: frozenset[int
 
 
 def replica_program(
-    traced, r: int, b: int, bucket_bytes: float = 25e6, *, bucket_key=None, owners: dict | None = None
+    traced,
+    r: int,
+    b: int,
+    bucket_bytes: float = 25e6,
+    *,
+    bucket_key=None,
+    owners: dict | None = None,
+    sharded_grads: bool = False,
 ) -> tuple[torch.fx.GraphModule, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
     """Replica r's program of the ``ddp`` plan (its ``b`` micro-batches, its gradients all-reduced in buckets
     before the update) and its collective calls in order (``(kind, value names, tag, owners)``); with
     ``bucket_key`` (a final gradient sum's node -> a key) no bucket holds gradients of two keys: a pipeline's
     stages all-reduce their own (:mod:`postplace.runtime.pipeline`); with ZeRO-1's ``owners`` (parameter op ->
-    replica) r updates its own parameters only and all-gathers the others' after the update."""
-    return _replica(traced, r, b, bucket_bytes, owners, bucket_key=bucket_key)
+    replica) r updates its own parameters only and all-gathers the others' after the update; with
+    ``sharded_grads`` too (ZeRO-2) each micro-batch's gradients are reduce-scattered to their owners."""
+    return _replica(traced, r, b, bucket_bytes, owners, bucket_key=bucket_key, sharded_grads=sharded_grads)
 
 
 def _replica(
@@ -269,6 +277,9 @@ def _replica(
         for i, x in enumerate(mine):
             part = g.call_function(operator.getitem, (out, i))
             reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
+            part.meta["val"] = reduced[x].meta["val"] = x.meta[
+                "val"
+            ]  # the sum's shape (a tensor-parallel split reads it)
         calls.append((REDUCE_SCATTER, tuple(x.name for x in bucket), f"@mb{k - first}", who))
 
     def gather_all() -> None:

@@ -53,7 +53,7 @@ from postplace.runtime.ddp import (
 )
 from postplace.runtime.ranks import ALL_GATHER, ALL_REDUCE, GATHER, REDUCE, REDUCE_SCATTER, SCATTER, RankPlan
 
-__all__ = ["fsdp_plan"]
+__all__ = ["fsdp_plan", "fsdp_replica_program"]
 
 ELEMENTWISE = ("sgd", "adam", "adamw")
 """The optimizers whose update is elementwise in each parameter, so a slice updates as the whole would."""
@@ -126,11 +126,8 @@ def fsdp_plan(
     sliced = frozenset(
         i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
     )
-    if sliced and getattr(traced.optimizer, "name", None) not in ELEMENTWISE:
-        raise PostplaceError(
-            f"fsdp launch: the update runs on slices of each parameter, which holds for {', '.join(ELEMENTWISE)} "
-            f"(elementwise), not for '{getattr(traced.optimizer, 'name', None)}'"
-        )
+    if sliced:
+        _elementwise(traced)
     which = set(recompute)
 
     def build(r: int):
@@ -142,6 +139,28 @@ def fsdp_plan(
         return _replica(traced, r, m // k, rc, None if shard is None else sliced, bucket_bytes)
 
     return replica_plan(traced, devices, device_names, build, sharded=sliced)
+
+
+def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: bool = False):
+    """Replica r's program of the plain ``fsdp`` plan (every parameter sliced; its ``b`` micro-batches), its
+    collective calls in order (``(kind, names, tag, owners)``) and the parameters it holds as slices (indices):
+    the groups of a tensor-parallel plan (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
+    rc = None
+    if recompute:
+        from postplace.runtime.recompute import Recomputation
+
+        rc = Recomputation(traced, set(recompute), selective=selective)
+    _elementwise(traced)
+    gm, calls = _replica(traced, r, b, rc)
+    return gm, calls, frozenset(range(len(parameters(traced))))
+
+
+def _elementwise(traced) -> None:
+    if getattr(traced.optimizer, "name", None) not in ELEMENTWISE:
+        raise PostplaceError(
+            f"fsdp launch: the update runs on slices of each parameter, which holds for {', '.join(ELEMENTWISE)} "
+            f"(elementwise), not for '{getattr(traced.optimizer, 'name', None)}'"
+        )
 
 
 def _replica(traced, r: int, b: int, rc=None, sliced: frozenset[int] | None = None, bucket_bytes: float = 25e6):

@@ -330,11 +330,12 @@ class _Channel:
         """FSDP's all-gather: every rank sends its slice of each tensor (:func:`shard_of`) in one buffer;
         returns the whole tensors."""
         c = self.plan.collectives[index]
-        world = self.plan.world_size
+        world = len(c.members(self.plan.world_size))  # a tensor-parallel plan's slices: over its part's ranks
         widths = [slice_width(numel_of(shape), world) for shape in c.shapes]
         flat = torch.cat([x.reshape(-1) for x in slices]).to(c.dtype)
         parts = [torch.empty_like(flat) for _ in range(world)]
-        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat))
+        group = self.groups.get(c.group)
+        self._collective("all-gather", index, lambda: self.dist.all_gather(parts, flat, group=group))
         out, at = [], 0
         for w, shape in zip(widths, c.shapes, strict=True):
             out.append(unshard([part[at : at + w] for part in parts], shape))
@@ -344,12 +345,13 @@ class _Channel:
     def _scatter_slices(self, index: int, values: list[torch.Tensor]) -> list[torch.Tensor]:
         """FSDP's reduce-scatter: the whole tensors summed over every rank, each rank keeping its slice of each."""
         c = self.plan.collectives[index]
-        world = self.plan.world_size
+        world = len(c.members(self.plan.world_size))
         widths = [slice_width(numel_of(shape), world) for shape in c.shapes]
         chunks = [[shard_of(v, q, world) for v in values] for q in range(world)]
         flat = torch.cat([x for chunk in chunks for x in chunk]).to(c.dtype)
         out = torch.empty(sum(widths), dtype=c.dtype, device=self.device)
-        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat))
+        group = self.groups.get(c.group)
+        self._collective("reduce-scatter", index, lambda: self.dist.reduce_scatter_tensor(out, flat, group=group))
         return list(out.split(widths))
 
     def batch(self, ops) -> list[torch.Tensor]:
@@ -749,23 +751,25 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
         for i, dim, blocks in plan.tensor_split:
             t = plan.tensor_degree
             split[i] = functools.partial(tensor_shard, dim=dim, groups=blocks, degree=t, j=rank % t)
+    # FSDP's slices: of each part, over the ranks holding that part (rank j + T r is slice r of part j)
+    slot, slices = divmod(rank, plan.tensor_degree)[0], plan.world_size // plan.tensor_degree
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
             break
         if i < len(params):
             owned[len(args)] = ("parameter", pnames[i])
-            t = params[i].to("cpu", copy=True)
-            args.append(shard_of(t, rank, plan.world_size) if i in plan.sharded else split.get(i, lambda x: x)(t))
+            t = split.get(i, lambda x: x)(params[i].to("cpu", copy=True))
+            args.append(shard_of(t, slot, slices) if i in plan.sharded else t)
         elif i < len(params) + len(bufs):
             owned[len(args)] = ("buffer", bnames[i - len(params)])
             args.append(bufs[i - len(params)].to("cpu", copy=True))
         else:
             j = i - len(params) - len(bufs)
-            t = torch.zeros_like(state[j], device="cpu")
+            t = split.get(i, lambda x: x)(torch.zeros_like(state[j], device="cpu"))
             if state_of[j] in plan.sharded and state_name[j] != "step":  # the moments: sliced alike; the count whole
-                t = shard_of(t, rank, plan.world_size)
-            args.append(split.get(i, lambda x: x)(t))
+                t = shard_of(t, slot, slices)
+            args.append(t)
     return args, owned
 
 
@@ -786,6 +790,26 @@ def unshard(shards: list[torch.Tensor], shape) -> torch.Tensor:
     """The tensor of ``shape`` the ranks' slices (:func:`shard_of`, in rank order) hold."""
     n = numel_of(tuple(shape))
     return torch.cat([x.reshape(-1) for x in shards])[:n].view(tuple(shape))
+
+
+def joined(held: list[torch.Tensor], shape, degree: int = 1, split: tuple[int, int] | None = None):
+    """The tensor of ``shape`` that every rank's copy (``held``, in rank order) holds a piece of, or None when
+    they are not its pieces: FSDP's slices (rank j + ``degree`` r holding slice r of part j), or with ``split``
+    (dimension, blocks) tensor-parallel parts (the first group's, :func:`postplace.runtime.tensor.tensor_shard`)."""
+    from postplace.runtime.tensor import tensor_unshard
+
+    shape = tuple(shape)
+    part = list(shape)
+    if split is not None:
+        part[split[0]] //= degree
+    width = slice_width(numel_of(tuple(part)), len(held) // degree)
+    if len(held) % degree == 0 and all(tuple(x.shape) == (width,) for x in held):  # slices: joined per part
+        parts = [unshard(held[j::degree], tuple(part)) for j in range(degree)]
+    elif split is not None and len(held) >= degree and all(tuple(x.shape) == tuple(part) for x in held[:degree]):
+        parts = held[:degree]
+    else:
+        return None
+    return tensor_unshard(parts, *split) if split is not None else parts[0]
 
 
 # ------------------------------------------------------------------------------ the launcher
@@ -1015,15 +1039,13 @@ def _run_plan(
         bufs.update(r.buffers)
     ranks_in_order = [results[q] for q in sorted(results)]
     tensor_split = {i: (dim, blocks) for i, dim, blocks in plan.tensor_split}
-    if tensor_split:
-        from postplace.runtime.tensor import tensor_unshard
     for i, (n, p) in enumerate(traced.model.named_parameters()):
-        if i in plan.sharded:  # every rank returned its slice: joined back into the parameter
-            params[n] = unshard([res.parameters[n] for res in ranks_in_order], p.shape)
-        elif i in tensor_split:  # every rank returned its part
-            params[n] = tensor_unshard(
-                [res.parameters[n] for res in ranks_in_order if n in res.parameters][: plan.tensor_degree],
-                *tensor_split[i],
+        if i in plan.sharded or i in tensor_split:  # every rank returned its slice or part: joined back
+            params[n] = joined(
+                [res.parameters[n] for res in ranks_in_order if n in res.parameters],
+                p.shape,
+                plan.tensor_degree,
+                tensor_split.get(i),
             )
     order = [n for n, _ in traced.model.named_parameters()]
     border = [n for n, _ in traced.model.named_buffers()]
@@ -1158,9 +1180,8 @@ def run_folder(folder: str | Path) -> dict:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
-                "pipelines of ddp or zero1 replicas and tensor-parallel groups as ddp or zero1 replicas (ddp:tp=T, "
-                "zero1:tp=T, with pp or not) so far (tp with zero2 or fsdp, ZeRO-2/FSDP or recomputation with pp: "
-                "simulated only)"
+                "tensor-parallel groups as ddp, zero1, zero2 or fsdp replicas (fsdp:tp=T), and pipelines of ddp or "
+                "zero1 replicas or groups (zero1:tp=T,pp=P) so far (ZeRO-2 or FSDP with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1373,15 +1394,15 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches in groups that are ``ddp`` or ``zero1`` replicas, in a pipeline or not,
-    nothing else (so far)."""
+    """Tensor parallelism launches in groups that are ddp, ZeRO or FSDP replicas, and in pipelines of ddp or
+    zero1 groups, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
-            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp or zero1 replicas (ddp:tp=T, "
-            "zero1:tp=T, recomputed or not, and pipelines of them: ddp:tp=T,pp=P) so far; the rest of "
-            "tensor parallelism (zero2, fsdp, or recomputation with a pipeline) is simulated only"
+            f"plan '{plan}': launch runs tensor parallelism in groups that are ddp, zero1, zero2 or fsdp replicas "
+            "(recomputed or not) and in pipelines of ddp or zero1 groups (ddp:tp=T,pp=P) so far; the rest of "
+            "tensor parallelism (zero2 or fsdp groups in a pipeline, a per-unit hybrid) is simulated only"
         )
 
 
@@ -1405,13 +1426,13 @@ def launch_plan(
     Only ``ddp``, ``zero1``, ``zero2`` and ``fsdp`` (``ddp:m=M,dp=K``: the step's micro-batch count M, K
     replicas, default every GPU of ``cluster``; :func:`postplace.runtime.ddp.ddp_plan`,
     :func:`postplace.runtime.fsdp.fsdp_plan`), each with or without ``+recompute``, ``recompute=U/U`` or
-    ``+selective``, and pipelines of ``ddp`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``:
-    :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit (``ddp:shard=U/U``: those
-    units sharded as ``fsdp`` shards them, the others replicated as ``ddp``; ``fsdp_plan(shard=)``), and
-    tensor-parallel groups as ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``:
-    :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``);
-    pipelines of ``zero1`` replicas too; tensor parallelism under ``zero2`` or ``fsdp``, and ZeRO-2, FSDP or
-    recomputation inside a pipeline are refused in one line.
+    ``+selective``, and pipelines of ``ddp`` or ``zero1`` replicas (``ddp:pp=P,m=M,dp=K,schedule=S``,
+    recomputed or not: :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit
+    (``ddp:shard=U/U``: those units sharded as ``fsdp`` shards them, the others replicated as ``ddp``;
+    ``fsdp_plan(shard=)``), and tensor-parallel groups as ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas
+    (``ddp:tp=T``, ``fsdp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline
+    (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``); ZeRO-2 or FSDP inside a pipeline, and a per-unit hybrid with tensor
+    parallelism, are refused in one line.
 
     Parameters
     ----------
@@ -1445,8 +1466,8 @@ def launch_plan(
     elif not spec.pipeline and not launchable(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), "
-            "with +recompute or +selective or not, pipelines of ddp replicas, tensor-parallel groups as ddp "
-            "replicas (ddp:tp=T) and op-level placements so far; the rest of tensor parallelism is simulated only"
+            "with +recompute or +selective or not, pipelines of ddp or zero1 replicas, tensor-parallel groups "
+            "(ddp:tp=T, fsdp:tp=T) and op-level placements so far"
         )
     if spec.microbatches is not None and spec.microbatches != traced.microbatches:
         raise PostplaceError(
@@ -1456,6 +1477,9 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
     _check_backend(backend, gpus, list(cluster.device_names))
+    if (spec.tensor or spec.pipeline) and spec.level != "ddp" and spec.shard is None:
+        if len(gpus) == (spec.tensor or 1) * (spec.pipeline or 1):  # one replica: ZeRO or FSDP shards nothing
+            spec = dataclasses.replace(spec, level="ddp")  # its collectives over one rank move no bytes either
     recompute = ()
     if spec.recompute:
         from postplace.plans._step import numbered_units

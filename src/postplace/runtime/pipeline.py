@@ -36,8 +36,11 @@ parts (:func:`postplace.runtime.tensor.tensor_ranks`): part j of a stage sends t
 (:func:`postplace.plans.data_parallel.zero_owners`): it updates them alone and each stage's buckets of them are
 all-gathered over that stage's ranks after the update.
 
-Not here: ZeRO-2 or FSDP with a pipeline, recomputation in a pipeline; a step with ops only a CPU may run and
-more than one replica.
+With recomputation (``+recompute``, ``+selective``, ``recompute=U/U``) each replica's program is rewritten as a
+``ddp`` replica's is (:func:`postplace.runtime.recompute.recompute_program`), and a recomputed forward op runs in
+its micro-batch's backward slot on its stage, before the backward ops that read it.
+
+Not here: ZeRO-2 or FSDP with a pipeline; a step with ops only a CPU may run and more than one replica.
 """
 
 from __future__ import annotations
@@ -96,10 +99,10 @@ def pipeline_plan(
     from postplace.placers.practitioner import pipeline_stages
 
     pp = spec.pipeline
-    if not pp or spec.level not in ("ddp", "zero1") or spec.shard is not None or spec.recompute:
+    if not pp or spec.level not in ("ddp", "zero1") or spec.shard is not None:
         raise PostplaceError(
-            f"plan '{spec}': launch runs pipelines of ddp or zero1 replicas (ddp:pp=P, zero1:pp=P, tp=T or not) "
-            "without recomputation or sharding so far"
+            f"plan '{spec}': launch runs pipelines of ddp or zero1 replicas (ddp:pp=P, zero1:pp=P, tp=T or not, "
+            "+recompute or not) so far; ZeRO-2, FSDP or a per-unit hybrid in a pipeline is simulated only"
         )
     every = list(devices)
     t = spec.tensor or 1
@@ -157,7 +160,15 @@ def pipeline_plan(
                 owners=owners,
             )
         else:
-            gm, calls = traced.gm, []
+            whole = torch.fx.Graph()
+            whole.output(whole.graph_copy(traced.gm.graph, {}))
+            gm, calls = torch.fx.GraphModule(traced.gm, whole), []
+        if spec.recompute:  # each backward slot runs its units' forward again first (the simulated plan's)
+            from postplace.plans._step import numbered_units
+            from postplace.runtime.recompute import recompute_program
+
+            units = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
+            recompute_program(gm, traced, set(units), selective=spec.selective)
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         plan_r = rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device)
         replicas.append((_traced_inputs(plan_r, ordered, traced), calls))
@@ -185,7 +196,8 @@ def schedule_order(gm: torch.fx.GraphModule, traced, stage, schedule: str, pp: i
     local = {j: i for i, j in enumerate(mbs)}  # the replica's micro-batches, numbered in order
 
     def slot_key(n) -> tuple | None:
-        op = op_of.get(n.name, -1)
+        again = n.meta.get("recompute")  # a recomputed forward op runs in its micro-batch's backward slot
+        op = op_of.get(again or n.name, -1)
         if (
             n.op in ("placeholder", "get_attr")
             or op < 0
@@ -194,7 +206,7 @@ def schedule_order(gm: torch.fx.GraphModule, traced, stage, schedule: str, pp: i
             or graph.phase[op] not in (_FORWARD, _BACKWARD)
         ):
             return None
-        kind = "F" if graph.phase[op] == _FORWARD else "B"
+        kind = "F" if graph.phase[op] == _FORWARD and not again else "B"
         return int(stage[op]) % pp, kind, local[int(graph.microbatch[op])], int(stage[op])
 
     keys = {n: slot_key(n) for n in nodes}

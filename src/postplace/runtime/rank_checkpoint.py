@@ -180,7 +180,7 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
         One line: no checkpoint in ``folder``, a step not every rank recorded, ranks of different launches, or
         a checkpoint of another model (a parameter no rank holds, or of another shape or dtype).
     """
-    from postplace.runtime.launcher import slice_width, unshard
+    from postplace.runtime.launcher import joined
 
     folder = Path(folder)
     ranks = sorted({int(p.name[4:].split("-", 1)[0]) for p in folder.glob("rank*-step*.json") if p.name[4].isdigit()})
@@ -197,7 +197,7 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
     held: dict[int, list[torch.Tensor]] = {}
     keys = set()
     parts: dict[int, tuple[int, int]] = {}  # tensor parallelism: placeholder -> (dimension, blocks)
-    degree = world
+    degree = 1
     for r in ranks:
         where = folder / f"{_stem(r, step)}.json"
         state = load_state(where)
@@ -218,13 +218,8 @@ def load_into(model: torch.nn.Module, folder: str | Path, step: int | None = Non
             if not copies:
                 raise PostplaceError(f"{folder}: no rank holds '{name}'; it is a checkpoint of another model's launch")
             whole = [t for t in copies if tuple(t.shape) == tuple(p.shape)]
-            width = slice_width(p.numel(), world)
-            sliced = len(copies) == world and all(t.shape == (width,) for t in copies)
-            value = whole[0] if whole else unshard(copies, p.shape) if sliced else None
-            if i in parts and not whole and len(copies) % degree == 0:  # the first group holding it: its parts
-                from postplace.runtime.tensor import tensor_unshard
-
-                value = tensor_unshard(copies[:degree], *parts[i])
+            sliced = len(copies) == world  # FSDP's slices, of parts or not: every rank holds one
+            value = whole[0] if whole else joined(copies, p.shape, degree if sliced or i in parts else 1, parts.get(i))
             if value is None or value.dtype != p.dtype or tuple(value.shape) != tuple(p.shape):
                 raise PostplaceError(
                     f"{folder}: '{name}' is held as {[tuple(t.shape) for t in copies]} {copies[0].dtype}, not as the "

@@ -26,11 +26,14 @@ all-reduces each token's maximum and sum of exponentials, the loss all-reduces t
 (three fp32 values per token, what the simulated plan charges), and its backward is local (the gradient of
 log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
 
-Data parallelism around the groups is ``ddp``'s or ZeRO-1's (each group a replica, every gradient bucket
-all-reduced, and under ZeRO-1 every parameter gathered from its owner, over the ranks holding the same parts),
-recomputation is the replica's (:mod:`postplace.runtime.recompute`), and a pipeline of groups is the pipeline's
-ranks each made T parts (:func:`tensor_ranks`). ZeRO-2 and FSDP around the groups are refused by the caller in
-one line.
+Data parallelism around the groups is the replica's, each collective over the ranks holding the same parts:
+``ddp``'s (every gradient bucket all-reduced), ZeRO-1's and ZeRO-2's (every parameter gathered from its owner
+after the update; ZeRO-2 reduce-scatters each micro-batch's gradients to their owners) or FSDP's, torchtitan's
+2D plan (rank j + T r holds slice r of part j of every parameter and moment, each unit's parts gathered over
+the part's ranks before its forward and its backward, their gradients reduce-scattered there; the update runs
+on the slices, whose layout is whole to the split: elementwise). Recomputation is the replica's
+(:mod:`postplace.runtime.recompute`), and a pipeline of groups is the pipeline's ranks each made T parts
+(:func:`tensor_ranks`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from postplace.runtime.ranks import (
     RECV,
     REDUCE,
     REDUCE_MAX,
+    REDUCE_SCATTER,
+    SCATTER,
     SEND,
     Collective,
     RankPlan,
@@ -244,9 +249,13 @@ class _Builder:
         *,
         gathered=None,
         message=None,
+        replica: int = 0,
+        sliced: frozenset[str] = frozenset(),
     ):
         self.traced, self.src, self.t, self.j = traced, src, degree, rank
-        self.gathered = gathered  # ZeRO-1: the source's collective index -> (parameter names, owners) it gathers
+        self.gathered = gathered  # ZeRO/FSDP: the source's collective index -> (value names, owners) it carries
+        self.replica = replica  # ZeRO-2: the position in a reduce-scatter's group whose sums land here
+        self.sliced = sliced  # FSDP: placeholders held as slices of their flattened part (elementwise updates only)
         self.message = message or (lambda k: k)  # a message of the source program -> this rank's (a pipeline's)
         self.params = params
         self.g = torch.fx.Graph()
@@ -298,7 +307,7 @@ class _Builder:
         for n in self.src.nodes:
             if n.op == "placeholder":
                 self.env[n] = self.g.node_copy(n)
-                self.lay[n] = self.params.get(n.name)
+                self.lay[n] = None if n.name in self.sliced else self.params.get(n.name)
             elif n.op == "get_attr":
                 self.env[n] = self.g.node_copy(n)
             elif n.op == "output":
@@ -323,7 +332,26 @@ class _Builder:
             label = "+".join(x.name for x in n.args[1])
             self.calls.append(("dp", ALL_REDUCE, label, (numel,), _val(n.args[1][0]).dtype, (), (), n.args[0]))
             return
-        if n.op == "call_module" and n.target == GATHER:  # ZeRO-1: every part's owners send their parameters
+        if n.op == "call_module" and n.target == SCATTER:  # ZeRO-2, FSDP: this rank's parts of the gradients
+            names, owners = self.gathered(n.args[0])
+            xs = n.args[1]
+            lays = [self.lay.get(x) if isinstance(self.lay.get(x), Split) else None for x in xs]
+            values = [self.env[x] if lay is not None else self.whole(x, n) for x, lay in zip(xs, lays, strict=True)]
+            shapes = tuple(_local(_shape(x), lay, self.t) for x, lay in zip(xs, lays, strict=True))
+            self.env[n] = self.g.call_module(SCATTER, (len(self.calls), values))
+            # ZeRO-2: the sums this replica owns, as their parts; FSDP: slices (their update is elementwise)
+            self.lay[n] = (
+                tuple(lay for lay, o in zip(lays, owners, strict=True) if o == self.replica) if owners else None
+            )
+            dtype = _val(xs[0]).dtype
+            numel = sum(math.prod(x) for x in shapes)
+            self.calls.append(
+                ("dp", REDUCE_SCATTER, "+".join(names), (numel,), dtype, tuple(owners), shapes, n.args[0])
+            )
+            return
+        if (
+            n.op == "call_module" and n.target == GATHER
+        ):  # ZeRO: every part's owners send their parameters; FSDP: slices
             names, owners = self.gathered(n.args[0])
             holders = {x.name: x for x in self.src.nodes if x.op == "placeholder"}
             shapes = tuple(_local(_shape(holders[p]), self.params.get(p), self.t) for p in names)
@@ -359,6 +387,9 @@ class _Builder:
             src, idx = n.args
             lay = self.lay.get(src)
             self.emit(n, (self.env[src], idx), lay=lay[idx] if isinstance(lay, (tuple, list)) else None)
+            return
+        if n.target is operator.add and len(lays) == 2 and lays[0] == lays[1]:  # ZeRO-2: an owner's sum of parts
+            self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=lays[0])
             return
         if all(x is None for x in lays) and not (
             _name(n.target) == "embedding_dense_backward" and ins[1:2] and ins[1] in self.looked_up
@@ -731,7 +762,14 @@ class _Builder:
 
 
 # ------------------------------------------------------------------------------ the plan
-_COMMS = {REDUCE: ALL_REDUCE, REDUCE_MAX: ALL_REDUCE_MAX, GATHER: ALL_GATHER, SEND: "send", RECV: "recv"}
+_COMMS = {
+    REDUCE: ALL_REDUCE,
+    REDUCE_MAX: ALL_REDUCE_MAX,
+    GATHER: ALL_GATHER,
+    SCATTER: REDUCE_SCATTER,
+    SEND: "send",
+    RECV: "recv",
+}
 
 
 def _settled(traced, params: dict[str, Split], builders) -> list:
@@ -849,11 +887,12 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
 
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
-    that are ``ddp`` or ``zero1`` replicas (``ddp:tp=T``, ``zero1:tp=T``, ``+recompute`` or ``+selective`` or
-    not), or pipelines of such groups without recomputation (``zero1:tp=T,pp=P``: :func:`tensor_ranks`)."""
+    that are ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas (``fsdp:tp=T``, ``+recompute`` or ``+selective``
+    or not), or pipelines of ``ddp`` or ``zero1`` groups (:func:`tensor_ranks`); not a per-unit hybrid
+    (``shard=``)."""
     if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
-        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and not spec.recompute and spec.shard is None
-    return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
+        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
+    return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
 
 
 def split_parameters(traced, degree: int) -> dict[str, Split]:
@@ -910,7 +949,10 @@ def tensor_plan(
     backward, split alike: the recomputed forward all-reduces its partial sums again, as Megatron-LM's does.
     With ``level="zero1"`` each replica owns whole parameters (its part of them), as the simulated plan's
     owners on the split step (:func:`postplace.plans.data_parallel.zero_owners`), holds their moments alone,
-    updates them alone, and all-gathers the others' parts after the update over the ranks of its part.
+    updates them alone, and all-gathers the others' parts after the update over the ranks of its part;
+    ``"zero2"`` also reduce-scatters each micro-batch's gradients to their owners. With ``level="fsdp"`` each
+    replica is :func:`postplace.runtime.fsdp.fsdp_replica_program`'s, every parameter and moment a slice of its
+    part (``sharded``), gathered and reduce-scattered over the ranks of the part.
 
     Returns
     -------
@@ -931,26 +973,36 @@ def tensor_plan(
     if len(devices) % t:
         raise PostplaceError(f"tensor parallelism: tp={t} does not divide the {len(devices)} GPUs of the plan")
     dp, world = len(devices) // t, len(devices)
-    if level not in ("ddp", "zero1"):
-        raise PostplaceError(f"tensor parallelism launches in ddp or zero1 replicas, not {level}")
-    if level == "zero1" and dp < 2:
+    if level not in ("ddp", "zero1", "zero2", "fsdp"):
+        raise PostplaceError(f"tensor parallelism launches in ddp, zero1, zero2 or fsdp replicas, not {level}")
+    if level != "ddp" and dp < 2:
         raise PostplaceError(
-            f"tensor parallelism: zero1 shards over replicas of the {t}-GPU group and the plan has {dp}; "
-            f"give zero1 2 or more replicas, or use ddp:tp={t} for one group"
+            f"tensor parallelism: {level} shards over replicas of the {t}-GPU group and the plan has {dp}; "
+            f"give {level} 2 or more replicas, or use ddp:tp={t} for one group"
         )
-    owners = zero_owners_split(traced, t, dp) if level == "zero1" else None
+    owners = zero_owners_split(traced, t, dp) if level in ("zero1", "zero2") else None
     replica_calls: list[list] = [[] for _ in range(dp)]  # each replica's collective calls, by index
+    sliced: frozenset[int] = frozenset()
     if dp > 1:
         check_replicas(traced, dp, level)
         programs = []
         for r in range(dp):
-            gm, replica_calls[r] = replica_program(traced, r, traced.microbatches // dp, bucket_bytes, owners=owners)
+            if level == "fsdp":
+                from postplace.runtime.fsdp import fsdp_replica_program
+
+                gm, replica_calls[r], sliced = fsdp_replica_program(
+                    traced, r, traced.microbatches // dp, recompute=recompute, selective=selective
+                )
+            else:
+                gm, replica_calls[r] = replica_program(
+                    traced, r, traced.microbatches // dp, bucket_bytes, owners=owners, sharded_grads=level == "zero2"
+                )
             programs.append(gm)
     else:
         whole = torch.fx.Graph()
         whole.output(whole.graph_copy(traced.gm.graph, {}))
         programs = [torch.fx.GraphModule(traced.gm, whole)]
-    if recompute:
+    if recompute and level != "fsdp":  # FSDP's replica recomputes from its backward gathers itself
         from postplace.runtime.recompute import recompute_program
 
         for gm in programs:
@@ -958,13 +1010,18 @@ def tensor_plan(
     sources = [gm.graph for gm in programs]
     params = split_parameters(traced, t)
 
-    def gathered(r: int):  # ZeRO-1: replica r's all-gather k, as its program records it
+    def gathered(r: int):  # ZeRO and FSDP: replica r's collective k, as its program records it
         return lambda k: (list(replica_calls[r][k][1]), replica_calls[r][k][3])
 
+    slices = sliced_placeholders(traced, sliced)
     built = _settled(
         traced,
         params,
-        lambda: [_Builder(traced, sources[r], t, j, params, gathered=gathered(r)) for r in range(dp) for j in range(t)],
+        lambda: [
+            _Builder(traced, sources[r], t, j, params, gathered=gathered(r), replica=r, sliced=slices)
+            for r in range(dp)
+            for j in range(t)
+        ],
     )
     calls = built[0][1]
     index: dict[tuple[int, int], int] = {}  # (the program's k-th collective, rank) -> the plan's collective
@@ -1008,6 +1065,23 @@ def tensor_plan(
         len(holders) - len(traced.inputs),
         collectives=tuple(collectives),
         partial_loss=dp > 1,
+        sharded=sliced,
         tensor_split=_tensor_split(traced, params),
         tensor_degree=t,
     )
+
+
+def sliced_placeholders(traced, sliced: frozenset[int]) -> frozenset[str]:
+    """The placeholders FSDP holds as slices: the parameters ``sliced`` names (indices) and their optimizer
+    state (the step counts stay whole)."""
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    params = list(traced.model.parameters())
+    at = len(params) + len(list(traced.model.buffers()))
+    out = set()
+    for i in range(len(params)):
+        names = traced.optimizer.state_names(i)
+        if i in sliced:
+            out.add(holders[i])
+            out.update(holders[at + k] for k, s in enumerate(names) if s != "step")
+        at += len(names)
+    return frozenset(out)
