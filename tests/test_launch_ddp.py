@@ -75,7 +75,7 @@ def test_plans_launch_does_not_run_are_one_line():
         ddp_plan(mlp_step(4), [1, 2, 3], K80X4.device_names)
 
 
-@pytest.mark.parametrize("plan", ["ddp:m=2,dp=2", "zero2:m=2,dp=2"])  # zero1 takes the path zero2 does
+@pytest.mark.parametrize("plan", ["ddp:m=2,dp=2"])  # zero1, zero2: the same run-folder path (launchable)
 def test_launch_runs_a_run_folders_ddp_plan(tmp_path, plan):
     """A run folder whose returned plan is ``ddp:m=2,dp=2`` (GPT-2 small on two K80s): ``postplace launch``
     runs it as two processes, the losses those of the one-process step, the bytes the simulated plan's."""
