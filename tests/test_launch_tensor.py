@@ -10,6 +10,7 @@ from torch import nn
 from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
 from postplace.graph.trace_torch import trace
+from postplace.placers.practitioner import plan_devices, plan_step
 from postplace.plans import parse_plan
 from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
 from postplace.runtime.rank_checkpoint import load_into
@@ -189,6 +190,9 @@ def test_tensor_plans_launch_does_not_run_are_one_line():
     cut = trace(mlp, (torch.randn(8, 16),), nn.functional.mse_loss, "sgd", microbatches=4, targets=(torch.randn(8, 8),))
     with pytest.raises(PostplaceError, match="the cut falls between the layers of a split pair"):
         launch_plan(cut, "ddp:tp=2,pp=2,dp=1,m=4,schedule=gpipe", K80X4)
+    spec = parse_plan("ddp:tp=2,pp=2,dp=1,m=4,schedule=gpipe")  # the simulator refuses it alike: no price
+    with pytest.raises(PostplaceError, match=r"falls between the layers of a split pair \(op 'mb0_gelu' on stage 0"):
+        plan_step(cut.graph, K80X4, spec, plan_devices(K80X4, spec))
     torch.manual_seed(0)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
     plain = trace(nn.Sequential(nn.Linear(16, 4)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))

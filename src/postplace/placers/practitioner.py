@@ -198,6 +198,8 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
         slots = len(devices) // spec.pipeline
         stage = pipeline_stages(graph, cluster, spec, [devices[slots * s] for s in range(spec.pipeline)], cost_model)
         key = dict(zip(graph.names, (np.maximum(stage, 0) % spec.pipeline).tolist(), strict=True))
+        if (spec.tensor or 1) > 1:
+            _check_whole_cut(graph, spec, stage)
     planned = apply_plan(graph, spec, spec.replicas_over(len(devices)), bucket_key=key)
     cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
     cpu = cpus[0] if cpus else None
@@ -226,6 +228,23 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
         float(res.bytes_moved[0]),
         coll,
     )
+
+
+def _check_whole_cut(graph, spec, stage: np.ndarray) -> None:
+    """A pipeline of tensor-parallel groups sends whole values between stages: a cut between the layers of
+    a split pair would send each GPU's part (Megatron-LM cuts between whole layers; launch refuses it too)."""
+    from postplace.plans.tensor import split_activations
+
+    split = split_activations(graph)
+    src, dst = graph.edge_src, graph.edge_dst
+    cross = (stage[src] >= 0) & (stage[dst] >= 0) & (stage[src] != stage[dst]) & split[src]
+    if cross.any():
+        e = int(np.flatnonzero(cross)[0])
+        raise PostplaceError(
+            f"plan '{spec}': the stage cut of '{graph.name}' falls between the layers of a split pair (op "
+            f"'{graph.names[src[e]]}' on stage {int(stage[src[e]])} sends a value split over the tensor-parallel "
+            "group); pipelines of tensor-parallel groups cut between whole blocks: choose another pp or tp=1"
+        )
 
 
 def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> np.ndarray:

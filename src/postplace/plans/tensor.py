@@ -51,7 +51,14 @@ from postplace.graph import OpGraph
 from postplace.plans._draft import Draft
 from postplace.plans._step import FORWARD, parameter_ops
 
-__all__ = ["TP_ALL_REDUCE", "check_degree", "over_tensor_ranks", "split_linears", "tensor_parallel"]
+__all__ = [
+    "TP_ALL_REDUCE",
+    "check_degree",
+    "over_tensor_ranks",
+    "split_activations",
+    "split_linears",
+    "tensor_parallel",
+]
 
 TP_ALL_REDUCE = "tp_all_reduce"
 _PRODUCTS = ("mm", "addmm")
@@ -232,6 +239,44 @@ def check_degree(graph: OpGraph, degree: int, role: dict) -> None:
             )
 
 
+def _states(graph: OpGraph, role: dict, ins: list[list[int]], weights: np.ndarray) -> np.ndarray:
+    """Each op's state on one GPU of the group (WHOLE, SHARD or PARTIAL: the module docstring)."""
+    n = graph.num_ops
+    state = np.full(n, WHOLE, dtype=np.int64)
+    looked_up: set[int] = set()  # the colocation sets of embedding lookups in a split table
+    for i in range(n):
+        if i in role:
+            state[i] = SHARD
+            continue
+        got = [state[s] for s in ins[i]]
+        if graph.op_types[i] == "embedding" and SHARD in got:  # each rank's rows: a term of every token's vector
+            state[i] = PARTIAL
+            looked_up.add(int(graph.colocation[i]))
+        elif graph.op_types[i] == "embedding_dense_backward" and int(graph.colocation[i]) in looked_up - {-1}:
+            state[i] = SHARD  # the gradient of this rank's rows
+        elif PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
+            state[i] = PARTIAL
+        elif (
+            graph.op_types[i] in _PRODUCTS
+            and any(state[s] == SHARD and weights[s] for s in ins[i])
+            and any(state[s] == SHARD and not weights[s] for s in ins[i])
+        ):
+            state[i] = PARTIAL
+        elif SHARD in got:
+            state[i] = SHARD
+    return state
+
+
+def split_activations(graph: OpGraph) -> np.ndarray:
+    """``bool[n]``: the ops whose output each GPU of a tensor-parallel group holds a part of and that do not
+    come from parameters alone (the activations between a column-split and a row-split linear, and their
+    gradients): a pipeline's stage cut must not send one (Megatron-LM cuts between whole layers)."""
+    role, _whole = split_linears(graph)
+    ins = _inputs(graph)
+    weights = _from_parameters(graph, ins)
+    return (_states(graph, role, ins, weights) == SHARD) & ~weights
+
+
 def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
@@ -258,28 +303,7 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     ins = _inputs(graph)
     weights = _from_parameters(graph, ins)
     n, t = graph.num_ops, float(degree)
-    state = np.full(n, WHOLE, dtype=np.int64)
-    looked_up: set[int] = set()  # the colocation sets of embedding lookups in a split table
-    for i in range(n):
-        if i in role:
-            state[i] = SHARD
-            continue
-        got = [state[s] for s in ins[i]]
-        if graph.op_types[i] == "embedding" and SHARD in got:  # each rank's rows: a term of every token's vector
-            state[i] = PARTIAL
-            looked_up.add(int(graph.colocation[i]))
-        elif graph.op_types[i] == "embedding_dense_backward" and int(graph.colocation[i]) in looked_up - {-1}:
-            state[i] = SHARD  # the gradient of this rank's rows
-        elif PARTIAL in got and graph.op_types[i] in _LINEAR and all(x == PARTIAL for x in got):
-            state[i] = PARTIAL
-        elif (
-            graph.op_types[i] in _PRODUCTS
-            and any(state[s] == SHARD and weights[s] for s in ins[i])
-            and any(state[s] == SHARD and not weights[s] for s in ins[i])
-        ):
-            state[i] = PARTIAL
-        elif SHARD in got:
-            state[i] = SHARD
+    state = _states(graph, role, ins, weights)
     draft = Draft(graph)
 
     def all_reduce_after(i: int, **made) -> int:
