@@ -176,6 +176,22 @@ def test_a_user_module_splits_in_zero2_groups():
     assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
 
 
+def test_dropout_between_split_layers_draws_the_one_process_masks():
+    """A user's MLP with dropout on its input (whole) and between its split layers (each rank holds part of
+    the activation), ``ddp:tp=2,dp=1``: each mask is drawn whole, as one process draws it, and each rank
+    multiplies its part by its part of the mask, so both ranks' generators stay in step and the losses are
+    the one-process step's (the whole values stay equal on both ranks); the same bytes as the simulated plan."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Dropout(0.1), nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.2), nn.Linear(32, 8))
+    x, y = torch.randn(8, 16), torch.randn(8, 8)
+    traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=2, targets=(y,))
+    res = launch_plan(traced, "ddp:tp=2,dp=1,m=2", K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res, learns=False)
+    assert res.losses == one_process(traced, 3)[0]  # the same masks: the same losses, not close ones
+    simulated = simulated_plan_bytes(traced.graph, parse_plan("ddp:tp=2,dp=1,m=2"), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] == {0: 256, 1: 256}
+
+
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
     for plan in ("fsdp:tp=2,pp=2,dp=1,m=2", "fsdp:tp=2,m=2,shard=root"):

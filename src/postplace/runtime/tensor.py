@@ -46,6 +46,7 @@ import torch
 import torch.fx
 
 from postplace.errors import PostplaceError
+from postplace.runtime.placed import written_args
 from postplace.runtime.ranks import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -112,6 +113,15 @@ def tensor_shard(x: torch.Tensor, dim: int, groups: int, degree: int, j: int) ->
     s = tuple(x.shape)
     y = x.reshape(*s[:dim], groups, degree, s[dim] // (groups * degree), *s[dim + 1 :])
     return y.select(dim + 1, j).reshape(*s[:dim], s[dim] // degree, *s[dim + 1 :]).clone()
+
+
+def part_of(x: torch.Tensor, dim: int, size: int, groups: int, degree: int, j: int) -> torch.Tensor:
+    """:func:`tensor_shard` inside a rank's program (``size``: ``x``'s length along ``dim``, given so the
+    program traces again without reading a shape)."""
+    block = size // groups
+    width = block // degree
+    pieces = [x.narrow(dim, g * block + j * width, width) for g in range(groups)]
+    return pieces[0] if groups == 1 else torch.cat(pieces, dim)
 
 
 def tensor_unshard(parts: list[torch.Tensor], dim: int, groups: int) -> torch.Tensor:
@@ -197,6 +207,10 @@ def _val(n: torch.fx.Node):
     if v is None and n.target is operator.getitem and n.args[0].op == "call_module":
         return _val(n.args[0].args[1][n.args[1]])
     return v
+
+
+def _random(n: torch.fx.Node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
 
 
 def _shape(n: torch.fx.Node) -> tuple[int, ...]:
@@ -669,19 +683,31 @@ class _Builder:
                 if out is not None and (out.dim, out.groups) != (here.dim, here.groups):
                     self.refuse(n, x)
                 out = here if out is None else Split(out.dim, out.groups, out.sources | here.sources)
+        written = {n.args[k] for k in written_args(n)}
+        parts: dict[torch.fx.Node, torch.fx.Node] = {}  # a whole operand as large as the split: this rank's part
         for x, lay in zip(ins, lays, strict=True):
             shape = _shape(x)
             at = out.dim - (nd - len(shape))
             if not isinstance(lay, Split) and 0 <= at < len(shape) and shape[at] != 1:
-                self.refuse(n, x)  # a whole operand as large as the split dimension: it would need its part
+                if x in written or isinstance(lay, Partial):
+                    self.refuse(n, x)  # its part would be written, not it; a partial sum has no part to take
+                parts[x] = self.g.call_function(part_of, (self.env[x], at, shape[at], out.groups, self.t, self.j))
 
         def local(x):
+            if x in parts:
+                return parts[x]
             return self.env[x] if isinstance(self.lay.get(x), Split) else self.whole(x, n)
 
         self.emit(n, torch.fx.map_arg(n.args, local), torch.fx.map_arg(n.kwargs, local), lay=out)
 
     def like(self, n, ins, lays) -> None:
         lay = self.lay.get(n.args[0])
+        if isinstance(lay, Split) and any(_random(u) for u in n.users):  # a dropout mask: drawn whole, as one
+            # process draws it, so every rank's generator stays in step and each op takes its part of it
+            dtype = n.kwargs.get("dtype")
+            kwargs = {"dtype": dtype} if dtype else {}
+            self.emit(n, (self.env[n.args[0]], list(_shape(n))), kwargs, lay=None, target=aten.new_empty.default)
+            return
         self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=lay if isinstance(lay, Split) else None)
 
     # -- the vocabulary-split embedding
