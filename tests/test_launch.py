@@ -503,7 +503,7 @@ def test_bad_input_is_one_line_before_any_process_starts(run_folder, tmp_path, m
     assert "gpu7" in _bad("launch", folder)
     (folder / "placement.json").write_text((Path(run_folder) / "placement.json").read_text())
     summary = json.loads((folder / "summary.json").read_text())
-    (folder / "summary.json").write_text(json.dumps({**summary, "returned_plan": "fsdp:m=2,dp=2,tp=2,pp=2"}))
+    (folder / "summary.json").write_text(json.dumps({**summary, "returned_plan": "fsdp:m=2,dp=1,pp=2"}))
     assert "simulated only" in _bad("launch", folder)
     (folder / "summary.json").write_text(json.dumps({**summary, "target_spec": {"kind": "module"}}))
     assert "not a zoo model" in _bad("launch", folder)

@@ -66,7 +66,7 @@ def test_each_replica_runs_its_own_micro_batches():
 
 
 def test_plans_launch_does_not_run_are_one_line():
-    with pytest.raises(PostplaceError, match=r"ZeRO-2, FSDP or a per-unit hybrid in a pipeline is simulated only") as e:
+    with pytest.raises(PostplaceError, match=r"ZeRO-2 or a per-unit hybrid in a pipeline is simulated only") as e:
         launch_plan(mlp_step(4), "zero2:m=4,pp=2", K80X4)
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="traced as 4"):

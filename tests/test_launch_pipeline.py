@@ -238,7 +238,7 @@ def test_pipelines_launch_does_not_run_are_one_line():
     ):
         pipeline_plan(gpt2, parse_plan("ddp:pp=2,m=2,dp=1,schedule=1f1b"), K80X4, [1, 2])
     with pytest.raises(PostplaceError, match="launch runs pipelines of ddp or zero1 replicas"):
-        launch_plan(gpt2, "zero2:pp=2,m=2,dp=1", K80X4)
+        launch_plan(gpt2, "zero2:pp=2,m=2,dp=2", K80X4)  # (one replica would run as ddp's: it shards nothing)
     with pytest.raises(PostplaceError, match="traced as 2"):
         launch_plan(gpt2, "ddp:pp=2,m=4,dp=1", K80X4)
     with pytest.raises(PostplaceError, match="3 GPUs make no whole replicas of 2 stages"):

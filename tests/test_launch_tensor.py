@@ -12,7 +12,7 @@ from postplace.errors import PostplaceError
 from postplace.graph.trace_torch import trace
 from postplace.placers.practitioner import plan_devices, plan_step
 from postplace.plans import parse_plan
-from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
+from postplace.runtime.launcher import RandomBatches, _one_replica, launch_plan, simulated_plan_bytes
 from postplace.runtime.rank_checkpoint import load_into
 from postplace.runtime.tensor import tensor_plan, tensor_shard, tensor_unshard
 from postplace.runtime.zoo_step import trace_zoo_step
@@ -158,13 +158,15 @@ def test_llama_split_in_fsdp_groups_trains_as_one_process_and_its_checkpoint_joi
 
 
 def test_a_user_module_splits_in_zero2_groups():
-    """The user's MLP on 4 ranks, ``zero2:tp=2,m=4``: each replica's two micro-batches' gradients
-    reduce-scattered to their owners over the ranks of each part, summed there, the owners' updates
-    all-gathered; within fp32 rounding of one process, the bytes the simulated plan's."""
+    """The user's MLP on 4 ranks, ``zero2:tp=2,m=4``, Adam with AMSGrad (its running maximum copied into a
+    moment's part): each replica's two micro-batches' gradients reduce-scattered to their owners over the
+    ranks of each part, summed there, the owners' updates all-gathered; within fp32 rounding of one
+    process, the bytes the simulated plan's."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
     x, y = torch.randn(8, 16), torch.randn(8, 8)
-    traced = trace(model, (x,), nn.functional.mse_loss, "adamw", microbatches=4, targets=(y,))
+    amsgrad = torch.optim.Adam(model.parameters(), lr=1e-2, amsgrad=True)
+    traced = trace(model, (x,), nn.functional.mse_loss, amsgrad, microbatches=4, targets=(y,))
     res = launch_plan(traced, "zero2:tp=2,m=4", K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res, learns=False)
     kinds = [(c.kind, c.group) for c in res.plan.collectives if c.kind != "all_reduce"]
@@ -198,6 +200,9 @@ def test_tensor_plans_launch_does_not_run_are_one_line():
         with pytest.raises(PostplaceError, match=r"groups that are ddp, zero1, zero2 or fsdp replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)
+    one = {p: _one_replica(parse_plan(p), 4).level for p in ("zero2:tp=2,pp=2,dp=1", "fsdp:tp=4", "zero1:pp=2")}
+    assert one == {"zero2:tp=2,pp=2,dp=1": "ddp", "fsdp:tp=4": "ddp", "zero1:pp=2": "zero1"}  # dp 1, 1, 2
+    assert _one_replica(parse_plan("fsdp:pp=2,dp=1"), 2).level == "fsdp"  # FSDP in a pipeline: refused, not run
     for level in ("zero1", "fsdp"):  # launch_plan runs one such group as ddp's: it shards nothing
         with pytest.raises(PostplaceError, match=f"{level} shards over replicas of the 2-GPU group and the plan has 1"):
             tensor_plan(traced, [1, 2], K80X4.device_names, level=level)

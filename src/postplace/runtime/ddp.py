@@ -137,7 +137,7 @@ def check_replicas(traced, k: int, plan: str) -> None:
     m = traced.microbatches
     if k < 2 or m % k:
         raise PostplaceError(
-            f"{plan} over {k} processes needs at least 2 and a micro-batch count they divide; the "
+            f"{plan} over {k} replicas needs at least 2 and a micro-batch count they divide; the "
             f"step has {m} micro-batch{'es' if m > 1 else ''}"
         )
     if traced.graph.metadata.get("microbatch_norms"):

@@ -1181,7 +1181,7 @@ def run_folder(folder: str | Path) -> dict:
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
                 "ddp, zero1, zero2 and fsdp plans and their per-unit hybrids (shard=), +recompute, +selective, "
                 "tensor-parallel groups as ddp, zero1, zero2 or fsdp replicas (fsdp:tp=T), and pipelines of ddp or "
-                "zero1 replicas or groups (zero1:tp=T,pp=P) so far (ZeRO-2 or FSDP with pp: simulated only)"
+                "zero1 replicas or groups (zero1:tp=T,pp=P) so far (ZeRO-2 with pp: simulated only)"
             )
     spec = run.get("cluster_spec") or summary.get("cluster")
     if not spec:
@@ -1393,6 +1393,18 @@ def simulated_plan_bytes(graph, spec, cluster, plan: RankPlan, exclude=()) -> di
     return out
 
 
+def _one_replica(spec, gpus: int):
+    """``spec`` as launched: a ZeRO plan, or FSDP without a pipeline, over one tensor-parallel group or one
+    pipeline (dp = 1) shards nothing and runs as ``ddp``'s program (the simulated plan's collectives over
+    one rank move no bytes either). FSDP with a pipeline stays as it is: the simulator refuses it, so does
+    launch."""
+    one = spec.tensor or spec.pipeline
+    if one and spec.level != "ddp" and spec.shard is None and gpus == (spec.tensor or 1) * (spec.pipeline or 1):
+        if not (spec.level == "fsdp" and spec.pipeline):
+            return dataclasses.replace(spec, level="ddp")
+    return spec
+
+
 def _check_tensor(plan: str, spec) -> None:
     """Tensor parallelism launches in groups that are ddp, ZeRO or FSDP replicas, and in pipelines of ddp or
     zero1 groups, nothing else (so far)."""
@@ -1402,7 +1414,8 @@ def _check_tensor(plan: str, spec) -> None:
         raise PostplaceError(
             f"plan '{plan}': launch runs tensor parallelism in groups that are ddp, zero1, zero2 or fsdp replicas "
             "(recomputed or not) and in pipelines of ddp or zero1 groups (ddp:tp=T,pp=P) so far; the rest of "
-            "tensor parallelism (zero2 or fsdp groups in a pipeline, a per-unit hybrid) is simulated only"
+            "tensor parallelism is not launched (zero2 groups in a pipeline and per-unit hybrids are simulated "
+            "only; fsdp in a pipeline is neither simulated nor launched)"
         )
 
 
@@ -1431,8 +1444,10 @@ def launch_plan(
     (``ddp:shard=U/U``: those units sharded as ``fsdp`` shards them, the others replicated as ``ddp``;
     ``fsdp_plan(shard=)``), and tensor-parallel groups as ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas
     (``ddp:tp=T``, ``fsdp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline
-    (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``); ZeRO-2 or FSDP inside a pipeline, and a per-unit hybrid with tensor
-    parallelism, are refused in one line.
+    (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``). A ZeRO plan, or FSDP without a pipeline, over one group or one
+    pipeline (dp = 1) shards nothing and runs as ``ddp``'s. ZeRO-2 inside a pipeline of several replicas
+    (simulated only), FSDP inside a pipeline (neither simulated nor launched), and a per-unit hybrid with
+    tensor parallelism are refused in one line.
 
     Parameters
     ----------
@@ -1461,6 +1476,9 @@ def launch_plan(
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
+    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    gpus = plan_devices(cluster, spec, exclude)
+    spec = _one_replica(spec, len(gpus))
     if spec.tensor:
         _check_tensor(plan, spec)
     elif not spec.pipeline and not launchable(spec):
@@ -1474,12 +1492,7 @@ def launch_plan(
             f"plan '{plan}' is for {spec.microbatches} micro-batches and the step was traced as "
             f"{traced.microbatches}; trace it at m={spec.microbatches}"
         )
-    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    gpus = plan_devices(cluster, spec, exclude)
     _check_backend(backend, gpus, list(cluster.device_names))
-    if (spec.tensor or spec.pipeline) and spec.level != "ddp" and spec.shard is None:
-        if len(gpus) == (spec.tensor or 1) * (spec.pipeline or 1):  # one replica: ZeRO or FSDP shards nothing
-            spec = dataclasses.replace(spec, level="ddp")  # its collectives over one rank move no bytes either
     recompute = ()
     if spec.recompute:
         from postplace.plans._step import numbered_units

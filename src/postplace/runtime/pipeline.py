@@ -40,7 +40,9 @@ With recomputation (``+recompute``, ``+selective``, ``recompute=U/U``) each repl
 ``ddp`` replica's is (:func:`postplace.runtime.recompute.recompute_program`), and a recomputed forward op runs in
 its micro-batch's backward slot on its stage, before the backward ops that read it.
 
-Not here: ZeRO-2 or FSDP with a pipeline; a step with ops only a CPU may run and more than one replica.
+Not here: ZeRO-2 or FSDP with a pipeline of several replicas (:func:`postplace.runtime.launcher.launch_plan`
+runs a ZeRO pipeline of one replica as ddp's: it shards nothing); a step with ops only a CPU may run and more
+than one replica.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def pipeline_plan(
     if not pp or spec.level not in ("ddp", "zero1") or spec.shard is not None:
         raise PostplaceError(
             f"plan '{spec}': launch runs pipelines of ddp or zero1 replicas (ddp:pp=P, zero1:pp=P, tp=T or not, "
-            "+recompute or not) so far; ZeRO-2, FSDP or a per-unit hybrid in a pipeline is simulated only"
+            "+recompute or not) so far; ZeRO-2 or a per-unit hybrid in a pipeline is simulated only, FSDP in a "
+            "pipeline neither simulated nor launched"
         )
     every = list(devices)
     t = spec.tensor or 1

@@ -209,6 +209,13 @@ def _val(n: torch.fx.Node):
     return v
 
 
+def _same_split(a, b) -> bool:
+    """Two layouts that are one split (of whatever parameters they derive from), or both whole."""
+    if isinstance(a, Split) and isinstance(b, Split):
+        return (a.dim, a.groups) == (b.dim, b.groups)
+    return a is None and b is None
+
+
 def _random(n: torch.fx.Node) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
 
@@ -402,7 +409,7 @@ class _Builder:
             lay = self.lay.get(src)
             self.emit(n, (self.env[src], idx), lay=lay[idx] if isinstance(lay, (tuple, list)) else None)
             return
-        if n.target is operator.add and len(lays) == 2 and lays[0] == lays[1]:  # ZeRO-2: an owner's sum of parts
+        if n.target is operator.add and len(lays) == 2 and _same_split(*lays):  # ZeRO-2: an owner's sum of parts
             self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=lays[0])
             return
         if all(x is None for x in lays) and not (
@@ -699,6 +706,14 @@ class _Builder:
             return self.env[x] if isinstance(self.lay.get(x), Split) else self.whole(x, n)
 
         self.emit(n, torch.fx.map_arg(n.args, local), torch.fx.map_arg(n.kwargs, local), lay=out)
+
+    def op_copy_(self, n, ins, lays) -> None:
+        """A copy into a value of the same layout (AMSGrad's running maximum): each rank copies its part."""
+        a, b = self.lay.get(n.args[0]), self.lay.get(n.args[1])
+        if isinstance(a, Split) and _same_split(a, b):
+            self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=a)
+            return
+        self.opaque(n, ins, lays)
 
     def like(self, n, ins, lays) -> None:
         lay = self.lay.get(n.args[0])
