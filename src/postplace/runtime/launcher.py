@@ -48,6 +48,7 @@ import datetime
 import functools
 import json
 import logging
+import multiprocessing
 import os
 import pickle
 import re
@@ -1082,7 +1083,7 @@ def _elastic(job: _Job, plan: RankPlan) -> dict[int, RankResult]:
         rdzv_configs={"join_timeout": max(int(job.timeout), 1)},
         max_restarts=0,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method="forkserver",
         logs_specs=DefaultLogsSpecs(log_dir=job.folder, redirects=Std.ALL),
     )
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
@@ -1094,6 +1095,10 @@ def _elastic(job: _Job, plan: RankPlan) -> dict[int, RankResult]:
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.CRITICAL)
+    # A fork server that has imported torch and the runtime once starts every rank of this and later launches
+    # in a fraction of a spawn's time (each spawned rank imports them again: seconds on a small machine); its
+    # children still import the caller's main module, as spawned ones do.
+    multiprocessing.set_forkserver_preload(["postplace.runtime.launcher", "postplace.runtime.tensor"])
     try:
         return elastic_launch(config, _worker)(job.folder)
     except ChildFailedError as exc:
