@@ -379,6 +379,29 @@ def test_a_killed_rank_stops_every_rank_with_one_clear_line(gpt2_pipeline):
     assert "\n" not in str(e.value)
 
 
+def test_a_rank_its_peers_lost_is_named_first_when_the_agent_saw_a_peer_fail_first(tmp_path):
+    """The agent reports the first exit it sees; when that is a peer's (a lost connection), the rank the
+    peer lost, which left no line of its own, is named first all the same."""
+    from types import SimpleNamespace
+
+    from postplace.runtime.launcher import _failure_line
+
+    for r in (0, 1):
+        (tmp_path / f"step-{r}").write_text("3")
+    (tmp_path / "error-0").write_text(
+        "peer\nrank 0 (gpu0), step 3: receiving 'addmm' (512 bytes, op addmm; message 1 of 85) from rank 1 (gpu1) "
+        "failed after 0.0 s: Connection closed by peer"
+    )
+    plan = SimpleNamespace(world_size=2, rank_name=lambda r: f"rank {r} (gpu{r})")
+    line = _failure_line(
+        SimpleNamespace(failures={0: SimpleNamespace(exitcode=1)}), SimpleNamespace(folder=tmp_path), plan
+    )
+    assert line.startswith(
+        "launch failed: rank 1 (gpu1) stopped in step 3 without a word (killed, or its process died); "
+    )
+    assert "rank 0 (gpu0), step 3: receiving 'addmm'" in line
+
+
 def test_a_peer_that_stops_answering_fails_the_others_within_the_timeout(gpt2_pipeline):
     tr, placement = gpt2_pipeline
     with pytest.raises(

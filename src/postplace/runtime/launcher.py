@@ -895,6 +895,8 @@ def _worker(folder: str) -> RankResult:
             msg = f"{name}{where}: {type(exc).__name__}: {msg[:300]}"
         kind = "peer" if isinstance(exc, _PeerError) else "own"
         (folder / f"error-{rank}").write_text(f"{kind}\n{msg}")
+        if kind == "peer":  # the agent reports the first exit it sees: let the peer that caused this one go first
+            time.sleep(1.0)
         raise
     finally:
         if joined:
@@ -1129,6 +1131,13 @@ def _failure_line(exc, job: _Job, plan: RankPlan) -> str:
             code = exc.failures[r].exitcode
             how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             died.append(f"{plan.rank_name(r)} {how}{at}")
+    # a rank its peers lost (the agent reports the first failure it sees: under a fork server, often a peer's)
+    named = {int(r) for _, t in peer for r in re.findall(r"(?:from|to) rank (\d+)", t)}
+    for r in sorted(named):
+        if r < plan.world_size and r not in exc.failures and not (folder / f"error-{r}").is_file():
+            step = folder / f"step-{r}"
+            at = f" in step {step.read_text()}" if step.is_file() else " before its first step"
+            died.append(f"{plan.rank_name(r)} stopped{at} without a word (killed, or its process died)")
     parts = died + [t for _, t in sorted(own)] + [t for _, t in sorted(peer)]
     if not parts:
         parts = [f"rank {r} failed (exit code {f.exitcode})" for r, f in sorted(exc.failures.items())]
