@@ -1,6 +1,7 @@
 """Properties of the simulator on random DAGs, clusters and placements (hypothesis)."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -125,3 +126,33 @@ def test_compiled_placement_check_agrees_with_the_plain_one(inst, seed):
     rows[:5] = np.clip(rows[:5], 0, cluster.num_devices - 1)
     expected = [invalid_reason(g, cluster, r) is not None for r in rows]
     assert sim.evaluate_ops(rows).failed.tolist() == expected
+
+
+def test_the_work_bound_over_device_kinds_is_the_lp_over_devices():
+    """Identical GPUs merged into one kind (its load at most count x T) give the optimum of the LP written per
+    device (solved here from scratch), on a CPU, two GPU models and three GPUs of one of them."""
+    from scipy.optimize import linprog
+
+    from postplace.sim.bounds import work_bound
+    from postplace.sim.problem import SimProblem
+
+    rng = np.random.default_rng(7)
+    n = 40
+    fast, slow = rng.uniform(1, 2, n), rng.uniform(2, 5, n)
+    table = np.stack([fast * 6, fast, fast, fast, slow, slow], axis=1)  # cpu, 3 of one GPU, 2 of another
+    g = OpGraph.build([f"op{i}" for i in range(n)])
+    p = SimProblem.build(g, star_cluster(("cpu",) + ("gpu",) * 5), TableCostModel(table))
+    t = p.op_time
+    ok = np.isfinite(t)
+    ops, devs = np.nonzero(ok)
+    nvar, D = len(ops), t.shape[1]
+    a_eq = np.zeros((n, nvar + 1))
+    a_eq[ops, np.arange(nvar)] = 1
+    a_ub = np.zeros((D, nvar + 1))
+    a_ub[devs, np.arange(nvar)] = t[ops, devs]
+    a_ub[:, -1] = -1
+    c = np.zeros(nvar + 1)
+    c[-1] = 1
+    per_device = linprog(c, A_ub=a_ub, b_ub=np.zeros(D), A_eq=a_eq, b_eq=np.ones(n), bounds=(0, None)).fun
+    assert work_bound(p) == pytest.approx(per_device, rel=1e-6)
+    assert work_bound(p) > t.min(axis=1).sum() / D  # the LP, not the simple bound

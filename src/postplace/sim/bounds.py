@@ -56,18 +56,25 @@ def work_bound(p: SimProblem) -> float:
     nvar = int(ok.sum())
     if D == 1 or n == 0 or nvar > LP_MAX_VARIABLES:
         return simple
-    ops, devs = np.nonzero(ok)
-    times = t[ops, devs]
-    # variables: x (one per allowed (op, device)), then T. minimise T.
+    # Devices with the same times for every op (a node's GPUs) are one kind holding `count` of them: the LP
+    # over kinds, each kind's load at most count x T, has the same optimum (split a kind's share of an op
+    # evenly over its devices; sum the devices' shares back), with D / kinds times fewer variables.
+    _, first, kind = np.unique(np.where(ok, t, -1.0).T, axis=0, return_index=True, return_inverse=True)
+    count = np.bincount(kind.ravel()).astype(float)
+    t, ok, K = t[:, first], ok[:, first], len(first)
+    ops, kinds = np.nonzero(ok)
+    times = t[ops, kinds]
+    nvar = len(ops)
+    # variables: x (one per allowed (op, kind)), then T. minimise T.
     c = np.zeros(nvar + 1)
     c[-1] = 1.0
     eq = coo_matrix((np.ones(nvar), (ops, np.arange(nvar))), shape=(n, nvar + 1))
-    ub_rows = np.concatenate([devs, np.arange(D)])
-    ub_cols = np.concatenate([np.arange(nvar), np.full(D, nvar)])
-    ub_vals = np.concatenate([times, -np.ones(D)])
-    ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(D, nvar + 1))
+    ub_rows = np.concatenate([kinds, np.arange(K)])
+    ub_cols = np.concatenate([np.arange(nvar), np.full(K, nvar)])
+    ub_vals = np.concatenate([times, -count])
+    ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(K, nvar + 1))
     res = linprog(
-        c, A_ub=ub.tocsr(), b_ub=np.zeros(D), A_eq=eq.tocsr(), b_eq=np.ones(n), bounds=(0, None), method="highs"
+        c, A_ub=ub.tocsr(), b_ub=np.zeros(K), A_eq=eq.tocsr(), b_eq=np.ones(n), bounds=(0, None), method="highs"
     )
     if res.status != 0:
         return simple
