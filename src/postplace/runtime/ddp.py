@@ -54,7 +54,7 @@ from postplace.runtime.ranks import (
     RankProgram,
 )
 
-__all__ = ["ddp_plan", "launchable", "replica_program"]
+__all__ = ["ddp_plan", "launchable", "replica_program", "whole_program"]
 
 MICROBATCH = re.compile(r"^mb(\d+)_")  # a node of micro-batch k: "mb{k}_..."
 _CHAIN = re.compile(r"^(?:acc(\d+)_|loss_sum(\d+)$)")
@@ -189,6 +189,13 @@ def replica_plan(traced, devices, device_names, build, *, sharded: frozenset[int
     )
 
 
+def whole_program(traced) -> torch.fx.GraphModule:
+    """A copy of the traced step's program (its nodes keep their names) for a caller to rewrite."""
+    g = torch.fx.Graph()
+    g.output(g.graph_copy(traced.gm.graph, {}))
+    return torch.fx.GraphModule(traced.gm, g)
+
+
 def replica_program(
     traced,
     r: int,
@@ -277,9 +284,8 @@ def _replica(
         for i, x in enumerate(mine):
             part = g.call_function(operator.getitem, (out, i))
             reduced[x] = part if x not in reduced else g.call_function(operator.add, (reduced[x], part))
-            part.meta["val"] = reduced[x].meta["val"] = x.meta[
-                "val"
-            ]  # the sum's shape (a tensor-parallel split reads it)
+            val = x.meta["val"]  # the sum's shape: a tensor-parallel split reads it
+            part.meta["val"] = reduced[x].meta["val"] = val
         calls.append((REDUCE_SCATTER, tuple(x.name for x in bucket), f"@mb{k - first}", who))
 
     def gather_all() -> None:

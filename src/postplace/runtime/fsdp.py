@@ -128,14 +128,9 @@ def fsdp_plan(
     )
     if sliced:
         _elementwise(traced)
-    which = set(recompute)
 
     def build(r: int):
-        rc = None
-        if which:
-            from postplace.runtime.recompute import Recomputation
-
-            rc = Recomputation(traced, which, selective=selective)
+        rc = _recomputation(traced, recompute, selective)
         return _replica(traced, r, m // k, rc, None if shard is None else sliced, bucket_bytes)
 
     return replica_plan(traced, devices, device_names, build, sharded=sliced)
@@ -145,14 +140,18 @@ def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: boo
     """Replica r's program of the plain ``fsdp`` plan (every parameter sliced; its ``b`` micro-batches), its
     collective calls in order (``(kind, names, tag, owners)``) and the parameters it holds as slices (indices):
     the groups of a tensor-parallel plan (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
-    rc = None
-    if recompute:
-        from postplace.runtime.recompute import Recomputation
-
-        rc = Recomputation(traced, set(recompute), selective=selective)
     _elementwise(traced)
-    gm, calls = _replica(traced, r, b, rc)
+    gm, calls = _replica(traced, r, b, _recomputation(traced, recompute, selective))
     return gm, calls, frozenset(range(len(parameters(traced))))
+
+
+def _recomputation(traced, recompute, selective: bool):
+    """The replica's :class:`~postplace.runtime.recompute.Recomputation` of the units ``recompute`` (None: none)."""
+    if not recompute:
+        return None
+    from postplace.runtime.recompute import Recomputation
+
+    return Recomputation(traced, set(recompute), selective=selective)
 
 
 def _elementwise(traced) -> None:

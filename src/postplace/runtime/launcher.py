@@ -31,14 +31,13 @@ Per-unit hybrids (``ddp:shard=U/U``) run as ``fsdp`` for the units named and as 
 (:func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``: only those parameters held as slices).
 Tensor-parallel groups (``ddp:tp=T``, :mod:`postplace.runtime.tensor`) run Megatron-LM's split: each rank holds
 its part of the split parameters and their state and all-reduces partial sums over its group; the groups are
-``ddp`` or ``zero1`` replicas, each gradient bucket all-reduced (and under ZeRO-1 each parameter gathered from
-its owner) over the ranks holding the same parts; a pipeline of groups (``ddp:tp=T,pp=P``) sends each
-activation from part j of a stage to part j of the next.
+``ddp``, ZeRO or FSDP replicas, each of their collectives over the ranks holding the same parts; a pipeline of
+groups (``ddp:tp=T,pp=P``) sends each activation from part j of a stage to part j of the next.
 Messages are blocking sends and receives in the plan's one global order, those nothing separates batched
 (:func:`~postplace.runtime.ranks.batch_messages`, ``batch_isend_irecv``);
 :meth:`~postplace.runtime.ranks.RankPlan.check` proves the order, collectives included, cannot deadlock.
-What is not here yet: tensor parallelism under zero2 or fsdp; ZeRO-2/FSDP or
-recomputation inside a pipeline.
+What is not here yet: ZeRO-2 or FSDP inside a pipeline of several replicas, and a per-unit hybrid with tensor
+parallelism.
 """
 
 from __future__ import annotations
@@ -753,7 +752,7 @@ def _rank_state(traced, plan: RankPlan, rank: int) -> tuple[list[torch.Tensor], 
             t = plan.tensor_degree
             split[i] = functools.partial(tensor_shard, dim=dim, groups=blocks, degree=t, j=rank % t)
     # FSDP's slices: of each part, over the ranks holding that part (rank j + T r is slice r of part j)
-    slot, slices = divmod(rank, plan.tensor_degree)[0], plan.world_size // plan.tensor_degree
+    slot, slices = rank // plan.tensor_degree, plan.world_size // plan.tensor_degree
     args, owned = [], {}
     for i in plan.programs[rank].inputs:
         if i >= plan.n_persistent:
@@ -1412,11 +1411,9 @@ def _one_replica(spec, gpus: int):
     pipeline (dp = 1) shards nothing and runs as ``ddp``'s program (the simulated plan's collectives over
     one rank move no bytes either). FSDP with a pipeline stays as it is: the simulator refuses it, so does
     launch."""
-    one = spec.tensor or spec.pipeline
-    if one and spec.level != "ddp" and spec.shard is None and gpus == (spec.tensor or 1) * (spec.pipeline or 1):
-        if not (spec.level == "fsdp" and spec.pipeline):
-            return dataclasses.replace(spec, level="ddp")
-    return spec
+    one_replica = bool(spec.tensor or spec.pipeline) and gpus == (spec.tensor or 1) * (spec.pipeline or 1)
+    sharding = spec.level in ("zero1", "zero2") or (spec.level == "fsdp" and not spec.pipeline)
+    return dataclasses.replace(spec, level="ddp") if one_replica and sharding and spec.shard is None else spec
 
 
 def _check_tensor(plan: str, spec) -> None:
@@ -1509,9 +1506,9 @@ def launch_plan(
     _check_backend(backend, gpus, list(cluster.device_names))
     recompute = ()
     if spec.recompute:
-        from postplace.plans._step import numbered_units
+        from postplace.runtime.recompute import recomputed_units
 
-        recompute = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
+        recompute = recomputed_units(spec, traced)
     if spec.tensor and not spec.pipeline:
         from postplace.runtime.tensor import tensor_plan
 

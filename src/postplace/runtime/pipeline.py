@@ -140,11 +140,12 @@ def pipeline_plan(
             raise PostplaceError(f"plan '{spec}': zero1 shards over 2 or more replicas and the plan has {dp}")
         from postplace.plans.data_parallel import zero_owners
 
-        owners = zero_owners(traced.graph, dp) if (spec.tensor or 1) == 1 else None
-        if owners is None:
+        if t == 1:
+            owners = zero_owners(traced.graph, dp)
+        else:
             from postplace.runtime.tensor import zero_owners_split
 
-            owners = zero_owners_split(traced, spec.tensor, dp)
+            owners = zero_owners_split(traced, t, dp)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
     b = m // dp
@@ -163,15 +164,13 @@ def pipeline_plan(
                 owners=owners,
             )
         else:
-            whole = torch.fx.Graph()
-            whole.output(whole.graph_copy(traced.gm.graph, {}))
-            gm, calls = torch.fx.GraphModule(traced.gm, whole), []
-        if spec.recompute:  # each backward slot runs its units' forward again first (the simulated plan's)
-            from postplace.plans._step import numbered_units
-            from postplace.runtime.recompute import recompute_program
+            from postplace.runtime.ddp import whole_program
 
-            units = spec.recompute_units if spec.recompute_units is not None else numbered_units(traced.graph)
-            recompute_program(gm, traced, set(units), selective=spec.selective)
+            gm, calls = whole_program(traced), []
+        if spec.recompute:  # each backward slot runs its units' forward again first (the simulated plan's)
+            from postplace.runtime.recompute import recompute_program, recomputed_units
+
+            recompute_program(gm, traced, set(recomputed_units(spec, traced)), selective=spec.selective)
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         plan_r = rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device)
         replicas.append((_traced_inputs(plan_r, ordered, traced), calls))

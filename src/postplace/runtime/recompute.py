@@ -31,7 +31,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.placed import written_args
 
-__all__ = ["Recomputation", "keeps_output", "recompute_program"]
+__all__ = ["Recomputation", "keeps_output", "recompute_program", "recomputed_units"]
 
 _FORWARD, _BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
@@ -126,6 +126,16 @@ class Recomputation:
         for n in sorted(nodes, key=order.__getitem__, reverse=True):
             if not n.users and not written_args(n) and not n.is_impure():
                 graph.erase_node(n)
+
+
+def recomputed_units(spec, traced) -> tuple[str, ...]:
+    """The units a recomputing plan (a :class:`postplace.plans.PlanSpec`) runs again: those it names
+    (``recompute=U/U``), else every numbered unit (``+recompute``)."""
+    if spec.recompute_units is not None:
+        return tuple(spec.recompute_units)
+    from postplace.plans._step import numbered_units
+
+    return tuple(numbered_units(traced.graph))
 
 
 def recompute_program(gm: torch.fx.GraphModule, traced, which, *, selective: bool = False) -> int:

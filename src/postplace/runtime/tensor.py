@@ -370,9 +370,7 @@ class _Builder:
                 ("dp", REDUCE_SCATTER, "+".join(names), (numel,), dtype, tuple(owners), shapes, n.args[0])
             )
             return
-        if (
-            n.op == "call_module" and n.target == GATHER
-        ):  # ZeRO: every part's owners send their parameters; FSDP: slices
+        if n.op == "call_module" and n.target == GATHER:  # ZeRO: the parts' owners send them; FSDP: slices
             names, owners = self.gathered(n.args[0])
             holders = {x.name: x for x in self.src.nodes if x.op == "placeholder"}
             shapes = tuple(_local(_shape(holders[p]), self.params.get(p), self.t) for p in names)
@@ -944,14 +942,9 @@ def split_parameters(traced, degree: int) -> dict[str, Split]:
 
     role, _whole = split_linears(traced.graph)
     check_degree(traced.graph, degree, role)
-    holders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    params = list(traced.model.parameters())
-    n_bufs = len(list(traced.model.buffers()))
     out: dict[str, Split] = {}
-    state_at = len(params) + n_bufs
-    for i, p in enumerate(params):
-        names = traced.optimizer.state_names(i)
-        kind = role.get(traced.op_of_node.get(holders[i].name, -1))
+    for i, (p, holder, moments) in enumerate(_parameter_holders(traced)):
+        kind = role.get(traced.op_of_node.get(holder, -1))
         if kind is not None:
             dim = 1 if kind == "row" else 0
             if p.shape[dim] % degree:
@@ -959,13 +952,21 @@ def split_parameters(traced, degree: int) -> dict[str, Split]:
                     f"tensor parallelism: tp={degree} does not divide dimension {dim} ({p.shape[dim]}) of "
                     f"parameter {i} of '{traced.graph.name}'; choose a tp that divides it"
                 )
-            lay = Split(dim, 1, frozenset({holders[i].name}))
-            out[holders[i].name] = lay
-            for k, s in enumerate(names):
-                if s != "step":
-                    out[holders[state_at + k].name] = lay
-        state_at += len(names)
+            lay = Split(dim, 1, frozenset({holder}))
+            out.update(dict.fromkeys((holder, *moments), lay))
     return out
+
+
+def _parameter_holders(traced):
+    """Per parameter of the traced model, in order: it, its placeholder's name and the names of its optimizer
+    state's placeholders shaped like it (the step counts left out)."""
+    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    params = list(traced.model.parameters())
+    at = len(params) + len(list(traced.model.buffers()))
+    for i, p in enumerate(params):
+        names = traced.optimizer.state_names(i)
+        yield p, holders[i], [holders[at + k] for k, s in enumerate(names) if s != "step"]
+        at += len(names)
 
 
 def tensor_plan(
@@ -1008,7 +1009,7 @@ def tensor_plan(
         A step with nothing to split, a tp that does not divide a split dimension or the devices, replicas
         that do not divide the micro-batches, an op the split cannot run (one line naming it).
     """
-    from postplace.runtime.ddp import check_replicas, graph_module, replica_program
+    from postplace.runtime.ddp import check_replicas, graph_module, replica_program, whole_program
 
     t = tp or len(devices)
     if len(devices) % t:
@@ -1040,9 +1041,7 @@ def tensor_plan(
                 )
             programs.append(gm)
     else:
-        whole = torch.fx.Graph()
-        whole.output(whole.graph_copy(traced.gm.graph, {}))
-        programs = [torch.fx.GraphModule(traced.gm, whole)]
+        programs = [whole_program(traced)]
     if recompute and level != "fsdp":  # FSDP's replica recomputes from its backward gathers itself
         from postplace.runtime.recompute import recompute_program
 
@@ -1115,14 +1114,5 @@ def tensor_plan(
 def sliced_placeholders(traced, sliced: frozenset[int]) -> frozenset[str]:
     """The placeholders FSDP holds as slices: the parameters ``sliced`` names (indices) and their optimizer
     state (the step counts stay whole)."""
-    holders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    params = list(traced.model.parameters())
-    at = len(params) + len(list(traced.model.buffers()))
-    out = set()
-    for i in range(len(params)):
-        names = traced.optimizer.state_names(i)
-        if i in sliced:
-            out.add(holders[i])
-            out.update(holders[at + k] for k, s in enumerate(names) if s != "step")
-        at += len(names)
-    return frozenset(out)
+    every = enumerate(_parameter_holders(traced))
+    return frozenset(name for i, (_p, holder, moments) in every if i in sliced for name in (holder, *moments))
