@@ -73,9 +73,10 @@ def groups_within_nodes(cluster, gpus: list[int], t: int) -> bool:
     return True
 
 
-def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
+def grid_specs(graph, cluster, gpus: list[int], microbatches: int, *, blocks: int | None = None):
     """``(specs, notes)``: the grid's model-parallel plans at ``microbatches`` on ``gpus``, in the order
-    they are tried, and what the practitioner's rules pruned."""
+    they are tried, and what the practitioner's rules pruned. ``blocks``: the model's block count when
+    ``graph`` was traced with fewer (:mod:`postplace.placers.layered`)."""
     from postplace.plans import PlanSpec
     from postplace.plans._step import numbered_units
     from postplace.plans.tensor import split_linears
@@ -85,7 +86,7 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int):
     heads = [int(config[k]) for k in ("heads", "kv_heads") if config.get(k)]
     node = node_size(cluster, gpus)
     splits = bool(split_linears(graph)[0])
-    blocks = len(numbered_units(graph))
+    blocks = blocks or len(numbered_units(graph))
     notes = []
     if not splits:
         notes.append("tp: no linear layers to split")

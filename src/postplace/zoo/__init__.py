@@ -291,7 +291,9 @@ def _ce_flat_targets(out, y):
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
-def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = None, init: bool = True):
+def build(
+    name: str, size: str = "full", *, seed: int = 0, batch: int | None = None, init: bool = True, layers: int | None = None
+):
     """``(model, inputs, loss_fn)`` for one zoo model, ready for :func:`postplace.graph.from_torch`.
 
     A freshly initialised model in training mode, a random batch, and a cross-entropy
@@ -308,6 +310,9 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
         Seed of the initialisation and of the random batch.
     batch : int, optional
         Overrides the config's batch size.
+    layers : int, optional
+        Overrides the config's number of blocks (the layered estimate measures a few and repeats them:
+        :mod:`postplace.placers.layered`).
     init : bool
         False leaves parameters and buffers uninitialised (built on the meta device, then given empty
         CPU storage): the same shapes for tracing a graph, without the seconds a full-size model's
@@ -349,6 +354,10 @@ def build(name: str, size: str = "full", *, seed: int = 0, batch: int | None = N
         )
     if batch is not None:
         cfg["batch"] = batch
+    if layers is not None:
+        if "layers" not in cfg or layers < 1:
+            raise PostplaceError(f"{name}: layers={layers}: give a block count >= 1 for a model made of blocks")
+        cfg["layers"] = layers
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     b = cfg["batch"]
@@ -417,6 +426,7 @@ def trace_model(
     colocation: str = "none",
     batch: int | None = None,
     init: bool = True,
+    layers: int | None = None,
 ):
     """Build and trace one zoo model; returns a :class:`postplace.graph.trace_torch.Traced`.
 
@@ -438,6 +448,8 @@ def trace_model(
         Overrides the config's batch size (not part of the graph cache, which keeps the config's).
     init : bool
         False: for the graph only (see :func:`build`).
+    layers : int, optional
+        Overrides the config's block count (see :func:`build`).
 
     Returns
     -------
@@ -454,8 +466,10 @@ def trace_model(
 
     from postplace.graph.trace_torch import MicrobatchNormWarning, trace
 
-    model, inputs, loss_fn = build(name, size, batch=batch, init=init)
+    model, inputs, loss_fn = build(name, size, batch=batch, init=init, layers=layers)
     cfg = {**spec(name).config(size), **({"batch": batch} if batch is not None else {})}
+    if layers is not None:
+        cfg["layers"] = layers
     meta = {"zoo": {"name": name, "size": size, "config": _jsonable(cfg)}}
     label = f"{name}-{size}" if microbatches == 1 else f"{name}-{size}-mb{microbatches}-{colocation}"
     if microbatches == 1 and base_size(size) not in spec(name).meta_only:

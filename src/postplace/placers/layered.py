@@ -1,0 +1,679 @@
+"""The layered estimate: a plan priced from its units' measured internals, for steps too big to simulate op by op.
+
+At 64 GPUs and a 1M-token batch the op-level step (every micro-batch of every replica) is millions of ops.
+But a transformer's step is one block repeated, and the data-parallel replicas and the tensor ranks of a
+plan run the same program, so one replica's pipeline is enough, each stage a run of *units* (the
+embedding side of the root, each block, the head side) whose times and bytes were measured once:
+
+1. **Measured internals** (:func:`measure_units`): the step traced as TWO micro-batches of the plan's
+   size, split over one tensor group (``ddp:tp=T,dp=1,m=2``, recomputing or not) and simulated op by op.
+   Per unit, on the group's first GPU: the second micro-batch's forward and backward time (its backward
+   with the gradient sums it adds, as every micro-batch after the first), the op times scaled so that
+   the step's ops fill the time they took (the tensor all-reduces overlap some compute); its parameter,
+   optimizer-state and saved-activation bytes (the simulator's memory at the second forward's end); the
+   bytes its forward hands to later units. The update's time is shared out by parameter bytes (its
+   foreach kernels take time in proportion to the bytes they touch).
+2. **The plan on those units** (:func:`estimate_plan`): the first replica's pp GPUs, each with a compute
+   stream and a communication stream that run their tasks in program order, as the simulator's devices
+   and collectives do:
+
+   - the schedule's slots in :func:`postplace.plans.schedule.slot_order`'s order, each ready when its
+     micro-batch's forward from the previous chunk (backward from the next) has arrived, a point-to-point
+     send of the boundary's bytes (:meth:`postplace.cluster.Cluster.transfer_time`); stage s holds the
+     units the cut gives it (contiguous, balanced by time; interleaved: blocks cut evenly into pp x V
+     chunks, as :func:`postplace.placers.practitioner.pipeline_stages` cuts them);
+   - ``ddp``, ``zero1``, ``zero2``: gradients reduced in buckets of ``bucket_bytes`` in the order the last
+     micro-batch's backward finalises them (ZeRO-2: every micro-batch's), an all-reduce (DDP) or a
+     reduce-scatter (ZeRO) over the stage's data-parallel group, priced by
+     :func:`postplace.sim.collectives.collective_cost` (the simulator's own formula); each bucket's update
+     after its reduction (1/dp of it under ZeRO), then ZeRO's all-gather of its fp32 parameters;
+   - ``fsdp``: per micro-batch each unit's parameters gathered (in the step's precision) before its
+     forward and again before its backward, one gather in flight ahead of the compute; its gradients
+     reduce-scattered in fp32 after its backward, the update of the shard after the last. The root's two
+     sides are one unit, gathered for the whole forward, as the op-level plan gathers it.
+
+   Memory per GPU: the parameters, gradients and state each level keeps (a shard or whole), the
+   gathered units in flight, the saved activations of the (micro-batch, chunk) pairs the slot order
+   holds at once, and the transient the measured step needed beyond its own parameters and activations.
+
+It leaves out contention between different groups' collectives on shared links, the op-level list
+scheduler's reordering inside a slot, and the bucket boundaries inside a unit (its gradients are final
+evenly over its backward). ``tests/test_layered.py`` holds it against the op-level simulation where both
+run; ``benchmarks/plans_3d.py --layered`` runs the grid with it at 64 GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from postplace.errors import PostplaceError
+
+__all__ = [
+    "op_level_cut",
+    "LayeredGrid",
+    "LayeredResult",
+    "UnitCosts",
+    "estimate_plan",
+    "layered_grid",
+    "measure_units",
+    "repeat_blocks",
+]
+
+PRE, POST = "(embedding side)", "(head side)"
+_SUM = re.compile(r"^acc(\d+)_")  # a gradient sum after micro-batch k (postplace.plans._step's names)
+_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """One micro-batch's units, measured on a tensor group's first GPU (every size per tensor rank).
+
+    Parameters
+    ----------
+    names : tuple of str
+        ``(embedding side)``, the numbered units in order, ``(head side)``.
+    forward_s, backward_s, accumulate_s, update_s : numpy.ndarray
+        Seconds per unit: its forward, its backward (with the recomputed forward when measured so), the
+        sums adding a micro-batch's gradients to the earlier ones', its share of the whole update.
+    param_bytes, state_bytes : numpy.ndarray
+        Its fp32 parameters; its optimizer state (and buffers).
+    param_sizes : tuple of tuple of float
+        Its parameters' persistent bytes one by one, in the step's order (ZeRO's owners are cut from them).
+    activation_bytes : numpy.ndarray
+        What its forward keeps for the backward, one micro-batch.
+    boundary_bytes : numpy.ndarray
+        What the units up to this one send to the later ones in one micro-batch's forward (a pipeline cut
+        after it sends that; the backward sends the same back).
+    transient_bytes : float
+        The most an accumulating backward holds beyond the activations at its forward's end.
+    single_bytes : float
+        The first micro-batch's peak beyond the persistent bytes (no gradient sum lives through its forward).
+    gather_dtype_bytes : float
+        Bytes per parameter element FSDP gathers (the step's precision: 2 for bf16).
+    tensor : int
+    recompute : bool
+    step_time_s : float
+        The measured (op-level) step's time.
+    """
+
+    names: tuple[str, ...]
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    accumulate_s: np.ndarray
+    update_s: np.ndarray
+    param_bytes: np.ndarray
+    param_sizes: tuple[tuple[float, ...], ...]
+    state_bytes: np.ndarray
+    activation_bytes: np.ndarray
+    boundary_bytes: np.ndarray
+    transient_bytes: float
+    gather_dtype_bytes: float
+    tensor: int
+    recompute: bool
+    single_bytes: float
+    step_time_s: float
+
+
+@dataclass(frozen=True)
+class LayeredResult:
+    """A plan priced by :func:`estimate_plan`: ``step_time_s`` and the largest per-GPU ``peak_bytes`` (at
+    ``peak_stage``), ``oom`` against the smallest capacity among the plan's GPUs, ``stage_units`` (each
+    chunk's unit names)."""
+
+    plan: str
+    step_time_s: float
+    peak_bytes: float
+    peak_stage: int
+    oom: bool
+    stage_units: tuple[tuple[str, ...], ...]
+
+
+def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute: bool = False, cost_model=None):
+    """The units of ``graph`` (a step traced as two micro-batches) measured on one tensor group of ``tensor``
+    of ``gpus`` (see the module docstring): a :class:`UnitCosts`."""
+    from postplace.graph import PHASES
+    from postplace.placers.practitioner import plan_step
+    from postplace.plans import PlanSpec
+    from postplace.plans._step import (
+        microbatch_count,
+        numbered_units,
+        parameter_ops,
+        traced_name,
+        units,
+    )
+    from postplace.sim import Simulator
+    from postplace.sim.trace import memory_over_time
+
+    if microbatch_count(graph) != 2:
+        raise PostplaceError(
+            f"the layered estimate measures a step traced as two micro-batches (the second one accumulates its "
+            f"gradients, as every one after the first does); '{graph.name}' has {microbatch_count(graph)}: trace "
+            "it at twice the micro-batch's size with microbatches=2"
+        )
+    blocks = numbered_units(graph)
+    if not blocks:
+        raise PostplaceError(f"the layered estimate needs numbered units (blocks); '{graph.name}' has none")
+    spec = PlanSpec("ddp", recompute=recompute, microbatches=2, replicas=1, tensor=tensor if tensor > 1 else None)
+    res = plan_step(graph, cluster, spec, list(gpus[:tensor]), cost_model=cost_model)
+    g = res.graph
+    sim = Simulator(g, cluster, cost_model=cost_model)
+    sched = sim.schedule(res.placement)
+    d0 = gpus[0]
+    unit = units(g)
+    fwd, bwd, upd = (PHASES.index(p) for p in ("forward", "backward", "update"))
+    # the root's modules on the embedding side: those whose forward runs before the first block's, in the
+    # first micro-batch (a module the forward also calls later, such as the top module, is the head side's)
+    root_f = [i for i in range(g.num_ops) if g.phase[i] == fwd and g.microbatch[i] == 0]
+    first_block = next(k for k, i in enumerate(root_f) if unit[i])
+    pre_modules = {g.module[i] for i in root_f[:first_block] if not unit[i]}
+    pre_modules -= {g.module[i] for i in root_f[first_block:] if not unit[i]}
+    index = {u: k + 1 for k, u in enumerate(blocks)}
+    n = len(blocks) + 2
+    mine = np.flatnonzero(sched.device == d0)
+    which = np.array(
+        [index[unit[i]] if unit[i] else (0 if g.module[i] in pre_modules else n - 1) for i in range(g.num_ops)]
+    )
+    clone = np.array([traced_name(nm, keep_clones=True).startswith("rc:") for nm in g.names])
+    chain = np.array([int(m.group(1)) if (m := _SUM.match(traced_name(nm))) else -1 for nm in g.names])
+    second = g.microbatch == 1
+    is_f = (g.phase == fwd) & ~clone
+    is_b = (g.phase == bwd) | (clone & (g.phase == fwd))
+    busy = sched.op_end - sched.op_start
+    # the second micro-batch's units (its backward with the gradient sums it adds), the overlap of the
+    # tensor all-reduces shared out so that both micro-batches' work fills the time they took
+    b_done = float(sched.op_end[mine[is_b[mine]]].max())
+    before = mine[(sched.op_end[mine] <= b_done) & (g.phase[mine] != upd)]
+    scale = b_done / max(float(busy[before].sum()), 1e-30)
+    forward = np.bincount(which[mine], weights=np.where(is_f & second, busy, 0.0)[mine], minlength=n) * scale
+    backward = np.bincount(which[mine], weights=np.where(is_b & second, busy, 0.0)[mine], minlength=n) * scale
+    accumulate = np.bincount(which[mine], weights=np.where(chain == 1, busy, 0.0)[mine], minlength=n) * scale
+    params = parameter_ops(g)
+    param_bytes, persistent = np.zeros(n), np.zeros(n)
+    sizes: list[list[float]] = [[] for _ in range(n)]
+    for i in mine.tolist():
+        persistent[which[i]] += g.persistent_bytes[i]
+        if params[i]:
+            param_bytes[which[i]] += g.output_bytes[i]
+            sizes[which[i]].append(float(g.persistent_bytes[i]))
+    update_total = max(sched.step_time - b_done, 0.0) + float(
+        busy[mine[(g.phase[mine] == upd) & (sched.op_end[mine] <= b_done)]].sum()
+    )
+    update = update_total * param_bytes / max(param_bytes.sum(), 1.0)
+    saved = np.zeros(g.num_ops, dtype=bool)
+    src, dst = g.edge_src, g.edge_dst
+    saved[src[is_f[src] & is_b[dst]]] = True
+    on_d0 = sched.device == d0
+    pick = saved & on_d0 & second
+    kept = np.bincount(which[pick], weights=g.output_bytes[pick], minlength=n)
+    # the activations: the outputs a unit's forward leaves for the backward (or its recomputation); the
+    # simulator's own memory on the group's first GPU gives the rest: the most the second backward holds
+    # beyond the persistent bytes, the first micro-batch's gradients and the second one's activations (its
+    # gradients before they are summed, the head's logits: the whole model's, charged to every stage, so a
+    # stage's estimate errs high), and the first micro-batch's peak
+    times, held = memory_over_time(sim.problem, sched.device)[d0]
+    resident = float(held[0])
+    f_end = float(sched.op_end[mine[(is_f & second)[mine]]].max())
+    first_done = float(sched.op_end[mine[(is_b & (g.microbatch == 0))[mine]]].max())
+    activation = kept
+    transient = float(held[(times >= f_end) & (times <= b_done)].max()) - (resident + param_bytes.sum() + kept.sum())
+    single = float(held[times <= first_done].max()) - resident
+    crossing = is_f[src] & is_f[dst] & on_d0[src] & (which[src] < which[dst])
+    boundary = np.zeros(n + 1)
+    np.add.at(boundary, which[src[crossing]], g.edge_bytes[crossing])
+    np.add.at(boundary, which[dst[crossing]], -g.edge_bytes[crossing])
+    boundary = np.cumsum(boundary)[:n]
+    precision = graph.metadata.get("precision") or "fp32"
+    return UnitCosts(
+        names=(PRE, *blocks, POST),
+        forward_s=forward,
+        backward_s=backward,
+        accumulate_s=accumulate,
+        update_s=update,
+        param_bytes=param_bytes,
+        param_sizes=tuple(tuple(x) for x in sizes),
+        state_bytes=persistent - param_bytes,
+        activation_bytes=activation,
+        boundary_bytes=boundary,
+        transient_bytes=transient,
+        single_bytes=single,
+        gather_dtype_bytes=2.0 if precision in ("bf16", "fp16") else 4.0,
+        tensor=tensor,
+        recompute=recompute,
+        step_time_s=float(sched.step_time),
+    )
+
+
+class _Streams:
+    """Streams that each run their tasks in program order; a task starts when its stream is free and what
+    it waits for has started (``("s", task)``) or ended (``("e", task)``), plus a lag."""
+
+    def __init__(self):
+        self.tasks: list[tuple[int, float, list]] = []  # (stream, seconds, [(kind, task, lag)])
+        self.order: dict[int, list[int]] = {}
+
+    def add(self, stream: int, seconds: float, after=()) -> int:
+        self.tasks.append((stream, float(seconds), list(after)))
+        self.order.setdefault(stream, []).append(len(self.tasks) - 1)
+        return len(self.tasks) - 1
+
+    def run(self) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self.tasks)
+        start, end = np.full(n, np.nan), np.full(n, np.nan)
+        free = dict.fromkeys(self.order, 0.0)
+        head = dict.fromkeys(self.order, 0)
+        left = n
+        while left:
+            progress = False
+            for s, seq in self.order.items():
+                while head[s] < len(seq):
+                    t = seq[head[s]]
+                    ready = free[s]
+                    for kind, other, lag in self.tasks[t][2]:
+                        at = start[other] if kind == "s" else end[other]
+                        if at != at:  # not scheduled yet
+                            break
+                        ready = max(ready, at + lag)
+                    else:
+                        start[t], end[t] = ready, ready + self.tasks[t][1]
+                        free[s] = end[t]
+                        head[s] += 1
+                        left -= 1
+                        progress = True
+                        continue
+                    break
+            if not progress:
+                raise PostplaceError("layered estimate: the plan's tasks wait on each other (a cycle)")
+        return start, end
+
+
+def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
+    """Each chunk's units: interleaved cuts the blocks evenly (the root's sides with the first and last
+    chunks), else contiguous runs balanced by forward plus backward time (the smallest largest stage)."""
+    n = len(costs.names)
+    blocks = list(range(1, n - 1))
+    if pp * v > len(blocks):
+        raise PostplaceError(
+            f"layered estimate: pp={pp} x {v} chunks needs as many blocks; the model has {len(blocks)}: lower pp"
+        )
+    if v > 1:
+        chunks = [[] for _ in range(pp * v)]
+        for k, u in enumerate(blocks):
+            chunks[k * pp * v // len(blocks)].append(u)
+        chunks[0].insert(0, 0)
+        chunks[-1].append(n - 1)
+        return chunks
+    w = costs.forward_s + costs.backward_s
+    prefix = np.concatenate([[0.0], np.cumsum(w)])
+    # best[k][i]: the smallest largest stage for units 0..i-1 in k stages, every stage at least one block
+    best = np.full((pp + 1, n + 1), np.inf)
+    back = np.zeros((pp + 1, n + 1), dtype=np.int64)
+    best[0][0] = 0.0
+    for k in range(1, pp + 1):
+        for i in range(1, n + 1):
+            for j in range(min(i, n - 1)):  # units j..i-1, at least one block among them
+                if i < 2:
+                    continue
+                cand = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cand < best[k][i]:
+                    best[k][i], back[k][i] = cand, j
+    chunks, i = [], n
+    for k in range(pp, 0, -1):
+        j = int(back[k][i])
+        chunks.append(list(range(j, i)))
+        i = j
+    return chunks[::-1]
+
+
+def estimate_plan(
+    costs: UnitCosts, cluster, spec, devices: list[int], *, cut=None, bucket_bytes: float = _BUCKET_BYTES
+) -> LayeredResult:
+    """``spec`` (a :class:`postplace.plans.PlanSpec` with its micro-batch count) on ``devices`` (the plan's
+    GPUs in its rank order) priced from ``costs`` (measured at ``spec``'s tensor degree, recomputation and
+    micro-batch size): a :class:`LayeredResult`. See the module docstring.
+
+    ``cut``: each pipeline chunk's unit names (``costs.names``), to price a given cut; None: the cut of the
+    module docstring."""
+    from postplace.plans.schedule import chunks_of, slot_order
+    from postplace.sim.collectives import collective_cost_cached
+
+    tp, pp = spec.tensor or 1, spec.pipeline or 1
+    if tp != costs.tensor or bool(spec.recompute) != costs.recompute:
+        raise PostplaceError(
+            f"plan '{spec}': the units were measured at tp={costs.tensor}"
+            f"{' with' if costs.recompute else ' without'} recomputation; measure them as the plan runs"
+        )
+    if spec.shard is not None or spec.recompute_units is not None or spec.selective:
+        raise PostplaceError(f"plan '{spec}': the layered estimate prices uniform plans only (no per-unit choices)")
+    dp = len(devices) // (tp * pp)
+    m = spec.microbatches or dp
+    if dp < 1 or len(devices) != dp * tp * pp or m % dp:
+        raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
+    level, per = spec.level, m // dp
+    if level == "fsdp" and pp > 1:
+        raise PostplaceError(f"plan '{spec}': FSDP inside a pipeline is not built")
+    schedule = (spec.schedule or "1f1b") if pp > 1 else "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
+    v = chunks_of(schedule)
+    if cut is None:
+        chunks = _cut(costs, pp, v)
+    else:
+        where = {u: k for k, u in enumerate(costs.names)}
+        chunks = [[where[u] for u in names] for names in cut]
+        if len(chunks) != pp * v or sorted(u for c in chunks for u in c) != list(range(len(costs.names))):
+            raise PostplaceError(f"plan '{spec}': the cut must give each of {pp * v} chunks its units, every unit once")
+    nc = len(chunks)
+    gpu_of = [devices[tp * dp * (c % pp)] for c in range(nc)]
+    group = [
+        tuple(devices[tp * (r + dp * s)] for r in range(dp)) for s in range(pp)
+    ]  # each stage's first tensor rank in every replica
+
+    def coll(kind: str, nbytes: float, s: int) -> float:
+        return collective_cost_cached(cluster, kind, float(nbytes), group[s]).seconds if dp > 1 else 0.0
+
+    f_c = [float(costs.forward_s[c].sum()) for c in chunks]
+    b_c = [float(costs.backward_s[c].sum()) for c in chunks]
+    # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
+    # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
+    acc_c = [float(costs.accumulate_s[c].sum()) / (dp if level in ("zero2", "fsdp") else 1) for c in chunks]
+    p2p = [
+        cluster.transfer_time(float(costs.boundary_bytes[chunks[c][-1]]), gpu_of[c], gpu_of[c + 1])
+        for c in range(nc - 1)
+    ]
+    upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
+    shard = dp if level == "fsdp" else 1
+    st = _Streams()
+    compute = lambda s: 2 * s  # noqa: E731
+    slot_task: dict[tuple[str, int, int], int] = {}
+    if level == "fsdp":
+        last = _fsdp(st, costs, chunks[0], per, coll, upd_per_byte / shard, shard, dp)
+        ends = [last]
+    else:
+        ends = []
+        orders = [slot_order(schedule, s, pp, per) for s in range(pp)]
+        # program order per GPU: slots; the dependences name tasks of other GPUs, so add every slot first
+        for s in range(pp):
+            for kind, mb, c in orders[s]:
+                seconds = f_c[c] if kind == "F" else b_c[c] + (acc_c[c] if mb else 0.0)
+                slot_task[(kind, mb, c)] = st.add(compute(s), seconds)
+        for (kind, mb, c), t in slot_task.items():
+            deps = st.tasks[t][2]
+            if kind == "F" and c > 0:
+                deps.append(("e", slot_task[("F", mb, c - 1)], p2p[c - 1]))
+            if kind == "B":
+                deps.append(
+                    ("e", slot_task[("F", mb, c)], 0.0) if c == nc - 1 else ("e", slot_task[("B", mb, c + 1)], p2p[c])
+                )
+        for s in range(pp):
+            ends.append(
+                _reduce_and_update(
+                    st, costs, chunks, s, pp, dp, per, level, slot_task, coll, upd_per_byte, shard, bucket_bytes
+                )
+            )
+    start, end = st.run()
+    step = float(max(np.nanmax(end), 0.0))
+    peaks = []
+    for s in range(pp):
+        mine = [c for c in range(nc) if c % pp == s]
+        units = [u for c in mine for u in chunks[c]]
+        p, st_b = float(costs.param_bytes[units].sum()), float(costs.state_bytes[units].sum())
+        blocks = [u for u in units if 0 < u < len(costs.names) - 1]
+        if level == "fsdp":
+            gathered = sorted((float(costs.param_bytes[u]) for u in blocks), reverse=True)[:2]
+            root = float(costs.param_bytes[0] + costs.param_bytes[-1])
+            static = (p + st_b) / dp + (root + sum(gathered)) * costs.gather_dtype_bytes / 4
+            grads = p / dp + gathered[0]
+        else:
+            owned = 1.0 if level == "ddp" else _owner_share(costs, units, dp)  # the busiest owner's state
+            static = p + st_b * owned
+            grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
+        held, live, most = 0.0, 0.0, 0.0  # activations held, gradient sums alive, the most of both
+        for kind, _, c in slot_order(schedule, s, pp, per) if level != "fsdp" else [("F", 0, 0), ("B", 0, 0)]:
+            if kind == "F":
+                held += float(costs.activation_bytes[chunks[c]].sum())
+                most = max(most, live + held)
+            else:  # a backward's working memory on top; then its activations freed, its gradients kept
+                most = max(most, live + held + costs.transient_bytes)
+                held -= float(costs.activation_bytes[chunks[c]].sum())
+                live = grads
+                most = max(most, live + held)
+        dynamic = most
+        if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
+            dynamic = max(dynamic, costs.single_bytes - costs.param_bytes.sum() + grads)
+        peaks.append(static + dynamic)
+    worst = int(np.argmax(peaks))
+    capacity = min(float(cluster.capacity[d]) for d in devices)
+    return LayeredResult(
+        str(spec),
+        step,
+        float(peaks[worst]),
+        worst,
+        bool(peaks[worst] > capacity),
+        tuple(tuple(costs.names[u] for u in c) for c in chunks),
+    )
+
+
+def _pieces(costs: UnitCosts, units: list[int], bucket_bytes: float):
+    """Gradient buckets over ``units`` in backward order: ``(bytes, unit, fraction of its backward done)``
+    when each bucket is full, the gradients of a unit final evenly over its backward."""
+    out, filled = [], 0.0
+    for u in reversed(units):
+        nbytes = float(costs.param_bytes[u])
+        if nbytes <= 0:
+            continue
+        pieces = max(1, math.ceil(nbytes / bucket_bytes))
+        for k in range(pieces):
+            filled += nbytes / pieces
+            if filled >= bucket_bytes:
+                out.append((filled, u, (k + 1) / pieces))
+                filled = 0.0
+    if filled > 0:
+        out.append((filled, units[0], 1.0))
+    return out
+
+
+def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
+    """The largest share of ``units``' parameter bytes one of ``dp`` ZeRO owners holds: the flat parameters cut
+    into dp equal ranges, a parameter whole to the range holding its middle
+    (:func:`postplace.plans.data_parallel.zero_owners`'s rule)."""
+    sizes = [x for u in units for x in costs.param_sizes[u]]
+    total = sum(sizes) or 1.0
+    load, before = np.zeros(dp), 0.0
+    for x in sizes:
+        load[min(dp - 1, int((before + x / 2) / total * dp))] += x
+        before += x
+    return float(load.max() / total)
+
+
+def _reduce_and_update(st, costs, chunks, s, pp, dp, per, level, slot_task, coll, upd_per_byte, shard, bucket_bytes):
+    """Stage s's gradient buckets, updates and ZeRO's gathers as tasks; the task that ends its step."""
+    compute, comm = 2 * s, 2 * s + 1
+    mine = [c for c in range(len(chunks)) if c % pp == s]
+    if level in (
+        "zero1",
+        "zero2",
+    ):  # the busiest owner's share of the stage's update (whole parameters, as ZeRO cuts them)
+        shard = 1.0 / _owner_share(costs, sorted(u for c in mine for u in chunks[c]), dp)
+    reduce_kind = "reduce_scatter" if level == "zero2" else "all_reduce"  # zero1: all-reduce, then the owners update
+    buckets = []  # (reduction task, bytes)
+    mbs = range(per) if level == "zero2" else [per - 1]
+    for mb in mbs:
+        for c in sorted(mine, reverse=True):
+            slot = slot_task[("B", mb, c)]
+            units = chunks[c]
+            b = costs.backward_s
+            total = float(b[units].sum())
+            before = {u: float(b[[w for w in units if w > u]].sum()) for u in units}  # backward runs last unit first
+            for nbytes, u, frac in _pieces(costs, units, bucket_bytes):
+                lag = before[u] + frac * float(b[u]) - total  # after the slot's end: negative
+                t = st.add(comm, coll(reduce_kind, nbytes, s), [("e", slot, lag)])
+                if mb == per - 1:
+                    buckets.append((t, nbytes))
+    last = None
+    for t, nbytes in buckets:
+        last = st.add(compute, nbytes * upd_per_byte / shard, [("e", t, 0.0)])
+        if level in ("zero1", "zero2"):
+            last = st.add(comm, coll("all_gather", nbytes, s), [("e", last, 0.0)])
+    return last
+
+
+def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
+    """One FSDP replica (no pipeline) as tasks: gathers, compute, reduce-scatters, the sharded update; the task
+    that ends its step."""
+    compute, comm = 0, 1
+    n = len(costs.names)
+    blocks = [u for u in units if 0 < u < n - 1]
+    gbytes = costs.param_bytes * costs.gather_dtype_bytes / 4
+    root_gather = float(gbytes[0] + gbytes[-1])
+    root_grads = float(costs.param_bytes[0] + costs.param_bytes[-1])
+    reductions = []
+    for mb in range(per):
+        acc = costs.accumulate_s / dp if mb else 0.0 * costs.accumulate_s
+        # forward: the root gathered first, then each block one gather ahead of the compute
+        g_root = st.add(comm, coll("all_gather", root_gather, 0))
+        f_pre = st.add(compute, costs.forward_s[0], [("e", g_root, 0.0)])
+        gathers = [st.add(comm, coll("all_gather", gbytes[blocks[0]], 0), [("s", f_pre, 0.0)])]
+        for k, u in enumerate(blocks):
+            t = st.add(compute, costs.forward_s[u], [("e", gathers[k], 0.0)])
+            if k + 1 < len(blocks):
+                gathers.append(st.add(comm, coll("all_gather", gbytes[blocks[k + 1]], 0), [("s", t, 0.0)]))
+        f_post = st.add(compute, costs.forward_s[-1])
+        # backward: the root gathered again, the blocks in reverse, each gathered while the one after it runs
+        g_root_b = st.add(comm, coll("all_gather", root_gather, 0), [("s", f_post, 0.0)])
+        b_post = st.add(compute, costs.backward_s[-1] + acc[-1], [("e", g_root_b, 0.0)])
+        running = b_post
+        rev = blocks[::-1]
+        g_b = st.add(comm, coll("all_gather", gbytes[rev[0]], 0), [("s", b_post, 0.0)])
+        for k, u in enumerate(rev):
+            t = st.add(compute, costs.backward_s[u] + acc[u], [("e", g_b, 0.0)])
+            if k + 1 < len(rev):
+                g_b = st.add(comm, coll("all_gather", gbytes[rev[k + 1]], 0), [("s", t, 0.0)])
+            rs = st.add(comm, coll("reduce_scatter", costs.param_bytes[u], 0), [("e", t, 0.0)])
+            reductions.append((rs, float(costs.param_bytes[u])))
+            running = t
+        b_pre = st.add(compute, costs.backward_s[0] + acc[0], [("e", running, 0.0)])
+        rs = st.add(comm, coll("reduce_scatter", root_grads, 0), [("e", b_pre, 0.0)])
+        reductions.append((rs, root_grads))
+    last = None
+    for rs, nbytes in reductions[-(len(blocks) + 1) :]:
+        last = st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
+    return last
+
+
+def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
+    """``costs`` measured on the model cut to a few blocks, with ``layers`` blocks: each a copy of the middle
+    measured one (every block of a zoo transformer runs the same ops at the same sizes), the embedding and
+    head sides as measured. The first micro-batch's peak grows by the added blocks' activations and
+    gradients (an upper bound: both are not all alive at once)."""
+    blocks = costs.names[1:-1]
+    if layers < 1 or not blocks:
+        raise PostplaceError(f"repeat_blocks: layers={layers} needs a positive count and measured blocks")
+    mid = 1 + (len(blocks) - 1) // 2
+    prefix = blocks[0].rpartition(".")[0]
+
+    def grow(a):
+        return np.concatenate([a[:1], np.repeat(a[mid : mid + 1], layers), a[-1:]])
+
+    added = layers - len(blocks)
+    return UnitCosts(
+        names=(PRE, *(f"{prefix}.{k}" for k in range(layers)), POST),
+        forward_s=grow(costs.forward_s),
+        backward_s=grow(costs.backward_s),
+        accumulate_s=grow(costs.accumulate_s),
+        update_s=grow(costs.update_s),
+        param_bytes=grow(costs.param_bytes),
+        param_sizes=(costs.param_sizes[0], *([costs.param_sizes[mid]] * layers), costs.param_sizes[-1]),
+        state_bytes=grow(costs.state_bytes),
+        activation_bytes=grow(costs.activation_bytes),
+        boundary_bytes=grow(costs.boundary_bytes),
+        transient_bytes=costs.transient_bytes,
+        single_bytes=costs.single_bytes + added * float(costs.activation_bytes[mid] + costs.param_bytes[mid]),
+        gather_dtype_bytes=costs.gather_dtype_bytes,
+        tensor=costs.tensor,
+        recompute=costs.recompute,
+        step_time_s=float("nan"),
+    )
+
+
+@dataclass
+class LayeredGrid:
+    """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
+    does), every plan ``tried`` with its result, the ``notes`` of what was pruned, and the seconds spent
+    measuring units and pricing plans."""
+
+    best: LayeredResult | None
+    tried: list[LayeredResult]
+    notes: list[str]
+    measure_s: float
+    price_s: float
+
+
+def layered_grid(
+    graph, cluster, gpus: list[int], microbatches: int, *, layers: int | None = None, cost_model=None, progress=None
+) -> LayeredGrid:
+    """Every plan of the practitioner's grid (:func:`postplace.placers.grid.grid_specs`) and the plain ones
+    (``ddp``, ``zero1``, ``zero2``, ``fsdp``) at ``microbatches`` on ``gpus``, priced by the layered
+    estimate; each first without recomputation, then with it where it does not fit (a practitioner turns it
+    on to fit). ``graph`` is the step traced as two micro-batches of the plan's size, ``layers`` the model's
+    block count when it was traced with fewer. ``progress(line)`` hears each plan."""
+    import time
+
+    from postplace.placers.grid import grid_specs
+    from postplace.plans import PlanSpec
+    from postplace.plans._step import numbered_units
+
+    blocks_traced = len(numbered_units(graph))
+    specs, notes = grid_specs(graph, cluster, gpus, microbatches, blocks=layers or blocks_traced)
+    plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
+    plain = [p for p in plain if microbatches % len(gpus) == 0]
+    if len(plain) < 4:
+        notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
+    costs: dict[tuple[int, bool], UnitCosts] = {}
+    measure_s = price_s = 0.0
+    tried: list[LayeredResult] = []
+    for spec in plain + specs:
+        for attempt in (spec, replace(spec, recompute=True)):
+            key = (attempt.tensor or 1, attempt.recompute)
+            if key not in costs:
+                t0 = time.perf_counter()
+                measured = measure_units(graph, cluster, gpus, tensor=key[0], recompute=key[1], cost_model=cost_model)
+                costs[key] = repeat_blocks(measured, layers) if layers else measured
+                measure_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
+            try:
+                r = estimate_plan(costs[key], cluster, attempt, devices)
+            except PostplaceError as exc:
+                notes.append(f"{attempt}: {exc}")
+                break
+            finally:
+                price_s += time.perf_counter() - t0
+            tried.append(r)
+            if progress:
+                progress(f"{r.plan}: {r.step_time_s:.4g} s, {r.peak_bytes / 2**30:.1f} GiB{' OOM' if r.oom else ''}")
+            if not r.oom:
+                break
+    fits = [r for r in tried if not r.oom]
+    best = min(fits, key=lambda r: r.step_time_s) if fits else None
+    return LayeredGrid(best, tried, notes, measure_s, price_s)
+
+
+def op_level_cut(graph, cluster, spec, devices: list[int], names) -> list[list[str]]:
+    """The cut :func:`postplace.placers.practitioner.pipeline_stages` makes of ``graph`` (traced at the plan's
+    micro-batch count) as ``names`` (a :class:`UnitCosts`'s) per chunk, for :func:`estimate_plan`'s ``cut``: the
+    layered estimate priced on the op level's own stages."""
+    from postplace.placers.practitioner import pipeline_stages
+    from postplace.plans._step import units
+
+    pp = spec.pipeline
+    stage = pipeline_stages(graph, cluster, spec, [devices[len(devices) // pp * s] for s in range(pp)])
+    first: dict[str, int] = {}
+    for i, u in enumerate(units(graph)):
+        first.setdefault(u, i)
+    cut: list[list[str]] = [[] for _ in range(int(stage.max()) + 1)]
+    for name in names:
+        chunk = 0 if name == PRE else len(cut) - 1 if name == POST else int(stage[first[name]])
+        cut[chunk].append(name)
+    return cut

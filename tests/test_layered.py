@@ -1,0 +1,169 @@
+"""The layered estimate (postplace.placers.layered): schedules against their formulas, and the estimate held
+against the op-level simulation of the same plans where both run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.placers.layered import (
+    POST,
+    PRE,
+    UnitCosts,
+    estimate_plan,
+    layered_grid,
+    measure_units,
+    op_level_cut,
+    repeat_blocks,
+)
+from postplace.placers.practitioner import plan_devices, plan_step
+from postplace.plans import parse_plan
+
+
+def uniform(blocks: int, forward: float, backward: float, activation: float) -> UnitCosts:
+    """Blocks of equal times and activations, the root's sides free, no parameters, nothing sent."""
+    n = blocks + 2
+    per = np.array([0.0] + [1.0] * blocks + [0.0])
+    zero = np.zeros(n)
+    return UnitCosts(
+        names=(PRE, *(f"blocks.{k}" for k in range(blocks)), POST),
+        forward_s=forward * per,
+        backward_s=backward * per,
+        accumulate_s=zero,
+        update_s=zero,
+        param_bytes=zero,
+        param_sizes=((),) * n,
+        state_bytes=zero,
+        activation_bytes=activation * per,
+        boundary_bytes=zero,
+        transient_bytes=0.0,
+        single_bytes=0.0,
+        gather_dtype_bytes=2.0,
+        tensor=1,
+        recompute=False,
+        step_time_s=0.0,
+    )
+
+
+@pytest.mark.parametrize(("blocks", "pp", "m"), [(4, 2, 4), (6, 3, 6), (8, 4, 2)])
+def test_pipeline_steps_and_held_activations_follow_their_formulas(blocks, pp, m):
+    cluster = load_cluster("dgx8")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][:pp]
+    f, b, a = 1e-3, 2e-3, 1e9
+    costs = uniform(blocks, f, b, a)
+    hop = cluster.transfer_time(0.0, gpus[0], gpus[1])  # a send of nothing: the route's latency
+    stage_f, stage_b, stage_a = f * blocks / pp, b * blocks / pp, a * blocks / pp
+    for schedule, held in (("gpipe", m), ("1f1b", min(pp, m))):
+        spec = parse_plan(f"ddp:pp={pp},m={m},schedule={schedule}")
+        r = estimate_plan(costs, cluster, spec, gpus)
+        # (m + p - 1) slot times, plus the point-to-point latency: one hop per stage boundary each way under
+        # GPipe; 1F1B's alternation waits for a few more round trips
+        slots = (m + pp - 1) * (stage_f + stage_b)
+        if schedule == "gpipe":
+            assert r.step_time_s == pytest.approx(slots + 2 * (pp - 1) * hop, rel=1e-12)
+        else:
+            assert slots + 2 * (pp - 1) * hop - 1e-12 <= r.step_time_s <= slots + 2 * (m + pp - 1) * hop
+        assert r.peak_bytes == pytest.approx(held * stage_a, rel=1e-12)  # stage 0 holds the most
+        assert r.peak_stage == 0
+        assert all(len(c) == blocks // pp + (c[0] == PRE) + (c[-1] == POST) for c in r.stage_units)
+
+
+def test_interleaving_shrinks_the_bubble():
+    cluster = load_cluster("dgx8")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"][:2]
+    costs = uniform(8, 1e-3, 2e-3, 1e9)
+    plain = estimate_plan(costs, cluster, parse_plan("ddp:pp=2,m=4,schedule=1f1b"), gpus).step_time_s
+    inter = estimate_plan(costs, cluster, parse_plan("ddp:pp=2,m=4,schedule=interleaved-2"), gpus).step_time_s
+    work = 4 * 8 * 3e-3 / 2  # each GPU's share of the compute: no schedule beats it
+    chunk = 2 * 3e-3  # one chunk's forward and backward: interleaved-2's bubble is (p - 1) of them
+    assert work < inter < plain
+    assert inter == pytest.approx(work + chunk, rel=0.01)
+
+
+@pytest.fixture(scope="module")
+def small():
+    from postplace.zoo import trace_model
+
+    measured = trace_model("llama", "small@2", "adamw", precision="bf16", microbatches=2).graph
+    whole = trace_model("llama", "small@16", "adamw", precision="bf16", microbatches=16).graph
+    return measured, whole, load_cluster("dgx8")
+
+
+PLANS = [
+    "ddp:m=16",
+    "zero1:m=16",
+    "zero2:m=16",
+    "fsdp:m=16",
+    "fsdp+recompute:m=16",
+    "ddp:tp=2,m=16",
+    "zero1:pp=2,m=16",
+    "ddp:pp=2,m=16,schedule=gpipe",
+    "zero1:tp=2,pp=2,m=16",
+]
+
+
+def test_the_estimate_agrees_with_the_op_level_simulation(small):
+    """Step times within 10% of the op-level simulation on every plan kind (pipelines on the op level's cut);
+    the peak exactly where no part of
+    the memory is estimated (DDP and ZeRO-1 without a pipeline: states, gradient sums, one micro-batch's
+    activations and the measured transient)."""
+    measured, whole, cluster = small
+    costs = {}
+    for text in PLANS:
+        spec = parse_plan(text)
+        devices = plan_devices(cluster, spec)
+        key = (spec.tensor or 1, spec.recompute)
+        if key not in costs:
+            costs[key] = measure_units(measured, cluster, devices, tensor=key[0], recompute=key[1])
+        cut = op_level_cut(whole, cluster, spec, devices, costs[key].names) if spec.pipeline else None
+        est = estimate_plan(costs[key], cluster, spec, devices, cut=cut)
+        ref = plan_step(whole, cluster, spec, devices)
+        assert est.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), text
+        if spec.level in ("ddp", "zero1") and not spec.pipeline:
+            assert est.peak_bytes == pytest.approx(float(ref.peak_memory_bytes.max()), rel=0.02), text
+
+
+def test_repeated_blocks_price_as_the_whole_depth():
+    """Measured on 2 blocks and repeated to 6, a plan is priced as when measured on all 6."""
+    from postplace.zoo import trace_model
+
+    cluster = load_cluster("dgx8")
+    few = trace_model("llama", "small@2", "adamw", precision="bf16", microbatches=2, layers=2).graph
+    all6 = trace_model("llama", "small@2", "adamw", precision="bf16", microbatches=2, layers=6).graph
+    for text in ("ddp:m=16", "fsdp:m=16", "zero1:pp=2,m=16"):
+        spec = parse_plan(text)
+        devices = plan_devices(cluster, spec)
+        whole = estimate_plan(measure_units(all6, cluster, devices), cluster, spec, devices)
+        grown = estimate_plan(repeat_blocks(measure_units(few, cluster, devices), 6), cluster, spec, devices)
+        assert grown.step_time_s == pytest.approx(whole.step_time_s, rel=0.02), text
+        assert grown.peak_bytes == pytest.approx(whole.peak_bytes, rel=0.05), text
+
+
+def test_the_grid_finds_a_plan_that_fits(small):
+    measured, _, cluster = small
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    grid = layered_grid(measured, cluster, gpus, 16)
+    assert grid.best is not None and not grid.best.oom
+    assert grid.best.step_time_s == min(r.step_time_s for r in grid.tried if not r.oom)
+    assert {"ddp:m=16", "fsdp:m=16"} <= {r.plan for r in grid.tried}
+    assert any("tp=2" in r.plan for r in grid.tried) and any("pp=2" in r.plan for r in grid.tried)
+
+
+def test_bad_input_is_one_line(small):
+    measured, whole, cluster = small
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    with pytest.raises(PostplaceError, match="two micro-batches") as e:
+        measure_units(whole, cluster, gpus)
+    assert "\n" not in str(e.value)
+    costs = measure_units(measured, cluster, gpus)
+    for text, match in (
+        ("ddp:tp=2,m=16", "measured at tp=1"),
+        ("fsdp:pp=2,m=16", "FSDP inside a pipeline"),
+        ("ddp:pp=4,m=16,schedule=interleaved-2", "needs as many blocks"),
+    ):
+        spec = parse_plan(text)
+        with pytest.raises(PostplaceError, match=match) as e:
+            estimate_plan(costs, cluster, spec, plan_devices(cluster, spec))
+        assert "\n" not in str(e.value)
