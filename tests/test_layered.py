@@ -167,3 +167,17 @@ def test_bad_input_is_one_line(small):
         with pytest.raises(PostplaceError, match=match) as e:
             estimate_plan(costs, cluster, spec, plan_devices(cluster, spec))
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("plan", ["ddp:pp=4,m=64", "zero2:pp=2,m=64,schedule=interleaved-2", "fsdp:m=64"])
+def test_long_runs_timed_short_are_timed_exactly(small, plan, monkeypatch):
+    """A run of many micro-batches is timed at three short counts and extended: the same step as timed in full."""
+    import postplace.placers.layered as layered
+
+    measured, _, cluster = small
+    spec = parse_plan(plan)
+    devices = plan_devices(cluster, spec)
+    costs = repeat_blocks(measure_units(measured, cluster, devices), 8)
+    short = estimate_plan(costs, cluster, spec, devices).step_time_s
+    monkeypatch.setattr(layered, "_FULL", True)
+    assert estimate_plan(costs, cluster, spec, devices).step_time_s == pytest.approx(short, rel=1e-9)

@@ -23,32 +23,37 @@ embedding side of the root, each block, the head side) whose times and bytes wer
      units the cut gives it (contiguous, balanced by time; interleaved: blocks cut evenly into pp x V
      chunks, as :func:`postplace.placers.practitioner.pipeline_stages` cuts them);
    - ``ddp``, ``zero1``, ``zero2``: gradients reduced in buckets of ``bucket_bytes`` in the order the last
-     micro-batch's backward finalises them (ZeRO-2: every micro-batch's), an all-reduce (DDP) or a
-     reduce-scatter (ZeRO) over the stage's data-parallel group, priced by
-     :func:`postplace.sim.collectives.collective_cost` (the simulator's own formula); each bucket's update
-     after its reduction (1/dp of it under ZeRO), then ZeRO's all-gather of its fp32 parameters;
+     micro-batch's backward finalises them (ZeRO-2: every micro-batch's), an all-reduce (DDP, ZeRO-1) or a
+     reduce-scatter (ZeRO-2) over the stage's data-parallel group, priced by
+     :func:`postplace.sim.collectives.collective_cost` (the simulator's own formula); a unit's buckets are
+     one task that ends when the last of them would; each unit's update after its reduction (the busiest
+     ZeRO owner's share of it under ZeRO: whole parameters, as the op-level plan owns them), then ZeRO's
+     all-gather of its fp32 parameters;
    - ``fsdp``: per micro-batch each unit's parameters gathered (in the step's precision) before its
      forward and again before its backward, one gather in flight ahead of the compute; its gradients
      reduce-scattered in fp32 after its backward, the update of the shard after the last. The root's two
      sides are one unit, gathered for the whole forward, as the op-level plan gathers it.
 
-   Memory per GPU: the parameters, gradients and state each level keeps (a shard or whole), the
-   gathered units in flight, the saved activations of the (micro-batch, chunk) pairs the slot order
-   holds at once, and the transient the measured step needed beyond its own parameters and activations.
+   Memory per GPU: the parameters, gradients and state each level keeps (a shard or whole; ZeRO: the
+   busiest owner's), the gathered units in flight, the saved activations of the (micro-batch, chunk)
+   pairs the slot order holds at once, gradient sums from the first backward on, and the transient an
+   accumulating backward needed in the measured step.
 
 It leaves out contention between different groups' collectives on shared links, the op-level list
 scheduler's reordering inside a slot, and the bucket boundaries inside a unit (its gradients are final
 evenly over its backward). ``tests/test_layered.py`` holds it against the op-level simulation where both
-run; ``benchmarks/plans_3d.py --layered`` runs the grid with it at 64 GPUs.
+run; ``benchmarks/layered.py`` measures both and runs the grid with it at 64 GPUs.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numba import njit
 
 from postplace.errors import PostplaceError
 
@@ -66,6 +71,7 @@ __all__ = [
 PRE, POST = "(embedding side)", "(head side)"
 _SUM = re.compile(r"^acc(\d+)_")  # a gradient sum after micro-batch k (postplace.plans._step's names)
 _BUCKET_BYTES = 25 * 2**20
+_FULL = False  # tests set it: time every plan in full
 
 
 @dataclass(frozen=True)
@@ -262,32 +268,56 @@ class _Streams:
 
     def run(self) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.tasks)
-        start, end = np.full(n, np.nan), np.full(n, np.nan)
-        free = dict.fromkeys(self.order, 0.0)
-        head = dict.fromkeys(self.order, 0)
-        left = n
-        while left:
-            progress = False
-            for s, seq in self.order.items():
-                while head[s] < len(seq):
-                    t = seq[head[s]]
-                    ready = free[s]
-                    for kind, other, lag in self.tasks[t][2]:
-                        at = start[other] if kind == "s" else end[other]
-                        if at != at:  # not scheduled yet
-                            break
-                        ready = max(ready, at + lag)
-                    else:
-                        start[t], end[t] = ready, ready + self.tasks[t][1]
-                        free[s] = end[t]
-                        head[s] += 1
-                        left -= 1
-                        progress = True
-                        continue
-                    break
-            if not progress:
-                raise PostplaceError("layered estimate: the plan's tasks wait on each other (a cycle)")
+        dur = np.fromiter((t[1] for t in self.tasks), dtype=np.float64, count=n)
+        counts = np.fromiter((len(t[2]) for t in self.tasks), dtype=np.int64, count=n)
+        deps = [d for t in self.tasks for d in t[2]]
+        dep_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        dep_task = np.fromiter((d[1] for d in deps), dtype=np.int64, count=len(deps))
+        dep_end = np.fromiter((d[0] == "e" for d in deps), dtype=np.bool_, count=len(deps))
+        dep_lag = np.fromiter((d[2] for d in deps), dtype=np.float64, count=len(deps))
+        seqs = list(self.order.values())
+        order_ptr = np.concatenate([[0], np.cumsum([len(q) for q in seqs])]).astype(np.int64)
+        order_task = np.fromiter((t for q in seqs for t in q), dtype=np.int64, count=n)
+        start, end, ok = _run_streams(dur, dep_ptr, dep_task, dep_end, dep_lag, order_ptr, order_task)
+        if not ok:
+            raise PostplaceError("layered estimate: the plan's tasks wait on each other (a cycle)")
         return start, end
+
+
+@njit(cache=True)
+def _run_streams(dur, dep_ptr, dep_task, dep_end, dep_lag, order_ptr, order_task):  # pragma: no cover - numba
+    """Each stream's tasks in its order, a task started when its stream is free and its dependences are met."""
+    n = dur.shape[0]
+    streams = order_ptr.shape[0] - 1
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    head = order_ptr[:-1].copy()
+    free = np.zeros(streams)
+    left = n
+    while left > 0:
+        progress = False
+        for s in range(streams):
+            while head[s] < order_ptr[s + 1]:
+                t = order_task[head[s]]
+                ready = free[s]
+                met = True
+                for k in range(dep_ptr[t], dep_ptr[t + 1]):
+                    at = end[dep_task[k]] if dep_end[k] else start[dep_task[k]]
+                    if at != at:
+                        met = False
+                        break
+                    ready = max(ready, at + dep_lag[k])
+                if not met:
+                    break
+                start[t] = ready
+                end[t] = ready + dur[t]
+                free[s] = end[t]
+                head[s] += 1
+                left -= 1
+                progress = True
+        if not progress:
+            return start, end, False
+    return start, end, True
 
 
 def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
@@ -313,13 +343,11 @@ def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
     back = np.zeros((pp + 1, n + 1), dtype=np.int64)
     best[0][0] = 0.0
     for k in range(1, pp + 1):
-        for i in range(1, n + 1):
-            for j in range(min(i, n - 1)):  # units j..i-1, at least one block among them
-                if i < 2:
-                    continue
-                cand = max(best[k - 1][j], prefix[i] - prefix[j])
-                if cand < best[k][i]:
-                    best[k][i], back[k][i] = cand, j
+        for i in range(2, n + 1):
+            j = np.arange(min(i, n - 1))  # units j..i-1, at least one block among them
+            cand = np.maximum(best[k - 1][j], prefix[i] - prefix[j])
+            back[k][i] = int(np.argmin(cand))
+            best[k][i] = cand[back[k][i]]
     chunks, i = [], n
     for k in range(pp, 0, -1):
         j = int(back[k][i])
@@ -370,10 +398,12 @@ def estimate_plan(
         tuple(devices[tp * (r + dp * s)] for r in range(dp)) for s in range(pp)
     ]  # each stage's first tensor rank in every replica
 
+    @functools.cache
     def coll(kind: str, nbytes: float, s: int) -> float:
         return collective_cost_cached(cluster, kind, float(nbytes), group[s]).seconds if dp > 1 else 0.0
 
     f_c = [float(costs.forward_s[c].sum()) for c in chunks]
+    act_c = [float(costs.activation_bytes[c].sum()) for c in chunks]
     b_c = [float(costs.backward_s[c].sum()) for c in chunks]
     # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
     # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
@@ -384,36 +414,49 @@ def estimate_plan(
     ]
     upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
     shard = dp if level == "fsdp" else 1
-    st = _Streams()
-    compute = lambda s: 2 * s  # noqa: E731
-    slot_task: dict[tuple[str, int, int], int] = {}
-    if level == "fsdp":
-        last = _fsdp(st, costs, chunks[0], per, coll, upd_per_byte / shard, shard, dp)
-        ends = [last]
-    else:
-        ends = []
-        orders = [slot_order(schedule, s, pp, per) for s in range(pp)]
-        # program order per GPU: slots; the dependences name tasks of other GPUs, so add every slot first
-        for s in range(pp):
-            for kind, mb, c in orders[s]:
-                seconds = f_c[c] if kind == "F" else b_c[c] + (acc_c[c] if mb else 0.0)
-                slot_task[(kind, mb, c)] = st.add(compute(s), seconds)
-        for (kind, mb, c), t in slot_task.items():
-            deps = st.tasks[t][2]
-            if kind == "F" and c > 0:
-                deps.append(("e", slot_task[("F", mb, c - 1)], p2p[c - 1]))
-            if kind == "B":
-                deps.append(
-                    ("e", slot_task[("F", mb, c)], 0.0) if c == nc - 1 else ("e", slot_task[("B", mb, c + 1)], p2p[c])
-                )
-        for s in range(pp):
-            ends.append(
+    orders = [slot_order(schedule, s, pp, per) for s in range(pp)] if level != "fsdp" else []
+
+    def timed(count: int) -> float:
+        """The step at ``count`` micro-batches per replica, the streams run."""
+        st = _Streams()
+        if level == "fsdp":
+            _fsdp(st, costs, chunks[0], count, coll, upd_per_byte / shard, shard, dp)
+        else:
+            slot_task: dict[tuple[str, int, int], int] = {}
+            # program order per GPU: slots; the dependences name tasks of other GPUs, so add every slot first
+            for s in range(pp):
+                for kind, mb, c in orders[s] if count == per else slot_order(schedule, s, pp, count):
+                    seconds = f_c[c] if kind == "F" else b_c[c] + (acc_c[c] if mb else 0.0)
+                    slot_task[(kind, mb, c)] = st.add(2 * s, seconds)
+            for (kind, mb, c), t in slot_task.items():
+                deps = st.tasks[t][2]
+                if kind == "F" and c > 0:
+                    deps.append(("e", slot_task[("F", mb, c - 1)], p2p[c - 1]))
+                if kind == "B":
+                    deps.append(
+                        ("e", slot_task[("F", mb, c)], 0.0)
+                        if c == nc - 1
+                        else ("e", slot_task[("B", mb, c + 1)], p2p[c])
+                    )
+            for s in range(pp):
                 _reduce_and_update(
-                    st, costs, chunks, s, pp, dp, per, level, slot_task, coll, upd_per_byte, shard, bucket_bytes
+                    st, costs, chunks, s, pp, dp, count, level, slot_task, coll, upd_per_byte, shard, bucket_bytes
                 )
-            )
-    start, end = st.run()
-    step = float(max(np.nanmax(end), 0.0))
+        start, end = st.run()
+        return float(max(np.nanmax(end), 0.0))
+
+    # Past the pipeline's filling, every pp more micro-batches add the same time (the schedule's pattern
+    # repeats with period pp), so a long run is timed at three short counts pp apart, congruent to its own,
+    # and extended along their line when they are on one; else in full
+    stride = pp
+    fill = 2 * pp * v + 2
+    repeats = (per - fill) // stride if per > fill else 0
+    if repeats >= 3 and not _FULL:
+        base = per - repeats * stride
+        t0, t1, t2 = timed(base), timed(base + stride), timed(base + 2 * stride)
+        step = t0 + repeats * (t1 - t0) if abs((t2 - t1) - (t1 - t0)) <= 1e-9 * t2 else timed(per)
+    else:
+        step = timed(per)
     peaks = []
     for s in range(pp):
         mine = [c for c in range(nc) if c % pp == s]
@@ -430,13 +473,13 @@ def estimate_plan(
             static = p + st_b * owned
             grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
         held, live, most = 0.0, 0.0, 0.0  # activations held, gradient sums alive, the most of both
-        for kind, _, c in slot_order(schedule, s, pp, per) if level != "fsdp" else [("F", 0, 0), ("B", 0, 0)]:
+        for kind, _, c in orders[s] if level != "fsdp" else [("F", 0, 0), ("B", 0, 0)]:
             if kind == "F":
-                held += float(costs.activation_bytes[chunks[c]].sum())
+                held += act_c[c]
                 most = max(most, live + held)
             else:  # a backward's working memory on top; then its activations freed, its gradients kept
                 most = max(most, live + held + costs.transient_bytes)
-                held -= float(costs.activation_bytes[chunks[c]].sum())
+                held -= act_c[c]
                 live = grads
                 most = max(most, live + held)
         dynamic = most
@@ -497,25 +540,37 @@ def _reduce_and_update(st, costs, chunks, s, pp, dp, per, level, slot_task, coll
     ):  # the busiest owner's share of the stage's update (whole parameters, as ZeRO cuts them)
         shard = 1.0 / _owner_share(costs, sorted(u for c in mine for u in chunks[c]), dp)
     reduce_kind = "reduce_scatter" if level == "zero2" else "all_reduce"  # zero1: all-reduce, then the owners update
-    buckets = []  # (reduction task, bytes)
-    mbs = range(per) if level == "zero2" else [per - 1]
-    for mb in mbs:
+    buckets = []  # (reduction task, bytes, the bucket sizes)
+    b = costs.backward_s
+    groups_of = {}  # per chunk: its units' buckets as (lag after the slot's end, seconds, bytes, sizes)
+    for c in mine:
+        units = chunks[c]
+        total = float(b[units].sum())
+        before = {u: float(b[[w for w in units if w > u]].sum()) for u in units}  # backward runs last unit first
+        groups: dict[int, list[tuple[float, float]]] = {}
+        for nbytes, u, frac in _pieces(costs, units, bucket_bytes):
+            groups.setdefault(u, []).append((nbytes, before[u] + frac * float(b[u]) - total))
+        rows = []
+        for pieces in groups.values():
+            # one unit's buckets as one task (for speed): they become ready evenly, the stream takes them in
+            # turn, so the last ends at max(free + all, first ready + all, last ready + its own): the task
+            # starts at the later of the first one's readiness and the last one's less the others' time
+            times = [coll(reduce_kind, nbytes, s) for nbytes, _ in pieces]
+            lag = max(pieces[0][1], pieces[-1][1] + times[-1] - sum(times))
+            rows.append((lag, sum(times), sum(x for x, _ in pieces), [x for x, _ in pieces]))
+        groups_of[c] = rows
+    for mb in range(per) if level == "zero2" else [per - 1]:
         for c in sorted(mine, reverse=True):
             slot = slot_task[("B", mb, c)]
-            units = chunks[c]
-            b = costs.backward_s
-            total = float(b[units].sum())
-            before = {u: float(b[[w for w in units if w > u]].sum()) for u in units}  # backward runs last unit first
-            for nbytes, u, frac in _pieces(costs, units, bucket_bytes):
-                lag = before[u] + frac * float(b[u]) - total  # after the slot's end: negative
-                t = st.add(comm, coll(reduce_kind, nbytes, s), [("e", slot, lag)])
+            for lag, seconds, nbytes, sizes in groups_of[c]:
+                t = st.add(comm, seconds, [("e", slot, lag)])
                 if mb == per - 1:
-                    buckets.append((t, nbytes))
+                    buckets.append((t, nbytes, sizes))
     last = None
-    for t, nbytes in buckets:
+    for t, nbytes, sizes in buckets:
         last = st.add(compute, nbytes * upd_per_byte / shard, [("e", t, 0.0)])
         if level in ("zero1", "zero2"):
-            last = st.add(comm, coll("all_gather", nbytes, s), [("e", last, 0.0)])
+            last = st.add(comm, sum(coll("all_gather", x, s) for x in sizes), [("e", last, 0.0)])
     return last
 
 
