@@ -241,6 +241,14 @@ def simulate(
             help="The optimizer form a GPU runs the update in: foreach (torch.optim's CUDA default), fused or traced.",
         ),
     ] = "foreach",
+    layered: Annotated[
+        bool,
+        typer.Option(
+            "--layered",
+            help="With --plan on a zoo transformer: price it by the layered estimate (3 blocks measured op by op, "
+            "repeated to the model's depth; one replica's pipeline), for steps too big for the op level (70B on 64 GPUs).",
+        ),
+    ] = False,
 ) -> None:
     """Simulate one training step of a placement, or of a named plan: step time, memory, transfers, MFU."""
     from postplace.api import load_target as load
@@ -254,11 +262,19 @@ def simulate(
         raise PostplaceError(
             "simulate needs exactly one of --placement (single:DEVICE or a file) and --plan (ddp, zero2, fsdp, ...)"
         )
+    if layered and (plan is None or pin or trace is not None):
+        raise PostplaceError(
+            "--layered prices a --plan (no --placement, --pin or --trace: it runs no op-level schedule); "
+            "drop --layered for those"
+        )
     if plan is not None:
         if microbatches is not None:
             raise PostplaceError(
                 f"--microbatches with --plan: write the count into the plan ('{plan}:m={microbatches}')"
             )
+        if layered:
+            _simulate_layered(target, cluster, plan, size, optimizer, precision, exclude or [], as_json, cost_model)
+            return
         _simulate_plan(
             target,
             cluster,
@@ -418,6 +434,55 @@ def _simulate_plan(
     console.print(_utilisation_line(use, cost_model, c), highlight=False)
     if trace is not None:
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)", highlight=False)
+
+
+def _simulate_layered(target, cluster, plan, size, optimizer, precision, exclude, as_json, cost_model):
+    from postplace.api.plans import estimate_plan_layered, plan_words
+    from postplace.plans import parse_plan
+
+    r, c, devices = estimate_plan_layered(
+        target,
+        cluster,
+        plan,
+        size=size,
+        optimizer=optimizer,
+        precision=precision,
+        exclude=exclude,
+        cost_model=cost_model,
+    )
+    names = [c.device_names[d] for d in devices]
+    spec = parse_plan(r.plan)
+    peaks = dict(
+        zip(
+            names,
+            (r.stage_peaks[i // (len(devices) // (spec.pipeline or 1))] for i in range(len(devices))),
+            strict=True,
+        )
+    )
+    out = {
+        "model": f"{target} {size}",
+        "cluster": c.name,
+        "plan": r.plan,
+        "plan_words": plan_words(r.plan, names, spec.microbatches),
+        "microbatches": spec.microbatches,
+        "evaluator": "layered estimate (units measured on a few blocks, repeated; one replica's pipeline)",
+        "step_time_s": r.step_time_s,
+        "oom": r.oom,
+        "peak_memory_bytes": peaks,
+        "capacity_bytes": {n: float(c.capacity[d]) for n, d in zip(names, devices, strict=True)},
+        "stages": [list(u) for u in r.stage_units],
+        "cost_model": cost_model.describe(c),
+    }
+    if as_json:
+        print(json.dumps(out))
+        return
+    console.print(f"plan: {out['plan_words']}", highlight=False)
+    console.print(
+        f"estimated step time {_ms(r.step_time_s)} (layered estimate, simulated prices), "
+        f"peak {_gb(r.peak_bytes)} per GPU (stage {r.peak_stage})"
+        + ("  [OOM: this plan does not fit]" if r.oom else ""),
+        highlight=False,
+    )
 
 
 @app.command()

@@ -8,10 +8,12 @@ that count, the plan's passes (:mod:`postplace.plans`) rewrite it, and the simul
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from postplace.errors import PostplaceError
 from postplace.placers.practitioner import PlanResult, plan_devices, plan_step, plan_words
 
-__all__ = ["PlanResult", "plan_devices", "plan_step", "plan_words", "simulate_plan"]
+__all__ = ["PlanResult", "estimate_plan_layered", "plan_devices", "plan_step", "plan_words", "simulate_plan"]
 
 
 def simulate_plan(
@@ -91,3 +93,67 @@ def simulate_plan(
         except PostplaceError as exc:
             raise PostplaceError(f"plan '{spec}': {exc}") from None
     return plan_step(graph, c, spec, devices, pins=pins, cost_model=cost_model)
+
+
+def estimate_plan_layered(
+    target: str,
+    cluster,
+    plan,
+    *,
+    size: str = "full",
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    exclude=(),
+    cost_model=None,
+    blocks: int = 3,
+):
+    """Price one plan of a zoo transformer by the layered estimate (:mod:`postplace.placers.layered`): for
+    steps the op-level simulation cannot hold (LLaMA-70B on 64 GPUs at a 1M-token batch).
+
+    The model is traced as two micro-batches of the plan's size with ``blocks`` blocks, measured op by op on
+    one tensor group, its middle block repeated to the model's depth, and the plan priced on one replica's
+    pipeline. Arguments as :func:`simulate_plan` takes them (``target`` a zoo model's name).
+
+    Returns
+    -------
+    tuple
+        ``(LayeredResult, cluster, devices)``: the estimate, the cluster, the plan's GPUs in rank order.
+    """
+    from postplace import zoo
+    from postplace.api.target import load_cluster
+    from postplace.placers.layered import estimate_plan, measure_units, repeat_blocks
+    from postplace.plans import PlanSpec, parse_plan
+
+    spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
+    if not isinstance(target, str) or target not in zoo.MODELS:
+        raise PostplaceError(
+            f"the layered estimate traces a zoo transformer again at its own depth; '{target}' is not one "
+            f"(zoo models: {', '.join(zoo.MODELS)}); time it with simulate_plan"
+        )
+    config = zoo.spec(target).config(size)
+    layers, batch = config.get("layers"), int(config["batch"])
+    if not layers:
+        raise PostplaceError(f"the layered estimate needs a model made of blocks; '{target}' has no 'layers'")
+    c, _ = load_cluster(cluster, None)
+    devices = plan_devices(c, spec, exclude)
+    k = spec.replicas_over(len(devices))
+    m = spec.microbatches or k
+    if m % k or batch % m:
+        raise PostplaceError(
+            f"plan '{spec}': m={m} must be a multiple of its {k} replicas and divide the batch of {batch}; "
+            f"give m=j*{k} dividing {batch}"
+        )
+    graph = zoo.trace_model(
+        target,
+        f"{zoo.base_size(size)}@{2 * (batch // m)}",
+        optimizer,
+        lr=lr,
+        precision=precision,
+        microbatches=2,
+        init=False,
+        layers=min(blocks, layers),
+    ).graph
+    costs = measure_units(graph, c, devices, tensor=spec.tensor or 1, recompute=spec.recompute, cost_model=cost_model)
+    spec = spec if spec.microbatches else replace(spec, microbatches=m)
+    return estimate_plan(repeat_blocks(costs, layers), c, spec, devices), c, devices

@@ -127,8 +127,8 @@ class UnitCosts:
 @dataclass(frozen=True)
 class LayeredResult:
     """A plan priced by :func:`estimate_plan`: ``step_time_s`` and the largest per-GPU ``peak_bytes`` (at
-    ``peak_stage``), ``oom`` against the smallest capacity among the plan's GPUs, ``stage_units`` (each
-    chunk's unit names)."""
+    ``peak_stage``; every stage's in ``stage_peaks``), ``oom`` against the smallest capacity among the
+    plan's GPUs, ``stage_units`` (each chunk's unit names)."""
 
     plan: str
     step_time_s: float
@@ -136,6 +136,7 @@ class LayeredResult:
     peak_stage: int
     oom: bool
     stage_units: tuple[tuple[str, ...], ...]
+    stage_peaks: tuple[float, ...] = ()
 
 
 def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute: bool = False, cost_model=None):
@@ -495,6 +496,7 @@ def estimate_plan(
         worst,
         bool(peaks[worst] > capacity),
         tuple(tuple(costs.names[u] for u in c) for c in chunks),
+        tuple(float(x) for x in peaks),
     )
 
 

@@ -292,7 +292,13 @@ def _ce_flat_targets(out, y):
 
 
 def build(
-    name: str, size: str = "full", *, seed: int = 0, batch: int | None = None, init: bool = True, layers: int | None = None
+    name: str,
+    size: str = "full",
+    *,
+    seed: int = 0,
+    batch: int | None = None,
+    init: bool = True,
+    layers: int | None = None,
 ):
     """``(model, inputs, loss_fn)`` for one zoo model, ready for :func:`postplace.graph.from_torch`.
 
