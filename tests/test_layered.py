@@ -181,3 +181,37 @@ def test_long_runs_timed_short_are_timed_exactly(small, plan, monkeypatch):
     short = estimate_plan(costs, cluster, spec, devices).step_time_s
     monkeypatch.setattr(layered, "_FULL", True)
     assert estimate_plan(costs, cluster, spec, devices).step_time_s == pytest.approx(short, rel=1e-9)
+
+
+def test_simulate_layered_prints_the_estimate_the_library_gives():
+    import json
+
+    from postplace.api.plans import estimate_plan_layered
+    from tests.clihelp import run_cli
+
+    args = ["llama", "--size", "small", "--batch", "16", "--cluster", "dgx8", "--optimizer", "adamw"]
+    args += ["--precision", "bf16", "--plan", "zero1:pp=2,m=16", "--layered", "--json"]
+    done = run_cli("simulate", *args)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    r, _, devices = estimate_plan_layered(
+        "llama", "dgx8", "zero1:pp=2,m=16", size="small@16", optimizer="adamw", precision="bf16"
+    )
+    assert out["step_time_s"] == r.step_time_s and out["evaluator"].startswith("layered estimate")
+    assert max(out["peak_memory_bytes"].values()) == pytest.approx(r.peak_bytes)
+    assert len(out["peak_memory_bytes"]) == len(devices) == 8
+    assert "pp 2 x dp 4, 1F1B, 16 micro-batches" in out["plan_words"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["resnet50", "--cluster", "dgx8", "--plan", "ddp:m=8", "--layered"], "made of blocks"),
+        (["llama", "--size", "small", "--cluster", "dgx8", "--plan", "ddp:m=3", "--layered"], "m=3 must be"),
+        (["llama", "--size", "small", "--cluster", "dgx8", "--placement", "single:gpu0", "--layered"], "--layered"),
+    ],
+)
+def test_simulate_layered_bad_input_is_one_line(argv, match, capsys):
+    from tests.clihelp import cli_error
+
+    assert match in cli_error(["simulate", *argv], capsys)
