@@ -48,7 +48,6 @@ run; ``benchmarks/layered.py`` measures both and runs the grid with it at 64 GPU
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass, replace
 
@@ -255,30 +254,52 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
 
 
 class _Streams:
-    """Streams that each run their tasks in program order; a task starts when its stream is free and what
-    it waits for has started (``("s", task)``) or ended (``("e", task)``), plus a lag."""
+    """Streams that each run their tasks in program order (the order they were added); a task starts when its
+    stream is free and what it waits for has started (``("s", task)``) or ended (``("e", task)``), plus a lag."""
 
     def __init__(self):
-        self.tasks: list[tuple[int, float, list]] = []  # (stream, seconds, [(kind, task, lag)])
-        self.order: dict[int, list[int]] = {}
+        self.stream: list[int] = []
+        self.seconds: list[float] = []
+        self.waits: list[list] = [[], [], [], []]  # the waiting task, the task waited for, on its end?, lag
 
     def add(self, stream: int, seconds: float, after=()) -> int:
-        self.tasks.append((stream, float(seconds), list(after)))
-        self.order.setdefault(stream, []).append(len(self.tasks) - 1)
-        return len(self.tasks) - 1
+        t = len(self.stream)
+        self.stream.append(stream)
+        self.seconds.append(float(seconds))
+        for kind, other, lag in after:
+            self.waits[0].append(t)
+            self.waits[1].append(other)
+            self.waits[2].append(kind == "e")
+            self.waits[3].append(float(lag))
+        return t
+
+    def add_many(self, stream: int, seconds) -> int:
+        """Tasks one after another on ``stream``: the first one's id (the rest follow)."""
+        first = len(self.stream)
+        self.seconds.extend(np.asarray(seconds, dtype=np.float64).tolist())
+        self.stream.extend([stream] * (len(self.seconds) - first))
+        return first
+
+    def depend(self, tasks, others, on_end: bool, lags) -> None:
+        """Each of ``tasks`` waits for the same position of ``others`` (its end, else its start) plus a lag."""
+        tasks = np.asarray(tasks).tolist()
+        self.waits[0].extend(tasks)
+        self.waits[1].extend(np.asarray(others).tolist())
+        self.waits[2].extend([on_end] * len(tasks))
+        self.waits[3].extend(np.asarray(lags, dtype=np.float64).tolist())
 
     def run(self) -> tuple[np.ndarray, np.ndarray]:
-        n = len(self.tasks)
-        dur = np.fromiter((t[1] for t in self.tasks), dtype=np.float64, count=n)
-        counts = np.fromiter((len(t[2]) for t in self.tasks), dtype=np.int64, count=n)
-        deps = [d for t in self.tasks for d in t[2]]
-        dep_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        dep_task = np.fromiter((d[1] for d in deps), dtype=np.int64, count=len(deps))
-        dep_end = np.fromiter((d[0] == "e" for d in deps), dtype=np.bool_, count=len(deps))
-        dep_lag = np.fromiter((d[2] for d in deps), dtype=np.float64, count=len(deps))
-        seqs = list(self.order.values())
-        order_ptr = np.concatenate([[0], np.cumsum([len(q) for q in seqs])]).astype(np.int64)
-        order_task = np.fromiter((t for q in seqs for t in q), dtype=np.int64, count=n)
+        n = len(self.stream)
+        dur = np.asarray(self.seconds, dtype=np.float64)
+        waiting = np.asarray(self.waits[0], dtype=np.int64)
+        by_task = np.argsort(waiting, kind="stable")
+        dep_ptr = np.concatenate([[0], np.cumsum(np.bincount(waiting, minlength=n))]).astype(np.int64)
+        dep_task = np.asarray(self.waits[1], dtype=np.int64)[by_task]
+        dep_end = np.asarray(self.waits[2], dtype=np.bool_)[by_task]
+        dep_lag = np.asarray(self.waits[3], dtype=np.float64)[by_task]
+        _, stream = np.unique(np.asarray(self.stream, dtype=np.int64), return_inverse=True)
+        order_task = np.argsort(stream, kind="stable").astype(np.int64)
+        order_ptr = np.concatenate([[0], np.cumsum(np.bincount(stream))]).astype(np.int64)
         start, end, ok = _run_streams(dur, dep_ptr, dep_task, dep_end, dep_lag, order_ptr, order_task)
         if not ok:
             raise PostplaceError("layered estimate: the plan's tasks wait on each other (a cycle)")
@@ -319,6 +340,16 @@ def _run_streams(dur, dep_ptr, dep_task, dep_end, dep_lag, order_ptr, order_task
         if not progress:
             return start, end, False
     return start, end, True
+
+
+@functools.lru_cache(maxsize=256)
+def _slots(schedule: str, gpu: int, gpus: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`postplace.plans.schedule.slot_order` as arrays: kind (0 forward, 1 backward), micro-batch, chunk."""
+    from postplace.plans.schedule import slot_order
+
+    order = slot_order(schedule, gpu, gpus, count)
+    out = np.array([(k == "B", mb, c) for k, mb, c in order], dtype=np.int64).reshape(-1, 3)
+    return out[:, 0], out[:, 1], out[:, 2]
 
 
 def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
@@ -366,7 +397,7 @@ def estimate_plan(
 
     ``cut``: each pipeline chunk's unit names (``costs.names``), to price a given cut; None: the cut of the
     module docstring."""
-    from postplace.plans.schedule import chunks_of, slot_order
+    from postplace.plans.schedule import chunks_of
     from postplace.sim.collectives import collective_cost_cached
 
     tp, pp = spec.tensor or 1, spec.pipeline or 1
@@ -415,7 +446,11 @@ def estimate_plan(
     ]
     upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
     shard = dp if level == "fsdp" else 1
-    orders = [slot_order(schedule, s, pp, per) for s in range(pp)] if level != "fsdp" else []
+    f_arr, b_arr, acc_arr, act_arr = np.array(f_c), np.array(b_c), np.array(acc_c), np.array(act_c)
+    p2p_arr = np.array([*p2p, 0.0])
+    buckets_of = (
+        [_buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes) for s in range(pp)] if level != "fsdp" else []
+    )
 
     def timed(count: int) -> float:
         """The step at ``count`` micro-batches per replica, the streams run."""
@@ -423,26 +458,20 @@ def estimate_plan(
         if level == "fsdp":
             _fsdp(st, costs, chunks[0], count, coll, upd_per_byte / shard, shard, dp)
         else:
-            slot_task: dict[tuple[str, int, int], int] = {}
-            # program order per GPU: slots; the dependences name tasks of other GPUs, so add every slot first
+            # program order per GPU: its slots, as arrays; slot_id[F or B, micro-batch, chunk] = the task
+            slot_id = np.full((2, count, nc), -1, dtype=np.int64)
             for s in range(pp):
-                for kind, mb, c in orders[s] if count == per else slot_order(schedule, s, pp, count):
-                    seconds = f_c[c] if kind == "F" else b_c[c] + (acc_c[c] if mb else 0.0)
-                    slot_task[(kind, mb, c)] = st.add(2 * s, seconds)
-            for (kind, mb, c), t in slot_task.items():
-                deps = st.tasks[t][2]
-                if kind == "F" and c > 0:
-                    deps.append(("e", slot_task[("F", mb, c - 1)], p2p[c - 1]))
-                if kind == "B":
-                    deps.append(
-                        ("e", slot_task[("F", mb, c)], 0.0)
-                        if c == nc - 1
-                        else ("e", slot_task[("B", mb, c + 1)], p2p[c])
-                    )
+                kind, mb, c = _slots(schedule, s, pp, count)
+                seconds = np.where(kind == 0, f_arr[c], b_arr[c] + np.where(mb > 0, acc_arr[c], 0.0))
+                slot_id[kind, mb, c] = st.add_many(2 * s, seconds) + np.arange(len(kind))
+            mb_all, c_all = np.meshgrid(np.arange(count), np.arange(nc), indexing="ij")
+            later = c_all > 0  # a chunk's forward waits for the previous chunk's, sent
+            st.depend(slot_id[0][later], slot_id[0, mb_all[later], c_all[later] - 1], True, p2p_arr[c_all[later] - 1])
+            last = c_all == nc - 1  # the last chunk's backward follows its forward; the others wait for the next's
+            st.depend(slot_id[1][last], slot_id[0][last], True, np.zeros(int(last.sum())))
+            st.depend(slot_id[1][~last], slot_id[1, mb_all[~last], c_all[~last] + 1], True, p2p_arr[c_all[~last]])
             for s in range(pp):
-                _reduce_and_update(
-                    st, costs, chunks, s, pp, dp, count, level, slot_task, coll, upd_per_byte, shard, bucket_bytes
-                )
+                _reduce_and_update(st, s, pp, count, level, slot_id, buckets_of[s], upd_per_byte)
         start, end = st.run()
         return float(max(np.nanmax(end), 0.0))
 
@@ -473,16 +502,18 @@ def estimate_plan(
             owned = 1.0 if level == "ddp" else _owner_share(costs, units, dp)  # the busiest owner's state
             static = p + st_b * owned
             grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
-        held, live, most = 0.0, 0.0, 0.0  # activations held, gradient sums alive, the most of both
-        for kind, _, c in orders[s] if level != "fsdp" else [("F", 0, 0), ("B", 0, 0)]:
-            if kind == "F":
-                held += act_c[c]
-                most = max(most, live + held)
-            else:  # a backward's working memory on top; then its activations freed, its gradients kept
-                most = max(most, live + held + costs.transient_bytes)
-                held -= act_c[c]
-                live = grads
-                most = max(most, live + held)
+        # along the GPU's slots: activations held, gradient sums alive from its first backward on, and a
+        # backward's working memory on top while it runs
+        kind, _, c = _slots(schedule, s, pp, per) if level != "fsdp" else (np.array([0, 1]), None, np.array([0, 0]))
+        after = np.cumsum(np.where(kind == 0, act_arr[c], -act_arr[c]))
+        before = after - np.where(kind == 0, act_arr[c], -act_arr[c])
+        backward = kind == 1
+        live = np.where(np.arange(len(kind)) > int(np.argmax(backward)), grads, 0.0)
+        most = max(
+            float((after + live)[~backward].max(initial=0.0)),
+            float((before + live + costs.transient_bytes)[backward].max(initial=0.0)),
+            float((after[backward] + grads).max(initial=0.0)),
+        )
         dynamic = most
         if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
             dynamic = max(dynamic, costs.single_bytes - costs.param_bytes.sum() + grads)
@@ -503,20 +534,33 @@ def estimate_plan(
 def _pieces(costs: UnitCosts, units: list[int], bucket_bytes: float):
     """Gradient buckets over ``units`` in backward order: ``(bytes, unit, fraction of its backward done)``
     when each bucket is full, the gradients of a unit final evenly over its backward."""
-    out, filled = [], 0.0
-    for u in reversed(units):
-        nbytes = float(costs.param_bytes[u])
-        if nbytes <= 0:
+    order = np.asarray(units[::-1], dtype=np.int64)
+    nbytes, unit, frac = _fill_buckets(costs.param_bytes[order].astype(np.float64), order, float(bucket_bytes))
+    return list(zip(nbytes.tolist(), unit.tolist(), frac.tolist(), strict=True))
+
+
+@njit(cache=True)
+def _fill_buckets(sizes, units, bucket_bytes):  # pragma: no cover - numba
+    """Each unit's bytes in ceil(size / bucket) equal pieces, poured into buckets launched when full."""
+    cap = 16
+    for x in sizes:
+        cap += int(np.ceil(x / bucket_bytes)) + 1
+    out_b, out_u, out_f = np.zeros(cap), np.zeros(cap, dtype=np.int64), np.zeros(cap)
+    k, filled = 0, 0.0
+    for i in range(sizes.shape[0]):
+        if sizes[i] <= 0:
             continue
-        pieces = max(1, math.ceil(nbytes / bucket_bytes))
-        for k in range(pieces):
-            filled += nbytes / pieces
+        pieces = max(1, int(np.ceil(sizes[i] / bucket_bytes)))
+        for j in range(pieces):
+            filled += sizes[i] / pieces
             if filled >= bucket_bytes:
-                out.append((filled, u, (k + 1) / pieces))
+                out_b[k], out_u[k], out_f[k] = filled, units[i], (j + 1) / pieces
+                k += 1
                 filled = 0.0
     if filled > 0:
-        out.append((filled, units[0], 1.0))
-    return out
+        out_b[k], out_u[k], out_f[k] = filled, units[-1], 1.0
+        k += 1
+    return out_b[:k], out_u[:k], out_f[:k]
 
 
 def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
@@ -532,19 +576,16 @@ def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
     return float(load.max() / total)
 
 
-def _reduce_and_update(st, costs, chunks, s, pp, dp, per, level, slot_task, coll, upd_per_byte, shard, bucket_bytes):
-    """Stage s's gradient buckets, updates and ZeRO's gathers as tasks; the task that ends its step."""
-    compute, comm = 2 * s, 2 * s + 1
+def _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes):
+    """Stage s's gradient buckets per chunk: ``(lag after its backward slot's end, seconds, bytes, bucket
+    sizes)`` per unit, and the update's speed-up (the busiest ZeRO owner's share of it, inverted)."""
     mine = [c for c in range(len(chunks)) if c % pp == s]
-    if level in (
-        "zero1",
-        "zero2",
-    ):  # the busiest owner's share of the stage's update (whole parameters, as ZeRO cuts them)
+    shard = 1.0
+    if level in ("zero1", "zero2"):  # the busiest owner's share of the stage's update (whole parameters)
         shard = 1.0 / _owner_share(costs, sorted(u for c in mine for u in chunks[c]), dp)
     reduce_kind = "reduce_scatter" if level == "zero2" else "all_reduce"  # zero1: all-reduce, then the owners update
-    buckets = []  # (reduction task, bytes, the bucket sizes)
     b = costs.backward_s
-    groups_of = {}  # per chunk: its units' buckets as (lag after the slot's end, seconds, bytes, sizes)
+    groups_of = {}
     for c in mine:
         units = chunks[c]
         total = float(b[units].sum())
@@ -559,21 +600,29 @@ def _reduce_and_update(st, costs, chunks, s, pp, dp, per, level, slot_task, coll
             # starts at the later of the first one's readiness and the last one's less the others' time
             times = [coll(reduce_kind, nbytes, s) for nbytes, _ in pieces]
             lag = max(pieces[0][1], pieces[-1][1] + times[-1] - sum(times))
-            rows.append((lag, sum(times), sum(x for x, _ in pieces), [x for x, _ in pieces]))
+            gather = sum(coll("all_gather", x, s) for x, _ in pieces) if level in ("zero1", "zero2") else 0.0
+            rows.append((lag, sum(times), sum(x for x, _ in pieces), gather))
         groups_of[c] = rows
+    return groups_of, shard
+
+
+def _reduce_and_update(st, s, pp, per, level, slot_task, buckets_of, upd_per_byte):
+    """Stage s's gradient buckets, updates and ZeRO's gathers as tasks."""
+    compute, comm = 2 * s, 2 * s + 1
+    groups_of, shard = buckets_of
+    mine = sorted(groups_of, reverse=True)
+    reduced = []  # (reduction task, bytes, the all-gather's seconds)
     for mb in range(per) if level == "zero2" else [per - 1]:
-        for c in sorted(mine, reverse=True):
-            slot = slot_task[("B", mb, c)]
-            for lag, seconds, nbytes, sizes in groups_of[c]:
+        for c in mine:
+            slot = int(slot_task[1, mb, c])
+            for lag, seconds, nbytes, gather in groups_of[c]:
                 t = st.add(comm, seconds, [("e", slot, lag)])
                 if mb == per - 1:
-                    buckets.append((t, nbytes, sizes))
-    last = None
-    for t, nbytes, sizes in buckets:
+                    reduced.append((t, nbytes, gather))
+    for t, nbytes, gather in reduced:
         last = st.add(compute, nbytes * upd_per_byte / shard, [("e", t, 0.0)])
         if level in ("zero1", "zero2"):
-            last = st.add(comm, sum(coll("all_gather", x, s) for x in sizes), [("e", last, 0.0)])
-    return last
+            st.add(comm, gather, [("e", last, 0.0)])
 
 
 def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
