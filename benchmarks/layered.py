@@ -34,6 +34,8 @@ VALIDATE = [
     "zero1:pp=2,m=16,schedule=interleaved-2",
     "zero1+recompute:pp=4,m=16",
     "zero1:tp=2,pp=2,m=16",
+    "fsdp:m=16,recompute=" + "/".join(f"blocks.{k}" for k in range(8)),  # Megatron-LM's recompute-num-layers 8
+    "zero1:pp=2,m=16,recompute=" + "/".join(f"blocks.{k}" for k in (0, 1, 2, 3, 10, 11, 12)),
 ]
 SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 2048; 13B and 70B: 256 x 4096)
     ("7b", 512, "dgx8x8"),
@@ -47,7 +49,7 @@ TRACED_BLOCKS = 3
 def validate() -> list[dict]:
     from postplace import zoo
     from postplace.cluster import load_cluster
-    from postplace.placers.layered import estimate_plan, measure_units, op_level_cut, repeat_blocks
+    from postplace.placers.layered import estimate_plan, measure_units, mix_recompute, op_level_cut, repeat_blocks
     from postplace.placers.practitioner import plan_devices, plan_step
     from postplace.plans import parse_plan
 
@@ -70,19 +72,21 @@ def validate() -> list[dict]:
     for text in VALIDATE:
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
-        key = (spec.tensor or 1, spec.recompute)
         t0 = time.perf_counter()
-        if key not in costs:
+        for key in {(spec.tensor or 1, spec.recompute), (spec.tensor or 1, False)} - set(costs):
             costs[key] = repeat_blocks(measure_units(few, cluster, devices, tensor=key[0], recompute=key[1]), 16)
-        cut = op_level_cut(whole, cluster, spec, devices, costs[key].names) if spec.pipeline else None
-        est = estimate_plan(costs[key], cluster, spec, devices, cut=cut)
+        unit_costs = costs[spec.tensor or 1, spec.recompute]
+        if spec.recompute_units is not None:  # some blocks recompute: their costs from the recomputing step
+            unit_costs = mix_recompute(costs[spec.tensor or 1, False], unit_costs, spec.recompute_units)
+        cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None
+        est = estimate_plan(unit_costs, cluster, spec, devices, cut=cut)
         lay_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         ref = plan_step(whole, cluster, spec, devices)
         op_s = time.perf_counter() - t0
         peak = float(ref.peak_memory_bytes.max())
         row = dict(
-            plan=text,
+            plan=text if len(text) < 60 else text[:44] + "...",
             op_ms=ref.step_time_s * 1e3,
             op_gib=peak / 2**30,
             layered_ms=est.step_time_s * 1e3,
@@ -94,7 +98,7 @@ def validate() -> list[dict]:
         )
         rows.append(row)
         print(
-            f"{text:44s} {row['op_ms']:8.2f} {row['op_gib']:7.2f} {row['layered_ms']:8.2f} {row['layered_gib']:8.2f} "
+            f"{row['plan']:44s} {row['op_ms']:8.2f} {row['op_gib']:7.2f} {row['layered_ms']:8.2f} {row['layered_gib']:8.2f} "
             f"{row['time_ratio']:8.3f} {row['memory_ratio']:9.3f} {op_s:6.1f} {lay_s:6.2f}"
         )
     return rows

@@ -15,6 +15,7 @@ from postplace.placers.layered import (
     estimate_plan,
     layered_grid,
     measure_units,
+    mix_recompute,
     op_level_cut,
     repeat_blocks,
 )
@@ -101,6 +102,8 @@ PLANS = [
     "zero1:pp=2,m=16",
     "ddp:pp=2,m=16,schedule=gpipe",
     "zero1:tp=2,pp=2,m=16",
+    "fsdp:m=16,recompute=blocks.0",
+    "zero1:pp=2,m=16,recompute=blocks.1",
 ]
 
 
@@ -114,14 +117,16 @@ def test_the_estimate_agrees_with_the_op_level_simulation(small):
     for text in PLANS:
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
-        key = (spec.tensor or 1, spec.recompute)
-        if key not in costs:
+        for key in {(spec.tensor or 1, spec.recompute), (spec.tensor or 1, False)} - set(costs):
             costs[key] = measure_units(measured, cluster, devices, tensor=key[0], recompute=key[1])
-        cut = op_level_cut(whole, cluster, spec, devices, costs[key].names) if spec.pipeline else None
-        est = estimate_plan(costs[key], cluster, spec, devices, cut=cut)
+        unit_costs = costs[spec.tensor or 1, spec.recompute]
+        if spec.recompute_units is not None:
+            unit_costs = mix_recompute(costs[spec.tensor or 1, False], unit_costs, spec.recompute_units)
+        cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None
+        est = estimate_plan(unit_costs, cluster, spec, devices, cut=cut)
         ref = plan_step(whole, cluster, spec, devices)
         assert est.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), text
-        if spec.level in ("ddp", "zero1") and not spec.pipeline:
+        if spec.level in ("ddp", "zero1") and not spec.pipeline and not spec.recompute:
             assert est.peak_bytes == pytest.approx(float(ref.peak_memory_bytes.max()), rel=0.02), text
 
 
@@ -215,3 +220,43 @@ def test_simulate_layered_bad_input_is_one_line(argv, match, capsys):
     from tests.clihelp import cli_error
 
     assert match in cli_error(["simulate", *argv], capsys)
+
+
+def test_recomputing_the_fewest_blocks_that_fit(small):
+    """Megatron-LM's recompute-num-layers as the grid uses it: the smallest k (first k blocks of each stage)
+    that fits, found by halving, fits where k - 1 does not, and is faster than recomputing every block."""
+    from dataclasses import replace
+
+    from postplace.placers.layered import fewest_recomputed
+
+    measured, _, cluster = small
+    spec = parse_plan("ddp:m=16")
+    devices = plan_devices(cluster, spec)
+    plain, full = (repeat_blocks(measure_units(measured, cluster, devices, recompute=rc), 8) for rc in (False, True))
+    every = estimate_plan(full, cluster, replace(spec, recompute=True), devices)
+    none = estimate_plan(plain, cluster, spec, devices)
+    room = none.peak_bytes - (none.peak_bytes - every.peak_bytes) * 0.6  # fits with about 5 of 8 blocks recomputed
+    tight = _with_gpu_memory("dgx8", room)
+    found = fewest_recomputed(plain, full, tight, spec, devices, every.stage_units)
+    assert found is not None and not found.oom
+    k = len(parse_plan(found.plan).recompute_units)
+    fewer = tuple(f"blocks.{j}" for j in range(k - 1))
+    r = estimate_plan(
+        mix_recompute(plain, full, fewer), tight, replace(spec, recompute=True, recompute_units=fewer), devices
+    )
+    assert 1 < k < 8 and r.oom
+    assert found.step_time_s < estimate_plan(full, tight, replace(spec, recompute=True), devices).step_time_s
+
+
+def _with_gpu_memory(preset: str, usable: float):
+    """The preset with every GPU's usable memory ``usable`` bytes."""
+    import re
+    from pathlib import Path
+
+    import postplace.cluster as clusters
+    from postplace.cluster import Cluster
+
+    text = (Path(clusters.__file__).parent / "presets" / f"{preset}.toml").read_text()
+    head, sep, gpus = text.partition('kind = "gpu"')
+    gpus = re.sub(r"(?m)^memory = .*$", f"memory = {usable + 1e9:.6e}", gpus, count=1)
+    return Cluster.from_toml_text(head + sep + gpus)

@@ -57,13 +57,15 @@ from numba import njit
 from postplace.errors import PostplaceError
 
 __all__ = [
-    "op_level_cut",
     "LayeredGrid",
     "LayeredResult",
     "UnitCosts",
     "estimate_plan",
+    "fewest_recomputed",
     "layered_grid",
     "measure_units",
+    "mix_recompute",
+    "op_level_cut",
     "repeat_blocks",
 ]
 
@@ -103,6 +105,9 @@ class UnitCosts:
     recompute : bool
     step_time_s : float
         The measured (op-level) step's time.
+    recomputed : tuple of str, optional
+        With ``recompute``: the units whose costs are the recomputing ones (:func:`mix_recompute`); None:
+        every block.
     """
 
     names: tuple[str, ...]
@@ -121,6 +126,7 @@ class UnitCosts:
     recompute: bool
     single_bytes: float
     step_time_s: float
+    recomputed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -406,8 +412,15 @@ def estimate_plan(
             f"plan '{spec}': the units were measured at tp={costs.tensor}"
             f"{' with' if costs.recompute else ' without'} recomputation; measure them as the plan runs"
         )
-    if spec.shard is not None or spec.recompute_units is not None or spec.selective:
-        raise PostplaceError(f"plan '{spec}': the layered estimate prices uniform plans only (no per-unit choices)")
+    if spec.shard is not None or spec.selective:
+        raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding or selective rule")
+    if set(spec.recompute_units or ()) != set(costs.recomputed or ()) or (spec.recompute_units is None) != (
+        costs.recomputed is None
+    ):
+        raise PostplaceError(
+            f"plan '{spec}': the units' costs recompute "
+            f"{'every block' if costs.recomputed is None else 'other units'}; mix them for the plan's (mix_recompute)"
+        )
     dp = len(devices) // (tp * pp)
     m = spec.microbatches or dp
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
@@ -703,6 +716,50 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
     )
 
 
+def mix_recompute(plain: UnitCosts, full: UnitCosts, units) -> UnitCosts:
+    """Costs recomputing exactly ``units`` (names): theirs from ``full`` (measured recomputing), the others'
+    from ``plain`` (measured not), both at the same tensor degree and micro-batch size."""
+    if plain.names != full.names or plain.tensor != full.tensor or plain.recompute or not full.recompute:
+        raise PostplaceError("mix_recompute: give the same units measured without and with recomputation")
+    chosen = set(units)
+    if unknown := chosen - set(plain.names[1:-1]):
+        raise PostplaceError(f"mix_recompute: {sorted(unknown)[0]!r} is not a block of the model")
+    mask = np.array([name in chosen for name in plain.names])
+
+    def pick(a, b):
+        return np.where(mask, b, a)
+
+    return replace(
+        plain,
+        forward_s=pick(plain.forward_s, full.forward_s),
+        backward_s=pick(plain.backward_s, full.backward_s),
+        accumulate_s=pick(plain.accumulate_s, full.accumulate_s),
+        activation_bytes=pick(plain.activation_bytes, full.activation_bytes),
+        transient_bytes=max(plain.transient_bytes, full.transient_bytes),
+        single_bytes=max(plain.single_bytes, full.single_bytes),
+        recompute=True,
+        recomputed=tuple(name for name in plain.names if name in chosen),
+    )
+
+
+def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices, cut):
+    """The plan ``spec`` recomputing the first k blocks of every chunk of ``cut`` (Megatron-LM's
+    ``--recompute-method block``) for the smallest k that fits, or None when only every block does: a
+    :class:`LayeredResult`. More recomputed blocks hold fewer activations, so k is found by halving."""
+    blocks_of = [[u for u in chunk if u not in (PRE, POST)] for chunk in cut]
+    lo, hi, found = 1, max(len(b) for b in blocks_of) - 1, None
+    while lo <= hi:
+        k = (lo + hi) // 2
+        units = tuple(u for b in blocks_of for u in b[:k])
+        attempt = replace(spec, recompute=True, recompute_units=units)
+        r = estimate_plan(mix_recompute(plain, full, units), cluster, attempt, devices, cut=cut)
+        if r.oom:
+            lo = k + 1
+        else:
+            found, hi = r, k - 1
+    return found
+
+
 @dataclass
 class LayeredGrid:
     """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
@@ -739,26 +796,39 @@ def layered_grid(
     costs: dict[tuple[int, bool], UnitCosts] = {}
     measure_s = price_s = 0.0
     tried: list[LayeredResult] = []
+
+    def costs_at(tp: int, recompute: bool) -> UnitCosts:
+        nonlocal measure_s
+        if (tp, recompute) not in costs:
+            t0 = time.perf_counter()
+            measured = measure_units(graph, cluster, gpus, tensor=tp, recompute=recompute, cost_model=cost_model)
+            costs[tp, recompute] = repeat_blocks(measured, layers) if layers else measured
+            measure_s += time.perf_counter() - t0
+        return costs[tp, recompute]
+
     for spec in plain + specs:
         for attempt in (spec, replace(spec, recompute=True)):
-            key = (attempt.tensor or 1, attempt.recompute)
-            if key not in costs:
-                t0 = time.perf_counter()
-                measured = measure_units(graph, cluster, gpus, tensor=key[0], recompute=key[1], cost_model=cost_model)
-                costs[key] = repeat_blocks(measured, layers) if layers else measured
-                measure_s += time.perf_counter() - t0
+            tp = attempt.tensor or 1
             t0 = time.perf_counter()
             devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
             try:
-                r = estimate_plan(costs[key], cluster, attempt, devices)
+                r = estimate_plan(costs_at(tp, attempt.recompute), cluster, attempt, devices)
+                # recomputing every block fits and none does not: the fewest blocks per stage that fit
+                partial = attempt.recompute and not r.oom and tried and tried[-1].plan == str(spec)
+                partial = partial and fewest_recomputed(
+                    costs_at(tp, False), costs_at(tp, True), cluster, attempt, devices, r.stage_units
+                )
             except PostplaceError as exc:
                 notes.append(f"{attempt}: {exc}")
                 break
             finally:
                 price_s += time.perf_counter() - t0
-            tried.append(r)
-            if progress:
-                progress(f"{r.plan}: {r.step_time_s:.4g} s, {r.peak_bytes / 2**30:.1f} GiB{' OOM' if r.oom else ''}")
+            for x in (r, partial) if partial else (r,):
+                tried.append(x)
+                if progress:
+                    progress(
+                        f"{x.plan}: {x.step_time_s:.4g} s, {x.peak_bytes / 2**30:.1f} GiB{' OOM' if x.oom else ''}"
+                    )
             if not r.oom:
                 break
     fits = [r for r in tried if not r.oom]
