@@ -72,7 +72,6 @@ __all__ = [
 PRE, POST = "(embedding side)", "(head side)"
 _SUM = re.compile(r"^acc(\d+)_")  # a gradient sum after micro-batch k (postplace.plans._step's names)
 _BUCKET_BYTES = 25 * 2**20
-_FULL = False  # tests set it: time every plan in full
 
 
 @dataclass(frozen=True)
@@ -233,10 +232,16 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     activation = kept
     transient = float(held[(times >= f_end) & (times <= b_done)].max()) - (resident + param_bytes.sum() + kept.sum())
     single = float(held[times <= first_done].max()) - resident
-    crossing = is_f[src] & is_f[dst] & on_d0[src] & (which[src] < which[dst])
+    # what a cut after unit k sends in one micro-batch's forward: each value made at or before k and read after
+    # it, once (the simulator sends a value once per receiving GPU, whatever its readers there)
+    crossing = is_f[src] & is_f[dst] & second[src] & on_d0[src] & (which[src] < which[dst])
+    value = src[crossing] * (int(g.edge_slot.max(initial=0)) + 1) + g.edge_slot[crossing]
+    order = np.lexsort((-which[dst[crossing]], value))
+    first = np.concatenate([[True], value[order][1:] != value[order][:-1]]) if len(order) else np.zeros(0, bool)
+    pick = order[first]  # per value: the edge to its latest reader
     boundary = np.zeros(n + 1)
-    np.add.at(boundary, which[src[crossing]], g.edge_bytes[crossing])
-    np.add.at(boundary, which[dst[crossing]], -g.edge_bytes[crossing])
+    np.add.at(boundary, which[src[crossing][pick]], g.edge_bytes[crossing][pick])
+    np.add.at(boundary, which[dst[crossing][pick]], -g.edge_bytes[crossing][pick])
     boundary = np.cumsum(boundary)[:n]
     precision = graph.metadata.get("precision") or "fp32"
     return UnitCosts(
@@ -426,8 +431,20 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
-    if level == "fsdp" and pp > 1:
-        raise PostplaceError(f"plan '{spec}': FSDP inside a pipeline is not built")
+    if level in ("fsdp", "zero2") and pp > 1:  # DeepSpeed and Megatron-LM run pipelines with ZeRO-1 at most
+        raise PostplaceError(
+            f"plan '{spec}': {level.upper().replace('ZERO2', 'ZeRO-2')} inside a pipeline is not priced by the "
+            "layered estimate; use zero1 or ddp with pp"
+        )
+    if spec.replicas is not None and spec.replicas != dp:
+        raise PostplaceError(
+            f"plan '{spec}': dp={spec.replicas} and {len(devices)} GPUs make dp={dp}; give as many GPUs"
+        )
+    if len({cluster.devices[d].model for d in devices}) > 1:
+        raise PostplaceError(
+            f"plan '{spec}': its GPUs are of several models, and the layered estimate measures one; "
+            "time it op by op (simulate --plan without --layered)"
+        )
     schedule = (spec.schedule or "1f1b") if pp > 1 else "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
     v = chunks_of(schedule)
     if cut is None:
@@ -435,8 +452,16 @@ def estimate_plan(
     else:
         where = {u: k for k, u in enumerate(costs.names)}
         chunks = [[where[u] for u in names] for names in cut]
-        if len(chunks) != pp * v or sorted(u for c in chunks for u in c) != list(range(len(costs.names))):
-            raise PostplaceError(f"plan '{spec}': the cut must give each of {pp * v} chunks its units, every unit once")
+        n_units = len(costs.names)
+        if (
+            len(chunks) != pp * v
+            or [u for c in chunks for u in c] != list(range(n_units))
+            or not all(chunks)
+        ):
+            raise PostplaceError(
+                f"plan '{spec}': a cut gives each of {pp * v} chunks a run of the units, in order and none empty "
+                "(the embedding side first, the head side last)"
+            )
     nc = len(chunks)
     gpu_of = [devices[tp * dp * (c % pp)] for c in range(nc)]
     group = [
@@ -488,18 +513,7 @@ def estimate_plan(
         start, end = st.run()
         return float(max(np.nanmax(end), 0.0))
 
-    # Past the pipeline's filling, every pp more micro-batches add the same time (the schedule's pattern
-    # repeats with period pp), so a long run is timed at three short counts pp apart, congruent to its own,
-    # and extended along their line when they are on one; else in full
-    stride = pp
-    fill = 2 * pp * v + 2
-    repeats = (per - fill) // stride if per > fill else 0
-    if repeats >= 3 and not _FULL:
-        base = per - repeats * stride
-        t0, t1, t2 = timed(base), timed(base + stride), timed(base + 2 * stride)
-        step = t0 + repeats * (t1 - t0) if abs((t2 - t1) - (t1 - t0)) <= 1e-9 * t2 else timed(per)
-    else:
-        step = timed(per)
+    step = timed(per)
     peaks = []
     for s in range(pp):
         mine = [c for c in range(nc) if c % pp == s]
@@ -581,7 +595,9 @@ def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
     into dp equal ranges, a parameter whole to the range holding its middle
     (:func:`postplace.plans.data_parallel.zero_owners`'s rule)."""
     sizes = [x for u in units for x in costs.param_sizes[u]]
-    total = sum(sizes) or 1.0
+    if not sizes or sum(sizes) <= 0:
+        return 1.0 / dp  # nothing to own
+    total = sum(sizes)
     load, before = np.zeros(dp), 0.0
     for x in sizes:
         load[min(dp - 1, int((before + x / 2) / total * dp))] += x
@@ -689,6 +705,11 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
     blocks = costs.names[1:-1]
     if layers < 1 or not blocks:
         raise PostplaceError(f"repeat_blocks: layers={layers} needs a positive count and measured blocks")
+    if len({b.rpartition(".")[0] for b in blocks}) > 1:  # an encoder and a decoder: two kinds of block
+        raise PostplaceError(
+            f"the layered estimate repeats one kind of block, and this model has several "
+            f"({', '.join(sorted({b.rpartition('.')[0] for b in blocks}))}); time it op by op"
+        )
     mid = 1 + (len(blocks) - 1) // 2
     prefix = blocks[0].rpartition(".")[0]
 
@@ -745,32 +766,35 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts, units) -> UnitCosts:
 def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices, cut):
     """The plan ``spec`` recomputing the first k blocks of every chunk of ``cut`` (Megatron-LM's
     ``--recompute-method block``) for the smallest k that fits, or None when only every block does: a
-    :class:`LayeredResult`. More recomputed blocks hold fewer activations, so k is found by halving."""
+    :class:`LayeredResult`, with the number of plans priced. More recomputed blocks hold fewer activations, so
+    k is found by halving."""
     blocks_of = [[u for u in chunk if u not in (PRE, POST)] for chunk in cut]
-    lo, hi, found = 1, max(len(b) for b in blocks_of) - 1, None
+    lo, hi, found, priced = 1, max(len(b) for b in blocks_of) - 1, None, 0
     while lo <= hi:
         k = (lo + hi) // 2
         units = tuple(u for b in blocks_of for u in b[:k])
         attempt = replace(spec, recompute=True, recompute_units=units)
         r = estimate_plan(mix_recompute(plain, full, units), cluster, attempt, devices, cut=cut)
+        priced += 1
         if r.oom:
             lo = k + 1
         else:
             found, hi = r, k - 1
-    return found
+    return found, priced
 
 
 @dataclass
 class LayeredGrid:
     """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
-    does), every plan ``tried`` with its result, the ``notes`` of what was pruned, and the seconds spent
-    measuring units and pricing plans."""
+    does), every plan ``tried`` with its result, the ``notes`` of what was pruned, the seconds spent
+    measuring units and pricing plans, and how many plans were priced (``tried`` and the halving's steps)."""
 
     best: LayeredResult | None
     tried: list[LayeredResult]
     notes: list[str]
     measure_s: float
     price_s: float
+    priced: int = 0
 
 
 def layered_grid(
@@ -795,6 +819,7 @@ def layered_grid(
         notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
     costs: dict[tuple[int, bool], UnitCosts] = {}
     measure_s = price_s = 0.0
+    priced = 0
     tried: list[LayeredResult] = []
 
     def costs_at(tp: int, recompute: bool) -> UnitCosts:
@@ -814,10 +839,13 @@ def layered_grid(
             try:
                 r = estimate_plan(costs_at(tp, attempt.recompute), cluster, attempt, devices)
                 # recomputing every block fits and none does not: the fewest blocks per stage that fit
-                partial = attempt.recompute and not r.oom and tried and tried[-1].plan == str(spec)
-                partial = partial and fewest_recomputed(
-                    costs_at(tp, False), costs_at(tp, True), cluster, attempt, devices, r.stage_units
-                )
+                priced += 1
+                partial = None
+                if attempt.recompute and not r.oom and tried and tried[-1].plan == str(spec):
+                    partial, steps = fewest_recomputed(
+                        costs_at(tp, False), costs_at(tp, True), cluster, attempt, devices, r.stage_units
+                    )
+                    priced += steps
             except PostplaceError as exc:
                 notes.append(f"{attempt}: {exc}")
                 break
@@ -833,7 +861,7 @@ def layered_grid(
                 break
     fits = [r for r in tried if not r.oom]
     best = min(fits, key=lambda r: r.step_time_s) if fits else None
-    return LayeredGrid(best, tried, notes, measure_s, price_s)
+    return LayeredGrid(best, tried, notes, measure_s, price_s, priced)
 
 
 def op_level_cut(graph, cluster, spec, devices: list[int], names) -> list[list[str]]:
