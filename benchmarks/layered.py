@@ -50,7 +50,7 @@ TRACED_BLOCKS = 3
 def validate() -> list[dict]:
     from postplace import zoo
     from postplace.cluster import load_cluster
-    from postplace.placers.layered import estimate_plan, measure_units, mix_recompute, op_level_cut, repeat_blocks
+    from postplace.placers.layered import estimate_plan, measure_units, op_level_cut, plan_costs, repeat_blocks
     from postplace.placers.practitioner import plan_devices, plan_step
     from postplace.plans import parse_plan
 
@@ -74,11 +74,15 @@ def validate() -> list[dict]:
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
         t0 = time.perf_counter()
-        for key in {(spec.tensor or 1, spec.recompute), (spec.tensor or 1, False)} - set(costs):
-            costs[key] = repeat_blocks(measure_units(few, cluster, devices, tensor=key[0], recompute=key[1]), 16)
-        unit_costs = costs[spec.tensor or 1, spec.recompute]
-        if spec.recompute_units is not None:  # some blocks recompute: their costs from the recomputing step
-            unit_costs = mix_recompute(costs[spec.tensor or 1, False], unit_costs, spec.recompute_units)
+
+        def measured(recompute, tp=spec.tensor or 1, devices=devices):
+            if (tp, recompute) not in costs:
+                costs[tp, recompute] = repeat_blocks(
+                    measure_units(few, cluster, devices, tensor=tp, recompute=recompute), 16
+                )
+            return costs[tp, recompute]
+
+        unit_costs = plan_costs(spec, measured)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None
         est = estimate_plan(unit_costs, cluster, spec, devices, cut=cut)
         lay_s = time.perf_counter() - t0

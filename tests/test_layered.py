@@ -17,6 +17,7 @@ from postplace.placers.layered import (
     measure_units,
     mix_recompute,
     op_level_cut,
+    plan_costs,
     repeat_blocks,
 )
 from postplace.placers.practitioner import plan_devices, plan_step
@@ -117,11 +118,13 @@ def test_the_estimate_agrees_with_the_op_level_simulation(small):
     for text in PLANS:
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
-        for key in {(spec.tensor or 1, spec.recompute), (spec.tensor or 1, False)} - set(costs):
-            costs[key] = measure_units(measured, cluster, devices, tensor=key[0], recompute=key[1])
-        unit_costs = costs[spec.tensor or 1, spec.recompute]
-        if spec.recompute_units is not None:
-            unit_costs = mix_recompute(costs[spec.tensor or 1, False], unit_costs, spec.recompute_units)
+
+        def at(recompute, tp=spec.tensor or 1, devices=devices):
+            if (tp, recompute) not in costs:
+                costs[tp, recompute] = measure_units(measured, cluster, devices, tensor=tp, recompute=recompute)
+            return costs[tp, recompute]
+
+        unit_costs = plan_costs(spec, at)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None
         est = estimate_plan(unit_costs, cluster, spec, devices, cut=cut)
         ref = plan_step(whole, cluster, spec, devices)

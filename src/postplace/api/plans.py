@@ -122,7 +122,7 @@ def estimate_plan_layered(
     """
     from postplace import zoo
     from postplace.api.target import load_cluster
-    from postplace.placers.layered import estimate_plan, measure_units, mix_recompute, repeat_blocks
+    from postplace.placers.layered import estimate_plan, measure_units, plan_costs, repeat_blocks
     from postplace.plans import PlanSpec, parse_plan
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
@@ -159,8 +159,6 @@ def estimate_plan_layered(
         one = measure_units(graph, c, devices, tensor=spec.tensor or 1, recompute=recompute, cost_model=cost_model)
         return repeat_blocks(one, layers)
 
-    costs = measured(spec.recompute)
-    if spec.recompute_units is not None:  # some blocks recompute: theirs from the recomputing step
-        costs = mix_recompute(measured(False), costs, spec.recompute_units)
+    costs = plan_costs(spec, measured)
     spec = spec if spec.microbatches else replace(spec, microbatches=m)
     return estimate_plan(costs, c, spec, devices), c, devices

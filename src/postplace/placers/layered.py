@@ -66,6 +66,7 @@ __all__ = [
     "measure_units",
     "mix_recompute",
     "op_level_cut",
+    "plan_costs",
     "repeat_blocks",
 ]
 
@@ -453,11 +454,7 @@ def estimate_plan(
         where = {u: k for k, u in enumerate(costs.names)}
         chunks = [[where[u] for u in names] for names in cut]
         n_units = len(costs.names)
-        if (
-            len(chunks) != pp * v
-            or [u for c in chunks for u in c] != list(range(n_units))
-            or not all(chunks)
-        ):
+        if len(chunks) != pp * v or [u for c in chunks for u in c] != list(range(n_units)) or not all(chunks):
             raise PostplaceError(
                 f"plan '{spec}': a cut gives each of {pp * v} chunks a run of the units, in order and none empty "
                 "(the embedding side first, the head side last)"
@@ -761,6 +758,15 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts, units) -> UnitCosts:
         recompute=True,
         recomputed=tuple(name for name in plain.names if name in chosen),
     )
+
+
+def plan_costs(spec, measured) -> UnitCosts:
+    """The unit costs ``spec`` is priced on, from ``measured(recompute)`` (the units measured at the plan's
+    tensor degree without or with recomputation): a plan recomputing some blocks mixes both."""
+    costs = measured(bool(spec.recompute))
+    if spec.recompute_units is not None:
+        costs = mix_recompute(measured(False), costs, spec.recompute_units)
+    return costs
 
 
 def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices, cut):
