@@ -840,7 +840,7 @@ def layered_grid(
     for spec in plain + specs:
         for attempt in (spec, replace(spec, recompute=True)):
             tp = attempt.tensor or 1
-            t0 = time.perf_counter()
+            t0, measured_before = time.perf_counter(), measure_s
             devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
             try:
                 r = estimate_plan(costs_at(tp, attempt.recompute), cluster, attempt, devices)
@@ -855,8 +855,8 @@ def layered_grid(
             except PostplaceError as exc:
                 notes.append(f"{attempt}: {exc}")
                 break
-            finally:
-                price_s += time.perf_counter() - t0
+            finally:  # pricing only: a first measurement at this tp is the measuring's
+                price_s += time.perf_counter() - t0 - (measure_s - measured_before)
             for x in (r, partial) if partial else (r,):
                 tried.append(x)
                 if progress:
