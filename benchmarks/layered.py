@@ -121,7 +121,7 @@ def _model_flops(cfg: dict, batch: int) -> float:
 def scale() -> list[dict]:
     from postplace import zoo
     from postplace.cluster import load_cluster
-    from postplace.placers.layered import layered_grid
+    from postplace.placers.layered_grid import layered_grid
     from postplace.placers.practitioner import plan_words
 
     rows = []

@@ -13,13 +13,13 @@ from postplace.placers.layered import (
     PRE,
     UnitCosts,
     estimate_plan,
-    layered_grid,
     measure_units,
     mix_recompute,
     op_level_cut,
     plan_costs,
     repeat_blocks,
 )
+from postplace.placers.layered_grid import layered_grid
 from postplace.placers.practitioner import plan_devices, plan_step
 from postplace.plans import parse_plan
 
@@ -216,7 +216,7 @@ def test_recomputing_the_fewest_blocks_that_fit(small):
     that fits, found by halving, fits where k - 1 does not, and is faster than recomputing every block."""
     from dataclasses import replace
 
-    from postplace.placers.layered import fewest_recomputed
+    from postplace.placers.layered_grid import fewest_recomputed
 
     measured, _, cluster = small
     spec = parse_plan("ddp:m=16")

@@ -1,0 +1,122 @@
+"""The practitioner's grid priced by the layered estimate (:mod:`postplace.placers.layered`): every plan of
+:func:`postplace.placers.grid.grid_specs` and the plain ones at a size the op level cannot hold, recomputation
+where a plan does not fit without it, and then the fewest blocks per stage that fit (Megatron-LM's
+``--recompute-method block --recompute-num-layers k``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from postplace.errors import PostplaceError
+from postplace.placers.layered import (
+    POST,
+    PRE,
+    LayeredResult,
+    UnitCosts,
+    estimate_plan,
+    measure_units,
+    mix_recompute,
+    repeat_blocks,
+)
+
+__all__ = ["LayeredGrid", "fewest_recomputed", "layered_grid"]
+
+
+def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices, cut):
+    """The plan ``spec`` recomputing the first k blocks of every chunk of ``cut`` (Megatron-LM's
+    ``--recompute-method block``) for the smallest k that fits, or None when only every block does: a
+    :class:`LayeredResult`, with the number of plans priced. More recomputed blocks hold fewer activations, so
+    k is found by halving."""
+    blocks_of = [[u for u in chunk if u not in (PRE, POST)] for chunk in cut]
+    lo, hi, found, priced = 1, max(len(b) for b in blocks_of) - 1, None, 0
+    while lo <= hi:
+        k = (lo + hi) // 2
+        units = tuple(u for b in blocks_of for u in b[:k])
+        attempt = replace(spec, recompute=True, recompute_units=units)
+        r = estimate_plan(mix_recompute(plain, full, units), cluster, attempt, devices, cut=cut)
+        priced += 1
+        if r.oom:
+            lo = k + 1
+        else:
+            found, hi = r, k - 1
+    return found, priced
+
+
+@dataclass
+class LayeredGrid:
+    """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
+    does), every plan ``tried`` with its result, the ``notes`` of what was pruned, the seconds spent
+    measuring units and pricing plans, and how many plans were priced (``tried`` and the halving's steps)."""
+
+    best: LayeredResult | None
+    tried: list[LayeredResult]
+    notes: list[str]
+    measure_s: float
+    price_s: float
+    priced: int = 0
+
+
+def layered_grid(
+    graph, cluster, gpus: list[int], microbatches: int, *, layers: int | None = None, cost_model=None, progress=None
+) -> LayeredGrid:
+    """Every plan of the practitioner's grid (:func:`postplace.placers.grid.grid_specs`) and the plain ones
+    (``ddp``, ``zero1``, ``zero2``, ``fsdp``) at ``microbatches`` on ``gpus``, priced by the layered
+    estimate; each first without recomputation, then with it where it does not fit (a practitioner turns it
+    on to fit). ``graph`` is the step traced as two micro-batches of the plan's size, ``layers`` the model's
+    block count when it was traced with fewer. ``progress(line)`` hears each plan."""
+    from postplace.placers.grid import grid_specs
+    from postplace.plans import PlanSpec
+    from postplace.plans._step import numbered_units
+
+    blocks_traced = len(numbered_units(graph))
+    specs, notes = grid_specs(graph, cluster, gpus, microbatches, blocks=layers or blocks_traced)
+    plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
+    plain = [p for p in plain if microbatches % len(gpus) == 0]
+    if len(plain) < 4:
+        notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
+    costs: dict[tuple[int, bool], UnitCosts] = {}
+    measure_s = price_s = 0.0
+    priced = 0
+    tried: list[LayeredResult] = []
+
+    def costs_at(tp: int, recompute: bool) -> UnitCosts:
+        nonlocal measure_s
+        if (tp, recompute) not in costs:
+            t0 = time.perf_counter()
+            measured = measure_units(graph, cluster, gpus, tensor=tp, recompute=recompute, cost_model=cost_model)
+            costs[tp, recompute] = repeat_blocks(measured, layers) if layers else measured
+            measure_s += time.perf_counter() - t0
+        return costs[tp, recompute]
+
+    for spec in plain + specs:
+        for attempt in (spec, replace(spec, recompute=True)):
+            tp = attempt.tensor or 1
+            t0, measured_before = time.perf_counter(), measure_s
+            devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
+            try:
+                r = estimate_plan(costs_at(tp, attempt.recompute), cluster, attempt, devices)
+                # recomputing every block fits and none does not: the fewest blocks per stage that fit
+                priced += 1
+                partial = None
+                if attempt.recompute and not r.oom and tried and tried[-1].plan == str(spec):
+                    partial, steps = fewest_recomputed(
+                        costs_at(tp, False), costs_at(tp, True), cluster, attempt, devices, r.stage_units
+                    )
+                    priced += steps
+            except PostplaceError as exc:
+                notes.append(f"{attempt}: {exc}")
+                break
+            finally:  # pricing only: a first measurement at this tp is the measuring's
+                price_s += time.perf_counter() - t0 - (measure_s - measured_before)
+            for x in (r, partial) if partial else (r,):
+                tried.append(x)
+                if progress:
+                    progress(
+                        f"{x.plan}: {x.step_time_s:.4g} s, {x.peak_bytes / 2**30:.1f} GiB{' OOM' if x.oom else ''}"
+                    )
+            if not r.oom:
+                break
+    fits = [r for r in tried if not r.oom]
+    best = min(fits, key=lambda r: r.step_time_s) if fits else None
+    return LayeredGrid(best, tried, notes, measure_s, price_s, priced)
