@@ -49,7 +49,6 @@ both at 64 GPUs.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -69,7 +68,6 @@ __all__ = [
 ]
 
 PRE, POST = "(embedding side)", "(head side)"
-_SUM = re.compile(r"^acc(\d+)_")  # a gradient sum after micro-batch k (postplace.plans._step's names)
 _BUCKET_BYTES = 25 * 2**20
 
 
@@ -149,6 +147,7 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     from postplace.placers.practitioner import plan_step
     from postplace.plans import PlanSpec
     from postplace.plans._step import (
+        chain_positions,
         microbatch_count,
         numbered_units,
         parameter_ops,
@@ -177,18 +176,19 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     fwd, bwd, upd = (PHASES.index(p) for p in ("forward", "backward", "update"))
     # the root's modules on the embedding side: those whose forward runs before the first block's, in the
     # first micro-batch (a module the forward also calls later, such as the top module, is the head side's)
-    root_f = [i for i in range(g.num_ops) if g.phase[i] == fwd and g.microbatch[i] == 0]
-    first_block = next(k for k, i in enumerate(root_f) if unit[i])
-    pre_modules = {g.module[i] for i in root_f[:first_block] if not unit[i]}
-    pre_modules -= {g.module[i] for i in root_f[first_block:] if not unit[i]}
+    forward0 = [i for i in range(g.num_ops) if g.phase[i] == fwd and g.microbatch[i] == 0]
+    first_block = next(k for k, i in enumerate(forward0) if unit[i])
+    pre_modules = {g.module[i] for i in forward0[:first_block] if not unit[i]}
+    pre_modules -= {g.module[i] for i in forward0[first_block:] if not unit[i]}
     index = {u: k + 1 for k, u in enumerate(blocks)}
     n = len(blocks) + 2
-    mine = np.flatnonzero(sched.device == d0)
+    on_d0 = sched.device == d0
+    mine = np.flatnonzero(on_d0)
     which = np.array(
         [index[unit[i]] if unit[i] else (0 if g.module[i] in pre_modules else n - 1) for i in range(g.num_ops)]
     )
     clone = np.array([traced_name(nm, keep_clones=True).startswith("rc:") for nm in g.names])
-    chain = np.array([int(m.group(1)) if (m := _SUM.match(traced_name(nm))) else -1 for nm in g.names])
+    summing = (chain_positions(g) == 1) & (g.phase == bwd)  # the gradient sums after micro-batch 1
     second = g.microbatch == 1
     is_f = (g.phase == fwd) & ~clone
     is_b = (g.phase == bwd) | (clone & (g.phase == fwd))
@@ -200,7 +200,7 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     scale = b_done / max(float(busy[before].sum()), 1e-30)
     forward = np.bincount(which[mine], weights=np.where(is_f & second, busy, 0.0)[mine], minlength=n) * scale
     backward = np.bincount(which[mine], weights=np.where(is_b & second, busy, 0.0)[mine], minlength=n) * scale
-    accumulate = np.bincount(which[mine], weights=np.where(chain == 1, busy, 0.0)[mine], minlength=n) * scale
+    accumulate = np.bincount(which[mine], weights=np.where(summing, busy, 0.0)[mine], minlength=n) * scale
     params = parameter_ops(g)
     param_bytes, persistent = np.zeros(n), np.zeros(n)
     sizes: list[list[float]] = [[] for _ in range(n)]
@@ -216,9 +216,8 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     saved = np.zeros(g.num_ops, dtype=bool)
     src, dst = g.edge_src, g.edge_dst
     saved[src[is_f[src] & is_b[dst]]] = True
-    on_d0 = sched.device == d0
-    pick = saved & on_d0 & second
-    kept = np.bincount(which[pick], weights=g.output_bytes[pick], minlength=n)
+    saved &= on_d0 & second
+    activation = np.bincount(which[saved], weights=g.output_bytes[saved], minlength=n)
     # the activations: the outputs a unit's forward leaves for the backward (or its recomputation); the
     # simulator's own memory on the group's first GPU gives the rest: the most the second backward holds
     # beyond the persistent bytes, the first micro-batch's gradients and the second one's activations (its
@@ -228,8 +227,9 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     resident = float(held[0])
     f_end = float(sched.op_end[mine[(is_f & second)[mine]]].max())
     first_done = float(sched.op_end[mine[(is_b & (g.microbatch == 0))[mine]]].max())
-    activation = kept
-    transient = float(held[(times >= f_end) & (times <= b_done)].max()) - (resident + param_bytes.sum() + kept.sum())
+    transient = float(held[(times >= f_end) & (times <= b_done)].max()) - (
+        resident + param_bytes.sum() + activation.sum()
+    )
     single = float(held[times <= first_done].max()) - resident
     # what a cut after unit k sends in one micro-batch's forward: each value made at or before k and read after
     # it, once (the simulator sends a value once per receiving GPU, whatever its readers there)
@@ -237,10 +237,10 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     value = src[crossing] * (int(g.edge_slot.max(initial=0)) + 1) + g.edge_slot[crossing]
     order = np.lexsort((-which[dst[crossing]], value))
     first = np.concatenate([[True], value[order][1:] != value[order][:-1]]) if len(order) else np.zeros(0, bool)
-    pick = order[first]  # per value: the edge to its latest reader
+    latest = order[first]  # per value: the edge to its latest reader
     boundary = np.zeros(n + 1)
-    np.add.at(boundary, which[src[crossing][pick]], g.edge_bytes[crossing][pick])
-    np.add.at(boundary, which[dst[crossing][pick]], -g.edge_bytes[crossing][pick])
+    np.add.at(boundary, which[src[crossing][latest]], g.edge_bytes[crossing][latest])
+    np.add.at(boundary, which[dst[crossing][latest]], -g.edge_bytes[crossing][latest])
     boundary = np.cumsum(boundary)[:n]
     precision = graph.metadata.get("precision") or "fp32"
     return UnitCosts(
@@ -444,7 +444,7 @@ def estimate_plan(
             f"plan '{spec}': its GPUs are of several models, and the layered estimate measures one; "
             "time it op by op (simulate --plan without --layered)"
         )
-    schedule = (spec.schedule or "1f1b") if pp > 1 else "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
+    schedule = (spec.schedule if pp > 1 else None) or "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
     v = chunks_of(schedule)
     if cut is None:
         chunks = _cut(costs, pp, v)
@@ -467,48 +467,43 @@ def estimate_plan(
     def coll(kind: str, nbytes: float, s: int) -> float:
         return collective_cost_cached(cluster, kind, float(nbytes), group[s]).seconds if dp > 1 else 0.0
 
-    f_c = [float(costs.forward_s[c].sum()) for c in chunks]
-    act_c = [float(costs.activation_bytes[c].sum()) for c in chunks]
-    b_c = [float(costs.backward_s[c].sum()) for c in chunks]
+    f_arr, b_arr, act_arr = (
+        np.array([float(a[c].sum()) for c in chunks])
+        for a in (costs.forward_s, costs.backward_s, costs.activation_bytes)
+    )
     # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
     # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
-    acc_c = [float(costs.accumulate_s[c].sum()) / (dp if level in ("zero2", "fsdp") else 1) for c in chunks]
-    p2p = [
-        cluster.transfer_time(float(costs.boundary_bytes[chunks[c][-1]]), gpu_of[c], gpu_of[c + 1])
-        for c in range(nc - 1)
-    ]
-    upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
-    shard = dp if level == "fsdp" else 1
-    f_arr, b_arr, acc_arr, act_arr = np.array(f_c), np.array(b_c), np.array(acc_c), np.array(act_c)
-    p2p_arr = np.array([*p2p, 0.0])
-    buckets_of = (
-        [_buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes) for s in range(pp)] if level != "fsdp" else []
+    acc_arr = np.array([float(costs.accumulate_s[c].sum()) for c in chunks]) / (dp if level in ("zero2", "fsdp") else 1)
+    p2p_arr = np.array(
+        [
+            *(
+                cluster.transfer_time(float(costs.boundary_bytes[chunks[c][-1]]), gpu_of[c], gpu_of[c + 1])
+                for c in range(nc - 1)
+            ),
+            0.0,
+        ]
     )
-
-    def timed(count: int) -> float:
-        """The step at ``count`` micro-batches per replica, the streams run."""
-        st = _Streams()
-        if level == "fsdp":
-            _fsdp(st, costs, chunks[0], count, coll, upd_per_byte / shard, shard, dp)
-        else:
-            # program order per GPU: its slots, as arrays; slot_id[F or B, micro-batch, chunk] = the task
-            slot_id = np.full((2, count, nc), -1, dtype=np.int64)
-            for s in range(pp):
-                kind, mb, c = _slots(schedule, s, pp, count)
-                seconds = np.where(kind == 0, f_arr[c], b_arr[c] + np.where(mb > 0, acc_arr[c], 0.0))
-                slot_id[kind, mb, c] = st.add_many(2 * s, seconds) + np.arange(len(kind))
-            mb_all, c_all = np.meshgrid(np.arange(count), np.arange(nc), indexing="ij")
-            later = c_all > 0  # a chunk's forward waits for the previous chunk's, sent
-            st.depend(slot_id[0][later], slot_id[0, mb_all[later], c_all[later] - 1], True, p2p_arr[c_all[later] - 1])
-            last = c_all == nc - 1  # the last chunk's backward follows its forward; the others wait for the next's
-            st.depend(slot_id[1][last], slot_id[0][last], True, np.zeros(int(last.sum())))
-            st.depend(slot_id[1][~last], slot_id[1, mb_all[~last], c_all[~last] + 1], True, p2p_arr[c_all[~last]])
-            for s in range(pp):
-                _reduce_and_update(st, s, pp, count, level, slot_id, buckets_of[s], upd_per_byte)
-        start, end = st.run()
-        return float(max(np.nanmax(end), 0.0))
-
-    step = timed(per)
+    upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
+    st = _Streams()
+    if level == "fsdp":
+        _fsdp(st, costs, chunks[0], per, coll, upd_per_byte / dp, dp)
+    else:
+        # program order per GPU: its slots, as arrays; slot_id[F or B, micro-batch, chunk] = the task
+        slot_id = np.full((2, per, nc), -1, dtype=np.int64)
+        for s in range(pp):
+            kind, mb, c = _slots(schedule, s, pp, per)
+            seconds = np.where(kind == 0, f_arr[c], b_arr[c] + np.where(mb > 0, acc_arr[c], 0.0))
+            slot_id[kind, mb, c] = st.add_many(2 * s, seconds) + np.arange(len(kind))
+        mb_all, c_all = np.meshgrid(np.arange(per), np.arange(nc), indexing="ij")
+        later = c_all > 0  # a chunk's forward waits for the previous chunk's, sent
+        st.depend(slot_id[0][later], slot_id[0, mb_all[later], c_all[later] - 1], True, p2p_arr[c_all[later] - 1])
+        last = c_all == nc - 1  # the last chunk's backward follows its forward; the others wait for the next's
+        st.depend(slot_id[1][last], slot_id[0][last], True, np.zeros(int(last.sum())))
+        st.depend(slot_id[1][~last], slot_id[1, mb_all[~last], c_all[~last] + 1], True, p2p_arr[c_all[~last]])
+        for s in range(pp):
+            buckets = _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes)
+            _reduce_and_update(st, s, per, level, slot_id, buckets, upd_per_byte)
+    step = float(max(np.nanmax(st.run()[1]), 0.0))
     peaks = []
     for s in range(pp):
         mine = [c for c in range(nc) if c % pp == s]
@@ -536,10 +531,9 @@ def estimate_plan(
             float((before + live + costs.transient_bytes)[backward].max(initial=0.0)),
             float((after[backward] + grads).max(initial=0.0)),
         )
-        dynamic = most
         if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
-            dynamic = max(dynamic, costs.single_bytes - costs.param_bytes.sum() + grads)
-        peaks.append(static + dynamic)
+            most = max(most, costs.single_bytes - costs.param_bytes.sum() + grads)
+        peaks.append(static + most)
     worst = int(np.argmax(peaks))
     capacity = min(float(cluster.capacity[d]) for d in devices)
     return LayeredResult(
@@ -586,23 +580,20 @@ def _fill_buckets(sizes, units, bucket_bytes):  # pragma: no cover - numba
 
 
 def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
-    """The largest share of ``units``' parameter bytes one of ``dp`` ZeRO owners holds: the flat parameters cut
-    into dp equal ranges, a parameter whole to the range holding its middle
-    (:func:`postplace.plans.data_parallel.zero_owners`'s rule)."""
+    """The largest share of ``units``' parameter bytes one of ``dp`` ZeRO owners holds
+    (:func:`postplace.plans.data_parallel.owners_of`'s rule)."""
+    from postplace.plans.data_parallel import owners_of
+
     sizes = [x for u in units for x in costs.param_sizes[u]]
     if not sizes or sum(sizes) <= 0:
         return 1.0 / dp  # nothing to own
-    total = sum(sizes)
-    load, before = np.zeros(dp), 0.0
-    for x in sizes:
-        load[min(dp - 1, int((before + x / 2) / total * dp))] += x
-        before += x
-    return float(load.max() / total)
+    return float(np.bincount(owners_of(sizes, dp), weights=sizes, minlength=dp).max() / sum(sizes))
 
 
 def _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes):
-    """Stage s's gradient buckets per chunk: ``(lag after its backward slot's end, seconds, bytes, bucket
-    sizes)`` per unit, and the update's speed-up (the busiest ZeRO owner's share of it, inverted)."""
+    """Stage s's gradient buckets per chunk: ``(lag after its backward slot's end, seconds, bytes, seconds of
+    ZeRO's parameter all-gather)`` per unit, and the update's speed-up (the busiest ZeRO owner's share of it,
+    inverted)."""
     mine = [c for c in range(len(chunks)) if c % pp == s]
     shard = 1.0
     if level in ("zero1", "zero2"):  # the busiest owner's share of the stage's update (whole parameters)
@@ -630,7 +621,7 @@ def _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes):
     return groups_of, shard
 
 
-def _reduce_and_update(st, s, pp, per, level, slot_task, buckets_of, upd_per_byte):
+def _reduce_and_update(st, s, per, level, slot_task, buckets_of, upd_per_byte):
     """Stage s's gradient buckets, updates and ZeRO's gathers as tasks."""
     compute, comm = 2 * s, 2 * s + 1
     groups_of, shard = buckets_of
@@ -649,9 +640,8 @@ def _reduce_and_update(st, s, pp, per, level, slot_task, buckets_of, upd_per_byt
             st.add(comm, gather, [("e", last, 0.0)])
 
 
-def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
-    """One FSDP replica (no pipeline) as tasks: gathers, compute, reduce-scatters, the sharded update; the task
-    that ends its step."""
+def _fsdp(st, costs, units, per, coll, upd_per_byte, dp):
+    """One FSDP replica (no pipeline) as tasks: gathers, compute, reduce-scatters, the sharded update."""
     compute, comm = 0, 1
     n = len(costs.names)
     blocks = [u for u in units if 0 < u < n - 1]
@@ -660,7 +650,7 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
     root_grads = float(costs.param_bytes[0] + costs.param_bytes[-1])
     reductions = []
     for mb in range(per):
-        acc = costs.accumulate_s / dp if mb else 0.0 * costs.accumulate_s
+        acc = costs.accumulate_s / dp if mb else np.zeros_like(costs.accumulate_s)
         # forward: the root gathered first, then each block one gather ahead of the compute
         g_root = st.add(comm, coll("all_gather", root_gather, 0))
         f_pre = st.add(compute, costs.forward_s[0], [("e", g_root, 0.0)])
@@ -673,7 +663,6 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
         # backward: the root gathered again, the blocks in reverse, each gathered while the one after it runs
         g_root_b = st.add(comm, coll("all_gather", root_gather, 0), [("s", f_post, 0.0)])
         b_post = st.add(compute, costs.backward_s[-1] + acc[-1], [("e", g_root_b, 0.0)])
-        running = b_post
         rev = blocks[::-1]
         g_b = st.add(comm, coll("all_gather", gbytes[rev[0]], 0), [("s", b_post, 0.0)])
         for k, u in enumerate(rev):
@@ -682,14 +671,11 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, shard, dp):
                 g_b = st.add(comm, coll("all_gather", gbytes[rev[k + 1]], 0), [("s", t, 0.0)])
             rs = st.add(comm, coll("reduce_scatter", costs.param_bytes[u], 0), [("e", t, 0.0)])
             reductions.append((rs, float(costs.param_bytes[u])))
-            running = t
-        b_pre = st.add(compute, costs.backward_s[0] + acc[0], [("e", running, 0.0)])
+        b_pre = st.add(compute, costs.backward_s[0] + acc[0])  # the compute stream's next task
         rs = st.add(comm, coll("reduce_scatter", root_grads, 0), [("e", b_pre, 0.0)])
         reductions.append((rs, root_grads))
-    last = None
     for rs, nbytes in reductions[-(len(blocks) + 1) :]:
-        last = st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
-    return last
+        st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
 
 
 def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:

@@ -69,12 +69,12 @@ def layered_grid(
     from postplace.plans import PlanSpec
     from postplace.plans._step import numbered_units
 
-    blocks_traced = len(numbered_units(graph))
-    specs, notes = grid_specs(graph, cluster, gpus, microbatches, blocks=layers or blocks_traced)
-    plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
-    plain = [p for p in plain if microbatches % len(gpus) == 0]
-    if len(plain) < 4:
+    specs, notes = grid_specs(graph, cluster, gpus, microbatches, blocks=layers or len(numbered_units(graph)))
+    plain = []
+    if microbatches % len(gpus):
         notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
+    else:
+        plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
     costs: dict[tuple[int, bool], UnitCosts] = {}
     measure_s = price_s = 0.0
     priced = 0

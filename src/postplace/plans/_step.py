@@ -73,10 +73,10 @@ def microbatch_count(graph: OpGraph) -> int:
 
 def chain_positions(graph: OpGraph) -> np.ndarray:
     """Per op: k for a gradient sum ``acc{k}_...`` or loss sum ``loss_sum{k}`` that every micro-batch
-    shares, else -1."""
+    shares, else -1 (in a planned step too: a rank's or replica's copy is its traced op's)."""
     pos = np.full(graph.num_ops, -1, dtype=np.int64)
     for i, (nm, mb) in enumerate(zip(graph.names, graph.microbatch.tolist(), strict=True)):
-        if mb == -1 and (m := _CHAIN.match(nm)):
+        if mb == -1 and (m := _CHAIN.match(traced_name(nm))):
             pos[i] = int(m.group(1) or m.group(2))
     return pos
 

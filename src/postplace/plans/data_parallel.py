@@ -61,7 +61,7 @@ from postplace.plans._step import (
     unit_of,
 )
 
-__all__ = ["LEVELS", "PlannedStep", "data_parallel"]
+__all__ = ["LEVELS", "PlannedStep", "data_parallel", "owners_of", "zero_owners"]
 
 LEVELS = ("ddp", "zero1", "zero2", "fsdp")
 _DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
@@ -614,14 +614,19 @@ class _Pass:
 
 def zero_owners(g: OpGraph, k: int) -> dict[int, int]:
     """Which of k ranks owns each parameter op of ``g`` under ZeRO-1/2 (its optimizer state, its update, its
-    reduced gradient). As DeepSpeed, the flat parameters are cut into k contiguous ranges of about equal
-    size, in the graph's parameter order; a parameter belongs, whole, to the rank whose range holds its
-    middle. The launcher's ``zero1`` ranks (:mod:`postplace.runtime.ddp`) own the same parameters."""
+    reduced gradient): :func:`owners_of` over the parameters' persistent bytes in the graph's parameter order.
+    The launcher's ``zero1`` ranks (:mod:`postplace.runtime.ddp`) own the same parameters."""
     params = np.flatnonzero(parameter_ops(g)).tolist()
-    total = float(sum(g.persistent_bytes[p] for p in params)) or 1.0
-    owner, before = {}, 0.0
-    for p in params:
-        size = float(g.persistent_bytes[p])
-        owner[p] = min(k - 1, int((before + size / 2) / total * k))
+    return dict(zip(params, owners_of([float(g.persistent_bytes[p]) for p in params], k), strict=True))
+
+
+def owners_of(sizes, k: int) -> list[int]:
+    """ZeRO's owners of parameters of ``sizes`` bytes, in order: as DeepSpeed, the flat parameters cut into k
+    contiguous ranges of about equal size; a parameter belongs, whole, to the rank whose range holds its
+    middle."""
+    total = float(sum(sizes)) or 1.0
+    owner, before = [], 0.0
+    for size in sizes:
+        owner.append(min(k - 1, int((before + size / 2) / total * k)))
         before += size
     return owner

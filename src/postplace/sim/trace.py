@@ -194,9 +194,11 @@ def memory_over_time(problem, device: np.ndarray) -> list[tuple[np.ndarray, np.n
     run = reference.simulate(problem, np.asarray(device), memory_log=log)
     resident = np.zeros(problem.num_devices)
     np.add.at(resident, np.asarray(device, dtype=np.int64), problem.persistent)
+    per_device: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_devices)]
+    for t, d, b in log:  # one pass, not one per device (64 GPUs and a CPU make 65)
+        per_device[d].append((t, b))
     out = []
-    for d in range(problem.num_devices):
-        pts = [(t, b) for t, dd, b in log if dd == d]
+    for d, pts in enumerate(per_device):
         times = np.array([0.0] + [t for t, _ in pts] + [run.makespan])
         values = np.array([resident[d]] + [b for _, b in pts] + [pts[-1][1] if pts else resident[d]])
         out.append((times, values))
