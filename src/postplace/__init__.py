@@ -5,6 +5,8 @@ The library is the product; the ``postplace`` command is a thin shell over it:
 * :func:`place` searches a placement and returns the best of the search, the best single device
   and the memory-aware one-shot placers (a :class:`PlaceResult`); :func:`resume` continues a run folder;
 * :func:`compare` runs every baseline and strategy side by side (a :class:`CompareResult`);
+* :func:`place_layered` answers for a zoo transformer at a size the op level cannot hold (LLaMA-70B on 64
+  GPUs), the practitioner's grid and a strategy over its per-block choices priced by the layered estimate;
 * :func:`apply` gives a placed training step for the user's own module;
 * :class:`Step` (a module's batch, loss and labels, the optimizer, the precision) and :class:`Measure`
   (the torch evaluator, ``confirm``, Ray) group the arguments of ``place`` that travel together.
@@ -17,6 +19,7 @@ from postplace.errors import PostplaceError
 
 __all__ = [
     "CompareResult",
+    "LayeredPlaceResult",
     "Measure",
     "PlaceResult",
     "PostplaceError",
@@ -25,10 +28,23 @@ __all__ = [
     "compare",
     "load_target",
     "place",
+    "place_layered",
     "resume",
 ]
 
-_API = {"CompareResult", "Measure", "PlaceResult", "Step", "apply", "compare", "load_target", "place", "resume"}
+_API = {
+    "CompareResult",
+    "LayeredPlaceResult",
+    "Measure",
+    "PlaceResult",
+    "Step",
+    "apply",
+    "compare",
+    "load_target",
+    "place",
+    "place_layered",
+    "resume",
+}
 
 
 def __getattr__(name):

@@ -1075,6 +1075,13 @@ def place(
     optimizer: OptimizerOpt = "sgd",
     lr: LrOpt = None,
     precision: PrecisionOpt = "fp32",
+    layered: Annotated[
+        bool,
+        typer.Option(
+            "--layered",
+            help="A zoo transformer at scale (LLaMA-70B on 64 GPUs): the practitioner's grid and the strategy over its per-block choices, every plan priced by the layered estimate.",
+        ),
+    ] = False,
 ) -> None:
     """Search a placement; returns the best of the search, data parallelism, the pipeline, the single device and the one-shot placers, over micro-batch counts."""
     import postplace.api as api
@@ -1097,6 +1104,9 @@ def place(
     from postplace.api.options import check_confirm_with
 
     check_confirm_with(confirm_with, confirm, ray, map_all_to)  # before anything is traced or printed
+    if layered:
+        _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, exclude, microbatches, out, as_json)
+        return
     try:
         if resume is not None:
             if batch is not None:
@@ -1176,6 +1186,81 @@ def place(
     _print_place_table(result.summary, result.cluster, drawn=result.report is not None)
     if "confirm" in result.summary:
         console.print(_confirm_table(result.summary["confirm"]), highlight=False)
+
+
+_NOT_LAYERED = {
+    "resume": "--resume",
+    "pin": "--pin",
+    "warm_start": "--warm-start",
+    "evaluator": "--evaluator",
+    "map_all_to": "--map-all-to",
+    "set_": "--set",
+    "config": "--config",
+    "groups": "--groups",
+    "confirm": "--confirm",
+    "ray": "--ray",
+    "microbatch_colocation": "--microbatch-colocation",
+}
+
+
+def _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, exclude, microbatches, out, as_json):
+    """``place --layered``: :func:`postplace.place_layered`, its candidates as a table (or one JSON object)."""
+    import postplace.api as api
+
+    given = [flag for param, flag in _NOT_LAYERED.items() if _given(ctx, param)]
+    if given:
+        raise PostplaceError(
+            f"--layered with {given[0]}: the layered answer prices plans of a zoo transformer by the layered "
+            f"estimate, with no run folder to resume, no op-level placement and no real execution; drop {given[0]}"
+        )
+    if target is None:
+        raise PostplaceError("place --layered needs a TARGET (a zoo transformer: llama, gpt2)")
+    if not budget.isdigit() or int(budget) < 1:
+        raise PostplaceError(f"--budget '{budget}' with --layered: give a number of plans to price (e.g. 2400)")
+    count = None if microbatches in (None, "auto") else _microbatches(microbatches)
+    result = api.place_layered(
+        target,
+        cluster,
+        size=_with_batch(size, batch),
+        optimizer=ctx.params["optimizer"],
+        precision=ctx.params["precision"],
+        strategy=strategy,
+        samples=int(budget),
+        seed=seed,
+        microbatches=count,
+        exclude=exclude or (),
+        out=out,
+        progress=None if as_json else (lambda line: console.print(line, highlight=False)),
+    )
+    if as_json:
+        print(json.dumps(result.summary))
+        return
+    t = Table(title=f"{result.target} on {result.cluster} ({result.gpus} GPUs), layered estimate (simulated prices)")
+    for col in ("candidate", "plan", "step", "peak per GPU"):
+        t.add_column(col)
+    for k in result.candidates:
+        t.add_row(
+            k.name + ("  <- returned" if k.name == result.returned else ""),
+            k.words,
+            "-" if k.step_time_s is None else _ms(k.step_time_s),
+            "-" if k.peak_bytes is None else _gb(k.peak_bytes),
+        )
+    console.print(t)
+    for s in result.searches:
+        gain = 1 - s["best_step_time_s"] / s["base_step_time_s"] if s["best_step_time_s"] else 0.0
+        bests = ", ".join(f"{k} {v}" for k, v in s["new_bests"].items()) or "none"
+        console.print(
+            f"{s['strategy']} around {s['base']}: {s['samples']} plans, {gain:.1%} below it (new bests: {bests})",
+            highlight=False,
+        )
+    console.print(f"plan: {result.words}", highlight=False)
+    if result.plan:
+        console.print(f"  as --plan: {result.plan}", highlight=False)
+        console.print(
+            f"estimated step time {_ms(result.step_time_s)} (layered estimate, simulated prices), "
+            f"{result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {result.timing['wall_s']:.1f} s",
+            highlight=False,
+        )
 
 
 def _microbatches(text: str):

@@ -21,6 +21,7 @@ parses, calls and prints), one file per decision:
 
 from postplace.api.candidates import CANDIDATE_PLACERS
 from postplace.api.front import apply, compare, place, resume
+from postplace.api.layered import LayeredPlaceResult, place_layered
 from postplace.api.options import Measure, Step
 from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.target import load_target
@@ -28,6 +29,7 @@ from postplace.api.target import load_target
 __all__ = [
     "CANDIDATE_PLACERS",
     "CompareResult",
+    "LayeredPlaceResult",
     "Measure",
     "PlaceResult",
     "Step",
@@ -35,5 +37,6 @@ __all__ = [
     "compare",
     "load_target",
     "place",
+    "place_layered",
     "resume",
 ]

@@ -405,8 +405,8 @@ def estimate_plan(
     GPUs in its rank order) priced from ``costs`` (measured at ``spec``'s tensor degree, recomputation and
     micro-batch size): a :class:`LayeredResult`. See the module docstring.
 
-    ``cut``: each pipeline chunk's unit names (``costs.names``), to price a given cut; None: the cut of the
-    module docstring."""
+    ``cut``: each pipeline chunk's unit names (``costs.names``), to price a given cut; None: the plan's
+    ``stage_blocks`` when it has them, else the cut of the module docstring."""
     from postplace.plans.schedule import chunks_of
     from postplace.sim.collectives import collective_cost_cached
 
@@ -446,6 +446,16 @@ def estimate_plan(
         )
     schedule = (spec.schedule if pp > 1 else None) or "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
     v = chunks_of(schedule)
+    if cut is None and spec.stage_blocks is not None:  # the plan's own blocks per stage
+        n_blocks = len(costs.names) - 2
+        if sum(spec.stage_blocks) != n_blocks or len(spec.stage_blocks) != pp * v:
+            raise PostplaceError(
+                f"plan '{spec}': stages= gives {sum(spec.stage_blocks)} blocks to {len(spec.stage_blocks)} stages; "
+                f"the model has {n_blocks} blocks and the plan {pp * v} chunks"
+            )
+        edges = np.concatenate([[1], 1 + np.cumsum(spec.stage_blocks)])
+        edges[0], edges[-1] = 0, n_blocks + 2  # the embedding side first, the head side last
+        cut = [[costs.names[u] for u in range(a, b)] for a, b in zip(edges[:-1], edges[1:], strict=True)]
     if cut is None:
         chunks = _cut(costs, pp, v)
     else:

@@ -6,7 +6,7 @@ where a plan does not fit without it, and then the fewest blocks per stage that 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from postplace.errors import PostplaceError
 from postplace.placers.layered import (
@@ -47,7 +47,8 @@ def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices,
 class LayeredGrid:
     """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
     does), every plan ``tried`` with its result, the ``notes`` of what was pruned, the seconds spent
-    measuring units and pricing plans, and how many plans were priced (``tried`` and the halving's steps)."""
+    measuring units and pricing plans, how many plans were priced (``tried`` and the halving's steps), and the
+    units measured, by (tensor degree, recomputation), each repeated to the model's depth."""
 
     best: LayeredResult | None
     tried: list[LayeredResult]
@@ -55,6 +56,7 @@ class LayeredGrid:
     measure_s: float
     price_s: float
     priced: int = 0
+    costs: dict[tuple[int, bool], UnitCosts] = field(default_factory=dict)
 
 
 def layered_grid(
@@ -119,4 +121,4 @@ def layered_grid(
                 break
     fits = [r for r in tried if not r.oom]
     best = min(fits, key=lambda r: r.step_time_s) if fits else None
-    return LayeredGrid(best, tried, notes, measure_s, price_s, priced)
+    return LayeredGrid(best, tried, notes, measure_s, price_s, priced, costs)

@@ -107,6 +107,8 @@ def plan_words(plan, devices, microbatches: int) -> str:
     if spec.pipeline:
         schedule = spec.schedule or "1f1b"
         words += {"1f1b": "1F1B", "gpipe": "GPipe"}.get(schedule, f"interleaved 1F1B ({schedule[12:]} chunks per GPU)")
+        if spec.stage_blocks is not None:
+            words += f" with {'/'.join(map(str, spec.stage_blocks))} blocks per stage"
         words += ", "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
     if spec.shard is not None:
@@ -252,7 +254,8 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
     ``spec.pipeline`` stages on the GPUs ``first`` (the first pipeline's, stage order): the layers cut as
     :func:`postplace.placers.place_pipeline` cuts them, a numbered unit (a block) kept whole on the stage its
     forward starts on, as Megatron-LM cuts at layer boundaries. With ``interleaved-V`` the blocks are cut
-    evenly into ``pp x V`` chunks, numbered as stages (chunk c on GPU ``c mod pp``). The simulated plan and
+    evenly into ``pp x V`` chunks, numbered as stages (chunk c on GPU ``c mod pp``); with ``stages=`` the blocks
+    go to the stages in the counts given (the root's ops where the cut put them). The simulated plan and
     the launched one (:mod:`postplace.runtime.pipeline`) both cut here. The cut is then made a chain
     (:func:`_chained`): an op of a module called at several depths (the top module's stem pooling and final
     mean) goes up to the stage it reads from, so that a micro-batch's forward only flows to later stages."""
@@ -278,6 +281,15 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
             )
         unit_stage = {u: k * pp * v // len(numbered) for k, u in enumerate(numbered)}
         at = [pp * v - 1 if a == pp - 1 else a for a in at]  # the root's ops: the last stage's to the last chunk
+    elif spec.stage_blocks is not None:  # the user's blocks per stage, in order
+        numbered = numbered_units(graph)
+        if sum(spec.stage_blocks) != len(numbered):
+            raise PostplaceError(
+                f"plan '{spec}': stages= gives {sum(spec.stage_blocks)} blocks and '{graph.name}' has "
+                f"{len(numbered)}; give counts that add up to {len(numbered)}"
+            )
+        edges = np.cumsum(spec.stage_blocks)
+        unit_stage = {u: int(np.searchsorted(edges, k, side="right")) for k, u in enumerate(numbered)}
     stage = np.array(
         [unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)], dtype=np.int64
     )

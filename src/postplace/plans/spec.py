@@ -1,6 +1,7 @@
 """A plan as users name it: ``ddp``, ``zero2``, ``fsdp+recompute:m=8``, ``zero1:m=4,dp=2``, and hybrids
 per unit: ``ddp:shard=root`` (FSDP for the root unit: the embedding and the head; DDP for the blocks),
-``fsdp:recompute=blocks.30/blocks.31`` (recompute the last two blocks only)."""
+``fsdp:recompute=blocks.30/blocks.31`` (recompute the last two blocks only; a run: ``recompute=blocks.0-67``),
+and a pipeline's blocks per stage: ``ddp:pp=4,m=32,stages=9/10/10/11``."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
 _OPTION = re.compile(r"^(m|dp|pp|tp)=([0-9]+)$")
 _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
-_UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.]+(?:/[A-Za-z0-9_.]+)*)$")
+_UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)$")
+_RUN = re.compile(r"^(.*\.)([0-9]+)-([0-9]+)$")
+_STAGES = re.compile(r"^(stages)=([0-9]+(?:/[0-9]+)*)$")
 _HOW = (
     f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
-    f"[,shard=U/U...][,recompute=U/U...] with NAME one of {', '.join(LEVELS)} and U a unit (root, blocks.3) "
+    f"[,shard=U/U...][,recompute=U/U...][,stages=B/B...] with NAME one of {', '.join(LEVELS)} "
+    "and U a unit (root, blocks.3) or a run of them (blocks.0-7) "
     "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)"
 )
 
@@ -57,6 +61,11 @@ class PlanSpec:
     tensor : int, optional
         ``tp``: the tensor-parallel degree (:mod:`postplace.plans.tensor`); GPUs ``j + tp x i`` (Megatron-LM's
         rank order: a group is tp neighbouring GPUs). None: no tensor parallelism.
+    stage_blocks : tuple of int, optional
+        With ``pipeline`` and a schedule of one chunk per GPU: the blocks (numbered units) of each stage in
+        order, written ``stages=9/10/10/11`` (Megatron-LM's uneven first and last stages, torchtitan's
+        modules per stage); the embedding side goes with the first stage, the head side with the last. None:
+        the cut balances the stages.
     """
 
     level: str
@@ -69,6 +78,7 @@ class PlanSpec:
     pipeline: int | None = None
     schedule: str | None = None
     tensor: int | None = None
+    stage_blocks: tuple[int, ...] | None = None
 
     def replicas_over(self, gpus: int) -> int:
         """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of ``tensor`` GPUs.
@@ -100,9 +110,11 @@ class PlanSpec:
             opts.append(f"tp={self.tensor}")
         if self.pipeline is not None:
             opts += [f"pp={self.pipeline}", f"schedule={self.schedule or '1f1b'}"]
+        if self.stage_blocks is not None:
+            opts.append("stages=" + "/".join(map(str, self.stage_blocks)))
         for key, names in (("shard", self.shard), ("recompute", self.recompute_units)):
             if names is not None:
-                opts.append(f"{key}={'/'.join(u or 'root' for u in names) or 'none'}")
+                opts.append(f"{key}={'/'.join(_runs(names)) or 'none'}")
         return self.name + (":" + ",".join(opts) if opts else "")
 
 
@@ -126,18 +138,21 @@ def parse_plan(text: str) -> PlanSpec:
     options: dict[str, object] = {}
     for opt in tail.split(",") if tail else ():
         opt = opt.strip()
-        match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt)
+        match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt) or _STAGES.match(opt)
         if not match or match.group(1) in options:
             raise PostplaceError(
                 f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
-                f"shard=U/U or recompute=U/U (each once); {_HOW}"
+                f"shard=U/U, recompute=U/U or stages=B/B (each once); {_HOW}"
             )
+        if match.re is _STAGES:
+            options["stages"] = tuple(int(x) for x in match.group(2).split("/"))
+            continue
         if match.re is _SCHEDULE:
             options["schedule"] = match.group(2)
             continue
         if match.re is _UNITS:
             names = match.group(2).split("/")
-            options[match.group(1)] = () if names == ["none"] else tuple("" if u == "root" else u for u in names)
+            options[match.group(1)] = () if names == ["none"] else _expanded(names, text)
             continue
         value = int(match.group(2))
         if not 1 <= value <= 4096:
@@ -151,6 +166,18 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
     pp, tp = options.get("pp"), options.get("tp")
+    if (stages := options.get("stages")) is not None:
+        if not pp or pp < 2:
+            raise PostplaceError(f"--plan '{text}': stages= gives a pipeline's blocks per stage; give pp=P too")
+        if len(stages) != (pp or 1) or min(stages) < 1:
+            raise PostplaceError(
+                f"--plan '{text}': stages= gives each of the pp={pp} stages its blocks, at least one each; "
+                f"give {pp} counts (e.g. pp=2,stages=15/17)"
+            )
+        if options.get("schedule", "1f1b") not in ("gpipe", "1f1b"):
+            raise PostplaceError(
+                f"--plan '{text}': stages= cuts one chunk per GPU; {options['schedule']} cuts the blocks evenly"
+            )
     return PlanSpec(
         level,
         bool(extras) or units is not None,
@@ -162,7 +189,46 @@ def parse_plan(text: str) -> PlanSpec:
         pipeline=pp if pp and pp > 1 else None,
         schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None,
         tensor=tp if tp and tp > 1 else None,
+        stage_blocks=options.get("stages"),
     )
+
+
+def _runs(names) -> list[str]:
+    """Unit names as a plan writes them: ``root`` for the root, three or more consecutive numbered units
+    of one prefix as a run (``blocks.0-74``)."""
+    out: list[str] = []
+    k = 0
+    names = list(names)
+    while k < len(names):
+        prefix, _, num = names[k].rpartition(".")
+        j = k
+        while num.isdigit() and j + 1 < len(names) and names[j + 1] == f"{prefix}.{int(num) + j + 1 - k}":
+            j += 1
+        if j - k >= 2:
+            out.append(f"{prefix}.{num}-{int(num) + j - k}")
+        else:
+            out += [u or "root" for u in names[k : j + 1]]
+        k = j + 1
+    return out
+
+
+def _expanded(names: list[str], text: str) -> tuple[str, ...]:
+    """Unit names from a plan's text: ``root`` the root, a run ``blocks.0-74`` every block from 0 to 74."""
+    out: list[str] = []
+    for u in names:
+        run = _RUN.match(u)
+        if run is None:
+            if "-" in u:
+                raise PostplaceError(f"--plan '{text}': '{u}' is neither a unit nor a run such as blocks.0-3; {_HOW}")
+            out.append("" if u == "root" else u)
+            continue
+        first, last = int(run.group(2)), int(run.group(3))
+        if last < first:
+            raise PostplaceError(
+                f"--plan '{text}': the run '{u}' ends before it starts; write {run.group(1)}{last}-{first}"
+            )
+        out += [f"{run.group(1)}{k}" for k in range(first, last + 1)]
+    return tuple(out)
 
 
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None) -> PlannedStep:

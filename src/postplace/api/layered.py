@@ -1,0 +1,277 @@
+"""``place --layered``: the answer for a zoo transformer at a size the op level cannot hold (LLaMA-70B on 64
+GPUs at a 1M-token batch), every plan priced by the layered estimate (:mod:`postplace.placers.layered`).
+
+Per micro-batch size (one sequence, and two where the batch allows): the step traced as two micro-batches of
+a few blocks, the practitioner's grid on it (:func:`postplace.placers.layered_grid.layered_grid`: its best is
+``best-3d``, its plain plans the data-parallel family's rows), then a strategy (Post by default) over the
+per-block choices around the grid's fastest shapes (:mod:`postplace.placers.layered_search`: which blocks
+recompute, where the stages are cut). The answer is the fastest plan that fits among them, named as
+``place`` names its candidates; every number is the layered estimate's (simulated prices), and it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from postplace.errors import PostplaceError
+
+__all__ = ["LayeredCandidate", "LayeredPlaceResult", "place_layered"]
+
+EVALUATOR = "layered estimate (units measured on a few blocks, repeated; one replica's pipeline)"
+
+
+@dataclass
+class LayeredCandidate:
+    """One plan ``place_layered`` considered: its row name (``search``, ``best-3d``, ``ddp``, ``fsdp+recompute``),
+    the plan in ``simulate --plan``'s words and in a user's, and the layered estimate's step time and largest
+    per-GPU peak (None, None and ``fits`` False where nothing of that row fits)."""
+
+    name: str
+    plan: str | None
+    words: str
+    step_time_s: float | None
+    peak_bytes: float | None
+    fits: bool
+
+
+@dataclass
+class LayeredPlaceResult:
+    """What :func:`place_layered` returns: the answer (``plan``, ``words``, ``returned``: the candidate it is),
+    every candidate, each search's record (its base, its best, samples, new bests by origin, seconds), what the
+    grids pruned (``notes``), and where the time went (``timing``). ``summary`` is the JSON ``place --json``
+    prints."""
+
+    target: str
+    cluster: str
+    gpus: int
+    batch: int
+    plan: str | None
+    words: str
+    returned: str | None
+    step_time_s: float | None
+    peak_bytes: float | None
+    tokens_per_s_per_gpu: float | None
+    candidates: list[LayeredCandidate]
+    searches: list[dict]
+    notes: list[str]
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict:
+        out = asdict(self)
+        out["evaluator"] = EVALUATOR
+        return out
+
+
+def _blocks_of(target: str, size: str) -> tuple[dict, int, int]:
+    """The zoo config of ``target`` at ``size``, its block count and batch; one error line where the layered
+    estimate cannot take it."""
+    from postplace import zoo
+
+    if not isinstance(target, str) or target not in zoo.MODELS:
+        raise PostplaceError(
+            f"the layered estimate traces a zoo transformer again at its own depth; '{target}' is not one "
+            f"(zoo models: {', '.join(zoo.MODELS)})"
+        )
+    config = zoo.spec(target).config(size)
+    layers = config.get("layers")
+    if not layers:
+        raise PostplaceError(f"the layered estimate needs a model made of blocks; '{target}' has no 'layers'")
+    return config, int(layers), int(config["batch"])
+
+
+def place_layered(
+    target: str,
+    cluster,
+    *,
+    size: str = "full",
+    optimizer="sgd",
+    precision: str = "fp32",
+    strategy: str = "post",
+    samples: int = 2400,
+    seed: int = 0,
+    microbatches: int | None = None,
+    bases: int = 3,
+    exclude=(),
+    cost_model=None,
+    out: str | Path | None = None,
+    progress=None,
+) -> LayeredPlaceResult:
+    """The fastest plan that fits for a zoo transformer (``target`` at ``size``, e.g. ``"70b@256"``: its batch)
+    on ``cluster``, every plan priced by the layered estimate; see the module docstring.
+
+    Parameters
+    ----------
+    target, size : str
+        A zoo model with blocks (``llama``, ``gpt2``) and its size, ``@B`` for a batch of B sequences.
+    optimizer, precision : str
+        The step's optimizer and precision (``place``'s defaults; such models train with ``"adamw"`` and
+        ``"bf16"``).
+    strategy : str
+        The strategy over the per-block choices (any of :func:`postplace.search.make_strategy`'s).
+    samples : int
+        Plans it prices in all, shared out over the ``bases`` fastest shapes of the grid.
+    microbatches : int, optional
+        The micro-batch count; None: one sequence per micro-batch, and two where the batch allows.
+    exclude : sequence of str
+        GPUs the plans may not use.
+    out : path, optional
+        A folder to write ``layered.json`` (the summary) into.
+    progress : callable, optional
+        Hears one line per stage of the work.
+
+    Returns
+    -------
+    LayeredPlaceResult
+
+    Examples
+    --------
+    >>> r = place_layered("llama", "dgx8", size="1b@16", samples=48, bases=1)  # doctest: +SKIP
+    >>> r.returned, r.plan  # doctest: +SKIP
+    """
+    from postplace import zoo
+    from postplace.api.target import load_cluster
+    from postplace.placers.layered import measure_units, repeat_blocks
+    from postplace.placers.layered_grid import layered_grid
+    from postplace.placers.layered_search import layered_space, search_plan
+    from postplace.placers.practitioner import plan_devices, plan_words
+    from postplace.plans import PlanSpec, parse_plan
+
+    say = progress or (lambda line: None)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise PostplaceError(f"samples={samples!r}: give a positive number of plans to price")
+    if not isinstance(bases, int) or isinstance(bases, bool) or bases < 1:
+        raise PostplaceError(f"bases={bases!r}: give a positive number of the grid's shapes to search around")
+    config, layers, batch = _blocks_of(target, size)
+    c, _ = load_cluster(cluster, None)
+    gpus = plan_devices(c, PlanSpec("ddp"), exclude)
+    names = [c.device_names[d] for d in gpus]
+    if microbatches is not None:
+        if not isinstance(microbatches, int) or microbatches < 1 or batch % microbatches:
+            raise PostplaceError(
+                f"--microbatches {microbatches}: the layered answer needs a count that divides the batch of {batch}"
+            )
+        counts = [microbatches]
+    else:
+        counts = [batch] + [batch // 2] * (batch % 2 == 0 and batch // 2 >= len(gpus))
+    t0 = time.perf_counter()
+    tried, notes, costs_by_m, timing = [], [], {}, {"trace_s": 0.0, "measure_s": 0.0, "grid_s": 0.0, "search_s": 0.0}
+    for m in counts:
+        t = time.perf_counter()
+        graph = zoo.trace_model(
+            target,
+            f"{zoo.base_size(size)}@{2 * (batch // m)}",
+            optimizer,
+            precision=precision,
+            microbatches=2,
+            init=False,
+            layers=min(3, layers),
+        ).graph
+        timing["trace_s"] += time.perf_counter() - t
+        say(f"grid at {m} micro-batches of {batch // m} sequence{'s' if batch // m > 1 else ''}")
+        grid = layered_grid(graph, c, gpus, m, layers=layers, cost_model=cost_model)
+        timing["measure_s"] += grid.measure_s
+        timing["grid_s"] += grid.price_s
+        tried += [(r, m) for r in grid.tried]
+        notes += [f"m={m}: {n}" for n in grid.notes]
+        costs_by_m[m] = (graph, grid.costs)
+    fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
+
+    def row(name, found):
+        if found is None:
+            return LayeredCandidate(name, None, "none fits, recomputing or not", None, None, False)
+        r, m = found
+        devices = gpus[: len(gpus) // parse_plan(r.plan).model_parallel * parse_plan(r.plan).model_parallel]
+        return LayeredCandidate(
+            name, r.plan, plan_words(r.plan, [c.device_names[d] for d in devices], m), r.step_time_s, r.peak_bytes, True
+        )
+
+    candidates = [row("best-3d", fits[0] if fits else None)]
+    for level in ("ddp", "zero1", "zero2", "fsdp"):  # each level's fastest plain plan, recomputing where it must
+        mine = [x for x in fits if (s := parse_plan(x[0].plan)).level == level and not s.tensor and not s.pipeline]
+        candidates.append(row(parse_plan(mine[0][0].plan).name if mine else level, mine[0] if mine else None))
+
+    # the strategy around the grid's fastest distinct shapes
+    shapes, chosen = set(), []
+    for r, m in fits:
+        s = parse_plan(r.plan)
+        key = (s.level, s.tensor, s.pipeline, s.schedule, m)
+        if key not in shapes:
+            shapes.add(key)
+            chosen.append((r, m))
+        if len(chosen) == bases:
+            break
+    searches, best_search = [], None
+    t = time.perf_counter()
+    for k, (r, m) in enumerate(chosen):
+        spec = parse_plan(r.plan)
+        tp = spec.tensor or 1
+        graph, costs = costs_by_m[m]
+        if (tp, True) not in costs:  # the grid never needed recomputation here: measured for the search
+            tm = time.perf_counter()
+            costs[tp, True] = repeat_blocks(
+                measure_units(graph, c, gpus, tensor=tp, recompute=True, cost_model=cost_model), layers
+            )
+            timing["measure_s"] += time.perf_counter() - tm
+        devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
+        space = layered_space(r, spec, costs[tp, False], costs[tp, True], devices)
+        share = samples // len(chosen) + (k < samples % len(chosen))
+        say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
+        found = search_plan(space, c, strategy=strategy, samples=share, seed=seed + k)
+        record = {
+            "strategy": found.strategy,
+            "base": r.plan,
+            "base_step_time_s": r.step_time_s,
+            "microbatches": m,
+            "decisions": space.space.num_units,
+            "best": None if found.best is None else str(found.best),
+            "best_step_time_s": None if found.result is None else found.result.step_time_s,
+            "samples": found.search.samples,
+            "new_bests": _new_bests(found.search.origins, found.search.step_times),
+            "wall_s": found.search.wall_time_s,
+        }
+        searches.append(record)
+        if found.result is not None and (best_search is None or found.result.step_time_s < best_search[0].step_time_s):
+            best_search = (replace(found.result, plan=str(found.best)), m)
+    timing["search_s"] = time.perf_counter() - t
+    candidates.insert(0, row("search", best_search))
+    timing["wall_s"] = time.perf_counter() - t0
+    ranked = [x for x in candidates if x.fits]
+    # a tie goes to the plan the user would have launched anyway
+    answer = min(ranked, key=lambda x: (x.step_time_s, x.name == "search")) if ranked else None
+    seq = int(config.get("seq", 0)) or None
+    result = LayeredPlaceResult(
+        target=f"{target} {size}",
+        cluster=c.name,
+        gpus=len(gpus),
+        batch=batch,
+        plan=answer.plan if answer else None,
+        words=answer.words if answer else f"no plan fits {len(names)} GPUs of {c.name}",
+        returned=answer.name if answer else None,
+        step_time_s=answer.step_time_s if answer else None,
+        peak_bytes=answer.peak_bytes if answer else None,
+        tokens_per_s_per_gpu=(batch * seq / answer.step_time_s / len(gpus)) if answer and seq else None,
+        candidates=candidates,
+        searches=searches,
+        notes=notes,
+        timing=timing,
+    )
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "layered.json").write_text(json.dumps(result.summary, indent=1))
+    return result
+
+
+def _new_bests(origins: list[str], step_times: list[float]) -> dict[str, int]:
+    """How many samples of each origin beat every earlier one (the warm start, the base, counts none)."""
+    best, out = float("inf"), {}
+    for origin, t in zip(origins, step_times, strict=True):
+        if t < best:
+            if origin != "warm":
+                out[origin] = out.get(origin, 0) + 1
+            best = t
+    return out
