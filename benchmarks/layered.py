@@ -37,6 +37,8 @@ VALIDATE = [
     "zero1:tp=2,pp=2,m=16",
     "fsdp:m=16,recompute=" + "/".join(f"blocks.{k}" for k in range(8)),  # Megatron-LM's recompute-num-layers 8
     "zero1:pp=2,m=16,recompute=" + "/".join(f"blocks.{k}" for k in (0, 1, 2, 3, 10, 11, 12)),
+    "fsdp+selective:m=16",
+    "fsdp:m=16,recompute=blocks.0-5,selective=blocks.6-11",
 ]
 SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 2048; 13B and 70B: 256 x 4096)
     ("7b", 512, "dgx8x8"),
@@ -75,12 +77,12 @@ def validate() -> list[dict]:
         devices = plan_devices(cluster, spec)
         t0 = time.perf_counter()
 
-        def measured(recompute, tp=spec.tensor or 1, devices=devices):
-            if (tp, recompute) not in costs:
-                costs[tp, recompute] = repeat_blocks(
-                    measure_units(few, cluster, devices, tensor=tp, recompute=recompute), 16
+        def measured(recompute, selective=False, tp=spec.tensor or 1, devices=devices):
+            if (tp, recompute, selective) not in costs:
+                costs[tp, recompute, selective] = repeat_blocks(
+                    measure_units(few, cluster, devices, tensor=tp, recompute=recompute, selective=selective), 16
                 )
-            return costs[tp, recompute]
+            return costs[tp, recompute, selective]
 
         unit_costs = plan_costs(spec, measured)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None

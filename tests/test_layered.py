@@ -105,6 +105,8 @@ PLANS = [
     "zero1:tp=2,pp=2,m=16",
     "fsdp:m=16,recompute=blocks.0",
     "zero1:pp=2,m=16,recompute=blocks.1",
+    "fsdp+selective:m=16",
+    "ddp:m=16,recompute=blocks.0,selective=blocks.1",
 ]
 
 
@@ -119,10 +121,13 @@ def test_the_estimate_agrees_with_the_op_level_simulation(small):
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
 
-        def at(recompute, tp=spec.tensor or 1, devices=devices):
-            if (tp, recompute) not in costs:
-                costs[tp, recompute] = measure_units(measured, cluster, devices, tensor=tp, recompute=recompute)
-            return costs[tp, recompute]
+        def at(recompute, selective=False, tp=spec.tensor or 1, devices=devices):
+            key = (tp, recompute, selective)
+            if key not in costs:
+                costs[key] = measure_units(
+                    measured, cluster, devices, tensor=tp, recompute=recompute, selective=selective
+                )
+            return costs[key]
 
         unit_costs = plan_costs(spec, at)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None

@@ -196,3 +196,47 @@ def test_place_layered_bad_input_is_one_line(argv, match, capsys):
     from tests.clihelp import cli_error
 
     assert match in cli_error(["place", *argv], capsys)
+
+
+def test_a_block_recomputed_by_the_selective_rule_beats_both_uniform_rules():
+    """Four blocks of 20 GiB activations do not fit one GPU (73.6 GiB); one recomputed whole (1 GiB kept, its
+    forward again) fits, one by the selective rule (6 GiB kept, 40% of its forward again) fits for less. The
+    brute-force best of the space is that one, below the grid's fewest-whole rule and the selective rule on
+    every block; its text parses back and prices the same."""
+    cluster = load_cluster("dgx8")
+    devices = gpus(cluster, 1)
+    plain = uniform(4, 1e-3, 2e-3, 20 * GIB)
+    act = np.where(plain.activation_bytes > 0, 1.0, 0.0)
+    full = replace(plain, backward_s=plain.backward_s + plain.forward_s, activation_bytes=act * GIB, recompute=True)
+    sel = replace(
+        full, backward_s=plain.backward_s + 0.4 * plain.forward_s, activation_bytes=act * 6 * GIB, selective=True
+    )
+    spec = parse_plan("ddp+recompute:m=1")
+    base = estimate_plan(full, cluster, spec, devices)
+    grid, _ = fewest_recomputed(plain, full, cluster, spec, devices, base.stage_units)
+    every_sel = estimate_plan(sel, cluster, replace(spec, selective=True), devices)
+    space = layered_space(base, spec, plain, full, devices, selective=sel)
+    assert space.space.num_units == 4 and space.space.allowed.all()  # 3 rules a block, no stage to cut
+    plans = [space.decode(np.array(row)) for row in itertools.product(range(3), repeat=4)]
+    priced = [(estimate_plan(space.costs_of(p), cluster, p, devices), p) for p in plans]
+    best, plan = min(((r, p) for r, p in priced if not r.oom), key=lambda x: x[0].step_time_s)
+    assert sorted(plan.recompute_rules(space.blocks).values()) == ["", "", "", "selective"]
+    assert best.step_time_s < min(grid.step_time_s, every_sel.step_time_s)
+    assert parse_plan(str(plan)) == plan and "selective=blocks." in str(plan)
+    found = search_plan(space, cluster, strategy="post", samples=48, seed=0)
+    assert found.result is not None and found.result.step_time_s <= base.step_time_s
+
+
+def test_tidied_puts_each_stages_rules_in_megatrons_order():
+    from postplace.placers.layered_search import tidied
+
+    cluster = load_cluster("dgx8")
+    plain, full = stack()
+    sel = replace(full, selective=True)
+    devices = gpus(cluster, 2)
+    spec = replace(parse_plan("ddp:pp=2,m=4,schedule=1f1b"), recompute=True)
+    space = layered_space(estimate_plan(full, cluster, spec, devices), spec, plain, full, devices, selective=sel)
+    scattered = parse_plan("ddp:pp=2,m=4,stages=3/5,recompute=blocks.2/blocks.7,selective=blocks.1/blocks.4")
+    tidy = tidied(space, scattered)
+    assert tidy.stage_blocks == (3, 5) and tidy.recompute_units == ("blocks.0", "blocks.3")
+    assert tidy.selective_units == ("blocks.1", "blocks.4")

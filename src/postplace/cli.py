@@ -1258,7 +1258,7 @@ def _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, ex
         console.print(f"  as --plan: {result.plan}", highlight=False)
         console.print(
             f"estimated step time {_ms(result.step_time_s)} (layered estimate, simulated prices), "
-            f"{result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {result.timing['wall_s']:.1f} s",
+            f"{result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (wall {result.timing['wall_s']:.1f} s)",
             highlight=False,
         )
 

@@ -4,9 +4,10 @@ GPUs at a 1M-token batch), every plan priced by the layered estimate (:mod:`post
 Per micro-batch size (one sequence, and two where the batch allows): the step traced as two micro-batches of
 a few blocks, the practitioner's grid on it (:func:`postplace.placers.layered_grid.layered_grid`: its best is
 ``best-3d``, its plain plans the data-parallel family's rows), then a strategy (Post by default) over the
-per-block choices around the grid's fastest shapes (:mod:`postplace.placers.layered_search`: which blocks
-recompute, where the stages are cut). The answer is the fastest plan that fits among them, named as
-``place`` names its candidates; every number is the layered estimate's (simulated prices), and it says so.
+per-block choices around the grid's fastest shapes (:mod:`postplace.placers.layered_search`: how each block
+recomputes, not at all, whole or by torchtitan's selective op rule; where the stages are cut). The answer is
+the fastest plan that fits among them, named as ``place`` names its candidates; every number is the layered
+estimate's (simulated prices), and it says so.
 """
 
 from __future__ import annotations
@@ -39,10 +40,29 @@ class LayeredCandidate:
 
 @dataclass
 class LayeredPlaceResult:
-    """What :func:`place_layered` returns: the answer (``plan``, ``words``, ``returned``: the candidate it is),
-    every candidate, each search's record (its base, its best, samples, new bests by origin, seconds), what the
-    grids pruned (``notes``), and where the time went (``timing``). ``summary`` is the JSON ``place --json``
-    prints."""
+    """What :func:`place_layered` returns: the answer, every candidate, and each search's record.
+
+    Parameters
+    ----------
+    target, cluster : str
+        The model (``llama 70b@256``) and the cluster's name.
+    gpus, batch : int
+        The GPUs the plans may use, the global batch in sequences.
+    plan, words : str
+        The answer in ``simulate --plan``'s words (None when nothing fits) and in a user's.
+    returned : str
+        The candidate it is (``search``, ``best-3d``, ``fsdp+recompute``...); None when nothing fits.
+    step_time_s, peak_bytes, tokens_per_s_per_gpu : float
+        The layered estimate's step time and largest per-GPU peak of the answer, and its throughput.
+    candidates : list of LayeredCandidate
+        Every row, in the order ``place --layered`` prints them.
+    searches : list of dict
+        Per base plan searched around: its plan and time, the best found, samples, new bests by origin, seconds.
+    notes : list of str
+        What the grids pruned.
+    timing : dict
+        Seconds tracing, measuring units, pricing the grid, searching, and in all (``wall_s``).
+    """
 
     target: str
     cluster: str
@@ -100,8 +120,9 @@ def place_layered(
     out: str | Path | None = None,
     progress=None,
 ) -> LayeredPlaceResult:
-    """The fastest plan that fits for a zoo transformer (``target`` at ``size``, e.g. ``"70b@256"``: its batch)
-    on ``cluster``, every plan priced by the layered estimate; see the module docstring.
+    """The fastest plan that fits a zoo transformer on ``cluster``, every plan priced by the layered estimate.
+
+    See the module docstring; ``size`` carries the batch (``"70b@256"``).
 
     Parameters
     ----------
@@ -113,7 +134,8 @@ def place_layered(
     strategy : str
         The strategy over the per-block choices (any of :func:`postplace.search.make_strategy`'s).
     samples : int
-        Plans it prices in all, shared out over the ``bases`` fastest shapes of the grid.
+        Plans it prices in all: half around the grid's fastest shape, the rest evenly around the next
+        ``bases - 1``.
     microbatches : int, optional
         The micro-batch count; None: one sequence per micro-batch, and two where the batch allows.
     exclude : sequence of str
@@ -129,8 +151,9 @@ def place_layered(
 
     Examples
     --------
-    >>> r = place_layered("llama", "dgx8", size="1b@16", samples=48, bases=1)  # doctest: +SKIP
-    >>> r.returned, r.plan  # doctest: +SKIP
+    >>> r = place_layered("llama", "dgx8", size="small@16", samples=24, bases=1)
+    >>> r.returned in [c.name for c in r.candidates], r.step_time_s <= r.candidates[1].step_time_s
+    (True, True)
     """
     from postplace import zoo
     from postplace.api.target import load_cluster
@@ -177,7 +200,7 @@ def place_layered(
         timing["grid_s"] += grid.price_s
         tried += [(r, m) for r in grid.tried]
         notes += [f"m={m}: {n}" for n in grid.notes]
-        costs_by_m[m] = (graph, grid.costs)
+        costs_by_m[m] = (graph, {(tp, "full" if rec else ""): u for (tp, rec), u in grid.costs.items()})
     fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
 
     def row(name, found):
@@ -210,15 +233,28 @@ def place_layered(
         spec = parse_plan(r.plan)
         tp = spec.tensor or 1
         graph, costs = costs_by_m[m]
-        if (tp, True) not in costs:  # the grid never needed recomputation here: measured for the search
-            tm = time.perf_counter()
-            costs[tp, True] = repeat_blocks(
-                measure_units(graph, c, gpus, tensor=tp, recompute=True, cost_model=cost_model), layers
-            )
-            timing["measure_s"] += time.perf_counter() - tm
+        tm = time.perf_counter()
+        for key in ((tp, ""), (tp, "full"), (tp, "selective")):  # what the grid did not measure, for the search
+            if key not in costs:
+                costs[key] = repeat_blocks(
+                    measure_units(
+                        graph,
+                        c,
+                        gpus,
+                        tensor=tp,
+                        recompute=bool(key[1]),
+                        selective=key[1] == "selective",
+                        cost_model=cost_model,
+                    ),
+                    layers,
+                )
+        timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
-        space = layered_space(r, spec, costs[tp, False], costs[tp, True], devices)
-        share = samples // len(chosen) + (k < samples % len(chosen))
+        space = layered_space(r, spec, costs[tp, ""], costs[tp, "full"], devices, selective=costs[tp, "selective"])
+        # half the plans around the fastest shape, the rest evenly around the others
+        first = samples if len(chosen) == 1 else (samples + 1) // 2
+        rest = samples - first
+        share = first if k == 0 else rest // (len(chosen) - 1) + (k - 1 < rest % (len(chosen) - 1))
         say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
         found = search_plan(space, c, strategy=strategy, samples=share, seed=seed + k)
         record = {

@@ -155,8 +155,10 @@ def estimate_plan_layered(
         layers=min(blocks, layers),
     ).graph
 
-    def measured(recompute: bool):
-        one = measure_units(graph, c, devices, tensor=spec.tensor or 1, recompute=recompute, cost_model=cost_model)
+    def measured(recompute: bool, selective: bool = False):
+        one = measure_units(
+            graph, c, devices, tensor=spec.tensor or 1, recompute=recompute, selective=selective, cost_model=cost_model
+        )
         return repeat_blocks(one, layers)
 
     costs = plan_costs(spec, measured)

@@ -104,6 +104,10 @@ class UnitCosts:
     recomputed : tuple of str, optional
         With ``recompute``: the units whose costs are the recomputing ones (:func:`mix_recompute`); None:
         every block.
+    selective : bool
+        With ``recompute``: measured under torchtitan's selective op rule (the step's ``+selective``).
+    selected : tuple of str
+        In a mix (``recomputed`` not None): the units whose costs are the selective rule's.
     """
 
     names: tuple[str, ...]
@@ -123,6 +127,21 @@ class UnitCosts:
     single_bytes: float
     step_time_s: float
     recomputed: tuple[str, ...] | None = None
+    selective: bool = False
+    selected: tuple[str, ...] = ()
+
+    def rules(self) -> dict[str, str]:
+        """How each block's costs recompute: ``"full"``, ``"selective"`` or ``""`` (as
+        :meth:`postplace.plans.PlanSpec.recompute_rules` says of a plan)."""
+        blocks = self.names[1:-1]
+        if not self.recompute:
+            return dict.fromkeys(blocks, "")
+        if self.recomputed is None:
+            return dict.fromkeys(blocks, "selective" if self.selective else "full")
+        rules = dict.fromkeys(blocks, "")
+        rules.update(dict.fromkeys(self.recomputed, "full"))
+        rules.update(dict.fromkeys(self.selected, "selective"))
+        return rules
 
 
 @dataclass(frozen=True)
@@ -140,9 +159,19 @@ class LayeredResult:
     stage_peaks: tuple[float, ...] = ()
 
 
-def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute: bool = False, cost_model=None):
+def measure_units(
+    graph,
+    cluster,
+    gpus: list[int],
+    *,
+    tensor: int = 1,
+    recompute: bool = False,
+    selective: bool = False,
+    cost_model=None,
+):
     """The units of ``graph`` (a step traced as two micro-batches) measured on one tensor group of ``tensor``
-    of ``gpus`` (see the module docstring): a :class:`UnitCosts`."""
+    of ``gpus`` (see the module docstring), every block recomputed (by torchtitan's selective op rule with
+    ``selective``) or none: a :class:`UnitCosts`."""
     from postplace.graph import PHASES
     from postplace.placers.practitioner import plan_step
     from postplace.plans import PlanSpec
@@ -166,7 +195,15 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
     blocks = numbered_units(graph)
     if not blocks:
         raise PostplaceError(f"the layered estimate needs numbered units (blocks); '{graph.name}' has none")
-    spec = PlanSpec("ddp", recompute=recompute, microbatches=2, replicas=1, tensor=tensor if tensor > 1 else None)
+    selective = bool(selective and recompute)
+    spec = PlanSpec(
+        "ddp",
+        recompute=recompute,
+        microbatches=2,
+        replicas=1,
+        tensor=tensor if tensor > 1 else None,
+        selective=selective,
+    )
     res = plan_step(graph, cluster, spec, list(gpus[:tensor]), cost_model=cost_model)
     g = res.graph
     sim = Simulator(g, cluster, cost_model=cost_model)
@@ -260,6 +297,7 @@ def measure_units(graph, cluster, gpus: list[int], *, tensor: int = 1, recompute
         tensor=tensor,
         recompute=recompute,
         step_time_s=float(sched.step_time),
+        selective=selective,
     )
 
 
@@ -411,19 +449,14 @@ def estimate_plan(
     from postplace.sim.collectives import collective_cost_cached
 
     tp, pp = spec.tensor or 1, spec.pipeline or 1
-    if tp != costs.tensor or bool(spec.recompute) != costs.recompute:
+    if tp != costs.tensor:
+        raise PostplaceError(f"plan '{spec}': the units were measured at tp={costs.tensor}; measure them at tp={tp}")
+    if spec.shard is not None:
+        raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding (shard=)")
+    if spec.recompute_rules(costs.names[1:-1]) != costs.rules():
         raise PostplaceError(
-            f"plan '{spec}': the units were measured at tp={costs.tensor}"
-            f"{' with' if costs.recompute else ' without'} recomputation; measure them as the plan runs"
-        )
-    if spec.shard is not None or spec.selective:
-        raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding or selective rule")
-    if set(spec.recompute_units or ()) != set(costs.recomputed or ()) or (spec.recompute_units is None) != (
-        costs.recomputed is None
-    ):
-        raise PostplaceError(
-            f"plan '{spec}': the units' costs recompute "
-            f"{'every block' if costs.recomputed is None else 'other units'}; mix them for the plan's (mix_recompute)"
+            f"plan '{spec}': the units' costs recompute other blocks, or by another rule, than the plan does; "
+            "price it on plan_costs(spec, ...)"
         )
     dp = len(devices) // (tp * pp)
     m = spec.microbatches or dp
@@ -725,42 +758,72 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         tensor=costs.tensor,
         recompute=costs.recompute,
         step_time_s=float("nan"),
+        selective=costs.selective,
     )
 
 
-def mix_recompute(plain: UnitCosts, full: UnitCosts, units) -> UnitCosts:
-    """Costs recomputing exactly ``units`` (names): theirs from ``full`` (measured recomputing), the others'
-    from ``plain`` (measured not), both at the same tensor degree and micro-batch size."""
-    if plain.names != full.names or plain.tensor != full.tensor or plain.recompute or not full.recompute:
-        raise PostplaceError("mix_recompute: give the same units measured without and with recomputation")
-    chosen = set(units)
-    if unknown := chosen - set(plain.names[1:-1]):
+def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective: UnitCosts | None = None, selected=()):
+    """Costs recomputing exactly ``units`` (names) whole and ``selected`` by the selective op rule: theirs from
+    ``full`` and ``selective`` (measured recomputing every block by each rule), the others' from ``plain``
+    (measured not), all at the same tensor degree and micro-batch size."""
+    chosen, picked = set(units), set(selected)
+    sources = [(chosen, full, False), (picked, selective, True)]
+    for names, source, rule in sources:
+        if names and (
+            source is None
+            or source.names != plain.names
+            or source.tensor != plain.tensor
+            or not source.recompute
+            or source.selective != rule
+            or plain.recompute
+        ):
+            raise PostplaceError(
+                "mix_recompute: give the same units measured without recomputation and with it by each rule mixed"
+            )
+    if unknown := (chosen | picked) - set(plain.names[1:-1]):
         raise PostplaceError(f"mix_recompute: {sorted(unknown)[0]!r} is not a block of the model")
-    mask = np.array([name in chosen for name in plain.names])
-
-    def pick(a, b):
-        return np.where(mask, b, a)
-
+    if both := chosen & picked:
+        raise PostplaceError(f"mix_recompute: {sorted(both)[0]!r} cannot be recomputed by both rules")
+    out = {k: getattr(plain, k) for k in ("forward_s", "backward_s", "accumulate_s", "activation_bytes")}
+    transient, single = plain.transient_bytes, plain.single_bytes
+    for names, source, _ in sources:
+        if not names:
+            continue
+        mask = np.array([name in names for name in plain.names])
+        for k in out:
+            out[k] = np.where(mask, getattr(source, k), out[k])
+        transient, single = max(transient, source.transient_bytes), max(single, source.single_bytes)
     return replace(
         plain,
-        forward_s=pick(plain.forward_s, full.forward_s),
-        backward_s=pick(plain.backward_s, full.backward_s),
-        accumulate_s=pick(plain.accumulate_s, full.accumulate_s),
-        activation_bytes=pick(plain.activation_bytes, full.activation_bytes),
-        transient_bytes=max(plain.transient_bytes, full.transient_bytes),
-        single_bytes=max(plain.single_bytes, full.single_bytes),
-        recompute=True,
+        **out,
+        transient_bytes=transient,
+        single_bytes=single,
+        recompute=bool(chosen or picked),
         recomputed=tuple(name for name in plain.names if name in chosen),
+        selected=tuple(name for name in plain.names if name in picked),
     )
 
 
 def plan_costs(spec, measured) -> UnitCosts:
-    """The unit costs ``spec`` is priced on, from ``measured(recompute)`` (the units measured at the plan's
-    tensor degree without or with recomputation): a plan recomputing some blocks mixes both."""
-    costs = measured(bool(spec.recompute))
-    if spec.recompute_units is not None:
-        costs = mix_recompute(measured(False), costs, spec.recompute_units)
-    return costs
+    """The unit costs ``spec`` is priced on, from ``measured(recompute, selective=False)`` (the units measured
+    at the plan's tensor degree without recomputation, or recomputing every block by the rule named): a plan
+    that recomputes some blocks, or by two rules, mixes them."""
+    plain = measured(False)
+    rules = spec.recompute_rules(plain.names[1:-1])
+    kinds = set(rules.values())
+    if kinds == {""}:
+        return plain
+    if len(kinds) == 1:
+        return measured(True, selective=kinds == {"selective"})
+    full = [u for u, r in rules.items() if r == "full"]
+    picked = [u for u, r in rules.items() if r == "selective"]
+    return mix_recompute(
+        plain,
+        measured(True) if full else None,
+        full,
+        selective=measured(True, selective=True) if picked else None,
+        selected=picked,
+    )
 
 
 def op_level_cut(graph, cluster, spec, devices: list[int], names) -> list[list[str]]:

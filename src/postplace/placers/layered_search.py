@@ -2,14 +2,16 @@
 
 The practitioner's grid (:mod:`postplace.placers.layered_grid`) chooses a plan's shape: dp x tp x pp, the
 micro-batch count, the ZeRO level, the schedule. What it sets uniformly is where Post's per-layer policy
-has room: which blocks recompute (a 1F1B pipeline's first stage holds pp micro-batches' activations, its
-last one; the grid recomputes the same first k blocks on every stage), and where the stages are cut (the
-embedding and the head make the end stages uneven; the grid balances time alone). A *layered space* is
-those choices around one plan of the grid, its *base*, as the decisions of a
+has room: how each block recomputes (a 1F1B pipeline's first stage holds pp micro-batches' activations, its
+last one; the grid recomputes the same first k blocks on every stage, and whole, where torchtitan's selective
+op rule keeps the matrix products' outputs and recomputes the cheap ops: more memory for less time), and where
+the stages are cut (the embedding and the head make the end stages uneven; the grid balances time alone). A
+*layered space* is those choices around one plan of the grid, its *base*, as the decisions of a
 :class:`postplace.search.SearchSpace`, so every strategy of :mod:`postplace.search` (Post, its ablations,
 local moves, random search, annealing) searches it through the same runner:
 
-- one decision per block: column 0 its base setting (recomputed or not), column 1 the other;
+- one decision per block: how it recomputes, column 0 its base setting, then the others of not at all,
+  whole, and by the selective op rule (those measured);
 - with a pipeline of one chunk per GPU, one decision per stage boundary: column j moves it by the j-th of
   0, -1, +1, -2, +2, ... blocks (up to ``reach``, kept small enough that every combination leaves every
   stage a block: no sample is infeasible by construction);
@@ -19,8 +21,9 @@ local moves, random search, annealing) searches it through the same runner:
 
 So the row of zeros is the base, and a prior anchored on column 0 (``init="speed"``: column 0 is the
 *fastest device*, unit_time 1 against 2) starts Post at the grid's plan. Every decoded plan is a
-:class:`postplace.plans.PlanSpec` (``recompute=U/U``, ``stages=B/B``), which ``simulate --plan`` prices
-again and a user launches. :class:`LayeredEvaluator` is the evaluator; :func:`search_plan` runs a strategy.
+:class:`postplace.plans.PlanSpec` (``recompute=U/U``, ``selective=U/U``, ``stages=B/B``), which
+``simulate --plan`` prices again, op by op or layered, and ``launch`` runs (not yet a mix of two rules).
+:class:`LayeredEvaluator` is the evaluator; :func:`search_plan` runs a strategy.
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, mix_recompute
+from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs
 from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
 from postplace.sim.simulate import EvalResult
 
-__all__ = ["LayeredEvaluator", "LayeredSpace", "PlanSearch", "layered_space", "search_plan"]
+__all__ = ["LayeredEvaluator", "LayeredSpace", "PlanSearch", "layered_space", "search_plan", "tidied"]
 
 _FAILURE_FACTOR = 1e3
 """A plan this many times slower than the base counts as failed: it keeps the space's failing score above
@@ -50,65 +53,88 @@ def _offsets(reach: int) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class LayeredSpace:
     """The per-block choices around ``base`` (a plan with its micro-batch count and, in a pipeline, its
-    ``stage_blocks``) on ``devices``, priced from ``plain`` and ``full`` (its units measured without and with
-    recomputation; ``full`` None: no recompute decisions); ``space`` is what a strategy sees. See the module
-    docstring."""
+    ``stage_blocks``) on ``devices``, priced from ``measured`` (its units by recomputation rule: ``""`` none,
+    ``"full"``, ``"selective"``); ``rule_columns[b]`` are block b's rules, its base's first (one column: no
+    recompute decisions); ``space`` is what a strategy sees. See the module docstring."""
 
     base: object
     devices: tuple[int, ...]
-    plain: UnitCosts
-    full: UnitCosts | None
-    base_recomputed: np.ndarray
+    measured: dict
+    rule_columns: tuple[tuple[str, ...], ...]
     base_edges: np.ndarray
     reach: int
     space: SearchSpace
 
     @property
     def blocks(self) -> tuple[str, ...]:
-        return self.plain.names[1:-1]
+        return self.measured[""].names[1:-1]
 
     @property
     def recompute_decisions(self) -> int:
-        return len(self.blocks) if self.full is not None else 0
+        return len(self.blocks) if len(self.rule_columns[0]) > 1 else 0
 
     def decode(self, row) -> object:
         """The plan a row of decisions stands for."""
         row = np.asarray(row, dtype=np.int64)
-        rec = self.base_recomputed.copy()
-        if self.full is not None:
-            rec ^= row[: len(self.blocks)] == 1
-        spec = replace(
-            self.base,
-            recompute=bool(rec.any()),
-            recompute_units=None if rec.all() or not rec.any() else tuple(np.array(self.blocks)[rec].tolist()),
-        )
+        k = self.recompute_decisions
+        rules = [cols[row[b] if k else 0] for b, cols in enumerate(self.rule_columns)]
+        spec = _with_rules(self.base, self.blocks, rules)
         if len(self.base_edges):
-            edges = self.base_edges + _offsets(self.reach)[row[self.recompute_decisions :]]
+            edges = self.base_edges + _offsets(self.reach)[row[k:]]
             spec = replace(spec, stage_blocks=tuple(np.diff([0, *edges.tolist(), len(self.blocks)]).tolist()))
         return spec
 
     def costs_of(self, spec) -> UnitCosts:
         """The unit costs ``spec`` (a decoded plan) is priced on."""
-        if not spec.recompute:
-            return self.plain
-        if spec.recompute_units is None:
-            return self.full
-        return mix_recompute(self.plain, self.full, spec.recompute_units)
+        return plan_costs(spec, lambda recompute, selective=False: self.measured[_rule(recompute, selective)])
 
 
-def layered_space(result: LayeredResult, spec, plain: UnitCosts, full: UnitCosts | None, devices, *, reach: int = 4):
+def _rule(recompute: bool, selective: bool) -> str:
+    return "" if not recompute else "selective" if selective else "full"
+
+
+def _with_rules(base, blocks, rules):
+    """``base`` recomputing each of ``blocks`` by its rule: the plan's words for it (``+recompute``,
+    ``+selective``, ``recompute=U/U``, ``selective=U/U``)."""
+    full = tuple(b for b, r in zip(blocks, rules, strict=True) if r == "full")
+    picked = tuple(b for b, r in zip(blocks, rules, strict=True) if r == "selective")
+    plain = replace(base, recompute=False, recompute_units=None, selective=False, selective_units=None)
+    if not full and not picked:
+        return plain
+    if len(full) == len(blocks) or len(picked) == len(blocks):
+        return replace(plain, recompute=True, selective=bool(picked))
+    return replace(plain, recompute=True, recompute_units=full, selective_units=picked or None)
+
+
+def layered_space(
+    result: LayeredResult,
+    spec,
+    plain: UnitCosts,
+    full: UnitCosts | None,
+    devices,
+    *,
+    selective: UnitCosts | None = None,
+    reach: int = 4,
+):
     """The :class:`LayeredSpace` around the plan ``spec`` that the layered estimate priced as ``result`` (its
-    cut becomes the base's ``stage_blocks``), its units measured as ``plain`` and ``full`` (None: the
-    recompute decisions are left out) at the plan's tensor degree; stage boundaries move by at most
-    ``reach`` blocks."""
+    cut becomes the base's ``stage_blocks``), its units measured as ``plain``, ``full`` and ``selective``
+    (recomputing every block whole and by the selective op rule; None: that rule is not a choice) at the
+    plan's tensor degree; stage boundaries move by at most ``reach`` blocks."""
     blocks = plain.names[1:-1]
-    if full is not None and (full.names != plain.names or not full.recompute or plain.recompute):
-        raise PostplaceError("layered_space: give the same units measured without and with recomputation")
+    measured = {"": plain, "full": full, "selective": selective}
+    for rule, costs in measured.items():
+        if costs is not None and (costs.names != plain.names or costs.rules() != dict.fromkeys(blocks, rule)):
+            raise PostplaceError(
+                "layered_space: give the same units measured without recomputation, recomputing every block "
+                "whole, and by the selective op rule"
+            )
+    base_rules = spec.recompute_rules(blocks)
+    if any(measured[r] is None for r in base_rules.values()):
+        raise PostplaceError(f"plan '{spec}': its blocks recompute by a rule whose costs were not given")
+    available = [r for r in ("", "full", "selective") if measured[r] is not None]
+    rule_columns = tuple((base_rules[b], *(r for r in available if r != base_rules[b])) for b in blocks)
+    measured = {r: c for r, c in measured.items() if c is not None}
     pp, v = spec.pipeline or 1, chunks_of(spec.schedule or "1f1b") if spec.pipeline else 1
-    if spec.recompute and spec.recompute_units is None:
-        base_recomputed = np.ones(len(blocks), dtype=bool)
-    else:
-        base_recomputed = np.isin(np.array(blocks), np.array(spec.recompute_units or (), dtype=object))
     edges = np.zeros(0, dtype=np.int64)
     if pp > 1 and v == 1:
         counts = [sum(u in blocks for u in stage) for stage in result.stage_units]
@@ -118,12 +144,13 @@ def layered_space(result: LayeredResult, spec, plain: UnitCosts, full: UnitCosts
         reach = max(0, min([reach, counts[0] - 1, counts[-1] - 1, *inner]))
         if reach == 0:
             edges = np.zeros(0, dtype=np.int64)
-    rows = (len(blocks) if full is not None else 0) + len(edges)
+    choices = len(available)
+    rows = (len(blocks) if choices > 1 else 0) + len(edges)
     if rows == 0:
         raise PostplaceError(f"plan '{spec}': nothing to choose per block (no recompute measured, no stage to cut)")
-    width = max(2 if full is not None else 1, 2 * reach + 1 if len(edges) else 1)
+    width = max(choices, 2 * reach + 1 if len(edges) else 1)
     allowed = np.zeros((rows, width), dtype=bool)
-    allowed[: rows - len(edges), :2] = True
+    allowed[: rows - len(edges), :choices] = True
     allowed[rows - len(edges) :, : 2 * reach + 1] = True
     unit_time = np.where(allowed, 2.0, np.inf)
     unit_time[:, 0] = 1.0  # column 0, the base's choice, is every decision's home (init="speed")
@@ -133,7 +160,7 @@ def layered_space(result: LayeredResult, spec, plain: UnitCosts, full: UnitCosts
         unit_time=unit_time,
         device_names=tuple(f"choice{j}" for j in range(width)),
     )
-    return LayeredSpace(spec, tuple(devices), plain, full, base_recomputed, edges, reach, space)
+    return LayeredSpace(spec, tuple(devices), measured, rule_columns, edges, reach, space)
 
 
 class LayeredEvaluator:
@@ -203,4 +230,29 @@ def search_plan(
     if found.best_placement is None:
         return PlanSearch(None, None, found, chosen.name)
     best = space.decode(found.best_placement)
-    return PlanSearch(best, evaluator.results[str(best)], found, chosen.name)
+    result = evaluator.results[str(best)]
+    tidy = tidied(space, best)
+    if tidy != best:  # the same rules in Megatron-LM's order, kept where it prices no worse
+        again = estimate_plan(space.costs_of(tidy), cluster, tidy, list(space.devices))
+        if not again.oom and again.step_time_s <= result.step_time_s:
+            best, result = tidy, again
+    return PlanSearch(best, result, found, chosen.name)
+
+
+def tidied(space: LayeredSpace, spec):
+    """``spec`` with each stage's recompute rules in Megatron-LM's order: whole first, then selective, then
+    none, as ``--recompute-method block`` recomputes a stage's first blocks. Every block of a zoo
+    transformer runs the same ops, so a search's scattered choice (``recompute=blocks.1-25/blocks.27-38``)
+    is nearly always worth the same as the tidy one (``recompute=blocks.0-36``), which a user can write."""
+    rules = spec.recompute_rules(space.blocks)
+    n = len(space.blocks)
+    if spec.stage_blocks is not None:
+        chunk = np.repeat(np.arange(len(spec.stage_blocks)), spec.stage_blocks)
+    else:  # one stage, or interleaved chunks cut evenly (estimate_plan's cut)
+        chunks = (spec.pipeline or 1) * (chunks_of(spec.schedule) if spec.pipeline else 1)
+        chunk = np.arange(n) * chunks // n
+    order = {"full": 0, "selective": 1, "": 2}
+    tidy = []
+    for c in range(int(chunk.max()) + 1):
+        tidy += sorted((rules[b] for b, k in zip(space.blocks, chunk, strict=True) if k == c), key=order.__getitem__)
+    return _with_rules(spec, space.blocks, tidy)

@@ -116,11 +116,13 @@ def plan_words(plan, devices, microbatches: int) -> str:
     if spec.recompute:
         units = spec.recompute_units
         rule = " recompute (torchtitan's selective op rule)" if spec.selective else " recompute"
-        words += (
-            (";" if spec.shard is not None else ",")
-            + rule
-            + ("" if units is None else f" {_units(units) or 'nothing'}")
+        words += (";" if spec.shard is not None else ",") + (
+            rule + ("" if units is None else f" {_units(units) or 'nothing'}")
+            if not spec.selective_units or units
+            else ""
         )
+        if spec.selective_units:
+            words += (", " if units else " ") + f"selective op recomputation {_units(spec.selective_units)}"
     return words
 
 

@@ -46,12 +46,13 @@ def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool
         activation checkpointing wraps every transformer block.
     selective : bool
         Keep what torchtitan's selective op rule saves (see the module docstring) and recompute the rest;
-        ``metadata["recompute_rule"]`` then says ``"selective-op"``.
+        ``metadata["recompute_rule"]`` then says ``"selective-op"`` (``"mixed"`` on a step whose other units
+        an earlier pass recomputed whole).
 
     Returns
     -------
     OpGraph
-        The same step with recomputation; ``metadata["recompute"]`` lists the units.
+        The same step with recomputation; ``metadata["recompute"]`` lists the units (an earlier pass's first).
     """
     unit = units(graph)
     targets = set(numbered_units(graph) if which is None else which)
@@ -117,9 +118,12 @@ def recompute(graph: OpGraph, which: list[str] | None = None, *, selective: bool
             draft.edge(s, d, slot[e], nbytes[e])
     for t, c in waits:  # after every data edge, so the ordering slot is one no tensor uses
         draft.order(t, c)
-    meta = {**graph.metadata, "recompute": sorted(targets, key=_unit_order(graph))}
-    if selective:
-        meta["recompute_rule"] = "selective-op"
+    earlier = list(graph.metadata.get("recompute") or [])  # a step already recomputing other units: a mix
+    meta = {**graph.metadata, "recompute": [*earlier, *sorted(targets, key=_unit_order(graph))]}
+    before = graph.metadata.get("recompute_rule", "full" if earlier else None)
+    rule = "selective-op" if selective else "full"
+    if before not in (None, rule) or (before is None and selective):
+        meta["recompute_rule"] = rule if before is None else "mixed"
     out, _ = draft.freeze(f"{graph.name}+recompute", meta)
     return out
 

@@ -19,12 +19,12 @@ __all__ = ["PlanSpec", "apply_plan", "parse_plan"]
 
 _OPTION = re.compile(r"^(m|dp|pp|tp)=([0-9]+)$")
 _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
-_UNITS = re.compile(r"^(shard|recompute)=([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)$")
+_UNITS = re.compile(r"^(shard|recompute|selective)=([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)$")
 _RUN = re.compile(r"^(.*\.)([0-9]+)-([0-9]+)$")
 _STAGES = re.compile(r"^(stages)=([0-9]+(?:/[0-9]+)*)$")
 _HOW = (
     f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
-    f"[,shard=U/U...][,recompute=U/U...][,stages=B/B...] with NAME one of {', '.join(LEVELS)} "
+    f"[,shard=U/U...][,recompute=U/U...][,selective=U/U...][,stages=B/B...] with NAME one of {', '.join(LEVELS)} "
     "and U a unit (root, blocks.3) or a run of them (blocks.0-7) "
     "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)"
 )
@@ -61,6 +61,10 @@ class PlanSpec:
     tensor : int, optional
         ``tp``: the tensor-parallel degree (:mod:`postplace.plans.tensor`); GPUs ``j + tp x i`` (Megatron-LM's
         rank order: a group is tp neighbouring GPUs). None: no tensor parallelism.
+    selective_units : tuple of str, optional
+        Units recomputed by torchtitan's selective op rule, beside ``recompute_units`` (then a tuple, maybe
+        empty) recomputed whole: a mix per block, written ``recompute=blocks.0-9,selective=blocks.10-31``.
+        None: the rule of ``selective`` for every recomputed unit.
     stage_blocks : tuple of int, optional
         With ``pipeline`` and a schedule of one chunk per GPU: the blocks (numbered units) of each stage in
         order, written ``stages=9/10/10/11`` (Megatron-LM's uneven first and last stages, torchtitan's
@@ -79,6 +83,7 @@ class PlanSpec:
     schedule: str | None = None
     tensor: int | None = None
     stage_blocks: tuple[int, ...] | None = None
+    selective_units: tuple[str, ...] | None = None
 
     def replicas_over(self, gpus: int) -> int:
         """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of ``tensor`` GPUs.
@@ -102,6 +107,16 @@ class PlanSpec:
             return self.level + "+selective"
         return self.level + ("+recompute" if self.recompute and self.recompute_units is None else "")
 
+    def recompute_rules(self, blocks) -> dict[str, str]:
+        """How each of ``blocks`` (unit names) is recomputed: ``"full"``, ``"selective"`` (torchtitan's op
+        rule) or ``""`` (not at all)."""
+        rules = dict.fromkeys(blocks, "")
+        if self.recompute:
+            whole = blocks if self.recompute_units is None else self.recompute_units
+            rules.update(dict.fromkeys(whole, "selective" if self.selective else "full"))
+            rules.update(dict.fromkeys(self.selective_units or (), "selective"))
+        return rules
+
     def __str__(self) -> str:
         opts = [f"m={self.microbatches}"] * (self.microbatches is not None) + [f"dp={self.replicas}"] * (
             self.replicas is not None
@@ -112,8 +127,12 @@ class PlanSpec:
             opts += [f"pp={self.pipeline}", f"schedule={self.schedule or '1f1b'}"]
         if self.stage_blocks is not None:
             opts.append("stages=" + "/".join(map(str, self.stage_blocks)))
-        for key, names in (("shard", self.shard), ("recompute", self.recompute_units)):
-            if names is not None:
+        for key, names in (
+            ("shard", self.shard),
+            ("recompute", self.recompute_units),
+            ("selective", self.selective_units),
+        ):
+            if names is not None and not (key == "recompute" and not names and self.selective_units):
                 opts.append(f"{key}={'/'.join(_runs(names)) or 'none'}")
         return self.name + (":" + ",".join(opts) if opts else "")
 
@@ -162,6 +181,15 @@ def parse_plan(text: str) -> PlanSpec:
         raise PostplaceError(f"--plan '{text}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
     if "recompute" in options and extras == ["recompute"]:
         raise PostplaceError(f"--plan '{text}': give '+recompute' (every unit) or recompute=U/U (those), not both")
+    if "selective" in options:
+        if extras:
+            raise PostplaceError(
+                f"--plan '{text}': selective=U/U names the units the selective rule recomputes; drop "
+                f"'+{extras[0]}' (recompute=U/U names those recomputed whole)"
+            )
+        if both := sorted(set(options["selective"]) & set(options.get("recompute", ()))):
+            raise PostplaceError(f"--plan '{text}': unit '{both[0] or 'root'}' is in both recompute= and selective=")
+        options.setdefault("recompute", ())
     if "schedule" in options and "pp" not in options:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
@@ -190,6 +218,7 @@ def parse_plan(text: str) -> PlanSpec:
         schedule=options.get("schedule", "1f1b") if pp and pp > 1 else None,
         tensor=tp if tp and tp > 1 else None,
         stage_blocks=options.get("stages"),
+        selective_units=options.get("selective") or None,
     )
 
 
@@ -249,7 +278,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     PlannedStep
     """
     known = set(units(graph))
-    for key, names in (("shard", spec.shard), ("recompute", spec.recompute_units)):
+    for key, names in (("shard", spec.shard), ("recompute", spec.recompute_units), ("selective", spec.selective_units)):
         bad = sorted(set(names or ()) - known)
         if bad:
             some = ", ".join(u or "root" for u in sorted(known, key=lambda u: (u != "", u))[:6])
@@ -258,7 +287,11 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
                 f"'{graph.name}' does not have (its units: {some}, ...)"
             )
     which = list(spec.recompute_units) if spec.recompute_units is not None else None
-    step = recompute(graph, which, selective=spec.selective) if spec.recompute else graph
+    step = graph
+    if spec.recompute and (which is None or which):
+        step = recompute(step, which, selective=spec.selective)
+    if spec.selective_units:  # a mix: the selective rule's units after the whole ones
+        step = recompute(step, list(spec.selective_units), selective=True)
     if spec.tensor:
         step = tensor_parallel(step, spec.tensor)
     shard = frozenset(spec.shard) if spec.shard is not None else None

@@ -1490,6 +1490,11 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
     spec = _one_replica(spec, len(gpus))
+    if spec.selective_units:
+        raise PostplaceError(
+            f"plan '{plan}': launch runs one recomputation rule per plan; a mix of whole and selective "
+            "recomputation per unit (selective=U/U) is priced (simulate --plan) but not launched yet"
+        )
     if spec.tensor:
         _check_tensor(plan, spec)
     elif not spec.pipeline and not launchable(spec):
