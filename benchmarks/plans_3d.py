@@ -6,7 +6,8 @@ best (:func:`postplace.placers.grid.best_3d`: every tp x pp x dp a practitioner 
 where a plan does not fit without it) in the words to launch it with, best-3d / plain, MFU, peak memory,
 the plans tried and the wall time of the grid on this machine. Everything is simulated.
 
-Post's own search over the joint space (issue 31 item 4) is not built, so no row here is Post's.
+No row here is Post's: its search over a 3D plan's per-block choices runs on the layered estimate
+(``benchmarks/layered_search.py``), not on the op level this script prices.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/plans_3d.py`` (GPT-2 and LLaMA-1B on ``dgx8``, a few minutes);
 ``--big`` adds LLaMA-7B on ``dgx8`` and ``dgx8x2`` (about 20 more minutes on 2 cores).

@@ -22,6 +22,7 @@ CHECKED = [
     f"postplace place resnet50 --cluster {DATA}/epyc_k80x4_3gb.toml --budget 2400 --out runs/resnet50-3gb-m",
     "postplace simulate llama --size 70b --batch 256 --cluster dgx8x8 --optimizer adamw --precision bf16 "
     "--plan fsdp+recompute:m=256 --layered",
+    "postplace place llama --size 70b --batch 256 --cluster dgx8x8 --optimizer adamw --precision bf16 --layered",
 ]
 
 
