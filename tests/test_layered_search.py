@@ -190,6 +190,10 @@ def test_place_layered_cli_prints_the_library_answer(tmp_path):
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--budget", "60s"], "number of plans"),
         (["resnet50", "--cluster", "dgx8", "--layered"], "made of blocks"),
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--microbatches", "3"], "divides the batch"),
+        (["llama", "--size", "small", "--cluster", "mixed", "--layered"], "several models (A100-40GB, V100-16GB)"),
+        (["nmt2", "--size", "small", "--cluster", "dgx8", "--layered"], "nmt2 has several (dec, enc)"),
+        (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--seed", "-1"], "give an integer >= 0"),
+        (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "-s", "bogus"], "unknown strategy"),
     ],
 )
 def test_place_layered_bad_input_is_one_line(argv, match, capsys):
@@ -222,7 +226,7 @@ def test_a_block_recomputed_by_the_selective_rule_beats_both_uniform_rules():
     best, plan = min(((r, p) for r, p in priced if not r.oom), key=lambda x: x[0].step_time_s)
     assert sorted(plan.recompute_rules(space.blocks).values()) == ["", "", "", "selective"]
     assert best.step_time_s < min(grid.step_time_s, every_sel.step_time_s)
-    assert parse_plan(str(plan)) == plan and "selective=blocks." in str(plan)
+    assert parse_plan(str(plan)) == plan and str(plan) == "ddp+selective:m=1,recompute=blocks.3"
     found = search_plan(space, cluster, strategy="post", samples=48, seed=0)
     assert found.result is not None and found.result.step_time_s <= base.step_time_s
 
@@ -240,3 +244,33 @@ def test_tidied_puts_each_stages_rules_in_megatrons_order():
     tidy = tidied(space, scattered)
     assert tidy.stage_blocks == (3, 5) and tidy.recompute_units == ("blocks.0", "blocks.3")
     assert tidy.selective_units == ("blocks.1", "blocks.4")
+
+
+def test_what_the_review_found_stays_fixed():
+    """The grid's partial recomputation in a pipeline names its cut (its text prices as the grid priced it); one
+    rule over some blocks is +selective (which launch runs); a run of units is bounded; a unit past the model's
+    blocks is one line; an interleaved base has no boundary decisions."""
+    from postplace.placers.layered import plan_costs
+
+    cluster = load_cluster("dgx8")
+    plain, full = stack(6)
+    devices = gpus(cluster, 2)
+    spec = replace(parse_plan("ddp:pp=2,m=4,schedule=1f1b"), recompute=True)
+    base = estimate_plan(full, cluster, spec, devices)
+    grid, _ = fewest_recomputed(plain, full, cluster, spec, devices, base.stage_units)
+    text = parse_plan(grid.plan)
+    assert text.stage_blocks == (3, 3)
+    measured = {False: plain, True: full}
+    again = estimate_plan(plan_costs(text, lambda r, selective=False: measured[r]), cluster, text, devices)
+    assert again.step_time_s == grid.step_time_s and again.peak_bytes == grid.peak_bytes
+    one_rule = parse_plan("ddp:m=2,selective=blocks.0")
+    assert one_rule.selective and one_rule.recompute_units == ("blocks.0",) and one_rule.selective_units is None
+    with pytest.raises(PostplaceError, match="mixes with recompute_units"):
+        replace(one_rule, selective_units=("blocks.1",))
+    with pytest.raises(PostplaceError, match="at most 4096"):
+        parse_plan("fsdp:m=8,recompute=blocks.0-999999999")
+    with pytest.raises(PostplaceError, match="'blocks.6' is not a block of the model"):
+        plan_costs(parse_plan("ddp:m=4,recompute=blocks.0-9"), lambda r, selective=False: measured[r])
+    interleaved = replace(spec, schedule="interleaved-1")
+    space = layered_space(estimate_plan(full, cluster, interleaved, devices), interleaved, plain, full, devices)
+    assert len(space.base_edges) == 0 and space.space.num_units == 6

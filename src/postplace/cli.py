@@ -1223,6 +1223,7 @@ def _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, ex
         cluster,
         size=_with_batch(size, batch),
         optimizer=ctx.params["optimizer"],
+        lr=ctx.params["lr"],
         precision=ctx.params["precision"],
         strategy=strategy,
         samples=int(budget),
@@ -1257,8 +1258,9 @@ def _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, ex
     if result.plan:
         console.print(f"  as --plan: {result.plan}", highlight=False)
         console.print(
-            f"estimated step time {_ms(result.step_time_s)} (layered estimate, simulated prices), "
-            f"{result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU (wall {result.timing['wall_s']:.1f} s)",
+            f"estimated step time {_ms(result.step_time_s)} (layered estimate, simulated prices)"
+            + (f", {result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU" if result.tokens_per_s_per_gpu else "")
+            + f" (wall {result.timing['wall_s']:.1f} s)",
             highlight=False,
         )
 

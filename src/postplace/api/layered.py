@@ -109,6 +109,7 @@ def place_layered(
     *,
     size: str = "full",
     optimizer="sgd",
+    lr: float | None = None,
     precision: str = "fp32",
     strategy: str = "post",
     samples: int = 2400,
@@ -128,9 +129,9 @@ def place_layered(
     ----------
     target, size : str
         A zoo model with blocks (``llama``, ``gpt2``) and its size, ``@B`` for a batch of B sequences.
-    optimizer, precision : str
-        The step's optimizer and precision (``place``'s defaults; such models train with ``"adamw"`` and
-        ``"bf16"``).
+    optimizer, lr, precision
+        The step's optimizer, its learning rate (None: the optimizer's default) and precision (``place``'s
+        defaults; such models train with ``"adamw"`` and ``"bf16"``).
     strategy : str
         The strategy over the per-block choices (any of :func:`postplace.search.make_strategy`'s).
     samples : int
@@ -162,16 +163,27 @@ def place_layered(
     from postplace.placers.layered_search import layered_space, search_plan
     from postplace.placers.practitioner import plan_devices, plan_words
     from postplace.plans import PlanSpec, parse_plan
+    from postplace.plans._step import numbered_units
+    from postplace.search import STRATEGIES, make_strategy
 
     say = progress or (lambda line: None)
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise PostplaceError(f"samples={samples!r}: give a positive number of plans to price")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise PostplaceError(f"seed {seed!r}: give an integer >= 0")
+    if strategy not in STRATEGIES:
+        make_strategy(strategy, None)  # an unknown name is one line, before anything is traced
     if not isinstance(bases, int) or isinstance(bases, bool) or bases < 1:
         raise PostplaceError(f"bases={bases!r}: give a positive number of the grid's shapes to search around")
     config, layers, batch = _blocks_of(target, size)
     c, _ = load_cluster(cluster, None)
     gpus = plan_devices(c, PlanSpec("ddp"), exclude)
     names = [c.device_names[d] for d in gpus]
+    if len(models := sorted({c.devices[d].model for d in gpus})) > 1:
+        raise PostplaceError(
+            f"place --layered: the GPUs of {c.name} are of several models ({', '.join(models)}) and the layered "
+            "estimate measures one; --exclude one kind, or place without --layered"
+        )
     if microbatches is not None:
         if not isinstance(microbatches, int) or microbatches < 1 or batch % microbatches:
             raise PostplaceError(
@@ -188,12 +200,18 @@ def place_layered(
             target,
             f"{zoo.base_size(size)}@{2 * (batch // m)}",
             optimizer,
+            lr=lr,
             precision=precision,
             microbatches=2,
             init=False,
             layers=min(3, layers),
         ).graph
         timing["trace_s"] += time.perf_counter() - t
+        if len(kinds := sorted({b.rpartition(".")[0] for b in numbered_units(graph)})) > 1:
+            raise PostplaceError(
+                f"place --layered: the layered estimate repeats one kind of block, and {target} has several "
+                f"({', '.join(kinds)}); place it without --layered"
+            )
         say(f"grid at {m} micro-batches of {batch // m} sequence{'s' if batch // m > 1 else ''}")
         grid = layered_grid(graph, c, gpus, m, layers=layers, cost_model=cost_model)
         timing["measure_s"] += grid.measure_s
@@ -201,6 +219,9 @@ def place_layered(
         tried += [(r, m) for r in grid.tried]
         notes += [f"m={m}: {n}" for n in grid.notes]
         costs_by_m[m] = (graph, {(tp, "full" if rec else ""): u for (tp, rec), u in grid.costs.items()})
+    if not tried:  # every plan refused: the reason, not "nothing fits"
+        why = notes[-1].split(": ", 2)[-1] if notes else "the grid holds no plan"  # "m=8: PLAN: why" or "m=8: why"
+        raise PostplaceError(f"place --layered: no plan could be priced on {c.name}: {why}")
     fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
 
     def row(name, found):
@@ -230,6 +251,12 @@ def place_layered(
     searches, best_search = [], None
     t = time.perf_counter()
     for k, (r, m) in enumerate(chosen):
+        # half the plans around the fastest shape, the rest evenly around the others
+        first = samples if len(chosen) == 1 else (samples + 1) // 2
+        rest = samples - first
+        share = first if k == 0 else rest // (len(chosen) - 1) + (k - 1 < rest % (len(chosen) - 1))
+        if share == 0:  # a budget too small for this shape: not searched (the base is priced already)
+            continue
         spec = parse_plan(r.plan)
         tp = spec.tensor or 1
         graph, costs = costs_by_m[m]
@@ -251,10 +278,6 @@ def place_layered(
         timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
         space = layered_space(r, spec, costs[tp, ""], costs[tp, "full"], devices, selective=costs[tp, "selective"])
-        # half the plans around the fastest shape, the rest evenly around the others
-        first = samples if len(chosen) == 1 else (samples + 1) // 2
-        rest = samples - first
-        share = first if k == 0 else rest // (len(chosen) - 1) + (k - 1 < rest % (len(chosen) - 1))
         say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
         found = search_plan(space, c, strategy=strategy, samples=share, seed=seed + k)
         record = {

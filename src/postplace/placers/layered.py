@@ -453,10 +453,11 @@ def estimate_plan(
         raise PostplaceError(f"plan '{spec}': the units were measured at tp={costs.tensor}; measure them at tp={tp}")
     if spec.shard is not None:
         raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding (shard=)")
+    _check_units(spec, costs.names[1:-1])
     if spec.recompute_rules(costs.names[1:-1]) != costs.rules():
         raise PostplaceError(
-            f"plan '{spec}': the units' costs recompute other blocks, or by another rule, than the plan does; "
-            "price it on plan_costs(spec, ...)"
+            f"plan '{spec}': the unit costs given recompute other blocks, or by another rule, than the plan "
+            "does; build them with postplace.placers.layered.plan_costs"
         )
     dp = len(devices) // (tp * pp)
     m = spec.microbatches or dp
@@ -781,7 +782,7 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective:
                 "mix_recompute: give the same units measured without recomputation and with it by each rule mixed"
             )
     if unknown := (chosen | picked) - set(plain.names[1:-1]):
-        raise PostplaceError(f"mix_recompute: {sorted(unknown)[0]!r} is not a block of the model")
+        raise PostplaceError(f"mix_recompute: '{sorted(unknown)[0] or 'root'}' is not a block of the model")
     if both := chosen & picked:
         raise PostplaceError(f"mix_recompute: {sorted(both)[0]!r} cannot be recomputed by both rules")
     out = {k: getattr(plain, k) for k in ("forward_s", "backward_s", "accumulate_s", "activation_bytes")}
@@ -809,6 +810,7 @@ def plan_costs(spec, measured) -> UnitCosts:
     at the plan's tensor degree without recomputation, or recomputing every block by the rule named): a plan
     that recomputes some blocks, or by two rules, mixes them."""
     plain = measured(False)
+    _check_units(spec, plain.names[1:-1])
     rules = spec.recompute_rules(plain.names[1:-1])
     kinds = set(rules.values())
     if kinds == {""}:
@@ -824,6 +826,16 @@ def plan_costs(spec, measured) -> UnitCosts:
         selective=measured(True, selective=True) if picked else None,
         selected=picked,
     )
+
+
+def _check_units(spec, blocks) -> None:
+    """One line when ``spec`` recomputes a unit that is not one of ``blocks`` (the root, a block past the end)."""
+    named = set(spec.recompute_units or ()) | set(spec.selective_units or ())
+    if unknown := sorted(named - set(blocks), key=lambda u: (len(u), u)):
+        raise PostplaceError(
+            f"plan '{spec}': '{unknown[0] or 'root'}' is not a block of the model (its blocks: "
+            f"{blocks[0]}..{blocks[-1]}); the layered estimate recomputes blocks only"
+        )
 
 
 def op_level_cut(graph, cluster, spec, devices: list[int], names) -> list[list[str]]:

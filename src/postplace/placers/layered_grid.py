@@ -29,6 +29,8 @@ def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices,
     :class:`LayeredResult`, with the number of plans priced. More recomputed blocks hold fewer activations, so
     k is found by halving."""
     blocks_of = [[u for u in chunk if u not in (PRE, POST)] for chunk in cut]
+    if spec.pipeline and (spec.schedule or "1f1b") in ("1f1b", "gpipe"):  # the cut in the plan's text, which
+        spec = replace(spec, stage_blocks=tuple(len(b) for b in blocks_of))  # the mixed costs would cut anew
     lo, hi, found, priced = 1, max(len(b) for b in blocks_of) - 1, None, 0
     while lo <= hi:
         k = (lo + hi) // 2

@@ -103,6 +103,8 @@ def _with_rules(base, blocks, rules):
         return plain
     if len(full) == len(blocks) or len(picked) == len(blocks):
         return replace(plain, recompute=True, selective=bool(picked))
+    if not full:  # one rule over some blocks: the plan's +selective
+        return replace(plain, recompute=True, recompute_units=picked, selective=True)
     return replace(plain, recompute=True, recompute_units=full, selective_units=picked or None)
 
 
@@ -134,9 +136,9 @@ def layered_space(
     available = [r for r in ("", "full", "selective") if measured[r] is not None]
     rule_columns = tuple((base_rules[b], *(r for r in available if r != base_rules[b])) for b in blocks)
     measured = {r: c for r, c in measured.items() if c is not None}
-    pp, v = spec.pipeline or 1, chunks_of(spec.schedule or "1f1b") if spec.pipeline else 1
+    pp = spec.pipeline or 1
     edges = np.zeros(0, dtype=np.int64)
-    if pp > 1 and v == 1:
+    if pp > 1 and (spec.schedule or "1f1b") in ("1f1b", "gpipe"):  # interleaved cuts the blocks evenly
         counts = [sum(u in blocks for u in stage) for stage in result.stage_units]
         spec = replace(spec, stage_blocks=tuple(counts))
         edges = np.cumsum(counts)[:-1].astype(np.int64)

@@ -85,6 +85,13 @@ class PlanSpec:
     stage_blocks: tuple[int, ...] | None = None
     selective_units: tuple[str, ...] | None = None
 
+    def __post_init__(self):
+        if self.selective_units and (self.recompute_units is None or self.selective or not self.recompute):
+            raise PostplaceError(
+                f"plan {self.level}: selective_units mixes with recompute_units (a tuple, the units recomputed "
+                "whole); for one rule over some units give selective=True and recompute_units"
+            )
+
     def replicas_over(self, gpus: int) -> int:
         """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of ``tensor`` GPUs.
 
@@ -161,7 +168,7 @@ def parse_plan(text: str) -> PlanSpec:
         if not match or match.group(1) in options:
             raise PostplaceError(
                 f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
-                f"shard=U/U, recompute=U/U or stages=B/B (each once); {_HOW}"
+                f"shard=U/U, recompute=U/U, selective=U/U or stages=B/B (each once); {_HOW}"
             )
         if match.re is _STAGES:
             options["stages"] = tuple(int(x) for x in match.group(2).split("/"))
@@ -189,7 +196,9 @@ def parse_plan(text: str) -> PlanSpec:
             )
         if both := sorted(set(options["selective"]) & set(options.get("recompute", ()))):
             raise PostplaceError(f"--plan '{text}': unit '{both[0] or 'root'}' is in both recompute= and selective=")
-        options.setdefault("recompute", ())
+        if "recompute" not in options:  # one rule: the plan's +selective over those units
+            extras = ["selective"]
+            options["recompute"] = options.pop("selective")
     if "schedule" in options and "pp" not in options:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
@@ -252,6 +261,8 @@ def _expanded(names: list[str], text: str) -> tuple[str, ...]:
             out.append("" if u == "root" else u)
             continue
         first, last = int(run.group(2)), int(run.group(3))
+        if last - first >= 4096:
+            raise PostplaceError(f"--plan '{text}': the run '{u}' names {last - first + 1} units; at most 4096")
         if last < first:
             raise PostplaceError(
                 f"--plan '{text}': the run '{u}' ends before it starts; write {run.group(1)}{last}-{first}"

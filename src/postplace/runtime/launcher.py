@@ -1490,7 +1490,7 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
     spec = _one_replica(spec, len(gpus))
-    if spec.selective_units:
+    if spec.selective_units and spec.recompute_units:
         raise PostplaceError(
             f"plan '{plan}': launch runs one recomputation rule per plan; a mix of whole and selective "
             "recomputation per unit (selective=U/U) is priced (simulate --plan) but not launched yet"
