@@ -4,6 +4,7 @@ schedule's order on every rank, each stage's gradients all-reduced over its own 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -255,3 +256,19 @@ def test_launch_runs_a_run_folders_pipeline_plan(tmp_path):
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     record = json.loads((folder / "launch.json").read_text())
     assert record["simulated_bytes_sent"] == {str(r): n for r, n in out["bytes_sent"].items()}
+
+
+def test_an_uneven_cut_runs_the_blocks_per_stage_it_names_bit_for_bit():
+    """``stages=1/3`` (what ``place --layered`` may answer): stage 0 holds one of the four blocks, stage 1 three;
+    the launched step equals the one-process step bit for bit."""
+    spec = parse_plan("ddp:pp=2,m=2,dp=1,schedule=1f1b,stages=1/3")
+    traced = blocks_step(2)
+    plan = pipeline_plan(traced, spec, K80X4, plan_devices(K80X4, spec))
+    # a block's forward is one tanh per micro-batch: 2 micro-batches x 1 block on stage 0, x 3 on stage 1
+    tanhs = [sum(bool(re.fullmatch(r"mb\d_tanh(_\d+)?", n.name)) for n in p.gm.graph.nodes) for p in plan.programs]
+    assert tanhs == [2, 6]
+    res = launch_plan(traced, str(spec), K80X4, steps=3, batches=RandomBatches(2))
+    losses, params = one_process(blocks_step(2), 3, seed=2)
+    assert res.losses == losses
+    for name, p in params.items():
+        assert torch.equal(res.parameters[name], p.cpu()), name

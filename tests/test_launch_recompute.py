@@ -275,3 +275,24 @@ def test_recomputed_plans_launch_and_a_unit_the_step_lacks_is_one_line():
     assert "\n" not in str(e.value)
     with pytest.raises(PostplaceError, match="recompute names unit 'blocks.7'"):
         launch_plan(attn_step(), "ddp:m=2,dp=2,recompute=blocks.1/blocks.7", K80X4)
+
+
+def test_a_mix_of_whole_and_selective_recomputation_trains_bit_for_bit(llama):
+    """``recompute=blocks.0,selective=blocks.1`` (what ``place --layered`` answers): the launched ranks make again
+    exactly what the simulated passes make (block 0 whole, then block 1 by the selective rule), which is the
+    union of each rule alone on its block; and the plan trains as the plain plan does, bit for bit."""
+    mixed, plain = launched("ddp:m=2,dp=2,recompute=blocks.0,selective=blocks.1"), launched("ddp:m=2,dp=2")
+    assert mixed.losses == plain.losses
+    for name, p in plain.parameters.items():
+        assert torch.equal(mixed.parameters[name], p), name
+    graph, names = llama.graph, K80X4.device_names
+    units = ["blocks.0", "blocks.1"]
+    mix = ddp_plan(llama, [1, 2], names, recompute=units, selective=frozenset({"blocks.1"})).programs
+    again, _, _ = _launched(llama, mix)
+    whole, _, _ = _launched(llama, ddp_plan(llama, [1, 2], names, recompute=["blocks.0"]).programs)
+    sel, _, _ = _launched(llama, ddp_plan(llama, [1, 2], names, recompute=["blocks.1"], selective=True).programs)
+    assert again == whole | sel and whole and sel
+    step = recompute(recompute(graph, ["blocks.0"]), ["blocks.1"], selective=True)
+    index = {name: i for i, name in enumerate(graph.names)}
+    assert again == {index[name[3:]] for name in step.names if name.startswith("rc:")}
+    assert step.metadata["recompute_rule"] == "mixed" and step.metadata["recompute"] == units

@@ -22,7 +22,7 @@ local moves, random search, annealing) searches it through the same runner:
 So the row of zeros is the base, and a prior anchored on column 0 (``init="speed"``: column 0 is the
 *fastest device*, unit_time 1 against 2) starts Post at the grid's plan. Every decoded plan is a
 :class:`postplace.plans.PlanSpec` (``recompute=U/U``, ``selective=U/U``, ``stages=B/B``), which
-``simulate --plan`` prices again, op by op or layered, and ``launch`` runs (not yet a mix of two rules).
+``simulate --plan`` prices again, op by op or layered, and ``launch`` runs.
 :class:`LayeredEvaluator` is the evaluator; :func:`search_plan` runs a strategy.
 """
 

@@ -69,7 +69,7 @@ def ddp_plan(
     bucket_bytes: float = 25e6,
     level: str = "ddp",
     recompute=(),
-    selective: bool = False,
+    selective: bool | frozenset[str] = False,
 ) -> RankPlan:
     """Per-rank programs of the ``ddp`` (or ``zero1``) plan of ``traced`` over the logical devices
     ``devices`` (one replica each, in order).
@@ -92,9 +92,10 @@ def ddp_plan(
     recompute : collection of str
         Units (:func:`postplace.plans.unit_of`) whose forward runs again before their backward
         (:func:`postplace.runtime.recompute.recompute_program`).
-    selective : bool
+    selective : bool or frozenset of str
         With ``recompute``: keep what torchtitan's selective op rule saves, as the simulated
-        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`).
+        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`), in every recomputed
+        unit (True) or in these (``selective=U/U``, the others recomputed whole).
 
     Returns
     -------
@@ -467,6 +468,6 @@ def launchable(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is one :func:`postplace.runtime.launcher.launch_plan`
     runs: ``ddp``, ``zero1``, ``zero2`` or ``fsdp``, and the hybrids of ``ddp`` and ``fsdp`` per unit
     (``ddp:shard=U/U``: :func:`postplace.runtime.fsdp.fsdp_plan` with ``shard``), recomputed (``+recompute``,
-    ``recompute=U/U``, ``+selective``) or not, with no tensor or pipeline parallelism."""
+    ``recompute=U/U``, ``+selective``, ``selective=U/U``) or not, with no tensor or pipeline parallelism."""
     hybrid = spec.shard is None or spec.level in ("ddp", "fsdp")
     return spec.level in ("ddp", "zero1", "zero2", "fsdp") and hybrid and not spec.pipeline and not spec.tensor

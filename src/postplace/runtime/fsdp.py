@@ -67,7 +67,7 @@ def fsdp_plan(
     device_names,
     *,
     recompute=(),
-    selective: bool = False,
+    selective: bool | frozenset[str] = False,
     shard: frozenset[str] | None = None,
     bucket_bytes: float = 25e6,
 ) -> RankPlan:
@@ -84,9 +84,10 @@ def fsdp_plan(
     recompute : collection of str
         Units (:func:`postplace.plans.unit_of`) whose forward runs again, from their backward gather,
         before their backward (:class:`postplace.runtime.recompute.Recomputation`).
-    selective : bool
+    selective : bool or frozenset of str
         With ``recompute``: keep what torchtitan's selective op rule saves, as the simulated
-        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`).
+        ``+selective`` plan does (:func:`postplace.plans.recompute.selective_saves`), in every recomputed
+        unit (True) or in these (``selective=U/U``, the others recomputed whole).
     shard : frozenset of str, optional
         A hybrid (``ddp:shard=U/U``, ``fsdp:shard=U/U``): only these units' parameters sharded, the others
         held whole as under ``ddp`` (their gradients summed over the replica's micro-batches and all-reduced
@@ -136,7 +137,7 @@ def fsdp_plan(
     return replica_plan(traced, devices, device_names, build, sharded=sliced)
 
 
-def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: bool = False):
+def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: bool | frozenset[str] = False):
     """Replica r's program of the plain ``fsdp`` plan (every parameter sliced; its ``b`` micro-batches), its
     collective calls in order (``(kind, names, tag, owners)``) and the parameters it holds as slices (indices):
     the groups of a tensor-parallel plan (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
@@ -145,7 +146,7 @@ def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: boo
     return gm, calls, frozenset(range(len(parameters(traced))))
 
 
-def _recomputation(traced, recompute, selective: bool):
+def _recomputation(traced, recompute, selective):
     """The replica's :class:`~postplace.runtime.recompute.Recomputation` of the units ``recompute`` (None: none)."""
     if not recompute:
         return None

@@ -1490,11 +1490,6 @@ def launch_plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
     spec = _one_replica(spec, len(gpus))
-    if spec.selective_units and spec.recompute_units:
-        raise PostplaceError(
-            f"plan '{plan}': launch runs one recomputation rule per plan; a mix of whole and selective "
-            "recomputation per unit (selective=U/U) is priced (simulate --plan) but not launched yet"
-        )
     if spec.tensor:
         _check_tensor(plan, spec)
     elif not spec.pipeline and not launchable(spec):
@@ -1509,11 +1504,11 @@ def launch_plan(
             f"{traced.microbatches}; trace it at m={spec.microbatches}"
         )
     _check_backend(backend, gpus, list(cluster.device_names))
-    recompute = ()
+    recompute, selective = (), False
     if spec.recompute:
-        from postplace.runtime.recompute import recomputed_units
+        from postplace.runtime.recompute import recomputed_units, selective_of
 
-        recompute = recomputed_units(spec, traced)
+        recompute, selective = recomputed_units(spec, traced), selective_of(spec)
     if spec.tensor and not spec.pipeline:
         from postplace.runtime.tensor import tensor_plan
 
@@ -1523,7 +1518,7 @@ def launch_plan(
             list(cluster.device_names),
             tp=spec.tensor,
             recompute=recompute,
-            selective=spec.selective,
+            selective=selective,
             level=spec.level,
         )
     elif spec.pipeline:
@@ -1535,11 +1530,11 @@ def launch_plan(
 
         shard = None if spec.shard is None else frozenset(spec.shard)
         rank_programs = fsdp_plan(
-            traced, gpus, list(cluster.device_names), recompute=recompute, selective=spec.selective, shard=shard
+            traced, gpus, list(cluster.device_names), recompute=recompute, selective=selective, shard=shard
         )
     else:
         rank_programs = ddp_plan(
-            traced, gpus, list(cluster.device_names), level=spec.level, recompute=recompute, selective=spec.selective
+            traced, gpus, list(cluster.device_names), level=spec.level, recompute=recompute, selective=selective
         )
     rank_programs.check()
     return _run_plan(

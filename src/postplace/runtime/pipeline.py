@@ -168,9 +168,9 @@ def pipeline_plan(
 
             gm, calls = whole_program(traced), []
         if spec.recompute:  # each backward slot runs its units' forward again first (the simulated plan's)
-            from postplace.runtime.recompute import recompute_program, recomputed_units
+            from postplace.runtime.recompute import recompute_program, recomputed_units, selective_of
 
-            recompute_program(gm, traced, set(recomputed_units(spec, traced)), selective=spec.selective)
+            recompute_program(gm, traced, set(recomputed_units(spec, traced)), selective=selective_of(spec))
         ordered = schedule_order(gm, traced, stage, schedule, pp, f"plan '{spec}'")
         plan_r = rank_plan(dataclasses.replace(traced, gm=ordered), op_device, names, device)
         replicas.append((_traced_inputs(plan_r, ordered, traced), calls))

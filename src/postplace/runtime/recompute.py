@@ -14,9 +14,10 @@ gather's full parameters die with the forward.
 Two kinds of forward op are kept instead of run again, as ``torch.utils.checkpoint`` keeps their effect:
 a random op (dropout: running it again would draw another mask; checkpointing replays the generator, here
 its output is kept), and an op that writes in place a value the recomputation does not make again (it
-would write twice). *Selective* recomputation (``+selective``) keeps, besides, the ops torchtitan's
-selective op rule saves (:func:`postplace.plans.recompute.selective_saves`, the very set the simulated
-pass keeps: attention kernels and every other ``mm`` of a unit). Recomputed values equal the forward's
+would write twice). *Selective* recomputation (``+selective``, or ``selective=U/U`` for some units beside
+others recomputed whole) keeps, besides, the ops torchtitan's selective op rule saves
+(:func:`postplace.plans.recompute.selective_saves`, the very set the simulated pass keeps: attention kernels
+and every other ``mm`` of a unit). Recomputed values equal the forward's
 bit for bit (same ops, same inputs).
 """
 
@@ -31,7 +32,7 @@ from postplace.errors import PostplaceError
 from postplace.graph import PHASES
 from postplace.runtime.placed import written_args
 
-__all__ = ["Recomputation", "keeps_output", "recompute_program", "recomputed_units"]
+__all__ = ["Recomputation", "keeps_output", "recompute_program", "recomputed_units", "selective_of"]
 
 _FORWARD, _BACKWARD = PHASES.index("forward"), PHASES.index("backward")
 
@@ -45,9 +46,10 @@ class Recomputation:
         The step the program runs (its nodes are found by name: ``traced.op_of_node``).
     which : collection of str
         The recomputed units (:func:`postplace.plans.unit_of`; ``""`` the root).
-    selective : bool
+    selective : bool or collection of str
         Keep the outputs torchtitan's selective op rule saves
-        (:func:`postplace.plans.recompute.selective_saves`) instead of making them again.
+        (:func:`postplace.plans.recompute.selective_saves`) instead of making them again: in every unit of
+        ``which`` (True), in none (False), or in these units only (the others recomputed whole).
 
     Raises
     ------
@@ -55,7 +57,7 @@ class Recomputation:
         A unit the step does not have.
     """
 
-    def __init__(self, traced, which: Iterable[str], *, selective: bool = False):
+    def __init__(self, traced, which: Iterable[str], *, selective: bool | Iterable[str] = False):
         from postplace.plans import unit_of
         from postplace.plans._step import units
         from postplace.plans.recompute import selective_saves
@@ -69,7 +71,8 @@ class Recomputation:
                 f"recompute names unit '{bad[0] or 'root'}', which the step does not have (its units: "
                 f"{', '.join(u or 'root' for u in sorted(known, key=lambda u: (u != '', u))[:6])}, ...)"
             )
-        self.saved = frozenset(selective_saves(graph, self.which)) if selective else frozenset()
+        by_rule = self.which if selective is True else set(selective or ()) & self.which
+        self.saved = frozenset(selective_saves(graph, by_rule)) if by_rule else frozenset()
         self.made = 0  # how many ops run again
         self._op_of = traced.op_of_node
         self._phase = graph.phase.tolist()
@@ -130,15 +133,21 @@ class Recomputation:
 
 def recomputed_units(spec, traced) -> tuple[str, ...]:
     """The units a recomputing plan (a :class:`postplace.plans.PlanSpec`) runs again: those it names
-    (``recompute=U/U``), else every numbered unit (``+recompute``)."""
+    (``recompute=U/U`` and ``selective=U/U``), else every numbered unit (``+recompute``)."""
     if spec.recompute_units is not None:
-        return tuple(spec.recompute_units)
+        return tuple(spec.recompute_units) + tuple(spec.selective_units or ())
     from postplace.plans._step import numbered_units
 
     return tuple(numbered_units(traced.graph))
 
 
-def recompute_program(gm: torch.fx.GraphModule, traced, which, *, selective: bool = False) -> int:
+def selective_of(spec) -> bool | frozenset[str]:
+    """The ``selective`` argument of :class:`Recomputation` for a plan: True with ``+selective``, its
+    ``selective=U/U`` units in a mix of rules, else False."""
+    return True if spec.selective else frozenset(spec.selective_units or ()) or False
+
+
+def recompute_program(gm: torch.fx.GraphModule, traced, which, *, selective: bool | Iterable[str] = False) -> int:
     """Rewrite ``gm`` (a replica's program of ``traced`` whose nodes keep the traced names: ``ddp``, ``zero1``,
     ``zero2``) so the backward of each unit in ``which`` reads recomputed forward values (``selective``:
     :class:`Recomputation`); returns how many ops it runs again."""

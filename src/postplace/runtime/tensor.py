@@ -977,7 +977,7 @@ def tensor_plan(
     tp: int | None = None,
     bucket_bytes: float = 25e6,
     recompute=(),
-    selective: bool = False,
+    selective: bool | frozenset[str] = False,
     level: str = "ddp",
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
