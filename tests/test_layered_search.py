@@ -202,6 +202,20 @@ def test_place_layered_bad_input_is_one_line(argv, match, capsys):
     assert match in cli_error(["place", *argv], capsys)
 
 
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["llama", "--size", "small", "--layered", "--strategies", "post,bogus"], "unknown strategy 'bogus'"),
+        (["llama", "--size", "small", "--layered", "--expert-split", "x.json"], "--layered with --expert-split"),
+        (["llama", "--size", "small", "--layered", "--seeds", "0"], "seeds=0"),
+    ],
+)
+def test_compare_layered_bad_input_is_one_line(argv, match, capsys):
+    from tests.clihelp import cli_error
+
+    assert match in cli_error(["compare", *argv, "--cluster", "dgx8"], capsys)
+
+
 def test_a_block_recomputed_by_the_selective_rule_beats_both_uniform_rules():
     """Four blocks of 20 GiB activations do not fit one GPU (73.6 GiB); one recomputed whole (1 GiB kept, its
     forward again) fits, one by the selective rule (6 GiB kept, 40% of its forward again) fits for less. The
@@ -274,3 +288,16 @@ def test_what_the_review_found_stays_fixed():
     interleaved = replace(spec, schedule="interleaved-1")
     space = layered_space(estimate_plan(full, cluster, interleaved, devices), interleaved, plain, full, devices)
     assert len(space.base_edges) == 0 and space.space.num_units == 6
+
+
+def test_compare_layered_cli_gives_each_strategy_the_same_spaces():
+    from tests.clihelp import run_cli
+
+    args = ["llama", "--size", "small", "--batch", "16", "--cluster", "dgx8", "--layered", "--budget", "24"]
+    done = run_cli("compare", *args, "--seeds", "2", "--strategies", "post,random", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [r["strategy"] for r in out["rows"]] == ["post", "random"]
+    for r in out["rows"]:  # every run starts at best-3d: no strategy's own best is slower
+        assert len(r["step_time_s"]) == 2 and r["median_s"] <= out["best_3d"]["step_time_s"]
+    assert out["evaluator"].startswith("layered estimate")

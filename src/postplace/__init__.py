@@ -6,7 +6,8 @@ The library is the product; the ``postplace`` command is a thin shell over it:
   and the memory-aware one-shot placers (a :class:`PlaceResult`); :func:`resume` continues a run folder;
 * :func:`compare` runs every baseline and strategy side by side (a :class:`CompareResult`);
 * :func:`place_layered` answers for a zoo transformer at a size the op level cannot hold (LLaMA-70B on 64
-  GPUs), the practitioner's grid and a strategy over its per-block choices priced by the layered estimate;
+  GPUs), the practitioner's grid and a strategy over its per-block choices priced by the layered estimate
+  (:func:`compare_layered`: each strategy's own best there);
 * :func:`apply` gives a placed training step for the user's own module;
 * :class:`Step` (a module's batch, loss and labels, the optimizer, the precision) and :class:`Measure`
   (the torch evaluator, ``confirm``, Ray) group the arguments of ``place`` that travel together.
@@ -19,6 +20,7 @@ from postplace.errors import PostplaceError
 
 __all__ = [
     "CompareResult",
+    "LayeredComparison",
     "LayeredPlaceResult",
     "Measure",
     "PlaceResult",
@@ -26,6 +28,7 @@ __all__ = [
     "Step",
     "apply",
     "compare",
+    "compare_layered",
     "load_target",
     "place",
     "place_layered",
@@ -34,12 +37,14 @@ __all__ = [
 
 _API = {
     "CompareResult",
+    "LayeredComparison",
     "LayeredPlaceResult",
     "Measure",
     "PlaceResult",
     "Step",
     "apply",
     "compare",
+    "compare_layered",
     "load_target",
     "place",
     "place_layered",

@@ -544,6 +544,7 @@ def profile(
 
 @app.command()
 def compare(
+    ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="Graph file or zoo model name.")],
     cluster: ClusterOpt = "k80x4",
     strategies: Annotated[
@@ -573,9 +574,20 @@ def compare(
     optimizer: OptimizerOpt = "sgd",
     lr: LrOpt = None,
     precision: PrecisionOpt = "fp32",
+    layered: Annotated[
+        bool,
+        typer.Option(
+            "--layered",
+            help="A zoo transformer at scale: each strategy's own best over the per-block choices of place --layered, priced by the layered estimate (default strategies post, post-start, local, random).",
+        ),
+    ] = False,
 ) -> None:
     """Every baseline and strategy on one graph, through the same simulator; resumable."""
     import postplace.api as api
+
+    if layered:
+        _compare_layered(ctx, target, cluster, strategies, budget, seeds, out, size, batch, as_json)
+        return
 
     def progress(name: str) -> None:
         if not as_json:
@@ -1186,6 +1198,56 @@ def place(
     _print_place_table(result.summary, result.cluster, drawn=result.report is not None)
     if "confirm" in result.summary:
         console.print(_confirm_table(result.summary["confirm"]), highlight=False)
+
+
+def _compare_layered(ctx, target, cluster, strategies, budget, seeds, out, size, batch, as_json):
+    """``compare --layered``: :func:`postplace.compare_layered`, a row per strategy (or one JSON object)."""
+    import postplace.api as api
+
+    for param, flag in (("expert_split", "--expert-split"), ("no_report", "--no-report")):
+        if _given(ctx, param):
+            raise PostplaceError(
+                f"--layered with {flag}: the layered comparison has no placers and no report; drop {flag}"
+            )
+    names = ("post", "post-start", "local", "random") if strategies == "all" else tuple(strategies.split(","))
+    count = _microbatches(ctx.params["microbatches"]) if _given(ctx, "microbatches") else None
+    if count == "auto":
+        raise PostplaceError("compare --layered --microbatches auto: give a count, or none for 1 and 2 sequences")
+    result = api.compare_layered(
+        target,
+        cluster,
+        strategies=names,
+        size=_with_batch(size, batch),
+        optimizer=ctx.params["optimizer"],
+        lr=ctx.params["lr"],
+        precision=ctx.params["precision"],
+        samples=budget,
+        seeds=seeds,
+        microbatches=count,
+        out=out,
+        progress=None if as_json else (lambda line: console.print(f"  {line}", highlight=False)),
+    )
+    if as_json:
+        print(json.dumps(result.summary))
+        return
+    base = result.best_3d
+    t = Table(
+        title=f"{result.target} on {result.cluster} ({result.gpus} GPUs): {result.samples} plans x {result.seeds} "
+        "seeds per strategy, from best-3d (layered estimate, simulated prices)"
+    )
+    for col in ("strategy", "own best (median)", "/best-3d", "new bests", "plan (best seed)", "wall s"):
+        t.add_column(col)
+    t.add_row("best-3d", "-" if base.step_time_s is None else _ms(base.step_time_s), "1.0000", "", base.plan or "-", "")
+    for r in result.rows:
+        t.add_row(
+            r["strategy"],
+            "-" if r["median_s"] is None else _ms(r["median_s"]),
+            "-" if r["over_best_3d"] is None else f"{r['over_best_3d']:.4f}",
+            ", ".join(f"{k} {v}" for k, v in r["new_bests"].items()) or "none",
+            r["plan"] or "-",
+            f"{r['wall_s']:.1f}",
+        )
+    console.print(t)
 
 
 _NOT_LAYERED = {

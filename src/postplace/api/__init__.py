@@ -21,7 +21,7 @@ parses, calls and prints), one file per decision:
 
 from postplace.api.candidates import CANDIDATE_PLACERS
 from postplace.api.front import apply, compare, place, resume
-from postplace.api.layered import LayeredPlaceResult, place_layered
+from postplace.api.layered import LayeredComparison, LayeredPlaceResult, compare_layered, place_layered
 from postplace.api.options import Measure, Step
 from postplace.api.result import CompareResult, PlaceResult
 from postplace.api.target import load_target
@@ -29,12 +29,14 @@ from postplace.api.target import load_target
 __all__ = [
     "CANDIDATE_PLACERS",
     "CompareResult",
+    "LayeredComparison",
     "LayeredPlaceResult",
     "Measure",
     "PlaceResult",
     "Step",
     "apply",
     "compare",
+    "compare_layered",
     "load_target",
     "place",
     "place_layered",

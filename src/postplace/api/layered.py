@@ -17,9 +17,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from postplace.errors import PostplaceError
 
-__all__ = ["LayeredCandidate", "LayeredPlaceResult", "place_layered"]
+__all__ = ["LayeredCandidate", "LayeredComparison", "LayeredPlaceResult", "compare_layered", "place_layered"]
 
 EVALUATOR = "layered estimate (units measured on a few blocks, repeated; one replica's pipeline)"
 
@@ -156,14 +158,6 @@ def place_layered(
     >>> r.returned in [c.name for c in r.candidates], r.step_time_s <= r.candidates[1].step_time_s
     (True, True)
     """
-    from postplace import zoo
-    from postplace.api.target import load_cluster
-    from postplace.placers.layered import measure_units, repeat_blocks
-    from postplace.placers.layered_grid import layered_grid
-    from postplace.placers.layered_search import layered_space, search_plan
-    from postplace.placers.practitioner import plan_devices, plan_words
-    from postplace.plans import PlanSpec, parse_plan
-    from postplace.plans._step import numbered_units
     from postplace.search import STRATEGIES, make_strategy
 
     say = progress or (lambda line: None)
@@ -173,12 +167,91 @@ def place_layered(
         raise PostplaceError(f"seed {seed!r}: give an integer >= 0")
     if strategy not in STRATEGIES:
         make_strategy(strategy, None)  # an unknown name is one line, before anything is traced
+    t0 = time.perf_counter()
+    grid = _grid_and_spaces(
+        target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, samples, say
+    )
+    t = time.perf_counter()
+    searches, best_search = _search(grid, strategy, seed, say)
+    grid.timing["search_s"] = time.perf_counter() - t
+    candidates = [grid.row("search", best_search), *grid.candidates]
+    grid.timing["wall_s"] = time.perf_counter() - t0
+    ranked = [x for x in candidates if x.fits]
+    # a tie goes to the plan the user would have launched anyway
+    answer = min(ranked, key=lambda x: (x.step_time_s, x.name == "search")) if ranked else None
+    seq = int(grid.config.get("seq", 0)) or None
+    gpus = len(grid.gpus)
+    result = LayeredPlaceResult(
+        target=f"{target} {size}",
+        cluster=grid.cluster.name,
+        gpus=gpus,
+        batch=grid.batch,
+        plan=answer.plan if answer else None,
+        words=answer.words if answer else f"no plan fits {gpus} GPUs of {grid.cluster.name}",
+        returned=answer.name if answer else None,
+        step_time_s=answer.step_time_s if answer else None,
+        peak_bytes=answer.peak_bytes if answer else None,
+        tokens_per_s_per_gpu=(grid.batch * seq / answer.step_time_s / gpus) if answer and seq else None,
+        candidates=candidates,
+        searches=searches,
+        notes=grid.notes,
+        timing=grid.timing,
+    )
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "layered.json").write_text(json.dumps(result.summary, indent=1))
+    return result
+
+
+@dataclass
+class _Grid:
+    """The grids' plans over the micro-batch counts, the candidates they make, and the spaces to search with
+    each one's share of the plans."""
+
+    cluster: object
+    gpus: list[int]
+    config: dict
+    batch: int
+    fits: list
+    notes: list[str]
+    candidates: list[LayeredCandidate]
+    spaces: list  # (base result, micro-batch count, LayeredSpace, plans)
+    timing: dict
+
+    def row(self, name: str, found) -> LayeredCandidate:
+        """A candidate row from ``(LayeredResult, micro-batch count)`` (None: nothing of the row fits)."""
+        from postplace.placers.practitioner import plan_words
+        from postplace.plans import parse_plan
+
+        if found is None:
+            return LayeredCandidate(name, None, "none fits, recomputing or not", None, None, False)
+        r, m = found
+        k = parse_plan(r.plan).model_parallel
+        devices = self.gpus[: len(self.gpus) // k * k]
+        words = plan_words(r.plan, [self.cluster.device_names[d] for d in devices], m)
+        return LayeredCandidate(name, r.plan, words, r.step_time_s, r.peak_bytes, True)
+
+
+def _grid_and_spaces(
+    target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, samples, say
+) -> _Grid:
+    """The grid at each micro-batch count, its candidate rows, and a layered space around each of its ``bases``
+    fastest distinct shapes: half of ``samples`` for the fastest, the rest evenly over the others."""
+    from postplace import zoo
+    from postplace.api.target import load_cluster
+    from postplace.placers.layered import measure_units, repeat_blocks
+    from postplace.placers.layered_grid import layered_grid
+    from postplace.placers.layered_search import layered_space
+    from postplace.placers.practitioner import plan_devices
+    from postplace.plans import PlanSpec, parse_plan
+    from postplace.plans._step import numbered_units
+
     if not isinstance(bases, int) or isinstance(bases, bool) or bases < 1:
         raise PostplaceError(f"bases={bases!r}: give a positive number of the grid's shapes to search around")
     config, layers, batch = _blocks_of(target, size)
     c, _ = load_cluster(cluster, None)
     gpus = plan_devices(c, PlanSpec("ddp"), exclude)
-    names = [c.device_names[d] for d in gpus]
     if len(models := sorted({c.devices[d].model for d in gpus})) > 1:
         raise PostplaceError(
             f"place --layered: the GPUs of {c.name} are of several models ({', '.join(models)}) and the layered "
@@ -192,7 +265,6 @@ def place_layered(
         counts = [microbatches]
     else:
         counts = [batch] + [batch // 2] * (batch % 2 == 0 and batch // 2 >= len(gpus))
-    t0 = time.perf_counter()
     tried, notes, costs_by_m, timing = [], [], {}, {"trace_s": 0.0, "measure_s": 0.0, "grid_s": 0.0, "search_s": 0.0}
     for m in counts:
         t = time.perf_counter()
@@ -223,39 +295,22 @@ def place_layered(
         why = notes[-1].split(": ", 2)[-1] if notes else "the grid holds no plan"  # "m=8: PLAN: why" or "m=8: why"
         raise PostplaceError(f"place --layered: no plan could be priced on {c.name}: {why}")
     fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
-
-    def row(name, found):
-        if found is None:
-            return LayeredCandidate(name, None, "none fits, recomputing or not", None, None, False)
-        r, m = found
-        devices = gpus[: len(gpus) // parse_plan(r.plan).model_parallel * parse_plan(r.plan).model_parallel]
-        return LayeredCandidate(
-            name, r.plan, plan_words(r.plan, [c.device_names[d] for d in devices], m), r.step_time_s, r.peak_bytes, True
-        )
-
-    candidates = [row("best-3d", fits[0] if fits else None)]
+    out = _Grid(c, gpus, config, batch, fits, notes, [], [], timing)
+    out.candidates.append(out.row("best-3d", fits[0] if fits else None))
     for level in ("ddp", "zero1", "zero2", "fsdp"):  # each level's fastest plain plan, recomputing where it must
         mine = [x for x in fits if (s := parse_plan(x[0].plan)).level == level and not s.tensor and not s.pipeline]
-        candidates.append(row(parse_plan(mine[0][0].plan).name if mine else level, mine[0] if mine else None))
-
-    # the strategy around the grid's fastest distinct shapes
+        out.candidates.append(out.row(parse_plan(mine[0][0].plan).name if mine else level, mine[0] if mine else None))
     shapes, chosen = set(), []
     for r, m in fits:
         s = parse_plan(r.plan)
-        key = (s.level, s.tensor, s.pipeline, s.schedule, m)
-        if key not in shapes:
+        if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) not in shapes and len(chosen) < bases:
             shapes.add(key)
             chosen.append((r, m))
-        if len(chosen) == bases:
-            break
-    searches, best_search = [], None
-    t = time.perf_counter()
+    first = samples if len(chosen) == 1 else (samples + 1) // 2
+    rest = samples - first
     for k, (r, m) in enumerate(chosen):
-        # half the plans around the fastest shape, the rest evenly around the others
-        first = samples if len(chosen) == 1 else (samples + 1) // 2
-        rest = samples - first
         share = first if k == 0 else rest // (len(chosen) - 1) + (k - 1 < rest % (len(chosen) - 1))
-        if share == 0:  # a budget too small for this shape: not searched (the base is priced already)
+        if share == 0:  # a budget too small for this shape: not searched (its base is priced already)
             continue
         spec = parse_plan(r.plan)
         tp = spec.tensor or 1
@@ -263,65 +318,177 @@ def place_layered(
         tm = time.perf_counter()
         for key in ((tp, ""), (tp, "full"), (tp, "selective")):  # what the grid did not measure, for the search
             if key not in costs:
-                costs[key] = repeat_blocks(
-                    measure_units(
-                        graph,
-                        c,
-                        gpus,
-                        tensor=tp,
-                        recompute=bool(key[1]),
-                        selective=key[1] == "selective",
-                        cost_model=cost_model,
-                    ),
-                    layers,
+                one = measure_units(
+                    graph,
+                    c,
+                    gpus,
+                    tensor=tp,
+                    recompute=bool(key[1]),
+                    selective=key[1] == "selective",
+                    cost_model=cost_model,
                 )
+                costs[key] = repeat_blocks(one, layers)
         timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
         space = layered_space(r, spec, costs[tp, ""], costs[tp, "full"], devices, selective=costs[tp, "selective"])
+        out.spaces.append((r, m, space, share))
+    return out
+
+
+def _search(grid: _Grid, strategy: str, seed: int, say):
+    """``strategy`` over each of the grid's spaces: the searches' records, and the best plan that fits with its
+    micro-batch count (None: none)."""
+    from postplace.placers.layered_search import search_plan
+
+    searches, best = [], None
+    for k, (r, m, space, share) in enumerate(grid.spaces):
         say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
-        found = search_plan(space, c, strategy=strategy, samples=share, seed=seed + k)
-        record = {
-            "strategy": found.strategy,
-            "base": r.plan,
-            "base_step_time_s": r.step_time_s,
-            "microbatches": m,
-            "decisions": space.space.num_units,
-            "best": None if found.best is None else str(found.best),
-            "best_step_time_s": None if found.result is None else found.result.step_time_s,
-            "samples": found.search.samples,
-            "new_bests": _new_bests(found.search.origins, found.search.step_times),
-            "wall_s": found.search.wall_time_s,
-        }
-        searches.append(record)
-        if found.result is not None and (best_search is None or found.result.step_time_s < best_search[0].step_time_s):
-            best_search = (replace(found.result, plan=str(found.best)), m)
-    timing["search_s"] = time.perf_counter() - t
-    candidates.insert(0, row("search", best_search))
-    timing["wall_s"] = time.perf_counter() - t0
-    ranked = [x for x in candidates if x.fits]
-    # a tie goes to the plan the user would have launched anyway
-    answer = min(ranked, key=lambda x: (x.step_time_s, x.name == "search")) if ranked else None
-    seq = int(config.get("seq", 0)) or None
-    result = LayeredPlaceResult(
-        target=f"{target} {size}",
-        cluster=c.name,
-        gpus=len(gpus),
-        batch=batch,
-        plan=answer.plan if answer else None,
-        words=answer.words if answer else f"no plan fits {len(names)} GPUs of {c.name}",
-        returned=answer.name if answer else None,
-        step_time_s=answer.step_time_s if answer else None,
-        peak_bytes=answer.peak_bytes if answer else None,
-        tokens_per_s_per_gpu=(batch * seq / answer.step_time_s / len(gpus)) if answer and seq else None,
-        candidates=candidates,
-        searches=searches,
-        notes=notes,
-        timing=timing,
+        found = search_plan(space, grid.cluster, strategy=strategy, samples=share, seed=seed + k)
+        searches.append(
+            {
+                "strategy": found.strategy,
+                "base": r.plan,
+                "base_step_time_s": r.step_time_s,
+                "microbatches": m,
+                "decisions": space.space.num_units,
+                "best": None if found.best is None else str(found.best),
+                "best_step_time_s": None if found.result is None else found.result.step_time_s,
+                "samples": found.search.samples,
+                "new_bests": _new_bests(found.search.origins, found.search.step_times),
+                "wall_s": found.search.wall_time_s,
+            }
+        )
+        if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
+            best = (replace(found.result, plan=str(found.best)), m)
+    return searches, best
+
+
+@dataclass
+class LayeredComparison:
+    """What :func:`compare_layered` returns: each strategy's own best beside ``best-3d``, the same spaces for all.
+
+    Parameters
+    ----------
+    target, cluster : str
+        The model (``llama 70b@256``) and the cluster's name.
+    gpus, samples, seeds : int
+        The GPUs, the plans each strategy prices per seed, the seeds.
+    best_3d : LayeredCandidate
+        The grid's best (the start of every search).
+    rows : list of dict
+        Per strategy: ``strategy``; ``step_time_s`` (its own best per seed; None where nothing fit); ``median_s``
+        and ``over_best_3d`` (the median over seeds, and that over best-3d's); ``plan`` (the best seed's);
+        ``new_bests`` (by origin, summed over seeds and spaces); ``wall_s``.
+    timing : dict
+        Seconds tracing, measuring, pricing the grid, and in all (``wall_s``).
+    """
+
+    target: str
+    cluster: str
+    gpus: int
+    samples: int
+    seeds: int
+    best_3d: LayeredCandidate
+    rows: list[dict]
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict:
+        out = asdict(self)
+        out["evaluator"] = EVALUATOR
+        return out
+
+
+def compare_layered(
+    target: str,
+    cluster,
+    *,
+    strategies=("post", "post-start", "local", "random"),
+    size: str = "full",
+    optimizer="sgd",
+    lr: float | None = None,
+    precision: str = "fp32",
+    samples: int = 2400,
+    seeds: int = 1,
+    microbatches: int | None = None,
+    bases: int = 3,
+    exclude=(),
+    cost_model=None,
+    out: str | Path | None = None,
+    progress=None,
+) -> LayeredComparison:
+    """Each strategy's own best over the per-block choices :func:`place_layered` searches, on the same spaces.
+
+    The grid and its spaces are built once; each strategy then runs ``seeds`` times with ``samples`` plans
+    per seed, shared out over the spaces as :func:`place_layered` shares them, every run from the grid's plan.
+
+    Parameters
+    ----------
+    target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, progress
+        As :func:`place_layered` takes them.
+    strategies : sequence of str
+        The strategies compared (default Post, its start without learning, local moves alone, random search).
+    samples, seeds : int
+        Plans per strategy and seed; seeds per strategy (0, 1, ...).
+    out : path, optional
+        A folder to write ``compare_layered.json`` (the summary) into.
+
+    Returns
+    -------
+    LayeredComparison
+
+    Examples
+    --------
+    >>> c = compare_layered("llama", "dgx8", size="small@16", strategies=("post", "local"), samples=12, bases=1)
+    >>> [r["strategy"] for r in c.rows], all(r["over_best_3d"] <= 1 for r in c.rows)
+    (['post', 'local'], True)
+    """
+    from postplace.search import STRATEGIES, make_strategy
+
+    say = progress or (lambda line: None)
+    names = [strategies] if isinstance(strategies, str) else list(strategies)
+    for name in names:
+        if name not in STRATEGIES:
+            make_strategy(name, None)  # one line for an unknown name, before anything is traced
+    for what, value in (("samples", samples), ("seeds", seeds)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PostplaceError(f"{what}={value!r}: give a positive integer")
+    t0 = time.perf_counter()
+    grid = _grid_and_spaces(
+        target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, samples, say
+    )
+    rows = []
+    for name in names:
+        t, times, plans, bests = time.perf_counter(), [], [], {}
+        for seed in range(seeds):
+            searches, best = _search(grid, name, seed, say)
+            times.append(None if best is None else best[0].step_time_s)
+            plans.append(None if best is None else best[0].plan)
+            for record in searches:
+                for origin, n in record["new_bests"].items():
+                    bests[origin] = bests.get(origin, 0) + n
+        found = [x for x in times if x is not None]
+        median = float(np.median(found)) if found else None
+        base = grid.candidates[0].step_time_s
+        rows.append(
+            {
+                "strategy": name,
+                "step_time_s": times,
+                "median_s": median,
+                "over_best_3d": median / base if median is not None and base else None,
+                "plan": plans[int(np.argmin([x if x is not None else np.inf for x in times]))] if found else None,
+                "new_bests": bests,
+                "wall_s": time.perf_counter() - t,
+            }
+        )
+    grid.timing["wall_s"] = time.perf_counter() - t0
+    result = LayeredComparison(
+        f"{target} {size}", grid.cluster.name, len(grid.gpus), samples, seeds, grid.candidates[0], rows, grid.timing
     )
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "layered.json").write_text(json.dumps(result.summary, indent=1))
+        (folder / "compare_layered.json").write_text(json.dumps(result.summary, indent=1))
     return result
 
 
