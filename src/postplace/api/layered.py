@@ -21,7 +21,15 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 
-__all__ = ["LayeredCandidate", "LayeredComparison", "LayeredPlaceResult", "compare_layered", "place_layered"]
+__all__ = [
+    "LayeredCandidate",
+    "LayeredComparison",
+    "LayeredPlaceResult",
+    "compare_layered",
+    "place_layered",
+    "traced_pair",
+    "zoo_blocks",
+]
 
 EVALUATOR = "layered estimate (units measured on a few blocks, repeated; one replica's pipeline)"
 
@@ -88,21 +96,38 @@ class LayeredPlaceResult:
         return out
 
 
-def _blocks_of(target: str, size: str) -> tuple[dict, int, int]:
+def zoo_blocks(target: str, size: str) -> tuple[dict, int, int]:
     """The zoo config of ``target`` at ``size``, its block count and batch; one error line where the layered
-    estimate cannot take it."""
+    estimate cannot take it (not a zoo model, no blocks)."""
     from postplace import zoo
 
     if not isinstance(target, str) or target not in zoo.MODELS:
         raise PostplaceError(
             f"the layered estimate traces a zoo transformer again at its own depth; '{target}' is not one "
-            f"(zoo models: {', '.join(zoo.MODELS)})"
+            f"(zoo models: {', '.join(zoo.MODELS)}); time it op by op"
         )
     config = zoo.spec(target).config(size)
     layers = config.get("layers")
     if not layers:
         raise PostplaceError(f"the layered estimate needs a model made of blocks; '{target}' has no 'layers'")
     return config, int(layers), int(config["batch"])
+
+
+def traced_pair(target: str, size: str, batch: int, m: int, optimizer, lr, precision: str, blocks: int):
+    """The step of ``target`` traced as two micro-batches of a plan's size (``batch / m`` sequences) with
+    ``blocks`` blocks, on the meta device: what the layered estimate measures."""
+    from postplace import zoo
+
+    return zoo.trace_model(
+        target,
+        f"{zoo.base_size(size)}@{2 * (batch // m)}",
+        optimizer,
+        lr=lr,
+        precision=precision,
+        microbatches=2,
+        init=False,
+        layers=blocks,
+    ).graph
 
 
 def place_layered(
@@ -238,7 +263,6 @@ def _grid_and_spaces(
 ) -> _Grid:
     """The grid at each micro-batch count, its candidate rows, and a layered space around each of its ``bases``
     fastest distinct shapes: half of ``samples`` for the fastest, the rest evenly over the others."""
-    from postplace import zoo
     from postplace.api.target import load_cluster
     from postplace.placers.layered import measure_units, repeat_blocks
     from postplace.placers.layered_grid import layered_grid
@@ -249,7 +273,7 @@ def _grid_and_spaces(
 
     if not isinstance(bases, int) or isinstance(bases, bool) or bases < 1:
         raise PostplaceError(f"bases={bases!r}: give a positive number of the grid's shapes to search around")
-    config, layers, batch = _blocks_of(target, size)
+    config, layers, batch = zoo_blocks(target, size)
     c, _ = load_cluster(cluster, None)
     gpus = plan_devices(c, PlanSpec("ddp"), exclude)
     if len(models := sorted({c.devices[d].model for d in gpus})) > 1:
@@ -268,16 +292,7 @@ def _grid_and_spaces(
     tried, notes, costs_by_m, timing = [], [], {}, {"trace_s": 0.0, "measure_s": 0.0, "grid_s": 0.0, "search_s": 0.0}
     for m in counts:
         t = time.perf_counter()
-        graph = zoo.trace_model(
-            target,
-            f"{zoo.base_size(size)}@{2 * (batch // m)}",
-            optimizer,
-            lr=lr,
-            precision=precision,
-            microbatches=2,
-            init=False,
-            layers=min(3, layers),
-        ).graph
+        graph = traced_pair(target, size, batch, m, optimizer, lr, precision, min(3, layers))
         timing["trace_s"] += time.perf_counter() - t
         if len(kinds := sorted({b.rpartition(".")[0] for b in numbered_units(graph)})) > 1:
             raise PostplaceError(

@@ -120,21 +120,13 @@ def estimate_plan_layered(
     tuple
         ``(LayeredResult, cluster, devices)``: the estimate, the cluster, the plan's GPUs in rank order.
     """
-    from postplace import zoo
+    from postplace.api.layered import traced_pair, zoo_blocks
     from postplace.api.target import load_cluster
     from postplace.placers.layered import estimate_plan, measure_units, plan_costs, repeat_blocks
     from postplace.plans import PlanSpec, parse_plan
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
-    if not isinstance(target, str) or target not in zoo.MODELS:
-        raise PostplaceError(
-            f"the layered estimate traces a zoo transformer again at its own depth; '{target}' is not one "
-            f"(zoo models: {', '.join(zoo.MODELS)}); time it with simulate_plan"
-        )
-    config = zoo.spec(target).config(size)
-    layers, batch = config.get("layers"), int(config["batch"])
-    if not layers:
-        raise PostplaceError(f"the layered estimate needs a model made of blocks; '{target}' has no 'layers'")
+    _, layers, batch = zoo_blocks(target, size)
     c, _ = load_cluster(cluster, None)
     devices = plan_devices(c, spec, exclude)
     k = spec.replicas_over(len(devices))
@@ -144,16 +136,7 @@ def estimate_plan_layered(
             f"plan '{spec}': m={m} must be a multiple of its {k} replicas and divide the batch of {batch}; "
             f"give m=j*{k} dividing {batch}"
         )
-    graph = zoo.trace_model(
-        target,
-        f"{zoo.base_size(size)}@{2 * (batch // m)}",
-        optimizer,
-        lr=lr,
-        precision=precision,
-        microbatches=2,
-        init=False,
-        layers=min(blocks, layers),
-    ).graph
+    graph = traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
 
     def measured(recompute: bool, selective: bool = False):
         one = measure_units(
