@@ -1162,6 +1162,7 @@ def place(
                 console.print(
                     f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}", highlight=False
                 )
+                _suggest_layered(target, cluster, size)
             result = api.place(
                 target,
                 cluster,
@@ -1248,6 +1249,28 @@ def _compare_layered(ctx, target, cluster, strategies, budget, seeds, out, size,
             f"{r['wall_s']:.1f}",
         )
     console.print(t)
+
+
+def _suggest_layered(target, cluster, size) -> None:
+    """A line pointing at ``--layered`` when the op-level step of a zoo transformer will be large (many blocks
+    or many GPUs): the op level traces, rewrites and simulates every op of every micro-batch, for minutes."""
+    from postplace import zoo
+    from postplace.api.target import load_cluster as load_any_cluster
+
+    if target not in zoo.MODELS:
+        return
+    try:
+        layers = zoo.spec(target).config(size).get("layers")
+        layers = layers if isinstance(layers, int) else 0
+        gpus = sum(d.kind == "gpu" for d in load_any_cluster(cluster, None)[0].devices)
+    except PostplaceError:
+        return  # the place call says what is wrong with them
+    if layers >= 48 or gpus >= 32:
+        console.print(
+            f"note: {target} {size} on {gpus} GPUs is a large op-level step (minutes per micro-batch count); "
+            "place --layered answers at this size in seconds (the grid and Post's per-block search, estimated)",
+            highlight=False,
+        )
 
 
 _NOT_LAYERED = {
