@@ -66,9 +66,7 @@ def main() -> None:
         )
         grid_s = sum(v for k, v in c.timing.items() if k in ("trace_s", "measure_s", "grid_s"))
         wall = grid_s + post["wall_s"]
-        out.append(
-            dict(model=f"{model} {size}", cluster=cluster_name, best_3d=c.best_3d, rows=c.rows, mfu=mfu, wall_s=wall)
-        )
+        out.append(dict(model=f"{model} {size}", cluster_name=cluster_name, **c.summary, mfu=mfu, place_wall_s=wall))
         cells = "".join(f" {by[s]['over_best_3d'] or float('nan'):10.4f}" for s in STRATEGIES)
         bests = ", ".join(f"{k} {v}" for k, v in post["new_bests"].items()) or "none"
         print(

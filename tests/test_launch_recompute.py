@@ -270,10 +270,10 @@ def test_selective_trains_bit_for_bit_as_the_plain_plan(level):
 def test_recomputed_plans_launch_and_a_unit_the_step_lacks_is_one_line():
     for plan in ("fsdp+recompute:m=2", "fsdp+selective:m=2", "zero2+selective:m=2", "fsdp:m=2,recompute=blocks.1"):
         assert launchable(parse_plan(plan)), plan
-    with pytest.raises(PostplaceError, match="recompute names unit 'blocks.7', which the step does not have") as e:
+    with pytest.raises(PostplaceError, match="selective= names unit 'blocks.7', which the step does not have") as e:
         launch_plan(attn_step(), "fsdp:m=2,dp=2,recompute=blocks.7", K80X4)
     assert "\n" not in str(e.value)
-    with pytest.raises(PostplaceError, match="recompute names unit 'blocks.7'"):
+    with pytest.raises(PostplaceError, match="names unit 'blocks.7'"):
         launch_plan(attn_step(), "ddp:m=2,dp=2,recompute=blocks.1/blocks.7", K80X4)
 
 

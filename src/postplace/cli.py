@@ -568,7 +568,7 @@ def compare(
         str,
         typer.Option(
             "--microbatches",
-            help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting).",
+            help="Compare on a zoo model's step traced as M micro-batches (default 1, the paper's setting; with --layered: 1 and 2 sequences per micro-batch).",
         ),
     ] = "1",
     optimizer: OptimizerOpt = "sgd",
@@ -1205,11 +1205,12 @@ def _compare_layered(ctx, target, cluster, strategies, budget, seeds, out, size,
     """``compare --layered``: :func:`postplace.compare_layered`, a row per strategy (or one JSON object)."""
     import postplace.api as api
 
-    for param, flag in (("expert_split", "--expert-split"), ("no_report", "--no-report")):
-        if _given(ctx, param):
-            raise PostplaceError(
-                f"--layered with {flag}: the layered comparison has no placers and no report; drop {flag}"
-            )
+    if _given(ctx, "expert_split"):
+        raise PostplaceError(
+            "--layered with --expert-split: the layered comparison runs no placers; drop --expert-split"
+        )
+    if budget < 1:
+        raise PostplaceError(f"--budget {budget} with --layered: give a positive number of plans per strategy and seed")
     names = ("post", "post-start", "local", "random") if strategies == "all" else tuple(strategies.split(","))
     count = _microbatches(ctx.params["microbatches"]) if _given(ctx, "microbatches") else None
     if count == "auto":
@@ -1231,6 +1232,8 @@ def _compare_layered(ctx, target, cluster, strategies, budget, seeds, out, size,
     if as_json:
         print(json.dumps(result.summary))
         return
+    if out is not None:
+        console.print(f"wrote {Path(out) / 'compare_layered.json'}", highlight=False)
     base = result.best_3d
     t = Table(
         title=f"{result.target} on {result.cluster} ({result.gpus} GPUs): {result.samples} plans x {result.seeds} "

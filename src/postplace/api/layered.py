@@ -278,8 +278,8 @@ def _grid_and_spaces(
     gpus = plan_devices(c, PlanSpec("ddp"), exclude)
     if len(models := sorted({c.devices[d].model for d in gpus})) > 1:
         raise PostplaceError(
-            f"place --layered: the GPUs of {c.name} are of several models ({', '.join(models)}) and the layered "
-            "estimate measures one; --exclude one kind, or place without --layered"
+            f"--layered: the GPUs of {c.name} are of several models ({', '.join(models)}) and the layered "
+            "estimate measures one; --exclude one kind, or drop --layered"
         )
     if microbatches is not None:
         if not isinstance(microbatches, int) or microbatches < 1 or batch % microbatches:
@@ -296,8 +296,8 @@ def _grid_and_spaces(
         timing["trace_s"] += time.perf_counter() - t
         if len(kinds := sorted({b.rpartition(".")[0] for b in numbered_units(graph)})) > 1:
             raise PostplaceError(
-                f"place --layered: the layered estimate repeats one kind of block, and {target} has several "
-                f"({', '.join(kinds)}); place it without --layered"
+                f"--layered: the layered estimate repeats one kind of block, and {target} has several "
+                f"({', '.join(kinds)}); drop --layered"
             )
         say(f"grid at {m} micro-batches of {batch // m} sequence{'s' if batch // m > 1 else ''}")
         grid = layered_grid(graph, c, gpus, m, layers=layers, cost_model=cost_model)
@@ -308,7 +308,7 @@ def _grid_and_spaces(
         costs_by_m[m] = (graph, {(tp, "full" if rec else ""): u for (tp, rec), u in grid.costs.items()})
     if not tried:  # every plan refused: the reason, not "nothing fits"
         why = notes[-1].split(": ", 2)[-1] if notes else "the grid holds no plan"  # "m=8: PLAN: why" or "m=8: why"
-        raise PostplaceError(f"place --layered: no plan could be priced on {c.name}: {why}")
+        raise PostplaceError(f"--layered: no plan could be priced on {c.name}: {why}")
     fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
     out = _Grid(c, gpus, config, batch, fits, notes, [], [], timing)
     out.candidates.append(out.row("best-3d", fits[0] if fits else None))
@@ -472,7 +472,7 @@ def compare_layered(
     grid = _grid_and_spaces(
         target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, samples, say
     )
-    rows = []
+    rows, t_search = [], time.perf_counter()
     for name in names:
         t, times, plans, bests = time.perf_counter(), [], [], {}
         for seed in range(seeds):
@@ -496,6 +496,7 @@ def compare_layered(
                 "wall_s": time.perf_counter() - t,
             }
         )
+    grid.timing["search_s"] = time.perf_counter() - t_search
     grid.timing["wall_s"] = time.perf_counter() - t0
     result = LayeredComparison(
         f"{target} {size}", grid.cluster.name, len(grid.gpus), samples, seeds, grid.candidates[0], rows, grid.timing

@@ -91,6 +91,8 @@ class PlanSpec:
                 f"plan {self.level}: selective_units mixes with recompute_units (a tuple, the units recomputed "
                 "whole); for one rule over some units give selective=True and recompute_units"
             )
+        if both := sorted(set(self.selective_units or ()) & set(self.recompute_units or ())):
+            raise PostplaceError(f"plan {self.level}: unit '{both[0] or 'root'}' is in both recompute= and selective=")
 
     def replicas_over(self, gpus: int) -> int:
         """The data-parallel degree on ``gpus`` GPUs: one replica per ``pipeline`` stages of ``tensor`` GPUs.

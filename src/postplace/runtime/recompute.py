@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -68,10 +69,19 @@ class Recomputation:
         bad = sorted(self.which - known)
         if bad:
             raise PostplaceError(
-                f"recompute names unit '{bad[0] or 'root'}', which the step does not have (its units: "
+                f"recompute= or selective= names unit '{bad[0] or 'root'}', which the step does not have (its units: "
                 f"{', '.join(u or 'root' for u in sorted(known, key=lambda u: (u != '', u))[:6])}, ...)"
             )
-        by_rule = self.which if selective is True else set(selective or ()) & self.which
+        if isinstance(selective, bool | np.bool_):
+            by_rule = self.which if selective else set()
+        elif isinstance(selective, str) or not all(isinstance(u, str) for u in selective):
+            raise PostplaceError(f"selective={selective!r}: give True, False, or a collection of unit names")
+        elif extra := sorted(set(selective) - self.which):
+            raise PostplaceError(
+                f"selective names unit '{extra[0] or 'root'}', which is not among the recomputed units"
+            )
+        else:
+            by_rule = set(selective)
         self.saved = frozenset(selective_saves(graph, by_rule)) if by_rule else frozenset()
         self.made = 0  # how many ops run again
         self._op_of = traced.op_of_node
