@@ -1339,7 +1339,8 @@ def _place_layered(ctx, target, cluster, strategy, budget, seed, size, batch, ex
         gain = 1 - s["best_step_time_s"] / s["base_step_time_s"] if s["best_step_time_s"] else 0.0
         bests = ", ".join(f"{k} {v}" for k, v in s["new_bests"].items()) or "none"
         console.print(
-            f"{s['strategy']} around {s['base']}: {s['samples']} plans, {gain:.1%} below it (new bests: {bests})",
+            f"{s['strategy']} around {s['base']}{' again, from its best' if s['round'] == 2 else ''}: "
+            f"{s['samples']} plans, {gain:.1%} below it (new bests: {bests})",
             highlight=False,
         )
     console.print(f"plan: {result.words}", highlight=False)

@@ -162,8 +162,8 @@ def place_layered(
     strategy : str
         The strategy over the per-block choices (any of :func:`postplace.search.make_strategy`'s).
     samples : int
-        Plans it prices in all: half around the grid's fastest shape, the rest evenly around the next
-        ``bases - 1``.
+        Plans it prices in all, shared evenly around the grid's ``bases`` fastest shapes (the fastest by the
+        grid is not always the one with the most room: at 70B the second is).
     microbatches : int, optional
         The micro-batch count; None: one sequence per micro-batch, and two where the batch allows.
     exclude : sequence of str
@@ -262,7 +262,7 @@ def _grid_and_spaces(
     target, cluster, size, optimizer, lr, precision, microbatches, bases, exclude, cost_model, samples, say
 ) -> _Grid:
     """The grid at each micro-batch count, its candidate rows, and a layered space around each of its ``bases``
-    fastest distinct shapes: half of ``samples`` for the fastest, the rest evenly over the others."""
+    fastest distinct shapes, ``samples`` shared evenly over them."""
     from postplace.api.target import load_cluster
     from postplace.placers.layered import measure_units, repeat_blocks
     from postplace.placers.layered_grid import layered_grid
@@ -305,7 +305,7 @@ def _grid_and_spaces(
         timing["grid_s"] += grid.price_s
         tried += [(r, m) for r in grid.tried]
         notes += [f"m={m}: {n}" for n in grid.notes]
-        costs_by_m[m] = (graph, {(tp, "full" if rec else ""): u for (tp, rec), u in grid.costs.items()})
+        costs_by_m[m] = (graph, dict(grid.costs))
     if not tried:  # every plan refused: the reason, not "nothing fits"
         why = notes[-1].split(": ", 2)[-1] if notes else "the grid holds no plan"  # "m=8: PLAN: why" or "m=8: why"
         raise PostplaceError(f"--layered: no plan could be priced on {c.name}: {why}")
@@ -321,10 +321,8 @@ def _grid_and_spaces(
         if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) not in shapes and len(chosen) < bases:
             shapes.add(key)
             chosen.append((r, m))
-    first = samples if len(chosen) == 1 else (samples + 1) // 2
-    rest = samples - first
-    for k, (r, m) in enumerate(chosen):
-        share = first if k == 0 else rest // (len(chosen) - 1) + (k - 1 < rest % (len(chosen) - 1))
+    for k, (r, m) in enumerate(chosen):  # the plans shared evenly: the grid's order is no guide to the search's
+        share = samples // len(chosen) + (k < samples % len(chosen))
         if share == 0:  # a budget too small for this shape: not searched (its base is priced already)
             continue
         spec = parse_plan(r.plan)
@@ -351,31 +349,53 @@ def _grid_and_spaces(
 
 
 def _search(grid: _Grid, strategy: str, seed: int, say):
-    """``strategy`` over each of the grid's spaces: the searches' records, and the best plan that fits with its
-    micro-batch count (None: none)."""
+    """``strategy`` over the grid's spaces in two rounds, as successive halving spends a budget: half of each
+    space's plans around its base, then the rest of all of them around the space whose search did best,
+    from that search's best. The searches' records, and the best plan that fits with its micro-batch count
+    (None: none)."""
     from postplace.placers.layered_search import search_plan
 
-    searches, best = [], None
-    for k, (r, m, space, share) in enumerate(grid.spaces):
-        say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
-        found = search_plan(space, grid.cluster, strategy=strategy, samples=share, seed=seed + k)
-        searches.append(
-            {
-                "strategy": found.strategy,
-                "base": r.plan,
-                "base_step_time_s": r.step_time_s,
-                "microbatches": m,
-                "decisions": space.space.num_units,
-                "best": None if found.best is None else str(found.best),
-                "best_step_time_s": None if found.result is None else found.result.step_time_s,
-                "samples": found.search.samples,
-                "new_bests": _new_bests(found.search.origins, found.search.step_times),
-                "wall_s": found.search.wall_time_s,
-            }
-        )
-        if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
-            best = (replace(found.result, plan=str(found.best)), m)
+    searches, best, rounds = [], None, []
+    total = sum(share for *_, share in grid.spaces)
+    first = [(k, r, m, space, max(1, share // 2), None) for k, (r, m, space, share) in enumerate(grid.spaces)]
+    for stage, runs in enumerate((first, None)):
+        if runs is None:  # the second round: the rest around the space whose first search did best
+            done = sum(x[4] for x in first)
+            fits = [x for x in rounds if x[1].result is not None]
+            if total <= done or not fits:
+                break
+            k, found = min(fits, key=lambda x: x[1].result.step_time_s)
+            r, m, space, _ = grid.spaces[k]
+            runs = [(k, r, m, space, total - done, found.search.best_placement)]
+        for k, r, m, space, share, start in runs:
+            say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
+            found = search_plan(
+                space, grid.cluster, strategy=strategy, samples=share, seed=seed + k + 100 * stage, start=start
+            )
+            rounds.append((k, found))
+            _record(searches, found, r, m, space, stage + 1)
+            if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
+                best = (replace(found.result, plan=str(found.best)), m)
     return searches, best
+
+
+def _record(searches: list, found, r, m, space, round_: int) -> None:
+    """One search's record in ``searches``."""
+    searches.append(
+        {
+            "strategy": found.strategy,
+            "round": round_,
+            "base": r.plan,
+            "base_step_time_s": r.step_time_s,
+            "microbatches": m,
+            "decisions": space.space.num_units,
+            "best": None if found.best is None else str(found.best),
+            "best_step_time_s": None if found.result is None else found.result.step_time_s,
+            "samples": found.search.samples,
+            "new_bests": _new_bests(found.search.origins, found.search.step_times),
+            "wall_s": found.search.wall_time_s,
+        }
+    )
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The practitioner's grid priced by the layered estimate (:mod:`postplace.placers.layered`): every plan of
-:func:`postplace.placers.grid.grid_specs` and the plain ones at a size the op level cannot hold, recomputation
-where a plan does not fit without it, and then the fewest blocks per stage that fit (Megatron-LM's
-``--recompute-method block --recompute-num-layers k``)."""
+:func:`postplace.placers.grid.grid_specs` and the plain ones at a size the op level cannot hold; where a plan
+does not fit without recomputation, torchtitan's selective op checkpointing of every block and full
+recomputation, then the fewest blocks per stage that fit (Megatron-LM's ``--recompute-method block
+--recompute-num-layers k``)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class LayeredGrid:
     """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
     does), every plan ``tried`` with its result, the ``notes`` of what was pruned, the seconds spent
     measuring units and pricing plans, how many plans were priced (``tried`` and the halving's steps), and the
-    units measured, by (tensor degree, recomputation), each repeated to the model's depth."""
+    units measured, by (tensor degree, recompute rule: ``""``, ``"full"``, ``"selective"``), each repeated to the
+    model's depth."""
 
     best: LayeredResult | None
     tried: list[LayeredResult]
@@ -58,7 +60,7 @@ class LayeredGrid:
     measure_s: float
     price_s: float
     priced: int = 0
-    costs: dict[tuple[int, bool], UnitCosts] = field(default_factory=dict)
+    costs: dict[tuple[int, str], UnitCosts] = field(default_factory=dict)
 
 
 def layered_grid(
@@ -66,9 +68,11 @@ def layered_grid(
 ) -> LayeredGrid:
     """Every plan of the practitioner's grid (:func:`postplace.placers.grid.grid_specs`) and the plain ones
     (``ddp``, ``zero1``, ``zero2``, ``fsdp``) at ``microbatches`` on ``gpus``, priced by the layered
-    estimate; each first without recomputation, then with it where it does not fit (a practitioner turns it
-    on to fit). ``graph`` is the step traced as two micro-batches of the plan's size, ``layers`` the model's
-    block count when it was traced with fewer. ``progress(line)`` hears each plan."""
+    estimate; each first without recomputation, then, where it does not fit, with torchtitan's selective op
+    checkpointing of every block and with full recomputation (the fewest blocks per stage that fit, when
+    every block fits): a practitioner turns them on to fit, and keeps the faster. ``graph`` is the step
+    traced as two micro-batches of the plan's size, ``layers`` the model's block count when it was traced
+    with fewer. ``progress(line)`` hears each plan."""
     from postplace.placers.grid import grid_specs
     from postplace.plans import PlanSpec
     from postplace.plans._step import numbered_units
@@ -79,33 +83,42 @@ def layered_grid(
         notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
     else:
         plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
-    costs: dict[tuple[int, bool], UnitCosts] = {}
+    costs: dict[tuple[int, str], UnitCosts] = {}
     measure_s = price_s = 0.0
     priced = 0
     tried: list[LayeredResult] = []
 
-    def costs_at(tp: int, recompute: bool) -> UnitCosts:
+    def costs_at(tp: int, rule: str) -> UnitCosts:
         nonlocal measure_s
-        if (tp, recompute) not in costs:
+        if (tp, rule) not in costs:
             t0 = time.perf_counter()
-            measured = measure_units(graph, cluster, gpus, tensor=tp, recompute=recompute, cost_model=cost_model)
-            costs[tp, recompute] = repeat_blocks(measured, layers) if layers else measured
+            measured = measure_units(
+                graph,
+                cluster,
+                gpus,
+                tensor=tp,
+                recompute=bool(rule),
+                selective=rule == "selective",
+                cost_model=cost_model,
+            )
+            costs[tp, rule] = repeat_blocks(measured, layers) if layers else measured
             measure_s += time.perf_counter() - t0
-        return costs[tp, recompute]
+        return costs[tp, rule]
 
     for spec in plain + specs:
-        for attempt in (spec, replace(spec, recompute=True)):
+        attempts = (spec, replace(spec, recompute=True, selective=True), replace(spec, recompute=True))
+        for attempt, rule in zip(attempts, ("", "selective", "full"), strict=True):
             tp = attempt.tensor or 1
             t0, measured_before = time.perf_counter(), measure_s
             devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
             try:
-                r = estimate_plan(costs_at(tp, attempt.recompute), cluster, attempt, devices)
+                r = estimate_plan(costs_at(tp, rule), cluster, attempt, devices)
                 # recomputing every block fits and none does not: the fewest blocks per stage that fit
                 priced += 1
                 partial = None
-                if attempt.recompute and not r.oom and tried and tried[-1].plan == str(spec):
+                if rule == "full" and not r.oom:
                     partial, steps = fewest_recomputed(
-                        costs_at(tp, False), costs_at(tp, True), cluster, attempt, devices, r.stage_units
+                        costs_at(tp, ""), costs_at(tp, "full"), cluster, attempt, devices, r.stage_units
                     )
                     priced += steps
             except PostplaceError as exc:
@@ -119,7 +132,7 @@ def layered_grid(
                     progress(
                         f"{x.plan}: {x.step_time_s:.4g} s, {x.peak_bytes / 2**30:.1f} GiB{' OOM' if x.oom else ''}"
                     )
-            if not r.oom:
+            if not r.oom and not rule:  # fits as it is: nothing to recompute
                 break
     fits = [r for r in tried if not r.oom]
     best = min(fits, key=lambda r: r.step_time_s) if fits else None

@@ -40,6 +40,11 @@ from postplace.sim.simulate import EvalResult
 
 __all__ = ["LayeredEvaluator", "LayeredSpace", "PlanSearch", "layered_space", "search_plan", "tidied"]
 
+TIDY_SLACK = 1e-3
+"""How much slower (relative) the tidy form of a search's best may price and still be returned: a user writes
+``recompute=blocks.0-36`` and not ``recompute=blocks.0-9/blocks.11-14/...``, and the blocks' order moves the
+estimate by the overlap of a few transfers only."""
+
 _FAILURE_FACTOR = 1e3
 """A plan this many times slower than the base counts as failed: it keeps the space's failing score above
 every feasible one without a bound on what the estimate can return."""
@@ -217,26 +222,27 @@ def search_plan(
     seed: int = 0,
     config=None,
     progress: bool = False,
+    start=None,
 ) -> PlanSearch:
-    """``strategy`` over ``space`` for ``samples`` plans, the base told first (a warm start): a
-    :class:`PlanSearch`. Post and its family start anchored on the base (``init="speed"``, see the module
-    docstring) unless ``config`` says otherwise."""
+    """``strategy`` over ``space`` for ``samples`` plans, the base told first (a warm start; ``start``: this
+    row of decisions instead, such as an earlier search's best): a :class:`PlanSearch`. Post and its family
+    start anchored on the base (``init="speed"``, see the module docstring) unless ``config`` says otherwise."""
     from postplace.search import PostConfig
 
     if config is None and isinstance(getattr(make_strategy(strategy, space.space), "config", None), PostConfig):
         config = replace(make_strategy(strategy, space.space).config, init="speed")
     chosen = make_strategy(strategy, space.space, seed=seed, config=config)
     evaluator = LayeredEvaluator(space, cluster)
-    base = np.zeros(space.space.num_units, dtype=np.int64)
+    base = np.zeros(space.space.num_units, dtype=np.int64) if start is None else np.asarray(start, dtype=np.int64)
     found = run(chosen, evaluator, Budget(samples=samples), warm_start=base, progress=progress)
     if found.best_placement is None:
         return PlanSearch(None, None, found, chosen.name)
     best = space.decode(found.best_placement)
     result = evaluator.results[str(best)]
     tidy = tidied(space, best)
-    if tidy != best:  # the same rules in Megatron-LM's order, kept where it prices no worse
+    if tidy != best:  # the same rules in Megatron-LM's order, kept where it fits and prices within 0.1%
         again = estimate_plan(space.costs_of(tidy), cluster, tidy, list(space.devices))
-        if not again.oom and again.step_time_s <= result.step_time_s:
+        if not again.oom and again.step_time_s <= result.step_time_s * (1 + TIDY_SLACK):
             best, result = tidy, again
     return PlanSearch(best, result, found, chosen.name)
 
@@ -245,7 +251,8 @@ def tidied(space: LayeredSpace, spec):
     """``spec`` with each stage's recompute rules in Megatron-LM's order: whole first, then selective, then
     none, as ``--recompute-method block`` recomputes a stage's first blocks. Every block of a zoo
     transformer runs the same ops, so a search's scattered choice (``recompute=blocks.1-25/blocks.27-38``)
-    is nearly always worth the same as the tidy one (``recompute=blocks.0-36``), which a user can write."""
+    is nearly always worth the same as the tidy one (``recompute=blocks.0-36``), which a user can write
+    (:data:`TIDY_SLACK`)."""
     rules = spec.recompute_rules(space.blocks)
     n = len(space.blocks)
     if spec.stage_blocks is not None:
