@@ -35,21 +35,7 @@ __all__ = [
     "resume",
 ]
 
-_API = {
-    "CompareResult",
-    "LayeredComparison",
-    "LayeredPlaceResult",
-    "Measure",
-    "PlaceResult",
-    "Step",
-    "apply",
-    "compare",
-    "compare_layered",
-    "load_target",
-    "place",
-    "place_layered",
-    "resume",
-}
+_API = frozenset(__all__) - {"PostplaceError"}  # the names postplace.api gives, imported on first use
 
 
 def __getattr__(name):

@@ -222,10 +222,7 @@ def place_layered(
         notes=grid.notes,
         timing=grid.timing,
     )
-    if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "layered.json").write_text(json.dumps(result.summary, indent=1))
+    _write_summary(out, "layered.json", result.summary)
     return result
 
 
@@ -238,7 +235,6 @@ class _Grid:
     gpus: list[int]
     config: dict
     batch: int
-    fits: list
     notes: list[str]
     candidates: list[LayeredCandidate]
     spaces: list  # (base result, micro-batch count, LayeredSpace, plans)
@@ -264,7 +260,7 @@ def _grid_and_spaces(
     """The grid at each micro-batch count, its candidate rows, and a layered space around each of its ``bases``
     fastest distinct shapes, ``samples`` shared evenly over them."""
     from postplace.api.target import load_cluster
-    from postplace.placers.layered import measure_units, repeat_blocks
+    from postplace.placers.layered import measured_rule
     from postplace.placers.layered_grid import layered_grid
     from postplace.placers.layered_search import layered_space
     from postplace.placers.practitioner import plan_devices
@@ -310,7 +306,7 @@ def _grid_and_spaces(
         why = notes[-1].split(": ", 2)[-1] if notes else "the grid holds no plan"  # "m=8: PLAN: why" or "m=8: why"
         raise PostplaceError(f"--layered: no plan could be priced on {c.name}: {why}")
     fits = sorted((x for x in tried if not x[0].oom), key=lambda x: x[0].step_time_s)
-    out = _Grid(c, gpus, config, batch, fits, notes, [], [], timing)
+    out = _Grid(c, gpus, config, batch, notes, [], [], timing)
     out.candidates.append(out.row("best-3d", fits[0] if fits else None))
     for level in ("ddp", "zero1", "zero2", "fsdp"):  # each level's fastest plain plan, recomputing where it must
         mine = [x for x in fits if (s := parse_plan(x[0].plan)).level == level and not s.tensor and not s.pipeline]
@@ -329,18 +325,9 @@ def _grid_and_spaces(
         tp = spec.tensor or 1
         graph, costs = costs_by_m[m]
         tm = time.perf_counter()
-        for key in ((tp, ""), (tp, "full"), (tp, "selective")):  # what the grid did not measure, for the search
-            if key not in costs:
-                one = measure_units(
-                    graph,
-                    c,
-                    gpus,
-                    tensor=tp,
-                    recompute=bool(key[1]),
-                    selective=key[1] == "selective",
-                    cost_model=cost_model,
-                )
-                costs[key] = repeat_blocks(one, layers)
+        for rule in ("", "full", "selective"):  # what the grid did not measure, for the search
+            if (tp, rule) not in costs:
+                costs[tp, rule] = measured_rule(graph, c, gpus, rule, tensor=tp, layers=layers, cost_model=cost_model)
         timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
         space = layered_space(r, spec, costs[tp, ""], costs[tp, "full"], devices, selective=costs[tp, "selective"])
@@ -355,47 +342,45 @@ def _search(grid: _Grid, strategy: str, seed: int, say):
     (None: none)."""
     from postplace.placers.layered_search import search_plan
 
-    searches, best, rounds = [], None, []
-    total = sum(share for *_, share in grid.spaces)
-    first = [(k, r, m, space, max(1, share // 2), None) for k, (r, m, space, share) in enumerate(grid.spaces)]
-    for stage, runs in enumerate((first, None)):
-        if runs is None:  # the second round: the rest around the space whose first search did best
-            done = sum(x[4] for x in first)
-            fits = [x for x in rounds if x[1].result is not None]
-            if total <= done or not fits:
-                break
-            k, found = min(fits, key=lambda x: x[1].result.step_time_s)
-            r, m, space, _ = grid.spaces[k]
-            runs = [(k, r, m, space, total - done, found.search.best_placement)]
-        for k, r, m, space, share, start in runs:
-            say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({share} plans)")
-            found = search_plan(
-                space, grid.cluster, strategy=strategy, samples=share, seed=seed + k + 100 * stage, start=start
-            )
-            rounds.append((k, found))
-            _record(searches, found, r, m, space, stage + 1)
-            if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
-                best = (replace(found.result, plan=str(found.best)), m)
+    searches, best = [], None
+
+    def one(k: int, samples: int, start, round_: int):
+        nonlocal best
+        r, m, space, _ = grid.spaces[k]
+        say(f"{strategy} over {space.space.num_units} per-block choices around {r.plan} ({samples} plans)")
+        found = search_plan(
+            space, grid.cluster, strategy=strategy, samples=samples, seed=seed + k + 100 * (round_ - 1), start=start
+        )
+        searches.append(_record(found, r, m, space, round_))
+        if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
+            best = (replace(found.result, plan=str(found.best)), m)
+        return found
+
+    halves = [max(1, share // 2) for *_, share in grid.spaces]
+    first = [one(k, half, None, 1) for k, half in enumerate(halves)]
+    rest = sum(share for *_, share in grid.spaces) - sum(halves)
+    done = [(k, found) for k, found in enumerate(first) if found.result is not None]
+    if rest > 0 and done:  # the rest around the space whose first search did best, from its best
+        k, found = min(done, key=lambda x: x[1].result.step_time_s)
+        one(k, rest, found.search.best_placement, 2)
     return searches, best
 
 
-def _record(searches: list, found, r, m, space, round_: int) -> None:
-    """One search's record in ``searches``."""
-    searches.append(
-        {
-            "strategy": found.strategy,
-            "round": round_,
-            "base": r.plan,
-            "base_step_time_s": r.step_time_s,
-            "microbatches": m,
-            "decisions": space.space.num_units,
-            "best": None if found.best is None else str(found.best),
-            "best_step_time_s": None if found.result is None else found.result.step_time_s,
-            "samples": found.search.samples,
-            "new_bests": _new_bests(found.search.origins, found.search.step_times),
-            "wall_s": found.search.wall_time_s,
-        }
-    )
+def _record(found, r, m, space, round_: int) -> dict:
+    """One search's record."""
+    return {
+        "strategy": found.strategy,
+        "round": round_,
+        "base": r.plan,
+        "base_step_time_s": r.step_time_s,
+        "microbatches": m,
+        "decisions": space.space.num_units,
+        "best": None if found.best is None else str(found.best),
+        "best_step_time_s": None if found.result is None else found.result.step_time_s,
+        "samples": found.search.samples,
+        "new_bests": _new_bests(found.search.origins, found.search.step_times),
+        "wall_s": found.search.wall_time_s,
+    }
 
 
 @dataclass
@@ -521,19 +506,21 @@ def compare_layered(
     result = LayeredComparison(
         f"{target} {size}", grid.cluster.name, len(grid.gpus), samples, seeds, grid.candidates[0], rows, grid.timing
     )
-    if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compare_layered.json").write_text(json.dumps(result.summary, indent=1))
+    _write_summary(out, "compare_layered.json", result.summary)
     return result
 
 
+def _write_summary(out, name: str, summary: dict) -> None:
+    """``summary`` as ``out/name`` (JSON), when ``out`` is given."""
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(summary, indent=1))
+
+
 def _new_bests(origins: list[str], step_times: list[float]) -> dict[str, int]:
-    """How many samples of each origin beat every earlier one (the warm start, the base, counts none)."""
-    best, out = float("inf"), {}
-    for origin, t in zip(origins, step_times, strict=True):
-        if t < best:
-            if origin != "warm":
-                out[origin] = out.get(origin, 0) + 1
-            best = t
-    return out
+    """How many samples of each origin beat every earlier one (:func:`postplace.search.origins.origin_stats`:
+    the first feasible sample, the warm start here, counts none), the origins with any."""
+    from postplace.search.origins import origin_stats
+
+    return {k: n for k, n in origin_stats(origins, step_times, None)["new_bests"].items() if n}

@@ -122,7 +122,7 @@ def estimate_plan_layered(
     """
     from postplace.api.layered import traced_pair, zoo_blocks
     from postplace.api.target import load_cluster
-    from postplace.placers.layered import estimate_plan, measure_units, plan_costs, repeat_blocks
+    from postplace.placers.layered import estimate_plan, measured_rule, plan_costs
     from postplace.plans import PlanSpec, parse_plan
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
@@ -139,10 +139,8 @@ def estimate_plan_layered(
     graph = traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
 
     def measured(recompute: bool, selective: bool = False):
-        one = measure_units(
-            graph, c, devices, tensor=spec.tensor or 1, recompute=recompute, selective=selective, cost_model=cost_model
-        )
-        return repeat_blocks(one, layers)
+        rule = "selective" if selective else "full" if recompute else ""
+        return measured_rule(graph, c, devices, rule, tensor=spec.tensor or 1, layers=layers, cost_model=cost_model)
 
     costs = plan_costs(spec, measured)
     spec = spec if spec.microbatches else replace(spec, microbatches=m)

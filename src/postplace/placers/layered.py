@@ -61,6 +61,7 @@ __all__ = [
     "UnitCosts",
     "estimate_plan",
     "measure_units",
+    "measured_rule",
     "mix_recompute",
     "op_level_cut",
     "plan_costs",
@@ -720,6 +721,15 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, dp):
         reductions.append((rs, root_grads))
     for rs, nbytes in reductions[-(len(blocks) + 1) :]:
         st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
+
+
+def measured_rule(graph, cluster, gpus: list[int], rule: str, *, tensor: int = 1, layers=None, cost_model=None):
+    """:func:`measure_units` recomputing every block by ``rule`` (``""`` none, ``"full"``, ``"selective"``),
+    repeated to ``layers`` blocks when given (:func:`repeat_blocks`)."""
+    one = measure_units(
+        graph, cluster, gpus, tensor=tensor, recompute=bool(rule), selective=rule == "selective", cost_model=cost_model
+    )
+    return repeat_blocks(one, layers) if layers else one
 
 
 def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:

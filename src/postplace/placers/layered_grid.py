@@ -16,9 +16,8 @@ from postplace.placers.layered import (
     LayeredResult,
     UnitCosts,
     estimate_plan,
-    measure_units,
+    measured_rule,
     mix_recompute,
-    repeat_blocks,
 )
 
 __all__ = ["LayeredGrid", "fewest_recomputed", "layered_grid"]
@@ -92,16 +91,7 @@ def layered_grid(
         nonlocal measure_s
         if (tp, rule) not in costs:
             t0 = time.perf_counter()
-            measured = measure_units(
-                graph,
-                cluster,
-                gpus,
-                tensor=tp,
-                recompute=bool(rule),
-                selective=rule == "selective",
-                cost_model=cost_model,
-            )
-            costs[tp, rule] = repeat_blocks(measured, layers) if layers else measured
+            costs[tp, rule] = measured_rule(graph, cluster, gpus, rule, tensor=tp, layers=layers, cost_model=cost_model)
             measure_s += time.perf_counter() - t0
         return costs[tp, rule]
 

@@ -180,11 +180,9 @@ class LayeredEvaluator:
     def __init__(self, space: LayeredSpace, cluster):
         self.space, self.cluster = space, cluster
         self.results: dict[str, LayeredResult] = {}
-        tp, pp = space.base.tensor or 1, space.base.pipeline or 1
-        per_stage = len(space.devices) // pp
+        per_stage = len(space.devices) // (space.base.pipeline or 1)
         self._stage_of = np.arange(len(space.devices)) // per_stage
         self._where = np.asarray(space.devices, dtype=np.int64)
-        del tp
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
         n = len(placements)
@@ -229,8 +227,10 @@ def search_plan(
     start anchored on the base (``init="speed"``, see the module docstring) unless ``config`` says otherwise."""
     from postplace.search import PostConfig
 
-    if config is None and isinstance(getattr(make_strategy(strategy, space.space), "config", None), PostConfig):
-        config = replace(make_strategy(strategy, space.space).config, init="speed")
+    if config is None and isinstance(
+        default := getattr(make_strategy(strategy, space.space), "config", None), PostConfig
+    ):
+        config = replace(default, init="speed")
     chosen = make_strategy(strategy, space.space, seed=seed, config=config)
     evaluator = LayeredEvaluator(space, cluster)
     base = np.zeros(space.space.num_units, dtype=np.int64) if start is None else np.asarray(start, dtype=np.int64)

@@ -290,8 +290,8 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
                 f"plan '{spec}': stages= gives {sum(spec.stage_blocks)} blocks and '{graph.name}' has "
                 f"{len(numbered)}; give counts that add up to {len(numbered)}"
             )
-        edges = np.cumsum(spec.stage_blocks)
-        unit_stage = {u: int(np.searchsorted(edges, k, side="right")) for k, u in enumerate(numbered)}
+        stage_of = np.repeat(np.arange(len(spec.stage_blocks)), spec.stage_blocks).tolist()
+        unit_stage = dict(zip(numbered, stage_of, strict=True))
     stage = np.array(
         [unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)], dtype=np.int64
     )
