@@ -191,7 +191,10 @@ def test_place_layered_cli_prints_the_library_answer(tmp_path):
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--budget", "60s"], "number of plans"),
         (["resnet50", "--cluster", "dgx8", "--layered"], "made of blocks"),
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--microbatches", "3"], "divides the batch"),
-        (["llama", "--size", "small", "--cluster", "mixed", "--layered"], "several models (A100-40GB, V100-16GB)"),
+        (
+            ["llama", "--size", "small", "--batch", "16", "--cluster", "mixed", "--layered", "--precision", "bf16"],
+            "gpu4 (V100-16GB) has no bf16 units",
+        ),
         (["nmt2", "--size", "small", "--cluster", "dgx8", "--layered"], "nmt2 has several (dec, enc)"),
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "--seed", "-1"], "give an integer >= 0"),
         (["llama", "--size", "small", "--cluster", "dgx8", "--layered", "-s", "bogus"], "unknown strategy"),

@@ -272,11 +272,6 @@ def _grid_and_spaces(
     config, layers, batch = zoo_blocks(target, size)
     c, _ = load_cluster(cluster, None)
     gpus = plan_devices(c, PlanSpec("ddp"), exclude)
-    if len(models := sorted({c.devices[d].model for d in gpus})) > 1:
-        raise PostplaceError(
-            f"--layered: the GPUs of {c.name} are of several models ({', '.join(models)}) and the layered "
-            "estimate measures one; --exclude one kind, or drop --layered"
-        )
     if microbatches is not None:
         if not isinstance(microbatches, int) or microbatches < 1 or batch % microbatches:
             raise PostplaceError(
@@ -312,9 +307,22 @@ def _grid_and_spaces(
         mine = [x for x in fits if (s := parse_plan(x[0].plan)).level == level and not s.tensor and not s.pipeline]
         out.candidates.append(out.row(parse_plan(mine[0][0].plan).name if mine else level, mine[0] if mine else None))
     shapes, chosen = set(), []
+    several = len({c.devices[d].model for d in gpus}) > 1
     for r, m in fits:
         s = parse_plan(r.plan)
-        if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) not in shapes and len(chosen) < bases:
+        if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) in shapes:
+            continue
+        # on GPUs of several models, also the fastest pipeline of one chunk per GPU: the grid cuts it evenly,
+        # and the search may move its stage boundaries toward the faster GPUs
+        cut = (
+            several
+            and s.pipeline
+            and (s.schedule or "1f1b") in ("1f1b", "gpipe")
+            and not any(
+                (x := parse_plan(y.plan)).pipeline and (x.schedule or "1f1b") in ("1f1b", "gpipe") for y, _ in chosen
+            )
+        )
+        if len(chosen) < bases or cut:
             shapes.add(key)
             chosen.append((r, m))
     for k, (r, m) in enumerate(chosen):  # the plans shared evenly: the grid's order is no guide to the search's

@@ -103,6 +103,16 @@ class KernelRates:
     source: str
 
 
+_A100 = KernelRates(
+    matmul=0.86,
+    attention=0.70,
+    memory=0.90,
+    sms=108,
+    source="matmul: maximum achievable bf16 matmul 268-271 of 312 TFLOP/s on an A100 SXM (stas00/ml-engineering, "
+    "MAMF table); attention: FlashAttention-2 trains at up to 225 TFLOP/s per A100, 72% of peak (Dao 2023, "
+    "abstract); memory: as the H100's (an estimate)",
+)
+
 _H100 = KernelRates(
     matmul=0.80,
     attention=0.35,
@@ -117,15 +127,8 @@ _H100 = KernelRates(
 ACHIEVED: dict[str, KernelRates] = {
     "H100": _H100,
     "H100-96GB": _H100,
-    "A100-40GB": KernelRates(
-        matmul=0.86,
-        attention=0.70,
-        memory=0.90,
-        sms=108,
-        source="matmul: maximum achievable bf16 matmul 268-271 of 312 TFLOP/s on an A100 SXM (stas00/ml-engineering, "
-        "MAMF table); attention: FlashAttention-2 trains at up to 225 TFLOP/s per A100, 72% of peak (Dao 2023, "
-        "abstract); memory: as the H100's (an estimate)",
-    ),
+    "A100-40GB": _A100,
+    "A100-80GB": _A100,  # the same chip (108 SMs, the same clocks); only the HBM size and rate differ
 }
 
 

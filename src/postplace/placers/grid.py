@@ -58,17 +58,18 @@ def node_size(cluster, gpus: list[int]) -> int:
 
 
 def groups_within_nodes(cluster, gpus: list[int], t: int) -> bool:
-    """Every tensor group of ``t`` neighbouring GPUs of ``gpus`` is joined by the fastest links among them
-    (after ``--exclude`` a group may straddle two nodes even when ``t`` fits one)."""
+    """Every tensor group of ``t`` neighbouring GPUs of ``gpus`` is joined by its GPUs' own fastest links
+    (after ``--exclude`` a group may straddle two nodes even when ``t`` fits one; nodes of different GPU
+    generations each have their own fastest links)."""
     if t < 2:
         return True
     bw = np.minimum(cluster.bandwidth, cluster.bandwidth.T)
     idx = np.asarray(gpus, dtype=np.int64)
-    sub = bw[np.ix_(idx, idx)]
-    fastest = sub[~np.eye(len(idx), dtype=bool)].max()
+    sub = np.where(np.eye(len(idx), dtype=bool), 0.0, bw[np.ix_(idx, idx)])
+    fastest = sub.max(axis=1)  # each GPU's fastest link to another of the GPUs
     for k in range(0, len(idx) - t + 1, t):
         block = sub[k : k + t, k : k + t]
-        if block[~np.eye(t, dtype=bool)].min() < fastest:
+        if block[~np.eye(t, dtype=bool)].min() < fastest[k : k + t].min():
             return False
     return True
 

@@ -109,6 +109,11 @@ class UnitCosts:
         With ``recompute``: measured under torchtitan's selective op rule (the step's ``+selective``).
     selected : tuple of str
         In a mix (``recomputed`` not None): the units whose costs are the selective rule's.
+    model : str
+        The GPU model they were measured on ("": not said).
+    by_model : tuple of (str, UnitCosts)
+        The same units measured on the other GPU models of a plan's GPUs (:func:`measured_rule` over GPUs of
+        several models); empty when one model was measured.
     """
 
     names: tuple[str, ...]
@@ -130,6 +135,20 @@ class UnitCosts:
     recomputed: tuple[str, ...] | None = None
     selective: bool = False
     selected: tuple[str, ...] = ()
+    model: str = ""
+    by_model: tuple[tuple[str, UnitCosts], ...] = ()
+
+    def on(self, model: str) -> UnitCosts:
+        """These units as measured on GPUs of ``model``; one line when they were not."""
+        if not self.model or model == self.model:
+            return self
+        for name, costs in self.by_model:
+            if name == model:
+                return costs
+        raise PostplaceError(
+            f"the units were measured on {', '.join([self.model, *(m for m, _ in self.by_model)])} GPUs, not on "
+            f"{model}: measure them over every GPU of the plan (postplace.placers.layered.measured_rule)"
+        )
 
     def rules(self) -> dict[str, str]:
         """How each block's costs recompute: ``"full"``, ``"selective"`` or ``""`` (as
@@ -299,6 +318,7 @@ def measure_units(
         recompute=recompute,
         step_time_s=float(sched.step_time),
         selective=selective,
+        model=cluster.devices[d0].model,
     )
 
 
@@ -474,11 +494,15 @@ def estimate_plan(
         raise PostplaceError(
             f"plan '{spec}': dp={spec.replicas} and {len(devices)} GPUs make dp={dp}; give as many GPUs"
         )
-    if len({cluster.devices[d].model for d in devices}) > 1:
-        raise PostplaceError(
-            f"plan '{spec}': its GPUs are of several models, and the layered estimate measures one; "
-            "time it op by op (simulate --plan without --layered)"
-        )
+    # each stage's GPUs (every replica's, every tensor rank's) run in step: a stage whose GPUs are of several
+    # models runs each unit at its slowest model's time
+    stage_gpus = [[devices[tp * (r + dp * s) + j] for r in range(dp) for j in range(tp)] for s in range(pp)]
+    try:
+        stage_costs = [
+            _slowest([costs.on(m) for m in sorted({cluster.devices[d].model for d in g})]) for g in stage_gpus
+        ]
+    except PostplaceError as exc:
+        raise PostplaceError(f"plan '{spec}': {exc}") from None
     schedule = (spec.schedule if pp > 1 else None) or "1f1b"  # one stage: F0 B0 F1 B1 ..., accumulation
     v = chunks_of(schedule)
     if cut is None and spec.stage_blocks is not None:  # the plan's own blocks per stage
@@ -512,13 +536,14 @@ def estimate_plan(
     def coll(kind: str, nbytes: float, s: int) -> float:
         return collective_cost_cached(cluster, kind, float(nbytes), group[s]).seconds if dp > 1 else 0.0
 
-    f_arr, b_arr, act_arr = (
-        np.array([float(a[c].sum()) for c in chunks])
-        for a in (costs.forward_s, costs.backward_s, costs.activation_bytes)
+    of_chunk = [stage_costs[c % pp] for c in range(nc)]
+    f_arr, b_arr, act_arr, acc_arr = (
+        np.array([float(getattr(of_chunk[k], a)[c].sum()) for k, c in enumerate(chunks)])
+        for a in ("forward_s", "backward_s", "activation_bytes", "accumulate_s")
     )
     # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
     # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
-    acc_arr = np.array([float(costs.accumulate_s[c].sum()) for c in chunks]) / (dp if level in ("zero2", "fsdp") else 1)
+    acc_arr /= dp if level in ("zero2", "fsdp") else 1
     p2p_arr = np.array(
         [
             *(
@@ -528,10 +553,10 @@ def estimate_plan(
             0.0,
         ]
     )
-    upd_per_byte = costs.update_s.sum() / max(costs.param_bytes.sum(), 1.0)
+    upd_per_byte = [sc.update_s.sum() / max(sc.param_bytes.sum(), 1.0) for sc in stage_costs]
     st = _Streams()
     if level == "fsdp":
-        _fsdp(st, costs, chunks[0], per, coll, upd_per_byte / dp, dp)
+        _fsdp(st, stage_costs[0], chunks[0], per, coll, upd_per_byte[0] / dp, dp)
     else:
         # program order per GPU: its slots, as arrays; slot_id[F or B, micro-batch, chunk] = the task
         slot_id = np.full((2, per, nc), -1, dtype=np.int64)
@@ -546,11 +571,12 @@ def estimate_plan(
         st.depend(slot_id[1][last], slot_id[0][last], True, np.zeros(int(last.sum())))
         st.depend(slot_id[1][~last], slot_id[1, mb_all[~last], c_all[~last] + 1], True, p2p_arr[c_all[~last]])
         for s in range(pp):
-            buckets = _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes)
-            _reduce_and_update(st, s, per, level, slot_id, buckets, upd_per_byte)
+            buckets = _buckets(stage_costs[s], chunks, s, pp, dp, level, coll, bucket_bytes)
+            _reduce_and_update(st, s, per, level, slot_id, buckets, upd_per_byte[s])
     step = float(max(np.nanmax(st.run()[1]), 0.0))
     peaks = []
     for s in range(pp):
+        costs = stage_costs[s]
         mine = [c for c in range(nc) if c % pp == s]
         units = [u for c in mine for u in chunks[c]]
         p, st_b = float(costs.param_bytes[units].sum()), float(costs.state_bytes[units].sum())
@@ -580,15 +606,34 @@ def estimate_plan(
             most = max(most, costs.single_bytes - costs.param_bytes.sum() + grads)
         peaks.append(static + most)
     worst = int(np.argmax(peaks))
-    capacity = min(float(cluster.capacity[d]) for d in devices)
+    capacity = [min(float(cluster.capacity[d]) for d in g) for g in stage_gpus]
     return LayeredResult(
         str(spec),
         step,
         float(peaks[worst]),
         worst,
-        bool(peaks[worst] > capacity),
+        any(peak > cap for peak, cap in zip(peaks, capacity, strict=True)),
         tuple(tuple(costs.names[u] for u in c) for c in chunks),
         tuple(float(x) for x in peaks),
+    )
+
+
+def _slowest(measured: list[UnitCosts]) -> UnitCosts:
+    """One set of units' costs from the same units measured on several GPU models: each time the slowest
+    model's, the transient bytes the most any needed."""
+    if len(measured) == 1:
+        return measured[0]
+    most = {
+        k: np.max([getattr(c, k) for c in measured], axis=0)
+        for k in ("forward_s", "backward_s", "accumulate_s", "update_s")
+    }
+    return replace(
+        measured[0],
+        **most,
+        transient_bytes=max(c.transient_bytes for c in measured),
+        single_bytes=max(c.single_bytes for c in measured),
+        model="",
+        by_model=(),
     )
 
 
@@ -725,11 +770,31 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, dp):
 
 def measured_rule(graph, cluster, gpus: list[int], rule: str, *, tensor: int = 1, layers=None, cost_model=None):
     """:func:`measure_units` recomputing every block by ``rule`` (``""`` none, ``"full"``, ``"selective"``),
-    repeated to ``layers`` blocks when given (:func:`repeat_blocks`)."""
-    one = measure_units(
-        graph, cluster, gpus, tensor=tensor, recompute=bool(rule), selective=rule == "selective", cost_model=cost_model
-    )
-    return repeat_blocks(one, layers) if layers else one
+    repeated to ``layers`` blocks when given (:func:`repeat_blocks`). Where ``gpus`` are of several models,
+    the units are measured on a tensor group of each (its first ``tensor`` GPUs of that model), the first
+    model's costs carrying the others' (``by_model``)."""
+    models = list(dict.fromkeys(cluster.devices[d].model for d in gpus))
+
+    def on(model: str) -> UnitCosts:
+        group = [d for d in gpus if cluster.devices[d].model == model][:tensor]
+        if len(group) < tensor:
+            raise PostplaceError(
+                f"tp={tensor}: only {len(group)} of the GPUs are {model}s, and a tensor group runs on one GPU "
+                "model; lower tp"
+            )
+        one = measure_units(
+            graph,
+            cluster,
+            group,
+            tensor=tensor,
+            recompute=bool(rule),
+            selective=rule == "selective",
+            cost_model=cost_model,
+        )
+        return repeat_blocks(one, layers) if layers else one
+
+    first = on(models[0])
+    return replace(first, by_model=tuple((m, on(m)) for m in models[1:])) if len(models) > 1 else first
 
 
 def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
@@ -770,6 +835,8 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         recompute=costs.recompute,
         step_time_s=float("nan"),
         selective=costs.selective,
+        model=costs.model,
+        by_model=tuple((m, repeat_blocks(c, layers)) for m, c in costs.by_model),
     )
 
 
@@ -812,6 +879,19 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective:
         recompute=bool(chosen or picked),
         recomputed=tuple(name for name in plain.names if name in chosen),
         selected=tuple(name for name in plain.names if name in picked),
+        by_model=tuple(
+            (
+                m,
+                mix_recompute(
+                    other,
+                    full.on(m) if full is not None else None,
+                    units,
+                    selective=selective.on(m) if selective is not None else None,
+                    selected=selected,
+                ),
+            )
+            for m, other in plain.by_model
+        ),
     )
 
 

@@ -50,6 +50,22 @@ _FAILURE_FACTOR = 1e3
 every feasible one without a bound on what the estimate can return."""
 
 
+SHARES = 1.25 ** np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.float64)
+"""Column j of a stage's share decision (GPUs of several models): its base block count times the j-th of 1,
+0.8, 1.25, 0.64, 1.5625, ... (0.41 to 2.44), the stages' counts then scaled to the model's blocks."""
+
+
+def _apportion(weights: np.ndarray, total: int) -> np.ndarray:
+    """``total`` blocks shared in proportion to ``weights`` (largest remainders), every stage at least one."""
+    exact = weights / weights.sum() * total
+    counts = np.maximum(1, np.floor(exact).astype(np.int64))
+    while counts.sum() < total:
+        counts[int(np.argmax(exact - counts))] += 1
+    while counts.sum() > total:
+        counts[int(np.argmax(np.where(counts > 1, counts - exact, -np.inf)))] -= 1
+    return counts
+
+
 def _offsets(reach: int) -> np.ndarray:
     """Column j of a boundary decision: 0, -1, +1, -2, +2, ... up to ``reach`` blocks."""
     return np.array([0] + [s * k for k in range(1, reach + 1) for s in (-1, 1)], dtype=np.int64)
@@ -69,6 +85,7 @@ class LayeredSpace:
     base_edges: np.ndarray
     reach: int
     space: SearchSpace
+    per_stage: bool = False
 
     @property
     def blocks(self) -> tuple[str, ...]:
@@ -83,11 +100,18 @@ class LayeredSpace:
         row = np.asarray(row, dtype=np.int64)
         k = self.recompute_decisions
         rules = [cols[row[b] if k else 0] for b, cols in enumerate(self.rule_columns)]
-        spec = _with_rules(self.base, self.blocks, rules)
+        counts = None
         if len(self.base_edges):
-            edges = self.base_edges + _offsets(self.reach)[row[k:]]
-            spec = replace(spec, stage_blocks=tuple(np.diff([0, *edges.tolist(), len(self.blocks)]).tolist()))
-        return spec
+            counts = np.diff([0, *self.base_edges.tolist(), len(self.blocks)])
+            if self.per_stage:  # a stage's share, and whether all its blocks recompute whole
+                share, whole = row[k:] % len(SHARES), row[k:] // len(SHARES)
+                counts = _apportion(counts * SHARES[share], len(self.blocks))
+                stage = np.repeat(np.arange(len(counts)), counts)
+                rules = ["full" if whole[stage[b]] else r for b, r in enumerate(rules)]
+            else:
+                counts = np.diff([0, *(self.base_edges + _offsets(self.reach)[row[k:]]).tolist(), len(self.blocks)])
+        spec = _with_rules(self.base, self.blocks, rules)
+        return spec if counts is None else replace(spec, stage_blocks=tuple(int(c) for c in counts))
 
     def costs_of(self, spec) -> UnitCosts:
         """The unit costs ``spec`` (a decoded plan) is priced on."""
@@ -143,22 +167,27 @@ def layered_space(
     measured = {r: c for r, c in measured.items() if c is not None}
     pp = spec.pipeline or 1
     edges = np.zeros(0, dtype=np.int64)
+    per_stage = False
     if pp > 1 and (spec.schedule or "1f1b") in ("1f1b", "gpipe"):  # interleaved cuts the blocks evenly
         counts = [sum(u in blocks for u in stage) for stage in result.stage_units]
         spec = replace(spec, stage_blocks=tuple(counts))
         edges = np.cumsum(counts)[:-1].astype(np.int64)
         inner = [(c - 1) // 2 for c in counts[1:-1]]
-        reach = max(0, min([reach, counts[0] - 1, counts[-1] - 1, *inner]))
-        if reach == 0:
+        # GPUs of several models: each stage's share of the blocks, toward its GPUs' speed, far from the even cut
+        per_stage = bool(plain.by_model)
+        reach = 0 if per_stage else max(0, min([reach, counts[0] - 1, counts[-1] - 1, *inner]))
+        if reach == 0 and not per_stage:
             edges = np.zeros(0, dtype=np.int64)
     choices = len(available)
-    rows = (len(blocks) if choices > 1 else 0) + len(edges)
+    stage_rows = pp if per_stage else len(edges)
+    stage_width = len(SHARES) * (2 if "full" in available else 1) if per_stage else 2 * reach + 1
+    rows = (len(blocks) if choices > 1 else 0) + stage_rows
     if rows == 0:
         raise PostplaceError(f"plan '{spec}': nothing to choose per block (no recompute measured, no stage to cut)")
-    width = max(choices, 2 * reach + 1 if len(edges) else 1)
+    width = max(choices, stage_width if stage_rows else 1)
     allowed = np.zeros((rows, width), dtype=bool)
-    allowed[: rows - len(edges), :choices] = True
-    allowed[rows - len(edges) :, : 2 * reach + 1] = True
+    allowed[: rows - stage_rows, :choices] = True
+    allowed[rows - stage_rows :, :stage_width] = True
     unit_time = np.where(allowed, 2.0, np.inf)
     unit_time[:, 0] = 1.0  # column 0, the base's choice, is every decision's home (init="speed")
     space = SearchSpace(
@@ -167,7 +196,7 @@ def layered_space(
         unit_time=unit_time,
         device_names=tuple(f"choice{j}" for j in range(width)),
     )
-    return LayeredSpace(spec, tuple(devices), measured, rule_columns, edges, reach, space)
+    return LayeredSpace(spec, tuple(devices), measured, rule_columns, edges, reach, space, per_stage)
 
 
 class LayeredEvaluator:
