@@ -11,7 +11,7 @@ from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
 from postplace.placers.grid import groups_within_nodes
 from postplace.placers.layered import estimate_plan, measure_units, measured_rule, op_level_cut, plan_costs
-from postplace.placers.layered_search import SHARES, _apportion, layered_space, search_plan
+from postplace.placers.layered_search import SHARES, apportion, layered_space, search_plan
 from postplace.placers.practitioner import plan_devices, plan_step
 from postplace.plans import parse_plan
 
@@ -118,7 +118,7 @@ def test_the_share_space_finds_the_best_cut_and_the_search_reaches_it(mixed):
     ("weights", "total"), [([1.0, 1.0, 1.0], 7), ([5.0, 1.0, 1.0, 1.0], 4), ([1.5625, 0.41], 80), ([0.3, 9.0], 2)]
 )
 def test_apportion_shares_every_block_and_leaves_no_stage_empty(weights, total):
-    counts = _apportion(np.array(weights), total)
+    counts = apportion(np.array(weights), total)
     exact = np.array(weights) / sum(weights) * total
     assert counts.sum() == total and counts.min() >= 1
     if exact.min() >= 1:  # no stage lifted to its one block: each within a block of its exact share

@@ -409,6 +409,8 @@ class LayeredComparison:
         ``new_bests`` (by origin, summed over seeds and spaces); ``wall_s``.
     timing : dict
         Seconds tracing, measuring, pricing the grid, and in all (``wall_s``).
+    bases : list of dict
+        The grid's plans the searches start from: ``plan``, ``microbatches``, ``step_time_s``.
     """
 
     target: str
@@ -419,6 +421,7 @@ class LayeredComparison:
     best_3d: LayeredCandidate
     rows: list[dict]
     timing: dict = field(default_factory=dict)
+    bases: list[dict] = field(default_factory=list)
 
     @property
     def summary(self) -> dict:
@@ -511,8 +514,17 @@ def compare_layered(
         )
     grid.timing["search_s"] = time.perf_counter() - t_search
     grid.timing["wall_s"] = time.perf_counter() - t0
+    bases = [{"plan": r.plan, "microbatches": m, "step_time_s": r.step_time_s} for r, m, _, _ in grid.spaces]
     result = LayeredComparison(
-        f"{target} {size}", grid.cluster.name, len(grid.gpus), samples, seeds, grid.candidates[0], rows, grid.timing
+        f"{target} {size}",
+        grid.cluster.name,
+        len(grid.gpus),
+        samples,
+        seeds,
+        grid.candidates[0],
+        rows,
+        grid.timing,
+        bases,
     )
     _write_summary(out, "compare_layered.json", result.summary)
     return result

@@ -39,6 +39,12 @@ embedding side of the root, each block, the head side) whose times and bytes wer
    pairs the slot order holds at once, gradient sums from the first backward on, and the transient an
    accumulating backward needed in the measured step.
 
+**GPUs of several models** (a cluster grown in two purchases): :func:`measured_rule` measures the units on a
+tensor group of each model among the plan's GPUs. A stage's GPUs (every replica's, every tensor rank's) meet
+in a collective at every unit or bucket, so the stage runs each unit at the slowest of its models' measured
+times; each stage's peak is held against its own GPUs' memory. The cut (when not given) balances the first
+GPU model's times, as a practitioner's even cut is blind to the models; ``stages=`` gives the others.
+
 It leaves out contention between different groups' collectives on shared links, the op-level list
 scheduler's reordering inside a slot, and the bucket boundaries inside a unit (its gradients are final
 evenly over its backward). ``tests/test_layered.py`` holds it against the op-level simulation where both

@@ -15,6 +15,11 @@ local moves, random search, annealing) searches it through the same runner:
 - with a pipeline of one chunk per GPU, one decision per stage boundary: column j moves it by the j-th of
   0, -1, +1, -2, +2, ... blocks (up to ``reach``, kept small enough that every combination leaves every
   stage a block: no sample is infeasible by construction);
+- on GPUs of several models (the base's stages on GPUs of different speeds), one decision per stage of a
+  1F1B pipeline instead: its share of the blocks (its base count times one of :data:`SHARES`, the counts then
+  scaled to the model's blocks, every stage at least one) and whether all its blocks recompute whole (the
+  memory a fast stage's extra blocks need), so a single decision moves blocks from every other stage to
+  one, and a stage of fast GPUs can take twice its even share;
 - a tensor degree per block is not a choice: Megatron-LM and torchtitan keep one degree through the
   blocks, and so does the base; the sharding level is the base's (per-block FSDP/DDP hybrids are priced
   op by op only).
@@ -38,7 +43,16 @@ from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
 from postplace.sim.simulate import EvalResult
 
-__all__ = ["LayeredEvaluator", "LayeredSpace", "PlanSearch", "layered_space", "search_plan", "tidied"]
+__all__ = [
+    "SHARES",
+    "LayeredEvaluator",
+    "LayeredSpace",
+    "PlanSearch",
+    "apportion",
+    "layered_space",
+    "search_plan",
+    "tidied",
+]
 
 TIDY_SLACK = 1e-3
 """How much slower (relative) the tidy form of a search's best may price and still be returned: a user writes
@@ -55,7 +69,7 @@ SHARES = 1.25 ** np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.float64)
 0.8, 1.25, 0.64, 1.5625, ... (0.41 to 2.44), the stages' counts then scaled to the model's blocks."""
 
 
-def _apportion(weights: np.ndarray, total: int) -> np.ndarray:
+def apportion(weights: np.ndarray, total: int) -> np.ndarray:
     """``total`` blocks shared in proportion to ``weights`` (largest remainders), every stage at least one."""
     exact = weights / weights.sum() * total
     counts = np.maximum(1, np.floor(exact).astype(np.int64))
@@ -105,7 +119,7 @@ class LayeredSpace:
             counts = np.diff([0, *self.base_edges.tolist(), len(self.blocks)])
             if self.per_stage:  # a stage's share, and whether all its blocks recompute whole
                 share, whole = row[k:] % len(SHARES), row[k:] // len(SHARES)
-                counts = _apportion(counts * SHARES[share], len(self.blocks))
+                counts = apportion(counts * SHARES[share], len(self.blocks))
                 stage = np.repeat(np.arange(len(counts)), counts)
                 rules = ["full" if whole[stage[b]] else r for b, r in enumerate(rules)]
             else:
