@@ -296,3 +296,17 @@ def test_a_mix_of_whole_and_selective_recomputation_trains_bit_for_bit(llama):
     index = {name: i for i, name in enumerate(graph.names)}
     assert again == {index[name[3:]] for name in step.names if name.startswith("rc:")}
     assert step.metadata["recompute_rule"] == "mixed" and step.metadata["recompute"] == units
+
+
+def test_the_root_recomputed_makes_again_what_the_ranks_make_again(llama):
+    """``recompute=root`` (the embedding and the head): the simulated pass copies exactly the ops the launched
+    ranks make again; a step's data inputs are fed, not made again, by either."""
+    graph, names = llama.graph, K80X4.device_names
+    again, _, _ = _launched(llama, ddp_plan(llama, [1, 2], names, recompute=[""]).programs)
+    step = recompute(graph, [""])
+    index = {name: i for i, name in enumerate(graph.names)}
+    simulated = {index[name[3:]] for name in step.names if name.startswith("rc:")}
+    assert again and again == simulated
+    assert not any(graph.op_types[i] == "input" for i in simulated)
+    root, plain = launched("ddp:m=2,dp=2,recompute=root"), launched("ddp:m=2,dp=2")
+    assert root.losses == plain.losses

@@ -137,9 +137,14 @@ def selective_saves(graph: OpGraph, which: Iterable[str] | None = None) -> set[i
 
 
 def _segments(graph: OpGraph, targets: set[str]) -> dict[int, tuple[str, int]]:
-    """The forward ops of the units ``targets``, each with its unit and micro-batch."""
-    unit, phase, mb = units(graph), graph.phase.tolist(), graph.microbatch.tolist()
-    return {i: (unit[i], mb[i]) for i in range(graph.num_ops) if phase[i] == FORWARD and unit[i] in targets}
+    """The forward ops of the units ``targets``, each with its unit and micro-batch; a micro-batch's data
+    (tokens, targets: op type ``input``) is fed, never made again, and is no unit's."""
+    unit, phase, mb, kind = units(graph), graph.phase.tolist(), graph.microbatch.tolist(), graph.op_types
+    return {
+        i: (unit[i], mb[i])
+        for i in range(graph.num_ops)
+        if phase[i] == FORWARD and unit[i] in targets and kind[i] != "input"
+    }
 
 
 def _saves(graph: OpGraph, segment: dict[int, tuple]) -> set[int]:

@@ -88,6 +88,7 @@ class Recomputation:
         self._phase = graph.phase.tolist()
         self._unit = [unit_of(m) for m in graph.module]
         self._mb = graph.microbatch.tolist()
+        self._input = [kind == "input" for kind in graph.op_types]
         self._copies: dict[torch.fx.Node, torch.fx.Node] = {}
 
     def _op(self, n: torch.fx.Node) -> int:
@@ -102,6 +103,8 @@ class Recomputation:
         """``(unit, micro-batch)`` of a forward value of a recomputed unit that is made again, else None."""
         op = self._op(n)
         if op < 0 or self._phase[op] != _FORWARD or self._unit[op] not in self.which or self.kept(n):
+            return None
+        if self._input[op]:  # a micro-batch's data (tokens, targets): fed, never made again
             return None
         return self._unit[op], int(self._mb[op])
 
