@@ -13,7 +13,7 @@ the reference a practitioner could write by hand: the grid's fastest 1F1B pipeli
 proportion to its GPUs' speed (one block's forward and backward on each model), recomputing as the grid does
 (selective, full, then the fewest blocks that fit), over best-3d. Every time is simulated and estimated.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/layered_search.py`` (about 6 minutes on 2 cores); ``--quick``: the
+Run: ``OMP_NUM_THREADS=1 python benchmarks/layered_search.py`` (about 7 minutes on 2 cores); ``--quick``: the
 first two rows at 480 plans; ``--rows 13b@256/mixed8x8,...``: those rows only.
 """
 
@@ -30,6 +30,7 @@ ROWS = [
     ("llama", "13b@256", "dgx8x8"),
     ("llama", "70b@256", "dgx8x8"),
     ("llama", "70b@256", "dgx8x2"),
+    ("llama", "7b@512", "mixed8x8"),
     ("llama", "13b@256", "mixed8x8"),
     ("llama", "70b@256", "mixed8x8"),
 ]
@@ -88,7 +89,7 @@ def main() -> None:
         print(
             f"{size:8s} {cluster_name:7s} {c.best_3d.words[:58]:58s} {c.best_3d.step_time_s or float('nan'):8.3f}"
             f"{cells} {(mfu or 0) * 100:5.1f}% {bests:24s} {wall:6.1f}"
-            + (f" speed cut {speed['step_time_s'] / c.best_3d.step_time_s:.4f} ({speed['plan']})" if speed else "")
+            + (f" speed cut {_ratio(speed['step_time_s'], c.best_3d.step_time_s)} ({speed['plan']})" if speed else "")
         )
     print("(strategy columns: its own best over best-3d's step time; below 1 is faster)")
     if args.json:
@@ -96,9 +97,14 @@ def main() -> None:
             json.dump(out, f, indent=1, default=str)
 
 
+def _ratio(time_s, best_3d_s) -> str:
+    return "none fits" if time_s is None else f"{time_s / best_3d_s:.4f}"
+
+
 def speed_cut(model, size, cluster, bases) -> dict | None:
     """The grid's fastest 1F1B pipeline searched (a base of the searches) with its blocks cut in proportion to
-    its stages' GPU speed, recomputing as the grid does: ``{"plan", "step_time_s"}`` of the fastest that fits."""
+    its stages' GPU speed, recomputing as the grid does: ``{"plan", "step_time_s"}`` of the fastest that fits
+    (``step_time_s`` None and the cut's plan when none does)."""
     from dataclasses import replace
 
     import numpy as np
@@ -126,7 +132,7 @@ def speed_cut(model, size, cluster, bases) -> dict | None:
         block = rule[""].on(cluster.devices[devices[s * per_stage]].model)
         speeds.append(1.0 / float(block.forward_s[1] + block.backward_s[1]))
     spec = replace(spec, stage_blocks=tuple(int(x) for x in apportion(np.array(speeds), layers)))
-    best = None
+    best = {"plan": str(spec), "step_time_s": None}
     for name, attempt in (
         ("", spec),
         ("selective", replace(spec, recompute=True, selective=True)),
@@ -138,7 +144,7 @@ def speed_cut(model, size, cluster, bases) -> dict | None:
             fewest, _ = fewest_recomputed(rule[""], rule["full"], cluster, attempt, devices, r.stage_units)
             found += [fewest] if fewest else []
         for x in found:
-            if not x.oom and (best is None or x.step_time_s < best["step_time_s"]):
+            if not x.oom and (best["step_time_s"] is None or x.step_time_s < best["step_time_s"]):
                 best = {"plan": x.plan, "step_time_s": x.step_time_s}
     return best
 

@@ -23,6 +23,7 @@ CHECKED = [
     "postplace simulate llama --size 70b --batch 256 --cluster dgx8x8 --optimizer adamw --precision bf16 "
     "--plan fsdp+recompute:m=256 --layered",
     "postplace place llama --size 70b --batch 256 --cluster dgx8x8 --optimizer adamw --precision bf16 --layered",
+    "postplace place llama --size 70b --batch 256 --cluster mixed8x8 --optimizer adamw --precision bf16 --layered",
 ]
 
 
