@@ -133,6 +133,11 @@ def test_tensor_groups_stay_within_each_generations_nodes():
     gpus_small = [d for d, dev in enumerate(small.devices) if dev.kind == "gpu"]
     assert groups_within_nodes(big, gpus_big, 8)
     assert groups_within_nodes(small, gpus_small, 4) and not groups_within_nodes(small, gpus_small, 8)
+    # a GPU left alone in its node by --exclude: its fastest link is still its node's, so no group with it holds
+    two = load_cluster("dgx8x2")
+    gone = {"gpu1", "gpu2", "gpu3", "gpu4", "gpu5", "gpu6", "gpu7", "gpu15"}
+    kept = [d for d, dev in enumerate(two.devices) if dev.kind == "gpu" and two.device_names[d] not in gone]
+    assert not any(groups_within_nodes(two, kept, t) for t in (2, 4, 8))
 
 
 def test_place_layered_on_two_gpu_models_searches_a_pipeline_and_reprices_its_answer():
@@ -147,3 +152,50 @@ def test_place_layered_on_two_gpu_models_searches_a_pipeline_and_reprices_its_an
     assert sum(s["samples"] for s in r.searches) == 48
     again, _, _ = estimate_plan_layered("llama", "mixed", r.plan, **kw)
     assert again.step_time_s == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_a_pipeline_without_stages_balances_each_stage_on_its_own_gpus_and_grid_texts_name_their_cut(mixed):
+    """Without ``stages=`` the layered estimate balances the stages' times, each on its own GPUs: six blocks
+    that take twice as long on the V100 stage are cut 4/2 (4t against 2 x 2t). A grid plan's text names its
+    cut (``stages=``), so it prices the same again on either level, whatever each level would cut by itself."""
+    from dataclasses import replace
+
+    from postplace.placers.layered_grid import layered_grid
+    from postplace.zoo import trace_model
+    from tests.test_layered import uniform
+
+    whole, cluster, at = mixed
+    fast = replace(uniform(6, 1e-3, 2e-3, 1.0), model="A100-40GB")
+    costs = replace(fast, by_model=(("V100-16GB", replace(uniform(6, 2e-3, 4e-3, 1.0), model="V100-16GB")),))
+    r = estimate_plan(costs, cluster, parse_plan("ddp:pp=2,dp=1,m=4"), [1, 5])
+    assert [sum(u.startswith("blocks.") for u in s) for s in r.stage_units] == [4, 2]
+    measured = trace_model("llama", "small@2", "adamw", precision="fp16", microbatches=2, layers=6).graph
+    devices = plan_devices(cluster, parse_plan("ddp:m=8"))
+    grid = layered_grid(measured, cluster, devices, 8)
+    pipes = [r for r in grid.tried if parse_plan(r.plan).pipeline and "interleaved" not in r.plan]
+    assert pipes and all("stages=" in r.plan for r in pipes)
+    spec = parse_plan(pipes[0].plan)
+    tp = spec.tensor or 1
+    again = estimate_plan(plan_costs(spec, lambda rc, selective=False: at(rc, selective, tp)), cluster, spec, devices)
+    assert again.step_time_s == pipes[0].step_time_s
+
+
+def test_the_stage_that_overflows_its_own_gpus_is_the_one_named():
+    """Stage 0 on an A100 (36 GiB usable) holds 30 GiB and fits; stage 1 on a V100 (14 GiB) holds 15 GiB and does
+    not: the plan is out of memory and its peak is stage 1's. Costs that say not which GPU model they were
+    measured on are refused on GPUs of two models."""
+    from dataclasses import replace
+
+    from tests.test_layered import uniform
+
+    cluster = load_cluster("mixed")
+    gib = 2**30
+    fast = replace(uniform(4, 1e-3, 2e-3, 7.5 * gib), model="A100-40GB")
+    slow = replace(uniform(4, 2e-3, 4e-3, 7.5 * gib), model="V100-16GB")
+    costs = replace(fast, by_model=(("V100-16GB", slow),))
+    spec = parse_plan("ddp:pp=2,dp=1,m=4,stages=2/2")
+    r = estimate_plan(costs, cluster, spec, [1, 5])
+    assert r.oom and r.peak_stage == 1 and r.stage_peaks[0] > r.stage_peaks[1]
+    assert r.peak_bytes == pytest.approx(15 * gib)
+    with pytest.raises(PostplaceError, match="say not which they were measured on"):
+        estimate_plan(replace(fast, model=""), cluster, spec, [1, 5])

@@ -58,18 +58,21 @@ def node_size(cluster, gpus: list[int]) -> int:
 
 
 def groups_within_nodes(cluster, gpus: list[int], t: int) -> bool:
-    """Every tensor group of ``t`` neighbouring GPUs of ``gpus`` is joined by its GPUs' own fastest links
-    (after ``--exclude`` a group may straddle two nodes even when ``t`` fits one; nodes of different GPU
-    generations each have their own fastest links)."""
+    """Every tensor group of ``t`` neighbouring GPUs of ``gpus`` is joined by links as fast as the fastest each
+    of its GPUs has to any GPU of the cluster: its node's (after ``--exclude`` a group may straddle two nodes
+    even when ``t`` fits one; nodes of different GPU generations each have their own fastest links)."""
     if t < 2:
         return True
     bw = np.minimum(cluster.bandwidth, cluster.bandwidth.T)
+    every = np.asarray([d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"], dtype=np.int64)
+    fastest = {  # each GPU's fastest link to any other GPU of the cluster (an excluded neighbour's too)
+        int(d): float(np.delete(bw[d, every], np.flatnonzero(every == d)).max(initial=0.0)) for d in every
+    }
     idx = np.asarray(gpus, dtype=np.int64)
-    sub = np.where(np.eye(len(idx), dtype=bool), 0.0, bw[np.ix_(idx, idx)])
-    fastest = sub.max(axis=1)  # each GPU's fastest link to another of the GPUs
     for k in range(0, len(idx) - t + 1, t):
-        block = sub[k : k + t, k : k + t]
-        if block[~np.eye(t, dtype=bool)].min() < fastest[k : k + t].min():
+        group = idx[k : k + t]
+        block = bw[np.ix_(group, group)][~np.eye(t, dtype=bool)]
+        if block.min() < max(fastest.get(int(d), 0.0) for d in group):
             return False
     return True
 

@@ -42,8 +42,8 @@ embedding side of the root, each block, the head side) whose times and bytes wer
 **GPUs of several models** (a cluster grown in two purchases): :func:`measured_rule` measures the units on a
 tensor group of each model among the plan's GPUs. A stage's GPUs (every replica's, every tensor rank's) meet
 in a collective at every unit or bucket, so the stage runs each unit at the slowest of its models' measured
-times; each stage's peak is held against its own GPUs' memory. The cut (when not given) balances the first
-GPU model's times, as a practitioner's even cut is blind to the models; ``stages=`` gives the others.
+times; each stage's peak is held against its own GPUs' memory. The cut (when not given) balances the stages'
+times each on its own GPUs, as the op level's cut does (:func:`postplace.placers.practitioner.pipeline_stages`).
 
 It leaves out contention between different groups' collectives on shared links, the op-level list
 scheduler's reordering inside a slot, and the bucket boundaries inside a unit (its gradients are final
@@ -172,9 +172,9 @@ class UnitCosts:
 
 @dataclass(frozen=True)
 class LayeredResult:
-    """A plan priced by :func:`estimate_plan`: ``step_time_s`` and the largest per-GPU ``peak_bytes`` (at
-    ``peak_stage``; every stage's in ``stage_peaks``), ``oom`` against the smallest capacity among the
-    plan's GPUs, ``stage_units`` (each chunk's unit names)."""
+    """A plan priced by :func:`estimate_plan`: ``step_time_s``; the per-GPU ``peak_bytes`` of ``peak_stage``,
+    the stage fullest against its own GPUs' memory (every stage's in ``stage_peaks``); ``oom`` when a stage's
+    peak is above the smallest capacity among its GPUs; ``stage_units`` (each chunk's unit names)."""
 
     plan: str
     step_time_s: float
@@ -427,9 +427,10 @@ def _slots(schedule: str, gpu: int, gpus: int, count: int) -> tuple[np.ndarray, 
     return out[:, 0], out[:, 1], out[:, 2]
 
 
-def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
+def _cut(costs: UnitCosts, pp: int, v: int, stage_costs: list[UnitCosts] | None = None) -> list[list[int]]:
     """Each chunk's units: interleaved cuts the blocks evenly (the root's sides with the first and last
-    chunks), else contiguous runs balanced by forward plus backward time (the smallest largest stage)."""
+    chunks), else contiguous runs balanced by forward plus backward time, each stage's on its own GPUs
+    (``stage_costs``; default ``costs`` for all): the smallest largest stage."""
     n = len(costs.names)
     blocks = list(range(1, n - 1))
     if pp * v > len(blocks):
@@ -443,8 +444,7 @@ def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
         chunks[0].insert(0, 0)
         chunks[-1].append(n - 1)
         return chunks
-    w = costs.forward_s + costs.backward_s
-    prefix = np.concatenate([[0.0], np.cumsum(w)])
+    prefix = [np.concatenate([[0.0], np.cumsum(c.forward_s + c.backward_s)]) for c in (stage_costs or [costs] * pp)]
     # best[k][i]: the smallest largest stage for units 0..i-1 in k stages, every stage at least one block
     best = np.full((pp + 1, n + 1), np.inf)
     back = np.zeros((pp + 1, n + 1), dtype=np.int64)
@@ -452,7 +452,7 @@ def _cut(costs: UnitCosts, pp: int, v: int) -> list[list[int]]:
     for k in range(1, pp + 1):
         for i in range(2, n + 1):
             j = np.arange(min(i, n - 1))  # units j..i-1, at least one block among them
-            cand = np.maximum(best[k - 1][j], prefix[i] - prefix[j])
+            cand = np.maximum(best[k - 1][j], prefix[k - 1][i] - prefix[k - 1][j])
             back[k][i] = int(np.argmin(cand))
             best[k][i] = cand[back[k][i]]
     chunks, i = [], n
@@ -503,6 +503,11 @@ def estimate_plan(
     # each stage's GPUs (every replica's, every tensor rank's) run in step: a stage whose GPUs are of several
     # models runs each unit at its slowest model's time
     stage_gpus = [[devices[tp * (r + dp * s) + j] for r in range(dp) for j in range(tp)] for s in range(pp)]
+    if not costs.model and len({cluster.devices[d].model for d in devices}) > 1:
+        raise PostplaceError(
+            f"plan '{spec}': its GPUs are of several models and the unit costs say not which they were measured on; "
+            "measure them with postplace.placers.layered.measured_rule over the plan's GPUs"
+        )
     try:
         stage_costs = [
             _slowest([costs.on(m) for m in sorted({cluster.devices[d].model for d in g})]) for g in stage_gpus
@@ -522,7 +527,7 @@ def estimate_plan(
         edges[0], edges[-1] = 0, n_blocks + 2  # the embedding side first, the head side last
         cut = [[costs.names[u] for u in range(a, b)] for a, b in zip(edges[:-1], edges[1:], strict=True)]
     if cut is None:
-        chunks = _cut(costs, pp, v)
+        chunks = _cut(costs, pp, v, stage_costs)
     else:
         where = {u: k for k, u in enumerate(costs.names)}
         chunks = [[where[u] for u in names] for names in cut]
@@ -611,8 +616,8 @@ def estimate_plan(
         if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
             most = max(most, costs.single_bytes - costs.param_bytes.sum() + grads)
         peaks.append(static + most)
-    worst = int(np.argmax(peaks))
     capacity = [min(float(cluster.capacity[d]) for d in g) for g in stage_gpus]
+    worst = int(np.argmax(np.asarray(peaks) / np.maximum(capacity, 1.0)))  # the fullest stage: the one that overflows
     return LayeredResult(
         str(spec),
         step,

@@ -19,6 +19,7 @@ from postplace.placers.layered import (
     measured_rule,
     mix_recompute,
 )
+from postplace.plans import parse_plan
 
 __all__ = ["LayeredGrid", "fewest_recomputed", "layered_grid"]
 
@@ -43,6 +44,15 @@ def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices,
         else:
             found, hi = r, k - 1
     return found, priced
+
+
+def _with_cut(result: LayeredResult, spec) -> LayeredResult:
+    """``result`` whose plan text names its pipeline's cut (``stages=``), so the text prices to the same plan on
+    the op level and on the layered estimate whatever GPUs it runs on."""
+    if not spec.pipeline or (spec.schedule or "1f1b") not in ("1f1b", "gpipe") or "stages=" in result.plan:
+        return result
+    counts = tuple(sum(u not in (PRE, POST) for u in stage) for stage in result.stage_units)
+    return replace(result, plan=str(replace(parse_plan(result.plan), stage_blocks=counts)))
 
 
 @dataclass
@@ -117,6 +127,7 @@ def layered_grid(
             finally:  # pricing only: a first measurement at this tp is the measuring's
                 price_s += time.perf_counter() - t0 - (measure_s - measured_before)
             for x in (r, partial) if partial else (r,):
+                x = _with_cut(x, attempt)
                 tried.append(x)
                 if progress:
                     progress(
