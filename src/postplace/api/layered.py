@@ -163,7 +163,8 @@ def place_layered(
         The strategy over the per-block choices (any of :func:`postplace.search.make_strategy`'s).
     samples : int
         Plans it prices in all, shared evenly around the grid's ``bases`` fastest shapes (the fastest by the
-        grid is not always the one with the most room: at 70B the second is).
+        grid is not always the one with the most room: at 70B the second is) and, on GPUs of several models,
+        its fastest 1F1B pipeline.
     microbatches : int, optional
         The micro-batch count; None: one sequence per micro-batch, and two where the batch allows.
     exclude : sequence of str
@@ -312,8 +313,8 @@ def _grid_and_spaces(
         s = parse_plan(r.plan)
         if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) in shapes:
             continue
-        # on GPUs of several models, also the fastest pipeline of one chunk per GPU: the grid cuts it evenly,
-        # and the search may move its stage boundaries toward the faster GPUs
+        # on GPUs of several models, also the fastest pipeline of one chunk per GPU: its search decides each
+        # stage's share of the blocks and where it recomputes, for GPUs of different speeds and memory
         cut = (
             several
             and s.pipeline
