@@ -5,6 +5,8 @@ the op level cannot go (LLaMA-7B, 13B and 70B on 64 H100 at a 1M-token batch).
 op-level simulation (the step traced at m = 16, rewritten and simulated op by op) beside the layered estimate
 (the step traced as two micro-batches of 3 blocks, measured, its middle block repeated 16 times): step time, peak
 memory per GPU, their ratios, the seconds each took. Pipelines are priced on the op level's own cut.
+``--validate --mixed``: the same on ``mixed`` (4 A100 and 4 V100, the groups joined over PCIe; fp16, as V100s
+have no bf16), the units measured on each GPU model, six plans.
 
 ``--scale``: per row the practitioner's grid (every dp x tp x pp with tp in a node, zero1/fsdp, 1F1B or
 interleaved, recomputation where a plan does not fit) and the plain plans (ddp, zero1, zero2, fsdp), all by the
@@ -12,7 +14,7 @@ layered estimate; the fastest that fits in the words to launch it with, MFU (PaL
 token), peak memory, the plans priced, the seconds spent measuring units and pricing plans, plans per second
 (the grid run a second time, warm: numba's first-call loading left out).
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/layered.py --validate`` (about 2 minutes on 2 cores);
+Run: ``OMP_NUM_THREADS=1 python benchmarks/layered.py --validate [--mixed]`` (about 2 minutes on 2 cores);
 ``--scale`` (a few minutes). Every time is simulated.
 """
 
@@ -40,6 +42,14 @@ VALIDATE = [
     "fsdp+selective:m=16",
     "fsdp:m=16,recompute=blocks.0-5,selective=blocks.6-11",
 ]
+VALIDATE_MIXED = [
+    "ddp:m=16",
+    "fsdp:m=16",
+    "zero1:pp=2,m=16",
+    "ddp:pp=2,m=16,schedule=gpipe",
+    "zero1:pp=2,m=16,stages=6/10",
+    "ddp:tp=2,pp=2,m=16",
+]
 SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 2048; 13B and 70B: 256 x 4096)
     ("7b", 512, "dgx8x8"),
     ("13b", 256, "dgx8x8"),
@@ -49,40 +59,41 @@ SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 20
 TRACED_BLOCKS = 3
 
 
-def validate() -> list[dict]:
+def validate(preset: str = "dgx8", precision: str = "bf16", plans=VALIDATE) -> list[dict]:
     from postplace import zoo
     from postplace.cluster import load_cluster
-    from postplace.placers.layered import estimate_plan, measure_units, op_level_cut, plan_costs, repeat_blocks
+    from postplace.placers.layered import estimate_plan, measured_rule, op_level_cut, plan_costs
     from postplace.placers.practitioner import plan_devices, plan_step
     from postplace.plans import parse_plan
 
-    cluster = load_cluster("dgx8")
+    cluster = load_cluster(preset)
     t0 = time.perf_counter()
-    whole = zoo.trace_model("llama", "1b@16", "adamw", precision="bf16", microbatches=16, init=False).graph
+    whole = zoo.trace_model("llama", "1b@16", "adamw", precision=precision, microbatches=16, init=False).graph
     trace_op = time.perf_counter() - t0
     t0 = time.perf_counter()
     few = zoo.trace_model(
-        "llama", "1b@2", "adamw", precision="bf16", microbatches=2, init=False, layers=TRACED_BLOCKS
+        "llama", "1b@2", "adamw", precision=precision, microbatches=2, init=False, layers=TRACED_BLOCKS
     ).graph
     trace_layered = time.perf_counter() - t0
     print(
-        f"traced: m=16, 16 blocks, {whole.num_ops} ops in {trace_op:.1f} s; m=2, 3 blocks, {few.num_ops} ops in {trace_layered:.1f} s"
+        f"{preset}, {precision}: traced m=16, 16 blocks, {whole.num_ops} ops in {trace_op:.1f} s; m=2, 3 blocks, "
+        f"{few.num_ops} ops in {trace_layered:.1f} s"
     )
     print(
         f"{'plan':44s} {'op ms':>8s} {'op GiB':>7s} {'lay ms':>8s} {'lay GiB':>8s} {'t ratio':>8s} {'mem ratio':>9s} {'op s':>6s} {'lay s':>6s}"
     )
     costs, rows = {}, []
-    for text in VALIDATE:
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    for text in plans:
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
         t0 = time.perf_counter()
 
-        def measured(recompute, selective=False, tp=spec.tensor or 1, devices=devices):
-            if (tp, recompute, selective) not in costs:
-                costs[tp, recompute, selective] = repeat_blocks(
-                    measure_units(few, cluster, devices, tensor=tp, recompute=recompute, selective=selective), 16
-                )
-            return costs[tp, recompute, selective]
+        def measured(recompute, selective=False, tp=spec.tensor or 1):
+            rule = "selective" if selective else "full" if recompute else ""
+            if (tp, rule) not in costs:  # on each GPU model of the cluster
+                costs[tp, rule] = measured_rule(few, cluster, gpus, rule, tensor=tp, layers=16)
+            return costs[tp, rule]
 
         unit_costs = plan_costs(spec, measured)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None
@@ -97,9 +108,9 @@ def validate() -> list[dict]:
             op_ms=ref.step_time_s * 1e3,
             op_gib=peak / 2**30,
             layered_ms=est.step_time_s * 1e3,
-            layered_gib=est.peak_bytes / 2**30,
+            layered_gib=max(est.stage_peaks) / 2**30,  # the largest stage's, as the op level's largest GPU
             time_ratio=est.step_time_s / ref.step_time_s,
-            memory_ratio=est.peak_bytes / peak,
+            memory_ratio=max(est.stage_peaks) / peak,
             op_s=op_s,
             layered_s=lay_s,
         )
@@ -178,6 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--validate", action="store_true", help="LLaMA-1B on dgx8: op level against layered")
     parser.add_argument("--scale", action="store_true", help="LLaMA-7B/13B/70B at 1M tokens on 64 and 16 H100")
+    parser.add_argument("--mixed", action="store_true", help="with --validate: on mixed (A100 and V100), fp16")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     import torch
@@ -185,7 +197,7 @@ def main() -> None:
     torch.set_num_threads(1)
     out = {}
     if args.validate or not args.scale:
-        out["validate"] = validate()
+        out["validate"] = validate("mixed", "fp16", VALIDATE_MIXED) if args.mixed else validate()
     if args.scale:
         out["scale"] = scale()
     if args.json:
