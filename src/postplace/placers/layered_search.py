@@ -164,7 +164,9 @@ def layered_space(
     """The :class:`LayeredSpace` around the plan ``spec`` that the layered estimate priced as ``result`` (its
     cut becomes the base's ``stage_blocks``), its units measured as ``plain``, ``full`` and ``selective``
     (recomputing every block whole and by the selective op rule; None: that rule is not a choice) at the
-    plan's tensor degree; stage boundaries move by at most ``reach`` blocks."""
+    plan's tensor degree; stage boundaries move by at most ``reach`` blocks (GPUs of one model: ``plain`` measured
+    on one), or each stage takes a share of the blocks (:data:`SHARES`) and may recompute them all whole (GPUs of
+    several models)."""
     blocks = plain.names[1:-1]
     measured = {"": plain, "full": full, "selective": selective}
     for rule, costs in measured.items():
