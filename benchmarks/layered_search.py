@@ -115,11 +115,7 @@ def speed_cut(model, size, cluster, bases) -> dict | None:
     from postplace.placers.layered_search import apportion
     from postplace.plans import parse_plan
 
-    pipes = [
-        (spec, b["microbatches"])
-        for b in bases
-        if (spec := parse_plan(b["plan"])).pipeline and (spec.schedule or "1f1b") in ("1f1b", "gpipe")
-    ]
+    pipes = [(spec, b["microbatches"]) for b in bases if (spec := parse_plan(b["plan"])).one_chunk_pipeline]
     if not pipes:
         return None
     spec, m = pipes[0]

@@ -307,7 +307,7 @@ def _grid_and_spaces(
     for level in ("ddp", "zero1", "zero2", "fsdp"):  # each level's fastest plain plan, recomputing where it must
         mine = [x for x in fits if (s := parse_plan(x[0].plan)).level == level and not s.tensor and not s.pipeline]
         out.candidates.append(out.row(parse_plan(mine[0][0].plan).name if mine else level, mine[0] if mine else None))
-    shapes, chosen = set(), []
+    shapes, chosen, cut_chosen = set(), [], False
     several = len({c.devices[d].model for d in gpus}) > 1
     for r, m in fits:
         s = parse_plan(r.plan)
@@ -315,17 +315,10 @@ def _grid_and_spaces(
             continue
         # on GPUs of several models, also the fastest pipeline of one chunk per GPU: its search decides each
         # stage's share of the blocks and where it recomputes, for GPUs of different speeds and memory
-        cut = (
-            several
-            and s.pipeline
-            and (s.schedule or "1f1b") in ("1f1b", "gpipe")
-            and not any(
-                (x := parse_plan(y.plan)).pipeline and (x.schedule or "1f1b") in ("1f1b", "gpipe") for y, _ in chosen
-            )
-        )
-        if len(chosen) < bases or cut:
+        if len(chosen) < bases or (several and s.one_chunk_pipeline and not cut_chosen):
             shapes.add(key)
             chosen.append((r, m))
+            cut_chosen = cut_chosen or s.one_chunk_pipeline
     for k, (r, m) in enumerate(chosen):  # the plans shared evenly: the grid's order is no guide to the search's
         share = samples // len(chosen) + (k < samples % len(chosen))
         if share == 0:  # a budget too small for this shape: not searched (its base is priced already)

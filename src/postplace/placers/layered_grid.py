@@ -30,7 +30,7 @@ def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices,
     :class:`LayeredResult`, with the number of plans priced. More recomputed blocks hold fewer activations, so
     k is found by halving."""
     blocks_of = [[u for u in chunk if u not in (PRE, POST)] for chunk in cut]
-    if spec.pipeline and (spec.schedule or "1f1b") in ("1f1b", "gpipe"):  # the cut in the plan's text, which
+    if spec.one_chunk_pipeline:  # the cut in the plan's text, which
         spec = replace(spec, stage_blocks=tuple(len(b) for b in blocks_of))  # the mixed costs would cut anew
     lo, hi, found, priced = 1, max(len(b) for b in blocks_of) - 1, None, 0
     while lo <= hi:
@@ -46,13 +46,14 @@ def fewest_recomputed(plain: UnitCosts, full: UnitCosts, cluster, spec, devices,
     return found, priced
 
 
-def _with_cut(result: LayeredResult, spec) -> LayeredResult:
+def _with_cut(result: LayeredResult) -> LayeredResult:
     """``result`` whose plan text names its pipeline's cut (``stages=``), so the text prices to the same plan on
     the op level and on the layered estimate whatever GPUs it runs on."""
-    if not spec.pipeline or (spec.schedule or "1f1b") not in ("1f1b", "gpipe") or "stages=" in result.plan:
+    spec = parse_plan(result.plan)
+    if not spec.one_chunk_pipeline or spec.stage_blocks is not None:
         return result
     counts = tuple(sum(u not in (PRE, POST) for u in stage) for stage in result.stage_units)
-    return replace(result, plan=str(replace(parse_plan(result.plan), stage_blocks=counts)))
+    return replace(result, plan=str(replace(spec, stage_blocks=counts)))
 
 
 @dataclass
@@ -127,7 +128,7 @@ def layered_grid(
             finally:  # pricing only: a first measurement at this tp is the measuring's
                 price_s += time.perf_counter() - t0 - (measure_s - measured_before)
             for x in (r, partial) if partial else (r,):
-                x = _with_cut(x, attempt)
+                x = _with_cut(x)
                 tried.append(x)
                 if progress:
                     progress(

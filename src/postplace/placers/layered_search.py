@@ -184,16 +184,17 @@ def layered_space(
     pp = spec.pipeline or 1
     edges = np.zeros(0, dtype=np.int64)
     per_stage = False
-    if pp > 1 and (spec.schedule or "1f1b") in ("1f1b", "gpipe"):  # interleaved cuts the blocks evenly
+    if pp > 1 and spec.one_chunk_pipeline:  # interleaved cuts the blocks evenly
         counts = [sum(u in blocks for u in stage) for stage in result.stage_units]
         spec = replace(spec, stage_blocks=tuple(counts))
         edges = np.cumsum(counts)[:-1].astype(np.int64)
-        inner = [(c - 1) // 2 for c in counts[1:-1]]
         # GPUs of several models: each stage's share of the blocks, toward its GPUs' speed, far from the even cut
         per_stage = bool(plain.by_model)
-        reach = 0 if per_stage else max(0, min([reach, counts[0] - 1, counts[-1] - 1, *inner]))
-        if reach == 0 and not per_stage:
-            edges = np.zeros(0, dtype=np.int64)
+        if not per_stage:
+            inner = [(c - 1) // 2 for c in counts[1:-1]]
+            reach = max(0, min([reach, counts[0] - 1, counts[-1] - 1, *inner]))
+            if reach == 0:
+                edges = np.zeros(0, dtype=np.int64)
     choices = len(available)
     stage_rows = pp if per_stage else len(edges)
     stage_width = len(SHARES) * (2 if "full" in available else 1) if per_stage else 2 * reach + 1

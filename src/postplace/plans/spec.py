@@ -110,6 +110,12 @@ class PlanSpec:
         return (self.pipeline or 1) * (self.tensor or 1)
 
     @property
+    def one_chunk_pipeline(self) -> bool:
+        """A pipeline of one chunk per GPU (1F1B or GPipe): the schedules whose blocks per stage ``stages=``
+        may give (interleaved cuts its chunks evenly)."""
+        return bool(self.pipeline) and (self.schedule or "1f1b") in ("1f1b", "gpipe")
+
+    @property
     def name(self) -> str:
         """The plan's name without its options (``fsdp+recompute``): a candidate's name in a table."""
         if self.selective:
