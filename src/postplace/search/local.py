@@ -64,6 +64,20 @@ class LocalSettings:
     """Decisions redrawn per local move, on average: 1 + a Poisson count of mean ``local_units - 1``
     (mostly single changes, sometimes a few together, which a pair of layers that only pays off moved
     together needs). At least 1: a move changes something."""
+    local_pick: str = ranged(
+        "uniform", why="how a local move picks the decisions it redraws", choices=("uniform", "policy")
+    )
+    """Which decisions a move that redraws a few picks: ``"uniform"`` (any decision with another allowed
+    value), or ``"policy"``: in proportion to ``1 - p(incumbent's value)``, so the moves go where the
+    learned policy disagrees with the incumbent (issue 32 item 5's "the policy choosing which decisions a
+    local move redraws"). An ablation, not the default: on the paper's ten pairs (5 seeds, 2,400 samples)
+    Post with it is 0.26% behind ``local`` (median; Post's default 0.76%), ahead of it on 2 of 10 pairs as
+    the default is (RESULTS.md, issue 32 item 5)."""
+    policy_segments: bool = False
+    """Add a fourth kind of move, taking its turn with the others: a run of consecutive decisions (as a
+    segment move's) set to one sample of the policy's, so a learned pattern over a stretch of the model is
+    tried on the incumbent. An ablation, not the default: Post with it is 0.53% behind ``local`` on the
+    paper's pairs (median), ahead on 1 of 10 (RESULTS.md, issue 32 item 5)."""
     use_local: bool = False
     """Make local moves (the add-on of :mod:`postplace.search.local`). Off for every strategy but
     ``post``, ``ce`` and ``ppo``, and always off for those named after the paper."""
@@ -107,11 +121,19 @@ class LocalMoves:
         if score[i] < self.best_score:
             self.best_score, self.best_placement = float(score[i]), np.array(placements[i])
 
-    def moves(self, n: int, probs: np.ndarray, rng: np.random.Generator, turn: int, units: float) -> np.ndarray | None:
+    def moves(
+        self,
+        n: int,
+        probs: np.ndarray,
+        rng: np.random.Generator,
+        turn: int,
+        settings: LocalSettings,
+    ) -> np.ndarray | None:
         """Up to ``n`` copies of the incumbent, each changed by one move, the kinds taking turns
         (``turn``: the kind of the first, e.g. the samples told so far):
 
-        * redraw 1 + Poisson(``units`` - 1) decisions, each from ``probs`` (never to its value);
+        * redraw 1 + Poisson(``local_units`` - 1) decisions, each from ``probs`` (never to its value),
+          picked uniformly or, with ``local_pick="policy"``, where ``probs`` disagrees with the incumbent;
         * a *segment move*: a run of consecutive decisions (numbered in program order, so a run is a
           stretch of the model; it starts anywhere and its length is uniform up to the end of the
           model: log-uniform lengths, mostly short, were slower to reach whole-model structure from
@@ -120,12 +142,14 @@ class LocalMoves:
           first decision (a decision that may not take it keeps its own): what turns a stretch of
           layers into one pipeline stage or one data-parallel block, which single changes reach one
           at a time;
-        * on layers (where some layer has several units), a *unit move*: 1 + Poisson(``units`` - 1)
+        * on layers (where some layer has several units), a *unit move*: 1 + Poisson(``local_units`` - 1)
           units (one micro-batch's part of a layer, or its shared ops) each to another device, drawn
           half from ``probs``' marginal of that unit's device and half uniformly (a device no
           stripe favours, such as the CPU for small updates): finer than any stripe (a parameter's
           owner, one micro-batch on a less busy GPU), so the answer is not limited to stripes (the
-          runner keeps the best placement as told).
+          runner keeps the best placement as told);
+        * with ``policy_segments``, a *policy segment*: a run of consecutive decisions (as a segment
+          move's) set to one sample of ``probs``.
 
         A move onto a placement already told is drawn again (up to ``_TRIES`` times, then that slot
         is left to the strategy): on 8-op instances 75-84% of local moves repeated a placement already
@@ -142,8 +166,8 @@ class LocalMoves:
             The owner's generator.
         turn : int
             Which kind the first move is.
-        units : float
-            ``local_units``.
+        settings : LocalSettings
+            The owner's config: ``local_units``, ``local_pick``, ``policy_segments``.
 
         Returns
         -------
@@ -159,13 +183,13 @@ class LocalMoves:
         if movable.size == 0 and free.size == 0:
             return None
         current = self.best_placement if lay is None else lay.collapse(self.best_placement)
-        kinds = 3 if self.fine_layers else 2
-        marginal = self._unit_marginals(probs) if kinds == 3 else None
+        kinds = (3 if self.fine_layers else 2) + int(settings.policy_segments)
+        marginal = self._unit_marginals(probs) if self.fine_layers else None
         fresh = []
         for i in range(n):
             for _ in range(_TRIES):  # a move onto a placement already told is a wasted sample: try another
                 move = self.best_placement.copy()
-                self._move(move, (i + turn) % kinds, probs, marginal, movable, free, current, rng, units)
+                self._move(move, (i + turn) % kinds, probs, marginal, movable, free, current, rng, settings)
                 if self._remember(move):
                     fresh.append(move)
                     break
@@ -195,11 +219,11 @@ class LocalMoves:
         free: np.ndarray,
         current: np.ndarray,
         rng: np.random.Generator,
-        units: float,
+        settings: LocalSettings,
     ) -> None:
         """Change ``row`` (a unit placement) in place by one local move of ``kind`` (:meth:`moves`)."""
         allowed, lay = self.decisions.allowed, self.layers
-        count = 1 + int(rng.poisson(units - 1))
+        count = 1 + int(rng.poisson(settings.local_units - 1))
 
         def draw(q: np.ndarray, ok: np.ndarray, old: int) -> int:
             q = np.where(ok, np.maximum(q, 1e-12), 0.0)
@@ -213,13 +237,24 @@ class LocalMoves:
                 units_ = np.isin(lay.unit_layer, decisions[lay.canonical[decisions, value] >= 0])
                 row[units_] = lay.stripes[value, lay.unit_column[units_]]
 
+        if settings.policy_segments and kind == (3 if self.fine_layers else 2):  # a policy segment
+            cdf = np.cumsum(np.where(allowed, p, 0.0), axis=1)
+            sample = np.minimum((cdf < rng.random((len(p), 1)) * cdf[:, -1:]).sum(axis=1), p.shape[1] - 1)
+            start = int(rng.integers(0, allowed.shape[0]))
+            for d in range(start, start + int(rng.integers(1, allowed.shape[0] - start + 1))):
+                put(np.array([d]), int(sample[d]))
+            return
         if kind == 2 or movable.size == 0:  # unit moves (on layers)
             ok = self.space.allowed
             q = 0.5 * marginal + 0.5 * ok / ok.sum(axis=1, keepdims=True) if marginal is not None else ok * 1.0
             for u in rng.choice(free, size=min(free.size, count), replace=False):
                 row[u] = draw(q[u], ok[u], int(row[u]))
         elif kind == 0:
-            for u in rng.choice(movable, size=min(movable.size, count), replace=False):
+            weight = None
+            if settings.local_pick == "policy":  # where the policy disagrees with the incumbent
+                weight = np.maximum(1.0 - p[movable, current[movable]], 1e-9)
+                weight /= weight.sum()
+            for u in rng.choice(movable, size=min(movable.size, count), replace=False, p=weight):
                 put(np.array([u]), draw(p[u], allowed[u], int(current[u])))
         else:
             # start on a decision that may take every value its neighbours may (on layers: not a layer of
@@ -300,7 +335,7 @@ class WithLocalMoves(Wrapper):
         origins = asked_origins(self.inner, len(own))
         self.own_in_last_ask = len(own)
         n = 0 if any(o.startswith("probe") for o in origins) else min(max_n - len(own), round(len(own) * f / (1 - f)))
-        moves = self.local.moves(n, self._probs(), self.inner.rng, self.told, cfg.local_units) if ready else None
+        moves = self.local.moves(n, self._probs(), self.inner.rng, self.told, cfg) if ready else None
         self.last_origins = origins + ["local"] * (0 if moves is None else len(moves))
         return own if moves is None else np.concatenate([own, moves])
 

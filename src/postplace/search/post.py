@@ -29,7 +29,8 @@ step, as m-TOPO fills them; METIS partitions of the unit graph over 2..k compara
 and by bytes), then starts from the best of them (feasible first, then least overflow, then fastest)
 as every unit's home (the one-device start unless another beats it by ``probe_margin``):
 ``anchor_weight`` of its probability there (for a partition, enough to draw ``partition_units``
-units per sample elsewhere), the rest spread by speed; ``start_name`` says which won. Why: a uniform start over one
+units per sample elsewhere; for a layer stripe, ``stripe_units`` layers), the rest spread by speed;
+``start_name`` says which won. Why: a uniform start over one
 slow CPU and several identical GPUs spends most of the budget undoing random spreads; a start on one
 GPU where the step does not fit it never samples a feasible placement; and independent per-unit
 sampling from a one-GPU start rarely discovers a layer-wise split such as RNNLM's four LSTM layers on
@@ -129,10 +130,19 @@ class PostConfig(LocalSettings):
         (default 0.9, in [0, 1]).
     fill_fraction : float
         Share of each device's memory the memory fill may use (default 0.8, in (0, 1]).
+    stripe_units : float
+        With ``init="probe"``, when a layer stripe wins the probe: layers per sample drawn away from it
+        (default 2, >= 0).
+    elite_local : bool
+        The local moves' samples join the cross-entropy window (default False: an ablation).
     use_ce, use_ppo : bool
         Run the cross-entropy steps, the PPO steps (False: the ``ppo``, ``ce`` ablations).
     local_fraction, local_units : float
         The local moves' share of each batch and size (:class:`postplace.search.local.LocalSettings`).
+    local_pick : {"uniform", "policy"}
+        Which decisions a local move redraws (default ``"uniform"``; ``"policy"``: an ablation).
+    policy_segments : bool
+        A fourth local move, a run set to a policy sample (default False: an ablation).
     use_local : bool
         Make local moves (default True; False in ``post-paper`` and :meth:`paper`: the paper's algorithm).
 
@@ -218,6 +228,22 @@ class PostConfig(LocalSettings):
     """Run cross-entropy steps (False: the 'ppo' ablation)."""
     use_ppo: bool = True
     """Run PPO steps (False: the 'ce' ablation)."""
+    stripe_units: float = ranged(2.0, "[0, inf)", "layers per sample drawn away from a stripe start")
+    """With init='probe', when a layer stripe wins the probe (a micro-batched step, e.g. every layer
+    data-parallel): the expected number of layers per sample drawn away from their stripe, as
+    ``partition_units`` is for a partition (the home's weight ``1 - min(0.5, stripe_units / L)``). 2, not
+    ``partition_units``' 32: a stripe start is a sharp optimum (each layer moved off it costs transfers),
+    and at 32 a sample redrew half the layers, so without local moves the policy never left its start
+    (GPT-2 on dgx8 at m = 8: 43.31 ms, the start, against 40.43 at 2; Inception-V3 and GPT-2 on k80x4 at
+    m = 4: 143.87 / 820.82 against 141.77 / 803.48; RESULTS.md, issue 32 item 5). At least 0 (an
+    expected count)."""
+    elite_local: bool = False
+    """Let the local moves' samples into the cross-entropy step's window, beside the policy's own (PPO
+    still learns from its own samples only, whose probabilities it recorded): issue 32 item 5's "the elite
+    including local-move samples". An ablation, not the default: it pulls the policy onto the incumbent's
+    neighbourhood, and on the paper's pairs Post with it is 1.15% behind ``local`` (median; the default
+    0.76%), 3.2% on NMT-2 ``k80x4`` (RESULTS.md, issue 32 item 5); on small instances it was measured
+    before (the module docstring)."""
     use_local: bool = True
     """Make local moves (:class:`postplace.search.local.LocalSettings`; the other two fields, share and
     size, are there too). On for Post: the recorded sweep chose its other defaults with them; False is
@@ -368,7 +394,7 @@ class PostStrategy:
         local = None
         if self.config.use_local:
             local = self.local.moves(
-                self._local_share(k), self.policy.probs(), self.rng, self.samples_seen, self.config.local_units
+                self._local_share(k), self.policy.probs(), self.rng, self.samples_seen, self.config
             )
         n_local = 0 if local is None else len(local)
         decisions = self.policy.sample(self.rng, k - n_local)
@@ -418,6 +444,10 @@ class PostStrategy:
         self.recent_placements.append(decisions)
         self.recent_scores.append(score[:own])
         self.recent_feasible.append(feasible[:own])
+        if cfg.elite_local and own < len(raw):
+            self.recent_placements.append(self._decisions_of(raw[own:]))
+            self.recent_scores.append(score[own:])
+            self.recent_feasible.append(feasible[own:])
 
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()
@@ -438,7 +468,9 @@ class PostStrategy:
     def _start_from_probe(self) -> None:
         cfg, probe = self.config, self.probe
         self.start_name, self.start_step_time = probe.name, probe.step_time
-        weight = start_weight(self.start_name, self.decisions.num_units, cfg.anchor_weight, cfg.partition_units)
+        weight = start_weight(
+            self.start_name, self.decisions.num_units, cfg.anchor_weight, cfg.partition_units, cfg.stripe_units
+        )
         home = probe.home if self.layers is None else self.layers.collapse(probe.home)
         prior = anchored_prior(self.decisions, home, weight)
         self.policy.logits = CategoricalPolicy(self.decisions.allowed, prior).logits
@@ -525,12 +557,13 @@ def start_probe(space: SearchSpace, fill_fraction: float, probe_margin: float) -
     return StartProbe(space, fill_fraction, probe_margin, candidates=starts)
 
 
-def start_weight(name: str, num_units: int, anchor_weight: float, partition_units: float) -> float:
-    """The prior probability on each decision's home for the start ``name``: ``anchor_weight``, or for
-    a spread-out start (a partition or a stripe) ``1 - min(0.5, partition_units / G)`` (about
-    ``partition_units`` decisions per sample elsewhere)."""
+def start_weight(name: str, num_units: int, anchor_weight: float, partition_units: float, stripe_units: float) -> float:
+    """The prior probability on each decision's home for the start ``name``: ``anchor_weight``; for a
+    METIS partition ``1 - min(0.5, partition_units / G)`` (about ``partition_units`` decisions per sample
+    elsewhere); for a layer stripe the same with ``stripe_units``."""
     if name.startswith(("part", "stripe")):
-        return 1 - min(0.5, partition_units / max(num_units, 1))
+        units = stripe_units if name.startswith("stripe") else partition_units
+        return 1 - min(0.5, units / max(num_units, 1))
     return anchor_weight
 
 

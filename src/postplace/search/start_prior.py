@@ -5,9 +5,10 @@ homes, one evaluation each, exactly as Post does (the same candidates: on a micr
 space has layers, :func:`postplace.search.layers.layer_candidates`), and once they are told starts
 from the chosen home as Post does (``PostStrategy._start_from_probe``): the prior of
 :func:`postplace.search.post.anchored_prior` on it, with ``anchor_weight`` on each unit's home, or for
-a spread-out start (a METIS partition ``part...`` or a layer stripe ``stripe...``)
-``1 - min(0.5, partition_units / G)``. These strategies place units, not layers, so G is the units'
-count and the home is the start's unit placement (Post on layers counts and anchors layer decisions).
+a spread-out start ``1 - min(0.5, u / G)``, u Post's ``partition_units`` for a METIS partition
+(``part...``) and its ``stripe_units`` for a layer stripe (``stripe...``). These strategies place
+units, not layers, so G is the units' count and the home is the start's unit placement (Post on layers
+counts and anchors layer decisions).
 A strategy whose config has no such field takes Post's default (:data:`POST_DEFAULTS`), so every rival
 given this start starts where Post does. Why: a comparison of learning methods from different starts
 measures the starts as much as the learning (issue 20).
@@ -38,7 +39,8 @@ def start_prior(
     probe: StartProbe,
     anchor_weight: float = POST_DEFAULTS.anchor_weight,
     partition_units: float = POST_DEFAULTS.partition_units,
+    stripe_units: float = POST_DEFAULTS.stripe_units,
 ) -> np.ndarray:
     """Log-probabilities ``[G, D]`` of the anchored prior on the probe's chosen home (the probe done)."""
-    weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units)
+    weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units, stripe_units)
     return anchored_prior(space, probe.home, weight)
