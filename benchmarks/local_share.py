@@ -6,7 +6,8 @@ take, and any other change to the search as an ablation row (issue 32 item 5).
 
 With ``--fractions`` (the default) the rows are Post at each ``local_fraction`` (0 is ``post-probe``: Post's
 probe start, no local moves; 0.5 Post's default). With ``--configs`` they are the strategies given, each
-``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` (the fields of its config, checked as ``--set`` checks them). Pairs
+``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` (the fields of its config, checked as ``--set`` checks them; a
+value cannot hold a comma). Pairs
 are the paper's ten at m = 1 by default, or ``--pairs MODEL/CLUSTER/M,...`` (a micro-batched step, where
 Post acts on layers and stripes). Each cell is ``1 - x / local`` of the medians over the seeds (positive: a
 shorter step than local moves alone); then per row the median over the pairs, the pairs it wins and its

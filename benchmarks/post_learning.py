@@ -139,7 +139,7 @@ def goals(samples: int, seeds: int, pairs_text: str) -> None:
                 bests.append(r.best_step_time)
                 if name == "post":
                     stats = origin_stats(r.origins, r.step_times, lb)
-                    start = (stats["start_name"], stats["start_step_time_s"])
+                    start = (stats["start_name"], stats["start_step_time_s"])  # the probe's: the same every seed
                     for o in new_bests:
                         new_bests[o] += stats["new_bests"].get(o, 0)
             medians[name] = statistics.median(bests)

@@ -27,11 +27,11 @@ def test_a_stripe_start_draws_about_stripe_units_layers_away_and_a_partition_par
     assert POST_DEFAULTS.stripe_units == 2.0  # the rivals' start (start_prior) is Post's
 
 
-def _moves(settings, probs, n=400, seed=0):
+def _moves(settings, probs, n=400, seed=0, turn=0):
     moves = LocalMoves(SPACE)
     incumbent = np.zeros(G, dtype=np.int64)
     moves.tell(incumbent[None], np.array([1.0]))
-    out = moves.moves(n, probs, np.random.default_rng(seed), 0, settings)
+    out = moves.moves(n, probs, np.random.default_rng(seed), turn, settings)
     return incumbent, out
 
 
@@ -49,16 +49,23 @@ def test_policy_picked_moves_go_where_the_policy_disagrees_with_the_incumbent():
 
 
 def test_a_policy_segment_sets_a_run_of_decisions_to_the_policys_values():
+    """Each decision's favourite differs from its neighbours' (1, 2, 1, ...): a policy segment sets a run to
+    each one's own favourite, which neither a segment move (one value for the run) nor a redraw gives."""
     probs = np.full((G, D), 1e-6)
-    probs[:, 2] = 1.0  # the policy: everything on device 2
+    probs[np.arange(G), 1 + np.arange(G) % 2] = 1.0
     probs /= probs.sum(axis=1, keepdims=True)
     cfg = dataclasses.replace(PostConfig(), policy_segments=True)
-    incumbent, out = _moves(cfg, probs, n=60)
-    runs = [np.flatnonzero(row != incumbent) for row in out[2::3]]  # every third move: kinds 0, 1, 2 in turn
-    assert runs and all(r.size and np.array_equal(r, np.arange(r[0], r[-1] + 1)) for r in runs)
-    assert all((row[row != incumbent] == 2).all() for row in out[2::3])
-    _, without = _moves(PostConfig(), probs, n=60)
-    assert len(without) == len(out)  # the same number of moves, two kinds taking turns instead of three
+    runs = 0
+    for seed in range(30):
+        incumbent, out = _moves(cfg, probs, n=1, seed=seed, turn=2)  # kinds 0, 1, 2 = the policy segment
+        changed = np.flatnonzero(out[0] != incumbent)
+        assert changed.size and np.array_equal(changed, np.arange(changed[0], changed[-1] + 1))
+        assert np.array_equal(out[0][changed], 1 + changed % 2)
+        runs += changed.size > 1
+    assert runs > 10  # runs of several decisions, each on its own favourite
+    _, plain = _moves(PostConfig(), probs, n=1, seed=0, turn=1)  # without it, kind 1 is a segment move
+    changed = np.flatnonzero(plain[0] != 0)
+    assert np.unique(plain[0][changed]).size == 1
 
 
 def test_local_moves_join_the_cross_entropy_elite_only_when_asked():
@@ -86,3 +93,47 @@ def test_local_moves_join_the_cross_entropy_elite_only_when_asked():
             told += len(p)
         modes[elite_local] = (s.policy.probs().argmax(axis=1) == best_local).mean()
     assert modes[True] == 1.0 and modes[False] < 1.0, modes  # the local move differs from the policy's best
+
+
+def test_a_rival_placing_units_draws_as_many_units_from_a_stripe_start_as_stripe_units_layers_hold():
+    """The hierarchical planner places units, not layers: its stripe start spreads over the units of
+    ``stripe_units`` layers, the weight Post puts on a stripe per layer."""
+    from postplace.search.start_prior import start_prior
+
+    class Probe:
+        name = "stripe:gpu0..gpu1"
+        home = np.zeros(8, dtype=np.int64)
+
+    class Layers:
+        num_layers = 4  # 8 units in 4 layers: 2 stripe_units layers are 4 units
+
+    space = SearchSpace(np.ones((8, 2), dtype=bool), failure_step_time=1.0, unit_time=np.ones((8, 2)), layers=Layers())
+    home = np.exp(start_prior(space, Probe()))[:, 0]
+    assert home == pytest.approx(np.full(8, 1 - min(0.5, 2 * 2 / 8)), rel=1e-4)
+
+
+def test_on_layers_a_unit_move_stays_out_of_the_elite_and_a_stripe_move_joins_it():
+    """A unit move (one micro-batch's part of a layer moved) is no stripe per layer: its step time is not
+    that of the stripes it rounds to, so with elite_local only the moves that are stripes join the window."""
+    from postplace import zoo
+    from postplace.cluster import load_cluster
+    from postplace.search import make_problem
+    from postplace.search.config import build_config
+
+    p = make_problem(zoo.cached_graph("gpt2", "small", "sgd", microbatches=2), load_cluster("k80x2"))
+    lay = p.space.layers
+    s = make_strategy("post", p.space, seed=0, config=build_config("post", {"elite_local": True, "ce_every": 480}))
+    joined = skipped = 0
+    for _ in range(8):
+        x = s.ask(48)
+        origins = list(s.last_origins)
+        before = sum(len(r) for r in s.recent_placements)
+        res = p.simulator.evaluate(x)
+        s.tell(x, res.step_time, res.feasible)
+        if any(o.startswith("probe") for o in origins):
+            continue
+        local = x[np.array(origins) == "local"]
+        exact = (lay.expand(lay.collapse(local)) == local).all(axis=1)
+        assert sum(len(r) for r in s.recent_placements) - before == origins.count("policy") + exact.sum()
+        joined, skipped = joined + exact.sum(), skipped + (~exact).sum()
+    assert joined > 0 and skipped > 0

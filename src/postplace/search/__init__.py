@@ -12,7 +12,8 @@ paper's), and the paper's algorithm: no local moves; ``-probe`` Post's probe sta
 them (``reinforce-local``, ``hp-local``; ``post``, ``ce`` and ``ppo`` have both by default).
 
 Local moves (:mod:`postplace.search.local`) are an add-on, not part of Post: every strategy's config
-has ``use_local`` (with ``local_fraction`` and ``local_units``), on by default for ``post``, ``ce`` and
+has ``use_local`` (with ``local_fraction``, ``local_units`` and the ablations ``local_pick`` and
+``policy_segments``), on by default for ``post``, ``ce`` and
 ``ppo`` only; :func:`make_strategy` gives the add-on to a strategy whose config asks for it.
 
 Each strategy registers itself where it is defined (:func:`register_strategy` on its maker, with its

@@ -8,10 +8,11 @@ units moved to another device. A move never repeats a placement already told. Th
 incumbent only: a strategy's own learning (Post's cross-entropy elite and PPO, REINFORCE's gradient,
 annealing's chain) sees its own samples alone.
 
-Every strategy's config has the three fields of :class:`LocalSettings` (``use_local``,
-``local_fraction``, ``local_units``), on by default for ``post``, ``ce`` and ``ppo`` (their recorded
-sweep was run with them) and off for every other strategy and for the strategies named after the paper
-(``post-paper``, ``ce-paper``, ``ppo-paper``, ``reinforce-paper``). Post makes its moves inside its own
+Every strategy's config has the fields of :class:`LocalSettings` (``use_local``, ``local_fraction``,
+``local_units``, and the ablations ``local_pick`` and ``policy_segments``), local moves on by default
+for ``post``, ``ce`` and ``ppo`` (their recorded sweep was run with them) and off for every other
+strategy and for the strategies named after the paper (``post-paper``, ``ce-paper``, ``ppo-paper``,
+``reinforce-paper``). Post makes its moves inside its own
 batch of ``batch_size`` (:class:`postplace.search.post.PostStrategy`); any other strategy takes them
 through :class:`WithLocalMoves`, which :func:`postplace.search.make_strategy` puts around it when its
 config says ``use_local``: the strategy's own batch, plus as many local moves as make them

@@ -239,7 +239,8 @@ class PostConfig(LocalSettings):
     expected count)."""
     elite_local: bool = False
     """Let the local moves' samples into the cross-entropy step's window, beside the policy's own (PPO
-    still learns from its own samples only, whose probabilities it recorded): issue 32 item 5's "the elite
+    still learns from its own samples only, whose probabilities it recorded; on layers, only the moves
+    that are one stripe per layer, not the unit moves): issue 32 item 5's "the elite
     including local-move samples". An ablation, not the default: it pulls the policy onto the incumbent's
     neighbourhood, and on the paper's pairs Post with it is 1.15% behind ``local`` (median; the default
     0.76%), 3.2% on NMT-2 ``k80x4`` (RESULTS.md, issue 32 item 5); on small instances it was measured
@@ -445,9 +446,14 @@ class PostStrategy:
         self.recent_scores.append(score[:own])
         self.recent_feasible.append(feasible[:own])
         if cfg.elite_local and own < len(raw):
-            self.recent_placements.append(self._decisions_of(raw[own:]))
-            self.recent_scores.append(score[own:])
-            self.recent_feasible.append(feasible[own:])
+            moved = self._decisions_of(raw[own:])
+            # a unit move on layers is no stripe per layer: its score belongs to no decisions, keep it out
+            exact = np.ones(len(moved), dtype=bool)
+            if self.layers is not None:
+                exact = (self.layers.expand(moved) == raw[own:]).all(axis=1)
+            self.recent_placements.append(moved[exact])
+            self.recent_scores.append(score[own:][exact])
+            self.recent_feasible.append(feasible[own:][exact])
 
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()

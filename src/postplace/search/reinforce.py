@@ -41,11 +41,12 @@ class ReinforceConfig(LocalSettings):
     init: str = ranged("memory", why="start of the policy", choices=("uniform", "speed", "memory", "probe"))
     """'uniform', 'speed', 'memory' or 'probe': the same starts as Post's. 'memory' stays the default
     so that earlier numbers stay comparable; 'probe' asks Post's candidate starts first and starts from
-    the one Post would choose, with Post's ``probe_margin`` and ``partition_units``
+    the one Post would choose, with Post's ``probe_margin``, ``partition_units`` and ``stripe_units``
     (:mod:`postplace.search.start_prior`), so REINFORCE and Post learn from the same start."""
     anchor_weight: float = ranged(0.7, "[0, 1]", "prior probability on each unit's home device")
     """Prior mass on each unit's home device with init='speed', 'memory' or 'probe' (for a partition or
-    stripe start, Post's partition rule instead). In [0, 1]: a probability, as PostConfig.anchor_weight."""
+    stripe start, Post's rule for those instead: :func:`postplace.search.start_prior.start_prior`). In
+    [0, 1]: a probability, as PostConfig.anchor_weight."""
     fill_fraction: float = ranged(0.8, "(0, 1]", "share of each device's memory the memory fill may use")
     """With init='memory' or 'probe' (its memory fill): as PostConfig.fill_fraction, in (0, 1]."""
 

@@ -7,8 +7,9 @@ from the chosen home as Post does (``PostStrategy._start_from_probe``): the prio
 :func:`postplace.search.post.anchored_prior` on it, with ``anchor_weight`` on each unit's home, or for
 a spread-out start ``1 - min(0.5, u / G)``, u Post's ``partition_units`` for a METIS partition
 (``part...``) and its ``stripe_units`` for a layer stripe (``stripe...``). These strategies place
-units, not layers, so G is the units' count and the home is the start's unit placement (Post on layers
-counts and anchors layer decisions).
+units, not layers, so G is the units' count, u for a stripe is the units ``stripe_units`` layers hold on
+average, and the home is the start's unit placement (Post on layers counts and anchors layer decisions;
+a rival run on layers, :mod:`postplace.search.on_layers`, counts layers as Post does).
 A strategy whose config has no such field takes Post's default (:data:`POST_DEFAULTS`), so every rival
 given this start starts where Post does. Why: a comparison of learning methods from different starts
 measures the starts as much as the learning (issue 20).
@@ -42,5 +43,7 @@ def start_prior(
     stripe_units: float = POST_DEFAULTS.stripe_units,
 ) -> np.ndarray:
     """Log-probabilities ``[G, D]`` of the anchored prior on the probe's chosen home (the probe done)."""
+    if space.layers is not None:  # units, not layers: as many units per sample as stripe_units layers hold
+        stripe_units *= space.num_units / space.layers.num_layers
     weight = start_weight(probe.name, space.num_units, anchor_weight, partition_units, stripe_units)
     return anchored_prior(space, probe.home, weight)
