@@ -57,6 +57,20 @@ def test_the_grid_finds_a_plan_that_fits_where_no_plain_plan_does():
     assert grid.best.describe().startswith("fsdp over 4 GPUs (gpu0..gpu3), tp 2 x dp 2, 2 micro-batches")
 
 
+def test_where_a_plan_fits_by_selective_recomputation_the_grid_does_not_recompute_every_op():
+    """LLaMA small at tp 2 on GPUs of 160 kB: FSDP holds 183 kB without recomputation, 158 kB recomputing by
+    torchtitan's selective rule, 153 kB recomputing every block; the selective plan is the faster of the two
+    that fit, so the grid tries it before full recomputation (as the layered grid does)."""
+    g = zoo.cached_graph("llama", "small", "adamw", microbatches=2)
+    c = star_cluster(("gpu",) * 4, bandwidth=1e11, memory=1.6e5)
+    grid = best_3d(g, c, [0, 1, 2, 3])
+    spec = parse_plan(grid.best.plan)
+    assert spec.recompute and spec.selective and not grid.best.oom, grid.best.plan
+    full = plan_step(g, c, parse_plan(grid.best.plan.replace("+selective", "+recompute")), [0, 1, 2, 3])
+    assert not full.oom and grid.best.step_time_s < full.step_time_s
+    assert (str(spec), grid.best.step_time_s) in grid.tried
+
+
 def test_compare_and_place_have_the_best_3d_row(tmp_path):
     import postplace
 

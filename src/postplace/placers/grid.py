@@ -16,7 +16,9 @@ practitioner prunes it:
   already weighs (``ddp``, ``zero2``, ``fsdp``, each with and without recomputation) stand in for the
   tp 1 x pp 1 corner;
 * recomputation only where the plan does not fit without it (a practitioner turns it on to fit, since it
-  costs a third more compute).
+  costs a third more compute): first torchtitan's selective op rule (``+selective``, which keeps half the
+  matrix products and the attention outputs, so recomputes less), then every block whole (``+recompute``),
+  as the layered grid (:mod:`postplace.placers.layered_grid`) tries them.
 
 The grid is tried in order of model parallelism (least first, tp before pp at equal width), as far as
 ``work`` allows (a count of op x GPU simulations, not a time, so an answer does not depend on the
@@ -181,7 +183,7 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
             continue
         if schedule == "gpipe" and (spec.schedule or "").startswith("interleaved"):
             continue  # stages that do not chain: no 1F1B of any kind
-        for attempt in (spec, replace(spec, recompute=True)):
+        for attempt in (spec, replace(spec, recompute=True, selective=True), replace(spec, recompute=True)):
             if attempt.pipeline and schedule == "gpipe":
                 attempt = replace(attempt, schedule=schedule)
             r, error = simulate(attempt)
