@@ -167,3 +167,13 @@ def test_a_run_at_a_batch_is_trained_and_reported_at_that_batch(tmp_path, capsys
     assert _size_for("gpt2", str(tmp_path / "placement.json"), None) == "small@8"
     line = cli_error(["place", "--resume", str(tmp_path), "--batch", "8"], capsys)
     assert "drop --batch" in line
+
+
+def test_the_grid_tries_no_selective_plan_where_the_rule_saves_nothing():
+    """GPT-2's projections are addmm and its attention bmm: the selective rule keeps nothing there, so it
+    would be full recomputation under another name and another simulation."""
+    g = zoo.cached_graph("gpt2", "small", "adamw", microbatches=2)
+    c = star_cluster(("gpu",) * 4, bandwidth=1e11, memory=1.9e5)
+    grid = best_3d(g, c, [0, 1, 2, 3])
+    assert not any("+selective" in plan for plan, _ in grid.tried)
+    assert any("+recompute" in plan for plan, _ in grid.tried)

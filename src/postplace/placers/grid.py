@@ -17,8 +17,9 @@ practitioner prunes it:
   tp 1 x pp 1 corner;
 * recomputation only where the plan does not fit without it (a practitioner turns it on to fit, since it
   costs a third more compute): first torchtitan's selective op rule (``+selective``, which keeps half the
-  matrix products and the attention outputs, so recomputes less), then every block whole (``+recompute``),
-  as the layered grid (:mod:`postplace.placers.layered_grid`) tries them.
+  matrix products and the attention outputs, so recomputes less; not where it saves nothing, as on GPT-2,
+  whose products are ``addmm`` and ``bmm``), then every block whole (``+recompute``), as the layered grid
+  (:mod:`postplace.placers.layered_grid`) tries them.
 
 The grid is tried in order of model parallelism (least first, tp before pp at equal width), as far as
 ``work`` allows (a count of op x GPU simulations, not a time, so an answer does not depend on the
@@ -161,12 +162,16 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
 
     from postplace.placers.practitioner import plan_step
     from postplace.plans._step import microbatch_count
+    from postplace.plans.recompute import selective_saves
 
     specs, notes = grid_specs(graph, cluster, gpus, microbatch_count(graph))
     out = GridResult(None, [(p.plan, None if p.oom else p.step_time_s) for p in plain], notes)
     fits = [p for p in plain if not p.oom]
 
     spent, left, schedule = 0.0, 0, "1f1b"
+    # the selective rule saves nothing on a model without its matrix products or attention kernels (GPT-2's
+    # addmm and bmm): there it is full recomputation by another name, not worth a simulation
+    saves = bool(selective_saves(graph))
 
     def simulate(spec):
         """The plan simulated (or its error line), its work counted."""
@@ -178,12 +183,13 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
             return None, str(exc)
 
     for spec in specs:
+        selective = [replace(spec, recompute=True, selective=True)] if saves else []
         if spent >= work:
             left += 1
             continue
         if schedule == "gpipe" and (spec.schedule or "").startswith("interleaved"):
             continue  # stages that do not chain: no 1F1B of any kind
-        for attempt in (spec, replace(spec, recompute=True, selective=True), replace(spec, recompute=True)):
+        for attempt in (spec, *selective, replace(spec, recompute=True)):
             if attempt.pipeline and schedule == "gpipe":
                 attempt = replace(attempt, schedule=schedule)
             r, error = simulate(attempt)
@@ -196,6 +202,8 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
                 attempt = replace(attempt, schedule=schedule)
                 r, error = simulate(attempt)
             out.tried.append((str(attempt), None if r is None or r.oom else r.step_time_s))
+            if error and attempt.selective:
+                continue  # the selective rule's own refusal: recomputing every block may still go
             if error:
                 out.notes.append(f"{attempt}: {error}")
                 break
