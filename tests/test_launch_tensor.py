@@ -106,6 +106,18 @@ def test_a_pipeline_of_tensor_parallel_groups_runs_1f1b_and_moves_what_the_simul
     assert res.bytes_sent[0] > res.bytes_sent[2]  # the first stage's: its activations, its blocks' partial sums
 
 
+def test_the_grids_selective_plan_of_tensor_parallel_stages_trains_as_one_process():
+    """What ``best-3d`` may now return where a plan fits only recomputed: ``zero1+selective`` with tp 2 x pp 2
+    (torchtitan's selective rule in each block); within fp32 rounding of one process, each rank's bytes the
+    simulated plan's."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    plan = "zero1+selective:m=4,dp=1,tp=2,pp=2,schedule=1f1b"
+    res = launch_plan(traced, plan, K80X4, steps=2, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res, steps=2)
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+
+
 def test_a_user_module_splits_where_the_pattern_is_in_two_zero1_groups():
     """A user's MLP (linear, GELU, linear) on 4 ranks, ``zero1:tp=2``: two groups (ranks 0-1, 2-3), each a
     replica of one micro-batch; the first layer split by columns, the second by rows; per group one
