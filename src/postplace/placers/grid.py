@@ -183,12 +183,12 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
             return None, str(exc)
 
     for spec in specs:
-        selective = [replace(spec, recompute=True, selective=True)] if saves else []
         if spent >= work:
             left += 1
             continue
         if schedule == "gpipe" and (spec.schedule or "").startswith("interleaved"):
             continue  # stages that do not chain: no 1F1B of any kind
+        selective = [replace(spec, recompute=True, selective=True)] if saves else []
         for attempt in (spec, *selective, replace(spec, recompute=True)):
             if attempt.pipeline and schedule == "gpipe":
                 attempt = replace(attempt, schedule=schedule)

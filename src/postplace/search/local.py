@@ -109,6 +109,12 @@ class LocalMoves:
         self._seen_order: list[int] = []  # the same, in the order first seen (the state keeps this list)
 
     @property
+    def base_kinds(self) -> int:
+        """The kinds of move every owner makes (:meth:`moves`): redraws and segment moves, and on fine layers
+        unit moves; a policy segment, when asked for, is the kind after them."""
+        return 3 if self.fine_layers else 2
+
+    @property
     def fine_layers(self) -> bool:
         """Layers of several units each (a micro-batched step), where unit moves are finer than stripes."""
         return self.layers is not None and self.layers.num_layers < self.space.num_units
@@ -184,7 +190,7 @@ class LocalMoves:
         if movable.size == 0 and free.size == 0:
             return None
         current = self.best_placement if lay is None else lay.collapse(self.best_placement)
-        kinds = (3 if self.fine_layers else 2) + int(settings.policy_segments)
+        kinds = self.base_kinds + int(settings.policy_segments)
         marginal = self._unit_marginals(probs) if self.fine_layers else None
         fresh = []
         for i in range(n):
@@ -238,12 +244,13 @@ class LocalMoves:
                 units_ = np.isin(lay.unit_layer, decisions[lay.canonical[decisions, value] >= 0])
                 row[units_] = lay.stripes[value, lay.unit_column[units_]]
 
-        if settings.policy_segments and kind == (3 if self.fine_layers else 2):  # a policy segment
+        if settings.policy_segments and kind == self.base_kinds:  # a policy segment
             cdf = np.cumsum(np.where(allowed, p, 0.0), axis=1)
             sample = np.minimum((cdf < rng.random((len(p), 1)) * cdf[:, -1:]).sum(axis=1), p.shape[1] - 1)
             start = int(rng.integers(0, allowed.shape[0]))
-            for d in range(start, start + int(rng.integers(1, allowed.shape[0] - start + 1))):
-                put(np.array([d]), int(sample[d]))
+            run = np.arange(start, start + int(rng.integers(1, allowed.shape[0] - start + 1)))
+            for value in np.unique(sample[run]):  # the run's decisions are disjoint: one put per value
+                put(run[sample[run] == value], int(value))
             return
         if kind == 2 or movable.size == 0:  # unit moves (on layers)
             ok = self.space.allowed
