@@ -37,6 +37,9 @@ VALIDATE = [
     "zero1:pp=2,m=16,schedule=interleaved-2",
     "zero1+recompute:pp=4,m=16",
     "zero1:tp=2,pp=2,m=16",
+    "ddp:tp=2,sp,m=16",
+    "fsdp:tp=2,sp,m=16",
+    "zero1:tp=2,sp,pp=2,m=16",
     "fsdp:m=16,recompute=" + "/".join(f"blocks.{k}" for k in range(8)),  # Megatron-LM's recompute-num-layers 8
     "zero1:pp=2,m=16,recompute=" + "/".join(f"blocks.{k}" for k in (0, 1, 2, 3, 10, 11, 12)),
     "fsdp+selective:m=16",
@@ -49,6 +52,7 @@ VALIDATE_MIXED = [
     "ddp:pp=2,m=16,schedule=gpipe",
     "zero1:pp=2,m=16,stages=6/10",
     "ddp:tp=2,pp=2,m=16",
+    "ddp:tp=2,sp,pp=2,m=16",
 ]
 SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 2048; 13B and 70B: 256 x 4096)
     ("7b", 512, "dgx8x8"),
@@ -89,11 +93,11 @@ def validate(preset: str = "dgx8", precision: str = "bf16", plans=VALIDATE) -> l
         devices = plan_devices(cluster, spec)
         t0 = time.perf_counter()
 
-        def measured(recompute, selective=False, tp=spec.tensor or 1):
+        def measured(recompute, selective=False, tp=spec.tensor or 1, sp=spec.sequence):
             rule = "selective" if selective else "full" if recompute else ""
-            if (tp, rule) not in costs:  # on each GPU model of the cluster
-                costs[tp, rule] = measured_rule(few, cluster, gpus, rule, tensor=tp, layers=16)
-            return costs[tp, rule]
+            if (tp, sp, rule) not in costs:  # on each GPU model of the cluster
+                costs[tp, sp, rule] = measured_rule(few, cluster, gpus, rule, tensor=tp, sequence=sp, layers=16)
+            return costs[tp, sp, rule]
 
         unit_costs = plan_costs(spec, measured)
         cut = op_level_cut(whole, cluster, spec, devices, unit_costs.names) if spec.pipeline else None

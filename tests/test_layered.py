@@ -103,6 +103,8 @@ PLANS = [
     "zero1:pp=2,m=16",
     "ddp:pp=2,m=16,schedule=gpipe",
     "zero1:tp=2,pp=2,m=16",
+    "ddp:tp=2,sp,m=16",
+    "zero1:tp=2,sp,pp=2,m=16",
     "fsdp:m=16,recompute=blocks.0",
     "zero1:pp=2,m=16,recompute=blocks.1",
     "fsdp+selective:m=16",
@@ -121,11 +123,11 @@ def test_the_estimate_agrees_with_the_op_level_simulation(small):
         spec = parse_plan(text)
         devices = plan_devices(cluster, spec)
 
-        def at(recompute, selective=False, tp=spec.tensor or 1, devices=devices):
-            key = (tp, recompute, selective)
+        def at(recompute, selective=False, tp=spec.tensor or 1, sp=spec.sequence, devices=devices):
+            key = (tp, sp, recompute, selective)
             if key not in costs:
                 costs[key] = measure_units(
-                    measured, cluster, devices, tensor=tp, recompute=recompute, selective=selective
+                    measured, cluster, devices, tensor=tp, recompute=recompute, selective=selective, sequence=sp
                 )
             return costs[key]
 

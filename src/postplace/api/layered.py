@@ -311,7 +311,7 @@ def _grid_and_spaces(
     several = len({c.devices[d].model for d in gpus}) > 1
     for r, m in fits:
         s = parse_plan(r.plan)
-        if (key := (s.level, s.tensor, s.pipeline, s.schedule, m)) in shapes:
+        if (key := (s.level, s.tensor, s.sequence, s.pipeline, s.schedule, m)) in shapes:
             continue
         # on GPUs of several models, also the fastest pipeline of one chunk per GPU: its search decides each
         # stage's share of the blocks and where it recomputes, for GPUs of different speeds and memory
@@ -324,15 +324,19 @@ def _grid_and_spaces(
         if share == 0:  # a budget too small for this shape: not searched (its base is priced already)
             continue
         spec = parse_plan(r.plan)
-        tp = spec.tensor or 1
+        tp, sp = spec.tensor or 1, spec.sequence
         graph, costs = costs_by_m[m]
         tm = time.perf_counter()
         for rule in ("", "full", "selective"):  # what the grid did not measure, for the search
-            if (tp, rule) not in costs:
-                costs[tp, rule] = measured_rule(graph, c, gpus, rule, tensor=tp, layers=layers, cost_model=cost_model)
+            if (tp, sp, rule) not in costs:
+                costs[tp, sp, rule] = measured_rule(
+                    graph, c, gpus, rule, tensor=tp, sequence=sp, layers=layers, cost_model=cost_model
+                )
         timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
-        space = layered_space(r, spec, costs[tp, ""], costs[tp, "full"], devices, selective=costs[tp, "selective"])
+        space = layered_space(
+            r, spec, costs[tp, sp, ""], costs[tp, sp, "full"], devices, selective=costs[tp, sp, "selective"]
+        )
         out.spaces.append((r, m, space, share))
     return out
 

@@ -15,6 +15,8 @@ practitioner prunes it:
   :mod:`postplace.placers.practitioner`: not built); without model parallelism, the plain plans ``place``
   already weighs (``ddp``, ``zero2``, ``fsdp``, each with and without recomputation) stand in for the
   tp 1 x pp 1 corner;
+* with tp, sequence parallelism (``sp``: Megatron-LM's ``--sequence-parallel``, torchtitan's default) and
+  without;
 * recomputation only where the plan does not fit without it (a practitioner turns it on to fit, since it
   costs a third more compute): first torchtitan's selective op rule (``+selective``, which keeps half the
   matrix products and the attention outputs, so recomputes less; not where it saves nothing, as on GPT-2,
@@ -28,7 +30,7 @@ machine's speed); what was pruned or left out is said in the notes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -125,7 +127,7 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int, *, blocks: in
         schedules = [None] if pp == 1 else ["1f1b"]
         if pp > 1 and blocks >= 2 * pp and (m // dp) % pp == 0:  # Megatron-LM's virtual stages, 2 per GPU
             schedules.append("interleaved-2")
-        specs += [
+        shape = [
             PlanSpec(
                 level,
                 microbatches=m,
@@ -138,6 +140,9 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int, *, blocks: in
             for level in GRID_LEVELS
             if pp == 1 or level == "zero1"
         ]
+        # Megatron-LM's --sequence-parallel (torchtitan's default with tp) beside plain tp: it holds less and
+        # computes the norms once per group, and gathers again in the backward
+        specs += shape + [replace(spec, sequence=True) for spec in shape if spec.tensor]
     return specs, notes
 
 
@@ -158,7 +163,6 @@ def best_3d(graph, cluster, gpus: list[int], *, plain=(), pins=(), cost_model=No
     work : float
         Op x GPU simulations the grid may spend; the rest of the grid is left out with a note.
     """
-    from dataclasses import replace
 
     from postplace.placers.practitioner import plan_step
     from postplace.plans._step import microbatch_count

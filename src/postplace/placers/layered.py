@@ -120,6 +120,8 @@ class UnitCosts:
     by_model : tuple of (str, UnitCosts)
         The same units measured on the other GPU models of a plan's GPUs (:func:`measured_rule` over GPUs of
         several models); empty when one model was measured.
+    sequence : bool
+        Measured with sequence parallelism over the tensor group (``sp``).
     """
 
     names: tuple[str, ...]
@@ -143,6 +145,7 @@ class UnitCosts:
     selected: tuple[str, ...] = ()
     model: str = ""
     by_model: tuple[tuple[str, UnitCosts], ...] = ()
+    sequence: bool = False
 
     def on(self, model: str) -> UnitCosts:
         """These units as measured on GPUs of ``model``; one line when they were not."""
@@ -193,11 +196,12 @@ def measure_units(
     tensor: int = 1,
     recompute: bool = False,
     selective: bool = False,
+    sequence: bool = False,
     cost_model=None,
 ):
     """The units of ``graph`` (a step traced as two micro-batches) measured on one tensor group of ``tensor``
-    of ``gpus`` (see the module docstring), every block recomputed (by torchtitan's selective op rule with
-    ``selective``) or none: a :class:`UnitCosts`."""
+    of ``gpus`` (see the module docstring; with sequence parallelism where ``sequence``), every block
+    recomputed (by torchtitan's selective op rule with ``selective``) or none: a :class:`UnitCosts`."""
     from postplace.graph import PHASES
     from postplace.placers.practitioner import plan_step
     from postplace.plans import PlanSpec
@@ -229,6 +233,7 @@ def measure_units(
         replicas=1,
         tensor=tensor if tensor > 1 else None,
         selective=selective,
+        sequence=sequence and tensor > 1,
     )
     res = plan_step(graph, cluster, spec, list(gpus[:tensor]), cost_model=cost_model)
     g = res.graph
@@ -325,6 +330,7 @@ def measure_units(
         step_time_s=float(sched.step_time),
         selective=selective,
         model=cluster.devices[d0].model,
+        sequence=sequence and tensor > 1,
     )
 
 
@@ -478,6 +484,9 @@ def estimate_plan(
     tp, pp = spec.tensor or 1, spec.pipeline or 1
     if tp != costs.tensor:
         raise PostplaceError(f"plan '{spec}': the units were measured at tp={costs.tensor}; measure them at tp={tp}")
+    if spec.sequence != costs.sequence:
+        said = "with" if costs.sequence else "without"
+        raise PostplaceError(f"plan '{spec}': the units were measured {said} sp; measure them as the plan says")
     if spec.shard is not None:
         raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding (shard=)")
     _check_units(spec, costs.names[1:-1])
@@ -779,7 +788,9 @@ def _fsdp(st, costs, units, per, coll, upd_per_byte, dp):
         st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
 
 
-def measured_rule(graph, cluster, gpus: list[int], rule: str, *, tensor: int = 1, layers=None, cost_model=None):
+def measured_rule(
+    graph, cluster, gpus: list[int], rule: str, *, tensor: int = 1, sequence: bool = False, layers=None, cost_model=None
+):
     """:func:`measure_units` recomputing every block by ``rule`` (``""`` none, ``"full"``, ``"selective"``),
     repeated to ``layers`` blocks when given (:func:`repeat_blocks`). Where ``gpus`` are of several models,
     the units are measured on a tensor group of each (its first ``tensor`` GPUs of that model), the first
@@ -800,6 +811,7 @@ def measured_rule(graph, cluster, gpus: list[int], rule: str, *, tensor: int = 1
             tensor=tensor,
             recompute=bool(rule),
             selective=rule == "selective",
+            sequence=sequence,
             cost_model=cost_model,
         )
         return repeat_blocks(one, layers) if layers else one
@@ -848,6 +860,7 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         selective=costs.selective,
         model=costs.model,
         by_model=tuple((m, repeat_blocks(c, layers)) for m, c in costs.by_model),
+        sequence=costs.sequence,
     )
 
 
@@ -862,6 +875,7 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective:
             source is None
             or source.names != plain.names
             or source.tensor != plain.tensor
+            or source.sequence != plain.sequence
             or not source.recompute
             or source.selective != rule
             or plain.recompute

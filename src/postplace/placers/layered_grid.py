@@ -61,8 +61,8 @@ class LayeredGrid:
     """The practitioner's grid priced by the layered estimate: its ``best`` plan that fits (None: none
     does), every plan ``tried`` with its result, the ``notes`` of what was pruned, the seconds spent
     measuring units and pricing plans, how many plans were priced (``tried`` and the halving's steps), and the
-    units measured, by (tensor degree, recompute rule: ``""``, ``"full"``, ``"selective"``), each repeated to the
-    model's depth."""
+    units measured, by (tensor degree, sequence parallelism, recompute rule: ``""``, ``"full"``, ``"selective"``),
+    each repeated to the model's depth."""
 
     best: LayeredResult | None
     tried: list[LayeredResult]
@@ -70,7 +70,7 @@ class LayeredGrid:
     measure_s: float
     price_s: float
     priced: int = 0
-    costs: dict[tuple[int, str], UnitCosts] = field(default_factory=dict)
+    costs: dict[tuple[int, bool, str], UnitCosts] = field(default_factory=dict)
 
 
 def layered_grid(
@@ -93,33 +93,35 @@ def layered_grid(
         notes.append(f"plain plans need m={microbatches} to be a multiple of the {len(gpus)} GPUs")
     else:
         plain = [PlanSpec(level, microbatches=microbatches) for level in ("ddp", "zero1", "zero2", "fsdp")]
-    costs: dict[tuple[int, str], UnitCosts] = {}
+    costs: dict[tuple[int, bool, str], UnitCosts] = {}
     measure_s = price_s = 0.0
     priced = 0
     tried: list[LayeredResult] = []
 
-    def costs_at(tp: int, rule: str) -> UnitCosts:
+    def costs_at(spec, rule: str) -> UnitCosts:
         nonlocal measure_s
-        if (tp, rule) not in costs:
+        key = (spec.tensor or 1, spec.sequence, rule)
+        if key not in costs:
             t0 = time.perf_counter()
-            costs[tp, rule] = measured_rule(graph, cluster, gpus, rule, tensor=tp, layers=layers, cost_model=cost_model)
+            costs[key] = measured_rule(
+                graph, cluster, gpus, rule, tensor=key[0], sequence=key[1], layers=layers, cost_model=cost_model
+            )
             measure_s += time.perf_counter() - t0
-        return costs[tp, rule]
+        return costs[key]
 
     for spec in plain + specs:
         attempts = (spec, replace(spec, recompute=True, selective=True), replace(spec, recompute=True))
         for attempt, rule in zip(attempts, ("", "selective", "full"), strict=True):
-            tp = attempt.tensor or 1
             t0, measured_before = time.perf_counter(), measure_s
             devices = gpus[: len(gpus) // attempt.model_parallel * attempt.model_parallel]
             try:
-                r = estimate_plan(costs_at(tp, rule), cluster, attempt, devices)
+                r = estimate_plan(costs_at(attempt, rule), cluster, attempt, devices)
                 # recomputing every block fits and none does not: the fewest blocks per stage that fit
                 priced += 1
                 partial = None
                 if rule == "full" and not r.oom:
                     partial, steps = fewest_recomputed(
-                        costs_at(tp, ""), costs_at(tp, "full"), cluster, attempt, devices, r.stage_units
+                        costs_at(attempt, ""), costs_at(attempt, "full"), cluster, attempt, devices, r.stage_units
                     )
                     priced += steps
             except PostplaceError as exc:

@@ -101,7 +101,8 @@ def plan_words(plan, devices, microbatches: int) -> str:
     devices = list(devices)
     level = "hybrid" if spec.shard is not None else spec.level
     words = f"{level} over {len(devices)} GPU{'s' if len(devices) > 1 else ''} ({device_span(devices)}), "
-    dims = [f"tp {spec.tensor}"] * bool(spec.tensor) + [f"pp {spec.pipeline}"] * bool(spec.pipeline)
+    tp = f"tp {spec.tensor}" + " with sequence parallelism" * spec.sequence
+    dims = [tp] * bool(spec.tensor) + [f"pp {spec.pipeline}"] * bool(spec.pipeline)
     if dims:
         words += " x ".join([*dims, f"dp {spec.replicas_over(len(devices))}"]) + ", "
     if spec.pipeline:

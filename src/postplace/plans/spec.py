@@ -23,10 +23,10 @@ _UNITS = re.compile(r"^(shard|recompute|selective)=([A-Za-z0-9_.-]+(?:/[A-Za-z0-
 _RUN = re.compile(r"^(.*\.)([0-9]+)-([0-9]+)$")
 _STAGES = re.compile(r"^(stages)=([0-9]+(?:/[0-9]+)*)$")
 _HOW = (
-    f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
+    f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T[,sp]][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
     f"[,shard=U/U...][,recompute=U/U...][,selective=U/U...][,stages=B/B...] with NAME one of {', '.join(LEVELS)} "
     "and U a unit (root, blocks.3) or a run of them (blocks.0-7) "
-    "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,m=8)"
+    "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,sp,m=8)"
 )
 
 
@@ -65,6 +65,10 @@ class PlanSpec:
         Units recomputed by torchtitan's selective op rule, beside ``recompute_units`` (then a tuple, maybe
         empty) recomputed whole: a mix per block, written ``recompute=blocks.0-9,selective=blocks.10-31``.
         None: the rule of ``selective`` for every recomputed unit.
+    sequence : bool
+        With ``tensor``: sequence parallelism (Megatron-LM's ``--sequence-parallel``, torchtitan's default with
+        tensor parallelism), written ``sp``: the norms, dropouts and residual adds between the blocks split by
+        tokens over the tensor group (:mod:`postplace.plans.tensor`).
     stage_blocks : tuple of int, optional
         With ``pipeline`` and a schedule of one chunk per GPU: the blocks (numbered units) of each stage in
         order, written ``stages=9/10/10/11`` (Megatron-LM's uneven first and last stages, torchtitan's
@@ -84,8 +88,11 @@ class PlanSpec:
     tensor: int | None = None
     stage_blocks: tuple[int, ...] | None = None
     selective_units: tuple[str, ...] | None = None
+    sequence: bool = False
 
     def __post_init__(self):
+        if self.sequence and not self.tensor:
+            raise PostplaceError(f"plan {self.level}: sp splits a tensor group's norms by tokens; give tp=T (T >= 2)")
         if self.selective_units and (self.recompute_units is None or self.selective or not self.recompute):
             raise PostplaceError(
                 f"plan {self.level}: selective_units mixes with recompute_units (a tuple, the units recomputed "
@@ -137,7 +144,7 @@ class PlanSpec:
             self.replicas is not None
         )
         if self.tensor is not None:
-            opts.append(f"tp={self.tensor}")
+            opts += [f"tp={self.tensor}"] + ["sp"] * self.sequence
         if self.pipeline is not None:
             opts += [f"pp={self.pipeline}", f"schedule={self.schedule or '1f1b'}"]
         if self.stage_blocks is not None:
@@ -172,10 +179,13 @@ def parse_plan(text: str) -> PlanSpec:
     options: dict[str, object] = {}
     for opt in tail.split(",") if tail else ():
         opt = opt.strip()
+        if opt == "sp" and "sp" not in options:
+            options["sp"] = True
+            continue
         match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt) or _STAGES.match(opt)
         if not match or match.group(1) in options:
             raise PostplaceError(
-                f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, pp=P, schedule=S, "
+                f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, sp, pp=P, schedule=S, "
                 f"shard=U/U, recompute=U/U, selective=U/U or stages=B/B (each once); {_HOW}"
             )
         if match.re is _STAGES:
@@ -207,6 +217,8 @@ def parse_plan(text: str) -> PlanSpec:
         if "recompute" not in options:  # one rule: the plan's +selective over those units
             extras = ["selective"]
             options["recompute"] = options.pop("selective")
+    if options.get("sp") and (options.get("tp") or 1) < 2:
+        raise PostplaceError(f"--plan '{text}': sp splits a tensor group's norms by tokens; give tp=T with T >= 2")
     if "schedule" in options and "pp" not in options:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
@@ -236,6 +248,7 @@ def parse_plan(text: str) -> PlanSpec:
         tensor=tp if tp and tp > 1 else None,
         stage_blocks=options.get("stages"),
         selective_units=options.get("selective") or None,
+        sequence=bool(options.get("sp")),
     )
 
 
@@ -312,7 +325,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     if spec.selective_units:  # a mix: the selective rule's units after the whole ones
         step = recompute(step, list(spec.selective_units), selective=True)
     if spec.tensor:
-        step = tensor_parallel(step, spec.tensor)
+        step = tensor_parallel(step, spec.tensor, sequence=spec.sequence)
     shard = frozenset(spec.shard) if spec.shard is not None else None
     planned = data_parallel(step, replicas, spec.level, shard=shard, bucket_key=bucket_key)
     if not spec.tensor:

@@ -36,8 +36,20 @@ as one GPU of the group sees it, with a no-cost ``tp_all_reduce`` op (in place o
 where the all-reduce goes; :func:`over_tensor_ranks` then copies a planned step once per GPU of the
 group (``t{j}/NAME``) and makes each ``tp_all_reduce`` a collective over the group's copies.
 Megatron-LM's rank order follows: GPU ``j + t x replica``, so a group is t neighbouring GPUs.
-Sequence parallelism (the norms split by sequence, all-gather and reduce-scatter instead of all-reduce)
-is not built.
+
+*Sequence parallelism* (Korthikanti et al. 2022, Megatron-LM's ``--sequence-parallel``; ``sequence=True``)
+splits what tensor parallelism leaves whole between the blocks, the norms, dropouts and residual adds, by
+tokens: such an op computes 1/t of the tokens (a fourth state, SEQUENCE). Where a partial sum flows into
+one, its all-reduce becomes a *reduce-scatter*; where a split linear (or anything not known to act per
+token: a whole linear, an embedding's backward) reads one, an *all-gather* of its tokens comes first, one
+for the forward's readers and another just before the backward's (Megatron-LM gathers the norm's output
+again in the backward rather than keeping it whole). The same bus bytes as the all-reduces in the
+forward, one more gather per split pair in the backward, and the activations between the blocks at 1/t.
+A per-token op whose output goes (through views) to an optimizer or a gradient sum reduces over the tokens
+(a norm's weight, a row-split layer's bias): its gradient is a partial sum, all-reduced over the group
+(Megatron-LM all-reduces the norms' gradients; here once per micro-batch, a few kB each). Which ops act
+per token is an allow-list of op types (element-wise ops, norms, dropouts, views); a ``mean`` or ``sum``
+over the sequence itself (pooling) would be taken for one over features, which a transformer has not.
 """
 
 from __future__ import annotations
@@ -47,12 +59,14 @@ from collections import deque
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.graph import OpGraph
+from postplace.graph import PHASES, OpGraph
 from postplace.plans._draft import Draft
 from postplace.plans._step import FORWARD, parameter_ops
 
 __all__ = [
+    "TP_ALL_GATHER",
     "TP_ALL_REDUCE",
+    "TP_REDUCE_SCATTER",
     "check_degree",
     "over_tensor_ranks",
     "split_activations",
@@ -61,12 +75,27 @@ __all__ = [
 ]
 
 TP_ALL_REDUCE = "tp_all_reduce"
+TP_ALL_GATHER = "tp_all_gather"
+TP_REDUCE_SCATTER = "tp_reduce_scatter"
+_TP_COLLECTIVES = {TP_ALL_REDUCE: "all_reduce", TP_ALL_GATHER: "all_gather", TP_REDUCE_SCATTER: "reduce_scatter"}
 _PRODUCTS = ("mm", "addmm")
 _LINEAR = ("add", "add_", "_to_copy", "clone", "view", "_unsafe_view", "reshape", "alias")  # of partial sums: partial
 _NORMS = ("mean", "var", "var_mean", "std")  # a reduction over the split features: not Megatron's pattern
 _SOFTMAXES = ("_log_softmax", "log_softmax", "_softmax", "softmax", "logsumexp", "amax")
 _ELEMENT_BYTES = (4.0, 2.0, 2.0)  # by graph.precision: fp32, bf16, fp16
-WHOLE, SHARD, PARTIAL = 0, 1, 2
+WHOLE, SHARD, PARTIAL, SEQUENCE = 0, 1, 2, 3
+_VIEWS = ("view", "_unsafe_view", "reshape", "alias", "_to_copy", "clone", "t", "transpose", "permute", "detach")
+# ops that act on each token alone: sequence parallelism splits them by tokens
+_PER_TOKEN = frozenset(
+    (
+        *_VIEWS,
+        *("add", "add_", "sub", "mul", "mul_", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "tanh", "sigmoid"),
+        *("mean", "var", "var_mean", "sum", "native_layer_norm", "native_layer_norm_backward"),
+        *("_fused_rms_norm", "_fused_rms_norm_backward", "native_dropout", "native_dropout_backward"),
+        *("gelu", "gelu_backward", "silu", "silu_backward", "relu", "threshold_backward", "masked_fill", "where"),
+        *("expand", "copy_", "fill", "zeros_like", "ones_like", "empty_like", "bernoulli", "rand_like"),
+    )
+)
 
 
 def _inputs(graph: OpGraph) -> list[list[int]]:
@@ -267,6 +296,43 @@ def _states(graph: OpGraph, role: dict, ins: list[list[int]], weights: np.ndarra
     return state
 
 
+def _gradient_sinks(graph: OpGraph, outs: list[list[int]]) -> np.ndarray:
+    """``bool[n]``: ops that take a parameter's gradient as it is: the optimizer's, the gradient sums, the loss
+    sums, and views or casts whose every reader is one."""
+    from postplace.plans._step import UPDATE, chain_positions
+
+    sink = (graph.phase == UPDATE) | (chain_positions(graph) >= 0)
+    for i in range(graph.num_ops - 1, -1, -1):
+        if not sink[i] and graph.op_types[i] in _VIEWS and outs[i] and all(sink[d] for d in outs[i]):
+            sink[i] = True
+    return sink
+
+
+def _sequence_states(graph: OpGraph, state: np.ndarray, ins: list[list[int]], weights: np.ndarray) -> np.ndarray:
+    """``state`` with the ops sequence parallelism splits by tokens set to SEQUENCE: per-token ops (the
+    allow-list) that tensor parallelism leaves whole and that read a partial sum (then reduce-scattered) or
+    a split-by-tokens input, in the forward and the backward."""
+    from postplace.plans._step import BACKWARD
+
+    sink = _gradient_sinks(graph, _outputs(ins))
+    out = state.copy()
+    for i in range(graph.num_ops):
+        if weights[i] or sink[i] or graph.op_types[i] not in _PER_TOKEN:
+            continue
+        if state[i] == WHOLE and graph.phase[i] in (FORWARD, BACKWARD):
+            if any(out[s] == SEQUENCE or state[s] == PARTIAL for s in ins[i]):
+                out[i] = SEQUENCE
+        elif state[i] == PARTIAL and graph.phase[i] == FORWARD:
+            # the residual stream: a sum of partial sums in plain tp, reduce-scattered as each leaves its
+            # product here, so that the stream between the blocks (and a pipeline's send) is 1/t of it
+            out[i] = SEQUENCE
+    outs = _outputs(ins)
+    for i in range(graph.num_ops - 1, -1, -1):  # a view read only whole: gather its input instead, once
+        if out[i] == SEQUENCE and graph.op_types[i] in _VIEWS and all(out[d] != SEQUENCE for d in outs[i]):
+            out[i] = WHOLE
+    return out
+
+
 def split_activations(graph: OpGraph) -> np.ndarray:
     """``bool[n]``: the ops whose output each GPU of a tensor-parallel group holds a part of and that do not
     come from parameters alone (the activations between a column-split and a row-split linear, and their
@@ -277,7 +343,7 @@ def split_activations(graph: OpGraph) -> np.ndarray:
     return (_states(graph, role, ins, weights) == SHARD) & ~weights
 
 
-def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
+def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
     Parameters
@@ -286,6 +352,8 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         A traced step (any micro-batch count, recomputation already applied).
     degree : int
         t, the GPUs of the group.
+    sequence : bool
+        Sequence parallelism too: the ops between the blocks split by tokens (the module docstring).
 
     Returns
     -------
@@ -300,27 +368,48 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
     """
     role, whole = split_linears(graph)
     check_degree(graph, degree, role)
+    if sequence:
+        _check_tokens(graph, degree)
     ins = _inputs(graph)
     weights = _from_parameters(graph, ins)
     n, t = graph.num_ops, float(degree)
     state = _states(graph, role, ins, weights)
+    if sequence:
+        state = _sequence_states(graph, state, ins, weights)
+        sink = _gradient_sinks(graph, _outputs(ins))
     draft = Draft(graph)
+    src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
 
-    def all_reduce_after(i: int, **made) -> int:
-        """A no-cost ``tp_all_reduce`` op in place on op ``i``'s output, right after it."""
-        ar = draft.make(
-            f"{TP_ALL_REDUCE}:{graph.names[i]}",
-            (i + 0.5, 1),
-            phase=int(graph.phase[i]),
+    def collective_after(
+        i: int, kind: str, key: tuple, *, inplace: bool, suffix: str = "", phase: int | None = None, **made
+    ) -> int:
+        """A no-cost op of the group's collective ``kind`` on op ``i``'s output (in place or not), at ``key``,
+        in ``i``'s phase unless ``phase`` says."""
+        op = draft.make(
+            f"{kind}:{graph.names[i]}{suffix}",
+            key,
+            phase=int(graph.phase[i]) if phase is None else phase,
             microbatch=int(graph.microbatch[i]),
             module=graph.module[i],
-            op_type=TP_ALL_REDUCE,
-            inplace=True,
+            op_type=kind,
+            inplace=inplace,
             **made,
         )
-        draft.set(ar, "inplace_base", i)
-        return ar
+        if inplace:
+            draft.set(op, "inplace_base", i)
+        return op
 
+    def all_reduce_after(i: int, **made) -> int:
+        """A ``tp_all_reduce`` in place on op ``i``'s output, right after it."""
+        return collective_after(i, TP_ALL_REDUCE, (i + 0.5, 1), inplace=True, **made)
+
+    reductions: dict[int, float] = {}  # a per-token op's gradient of a parameter, summed over this rank's tokens
+    if sequence:
+        slots: dict[int, dict[int, float]] = {}
+        for e in range(len(src)):
+            if state[src[e]] == SEQUENCE and sink[dst[e]] and nbytes[e] > 0:
+                slots.setdefault(src[e], {})[slot[e]] = nbytes[e]
+        reductions = {i: sum(by_slot.values()) for i, by_slot in slots.items()}
     for i in range(n):
         if state[i] == WHOLE:
             draft.copy(i, graph.names[i], (float(i), 0), inplace_base=int(graph.inplace_base[i]))
@@ -328,22 +417,65 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         change = {"inplace_base": int(graph.inplace_base[i])}
         if state[i] == PARTIAL:
             change["output_bytes"] = float(graph.output_bytes[i])
+        elif state[i] == SEQUENCE and i in reductions:  # its tokens' share of the work, a whole gradient out
+            change["output_bytes"] = max(float(graph.output_bytes[i]) / t, reductions[i])
         if i in role:
             change["persistent_bytes"] = float(graph.persistent_bytes[i]) / t
         draft.copy(i, graph.names[i], (float(i), 0), scale=1.0 / t, **change)
     reduced: dict[int, int] = {}
-    src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
+    scattered: dict[int, int] = {}
+    gathered: dict[tuple, int] = {}
+    grad_reduced: dict[int, int] = {}
+    waits: list[tuple[int, int]] = []  # (op, gather): the gather starts after the op
+    first_reader = {}  # (op, slot, phase) -> the first reader needing its tokens gathered: the gather goes before it
+    if sequence:
+        for e in range(len(src)):
+            s, d = src[e], dst[e]
+            if state[s] == SEQUENCE and state[d] != SEQUENCE and not sink[d] and nbytes[e] > 0:
+                k = (s, slot[e], int(graph.phase[d]))
+                first_reader[k] = min(first_reader.get(k, d), d)
     for e in range(len(src)):
         s, d, b = src[e], dst[e], nbytes[e]
         if state[s] == SHARD:
             draft.edge(s, d, slot[e], b / t)
+        elif state[s] == PARTIAL and state[d] == SEQUENCE and b > 0:
+            if s not in scattered:
+                scattered[s] = collective_after(s, TP_REDUCE_SCATTER, (s + 0.5, 1), inplace=False, output_bytes=b / t)
+                draft.edge(s, scattered[s], slot[e], b)
+            draft.edge(scattered[s], d, 0, b / t)
         elif state[s] == PARTIAL and state[d] != PARTIAL and b > 0:
             if s not in reduced:
                 reduced[s] = all_reduce_after(s)
                 draft.edge(s, reduced[s], slot[e], b)
             draft.edge(reduced[s], d, 0, b)
+        elif state[s] == SEQUENCE and state[d] == SEQUENCE:
+            draft.edge(s, d, slot[e], b / t)
+        elif state[s] == SEQUENCE and sink[d]:  # a gradient summed over this rank's tokens: all-reduced first
+            if s not in grad_reduced:
+                grad_reduced[s] = all_reduce_after(s, output_bytes=reductions[s])
+            draft.edge(s, grad_reduced[s], slot[e], b)
+            draft.edge(s, d, slot[e], b)
+            draft.order(grad_reduced[s], d)
+        elif state[s] == SEQUENCE and b > 0:  # a reader of every token: gathered for it
+            k = (s, slot[e], int(graph.phase[d]))
+            if k not in gathered:
+                gathered[k] = collective_after(
+                    s,
+                    TP_ALL_GATHER,
+                    (first_reader[k] - 0.5, 1, slot[e]),
+                    inplace=False,
+                    suffix=f":{slot[e]}:{PHASES[k[2]]}" if (slot[e], k[2]) != (0, FORWARD) else "",
+                    phase=k[2],
+                    output_bytes=b,
+                )
+                draft.edge(s, gathered[k], slot[e], b / t)
+                if graph.phase[s] != k[2]:  # gathered again in the backward: not before its reader's turn
+                    waits += [(x, gathered[k]) for x in ins[first_reader[k]] if graph.phase[x] == k[2]]
+            draft.edge(gathered[k], d, 0, b)
         else:
             draft.edge(s, d, slot[e], b)
+    for x, gather in waits:
+        draft.order(x, gather)
     vocab = _vocab_reductions(graph, role, state, ins, weights)
     for (
         i,
@@ -358,10 +490,24 @@ def tensor_parallel(graph: OpGraph, degree: int) -> OpGraph:
         "degree": degree,
         "split": split,
         "whole_linears": sorted({graph.module[i] for i in whole}),
-        "all_reduces": len(reduced) + len(vocab),
+        "all_reduces": len(reduced) + len(vocab) + len(grad_reduced),
     }
-    out, _ = draft.freeze(f"{graph.name}+tp{degree}", {**graph.metadata, "tensor_parallel": meta})
+    if sequence:
+        meta.update(sequence=True, reduce_scatters=len(scattered), all_gathers=len(gathered))
+    suffix = "+sp" if sequence else ""
+    out, _ = draft.freeze(f"{graph.name}+tp{degree}{suffix}", {**graph.metadata, "tensor_parallel": meta})
     return out
+
+
+def _check_tokens(graph: OpGraph, degree: int) -> None:
+    """One :class:`PostplaceError` line when a zoo model's sequence does not split into ``degree`` parts."""
+    config = (graph.metadata.get("zoo") or {}).get("config") or {}
+    seq = config.get("seq")
+    if seq and seq % degree:
+        raise PostplaceError(
+            f"sequence parallelism: tp={degree} does not divide the sequence of {seq} tokens of "
+            f"'{graph.name}'; choose a tp that divides it, or drop sp"
+        )
 
 
 def _vocab_reductions(
@@ -421,16 +567,24 @@ def over_tensor_ranks(graph: OpGraph, replica: np.ndarray, degree: int) -> tuple
     ]
     for i in range(n):
         group = -1
-        if graph.op_types[i] == TP_ALL_REDUCE:
-            # a vocabulary reduction's bytes are its own output's; a partial sum's come in on its edge
-            size = float(graph.output_bytes[i]) or float(graph.edge_bytes[graph.in_edges[graph.in_ptr[i]]])
-            group = draft.add_collective("all_reduce", size, f"tp:{graph.names[i]}")
+        kind = _TP_COLLECTIVES.get(graph.op_types[i])
+        if kind is not None:
+            # S, the full buffer (opgraph.Collective): a vocabulary reduction's or a gradient's bytes are the
+            # op's own output; a partial sum's come in on its edge, as a reduce-scatter's; a gather makes them
+            into = [float(graph.edge_bytes[e]) for e in graph.in_edges[graph.in_ptr[i] : graph.in_ptr[i + 1]]]
+            if kind == "all_gather":
+                size = float(graph.output_bytes[i])
+            elif kind == "reduce_scatter":
+                size = max(into)
+            else:
+                size = float(graph.output_bytes[i]) or max(into)
+            group = draft.add_collective(kind, size, f"tp:{graph.names[i]}")
         for j in range(degree):
             change = {"inplace_base": -1}
             if graph.colocation[i] >= 0:
                 change["colocation"] = int(graph.colocation[i]) + j * ncoloc
             if group >= 0:
-                change["op_types"] = "all_reduce"
+                change["op_types"] = kind
             k = draft.copy(i, f"t{j}/{graph.names[i]}", (i, j), int(replica[i]) * degree + j, **change)
             draft.collective[k] = group if group >= 0 else (per_rank[coll[i]][j] if coll[i] >= 0 else -1)
             copies[i, j] = k

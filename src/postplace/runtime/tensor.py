@@ -928,7 +928,9 @@ def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas (``fsdp:tp=T``, ``+recompute`` or ``+selective``
     or not), or pipelines of ``ddp`` or ``zero1`` groups (:func:`tensor_ranks`); not a per-unit hybrid
-    (``shard=``)."""
+    (``shard=``), nor sequence parallelism (``sp``: simulated only)."""
+    if spec.sequence:
+        return False
     if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
         return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
     return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
