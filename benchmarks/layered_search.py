@@ -125,7 +125,10 @@ def speed_cut(model, size, cluster, bases) -> dict | None:
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
     devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
     tp, pp = spec.tensor or 1, spec.pipeline
-    rule = {r: measured_rule(graph, cluster, gpus, r, tensor=tp, layers=layers) for r in ("", "selective", "full")}
+    rule = {
+        r: measured_rule(graph, cluster, gpus, r, tensor=tp, sequence=spec.sequence, layers=layers)
+        for r in ("", "selective", "full")
+    }
     per_stage = len(devices) // pp
     speeds = []
     for s in range(pp):

@@ -27,18 +27,18 @@ def test_a_tensor_group_stays_within_a_node():
 
 def test_the_grid_is_what_a_practitioner_would_try():
     """LLaMA small has 4 heads in 2 key/value groups (tp at most 2) and 2 blocks (pp at most 2); at m = 8 on
-    8 GPUs every shape but tp 1 x pp 1 (the plain plans) is tried, FSDP without a pipeline only, each tp with
-    sequence parallelism and without."""
+    8 GPUs every shape but tp 1 x pp 1 (the plain plans) is tried, FSDP without a pipeline only, then each tp
+    with sequence parallelism."""
     g = zoo.cached_graph("llama", "small", "adamw", microbatches=2)
     c = load_cluster("dgx8")
     specs, notes = grid_specs(g, c, gpus(c), 8)
     assert [str(s) for s in specs] == [
         "zero1:m=8,dp=4,tp=2",
         "fsdp:m=8,dp=4,tp=2",
-        "zero1:m=8,dp=4,tp=2,sp",
-        "fsdp:m=8,dp=4,tp=2,sp",
         "zero1:m=8,dp=4,pp=2,schedule=1f1b",
         "zero1:m=8,dp=2,tp=2,pp=2,schedule=1f1b",
+        "zero1:m=8,dp=4,tp=2,sp",
+        "fsdp:m=8,dp=4,tp=2,sp",
         "zero1:m=8,dp=2,tp=2,sp,pp=2,schedule=1f1b",
     ]
     specs, notes = grid_specs(g, c, gpus(c), 2)  # dp must divide m, and each pipeline needs pp micro-batches

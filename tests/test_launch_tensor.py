@@ -80,13 +80,15 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
     """GPT-2 (small, SGD) computes query, key and value with one matrix: each rank holds its heads of each
     (three blocks), as Megatron-LM lays out a fused projection; the row-split layers' biases are added once,
     after the all-reduce. (AdamW is left out here: the key bias's gradient is zero in exact arithmetic, so
-    AdamW's normalisation turns rounding into steps as large as the learning rate.)"""
+    AdamW's normalisation turns rounding into steps as large as the learning rate.) The table the embedding and
+    the output head share is split by vocabulary for both, as Megatron-LM splits a tied embedding."""
     traced = trace_zoo_step("gpt2", "small", microbatches=2, batch=4, optimizer="sgd")
     res = launch_plan(traced, PLAN, K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res)
     split = split_of(traced, res.plan)
     assert split["blocks.0.qkv.weight"] == split["blocks.0.qkv.bias"] == (0, 3)
     assert split["blocks.0.proj.weight"] == (1, 1) and "blocks.0.proj.bias" not in split
+    assert split["wte.weight"] == (0, 1)  # the embedding tied to the head: both split by vocabulary
     simulated = simulated_plan_bytes(traced.graph, parse_plan(PLAN), K80X4, res.plan)
     assert res.bytes_sent == simulated["bytes_sent"]
 

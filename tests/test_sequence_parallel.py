@@ -137,3 +137,15 @@ def test_launch_refuses_sp_in_one_line():
     with pytest.raises(PostplaceError, match="simulated only") as e:
         launch_plan(None, "ddp:tp=2,sp,m=2", "dgx8")
     assert "\n" not in str(e.value)
+
+
+def test_simulate_layered_prices_sp_as_measured_with_it():
+    """``simulate --plan ... --layered`` measures the units with sequence parallelism when the plan says sp:
+    the same plan holds less than without it."""
+    from postplace.api.plans import estimate_plan_layered
+
+    kw = dict(size="small@16", optimizer="adamw", precision="bf16")
+    sp, _, _ = estimate_plan_layered("llama", "dgx8", "ddp:tp=2,sp,m=16", **kw)
+    plain, _, _ = estimate_plan_layered("llama", "dgx8", "ddp:tp=2,m=16", **kw)
+    assert sp.plan.endswith(",sp") or ",sp," in sp.plan
+    assert sp.peak_bytes < plain.peak_bytes

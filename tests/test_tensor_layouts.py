@@ -179,7 +179,8 @@ def test_the_vocabulary_reduction_counts_tokens_through_a_layer_norm():
     micro-batch (the norm's op also makes its statistics; the head reads only its output)."""
     g = zoo.cached_graph("gpt2", "small", "adamw")
     planned = apply_plan(g, parse_plan("ddp:tp=2"), 1).graph
-    assert not [c for c in planned.collectives if "softmax" in c.name]  # the tied head stays whole
+    tied = [c.nbytes for c in planned.collectives if "softmax" in c.name]  # GPT-2's head, tied: split too
+    assert tied == [3 * 4.0 * 2 * 16]  # each token's maximum, sum and target logit
     lm = step_of(_LM(), torch.randint(0, 16, (4, 6)), torch.randint(0, 16, (4, 6)), loss=_lm_loss)
     sizes = [c.nbytes for c in apply_plan(lm.graph, parse_plan("ddp:tp=2"), 1).graph.collectives if "softmax" in c.name]
     assert sizes and set(sizes) == {3 * 4.0 * 2 * 6}

@@ -46,7 +46,7 @@ def test_the_zoo_blocks_split_as_megatron_splits_them():
             assert role.pop(f"blocks.{b}.{w}") == "column"
         for w in ("proj.weight", "fc2.weight"):
             assert role.pop(f"blocks.{b}.{w}") == "row"
-    assert role == {} and len(whole) == 1  # the tied head reads the embedding too: left whole
+    assert role == {"wte.weight": "vocab"} and whole == []  # the head and the embedding share one table
 
 
 def test_a_users_mlp_is_split_and_a_norm_between_the_layers_is_not():

@@ -140,7 +140,16 @@ def estimate_plan_layered(
 
     def measured(recompute: bool, selective: bool = False):
         rule = "selective" if selective else "full" if recompute else ""
-        return measured_rule(graph, c, devices, rule, tensor=spec.tensor or 1, layers=layers, cost_model=cost_model)
+        return measured_rule(
+            graph,
+            c,
+            devices,
+            rule,
+            tensor=spec.tensor or 1,
+            sequence=spec.sequence,
+            layers=layers,
+            cost_model=cost_model,
+        )
 
     costs = plan_costs(spec, measured)
     spec = spec if spec.microbatches else replace(spec, microbatches=m)

@@ -16,7 +16,7 @@ practitioner prunes it:
   already weighs (``ddp``, ``zero2``, ``fsdp``, each with and without recomputation) stand in for the
   tp 1 x pp 1 corner;
 * with tp, sequence parallelism (``sp``: Megatron-LM's ``--sequence-parallel``, torchtitan's default) and
-  without;
+  without, every shape without first;
 * recomputation only where the plan does not fit without it (a practitioner turns it on to fit, since it
   costs a third more compute): first torchtitan's selective op rule (``+selective``, which keeps half the
   matrix products and the attention outputs, so recomputes less; not where it saves nothing, as on GPT-2,
@@ -140,9 +140,11 @@ def grid_specs(graph, cluster, gpus: list[int], microbatches: int, *, blocks: in
             for level in GRID_LEVELS
             if pp == 1 or level == "zero1"
         ]
-        # Megatron-LM's --sequence-parallel (torchtitan's default with tp) beside plain tp: it holds less and
-        # computes the norms once per group, and gathers again in the backward
-        specs += shape + [replace(spec, sequence=True) for spec in shape if spec.tensor]
+        specs += shape
+    # Megatron-LM's --sequence-parallel (torchtitan's default with tp) beside plain tp: it holds less and
+    # computes the norms once per group, and gathers again in the backward; after every plain shape, so that
+    # a work budget spends itself on the shapes first
+    specs += [replace(spec, sequence=True) for spec in specs if spec.tensor]
     return specs, notes
 
 

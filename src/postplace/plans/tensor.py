@@ -13,13 +13,14 @@ pass before the next linear layer flows into one and the same linear R (nothing 
 residual stream or the loss), and R is then *row-split*. Several column linears may share one R (the
 query, key and value projections; SwiGLU's gate and up projections). In a model with such pairs, a
 linear whose output reaches the loss through a softmax with no linear or norm between (a transformer's
-output head, its weight read by it alone) is split by *vocabulary*: each GPU computes its share of the
+output head, its weight read by it alone or also by lookups, as an embedding tied to the head) is split by
+*vocabulary*: each GPU computes its share of the
 logits, and the softmax over them all-reduces each token's maximum, sum and target logit (Megatron-LM's
 vocabulary-parallel cross-entropy, three fp32 values per token). The input embedding of that vocabulary
 (a table as large as the head's, read by lookups alone) is split by vocabulary too, as Megatron-LM splits
-it: each GPU holds its rows, looks up the tokens that fall in them (zeros for the others) and the vectors
-are all-reduced (a partial sum); its gradient is each GPU's rows'. Every other op stays whole: each GPU
-runs it entirely (the norms, the residual adds, a position table, a head tied to the embedding) and
+it (and a table tied to the head is that table): each GPU holds its rows, looks up the tokens that fall in
+them (zeros for the others) and the vectors are all-reduced (a partial sum); its gradient is each GPU's
+rows'. Every other op stays whole: each GPU runs it entirely (the norms, the residual adds, a position table) and
 :func:`tensor_parallel` lists the linear layers it left whole.
 
 What each op then is on one GPU follows from its inputs, forward and backward alike, as a sharding
@@ -225,13 +226,19 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
             role[p] = "column"
         weight = max(params[row], key=lambda p: graph.output_bytes[p])  # a row-split layer's bias stays whole
         role[weight] = "row"
+
+    def head_only(p: int, head: int) -> bool:
+        """``p`` is read by ``head`` alone, or by it and lookups of the same table (an embedding tied to the
+        head, as GPT-2's: Megatron-LM splits the shared table by vocabulary for both)."""
+        return head in readers[p] and all(d == head or graph.op_types[d] == "embedding" for d in readers[p])
+
     for head in params:  # a transformer's output head: split by vocabulary, with its cross-entropy
         if (
             role
             and head not in rows
             and not any(p in role for p in params[head])
             and params[head]
-            and all(readers[p] == {head} for p in params[head])
+            and all(head_only(p, head) for p in params[head])
             and ends_in_loss(head)
         ):
             for p in params[head]:
