@@ -203,7 +203,7 @@ def simulate(
         str | None,
         typer.Option(
             "--plan",
-            help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8).",
+            help="A practitioner plan instead of a placement: ddp, zero1, zero2 or fsdp, optionally +recompute and :m=M,dp=K,tp=T,sp,pp=P (e.g. fsdp+recompute:m=8, ddp:tp=2,m=8; sp: sequence parallelism).",
         ),
     ] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="Write a Chrome trace-event JSON here.")] = None,

@@ -240,7 +240,7 @@ def _check_whole_cut(graph, spec, stage: np.ndarray) -> None:
     a split pair would send each GPU's part (Megatron-LM cuts between whole layers; launch refuses it too)."""
     from postplace.plans.tensor import split_activations
 
-    split = split_activations(graph)
+    split = split_activations(graph, tied=False)
     src, dst = graph.edge_src, graph.edge_dst
     cross = (stage[src] >= 0) & (stage[dst] >= 0) & (stage[src] != stage[dst]) & split[src]
     if cross.any():

@@ -91,7 +91,7 @@ class PlanSpec:
     sequence: bool = False
 
     def __post_init__(self):
-        if self.sequence and not self.tensor:
+        if self.sequence and (self.tensor or 1) < 2:
             raise PostplaceError(f"plan {self.level}: sp splits a tensor group's norms by tokens; give tp=T (T >= 2)")
         if self.selective_units and (self.recompute_units is None or self.selective or not self.recompute):
             raise PostplaceError(
@@ -325,7 +325,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     if spec.selective_units:  # a mix: the selective rule's units after the whole ones
         step = recompute(step, list(spec.selective_units), selective=True)
     if spec.tensor:
-        step = tensor_parallel(step, spec.tensor, sequence=spec.sequence)
+        step = tensor_parallel(step, spec.tensor, sequence=spec.sequence, tied=not spec.pipeline)
     shard = frozenset(spec.shard) if spec.shard is not None else None
     planned = data_parallel(step, replicas, spec.level, shard=shard, bucket_key=bucket_key)
     if not spec.tensor:

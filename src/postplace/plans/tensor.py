@@ -85,7 +85,8 @@ _NORMS = ("mean", "var", "var_mean", "std")  # a reduction over the split featur
 _SOFTMAXES = ("_log_softmax", "log_softmax", "_softmax", "softmax", "logsumexp", "amax")
 _ELEMENT_BYTES = (4.0, 2.0, 2.0)  # by graph.precision: fp32, bf16, fp16
 WHOLE, SHARD, PARTIAL, SEQUENCE = 0, 1, 2, 3
-_VIEWS = ("view", "_unsafe_view", "reshape", "alias", "_to_copy", "clone", "t", "transpose", "permute", "detach")
+_PURE_VIEWS = ("view", "_unsafe_view", "reshape", "alias", "t", "transpose", "permute", "detach")
+_VIEWS = (*_PURE_VIEWS, "_to_copy", "clone")  # a cast gathers fewer bytes after it (bf16) than before: kept
 # ops that act on each token alone: sequence parallelism splits them by tokens
 _PER_TOKEN = frozenset(
     (
@@ -141,8 +142,10 @@ def _from_parameters(graph: OpGraph, ins: list[list[int]]) -> np.ndarray:
     return out
 
 
-def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
-    """The Megatron pattern in ``graph`` (read off its first micro-batch's forward pass).
+def split_linears(graph: OpGraph, *, tied: bool = True) -> tuple[dict[int, str], list[int]]:
+    """The Megatron pattern in ``graph`` (read off its first micro-batch's forward pass); with ``tied`` False
+    a head whose table the embedding also reads stays whole (a pipeline sends the head's gradient of a tied
+    table to the embedding's stage whole: :func:`split_activations`).
 
     Returns
     -------
@@ -230,7 +233,9 @@ def split_linears(graph: OpGraph) -> tuple[dict[int, str], list[int]]:
     def head_only(p: int, head: int) -> bool:
         """``p`` is read by ``head`` alone, or by it and lookups of the same table (an embedding tied to the
         head, as GPT-2's: Megatron-LM splits the shared table by vocabulary for both)."""
-        return head in readers[p] and all(d == head or graph.op_types[d] == "embedding" for d in readers[p])
+        if readers[p] == {head}:
+            return True
+        return tied and head in readers[p] and all(d == head or graph.op_types[d] == "embedding" for d in readers[p])
 
     for head in params:  # a transformer's output head: split by vocabulary, with its cross-entropy
         if (
@@ -329,28 +334,33 @@ def _sequence_states(graph: OpGraph, state: np.ndarray, ins: list[list[int]], we
         if state[i] == WHOLE and graph.phase[i] in (FORWARD, BACKWARD):
             if any(out[s] == SEQUENCE or state[s] == PARTIAL for s in ins[i]):
                 out[i] = SEQUENCE
-        elif state[i] == PARTIAL and graph.phase[i] == FORWARD:
-            # the residual stream: a sum of partial sums in plain tp, reduce-scattered as each leaves its
-            # product here, so that the stream between the blocks (and a pipeline's send) is 1/t of it
+        elif state[i] == PARTIAL and (graph.phase[i] == FORWARD or graph.names[i].startswith("rc:")):
+            # the residual stream (and its recomputed copy): a sum of partial sums in plain tp, reduce-scattered
+            # as each leaves its product here, so that the stream between the blocks (and a pipeline's send)
+            # is 1/t of it
             out[i] = SEQUENCE
     outs = _outputs(ins)
-    for i in range(graph.num_ops - 1, -1, -1):  # a view read only whole: gather its input instead, once
-        if out[i] == SEQUENCE and graph.op_types[i] in _VIEWS and all(out[d] != SEQUENCE for d in outs[i]):
+    for i in range(graph.num_ops - 1, -1, -1):  # a view read only whole, in its own phase: gathered once before it
+        if (
+            out[i] == SEQUENCE
+            and graph.op_types[i] in _PURE_VIEWS
+            and all(out[d] != SEQUENCE and graph.phase[d] == graph.phase[i] for d in outs[i])
+        ):
             out[i] = WHOLE
     return out
 
 
-def split_activations(graph: OpGraph) -> np.ndarray:
+def split_activations(graph: OpGraph, *, tied: bool = True) -> np.ndarray:
     """``bool[n]``: the ops whose output each GPU of a tensor-parallel group holds a part of and that do not
     come from parameters alone (the activations between a column-split and a row-split linear, and their
     gradients): a pipeline's stage cut must not send one (Megatron-LM cuts between whole layers)."""
-    role, _whole = split_linears(graph)
+    role, _whole = split_linears(graph, tied=tied)
     ins = _inputs(graph)
     weights = _from_parameters(graph, ins)
     return (_states(graph, role, ins, weights) == SHARD) & ~weights
 
 
-def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> OpGraph:
+def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied: bool = True) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
     Parameters
@@ -361,6 +371,8 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> O
         t, the GPUs of the group.
     sequence : bool
         Sequence parallelism too: the ops between the blocks split by tokens (the module docstring).
+    tied : bool
+        Split a table the embedding and the output head share (False in a pipeline: :func:`split_linears`).
 
     Returns
     -------
@@ -373,7 +385,7 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> O
     PostplaceError
         No linear layer pair to split, or t not dividing the model's attention heads.
     """
-    role, whole = split_linears(graph)
+    role, whole = split_linears(graph, tied=tied)
     check_degree(graph, degree, role)
     if sequence:
         _check_tokens(graph, degree)
@@ -425,7 +437,8 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> O
         if state[i] == PARTIAL:
             change["output_bytes"] = float(graph.output_bytes[i])
         elif state[i] == SEQUENCE and i in reductions:  # its tokens' share of the work, a whole gradient out
-            change["output_bytes"] = max(float(graph.output_bytes[i]) / t, reductions[i])
+            per_token = max(float(graph.output_bytes[i]) - reductions[i], 0.0)
+            change["output_bytes"] = per_token / t + reductions[i]
         if i in role:
             change["persistent_bytes"] = float(graph.persistent_bytes[i]) / t
         draft.copy(i, graph.names[i], (float(i), 0), scale=1.0 / t, **change)
@@ -476,8 +489,9 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False) -> O
                     output_bytes=b,
                 )
                 draft.edge(s, gathered[k], slot[e], b / t)
-                if graph.phase[s] != k[2]:  # gathered again in the backward: not before its reader's turn
-                    waits += [(x, gathered[k]) for x in ins[first_reader[k]] if graph.phase[x] == k[2]]
+                # not before its reader's other inputs of that phase (a gathered norm output again in the
+                # backward, a gradient gathered while a recomputed block runs): held whole no longer than needed
+                waits += [(x, gathered[k]) for x in ins[first_reader[k]] if x != s and graph.phase[x] == k[2]]
             draft.edge(gathered[k], d, 0, b)
         else:
             draft.edge(s, d, slot[e], b)

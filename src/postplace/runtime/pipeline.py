@@ -145,7 +145,7 @@ def pipeline_plan(
         else:
             from postplace.runtime.tensor import zero_owners_split
 
-            owners = zero_owners_split(traced, t, dp)
+            owners = zero_owners_split(traced, t, dp, tied=False)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
     b = m // dp

@@ -830,13 +830,13 @@ def _tensor_split(traced, params: dict[str, Split]) -> tuple[tuple[int, int, int
     return tuple(sorted((holders.index(name), lay.dim, lay.groups) for name, lay in params.items()))
 
 
-def zero_owners_split(traced, degree: int, replicas: int) -> dict[int, int]:
+def zero_owners_split(traced, degree: int, replicas: int, *, tied: bool = True) -> dict[int, int]:
     """ZeRO-1's owner of each parameter op of ``traced``: the simulated plan's, found on the split step (where
-    a split parameter weighs 1/``degree``)."""
+    a split parameter weighs 1/``degree``; ``tied`` False in a pipeline, as the simulated plan splits it)."""
     from postplace.plans.data_parallel import zero_owners
     from postplace.plans.tensor import tensor_parallel
 
-    split = tensor_parallel(traced.graph, degree)
+    split = tensor_parallel(traced.graph, degree, tied=tied)
     index = {name: i for i, name in enumerate(traced.graph.names)}
     return {index[split.names[p]]: r for p, r in zero_owners(split, replicas).items()}
 
@@ -849,7 +849,7 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
     does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
     sums over itself."""
     t = degree
-    params = split_parameters(traced, t)
+    params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
     for prog in plan.programs:
         for n in prog.gm.graph.nodes:  # the messages the programs receive carry their shapes
             if n.op == "call_module" and n.target == RECV and "val" not in n.meta:
@@ -936,13 +936,13 @@ def launchable_tensor(spec) -> bool:
     return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
 
 
-def split_parameters(traced, degree: int) -> dict[str, Split]:
+def split_parameters(traced, degree: int, *, tied: bool = True) -> dict[str, Split]:
     """The placeholders split over the group (parameters and their same-shaped optimizer state), each with
     its dimension: a column-split weight or bias and a vocabulary-split head by rows (dim 0), a row-split
     weight by columns (dim 1)."""
     from postplace.plans.tensor import check_degree, split_linears
 
-    role, _whole = split_linears(traced.graph)
+    role, _whole = split_linears(traced.graph, tied=tied)
     check_degree(traced.graph, degree, role)
     out: dict[str, Split] = {}
     for i, (p, holder, moments) in enumerate(_parameter_holders(traced)):
