@@ -135,12 +135,20 @@ def test_ddp_equals_torchs_distributed_data_parallel(tmp_path, plan):
     batches = RandomBatches(0)
     steps = [tuple(batches(traced)) for _ in range(3)]
     ours = launch_plan(mlp_step(4), f"{plan}:m=4,dp=2", K80X4, steps=3, batches=RandomBatches(0), seed=0)
-    mp.spawn(
-        _torch_ddp_rank,
-        args=(2, str(tmp_path / "rendezvous"), steps, str(tmp_path / "ddp.pt"), plan in ("zero1", "zero2")),
-        nprocs=2,
-        join=True,
-    )
+    try:
+        mp.spawn(
+            _torch_ddp_rank,
+            args=(2, str(tmp_path / "rendezvous"), steps, str(tmp_path / "ddp.pt"), plan in ("zero1", "zero2")),
+            nprocs=2,
+            join=True,
+        )
+    except mp.ProcessExitedException as exc:
+        # torch's own reference rank, under a loaded machine, has aborted in its process group's teardown
+        # ("terminate called without an active exception", twice in 2026-12-04's full runs, never alone). Rank
+        # 0 saves after every step's collectives, which need both ranks: a saved file means both finished
+        # their steps, and the comparison below still holds the numbers; without one, the failure stands.
+        if "SIGABRT" not in str(exc) or not (tmp_path / "ddp.pt").exists():
+            raise
     theirs = torch.load(tmp_path / "ddp.pt", weights_only=True)
     assert list(theirs) == list(ours.parameters)
     gap = max(float((ours.parameters[n] - p).abs().max()) for n, p in theirs.items())
