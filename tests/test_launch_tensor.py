@@ -93,6 +93,22 @@ def test_gpt2_fused_query_key_value_is_split_by_heads_of_each():
     assert res.bytes_sent == simulated["bytes_sent"]
 
 
+@pytest.mark.parametrize(
+    "plan, split",
+    [("zero1:tp=2,dp=2,m=4", (0, 1)), ("zero1:tp=2,pp=2,dp=1,m=4,schedule=gpipe", None)],
+)
+def test_gpt2s_tied_table_is_split_in_zero_groups_and_whole_in_a_pipeline(plan, split):
+    """GPT-2's table shared by the embedding and the head: split by vocabulary in ZeRO-1 groups (each replica's
+    owners found on the split step, as the simulated plan's), whole in a pipeline (its last stage sends the
+    head's gradient of the table to the first); each trains as one process, bytes = simulated."""
+    traced = trace_zoo_step("gpt2", "small", microbatches=4, batch=8, optimizer="sgd")
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert split_of(traced, res.plan).get("wte.weight") == split
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+
+
 def test_a_pipeline_of_tensor_parallel_groups_runs_1f1b_and_moves_what_the_simulator_charges():
     """LLaMA (small, AdamW, 4 micro-batches) on 4 ranks, ``ddp+recompute:tp=2,pp=2``: two stages of two parts
     each (GPUs j + 2 s); part j of stage 0 sends each micro-batch's activation to part j of stage 1 in 1F1B's
