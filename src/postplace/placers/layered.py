@@ -330,7 +330,7 @@ def measure_units(
         step_time_s=float(sched.step_time),
         selective=selective,
         model=cluster.devices[d0].model,
-        sequence=sequence and tensor > 1,
+        sequence=spec.sequence,
     )
 
 

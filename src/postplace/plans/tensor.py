@@ -62,7 +62,7 @@ import numpy as np
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
 from postplace.plans._draft import Draft
-from postplace.plans._step import FORWARD, parameter_ops
+from postplace.plans._step import BACKWARD, FORWARD, UPDATE, chain_positions, parameter_ops
 
 __all__ = [
     "TP_ALL_GATHER",
@@ -311,8 +311,6 @@ def _states(graph: OpGraph, role: dict, ins: list[list[int]], weights: np.ndarra
 def _gradient_sinks(graph: OpGraph, outs: list[list[int]]) -> np.ndarray:
     """``bool[n]``: ops that take a parameter's gradient as it is: the optimizer's, the gradient sums, the loss
     sums, and views or casts whose every reader is one."""
-    from postplace.plans._step import UPDATE, chain_positions
-
     sink = (graph.phase == UPDATE) | (chain_positions(graph) >= 0)
     for i in range(graph.num_ops - 1, -1, -1):
         if not sink[i] and graph.op_types[i] in _VIEWS and outs[i] and all(sink[d] for d in outs[i]):
@@ -320,13 +318,13 @@ def _gradient_sinks(graph: OpGraph, outs: list[list[int]]) -> np.ndarray:
     return sink
 
 
-def _sequence_states(graph: OpGraph, state: np.ndarray, ins: list[list[int]], weights: np.ndarray) -> np.ndarray:
+def _sequence_states(
+    graph: OpGraph, state: np.ndarray, ins: list[list[int]], outs: list[list[int]], weights: np.ndarray, sink
+) -> np.ndarray:
     """``state`` with the ops sequence parallelism splits by tokens set to SEQUENCE: per-token ops (the
     allow-list) that tensor parallelism leaves whole and that read a partial sum (then reduce-scattered) or
-    a split-by-tokens input, in the forward and the backward."""
-    from postplace.plans._step import BACKWARD
-
-    sink = _gradient_sinks(graph, _outputs(ins))
+    a split-by-tokens input, in the forward and the backward; never a gradient sink (``sink``:
+    :func:`_gradient_sinks`)."""
     out = state.copy()
     for i in range(graph.num_ops):
         if weights[i] or sink[i] or graph.op_types[i] not in _PER_TOKEN:
@@ -339,7 +337,6 @@ def _sequence_states(graph: OpGraph, state: np.ndarray, ins: list[list[int]], we
             # as each leaves its product here, so that the stream between the blocks (and a pipeline's send)
             # is 1/t of it
             out[i] = SEQUENCE
-    outs = _outputs(ins)
     for i in range(graph.num_ops - 1, -1, -1):  # a view read only whole, in its own phase: gathered once before it
         if (
             out[i] == SEQUENCE
@@ -394,8 +391,9 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied
     n, t = graph.num_ops, float(degree)
     state = _states(graph, role, ins, weights)
     if sequence:
-        state = _sequence_states(graph, state, ins, weights)
-        sink = _gradient_sinks(graph, _outputs(ins))
+        outs = _outputs(ins)
+        sink = _gradient_sinks(graph, outs)
+        state = _sequence_states(graph, state, ins, outs, weights, sink)
     draft = Draft(graph)
     src, dst, slot, nbytes = (a.tolist() for a in (graph.edge_src, graph.edge_dst, graph.edge_slot, graph.edge_bytes))
 
