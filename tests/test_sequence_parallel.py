@@ -156,14 +156,6 @@ def test_a_sequence_the_group_does_not_divide_is_one_line():
     tensor_parallel(odd, 2)  # plain tp splits heads, not tokens
 
 
-def test_launch_refuses_sp_in_one_line():
-    from postplace.runtime.launcher import launch_plan
-
-    with pytest.raises(PostplaceError, match="simulated only") as e:
-        launch_plan(None, "ddp:tp=2,sp,m=2", "dgx8")
-    assert "\n" not in str(e.value)
-
-
 def test_simulate_layered_prices_sp_as_measured_with_it():
     """``simulate --plan ... --layered`` measures the units with sequence parallelism when the plan says sp:
     the same plan holds less than without it."""

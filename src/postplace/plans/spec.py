@@ -15,7 +15,7 @@ from postplace.plans.data_parallel import LEVELS, PlannedStep, data_parallel
 from postplace.plans.recompute import recompute
 from postplace.plans.tensor import over_tensor_ranks, tensor_parallel
 
-__all__ = ["PlanSpec", "apply_plan", "parse_plan"]
+__all__ = ["PlanSpec", "apply_plan", "parse_plan", "recomputed"]
 
 _OPTION = re.compile(r"^(m|dp|pp|tp)=([0-9]+)$")
 _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
@@ -292,6 +292,17 @@ def _expanded(names: list[str], text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def recomputed(graph: OpGraph, spec: PlanSpec) -> OpGraph:
+    """``graph`` with the recomputation ``spec`` names (none: ``graph``), the first pass of :func:`apply_plan`."""
+    which = list(spec.recompute_units) if spec.recompute_units is not None else None
+    step = graph
+    if spec.recompute and (which is None or which):
+        step = recompute(step, which, selective=spec.selective)
+    if spec.selective_units:  # a mix: the selective rule's units after the whole ones
+        step = recompute(step, list(spec.selective_units), selective=True)
+    return step
+
+
 def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None) -> PlannedStep:
     """The passes ``spec`` names over ``graph`` (traced at the plan's micro-batch count), on ``replicas`` GPUs.
 
@@ -318,12 +329,7 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
                 f"plan '{spec}': {key}= names unit '{bad[0] or 'root'}', which graph "
                 f"'{graph.name}' does not have (its units: {some}, ...)"
             )
-    which = list(spec.recompute_units) if spec.recompute_units is not None else None
-    step = graph
-    if spec.recompute and (which is None or which):
-        step = recompute(step, which, selective=spec.selective)
-    if spec.selective_units:  # a mix: the selective rule's units after the whole ones
-        step = recompute(step, list(spec.selective_units), selective=True)
+    step = recomputed(graph, spec)
     if spec.tensor:
         step = tensor_parallel(step, spec.tensor, sequence=spec.sequence, tied=not spec.pipeline)
     shard = frozenset(spec.shard) if spec.shard is not None else None

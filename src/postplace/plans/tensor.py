@@ -70,6 +70,7 @@ __all__ = [
     "TP_REDUCE_SCATTER",
     "check_degree",
     "over_tensor_ranks",
+    "sequence_split_ops",
     "split_activations",
     "split_linears",
     "tensor_parallel",
@@ -96,6 +97,7 @@ _PER_TOKEN = frozenset(
         *("_fused_rms_norm", "_fused_rms_norm_backward", "native_dropout", "native_dropout_backward"),
         *("gelu", "gelu_backward", "silu", "silu_backward", "relu", "threshold_backward", "masked_fill", "where"),
         *("expand", "copy_", "fill", "zeros_like", "ones_like", "empty_like", "bernoulli", "rand_like"),
+        *("bernoulli_", "uniform_", "div_"),  # a dropout's mask drawn in place: split as the tensor it writes
     )
 )
 
@@ -357,6 +359,19 @@ def split_activations(graph: OpGraph, *, tied: bool = True) -> np.ndarray:
     return (_states(graph, role, ins, weights) == SHARD) & ~weights
 
 
+def sequence_split_ops(graph: OpGraph, *, tied: bool = True) -> frozenset[str]:
+    """The names of the ops :func:`tensor_parallel` with ``sequence`` runs on 1/t of the tokens (``graph``:
+    recomputation applied, as the plan's pass sees it): :mod:`postplace.runtime.tensor` splits the same ops,
+    so a launched plan moves what the simulated one charges."""
+    role, _whole = split_linears(graph, tied=tied)
+    ins = _inputs(graph)
+    weights = _from_parameters(graph, ins)
+    outs = _outputs(ins)
+    state = _states(graph, role, ins, weights)
+    state = _sequence_states(graph, state, ins, outs, weights, _gradient_sinks(graph, outs))
+    return frozenset(graph.names[i] for i in np.flatnonzero(state == SEQUENCE))
+
+
 def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied: bool = True) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
@@ -469,6 +484,7 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied
         elif state[s] == SEQUENCE and state[d] == SEQUENCE:
             draft.edge(s, d, slot[e], b / t)
         elif state[s] == SEQUENCE and sink[d]:  # a gradient summed over this rank's tokens: all-reduced first
+            # (per micro-batch, before ZeRO-2's and FSDP's reduce-scatters; Megatron-LM: once per step)
             if s not in grad_reduced:
                 grad_reduced[s] = all_reduce_after(s, output_bytes=reductions[s])
             draft.edge(s, grad_reduced[s], slot[e], b)

@@ -1189,10 +1189,10 @@ def run_folder(folder: str | Path) -> dict:
         from postplace.runtime.tensor import launchable_tensor
 
         p = parse_plan(plan)
-        if p.sequence:
+        if p.sequence and p.pipeline:
             raise PostplaceError(
-                f"{folder}: the returned plan is '{plan}', with sequence parallelism (sp), which is simulated "
-                "only; launch it without ',sp' with postplace.runtime.launcher.launch_plan"
+                f"{folder}: the returned plan is '{plan}', sequence parallelism (sp) in a pipeline, which is "
+                "simulated only; launch it without ',sp' with postplace.runtime.launcher.launch_plan"
             )
         if not (launchable(p) or p.pipeline or launchable_tensor(p)) or not p.microbatches:
             raise PostplaceError(
@@ -1426,10 +1426,10 @@ def _check_tensor(plan: str, spec) -> None:
     zero1 groups, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
-    if spec.sequence:
+    if spec.sequence and spec.pipeline:
         raise PostplaceError(
-            f"plan '{plan}': sequence parallelism (sp) is simulated only, not launched yet; launch the plan "
-            "without ',sp' (the same tensor groups, the norms whole on every rank)"
+            f"plan '{plan}': sequence parallelism (sp) in a pipeline is simulated only, not launched yet; launch "
+            "the plan without ',sp' (the same stages, the norms whole on every rank of a group)"
         )
     if not launchable_tensor(spec):
         raise PostplaceError(
@@ -1522,6 +1522,12 @@ def launch_plan(
     if spec.tensor and not spec.pipeline:
         from postplace.runtime.tensor import tensor_plan
 
+        sequence_ops = None
+        if spec.sequence:  # the ops the simulated plan splits by tokens, split alike
+            from postplace.plans.spec import recomputed
+            from postplace.plans.tensor import sequence_split_ops
+
+            sequence_ops = sequence_split_ops(recomputed(traced.graph, spec))
         rank_programs = tensor_plan(
             traced,
             gpus,
@@ -1530,6 +1536,7 @@ def launch_plan(
             recompute=recompute,
             selective=selective,
             level=spec.level,
+            sequence_ops=sequence_ops,
         )
     elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan

@@ -26,6 +26,14 @@ all-reduces each token's maximum and sum of exponentials, the loss all-reduces t
 (three fp32 values per token, what the simulated plan charges), and its backward is local (the gradient of
 log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
 
+Sequence parallelism (``tp=T,sp``) splits by tokens the ops the simulated plan splits so (the plan's own list,
+:func:`postplace.plans.tensor.sequence_split_ops`): their values are laid out split along the sequence (of each
+sequence's tokens, rank j holds the j-th 1/T), each partial sum such an op reads is reduce-scattered by tokens
+(once per value), what any other op reads of them is all-gathered (once per value and phase: a norm's output
+again in the backward), and a parameter's gradient summed over the rank's tokens is all-reduced over the group as
+it leaves its op (per micro-batch). An op so split whose inputs are whole here (a dropout's mask, drawn whole
+so that every rank's generator stays in step) takes its rank's tokens of them.
+
 Data parallelism around the groups is the replica's, each collective over the ranks holding the same parts:
 ``ddp``'s (every gradient bucket all-reduced), ZeRO-1's and ZeRO-2's (every parameter gathered from its owner
 after the update; ZeRO-2 reduce-scatters each micro-batch's gradients to their owners) or FSDP's, torchtitan's
@@ -46,6 +54,7 @@ import torch
 import torch.fx
 
 from postplace.errors import PostplaceError
+from postplace.graph import PHASES
 from postplace.runtime.placed import written_args
 from postplace.runtime.ranks import (
     ALL_GATHER,
@@ -79,6 +88,7 @@ __all__ = [
 ]
 
 aten = torch.ops.aten
+_BACKWARD = PHASES.index("backward")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +139,21 @@ def tensor_unshard(parts: list[torch.Tensor], dim: int, groups: int) -> torch.Te
     s = tuple(parts[0].shape)
     blocks = [p.reshape(*s[:dim], groups, 1, s[dim] // groups, *s[dim + 1 :]) for p in parts]
     return torch.cat(blocks, dim + 1).reshape(*s[:dim], s[dim] * len(parts), *s[dim + 1 :])
+
+
+def tokens_front(x: torch.Tensor, dim: int, groups: int, degree: int, shape: list[int]) -> torch.Tensor:
+    """``x`` (of ``shape``, given so the program traces again without reading a shape) laid out so that its j-th
+    of ``degree`` equal flat chunks is rank j's part (:func:`part_of`): what a reduce-scatter of FSDP's slices
+    leaves on each rank, or an all-gather of them joins."""
+    s = tuple(shape)
+    y = x.reshape(*s[:dim], groups, degree, s[dim] // (groups * degree), *s[dim + 1 :])
+    return y.movedim(dim + 1, 0).contiguous()
+
+
+def tokens_back(y: torch.Tensor, dim: int, groups: int, degree: int, shape: list[int]) -> torch.Tensor:
+    """The tensor of ``shape`` whose :func:`tokens_front` layout ``y`` is (every rank's part, in rank order)."""
+    part = [*shape[:dim], groups, shape[dim] // (groups * degree), *shape[dim + 1 :]]
+    return y.reshape(degree, *part).movedim(0, dim + 1).reshape(shape)
 
 
 # ------------------------------------------------------------------- the vocabulary-parallel loss
@@ -257,6 +282,47 @@ def _local(shape: tuple, lay, t: int) -> tuple:
     return tuple(x // t if d == lay.dim else x for d, x in enumerate(shape))
 
 
+TOKENS = "@tokens"  # the source of a layout split by tokens (sequence parallelism), not by a parameter
+TRACED = "postplace_traced"  # a traced node's meta: its name, which every copy of it keeps (a program may rename)
+
+
+def _by_tokens(lay) -> bool:
+    return isinstance(lay, Split) and TOKENS in lay.sources
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tokens:
+    """Sequence parallelism: the ops the simulated plan splits by tokens (their names in the plan's graph:
+    :func:`postplace.plans.tensor.sequence_split_ops`), and a micro-batch's (sequences, tokens per sequence)."""
+
+    traced: object
+    ops: frozenset[str]
+    batch: int
+    seq: int
+
+    def op(self, n: torch.fx.Node) -> tuple[int, bool]:
+        """The traced op ``n`` computes (or is a view of), and whether ``n`` is a recomputed copy of it."""
+        again = n.meta.get("recompute")
+        return self.traced.op_of_node.get(again or n.meta.get(TRACED, ""), -1), again is not None
+
+    def split_here(self, n: torch.fx.Node) -> bool:
+        op, again = self.op(n)
+        return op >= 0 and ("rc:" if again else "") + self.traced.graph.names[op] in self.ops
+
+    def phase(self, n: torch.fx.Node) -> int:
+        op, again = self.op(n)
+        return _BACKWARD if again or op < 0 else int(self.traced.graph.phase[op])
+
+    def layout(self, shape: tuple) -> Split | None:
+        """The split by sequence of a value of ``shape``: (sequences, tokens, ...) by its second dimension,
+        (sequences x tokens, ...) by blocks of its first."""
+        if tuple(shape[:2]) == (self.batch, self.seq):
+            return Split(1, 1, frozenset({TOKENS}))
+        if shape and shape[0] == self.batch * self.seq:
+            return Split(0, self.batch, frozenset({TOKENS}))
+        return None
+
+
 class _Builder:
     """One rank's program: the traced step's nodes rewritten in order (see the module docstring)."""
 
@@ -272,6 +338,7 @@ class _Builder:
         message=None,
         replica: int = 0,
         sliced: frozenset[str] = frozenset(),
+        tokens: _Tokens | None = None,
     ):
         self.traced, self.src, self.t, self.j = traced, src, degree, rank
         self.gathered = gathered  # ZeRO/FSDP: the source's collective index -> (value names, owners) it carries
@@ -287,6 +354,9 @@ class _Builder:
         self.calls: list[tuple[str, str, str, tuple, torch.dtype, tuple, tuple, int]] = []
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
         self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
+        self.tokens = tokens  # sequence parallelism
+        self.scattered: dict[torch.fx.Node, tuple] = {}  # a partial sum -> this rank's tokens of it, their layout
+        self.joined: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}  # (split by tokens, phase) -> gathered
 
     # -- collectives
     def reduce(self, value: torch.fx.Node, kind: str, label: str, shape: tuple, dtype) -> torch.fx.Node:
@@ -322,6 +392,78 @@ class _Builder:
 
     def local_arg(self, a, reader):
         return torch.fx.map_arg(a, lambda x: self.whole(x, reader))
+
+    # -- sequence parallelism
+    def chain(self, x: torch.fx.Node, *, any_view: bool = False) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
+        """The value ``x`` is a view of (the op's output the simulated plan's collective carries) and the views
+        from it to ``x``, in order: reshapes and copies (``any_view``: every view the graph folds into its op)."""
+        views = []
+        while (
+            x.op == "call_function"
+            and x.target is not operator.getitem
+            and x.args
+            and isinstance(x.args[0], torch.fx.Node)
+            and (any_view or _name(x.target) in (*_VIEWS, *_SAME))
+            and self.tokens.op(x)[0] >= 0
+            and self.tokens.op(x) == self.tokens.op(x.args[0])
+            and type(self.lay.get(x)) is type(self.lay.get(x.args[0]))
+        ):
+            views.append(x)
+            x = x.args[0]
+        return x, views[::-1]
+
+    def replay(self, views: list[torch.fx.Node], value: torch.fx.Node, lay) -> tuple[torch.fx.Node, object]:
+        """``views`` applied again to ``value`` (their first input's value, laid out ``lay``)."""
+        for v in views:
+            args = list(torch.fx.map_arg(v.args[1:], lambda y: self.env[y]))
+            if _name(v.target) in _VIEWS and isinstance(lay, Split):
+                lay = _view_split(_shape(v.args[0]), _shape(v), lay, self.t)
+                if lay is None:
+                    self.refuse(v, v.args[0])
+                args[0] = list(_local(_shape(v), lay, self.t))
+            kwargs = torch.fx.map_arg(dict(v.kwargs), lambda y: self.env[y])
+            value = self.g.call_function(v.target, (value, *args), kwargs)
+        return value, lay
+
+    def scatter(self, x: torch.fx.Node) -> tuple[torch.fx.Node, Split]:
+        """``x``, a partial sum, reduce-scattered by tokens over the group: this rank's tokens of the sum (once
+        per value the simulated plan's reduce-scatter carries)."""
+        root, views = self.chain(x)
+        if root not in self.scattered:
+            shape, val = _shape(root), _val(root)
+            lay = self.tokens.layout(shape)
+            if lay is None:
+                self.refuse(root, root)
+            front = self.g.call_function(tokens_front, (self.env[root], lay.dim, lay.groups, self.t, list(shape)))
+            k = len(self.calls)
+            out = self.g.call_module(SCATTER, (k, [front]))
+            part = self.g.call_function(operator.getitem, (out, 0))
+            part = self.g.call_function(aten.view.default, (part, list(_local(shape, lay, self.t))))
+            self.calls.append(
+                ("tp", REDUCE_SCATTER, f"{root.name}@sp", shape, val.dtype, (), (tuple(_val(root).shape),), -1)
+            )
+            bias = self.lay[root].bias
+            if bias is not None:  # a row-split layer's bias, added once to each token's sum
+                part = self.g.call_function(aten.add.Tensor, (part, bias))
+            self.scattered[root] = (part, lay)
+        part, lay = self.scattered[root]
+        return self.replay(views, part, lay) if views else (part, lay)
+
+    def gather(self, x: torch.fx.Node, reader: torch.fx.Node) -> torch.fx.Node:
+        """``x``, split by tokens, whole on every rank for ``reader``: all-gathered over the group once per
+        value and phase (a norm's output again in the backward, as the simulated plan)."""
+        root, views = self.chain(x, any_view=True)
+        key = (root, self.tokens.phase(reader))
+        if key not in self.joined:
+            lay, val = self.lay[root], _val(root)
+            shape = tuple(val.shape)
+            k = len(self.calls)
+            out = self.g.call_module(GATHER, (k, [self.env[root]]))
+            front = self.g.call_function(operator.getitem, (out, 0))
+            self.joined[key] = self.g.call_function(tokens_back, (front, lay.dim, lay.groups, self.t, list(shape)))
+            flat = (math.prod(shape),)
+            self.calls.append(("tp", ALL_GATHER, f"{root.name}@sp", shape, val.dtype, (), (flat,), -1))
+        return self.replay(views, self.joined[key], None)[0] if views else self.joined[key]
 
     # -- the walk
     def build(self):
@@ -400,6 +542,43 @@ class _Builder:
             return
         if n.op != "call_function":
             raise PostplaceError(f"tensor parallelism: node '{n.name}' ({n.op}) is not an op; cannot split it")
+        if self.tokens is None or n.target is operator.getitem:
+            self.function(n)
+            return
+        # sequence parallelism: an op split by tokens takes each partial sum it reads reduce-scattered; any
+        # other op takes what is split by tokens gathered (once per phase), as the simulated plan
+        here = self.tokens.split_here(n)
+        swap = {}
+        for x in n.all_input_nodes:
+            if self.tokens.op(x) == self.tokens.op(n):  # a view of x, folded into its op: laid out as it
+                continue
+            if here and isinstance(self.lay.get(x), Partial):
+                swap[x] = self.scatter(x)
+            elif isinstance(self.lay.get(x), Partial) and self.tokens.split_here(x):
+                # a parameter's gradient summed over this rank's tokens: all-reduced as it leaves its op, once
+                # per micro-batch (the simulated plan's; Megatron-LM all-reduces the sum once per step)
+                swap[x] = (self.whole(x, n), None)
+            elif not here and _by_tokens(self.lay.get(x)):
+                swap[x] = (self.gather(x, n), None)
+        if here and not written_args(n) and not _random(n):
+            split = [lay for x in n.all_input_nodes for lay in [swap.get(x, (None, self.lay.get(x)))[1]] if lay]
+            if not split:  # split by tokens where its inputs are whole here (a dropout's mask, drawn whole)
+                for x in n.all_input_nodes:
+                    lay = self.tokens.layout(_shape(x)) if self.lay.get(x) is None else None
+                    if lay is not None:
+                        size = _shape(x)[lay.dim]
+                        args = (self.env[x], lay.dim, size, lay.groups, self.t, self.j)
+                        swap[x] = (self.g.call_function(part_of, args), lay)
+        saved = {x: (self.env[x], self.lay.get(x)) for x in swap}
+        for x, (value, lay) in swap.items():
+            self.env[x], self.lay[x] = value, lay
+        try:
+            self.function(n)
+        finally:
+            for x, (value, lay) in saved.items():
+                self.env[x], self.lay[x] = value, lay
+
+    def function(self, n: torch.fx.Node) -> None:
         ins = [a for a in n.all_input_nodes]
         lays = [self.lay.get(a) for a in ins]
         if n.target is operator.getitem:
@@ -723,6 +902,37 @@ class _Builder:
             return
         self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=lay if isinstance(lay, Split) else None)
 
+    # -- sequence parallelism's layer norm: each token normalised alone
+    def op_native_layer_norm(self, n, ins, lays) -> None:
+        x, shape = n.args[:2]
+        lay = self.lay.get(x)
+        rest = n.args[2:4]
+        if not _by_tokens(lay) or lay.dim >= len(_shape(x)) - len(shape) or any(self.lay.get(w) for w in rest if w):
+            self.opaque(n, ins, lays)
+            return
+        self.emit(n, torch.fx.map_arg(n.args, lambda y: self.env[y]), lay=(lay, lay, lay))
+
+    def op_native_layer_norm_backward(self, n, ins, lays) -> None:
+        grad, x, shape, mean, rstd, weight, bias = n.args[:7]
+        lay = next((y for y in map(self.lay.get, (grad, x, mean, rstd)) if y is not None), None)
+        if not _by_tokens(lay) or any(self.lay.get(w) for w in (weight, bias) if w):
+            self.opaque(n, ins, lays)
+            return
+
+        def part(y):  # a whole operand (the block's input, its statistics): this rank's tokens of it
+            if _same_split(self.lay.get(y), lay):
+                return self.env[y]
+            if self.lay.get(y) is not None:
+                self.refuse(n, y)
+            size = _shape(y)[lay.dim]
+            cut = self.g.call_function(part_of, (self.env[y], lay.dim, size, lay.groups, self.t, self.j))
+            # the CPU kernel reads the statistics as if contiguous: a narrowed view would be read wrong
+            return self.g.call_function(aten.clone.default, (cut,), {"memory_format": torch.contiguous_format})
+
+        args = (part(grad), part(x), shape, part(mean), part(rstd), *torch.fx.map_arg(n.args[5:], self.env.get))
+        # the input's gradient of this rank's tokens; the weight's and bias's summed over them: partial sums
+        self.emit(n, args, lay=(lay, Partial(), Partial()))
+
     # -- the vocabulary-split embedding
     def op_embedding(self, n, ins, lays) -> None:
         weight, tokens = n.args[:2]
@@ -928,11 +1138,9 @@ def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas (``fsdp:tp=T``, ``+recompute`` or ``+selective``
     or not), or pipelines of ``ddp`` or ``zero1`` groups (:func:`tensor_ranks`); not a per-unit hybrid
-    (``shard=``), nor sequence parallelism (``sp``: simulated only)."""
-    if spec.sequence:
-        return False
+    (``shard=``), nor sequence parallelism in a pipeline (``sp`` with ``pp``: simulated only)."""
     if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
-        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
+        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None and not spec.sequence
     return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
 
 
@@ -981,6 +1189,7 @@ def tensor_plan(
     recompute=(),
     selective: bool | frozenset[str] = False,
     level: str = "ddp",
+    sequence_ops: frozenset[str] | None = None,
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
     ``devices`` (see the module docstring): rank ``j + tp x r`` is part j of replica r, Megatron-LM's order.
@@ -996,7 +1205,10 @@ def tensor_plan(
     updates them alone, and all-gathers the others' parts after the update over the ranks of its part;
     ``"zero2"`` also reduce-scatters each micro-batch's gradients to their owners. With ``level="fsdp"`` each
     replica is :func:`postplace.runtime.fsdp.fsdp_replica_program`'s, every parameter and moment a slice of its
-    part (``sharded``), gathered and reduce-scattered over the ranks of the part.
+    part (``sharded``), gathered and reduce-scattered over the ranks of the part. With ``sequence_ops`` (the
+    simulated plan's ops split by tokens: :func:`postplace.plans.tensor.sequence_split_ops`) the group runs
+    sequence parallelism: those ops on its rank's tokens of each sequence, each partial sum they read
+    reduce-scattered by tokens, what another op reads of them all-gathered once per phase.
 
     Returns
     -------
@@ -1024,6 +1236,7 @@ def tensor_plan(
             f"tensor parallelism: {level} shards over replicas of the {t}-GPU group and the plan has {dp}; "
             f"give {level} 2 or more replicas, or use ddp:tp={t} for one group"
         )
+    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
     owners = zero_owners_split(traced, t, dp) if level in ("zero1", "zero2") else None
     replica_calls: list[list] = [[] for _ in range(dp)]  # each replica's collective calls, by index
     sliced: frozenset[int] = frozenset()
@@ -1060,7 +1273,7 @@ def tensor_plan(
         traced,
         params,
         lambda: [
-            _Builder(traced, sources[r], t, j, params, gathered=gathered(r), replica=r, sliced=slices)
+            _Builder(traced, sources[r], t, j, params, gathered=gathered(r), replica=r, sliced=slices, tokens=tokens)
             for r in range(dp)
             for j in range(t)
         ],
@@ -1111,6 +1324,20 @@ def tensor_plan(
         tensor_split=_tensor_split(traced, params),
         tensor_degree=t,
     )
+
+
+def _sequence_of(traced, ops: frozenset[str], degree: int) -> _Tokens:
+    """Sequence parallelism's :class:`_Tokens` for ``traced``, whose first batch input is (sequences, tokens)."""
+    for n in traced.gm.graph.nodes:  # before any program copies them
+        n.meta.setdefault(TRACED, n.name)
+    first = next((x for x in traced.inputs if x.dim() >= 2), None)
+    if first is None or first.shape[1] % degree:
+        seq = "no input of (sequences, tokens)" if first is None else f"a sequence of {first.shape[1]} tokens"
+        raise PostplaceError(
+            f"sequence parallelism: '{traced.graph.name}' has {seq}, which tp={degree} does not split; "
+            "launch the plan without ',sp'"
+        )
+    return _Tokens(traced, ops, int(first.shape[0]), int(first.shape[1]))
 
 
 def sliced_placeholders(traced, sliced: frozenset[int]) -> frozenset[str]:

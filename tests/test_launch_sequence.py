@@ -1,0 +1,115 @@
+"""Sequence parallelism (``ddp:tp=2,sp``) on torch.distributed: the ops the simulated plan splits by tokens run
+on each rank's tokens, each partial sum they read reduce-scattered, what the split layers read of them
+all-gathered (issue 31 item 1's option, its numerics)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.graph.trace_torch import trace
+from postplace.plans import parse_plan
+from postplace.runtime.launcher import RandomBatches, launch_plan, simulated_plan_bytes
+from postplace.runtime.tensor import part_of, tokens_back, tokens_front
+from postplace.runtime.zoo_step import trace_zoo_step
+from tests.launchhelp import one_process
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+K80X4 = load_cluster("k80x4")  # cpu, gpu0..gpu3
+
+
+def assert_trains_as_one_process(traced, res, steps: int = 3):
+    losses, params = one_process(traced, steps)
+    assert res.losses == pytest.approx(losses, rel=1e-5)  # partial sums add in another order: fp32 rounding
+    for name, p in params.items():
+        assert torch.allclose(res.parameters[name], p, rtol=1e-4, atol=1e-6), name
+
+
+def assert_moves_what_the_simulator_charges(traced, plan: str, res):
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+
+
+def test_a_part_by_tokens_is_a_flat_chunk_of_the_front_layout_and_joins_back():
+    x = torch.arange(2 * 8 * 3, dtype=torch.float32).view(16, 3)  # (2 sequences x 8 tokens, features)
+    front = tokens_front(x, 0, 2, 2, [16, 3])  # by blocks of the first dimension: one per sequence
+    for j in range(2):
+        assert torch.equal(front[j].reshape(8, 3), part_of(x, 0, 16, 2, 2, j))  # tokens 4j..4j+3 of each
+    assert torch.equal(tokens_back(front.reshape(-1), 0, 2, 2, [16, 3]), x)
+
+
+def test_llama_with_sp_trains_as_one_process_and_moves_the_bytes_counted_by_hand():
+    """LLaMA (small: 2 blocks, width 32, 2 sequences of 16 tokens per micro-batch, AdamW), ``ddp:tp=2,sp``:
+    within fp32 rounding of one process. Per micro-batch each rank moves, in fp32 activations of 2 x 16 x 32:
+    10 reduce-scatters (the embedding's lookups and the 4 row-split products' sums in the forward, the 5 norms'
+    input gradients in the backward), 15 all-gathers (the 5 norm outputs in the forward, again in the backward,
+    and the 5 gradients the row-split layers read), and all-reduces of the 5 norm weights' gradients (32
+    values each) and of the cross-entropy's 3 values per token: the simulated plan's bytes."""
+    traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
+    plan = "ddp:tp=2,sp,dp=1,m=2"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    kinds = [c.kind for c in res.plan.collectives]
+    assert (kinds.count("reduce_scatter"), kinds.count("all_gather")) == (2 * 10, 2 * 15)
+    activation = 2 * 16 * 32 * 4
+    per_microbatch = (10 + 15) * activation + 5 * 32 * 4 + 3 * 2 * 16 * 4
+    assert res.bytes_sent == {0: 2 * per_microbatch, 1: 2 * per_microbatch}
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+def test_sp_in_fsdp_groups_recomputed_trains_as_one_process():
+    """torchtitan's 2D plan with sequence parallelism, LLaMA on 4 ranks, ``fsdp+recompute:tp=2,sp``: the
+    recomputed blocks reduce-scatter their sums again in the backward, the norms' weight gradients are
+    all-reduced over the group before FSDP reduce-scatters them over the replicas; the bytes the simulated
+    plan's."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    plan = "fsdp+recompute:tp=2,sp,dp=2,m=4"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+def test_gpt2s_layer_norms_and_tied_head_with_sp_in_zero1_groups():
+    """GPT-2 (small, SGD): layer norms on each rank's tokens (their weight and bias gradients partial sums,
+    all-reduced), the fused query/key/value split by heads, the table tied to the head split by vocabulary;
+    two ZeRO-1 groups on 4 ranks, within fp32 rounding of one process, the simulated plan's bytes."""
+    traced = trace_zoo_step("gpt2", "small", microbatches=4, batch=8, optimizer="sgd")
+    plan = "zero1:tp=2,sp,dp=2,m=4"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(width), nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return x + self.drop(self.down(nn.functional.gelu(self.up(self.norm(x)))))
+
+
+def test_a_users_blocks_with_dropout_under_sp_draw_the_one_process_masks():
+    """A user's pre-norm blocks over (sequences, tokens, width) with dropout on the residual branch: the mask
+    is drawn whole (so the generators of both ranks stay in step) and each rank multiplies its tokens by its
+    part; the first block's norm runs whole (it reads the batch) and its backward on each rank's tokens, with
+    the statistics cut to them: within fp32 rounding of one process, the simulated plan's bytes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_Block(16), _Block(16))
+    x, y = torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+    traced = trace(model, (x,), nn.functional.mse_loss, "sgd", microbatches=2, targets=(y,))
+    plan = "ddp:tp=2,sp,dp=1,m=2"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+def test_sp_in_a_pipeline_is_refused_in_one_line():
+    with pytest.raises(PostplaceError, match=r"sequence parallelism \(sp\) in a pipeline is simulated only") as e:
+        launch_plan(None, "ddp:tp=2,sp,pp=2,m=2", "dgx8")
+    assert "\n" not in str(e.value)
