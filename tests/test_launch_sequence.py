@@ -109,7 +109,31 @@ def test_a_users_blocks_with_dropout_under_sp_draw_the_one_process_masks():
     assert_moves_what_the_simulator_charges(traced, plan, res)
 
 
-def test_sp_in_a_pipeline_is_refused_in_one_line():
-    with pytest.raises(PostplaceError, match=r"sequence parallelism \(sp\) in a pipeline is simulated only") as e:
-        launch_plan(None, "ddp:tp=2,sp,pp=2,m=2", "dgx8")
+def test_a_pipeline_of_groups_with_sp_sends_each_parts_tokens_and_moves_what_the_simulator_charges():
+    """LLaMA (small, AdamW, 4 micro-batches) on 4 ranks, ``ddp+recompute:tp=2,sp,pp=2`` under 1F1B: part j of a
+    stage sends part j of the next its tokens of the stream (half the activation), the received gradient is
+    gathered once per phase however many views the receiving stage rebuilds of it; within fp32 rounding of
+    one process, each rank's bytes the simulated plan's."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    plan = "ddp+recompute:tp=2,sp,pp=2,dp=1,m=4,schedule=1f1b"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert {(m.src, m.dst) for m in res.plan.messages} == {(0, 2), (1, 3), (2, 0), (3, 1)}  # part j to part j
+    assert {m.nbytes for m in res.plan.messages} == {2 * 16 * 32 * 4 // 2}  # each part's tokens, both ways
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+def test_sp_on_a_step_without_tokens_is_one_line():
+    """A user's blocks over (rows, features): nothing says which dimension holds tokens, so launch refuses sp
+    in one line (the plan without ',sp' runs)."""
+    from postplace.plans.spec import recomputed
+    from postplace.plans.tensor import sequence_split_ops
+    from postplace.runtime.tensor import tensor_plan
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    traced = trace(nn.Sequential(_Block(16), _Block(16)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))
+    ops = sequence_split_ops(recomputed(traced.graph, parse_plan("ddp:tp=2,sp")))
+    with pytest.raises(PostplaceError, match=r"no input of \(sequences, tokens\).*launch the plan without ',sp'") as e:
+        tensor_plan(traced, [1, 2], K80X4.device_names, tp=2, sequence_ops=ops)
     assert "\n" not in str(e.value)

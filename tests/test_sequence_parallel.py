@@ -166,3 +166,45 @@ def test_simulate_layered_prices_sp_as_measured_with_it():
     plain, _, _ = estimate_plan_layered("llama", "dgx8", "ddp:tp=2,m=16", **kw)
     assert sp.plan.endswith(",sp") or ",sp," in sp.plan
     assert sp.peak_bytes < plain.peak_bytes
+
+
+def test_a_loss_averaged_over_every_token_is_not_split_by_tokens():
+    """A user's blocks (a hand-written RMS norm, a linear pair) whose loss is ``((out - y) ** 2).mean()``: the
+    mean of a scalar runs over every token, so it is left whole (its input gathered), where the per-token
+    allow-list alone would split it and the plan could not be built."""
+    import torch
+    from torch import nn
+
+    from postplace.graph.trace_torch import trace
+    from postplace.plans.tensor import sequence_split_ops
+
+    class Norm(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(width))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    class Block(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.norm, self.up, self.down = Norm(width), nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+
+        def forward(self, x):
+            return x + self.down(nn.functional.silu(self.up(self.norm(x))))
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+    traced = trace(nn.Sequential(Block(16), Block(16)), (x,), lambda o, t: ((o - t) ** 2).mean(), "sgd", targets=(y,))
+    g = traced.graph
+    split = sequence_split_ops(g)
+    means = [g.names[i] for i in range(g.num_ops) if g.op_types[i] == "mean"]
+    scalar = [m for m in means if g.output_bytes[g.names.index(m)] <= 8]
+    assert len(scalar) == 1 and scalar[0] not in split  # the loss
+    first, second = [m for m in means if m not in scalar]  # each norm's mean over its token's features
+    assert first not in split and second in split  # the first norm reads the batch (whole); the second is split
+    split_step = tensor_parallel(g, 2, sequence=True)
+    loss = split_step.names.index(scalar[0])
+    gathers = [i for i in range(split_step.num_ops) if split_step.op_types[i] == "tp_all_gather"]
+    assert any(loss in split_step.edge_dst[split_step.edge_src == i] for i in gathers)  # it reads every token

@@ -83,6 +83,7 @@ _TP_COLLECTIVES = {TP_ALL_REDUCE: "all_reduce", TP_ALL_GATHER: "all_gather", TP_
 _PRODUCTS = ("mm", "addmm")
 _LINEAR = ("add", "add_", "_to_copy", "clone", "view", "_unsafe_view", "reshape", "alias")  # of partial sums: partial
 _NORMS = ("mean", "var", "var_mean", "std")  # a reduction over the split features: not Megatron's pattern
+_REDUCTIONS = (*_NORMS, "sum")
 _SOFTMAXES = ("_log_softmax", "log_softmax", "_softmax", "softmax", "logsumexp", "amax")
 _ELEMENT_BYTES = (4.0, 2.0, 2.0)  # by graph.precision: fp32, bf16, fp16
 WHOLE, SHARD, PARTIAL, SEQUENCE = 0, 1, 2, 3
@@ -330,6 +331,8 @@ def _sequence_states(
     out = state.copy()
     for i in range(graph.num_ops):
         if weights[i] or sink[i] or graph.op_types[i] not in _PER_TOKEN:
+            continue
+        if graph.op_types[i] in _REDUCTIONS and graph.output_bytes[i] <= 8:  # a scalar (a loss): over every token
             continue
         if state[i] == WHOLE and graph.phase[i] in (FORWARD, BACKWARD):
             if any(out[s] == SEQUENCE or state[s] == PARTIAL for s in ins[i]):

@@ -1189,11 +1189,6 @@ def run_folder(folder: str | Path) -> dict:
         from postplace.runtime.tensor import launchable_tensor
 
         p = parse_plan(plan)
-        if p.sequence and p.pipeline:
-            raise PostplaceError(
-                f"{folder}: the returned plan is '{plan}', sequence parallelism (sp) in a pipeline, which is "
-                "simulated only; launch it without ',sp' with postplace.runtime.launcher.launch_plan"
-            )
         if not (launchable(p) or p.pipeline or launchable_tensor(p)) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "
@@ -1426,11 +1421,6 @@ def _check_tensor(plan: str, spec) -> None:
     zero1 groups, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
-    if spec.sequence and spec.pipeline:
-        raise PostplaceError(
-            f"plan '{plan}': sequence parallelism (sp) in a pipeline is simulated only, not launched yet; launch "
-            "the plan without ',sp' (the same stages, the norms whole on every rank of a group)"
-        )
     if not launchable_tensor(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs tensor parallelism in groups that are ddp, zero1, zero2 or fsdp replicas "

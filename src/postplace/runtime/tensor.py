@@ -32,7 +32,9 @@ sequence's tokens, rank j holds the j-th 1/T), each partial sum such an op reads
 (once per value), what any other op reads of them is all-gathered (once per value and phase: a norm's output
 again in the backward), and a parameter's gradient summed over the rank's tokens is all-reduced over the group as
 it leaves its op (per micro-batch). An op so split whose inputs are whole here (a dropout's mask, drawn whole
-so that every rank's generator stays in step) takes its rank's tokens of them.
+so that every rank's generator stays in step) takes its rank's tokens of them. In a pipeline of groups a stage
+sends part j of the next its tokens of the stream, and a received value is gathered once per phase however many
+views of it the receiving stage rebuilds.
 
 Data parallelism around the groups is the replica's, each collective over the ranks holding the same parts:
 ``ddp``'s (every gradient bucket all-reduced), ZeRO-1's and ZeRO-2's (every parameter gathered from its owner
@@ -76,6 +78,7 @@ __all__ = [
     "launchable_tensor",
     "tensor_plan",
     "tensor_ranks",
+    "stamp_traced",
     "tensor_shard",
     "tensor_unshard",
     "zero_owners_split",
@@ -143,8 +146,8 @@ def tensor_unshard(parts: list[torch.Tensor], dim: int, groups: int) -> torch.Te
 
 def tokens_front(x: torch.Tensor, dim: int, groups: int, degree: int, shape: list[int]) -> torch.Tensor:
     """``x`` (of ``shape``, given so the program traces again without reading a shape) laid out so that its j-th
-    of ``degree`` equal flat chunks is rank j's part (:func:`part_of`): what a reduce-scatter of FSDP's slices
-    leaves on each rank, or an all-gather of them joins."""
+    of ``degree`` equal flat chunks is rank j's part (:func:`part_of`): a flat reduce-scatter then leaves each
+    rank its part, and a flat all-gather of the parts joins this layout (:func:`tokens_back` undoes it)."""
     s = tuple(shape)
     y = x.reshape(*s[:dim], groups, degree, s[dim] // (groups * degree), *s[dim + 1 :])
     return y.movedim(dim + 1, 0).contiguous()
@@ -310,6 +313,8 @@ class _Tokens:
         return op >= 0 and ("rc:" if again else "") + self.traced.graph.names[op] in self.ops
 
     def phase(self, n: torch.fx.Node) -> int:
+        """The phase whose gather ``n`` reads: a recomputed copy's is the backward's (it runs there), as is an
+        op outside the traced step's (a pipeline's send of a gradient)."""
         op, again = self.op(n)
         return _BACKWARD if again or op < 0 else int(self.traced.graph.phase[op])
 
@@ -355,6 +360,8 @@ class _Builder:
         self.nll: dict[torch.fx.Node, tuple] = {}  # a rewritten nll_loss_backward -> what its gradient's sums need
         self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
         self.tokens = tokens  # sequence parallelism
+        self.sent_tokens: dict[int, tuple] = {}  # a pipeline's message of this rank's tokens -> their shape
+        self.message_ops: dict[int, int] = {}  # a pipeline's message -> the traced op whose value it carries
         self.scattered: dict[torch.fx.Node, tuple] = {}  # a partial sum -> this rank's tokens of it, their layout
         self.joined: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}  # (split by tokens, phase) -> gathered
 
@@ -394,6 +401,25 @@ class _Builder:
         return torch.fx.map_arg(a, lambda x: self.whole(x, reader))
 
     # -- sequence parallelism
+    def received(self, n: torch.fx.Node):
+        """A pipeline's received value: split by tokens where the simulated plan's stage sends its tokens."""
+        op = self.message_ops.get(n.args[0], -1)
+        if self.tokens is None or op < 0 or self.traced.graph.names[op] not in self.tokens.ops:
+            return None
+        lay = self.tokens.layout(_shape(n))
+        if lay is None:
+            self.refuse(n, n)
+        return lay
+
+    def value_op(self, x: torch.fx.Node) -> tuple[int, bool]:
+        """:meth:`_Tokens.op` of the value ``x`` holds: a pipeline's received one (and its copy onto the rank's
+        device) is the sent op's."""
+        if x.op == "call_module" and x.target == RECV:
+            return self.message_ops.get(x.args[0], -1), False
+        if x.op == "call_function" and _name(x.target) == "transfer" and isinstance(x.args[0], torch.fx.Node):
+            return self.value_op(x.args[0])
+        return self.tokens.op(x)
+
     def chain(self, x: torch.fx.Node, *, any_view: bool = False) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
         """The value ``x`` is a view of (the op's output the simulated plan's collective carries) and the views
         from it to ``x``, in order: reshapes and copies (``any_view``: every view the graph folds into its op)."""
@@ -403,9 +429,9 @@ class _Builder:
             and x.target is not operator.getitem
             and x.args
             and isinstance(x.args[0], torch.fx.Node)
-            and (any_view or _name(x.target) in (*_VIEWS, *_SAME))
-            and self.tokens.op(x)[0] >= 0
-            and self.tokens.op(x) == self.tokens.op(x.args[0])
+            and (any_view or _name(x.target) in (*_VIEWS, *_SAME, "transfer"))
+            and self.value_op(x)[0] >= 0
+            and self.value_op(x) == self.value_op(x.args[0])
             and type(self.lay.get(x)) is type(self.lay.get(x.args[0]))
         ):
             views.append(x)
@@ -440,7 +466,7 @@ class _Builder:
             part = self.g.call_function(operator.getitem, (out, 0))
             part = self.g.call_function(aten.view.default, (part, list(_local(shape, lay, self.t))))
             self.calls.append(
-                ("tp", REDUCE_SCATTER, f"{root.name}@sp", shape, val.dtype, (), (tuple(_val(root).shape),), -1)
+                ("tp", REDUCE_SCATTER, f"{root.name}@sp", shape, val.dtype, (), ((math.prod(shape),),), -1)
             )
             bias = self.lay[root].bias
             if bias is not None:  # a row-split layer's bias, added once to each token's sum
@@ -523,6 +549,16 @@ class _Builder:
             self.calls.append(("dp", ALL_GATHER, "+".join(names), (numel,), dtype, tuple(owners), shapes, n.args[0]))
             return
         if n.op == "call_module" and n.target == SEND:  # a pipeline's message: part j to part j of the next stage
+            x = n.args[1]
+            if self.tokens is not None and self.tokens.split_here(x):  # the stream between blocks: its tokens
+                if not _by_tokens(self.lay.get(x)):
+                    self.refuse(n, x)
+                self.sent_tokens[n.args[0]] = _local(_shape(x), self.lay[x], self.t)
+                self.g.call_module(SEND, (self.message(n.args[0]), self.env[x]))
+                return
+            if self.tokens is not None and _by_tokens(self.lay.get(x)):
+                self.g.call_module(SEND, (self.message(n.args[0]), self.gather(x, n)))
+                return
             if isinstance(self.lay.get(n.args[1]), Split):
                 raise PostplaceError(
                     f"tensor parallelism: the pipeline's stage cut of '{self.traced.graph.name}' sends "
@@ -534,7 +570,7 @@ class _Builder:
         if n.op == "call_module" and n.target == RECV:
             self.env[n] = self.g.call_module(RECV, (self.message(n.args[0]),))
             self.env[n].meta = dict(n.meta)
-            self.lay[n] = None
+            self.lay[n] = self.received(n)
             return
         if n.op == "call_method" and n.target == "copy_":  # ZeRO-1: a gathered parameter into this copy
             self.env[n] = self.g.call_method("copy_", (self.env[n.args[0]], self.env[n.args[1]]))
@@ -542,11 +578,13 @@ class _Builder:
             return
         if n.op != "call_function":
             raise PostplaceError(f"tensor parallelism: node '{n.name}' ({n.op}) is not an op; cannot split it")
-        if self.tokens is None or n.target is operator.getitem:
-            self.function(n)
+        if self.tokens is None or n.target is operator.getitem or self.tokens.op(n)[0] < 0:
+            self.function(n)  # no op of the simulated plan (a pipeline's transfer): laid out by its own rule
             return
         # sequence parallelism: an op split by tokens takes each partial sum it reads reduce-scattered; any
-        # other op takes what is split by tokens gathered (once per phase), as the simulated plan
+        # other op takes what is split by tokens gathered (once per phase), as the simulated plan. The op's
+        # own rule then runs on those values (swapped in for its inputs while it runs, as one reader's view:
+        # another reader of the same input may need the partial sum, or the split, as it is)
         here = self.tokens.split_here(n)
         swap = {}
         for x in n.all_input_nodes:
@@ -563,8 +601,9 @@ class _Builder:
         if here and not written_args(n) and not _random(n):
             split = [lay for x in n.all_input_nodes for lay in [swap.get(x, (None, self.lay.get(x)))[1]] if lay]
             if not split:  # split by tokens where its inputs are whole here (a dropout's mask, drawn whole)
-                for x in n.all_input_nodes:
-                    lay = self.tokens.layout(_shape(x)) if self.lay.get(x) is None else None
+                for x in n.all_input_nodes:  # not a parameter or buffer, whatever its length
+                    whole = self.lay.get(x) is None and x.op != "placeholder"
+                    lay = self.tokens.layout(_shape(x)) if whole else None
                     if lay is not None:
                         size = _shape(x)[lay.dim]
                         args = (self.env[x], lay.dim, size, lay.groups, self.t, self.j)
@@ -832,6 +871,7 @@ class _Builder:
         self.emit(n, torch.fx.map_arg(n.args, lambda x: self.env[x]), lay=lay)
 
     op__softmax = op__softmax_backward_data = softmax_like
+    op_transfer = same  # a pipeline's received value copied onto the rank's device: as it came
 
     def attention(self, n, ins, lays) -> None:
         heads = [x for x in lays if x is not None]
@@ -1051,14 +1091,18 @@ def zero_owners_split(traced, degree: int, replicas: int, *, tied: bool = True) 
     return {index[split.names[p]]: r for p, r in zero_owners(split, replicas).items()}
 
 
-def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> RankPlan:
+def tensor_ranks(
+    plan: RankPlan, traced, degree: int, devices: list[int], *, sequence_ops: frozenset[str] | None = None
+) -> RankPlan:
     """``plan`` (per-rank programs of unsplit replicas or stages, before batching: a pipeline's) with each
     rank q made ``degree`` ranks ``q degree + j``, part j of its split program, on the plan's GPUs ``devices``
     (the group of q's GPU: it and the next ``degree - 1``, Megatron-LM's order). Every message of ``plan``
     goes from part j to part j (a stage sends its whole activation from every part, as the simulated plan
     does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
-    sums over itself."""
+    sums over itself. With ``sequence_ops`` (:func:`tensor_plan`'s) the groups run sequence parallelism, and a
+    message of the stream between blocks carries part j's tokens of it to part j."""
     t = degree
+    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
     params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
     for prog in plan.programs:
         for n in prog.gm.graph.nodes:  # the messages the programs receive carry their shapes
@@ -1069,15 +1113,19 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
     def gathered(k: int) -> tuple[list[str], tuple[int, ...]]:  # a stage's: the unsplit plan's collective says
         return plan.collectives[k].value.split("+"), plan.collectives[k].owners
 
-    built = _settled(
-        traced,
-        params,
-        lambda: [
-            _Builder(traced, prog.gm.graph, t, j, params, gathered=gathered, message=lambda k, j=j: k * t + j)
-            for prog in plan.programs
-            for j in range(t)
-        ],
-    )
+    def builder(prog, j):
+        b = _Builder(traced, prog.gm.graph, t, j, params, gathered=gathered, message=lambda k: k * t + j, tokens=tokens)
+        b.message_ops = {m.index: m.op for m in plan.messages}
+        return b
+
+    made: list[_Builder] = []  # the last attempt's builders: what each sent of its tokens
+
+    def builders():
+        made[:] = [builder(prog, j) for prog in plan.programs for j in range(t)]
+        return made
+
+    built = _settled(traced, params, builders)
+    by_tokens = {k: shape for b in made for k, shape in b.sent_tokens.items()}
     collectives: list[Collective] = []
     index: dict[tuple[int, int], int] = {}  # (rank, its program's k-th collective) -> the plan's
     for c in plan.collectives:  # each of the unsplit plan's, once per part, over that part of its ranks
@@ -1096,9 +1144,18 @@ def tensor_ranks(plan: RankPlan, traced, degree: int, devices: list[int]) -> Ran
                 for j in range(t):
                     index[(q * t + j, k)] = len(collectives)
                 group = tuple(q * t + j for j in range(t))
-                collectives.append(Collective(len(collectives), call[1], call[2], call[3], call[4], group=group))
+                collectives.append(
+                    Collective(len(collectives), *call[1:5], owners=call[5], shapes=call[6], group=group)
+                )
+
+    def part(m):  # a message of the tokens of each part: their shape, laid out contiguously
+        if m.index not in by_tokens:
+            return {}
+        shape = tuple(by_tokens[m.index])
+        return {"shape": shape, "stride": tuple(torch.empty(shape, device="meta").stride())}
+
     messages = tuple(
-        dataclasses.replace(m, index=m.index * t + j, src=m.src * t + j, dst=m.dst * t + j)
+        dataclasses.replace(m, index=m.index * t + j, src=m.src * t + j, dst=m.dst * t + j, **part(m))
         for m in plan.messages
         for j in range(t)
     )
@@ -1138,9 +1195,9 @@ def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas (``fsdp:tp=T``, ``+recompute`` or ``+selective``
     or not), or pipelines of ``ddp`` or ``zero1`` groups (:func:`tensor_ranks`); not a per-unit hybrid
-    (``shard=``), nor sequence parallelism in a pipeline (``sp`` with ``pp``: simulated only)."""
+    (``shard=``)."""
     if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
-        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None and not spec.sequence
+        return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
     return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
 
 
@@ -1326,17 +1383,28 @@ def tensor_plan(
     )
 
 
+def stamp_traced(traced) -> None:
+    """Name every traced node in its metadata, which the programs' copies of it keep (a program may rename a
+    copy): sequence parallelism finds each node's op by it. Call before the programs are made."""
+    for n in traced.gm.graph.nodes:
+        n.meta.setdefault(TRACED, n.name)
+
+
 def _sequence_of(traced, ops: frozenset[str], degree: int) -> _Tokens:
     """Sequence parallelism's :class:`_Tokens` for ``traced``, whose first batch input is (sequences, tokens)."""
-    for n in traced.gm.graph.nodes:  # before any program copies them
-        n.meta.setdefault(TRACED, n.name)
-    first = next((x for x in traced.inputs if x.dim() >= 2), None)
-    if first is None or first.shape[1] % degree:
-        seq = "no input of (sequences, tokens)" if first is None else f"a sequence of {first.shape[1]} tokens"
-        raise PostplaceError(
-            f"sequence parallelism: '{traced.graph.name}' has {seq}, which tp={degree} does not split; "
-            "launch the plan without ',sp'"
+    stamp_traced(traced)
+    first = next(  # token ids (sequences, tokens) or vectors (sequences, tokens, width)
+        (x for x in traced.inputs if x.dim() >= (2 if not x.is_floating_point() else 3)), None
+    )
+    if ops and (first is None or first.shape[1] % degree):
+        why = (
+            "no input of (sequences, tokens) or (sequences, tokens, width) to split by tokens"
+            if first is None
+            else f"a sequence of {first.shape[1]} tokens, which tp={degree} does not split"
         )
+        raise PostplaceError(f"sequence parallelism: '{traced.graph.name}' has {why}; launch the plan without ',sp'")
+    if first is None:  # nothing is split by tokens: sp changes nothing
+        return _Tokens(traced, ops, 0, 0)
     return _Tokens(traced, ops, int(first.shape[0]), int(first.shape[1]))
 
 
