@@ -124,6 +124,22 @@ def test_a_pipeline_of_tensor_parallel_groups_runs_1f1b_and_moves_what_the_simul
     assert res.bytes_sent[0] > res.bytes_sent[2]  # the first stage's: its activations, its blocks' partial sums
 
 
+def test_a_tensor_parallel_pipeline_cut_between_blocks_sends_the_sum_of_the_stream_once():
+    """LLaMA small cut one block per stage (``stages=1/1``, as the layered search writes its cuts), tp 2 x pp 2:
+    the residual stream at the cut is a sum of the group's partial terms, which the stage sends all-reduced
+    (the simulated plan sent the term as well); the attention of the other stage, replayed on scratch made
+    from a split parameter, draws as one process does; within fp32 rounding, bytes = simulated."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    plan = "ddp:tp=2,pp=2,dp=1,m=4,schedule=1f1b,stages=1/1"
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    stream = 2 * 16 * 32 * 4
+    rotary = 16 * 4 * 4  # each of the two rotary tables (cosines, sines) the second stage reads
+    assert sum(m.nbytes for m in res.plan.messages if m.src == 0) == 4 * stream + 2 * rotary
+
+
 def test_the_grids_selective_plan_of_tensor_parallel_stages_trains_as_one_process():
     """What ``best-3d`` may now return where a plan fits only recomputed: ``zero1+selective`` with tp 2 x pp 2
     (torchtitan's selective rule in each block); within fp32 rounding of one process, each rank's bytes the

@@ -331,7 +331,8 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
             )
     step = recomputed(graph, spec)
     if spec.tensor:
-        step = tensor_parallel(step, spec.tensor, sequence=spec.sequence, tied=not spec.pipeline)
+        stages = bucket_key if spec.pipeline else None
+        step = tensor_parallel(step, spec.tensor, sequence=spec.sequence, tied=not spec.pipeline, stages=stages)
     shard = frozenset(spec.shard) if spec.shard is not None else None
     planned = data_parallel(step, replicas, spec.level, shard=shard, bucket_key=bucket_key)
     if not spec.tensor:

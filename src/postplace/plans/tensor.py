@@ -56,13 +56,14 @@ over the sequence itself (pooling) would be taken for one over features, which a
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
 from postplace.plans._draft import Draft
-from postplace.plans._step import BACKWARD, FORWARD, UPDATE, chain_positions, parameter_ops
+from postplace.plans._step import BACKWARD, FORWARD, UPDATE, chain_positions, parameter_ops, traced_name
 
 __all__ = [
     "TP_ALL_GATHER",
@@ -375,7 +376,9 @@ def sequence_split_ops(graph: OpGraph, *, tied: bool = True) -> frozenset[str]:
     return frozenset(graph.names[i] for i in np.flatnonzero(state == SEQUENCE))
 
 
-def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied: bool = True) -> OpGraph:
+def tensor_parallel(
+    graph: OpGraph, degree: int, *, sequence: bool = False, tied: bool = True, stages: Mapping[str, int] | None = None
+) -> OpGraph:
     """The step as one GPU of a tensor-parallel group of ``degree`` sees it (see the module docstring).
 
     Parameters
@@ -388,6 +391,9 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied
         Sequence parallelism too: the ops between the blocks split by tokens (the module docstring).
     tied : bool
         Split a table the embedding and the output head share (False in a pipeline: :func:`split_linears`).
+    stages : mapping of str to int, optional
+        A pipeline's stage of each traced op (by name): a partial sum a stage sends is all-reduced first (the
+        stage sends the sum, not its term), as the launched pipeline does.
 
     Returns
     -------
@@ -458,6 +464,12 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied
         if i in role:
             change["persistent_bytes"] = float(graph.persistent_bytes[i]) / t
         draft.copy(i, graph.names[i], (float(i), 0), scale=1.0 / t, **change)
+
+    def crosses(s: int, d: int) -> bool:  # an edge between two stages of a pipeline
+        if stages is None:
+            return False
+        return stages.get(traced_name(graph.names[s])) != stages.get(traced_name(graph.names[d]))
+
     reduced: dict[int, int] = {}
     scattered: dict[int, int] = {}
     gathered: dict[tuple, int] = {}
@@ -479,7 +491,7 @@ def tensor_parallel(graph: OpGraph, degree: int, *, sequence: bool = False, tied
                 scattered[s] = collective_after(s, TP_REDUCE_SCATTER, (s + 0.5, 1), inplace=False, output_bytes=b / t)
                 draft.edge(s, scattered[s], slot[e], b)
             draft.edge(scattered[s], d, 0, b / t)
-        elif state[s] == PARTIAL and state[d] != PARTIAL and b > 0:
+        elif state[s] == PARTIAL and (state[d] != PARTIAL or crosses(s, d)) and b > 0:
             if s not in reduced:
                 reduced[s] = all_reduce_after(s)
                 draft.edge(s, reduced[s], slot[e], b)

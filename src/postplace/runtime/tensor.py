@@ -873,6 +873,15 @@ class _Builder:
     op__softmax = op__softmax_backward_data = softmax_like
     op_transfer = same  # a pipeline's received value copied onto the rank's device: as it came
 
+    def op_new_zeros(self, n, ins, lays) -> None:
+        """A tensor of a given shape made from another for its dtype and device only (another stage's random
+        op replayed on scratch: :func:`postplace.runtime.ranks.rank_plan`): the rank's part serves as well."""
+        src = n.args[0]
+        if isinstance(self.lay.get(src), Partial):
+            self.opaque(n, ins, lays)
+            return
+        self.emit(n, (self.env[src], *n.args[1:]), lay=None)
+
     def attention(self, n, ins, lays) -> None:
         heads = [x for x in lays if x is not None]
         if not all(isinstance(x, Split) and x.dim == 1 and x.groups == heads[0].groups for x in heads):
