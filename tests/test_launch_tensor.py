@@ -271,8 +271,11 @@ def test_launch_runs_a_run_folders_tensor_parallel_plan(tmp_path):
     """A run folder whose returned plan splits GPT-2 (small, AdamW) over two K80s, ``fsdp:tp=2,dp=1`` (a grid
     shape: FSDP over one group shards nothing, so it runs as ddp's group, its gathers over one rank moving no
     bytes in either): ``postplace launch`` runs it, the losses the one-process step's within fp32 rounding,
-    the bytes the simulated plan's, in launch.json."""
+    the bytes the simulated plan's, in launch.json; the same with sequence parallelism."""
     _folder, out, losses = launched_run_folder(tmp_path / "run", "fsdp:m=2,dp=1,tp=2")
     assert out["losses"] == pytest.approx(losses, rel=1e-5)
     assert out["bytes_sent"] == out["simulated_bytes_sent"] and set(out["ranks"].values()) == {"gpu0", "gpu1"}
     assert min(out["bytes_sent"].values()) > 0  # the partial sums' all-reduces
+    _folder, with_sp, losses = launched_run_folder(tmp_path / "sp", "fsdp:m=2,dp=1,tp=2,sp")  # the same, sp
+    assert with_sp["losses"] == pytest.approx(losses, rel=1e-5)
+    assert with_sp["bytes_sent"] == with_sp["simulated_bytes_sent"] and with_sp["bytes_sent"] != out["bytes_sent"]
