@@ -123,6 +123,44 @@ def test_a_pipeline_of_groups_with_sp_sends_each_parts_tokens_and_moves_what_the
     assert_moves_what_the_simulator_charges(traced, plan, res)
 
 
+class _Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(16), _Block(16)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize(
+    "model, plan",
+    [
+        # blocks named: both on the first stage, the loss (reading every token) on the second, which gathers
+        ("stack", "ddp:tp=2,sp,pp=2,dp=1,m=2,schedule=1f1b"),
+        # no named blocks: the cut falls between a norm and its split linear; the second stage sends the first
+        # the linear's input gradient (a partial sum) as its tokens, reduce-scattered
+        ("sequential", "ddp:tp=2,sp,pp=2,dp=1,m=2,schedule=1f1b"),
+        ("sequential", "ddp:tp=2,pp=2,dp=1,m=2,schedule=1f1b"),  # without sp: the sum all-reduced where it is made
+    ],
+)
+def test_a_users_pipeline_of_groups_runs_each_collective_on_the_stage_the_simulator_charges(model, plan):
+    """A tensor group's collective at a stage boundary runs on the stage the launch runs it on: an all-reduce or
+    reduce-scatter where the partial sum is, an all-gather where the tokens are read; within fp32 rounding of
+    one process (no dropout: one replica draws no masks here), each rank's bytes the simulated plan's."""
+    torch.manual_seed(0)
+    net = _Stack() if model == "stack" else nn.Sequential(_Block(16), _Block(16))
+    for block in net.modules():
+        if isinstance(block, _Block):
+            block.drop.p = 0.0
+    x, y = torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+    traced = trace(net, (x,), nn.functional.mse_loss, "sgd", microbatches=2, targets=(y,))
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
 def test_sp_on_a_step_without_tokens_is_one_line():
     """A user's blocks over (rows, features): nothing says which dimension holds tokens, so launch refuses sp
     in one line (the plan without ',sp' runs)."""

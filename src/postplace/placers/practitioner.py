@@ -374,8 +374,9 @@ def _pipelined(graph, planned, spec, at, devices, cpu):
     """``(planned step in the schedule's order, placement)`` of a plan with ``spec.pipeline`` stages: the
     layers cut as :func:`pipeline_stages` cuts them (``at``: each traced op's stage), each
     replica's op on GPU ``devices[slot + slots x stage]`` (a replica's slot, ``tp`` of them per replica),
-    a made op (a collective's member) on the stage
-    of the nearest op it exchanges data with."""
+    a made op (a collective's member) on the stage of the nearest op it exchanges data with; a tensor group's
+    all-reduce or reduce-scatter on its partial sum's stage, its all-gather on its reader's (the launched
+    pipeline's: a stage sends its tokens, the reading stage gathers them)."""
     from postplace.plans import PlannedStep
     from postplace.plans._step import traced_name
     from postplace.plans.schedule import pipeline_schedule
@@ -385,9 +386,21 @@ def _pipelined(graph, planned, spec, at, devices, cpu):
     g = planned.graph
     stage = np.array([stage_of.get(traced_name(n), -2) for n in g.names])
     near: list[list[int]] = [[] for _ in range(g.num_ops)]
+    into: list[list[int]] = [[] for _ in range(g.num_ops)]
     for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True):
         near[s].append(d)
         near[d].append(s)
+        into[d].append(s)
+    for i in np.flatnonzero(stage == -2).tolist():  # a tensor group's collective: where the launch runs it
+        kind = traced_name(g.names[i]).split(":", 1)[0]
+        if kind in ("tp_all_reduce", "tp_reduce_scatter"):  # the stage holding the partial sum
+            known = [stage[j] for j in into[i] if stage[j] >= 0]
+        elif kind == "tp_all_gather":  # the stage reading the tokens (a stage sends its own tokens)
+            known = [stage[j] for j in near[i] if j not in into[i] and stage[j] >= 0]
+        else:
+            continue
+        if known:
+            stage[i] = min(known)
     todo = np.flatnonzero(stage == -2).tolist()
     while todo:  # made ops: the stage of a neighbour, nearest first
         left = []

@@ -146,13 +146,14 @@ def pipeline_plan(
             from postplace.runtime.tensor import zero_owners_split
 
             owners = zero_owners_split(traced, t, dp, tied=False)
-    sequence_ops = None
+    sequence_ops = scattered = None
     if spec.sequence:  # the simulated plan's ops split by tokens; named on the traced nodes before any copy
         from postplace.plans.spec import recomputed
-        from postplace.plans.tensor import sequence_split_ops
+        from postplace.plans.tensor import scattered_partial_ops, sequence_split_ops
         from postplace.runtime.tensor import stamp_traced
 
-        sequence_ops = sequence_split_ops(recomputed(traced.graph, spec), tied=False)
+        step = recomputed(traced.graph, spec)
+        sequence_ops, scattered = sequence_split_ops(step, tied=False), scattered_partial_ops(step, tied=False)
         stamp_traced(traced)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
@@ -186,7 +187,7 @@ def pipeline_plan(
     if t > 1:
         from postplace.runtime.tensor import tensor_ranks
 
-        plan = tensor_ranks(plan, traced, t, every, sequence_ops=sequence_ops)
+        plan = tensor_ranks(plan, traced, t, every, sequence_ops=sequence_ops, scattered_ops=scattered)
     plan = batch_messages(plan)
     plan.check()
     return plan

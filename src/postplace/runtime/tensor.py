@@ -362,6 +362,7 @@ class _Builder:
         self.tokens = tokens  # sequence parallelism
         self.sent_tokens: dict[int, tuple] = {}  # a pipeline's message of this rank's tokens -> their shape
         self.message_ops: dict[int, int] = {}  # a pipeline's message -> the traced op whose value it carries
+        self.scattered_ops: frozenset[str] = frozenset()  # partial sums a pipeline's stage sends as its tokens
         self.scattered: dict[torch.fx.Node, tuple] = {}  # a partial sum -> this rank's tokens of it, their layout
         self.joined: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}  # (split by tokens, phase) -> gathered
 
@@ -404,12 +405,20 @@ class _Builder:
     def received(self, n: torch.fx.Node):
         """A pipeline's received value: split by tokens where the simulated plan's stage sends its tokens."""
         op = self.message_ops.get(n.args[0], -1)
-        if self.tokens is None or op < 0 or self.traced.graph.names[op] not in self.tokens.ops:
+        if self.tokens is None or op < 0:
+            return None
+        name = self.traced.graph.names[op]
+        if name not in self.tokens.ops and name not in self.scattered_ops:
             return None
         lay = self.tokens.layout(_shape(n))
         if lay is None:
             self.refuse(n, n)
         return lay
+
+    def scatters(self, x: torch.fx.Node) -> bool:
+        """``x`` is a partial sum the simulated plan only reduce-scatters (:attr:`scattered_ops`)."""
+        op, again = self.tokens.op(x)
+        return op >= 0 and not again and self.traced.graph.names[op] in self.scattered_ops
 
     def value_op(self, x: torch.fx.Node) -> tuple[int, bool]:
         """:meth:`_Tokens.op` of the value ``x`` holds: a pipeline's received one (and its copy onto the rank's
@@ -556,6 +565,11 @@ class _Builder:
                 self.sent_tokens[n.args[0]] = _local(_shape(x), self.lay[x], self.t)
                 self.g.call_module(SEND, (self.message(n.args[0]), self.env[x]))
                 return
+            if self.tokens is not None and isinstance(self.lay.get(x), Partial) and self.scatters(x):
+                part, lay = self.scatter(x)  # a sum the next stage reads by tokens: its tokens, reduce-scattered
+                self.sent_tokens[n.args[0]] = _local(_shape(x), lay, self.t)
+                self.g.call_module(SEND, (self.message(n.args[0]), part))
+                return
             if self.tokens is not None and _by_tokens(self.lay.get(x)):
                 self.g.call_module(SEND, (self.message(n.args[0]), self.gather(x, n)))
                 return
@@ -588,7 +602,7 @@ class _Builder:
         here = self.tokens.split_here(n)
         swap = {}
         for x in n.all_input_nodes:
-            if self.tokens.op(x) == self.tokens.op(n):  # a view of x, folded into its op: laid out as it
+            if self.value_op(x) == self.tokens.op(n):  # a view of x, folded into its op: laid out as it
                 continue
             if here and isinstance(self.lay.get(x), Partial):
                 swap[x] = self.scatter(x)
@@ -876,11 +890,7 @@ class _Builder:
     def op_new_zeros(self, n, ins, lays) -> None:
         """A tensor of a given shape made from another for its dtype and device only (another stage's random
         op replayed on scratch: :func:`postplace.runtime.ranks.rank_plan`): the rank's part serves as well."""
-        src = n.args[0]
-        if isinstance(self.lay.get(src), Partial):
-            self.opaque(n, ins, lays)
-            return
-        self.emit(n, (self.env[src], *n.args[1:]), lay=None)
+        self.emit(n, (self.env[n.args[0]], *n.args[1:]), lay=None)  # a partial term's dtype and device as well
 
     def attention(self, n, ins, lays) -> None:
         heads = [x for x in lays if x is not None]
@@ -1101,7 +1111,13 @@ def zero_owners_split(traced, degree: int, replicas: int, *, tied: bool = True) 
 
 
 def tensor_ranks(
-    plan: RankPlan, traced, degree: int, devices: list[int], *, sequence_ops: frozenset[str] | None = None
+    plan: RankPlan,
+    traced,
+    degree: int,
+    devices: list[int],
+    *,
+    sequence_ops: frozenset[str] | None = None,
+    scattered_ops: frozenset[str] = frozenset(),
 ) -> RankPlan:
     """``plan`` (per-rank programs of unsplit replicas or stages, before batching: a pipeline's) with each
     rank q made ``degree`` ranks ``q degree + j``, part j of its split program, on the plan's GPUs ``devices``
@@ -1109,7 +1125,8 @@ def tensor_ranks(
     goes from part j to part j (a stage sends its whole activation from every part, as the simulated plan
     does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
     sums over itself. With ``sequence_ops`` (:func:`tensor_plan`'s) the groups run sequence parallelism, and a
-    message of the stream between blocks carries part j's tokens of it to part j."""
+    message of the stream between blocks carries part j's tokens of it to part j, as does a message of a partial
+    sum in ``scattered_ops`` (:func:`postplace.plans.tensor.scattered_partial_ops`), reduce-scattered first."""
     t = degree
     tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
     params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
@@ -1125,6 +1142,7 @@ def tensor_ranks(
     def builder(prog, j):
         b = _Builder(traced, prog.gm.graph, t, j, params, gathered=gathered, message=lambda k: k * t + j, tokens=tokens)
         b.message_ops = {m.index: m.op for m in plan.messages}
+        b.scattered_ops = scattered_ops
         return b
 
     made: list[_Builder] = []  # the last attempt's builders: what each sent of its tokens
