@@ -21,7 +21,7 @@ from postplace.runtime.launch_measure import LaunchEvaluator
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 SIZE = "small@4"  # a batch of 4: m = 2 runs the plans over both GPUs of k80x2
-TP = "ddp:tp=2,m=2,dp=1,shard=root"  # a per-unit hybrid with tensor parallelism: simulated only, launch refuses it
+TP = "ddp:tp=2,m=2,dp=1,shard=root"  # a per-unit hybrid over one tensor group: it shards nothing, launch refuses it
 
 
 def _place(out, k, **kw):
@@ -59,7 +59,7 @@ def test_plans_are_launched_beside_the_placements_and_a_refused_plan_is_a_failed
     assert list(rows) == ["best-3d", "fsdp", "single:gpu0"], list(rows)
     tp = rows["best-3d"]
     assert tp["plan"] == TP and tp["status"] == "failed" and tp["measured_s"] is None and "launch" not in tp
-    assert "the rest of tensor parallelism" in tp["reason"] and "\n" not in tp["reason"]
+    assert "shards over replicas of the 2-GPU group" in tp["reason"] and "\n" not in tp["reason"]
     fsdp = rows["fsdp"]
     assert fsdp["plan"] == "fsdp:m=2,dp=2" and fsdp["status"] == "ok" and fsdp["measured_s"] > 0
     assert fsdp["launch"]["ranks"] == {"0": "gpu0", "1": "gpu1"}  # one process per GPU of the plan
@@ -137,7 +137,7 @@ def test_a_plan_the_launcher_cannot_run_is_a_failed_row_never_an_exception():
     res = ev.evaluate_plans([TP, "ddp:m=4,dp=2", "ddp:pp=2,zero"])
     assert res.failed.all() and not np.isfinite(res.step_time).any()
     tp, other_m, bad = res.reasons
-    assert "the rest of tensor parallelism" in tp
+    assert "shards over replicas of the 2-GPU group" in tp
     assert "for 4 micro-batches" in other_m and "traced as 2" in other_m
     assert bad.startswith("--plan 'ddp:pp=2,zero'")
     assert res.extra["launch"] == [None, None, None]

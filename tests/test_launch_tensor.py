@@ -203,6 +203,25 @@ def test_llama_split_in_fsdp_groups_trains_as_one_process_and_its_checkpoint_joi
         assert torch.equal(p, res.parameters[name]), name
 
 
+@pytest.mark.parametrize(
+    "plan", ["ddp:tp=2,dp=2,m=4,shard=root", "fsdp+recompute:tp=2,sp,dp=2,m=4,shard=root/blocks.1"]
+)
+def test_a_per_unit_hybrid_of_tensor_parallel_groups_trains_as_one_process(plan):
+    """A per-unit hybrid (the named units sharded as FSDP's, the others whole as DDP's, their gradients
+    all-reduced in buckets) whose replicas are tp 2 groups (with sequence parallelism, recomputed, in the second):
+    LLaMA small on 4 ranks, within fp32 rounding of one process, each rank's bytes the simulated plan's; the
+    sharded units' parameters held as slices of parts, the others as parts."""
+    traced = trace_zoo_step("llama", "small", microbatches=4, batch=8, optimizer="adamw")
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    names = [n for n, _ in traced.model.named_parameters()]
+    sliced = {names[i] for i in res.plan.sharded if i < len(names)}
+    assert "embed.weight" in sliced and "blocks.0.attn.wq.weight" not in sliced
+    assert ("blocks.1.attn.wq.weight" in sliced) == ("blocks.1" in plan)
+    simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
+    assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+
+
 def test_a_user_module_splits_in_zero2_groups():
     """The user's MLP on 4 ranks, ``zero2:tp=2,m=4``, Adam with AMSGrad (its running maximum copied into a
     moment's part): each replica's two micro-batches' gradients reduce-scattered to their owners over the
@@ -242,7 +261,7 @@ def test_dropout_between_split_layers_draws_the_one_process_masks():
 
 def test_tensor_plans_launch_does_not_run_are_one_line():
     traced = trace_zoo_step("llama", "small", microbatches=2, batch=4, optimizer="adamw")
-    for plan in ("fsdp:tp=2,pp=2,dp=1,m=2", "fsdp:tp=2,m=2,shard=root"):
+    for plan in ("fsdp:tp=2,pp=2,dp=1,m=2", "ddp:tp=2,pp=2,dp=1,m=2,shard=root"):
         with pytest.raises(PostplaceError, match=r"groups that are ddp, zero1, zero2 or fsdp replicas") as e:
             launch_plan(traced, plan, K80X4)
         assert "\n" not in str(e.value)

@@ -137,13 +137,31 @@ def fsdp_plan(
     return replica_plan(traced, devices, device_names, build, sharded=sliced)
 
 
-def fsdp_replica_program(traced, r: int, b: int, *, recompute=(), selective: bool | frozenset[str] = False):
-    """Replica r's program of the plain ``fsdp`` plan (every parameter sliced; its ``b`` micro-batches), its
-    collective calls in order (``(kind, names, tag, owners)``) and the parameters it holds as slices (indices):
-    the groups of a tensor-parallel plan (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
-    _elementwise(traced)
-    gm, calls = _replica(traced, r, b, _recomputation(traced, recompute, selective))
-    return gm, calls, frozenset(range(len(parameters(traced))))
+def fsdp_replica_program(
+    traced,
+    r: int,
+    b: int,
+    *,
+    recompute=(),
+    selective: bool | frozenset[str] = False,
+    shard: frozenset[str] | None = None,
+    bucket_bytes: float = 25e6,
+):
+    """Replica r's program of the ``fsdp`` plan (every parameter sliced; its ``b`` micro-batches) or, with
+    ``shard``, of the per-unit hybrid (:func:`fsdp_plan`'s), its collective calls in order (``(kind, names, tag,
+    owners)``) and the parameters it holds as slices (indices): the groups of a tensor-parallel plan
+    (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
+    from postplace.plans import unit_of
+
+    module, op_of = traced.graph.module, traced.op_of_node
+    sliced = frozenset(
+        i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
+    )
+    if sliced:
+        _elementwise(traced)
+    rc = _recomputation(traced, recompute, selective)
+    gm, calls = _replica(traced, r, b, rc, None if shard is None else sliced, bucket_bytes)
+    return gm, calls, sliced
 
 
 def _recomputation(traced, recompute, selective):

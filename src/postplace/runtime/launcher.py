@@ -1417,16 +1417,16 @@ def _one_replica(spec, gpus: int):
 
 
 def _check_tensor(plan: str, spec) -> None:
-    """Tensor parallelism launches in groups that are ddp, ZeRO or FSDP replicas, and in pipelines of ddp or
-    zero1 groups, nothing else (so far)."""
+    """Tensor parallelism launches in groups that are ddp, ZeRO or FSDP replicas (or a per-unit hybrid's), and in
+    pipelines of ddp or zero1 groups, nothing else (so far)."""
     from postplace.runtime.tensor import launchable_tensor
 
     if not launchable_tensor(spec):
         raise PostplaceError(
             f"plan '{plan}': launch runs tensor parallelism in groups that are ddp, zero1, zero2 or fsdp replicas "
-            "(recomputed or not) and in pipelines of ddp or zero1 groups (ddp:tp=T,pp=P) so far; the rest of "
-            "tensor parallelism is not launched (zero2 groups in a pipeline and per-unit hybrids are simulated "
-            "only; fsdp in a pipeline is neither simulated nor launched)"
+            "(recomputed or not, per-unit hybrids of ddp and fsdp too) and in pipelines of ddp or zero1 groups "
+            "(ddp:tp=T,pp=P) so far; the rest of tensor parallelism is not launched (zero2 groups or per-unit "
+            "hybrids in a pipeline are simulated only; fsdp in a pipeline is neither simulated nor launched)"
         )
 
 
@@ -1527,6 +1527,7 @@ def launch_plan(
             selective=selective,
             level=spec.level,
             sequence_ops=sequence_ops,
+            shard=None if spec.shard is None else frozenset(spec.shard),
         )
     elif spec.pipeline:
         from postplace.runtime.pipeline import pipeline_plan

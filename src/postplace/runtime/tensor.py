@@ -1221,11 +1221,12 @@ def tensor_ranks(
 def launchable_tensor(spec) -> bool:
     """The plan (a :class:`postplace.plans.PlanSpec`) is tensor parallelism :func:`tensor_plan` runs: groups
     that are ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas (``fsdp:tp=T``, ``+recompute`` or ``+selective``
-    or not), or pipelines of ``ddp`` or ``zero1`` groups (:func:`tensor_ranks`); not a per-unit hybrid
-    (``shard=``)."""
+    or not), their per-unit hybrids (``ddp:tp=T,shard=U/U``), or pipelines of ``ddp`` or ``zero1`` groups
+    (:func:`tensor_ranks`)."""
     if spec.pipeline:  # a pipeline of groups: ddp or zero1 replicas (runtime.pipeline)
         return bool(spec.tensor) and spec.level in ("ddp", "zero1") and spec.shard is None
-    return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and spec.shard is None
+    hybrid = spec.shard is None or spec.level in ("ddp", "fsdp")  # a per-unit hybrid's groups: fsdp's program
+    return bool(spec.tensor) and spec.level in ("ddp", "zero1", "zero2", "fsdp") and hybrid
 
 
 def split_parameters(traced, degree: int, *, tied: bool = True) -> dict[str, Split]:
@@ -1274,6 +1275,7 @@ def tensor_plan(
     selective: bool | frozenset[str] = False,
     level: str = "ddp",
     sequence_ops: frozenset[str] | None = None,
+    shard: frozenset[str] | None = None,
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
     ``devices`` (see the module docstring): rank ``j + tp x r`` is part j of replica r, Megatron-LM's order.
@@ -1315,10 +1317,12 @@ def tensor_plan(
     dp, world = len(devices) // t, len(devices)
     if level not in ("ddp", "zero1", "zero2", "fsdp"):
         raise PostplaceError(f"tensor parallelism launches in ddp, zero1, zero2 or fsdp replicas, not {level}")
-    if level != "ddp" and dp < 2:
+    by_units = level == "fsdp" or shard is not None  # FSDP's program: every unit sharded, or those of a hybrid
+    if (level != "ddp" or shard is not None) and dp < 2:
+        what = f"{level}" if shard is None else "a per-unit hybrid (shard=)"
         raise PostplaceError(
-            f"tensor parallelism: {level} shards over replicas of the {t}-GPU group and the plan has {dp}; "
-            f"give {level} 2 or more replicas, or use ddp:tp={t} for one group"
+            f"tensor parallelism: {what} shards over replicas of the {t}-GPU group and the plan has {dp}; "
+            f"give it 2 or more replicas, or use ddp:tp={t} for one group"
         )
     tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
     owners = zero_owners_split(traced, t, dp) if level in ("zero1", "zero2") else None
@@ -1328,11 +1332,17 @@ def tensor_plan(
         check_replicas(traced, dp, level)
         programs = []
         for r in range(dp):
-            if level == "fsdp":
+            if by_units:
                 from postplace.runtime.fsdp import fsdp_replica_program
 
                 gm, replica_calls[r], sliced = fsdp_replica_program(
-                    traced, r, traced.microbatches // dp, recompute=recompute, selective=selective
+                    traced,
+                    r,
+                    traced.microbatches // dp,
+                    recompute=recompute,
+                    selective=selective,
+                    shard=shard,
+                    bucket_bytes=bucket_bytes,
                 )
             else:
                 gm, replica_calls[r] = replica_program(
@@ -1341,7 +1351,7 @@ def tensor_plan(
             programs.append(gm)
     else:
         programs = [whole_program(traced)]
-    if recompute and level != "fsdp":  # FSDP's replica recomputes from its backward gathers itself
+    if recompute and not (by_units and dp > 1):  # FSDP's replica recomputes from its backward gathers itself
         from postplace.runtime.recompute import recompute_program
 
         for gm in programs:
