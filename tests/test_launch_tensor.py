@@ -220,6 +220,8 @@ def test_a_per_unit_hybrid_of_tensor_parallel_groups_trains_as_one_process(plan)
     assert ("blocks.1.attn.wq.weight" in sliced) == ("blocks.1" in plan)
     simulated = simulated_plan_bytes(traced.graph, parse_plan(plan), K80X4, res.plan)
     assert res.bytes_sent == simulated["bytes_sent"] and res.bytes_received == simulated["bytes_received"]
+    with pytest.raises(PostplaceError, match=r"shard= names unit 'blocks\.7', which the step does not have"):
+        launch_plan(traced, "ddp:tp=2,dp=2,m=4,shard=blocks.7", K80X4)
 
 
 def test_a_user_module_splits_in_zero2_groups():

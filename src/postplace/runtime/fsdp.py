@@ -110,19 +110,10 @@ def fsdp_plan(
         sharded parameter outside any micro-batch, or a recomputed or sharded unit the step does not have.
     """
     from postplace.plans import unit_of
-    from postplace.plans._step import units
 
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, "fsdp")
-    if shard is not None:
-        known = set(units(traced.graph))
-        bad = sorted(set(shard) - known)
-        if bad:
-            names = [u or "root" for u in sorted(known, key=lambda u: (u != "", u))]
-            listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-            raise PostplaceError(
-                f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: {listed})"
-            )
+    _check_shard(traced, shard)
     module, op_of = traced.graph.module, traced.op_of_node
     sliced = frozenset(
         i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
@@ -153,6 +144,7 @@ def fsdp_replica_program(
     (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
     from postplace.plans import unit_of
 
+    _check_shard(traced, shard)
     module, op_of = traced.graph.module, traced.op_of_node
     sliced = frozenset(
         i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
@@ -162,6 +154,22 @@ def fsdp_replica_program(
     rc = _recomputation(traced, recompute, selective)
     gm, calls = _replica(traced, r, b, rc, None if shard is None else sliced, bucket_bytes)
     return gm, calls, sliced
+
+
+def _check_shard(traced, shard) -> None:
+    """One line when ``shard`` names a unit the step does not have."""
+    from postplace.plans._step import units
+
+    if shard is None:
+        return
+    known = set(units(traced.graph))
+    bad = sorted(set(shard) - known)
+    if bad:
+        names = [u or "root" for u in sorted(known, key=lambda u: (u != "", u))]
+        listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        raise PostplaceError(
+            f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: {listed})"
+        )
 
 
 def _recomputation(traced, recompute, selective):
