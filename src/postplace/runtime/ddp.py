@@ -138,8 +138,8 @@ def check_replicas(traced, k: int, plan: str) -> None:
     m = traced.microbatches
     if k < 2 or m % k:
         raise PostplaceError(
-            f"{plan} over {k} replicas needs at least 2 and a micro-batch count they divide; the "
-            f"step has {m} micro-batch{'es' if m > 1 else ''}"
+            f"{plan} over {k} replica{'s' if k != 1 else ''} needs at least 2 and a micro-batch count they "
+            f"divide; the step has {m} micro-batch{'es' if m > 1 else ''}"
         )
     if traced.graph.metadata.get("microbatch_norms"):
         raise PostplaceError(

@@ -1454,11 +1454,12 @@ def launch_plan(
     recomputed or not: :func:`postplace.runtime.pipeline.pipeline_plan`) run so far, the hybrids per unit
     (``ddp:shard=U/U``: those units sharded as ``fsdp`` shards them, the others replicated as ``ddp``;
     ``fsdp_plan(shard=)``), and tensor-parallel groups as ``ddp``, ``zero1``, ``zero2`` or ``fsdp`` replicas
-    (``ddp:tp=T``, ``fsdp:tp=T``: :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline
-    (``ddp:tp=T,pp=P``, ``zero1:tp=T,pp=P``). A ZeRO plan, or FSDP without a pipeline, over one group or one
-    pipeline (dp = 1) shards nothing and runs as ``ddp``'s. ZeRO-2 inside a pipeline of several replicas
-    (simulated only), FSDP inside a pipeline (neither simulated nor launched), and a per-unit hybrid with
-    tensor parallelism are refused in one line.
+    (``ddp:tp=T``, ``fsdp:tp=T``, with sequence parallelism ``,sp`` or not, and their per-unit hybrids
+    ``ddp:tp=T,shard=U/U``: :func:`postplace.runtime.tensor.tensor_plan`) or in a pipeline (``ddp:tp=T,pp=P``,
+    ``zero1:tp=T,sp,pp=P``). A ZeRO plan, or FSDP without a pipeline, over one group or one pipeline (dp = 1)
+    shards nothing and runs as ``ddp``'s. ZeRO-2 inside a pipeline of several replicas (simulated only), FSDP
+    inside a pipeline (neither simulated nor launched), and a per-unit hybrid in a pipeline or over one tensor
+    group are refused in one line.
 
     Parameters
     ----------

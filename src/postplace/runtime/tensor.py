@@ -1291,7 +1291,9 @@ def tensor_plan(
     updates them alone, and all-gathers the others' parts after the update over the ranks of its part;
     ``"zero2"`` also reduce-scatters each micro-batch's gradients to their owners. With ``level="fsdp"`` each
     replica is :func:`postplace.runtime.fsdp.fsdp_replica_program`'s, every parameter and moment a slice of its
-    part (``sharded``), gathered and reduce-scattered over the ranks of the part. With ``sequence_ops`` (the
+    part (``sharded``), gathered and reduce-scattered over the ranks of the part; with ``shard`` (units) the
+    replicas are the per-unit hybrid's (:func:`postplace.runtime.fsdp.fsdp_replica_program`: those units as
+    FSDP's, the others whole, their gradients all-reduced in buckets of ``bucket_bytes``). With ``sequence_ops`` (the
     simulated plan's ops split by tokens: :func:`postplace.plans.tensor.sequence_split_ops`) the group runs
     sequence parallelism: those ops on its rank's tokens of each sequence, each partial sum they read
     reduce-scattered by tokens, what another op reads of them all-gathered once per phase.
