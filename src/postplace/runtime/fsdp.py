@@ -109,17 +109,9 @@ def fsdp_plan(
         optimizer that is not elementwise (with a unit sharded), a step whose forward or backward reads a
         sharded parameter outside any micro-batch, or a recomputed or sharded unit the step does not have.
     """
-    from postplace.plans import unit_of
-
     k, m = len(devices), traced.microbatches
     check_replicas(traced, k, "fsdp")
-    _check_shard(traced, shard)
-    module, op_of = traced.graph.module, traced.op_of_node
-    sliced = frozenset(
-        i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
-    )
-    if sliced:
-        _elementwise(traced)
+    sliced = _sliced(traced, shard)
 
     def build(r: int):
         rc = _recomputation(traced, recompute, selective)
@@ -142,34 +134,34 @@ def fsdp_replica_program(
     ``shard``, of the per-unit hybrid (:func:`fsdp_plan`'s), its collective calls in order (``(kind, names, tag,
     owners)``) and the parameters it holds as slices (indices): the groups of a tensor-parallel plan
     (:func:`postplace.runtime.tensor.tensor_plan`) split it."""
-    from postplace.plans import unit_of
+    sliced = _sliced(traced, shard)
+    rc = _recomputation(traced, recompute, selective)
+    gm, calls = _replica(traced, r, b, rc, None if shard is None else sliced, bucket_bytes)
+    return gm, calls, sliced
 
-    _check_shard(traced, shard)
+
+def _sliced(traced, shard) -> frozenset[int]:
+    """The parameters (indices) held as slices: every one, or those of the units ``shard`` names (one line when
+    it names a unit the step does not have); their optimizer must update elementwise."""
+    from postplace.plans import unit_of
+    from postplace.plans._step import units
+
+    if shard is not None:
+        known = set(units(traced.graph))
+        bad = sorted(set(shard) - known)
+        if bad:
+            names = [u or "root" for u in sorted(known, key=lambda u: (u != "", u))]
+            listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+            raise PostplaceError(
+                f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: {listed})"
+            )
     module, op_of = traced.graph.module, traced.op_of_node
     sliced = frozenset(
         i for i, p in enumerate(parameters(traced)) if shard is None or unit_of(module[op_of[p.name]]) in shard
     )
     if sliced:
         _elementwise(traced)
-    rc = _recomputation(traced, recompute, selective)
-    gm, calls = _replica(traced, r, b, rc, None if shard is None else sliced, bucket_bytes)
-    return gm, calls, sliced
-
-
-def _check_shard(traced, shard) -> None:
-    """One line when ``shard`` names a unit the step does not have."""
-    from postplace.plans._step import units
-
-    if shard is None:
-        return
-    known = set(units(traced.graph))
-    bad = sorted(set(shard) - known)
-    if bad:
-        names = [u or "root" for u in sorted(known, key=lambda u: (u != "", u))]
-        listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-        raise PostplaceError(
-            f"shard= names unit '{bad[0] or 'root'}', which the step does not have (its units: {listed})"
-        )
+    return sliced
 
 
 def _recomputation(traced, recompute, selective):
