@@ -71,7 +71,7 @@ __all__ = [
     "TP_REDUCE_SCATTER",
     "check_degree",
     "over_tensor_ranks",
-    "scattered_partial_ops",
+    "sequence_split",
     "sequence_split_ops",
     "split_activations",
     "split_linears",
@@ -368,19 +368,21 @@ def sequence_split_ops(graph: OpGraph, *, tied: bool = True) -> frozenset[str]:
     """The names of the ops :func:`tensor_parallel` with ``sequence`` runs on 1/t of the tokens (``graph``:
     recomputation applied, as the plan's pass sees it): :mod:`postplace.runtime.tensor` splits the same ops,
     so a launched plan moves what the simulated one charges."""
-    state, _outs = _sequence_state(graph, tied)
-    return frozenset(graph.names[i] for i in np.flatnonzero(state == SEQUENCE))
+    return sequence_split(graph, tied=tied)[0]
 
 
-def scattered_partial_ops(graph: OpGraph, *, tied: bool = True) -> frozenset[str]:
-    """The names of the partial sums sequence parallelism only reduce-scatters (every reader that takes the sum
-    splits by tokens): a pipeline stage sends such a sum's tokens, not the sum (the launched pipeline does)."""
+def sequence_split(graph: OpGraph, *, tied: bool = True) -> tuple[frozenset[str], frozenset[str]]:
+    """:func:`sequence_split_ops`, and the names of the partial sums sequence parallelism only reduce-scatters
+    (every reader that takes the sum splits by tokens): a pipeline stage sends such a sum's tokens, not the sum
+    (the launched pipeline does)."""
     state, outs = _sequence_state(graph, tied)
-    return frozenset(
+    split = frozenset(graph.names[i] for i in np.flatnonzero(state == SEQUENCE))
+    scattered = frozenset(
         graph.names[i]
         for i in np.flatnonzero(state == PARTIAL)
         if any(state[d] == SEQUENCE for d in outs[i]) and all(state[d] in (SEQUENCE, PARTIAL) for d in outs[i])
     )
+    return split, scattered
 
 
 def _sequence_state(graph: OpGraph, tied: bool) -> tuple[np.ndarray, list[list[int]]]:

@@ -149,11 +149,10 @@ def pipeline_plan(
     sequence_ops = scattered = None
     if spec.sequence:  # the simulated plan's ops split by tokens; named on the traced nodes before any copy
         from postplace.plans.spec import recomputed
-        from postplace.plans.tensor import scattered_partial_ops, sequence_split_ops
+        from postplace.plans.tensor import sequence_split
         from postplace.runtime.tensor import stamp_traced
 
-        step = recomputed(traced.graph, spec)
-        sequence_ops, scattered = sequence_split_ops(step, tied=False), scattered_partial_ops(step, tied=False)
+        sequence_ops, scattered = sequence_split(recomputed(traced.graph, spec), tied=False)
         stamp_traced(traced)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)

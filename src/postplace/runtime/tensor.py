@@ -302,6 +302,10 @@ class _Tokens:
     ops: frozenset[str]
     batch: int
     seq: int
+    scattered: frozenset[str] = frozenset()  # partial sums a pipeline's stage sends as its tokens
+
+    def name(self, op: int, again: bool = False) -> str:
+        return ("rc:" if again else "") + self.traced.graph.names[op]
 
     def op(self, n: torch.fx.Node) -> tuple[int, bool]:
         """The traced op ``n`` computes (or is a view of), and whether ``n`` is a recomputed copy of it."""
@@ -310,7 +314,12 @@ class _Tokens:
 
     def split_here(self, n: torch.fx.Node) -> bool:
         op, again = self.op(n)
-        return op >= 0 and ("rc:" if again else "") + self.traced.graph.names[op] in self.ops
+        return op >= 0 and self.name(op, again) in self.ops
+
+    def scatters(self, x: torch.fx.Node) -> bool:
+        """``x`` is a partial sum the simulated plan only reduce-scatters (:attr:`scattered`)."""
+        op, again = self.op(x)
+        return op >= 0 and not again and self.name(op) in self.scattered
 
     def phase(self, n: torch.fx.Node) -> int:
         """The phase whose gather ``n`` reads: a recomputed copy's is the backward's (it runs there), as is an
@@ -344,6 +353,7 @@ class _Builder:
         replica: int = 0,
         sliced: frozenset[str] = frozenset(),
         tokens: _Tokens | None = None,
+        message_ops: dict[int, int] | None = None,
     ):
         self.traced, self.src, self.t, self.j = traced, src, degree, rank
         self.gathered = gathered  # ZeRO/FSDP: the source's collective index -> (value names, owners) it carries
@@ -361,8 +371,7 @@ class _Builder:
         self.looked_up: dict[torch.fx.Node, int] = {}  # tokens looked up in a split table -> this rank's first row
         self.tokens = tokens  # sequence parallelism
         self.sent_tokens: dict[int, tuple] = {}  # a pipeline's message of this rank's tokens -> their shape
-        self.message_ops: dict[int, int] = {}  # a pipeline's message -> the traced op whose value it carries
-        self.scattered_ops: frozenset[str] = frozenset()  # partial sums a pipeline's stage sends as its tokens
+        self.message_ops = message_ops or {}  # a pipeline's message -> the traced op whose value it carries
         self.scattered: dict[torch.fx.Node, tuple] = {}  # a partial sum -> this rank's tokens of it, their layout
         self.joined: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}  # (split by tokens, phase) -> gathered
 
@@ -407,18 +416,12 @@ class _Builder:
         op = self.message_ops.get(n.args[0], -1)
         if self.tokens is None or op < 0:
             return None
-        name = self.traced.graph.names[op]
-        if name not in self.tokens.ops and name not in self.scattered_ops:
+        if self.tokens.name(op) not in self.tokens.ops | self.tokens.scattered:
             return None
         lay = self.tokens.layout(_shape(n))
         if lay is None:
             self.refuse(n, n)
         return lay
-
-    def scatters(self, x: torch.fx.Node) -> bool:
-        """``x`` is a partial sum the simulated plan only reduce-scatters (:attr:`scattered_ops`)."""
-        op, again = self.tokens.op(x)
-        return op >= 0 and not again and self.traced.graph.names[op] in self.scattered_ops
 
     def value_op(self, x: torch.fx.Node) -> tuple[int, bool]:
         """:meth:`_Tokens.op` of the value ``x`` holds: a pipeline's received one (and its copy onto the rank's
@@ -565,7 +568,7 @@ class _Builder:
                 self.sent_tokens[n.args[0]] = _local(_shape(x), self.lay[x], self.t)
                 self.g.call_module(SEND, (self.message(n.args[0]), self.env[x]))
                 return
-            if self.tokens is not None and isinstance(self.lay.get(x), Partial) and self.scatters(x):
+            if self.tokens is not None and isinstance(self.lay.get(x), Partial) and self.tokens.scatters(x):
                 part, lay = self.scatter(x)  # a sum the next stage reads by tokens: its tokens, reduce-scattered
                 self.sent_tokens[n.args[0]] = _local(_shape(x), lay, self.t)
                 self.g.call_module(SEND, (self.message(n.args[0]), part))
@@ -1126,9 +1129,9 @@ def tensor_ranks(
     does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
     sums over itself. With ``sequence_ops`` (:func:`tensor_plan`'s) the groups run sequence parallelism, and a
     message of the stream between blocks carries part j's tokens of it to part j, as does a message of a partial
-    sum in ``scattered_ops`` (:func:`postplace.plans.tensor.scattered_partial_ops`), reduce-scattered first."""
+    sum in ``scattered_ops`` (:func:`postplace.plans.tensor.sequence_split`'s), reduce-scattered first."""
     t = degree
-    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
+    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t, scattered_ops)
     params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
     for prog in plan.programs:
         for n in prog.gm.graph.nodes:  # the messages the programs receive carry their shapes
@@ -1139,16 +1142,26 @@ def tensor_ranks(
     def gathered(k: int) -> tuple[list[str], tuple[int, ...]]:  # a stage's: the unsplit plan's collective says
         return plan.collectives[k].value.split("+"), plan.collectives[k].owners
 
-    def builder(prog, j):
-        b = _Builder(traced, prog.gm.graph, t, j, params, gathered=gathered, message=lambda k: k * t + j, tokens=tokens)
-        b.message_ops = {m.index: m.op for m in plan.messages}
-        b.scattered_ops = scattered_ops
-        return b
+    message_ops = {m.index: m.op for m in plan.messages}
 
     made: list[_Builder] = []  # the last attempt's builders: what each sent of its tokens
 
     def builders():
-        made[:] = [builder(prog, j) for prog in plan.programs for j in range(t)]
+        made[:] = [
+            _Builder(
+                traced,
+                prog.gm.graph,
+                t,
+                j,
+                params,
+                gathered=gathered,
+                message=lambda k, j=j: k * t + j,
+                tokens=tokens,
+                message_ops=message_ops,
+            )
+            for prog in plan.programs
+            for j in range(t)
+        ]
         return made
 
     built = _settled(traced, params, builders)
@@ -1429,7 +1442,7 @@ def stamp_traced(traced) -> None:
         n.meta.setdefault(TRACED, n.name)
 
 
-def _sequence_of(traced, ops: frozenset[str], degree: int) -> _Tokens:
+def _sequence_of(traced, ops: frozenset[str], degree: int, scattered: frozenset[str] = frozenset()) -> _Tokens:
     """Sequence parallelism's :class:`_Tokens` for ``traced``, whose first batch input is (sequences, tokens)."""
     stamp_traced(traced)
     first = next(  # token ids (sequences, tokens) or vectors (sequences, tokens, width)
@@ -1443,8 +1456,8 @@ def _sequence_of(traced, ops: frozenset[str], degree: int) -> _Tokens:
         )
         raise PostplaceError(f"sequence parallelism: '{traced.graph.name}' has {why}; launch the plan without ',sp'")
     if first is None:  # nothing is split by tokens: sp changes nothing
-        return _Tokens(traced, ops, 0, 0)
-    return _Tokens(traced, ops, int(first.shape[0]), int(first.shape[1]))
+        return _Tokens(traced, ops, 0, 0, scattered)
+    return _Tokens(traced, ops, int(first.shape[0]), int(first.shape[1]), scattered)
 
 
 def sliced_placeholders(traced, sliced: frozenset[int]) -> frozenset[str]:
