@@ -137,3 +137,23 @@ def test_on_layers_a_unit_move_stays_out_of_the_elite_and_a_stripe_move_joins_it
         assert sum(len(r) for r in s.recent_placements) - before == origins.count("policy") + exact.sum()
         joined, skipped = joined + exact.sum(), skipped + (~exact).sum()
     assert joined > 0 and skipped > 0
+
+
+@pytest.mark.parametrize("name", ["post", "reinforce"])
+def test_local_after_holds_the_moves_back_until_that_many_samples_were_told(name):
+    """Post makes its moves in its own batch, REINFORCE through the add-on: neither draws one before
+    ``local_after`` samples, both do after."""
+    from postplace.search.config import build_config
+
+    cfg = build_config(name, {"use_local": "true", "local_after": "32"})
+    if name == "post":
+        cfg = dataclasses.replace(cfg, init="uniform", batch_size=8, ce_every=16)
+    s = make_strategy(name, SPACE, seed=0, config=cfg)
+    origins, told = [], 0
+    while told < 64:
+        p = s.ask(8)
+        origins.append((told, list(s.last_origins)))
+        s.tell(p, 1.0 + np.arange(len(p), dtype=float), np.ones(len(p), dtype=bool))
+        told += len(p)
+    assert all("local" not in o for t, o in origins if t < 32)
+    assert all("local" in o for t, o in origins if t >= 32)

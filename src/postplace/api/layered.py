@@ -12,6 +12,7 @@ estimate's (simulated prices), and it says so.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -261,9 +262,9 @@ def _grid_and_spaces(
     """The grid at each micro-batch count, its candidate rows, and a layered space around each of its ``bases``
     fastest distinct shapes, ``samples`` shared evenly over them."""
     from postplace.api.target import load_cluster
-    from postplace.placers.layered import measured_rule
+    from postplace.placers.layered import measured_rule, measured_sizes
     from postplace.placers.layered_grid import layered_grid
-    from postplace.placers.layered_search import layered_space
+    from postplace.placers.layered_search import layered_space, size_options
     from postplace.placers.practitioner import plan_devices
     from postplace.plans import PlanSpec, parse_plan
     from postplace.plans._step import numbered_units
@@ -319,6 +320,33 @@ def _grid_and_spaces(
             shapes.add(key)
             chosen.append((r, m))
             cut_chosen = cut_chosen or s.one_chunk_pipeline
+    if several:  # and the fastest plan without a pipeline at each tensor degree: its GPU models' micro-batch sizes
+        degrees = {parse_plan(r.plan).tensor for r, _ in chosen if not parse_plan(r.plan).pipeline}
+        for r, m in fits:
+            s = parse_plan(r.plan)
+            if not s.pipeline and s.tensor not in degrees:
+                degrees.add(s.tensor)
+                chosen.append((r, m))
+    traced = {}
+
+    def graph_at(n: int):  # the pair traced at n sequences per micro-batch
+        if n not in traced:
+            t = time.perf_counter()
+            traced[n] = traced_pair(target, size, 2 * n, 2, optimizer, lr, precision, min(3, layers))
+            timing["trace_s"] += time.perf_counter() - t
+        return traced[n]
+
+    sized = {}
+
+    def measure_sized(tp, sp, sizes, rule):
+        if (key := (tp, sp, sizes, rule)) not in sized:
+            t = time.perf_counter()
+            sized[key] = measured_sizes(
+                graph_at, c, gpus, rule, sizes, tensor=tp, sequence=sp, layers=layers, cost_model=cost_model
+            )
+            timing["measure_s"] += time.perf_counter() - t
+        return sized[key]
+
     for k, (r, m) in enumerate(chosen):  # the plans shared evenly: the grid's order is no guide to the search's
         share = samples // len(chosen) + (k < samples % len(chosen))
         if share == 0:  # a budget too small for this shape: not searched (its base is priced already)
@@ -334,8 +362,16 @@ def _grid_and_spaces(
                 )
         timing["measure_s"] += time.perf_counter() - tm
         devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
+        options = size_options(replace(spec, microbatches=m), batch, c, devices)
         space = layered_space(
-            r, spec, costs[tp, sp, ""], costs[tp, sp, "full"], devices, selective=costs[tp, sp, "selective"]
+            r,
+            spec,
+            costs[tp, sp, ""],
+            costs[tp, sp, "full"],
+            devices,
+            selective=costs[tp, sp, "selective"],
+            sizes=options,
+            measure_sized=functools.partial(measure_sized, tp, sp),
         )
         out.spaces.append((r, m, space, share))
     return out

@@ -122,7 +122,7 @@ def estimate_plan_layered(
     """
     from postplace.api.layered import traced_pair, zoo_blocks
     from postplace.api.target import load_cluster
-    from postplace.placers.layered import estimate_plan, measured_rule, plan_costs
+    from postplace.placers.layered import estimate_plan, measured_rule, measured_sizes, plan_costs
     from postplace.plans import PlanSpec, parse_plan
 
     spec = plan if isinstance(plan, PlanSpec) else parse_plan(plan)
@@ -131,15 +131,40 @@ def estimate_plan_layered(
     devices = plan_devices(c, spec, exclude)
     k = spec.replicas_over(len(devices))
     m = spec.microbatches or k
-    if m % k or batch % m:
+    if spec.micro_sizes is not None:
+        _check_batch(spec, c, devices, batch, m, k)
+    elif m % k or batch % m:
         raise PostplaceError(
             f"plan '{spec}': m={m} must be a multiple of its {k} replicas and divide the batch of {batch}; "
             f"give m=j*{k} dividing {batch}"
         )
-    graph = traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
+    traced = {}
+
+    def graph_at(n: int):  # the pair traced at n sequences per micro-batch (traced_pair takes a count)
+        if n not in traced:
+            traced[n] = traced_pair(target, size, 2 * n, 2, optimizer, lr, precision, min(blocks, layers))
+        return traced[n]
+
+    graph = (
+        None
+        if spec.micro_sizes is not None
+        else traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
+    )
 
     def measured(recompute: bool, selective: bool = False):
         rule = "selective" if selective else "full" if recompute else ""
+        if spec.micro_sizes is not None:
+            return measured_sizes(
+                graph_at,
+                c,
+                devices,
+                rule,
+                spec.micro_sizes,
+                tensor=spec.tensor or 1,
+                sequence=spec.sequence,
+                layers=layers,
+                cost_model=cost_model,
+            )
         return measured_rule(
             graph,
             c,
@@ -154,3 +179,23 @@ def estimate_plan_layered(
     costs = plan_costs(spec, measured)
     spec = spec if spec.microbatches else replace(spec, microbatches=m)
     return estimate_plan(costs, c, spec, devices), c, devices
+
+
+def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> None:
+    """One line unless ``spec``'s micro-batch sizes per GPU model (``mbs=``) make exactly ``batch`` sequences: each
+    replica runs ``m / replicas`` micro-batches of its GPU model's size."""
+    if m % replicas:
+        raise PostplaceError(f"plan '{spec}': m={m} must be a multiple of its {replicas} replicas; give m=j*{replicas}")
+    sizes = dict(spec.micro_sizes)
+    tp = spec.tensor or 1
+    total = 0
+    for r in range(replicas):
+        model = cluster.devices[devices[r * tp]].model
+        if model not in sizes:
+            raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
+        total += sizes[model] * (m // replicas)
+    if total != batch:
+        raise PostplaceError(
+            f"plan '{spec}': {replicas} replicas running {m // replicas} micro-batches each of mbs= sizes make "
+            f"{total} sequences, not the batch of {batch}; change mbs= or m"
+        )

@@ -68,6 +68,7 @@ __all__ = [
     "estimate_plan",
     "measure_units",
     "measured_rule",
+    "measured_sizes",
     "mix_recompute",
     "op_level_cut",
     "plan_costs",
@@ -122,6 +123,9 @@ class UnitCosts:
         several models); empty when one model was measured.
     sequence : bool
         Measured with sequence parallelism over the tensor group (``sp``).
+    micro_size : int
+        Sequences per micro-batch they were measured at, where a plan gives each GPU model its own (``mbs=``;
+        :func:`measured_sizes`); 0: not said (the plan's one size).
     """
 
     names: tuple[str, ...]
@@ -146,6 +150,7 @@ class UnitCosts:
     model: str = ""
     by_model: tuple[tuple[str, UnitCosts], ...] = ()
     sequence: bool = False
+    micro_size: int = 0
 
     def on(self, model: str) -> UnitCosts:
         """These units as measured on GPUs of ``model``; one line when they were not."""
@@ -517,6 +522,8 @@ def estimate_plan(
             f"plan '{spec}': its GPUs are of several models and the unit costs say not which they were measured on; "
             "measure them with postplace.placers.layered.measured_rule over the plan's GPUs"
         )
+    if spec.micro_sizes is not None:
+        _check_sizes(spec, costs, {cluster.devices[d].model for d in devices})
     try:
         stage_costs = [
             _slowest([costs.on(m) for m in sorted({cluster.devices[d].model for d in g})]) for g in stage_gpus
@@ -594,38 +601,23 @@ def estimate_plan(
             buckets = _buckets(stage_costs[s], chunks, s, pp, dp, level, coll, bucket_bytes)
             _reduce_and_update(st, s, per, level, slot_id, buckets, upd_per_byte[s])
     step = float(max(np.nanmax(st.run()[1]), 0.0))
-    peaks = []
+    # each stage's peak on each of its GPU models, held against that model's memory: where the models run
+    # micro-batches of their own sizes (mbs=), their activations differ; else the stage's slowest costs hold
+    peaks, capacity = [], []
     for s in range(pp):
-        costs = stage_costs[s]
-        mine = [c for c in range(nc) if c % pp == s]
-        units = [u for c in mine for u in chunks[c]]
-        p, st_b = float(costs.param_bytes[units].sum()), float(costs.state_bytes[units].sum())
-        blocks = [u for u in units if 0 < u < len(costs.names) - 1]
-        if level == "fsdp":
-            gathered = sorted((float(costs.param_bytes[u]) for u in blocks), reverse=True)[:2]
-            root = float(costs.param_bytes[0] + costs.param_bytes[-1])
-            static = (p + st_b) / dp + (root + sum(gathered)) * costs.gather_dtype_bytes / 4
-            grads = p / dp + gathered[0]
-        else:
-            owned = 1.0 if level == "ddp" else _owner_share(costs, units, dp)  # the busiest owner's state
-            static = p + st_b * owned
-            grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
-        # along the GPU's slots: activations held, gradient sums alive from its first backward on, and a
-        # backward's working memory on top while it runs
-        kind, _, c = _slots(schedule, s, pp, per) if level != "fsdp" else (np.array([0, 1]), None, np.array([0, 0]))
-        after = np.cumsum(np.where(kind == 0, act_arr[c], -act_arr[c]))
-        before = after - np.where(kind == 0, act_arr[c], -act_arr[c])
-        backward = kind == 1
-        live = np.where(np.arange(len(kind)) > int(np.argmax(backward)), grads, 0.0)
-        most = max(
-            float((after + live)[~backward].max(initial=0.0)),
-            float((before + live + costs.transient_bytes)[backward].max(initial=0.0)),
-            float((after[backward] + grads).max(initial=0.0)),
-        )
-        if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
-            most = max(most, costs.single_bytes - costs.param_bytes.sum() + grads)
-        peaks.append(static + most)
-    capacity = [min(float(cluster.capacity[d]) for d in g) for g in stage_gpus]
+        models = sorted({cluster.devices[d].model for d in stage_gpus[s]})
+        sources = [(m, costs.on(m)) for m in models] if spec.micro_sizes is not None else [(None, stage_costs[s])]
+        fullest = None
+        for model, source in sources:
+            cap = min(
+                float(cluster.capacity[d]) for d in stage_gpus[s] if model is None or cluster.devices[d].model == model
+            )
+            act = act_arr if model is None else np.array([float(source.activation_bytes[c].sum()) for c in chunks])
+            peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes)
+            if fullest is None or peak / max(cap, 1.0) > fullest[0] / max(fullest[1], 1.0):
+                fullest = (peak, cap)
+        peaks.append(fullest[0])
+        capacity.append(fullest[1])
     worst = int(np.argmax(np.asarray(peaks) / np.maximum(capacity, 1.0)))  # the fullest stage: the one that overflows
     return LayeredResult(
         str(spec),
@@ -636,6 +628,59 @@ def estimate_plan(
         tuple(tuple(costs.names[u] for u in c) for c in chunks),
         tuple(float(x) for x in peaks),
     )
+
+
+def _check_sizes(spec, costs: UnitCosts, models: set[str]) -> None:
+    """One line unless ``costs`` were measured on each of the plan's GPU ``models`` at the micro-batch size its
+    ``mbs=`` gives that model."""
+    sizes = dict(spec.micro_sizes)
+    if missing := sorted(models - set(sizes)):
+        raise PostplaceError(
+            f"plan '{spec}': mbs= gives no micro-batch size to its {missing[0]} GPUs; name every model"
+        )
+    if extra := sorted(set(sizes) - models):
+        raise PostplaceError(
+            f"plan '{spec}': mbs= names {extra[0]}, which none of its GPUs is ({', '.join(sorted(models))})"
+        )
+    for model in sorted(models):
+        measured = costs.on(model).micro_size
+        if measured != sizes[model]:
+            raise PostplaceError(
+                f"plan '{spec}': the units on {model} were measured at {measured or 'the plan-wide'} sequences per "
+                f"micro-batch, not {sizes[model]}; measure them with postplace.placers.layered.measured_sizes"
+            )
+
+
+def _stage_peak(costs, s, pp, nc, chunks, per, level, schedule, act_arr, dp, bucket_bytes) -> float:
+    """Stage s's peak bytes per GPU, its units' memory from ``costs`` (see the module docstring)."""
+    mine = [c for c in range(nc) if c % pp == s]
+    units = [u for c in mine for u in chunks[c]]
+    p, st_b = float(costs.param_bytes[units].sum()), float(costs.state_bytes[units].sum())
+    blocks = [u for u in units if 0 < u < len(costs.names) - 1]
+    if level == "fsdp":
+        gathered = sorted((float(costs.param_bytes[u]) for u in blocks), reverse=True)[:2]
+        root = float(costs.param_bytes[0] + costs.param_bytes[-1])
+        static = (p + st_b) / dp + (root + sum(gathered)) * costs.gather_dtype_bytes / 4
+        grads = p / dp + gathered[0]
+    else:
+        owned = 1.0 if level == "ddp" else _owner_share(costs, units, dp)  # the busiest owner's state
+        static = p + st_b * owned
+        grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
+    # along the GPU's slots: activations held, gradient sums alive from its first backward on, and a
+    # backward's working memory on top while it runs
+    kind, _, c = _slots(schedule, s, pp, per) if level != "fsdp" else (np.array([0, 1]), None, np.array([0, 0]))
+    after = np.cumsum(np.where(kind == 0, act_arr[c], -act_arr[c]))
+    before = after - np.where(kind == 0, act_arr[c], -act_arr[c])
+    backward = kind == 1
+    live = np.where(np.arange(len(kind)) > int(np.argmax(backward)), grads, 0.0)
+    most = max(
+        float((after + live)[~backward].max(initial=0.0)),
+        float((before + live + costs.transient_bytes)[backward].max(initial=0.0)),
+        float((after[backward] + grads).max(initial=0.0)),
+    )
+    if per == 1 and pp == 1:  # one micro-batch: as the measured step's first one
+        most = max(most, costs.single_bytes - costs.param_bytes.sum() + grads)
+    return static + most
 
 
 def _slowest(measured: list[UnitCosts]) -> UnitCosts:
@@ -820,6 +865,41 @@ def measured_rule(
     return replace(first, by_model=tuple((m, on(m)) for m in models[1:])) if len(models) > 1 else first
 
 
+def measured_sizes(
+    graph_at,
+    cluster,
+    gpus: list[int],
+    rule: str,
+    sizes,
+    *,
+    tensor: int = 1,
+    sequence: bool = False,
+    layers=None,
+    cost_model=None,
+) -> UnitCosts:
+    """:func:`measured_rule` on each GPU model among ``gpus`` at its own micro-batch size: ``sizes`` maps a model to
+    its sequences per micro-batch (a plan's ``mbs=``), ``graph_at(n)`` is the step traced as two micro-batches of
+    ``n`` sequences. The first model's costs carry the others' (``by_model``), each marked with its size."""
+    sizes = dict(sizes)
+    each = []
+    for model in dict.fromkeys(cluster.devices[d].model for d in gpus):
+        if model not in sizes:
+            raise PostplaceError(f"mbs= gives no micro-batch size to the {model} GPUs; name every model")
+        mine = [d for d in gpus if cluster.devices[d].model == model]
+        costs = measured_rule(
+            graph_at(sizes[model]),
+            cluster,
+            mine,
+            rule,
+            tensor=tensor,
+            sequence=sequence,
+            layers=layers,
+            cost_model=cost_model,
+        )
+        each.append((model, replace(costs, micro_size=sizes[model])))
+    return replace(each[0][1], by_model=tuple(each[1:]))
+
+
 def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
     """``costs`` measured on the model cut to a few blocks, with ``layers`` blocks: each a copy of the middle
     measured one (every block of a zoo transformer runs the same ops at the same sizes), the embedding and
@@ -861,6 +941,7 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         model=costs.model,
         by_model=tuple((m, repeat_blocks(c, layers)) for m, c in costs.by_model),
         sequence=costs.sequence,
+        micro_size=costs.micro_size,
     )
 
 

@@ -20,6 +20,12 @@ local moves, random search, annealing) searches it through the same runner:
   scaled to the model's blocks, every stage at least one) and whether all its blocks recompute whole (the
   memory a fast stage's extra blocks need), so a single decision moves blocks from every other stage to
   one, and a stage of fast GPUs can take twice its even share;
+- on GPUs of several models, around a plan without a pipeline, one more decision: each GPU model's micro-batch
+  size (``mbs=``, :func:`size_options`): every replica runs the same count of micro-batches, so the
+  collectives meet, and the fast GPUs take more sequences per micro-batch (neither Megatron-LM nor torchtitan
+  offers it, so the grid never does; column 0 is the base's even split), and whether every block recomputes
+  (the memory larger micro-batches need: one decision moves the plan to a split that fits, as a stage's
+  share does), whole where its own decision does not say the selective rule;
 - a tensor degree per block is not a choice: Megatron-LM and torchtitan keep one degree through the
   blocks, and so does the base; the sharding level is the base's (per-block FSDP/DDP hybrids are priced
   op by op only).
@@ -44,6 +50,7 @@ from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, r
 from postplace.sim.simulate import EvalResult
 
 __all__ = [
+    "MAX_SIZE",
     "SHARES",
     "LayeredEvaluator",
     "LayeredSpace",
@@ -51,8 +58,12 @@ __all__ = [
     "apportion",
     "layered_space",
     "search_plan",
+    "size_options",
     "tidied",
 ]
+
+MAX_SIZE = 8
+"""The most sequences per micro-batch a GPU model's size decision offers (:func:`size_options`)."""
 
 TIDY_SLACK = 1e-3
 """How much slower (relative) the tidy form of a search's best may price and still be returned: a user writes
@@ -100,6 +111,13 @@ class LayeredSpace:
     reach: int
     space: SearchSpace
     per_stage: bool = False
+    size_options: tuple = ()
+    """The size decision's options (the last row; none when empty): ``(m, sizes)``, the micro-batch count and
+    each GPU model's sequences per micro-batch (None: the base's even split, column 0); column j is option
+    ``j % len``, and from ``j >= len`` on every block recomputes (whole, where its own decision does not say
+    the selective rule)."""
+    measure_sized: object = None
+    """``measure_sized(sizes, rule)``: the units measured on each model at its size, recomputing by ``rule``."""
 
     @property
     def blocks(self) -> tuple[str, ...]:
@@ -124,12 +142,47 @@ class LayeredSpace:
                 rules = ["full" if whole[stage[b]] else r for b, r in enumerate(rules)]
             else:
                 counts = np.diff([0, *(self.base_edges + _offsets(self.reach)[row[k:]]).tolist(), len(self.blocks)])
+        if self.size_options:  # the last decision: each GPU model's micro-batch size, and whether every block
+            m, sizes = self.size_options[int(row[-1]) % len(self.size_options)]  # recomputes whole (the memory
+            if row[-1] >= len(self.size_options):  # a larger micro-batch needs; the selective rule's stay)
+                rules = ["selective" if r == "selective" else "full" for r in rules]
         spec = _with_rules(self.base, self.blocks, rules)
+        if self.size_options:
+            spec = replace(spec, microbatches=m, micro_sizes=sizes)
         return spec if counts is None else replace(spec, stage_blocks=tuple(int(c) for c in counts))
 
     def costs_of(self, spec) -> UnitCosts:
         """The unit costs ``spec`` (a decoded plan) is priced on."""
+        if spec.micro_sizes is not None:
+            return plan_costs(
+                spec,
+                lambda recompute, selective=False: self.measure_sized(spec.micro_sizes, _rule(recompute, selective)),
+            )
         return plan_costs(spec, lambda recompute, selective=False: self.measured[_rule(recompute, selective)])
+
+
+def size_options(spec, batch: int, cluster, devices, *, most: int = MAX_SIZE) -> tuple:
+    """The size decision's columns around ``spec`` (a plan without a pipeline, its ``microbatches`` given) on
+    ``devices`` of several GPU models: ``(m, None)`` (the base) first, then every ``(m, sizes)`` whose replicas,
+    each running ``m / dp`` micro-batches of its GPU model's size (1 to ``most`` sequences, not all equal: an
+    even split is the grid's), make exactly ``batch`` sequences; empty on GPUs of one model."""
+    tp = spec.tensor or 1
+    dp = len(devices) // tp
+    models = [cluster.devices[devices[r * tp]].model for r in range(dp)]
+    names = list(dict.fromkeys(models))
+    if len(names) < 2 or spec.pipeline:
+        return ()
+    replicas = np.array([models.count(n) for n in names])
+    options = [(spec.microbatches, None)]
+    for per in range(1, batch + 1):
+        if batch % per:
+            continue
+        target = batch // per
+        for sizes in np.ndindex(*([most] * len(names))):
+            s = np.array(sizes) + 1
+            if int(replicas @ s) == target and len(set(s.tolist())) > 1:
+                options.append((per * dp, tuple((n, int(x)) for n, x in zip(names, s, strict=True))))
+    return tuple(options) if len(options) > 1 else ()
 
 
 def _rule(recompute: bool, selective: bool) -> str:
@@ -160,13 +213,16 @@ def layered_space(
     *,
     selective: UnitCosts | None = None,
     reach: int = 4,
+    sizes: tuple = (),
+    measure_sized=None,
 ):
     """The :class:`LayeredSpace` around the plan ``spec`` that the layered estimate priced as ``result`` (its
     cut becomes the base's ``stage_blocks``), its units measured as ``plain``, ``full`` and ``selective``
     (recomputing every block whole and by the selective op rule; None: that rule is not a choice) at the
     plan's tensor degree; stage boundaries move by at most ``reach`` blocks (GPUs of one model: ``plain`` measured
     on one), or each stage takes a share of the blocks (:data:`SHARES`) and may recompute them all whole (GPUs of
-    several models)."""
+    several models). ``sizes``: the columns of a size decision (:func:`size_options`), each plan's units measured
+    by ``measure_sized(sizes, rule)``; empty: none."""
     blocks = plain.names[1:-1]
     measured = {"": plain, "full": full, "selective": selective}
     for rule, costs in measured.items():
@@ -198,13 +254,21 @@ def layered_space(
     choices = len(available)
     stage_rows = pp if per_stage else len(edges)
     stage_width = len(SHARES) * (2 if "full" in available else 1) if per_stage else 2 * reach + 1
-    rows = (len(blocks) if choices > 1 else 0) + stage_rows
+    if sizes and (spec.pipeline or measure_sized is None):
+        raise PostplaceError(f"plan '{spec}': a size decision needs a plan without a pipeline and measure_sized")
+    size_rows = 1 if sizes else 0
+    rows = (len(blocks) if choices > 1 else 0) + stage_rows + size_rows
     if rows == 0:
         raise PostplaceError(f"plan '{spec}': nothing to choose per block (no recompute measured, no stage to cut)")
-    width = max(choices, stage_width if stage_rows else 1)
+    width = max(choices, stage_width if stage_rows else 1, len(sizes))
     allowed = np.zeros((rows, width), dtype=bool)
-    allowed[: rows - stage_rows, :choices] = True
-    allowed[rows - stage_rows :, :stage_width] = True
+    allowed[: rows - stage_rows - size_rows, :choices] = True
+    allowed[rows - stage_rows - size_rows : rows - size_rows, :stage_width] = True
+    size_width = len(sizes) * (2 if "full" in available else 1)
+    width = max(width, size_width)
+    allowed = np.pad(allowed, ((0, 0), (0, width - allowed.shape[1])))
+    if size_rows:
+        allowed[-1, :size_width] = True
     unit_time = np.where(allowed, 2.0, np.inf)
     unit_time[:, 0] = 1.0  # column 0, the base's choice, is every decision's home (init="speed")
     space = SearchSpace(
@@ -213,7 +277,9 @@ def layered_space(
         unit_time=unit_time,
         device_names=tuple(f"choice{j}" for j in range(width)),
     )
-    return LayeredSpace(spec, tuple(devices), measured, rule_columns, edges, reach, space, per_stage)
+    return LayeredSpace(
+        spec, tuple(devices), measured, rule_columns, edges, reach, space, per_stage, tuple(sizes), measure_sized
+    )
 
 
 class LayeredEvaluator:

@@ -112,6 +112,8 @@ def plan_words(plan, devices, microbatches: int) -> str:
             words += f" with {'/'.join(map(str, spec.stage_blocks))} blocks per stage"
         words += ", "
     words += f"{microbatches} micro-batch{'es' if microbatches > 1 else ''}"
+    if spec.micro_sizes is not None:
+        words += " of " + ", ".join(f"{n} sequence{'s' * (n > 1)} on the {model}s" for model, n in spec.micro_sizes)
     if spec.shard is not None:
         words += f": FSDP for {_units(spec.shard) or 'no unit'}, DDP for the rest"
     if spec.recompute:

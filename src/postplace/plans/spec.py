@@ -22,9 +22,11 @@ _SCHEDULE = re.compile(r"^(schedule)=(gpipe|1f1b|interleaved-[0-9]+)$")
 _UNITS = re.compile(r"^(shard|recompute|selective)=([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)$")
 _RUN = re.compile(r"^(.*\.)([0-9]+)-([0-9]+)$")
 _STAGES = re.compile(r"^(stages)=([0-9]+(?:/[0-9]+)*)$")
+_SIZES = re.compile(r"^(mbs)=([A-Za-z0-9_.-]+:[0-9]+(?:/[A-Za-z0-9_.-]+:[0-9]+)*)$")
 _HOW = (
     f"write NAME[+recompute|+selective][:m=M][,dp=K][,tp=T[,sp]][,pp=P][,schedule=gpipe|1f1b|interleaved-V]"
-    f"[,shard=U/U...][,recompute=U/U...][,selective=U/U...][,stages=B/B...] with NAME one of {', '.join(LEVELS)} "
+    "[,shard=U/U...][,recompute=U/U...][,selective=U/U...][,stages=B/B...][,mbs=GPU:N/GPU:N] "
+    f"with NAME one of {', '.join(LEVELS)} "
     "and U a unit (root, blocks.3) or a run of them (blocks.0-7) "
     "(e.g. fsdp+recompute:m=8, ddp:pp=2,m=8,schedule=1f1b, fsdp:tp=2,sp,m=8)"
 )
@@ -74,6 +76,13 @@ class PlanSpec:
         order, written ``stages=9/10/10/11`` (Megatron-LM's uneven first and last stages, torchtitan's
         modules per stage); the embedding side goes with the first stage, the head side with the last. None:
         the cut balances the stages.
+    micro_sizes : tuple of (str, int), optional
+        Sequences per micro-batch on each GPU model, written ``mbs=H100:3/A100-80GB:1``: on GPUs of two
+        generations the fast ones take larger micro-batches, every replica the same count of them, so the
+        collectives still meet (Megatron-LM's ``--micro-batch-size``, per GPU model; neither Megatron-LM nor
+        torchtitan offers it: a data loader that gives each rank its own local batch, with the loss scaled
+        by the rank's share of the global batch, runs it under FSDP2 or DDP). Without a pipeline; priced by
+        the layered estimate only. None: every micro-batch is ``batch / m`` sequences.
     """
 
     level: str
@@ -89,8 +98,14 @@ class PlanSpec:
     stage_blocks: tuple[int, ...] | None = None
     selective_units: tuple[str, ...] | None = None
     sequence: bool = False
+    micro_sizes: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self):
+        if self.micro_sizes is not None and self.pipeline:
+            raise PostplaceError(
+                f"plan {self.level}: mbs= gives each GPU model its micro-batch size, and a pipeline's stages "
+                "run one micro-batch size; drop pp or mbs"
+            )
         if self.sequence and (self.tensor or 1) < 2:
             raise PostplaceError(f"plan {self.level}: sp splits a tensor group's norms by tokens; give tp=T (T >= 2)")
         if self.selective_units and (self.recompute_units is None or self.selective or not self.recompute):
@@ -156,6 +171,8 @@ class PlanSpec:
         ):
             if names is not None and not (key == "recompute" and not names and self.selective_units):
                 opts.append(f"{key}={'/'.join(_runs(names)) or 'none'}")
+        if self.micro_sizes is not None:
+            opts.append("mbs=" + "/".join(f"{model}:{n}" for model, n in self.micro_sizes))
         return self.name + (":" + ",".join(opts) if opts else "")
 
 
@@ -182,12 +199,17 @@ def parse_plan(text: str) -> PlanSpec:
         if opt == "sp" and "sp" not in options:
             options["sp"] = True
             continue
-        match = _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt) or _STAGES.match(opt)
+        match = (
+            _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt) or _STAGES.match(opt) or _SIZES.match(opt)
+        )
         if not match or match.group(1) in options:
             raise PostplaceError(
                 f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, sp, pp=P, schedule=S, "
-                f"shard=U/U, recompute=U/U, selective=U/U or stages=B/B (each once); {_HOW}"
+                f"shard=U/U, recompute=U/U, selective=U/U, stages=B/B or mbs=GPU:N/GPU:N (each once); {_HOW}"
             )
+        if match.re is _SIZES:
+            options["mbs"] = _sizes(match.group(2), text)
+            continue
         if match.re is _STAGES:
             options["stages"] = tuple(int(x) for x in match.group(2).split("/"))
             continue
@@ -219,6 +241,11 @@ def parse_plan(text: str) -> PlanSpec:
             options["recompute"] = options.pop("selective")
     if options.get("sp") and (options.get("tp") or 1) < 2:
         raise PostplaceError(f"--plan '{text}': sp splits a tensor group's norms by tokens; give tp=T with T >= 2")
+    if "mbs" in options and (options.get("pp") or 1) > 1:
+        raise PostplaceError(
+            f"--plan '{text}': mbs= gives each GPU model its micro-batch size, and a pipeline's stages run one; "
+            "drop pp or mbs"
+        )
     if "schedule" in options and "pp" not in options:
         raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
     units = options.get("recompute")
@@ -249,7 +276,22 @@ def parse_plan(text: str) -> PlanSpec:
         stage_blocks=options.get("stages"),
         selective_units=options.get("selective") or None,
         sequence=bool(options.get("sp")),
+        micro_sizes=options.get("mbs"),
     )
+
+
+def _sizes(body: str, text: str) -> tuple[tuple[str, int], ...]:
+    """``H100:3/A100-80GB:1`` as ``(("H100", 3), ("A100-80GB", 1))``; one line for a repeated model or a size out
+    of range."""
+    out: list[tuple[str, int]] = []
+    for item in body.split("/"):
+        model, _, n = item.rpartition(":")
+        if not 1 <= int(n) <= 4096:
+            raise PostplaceError(f"--plan '{text}': mbs= gives {model} {int(n)} sequences; give 1 to 4096")
+        if model in dict(out):
+            raise PostplaceError(f"--plan '{text}': mbs= names GPU model {model} twice; give each model once")
+        out.append((model, int(n)))
+    return tuple(out)
 
 
 def _runs(names) -> list[str]:
@@ -320,6 +362,11 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     -------
     PlannedStep
     """
+    if spec.micro_sizes is not None:
+        raise PostplaceError(
+            f"plan '{spec}': mbs= (a micro-batch size per GPU model) is priced by the layered estimate only; "
+            "simulate a zoo transformer with --layered, or drop mbs"
+        )
     known = set(units(graph))
     for key, names in (("shard", spec.shard), ("recompute", spec.recompute_units), ("selective", spec.selective_units)):
         bad = sorted(set(names or ()) - known)

@@ -1488,6 +1488,11 @@ def launch_plan(
     _check_steps(steps)
     _check_timeout(timeout)
     spec = parse_plan(plan)
+    if spec.micro_sizes is not None:
+        raise PostplaceError(
+            f"plan '{plan}': mbs= (a micro-batch size per GPU model) is simulated only, by the layered estimate; "
+            "launch runs one micro-batch size for every rank: drop mbs"
+        )
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
     spec = _one_replica(spec, len(gpus))

@@ -139,6 +139,8 @@ class PostConfig(LocalSettings):
         Run the cross-entropy steps, the PPO steps (False: the ``ppo``, ``ce`` ablations).
     local_fraction, local_units : float
         The local moves' share of each batch and size (:class:`postplace.search.local.LocalSettings`).
+    local_after : int
+        Samples before the first local move (default 0: from the first batch after the probe; an ablation).
     local_pick : {"uniform", "policy"}
         Which decisions a local move redraws (default ``"uniform"``; ``"policy"``: an ablation).
     policy_segments : bool
@@ -409,6 +411,8 @@ class PostStrategy:
 
     def _local_share(self, k: int) -> int:
         """Local moves wanted in a batch of ``k``: ``local_fraction`` of it, leaving the policy one."""
+        if self.samples_seen < self.config.local_after:
+            return 0
         return min(k - 1, int(round(self.config.local_fraction * k)))
 
     def tell(

@@ -1,0 +1,178 @@
+"""A micro-batch size per GPU model (``mbs=``): the plan text, the layered estimate, the search's size decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from postplace.cluster import load_cluster
+from postplace.errors import PostplaceError
+from postplace.placers.layered import estimate_plan, measured_rule, measured_sizes
+from postplace.placers.layered_search import layered_space, search_plan, size_options
+from postplace.placers.practitioner import plan_devices, plan_words
+from postplace.plans import PlanSpec, apply_plan, parse_plan
+
+A100, V100 = "A100-40GB", "V100-16GB"
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """LLaMA-1B cut to 2 blocks, in fp16, on ``mixed`` (4 A100 40 GB and 4 V100 16 GB): the step traced as two
+    micro-batches of n sequences, and the units measured at each size on each model, memoised."""
+    from postplace.zoo import trace_model
+
+    cluster = load_cluster("mixed")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    graphs, costs = {}, {}
+
+    def graph_at(n):
+        if n not in graphs:
+            graphs[n] = trace_model(
+                "llama", f"1b@{2 * n}", "adamw", precision="fp16", microbatches=2, layers=2, init=False
+            ).graph
+        return graphs[n]
+
+    def sized(sizes, rule=""):
+        if (sizes, rule) not in costs:
+            costs[sizes, rule] = measured_sizes(graph_at, cluster, gpus, rule, sizes)
+        return costs[sizes, rule]
+
+    return cluster, gpus, graph_at, sized
+
+
+def test_the_plan_text_round_trips_and_says_it_in_words():
+    spec = parse_plan(f"fsdp+recompute:tp=2,sp,m=64,mbs=H100:6/{A100}:2")
+    assert spec.micro_sizes == (("H100", 6), (A100, 2))
+    assert parse_plan(str(spec)) == spec
+    words = plan_words(spec, [f"gpu{k}" for k in range(64)], 64)
+    assert "64 micro-batches of 6 sequences on the H100s, 2 sequences on the A100-40GBs" in words
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("fsdp:mbs=H100:0", "give 1 to 4096"),
+        ("fsdp:mbs=H100:1/H100:2", "names GPU model H100 twice"),
+        ("ddp:pp=2,m=4,mbs=H100:1", "drop pp or mbs"),
+        ("fsdp:mbs=H100", "mbs=GPU:N/GPU:N"),
+    ],
+)
+def test_bad_sizes_are_one_line(text, says):
+    with pytest.raises(PostplaceError, match=says) as info:
+        parse_plan(text)
+    assert "\n" not in str(info.value)
+
+
+def test_the_op_level_refuses_it_in_one_line():
+    from postplace.zoo import trace_model
+
+    graph = trace_model("llama", "small@4", "sgd", microbatches=2, layers=2, init=False).graph
+    with pytest.raises(PostplaceError, match="priced by the layered estimate only"):
+        apply_plan(graph, parse_plan(f"ddp:m=2,mbs={A100}:1/{V100}:1"), 2)
+
+
+def test_an_even_split_written_as_sizes_prices_as_the_plain_plan(mixed):
+    """Both models at 2 sequences: the same units, the same tasks, the same step and peak to the last bit."""
+    cluster, gpus, graph_at, sized = mixed
+    plain = estimate_plan(measured_rule(graph_at(2), cluster, gpus, ""), cluster, parse_plan("ddp:m=8"), gpus)
+    sizes = parse_plan(f"ddp:m=8,mbs={A100}:2/{V100}:2")
+    even = estimate_plan(sized(sizes.micro_sizes), cluster, sizes, gpus)
+    assert (even.step_time_s, even.peak_bytes) == (plain.step_time_s, plain.peak_bytes)
+
+
+def test_the_fast_gpus_taking_more_shorten_a_step_the_slow_ones_bound(mixed):
+    """DDP waits for its slowest replica: 3 sequences per micro-batch on each A100 and 1 on each V100 is shorter
+    than 2 on each, and giving the V100s the 3 is longer than both."""
+    cluster, gpus, _, sized = mixed
+
+    def step(a, v):
+        spec = parse_plan(f"ddp:m=8,mbs={A100}:{a}/{V100}:{v}")
+        return estimate_plan(sized(spec.micro_sizes), cluster, spec, gpus).step_time_s
+
+    assert step(3, 1) < step(2, 2) < step(1, 3)
+
+
+def test_each_model_holds_its_own_micro_batches(mixed):
+    """Each model's peak is held against its own memory: 3 sequences per micro-batch overflow a 16 GB V100 and
+    fit a 40 GB A100, and the V100s, the fullest, report a peak that grows with their own size."""
+    cluster, gpus, _, sized = mixed
+
+    def priced(a, v):
+        spec = parse_plan(f"zero1:m=8,mbs={A100}:{a}/{V100}:{v}")
+        return estimate_plan(sized(spec.micro_sizes), cluster, spec, gpus)
+
+    assert priced(1, 3).oom and not priced(3, 1).oom
+    assert priced(1, 3).peak_bytes > priced(2, 2).peak_bytes > priced(3, 1).peak_bytes
+
+
+def test_units_measured_at_another_size_are_refused(mixed):
+    cluster, gpus, graph_at, sized = mixed
+    spec = parse_plan(f"ddp:m=8,mbs={A100}:3/{V100}:1")
+    with pytest.raises(PostplaceError, match="measured at 2 sequences per micro-batch, not 3"):
+        estimate_plan(sized(((A100, 2), (V100, 1))), cluster, spec, gpus)
+    with pytest.raises(PostplaceError, match="measured at the plan-wide sequences"):
+        estimate_plan(measured_rule(graph_at(2), cluster, gpus, ""), cluster, spec, gpus)
+    with pytest.raises(PostplaceError, match=f"no micro-batch size to its {V100} GPUs"):
+        estimate_plan(sized(spec.micro_sizes), cluster, parse_plan(f"ddp:m=8,mbs={A100}:3"), gpus)
+
+
+def test_the_size_columns_counted_by_hand():
+    """64 GPUs, 32 of each model, a batch of 256 from m=128: per replica 1 micro-batch of a + b = 8 sequences
+    over the two models (a != b, each 1..8: 6 ways) or 2 of a + b = 4 (1/3, 3/1); 4 of 1 + 1 is the even split."""
+    cluster = load_cluster("mixed8x8")
+    spec = parse_plan("fsdp:m=128")
+    devices = plan_devices(cluster, spec)
+    options = size_options(spec, 256, cluster, devices)
+    assert options[0] == (128, None)
+    pairs = sorted((m, dict(s)["H100"], dict(s)["A100-80GB"]) for m, s in options[1:])
+    assert pairs == [(64, a, 8 - a) for a in (1, 2, 3, 5, 6, 7)] + [(128, 1, 3), (128, 3, 1)]
+    assert size_options(spec, 256, load_cluster("dgx8x8"), plan_devices(load_cluster("dgx8x8"), spec)) == ()
+
+
+def test_the_search_decides_the_sizes_and_prices_what_it_decodes(mixed):
+    """The size decision is the space's last row: column 0 the base, the others the uneven splits; what the
+    search returns is a plan ``estimate_plan`` prices again to the same number, never slower than the base."""
+    cluster, gpus, graph_at, sized = mixed
+    base_spec = parse_plan("zero1:m=8")
+    measured = {r: measured_rule(graph_at(2), cluster, gpus, r) for r in ("", "full")}
+    base = estimate_plan(measured[""], cluster, base_spec, gpus)
+    options = size_options(base_spec, 16, cluster, gpus)
+    space = layered_space(
+        base, base_spec, measured[""], measured["full"], gpus, sizes=options, measure_sized=lambda s, r: sized(s, r)
+    )
+    row = [0] * space.space.num_units
+    assert space.decode(row) == base_spec
+    row[-1] = next(j for j, (_, s) in enumerate(options) if s == ((A100, 3), (V100, 1)))
+    assert space.decode(row).micro_sizes == ((A100, 3), (V100, 1))
+    assert not space.decode(row).recompute
+    row[-1] += len(options)  # the same split, every block recomputed whole: the memory it needs
+    assert space.decode(row).recompute and space.decode(row).recompute_units is None
+    assert space.space.allowed[-1].sum() == 2 * len(options)
+    found = search_plan(space, cluster, strategy="local", samples=24, seed=0)
+    again = estimate_plan(space.costs_of(found.best), cluster, found.best, gpus)
+    assert again.step_time_s == pytest.approx(found.result.step_time_s, rel=1e-12)
+    assert found.result.step_time_s < base.step_time_s
+    assert (
+        found.best.micro_sizes is not None and dict(found.best.micro_sizes)[A100] > dict(found.best.micro_sizes)[V100]
+    )
+
+
+def test_simulate_prices_it_layered_and_refuses_it_op_by_op(capsys):
+    from tests.clihelp import cli_error, run_cli
+
+    base = ["simulate", "llama", "--size", "small@16", "--cluster", "mixed", "--precision", "fp16"]
+    ok = run_cli(*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:1", "--layered")
+    assert ok.returncode == 0, ok.stderr
+    assert "layered estimate" in ok.stdout and "3 sequences on the A100-40GBs" in ok.stdout
+    wrong = cli_error([*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:3", "--layered"], capsys)
+    assert "make 24 sequences, not the batch of 16" in wrong
+    op = cli_error([*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:1"], capsys)
+    assert "priced by the layered estimate only" in op
+    assert PlanSpec("ddp").micro_sizes is None
+
+
+def test_launch_refuses_it_in_one_line():
+    from postplace.runtime.launcher import launch_plan
+
+    with pytest.raises(PostplaceError, match="simulated only, by the layered estimate") as info:
+        launch_plan(None, f"ddp:m=8,mbs={A100}:3/{V100}:1", load_cluster("mixed"), steps=1)
+    assert "\n" not in str(info.value)
