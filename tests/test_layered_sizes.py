@@ -176,3 +176,38 @@ def test_launch_refuses_it_in_one_line():
     with pytest.raises(PostplaceError, match="simulated only, by the layered estimate") as info:
         launch_plan(None, f"ddp:m=8,mbs={A100}:3/{V100}:1", load_cluster("mixed"), steps=1)
     assert "\n" not in str(info.value)
+
+
+def test_a_tensor_group_of_two_models_is_refused(mixed):
+    """Without its first A100 the mixed preset's tensor groups of 2 pair the last A100 with the first V100: that
+    group would run one size, whichever model its first GPU is; the estimate and the batch check say so."""
+    cluster, gpus, _, sized = mixed
+    spec = parse_plan(f"fsdp:tp=2,m=3,mbs={A100}:4/{V100}:1")
+    devices = gpus[1:7]
+    with pytest.raises(PostplaceError, match="a tensor group of A100-40GB and V100-16GB GPUs runs one micro-batch"):
+        estimate_plan(sized(spec.micro_sizes), cluster, spec, devices)
+    assert size_options(parse_plan("fsdp:tp=2,m=3"), 9, cluster, devices) == ()
+
+
+def test_every_gpu_reports_its_own_models_peak(mixed):
+    """The A100s hold 3 sequences, the V100s 1: each GPU's peak is its own model's, as the same plan priced with
+    both models at the A100s' size gives the A100s."""
+    cluster, gpus, _, sized = mixed
+    spec = parse_plan(f"zero1:m=8,mbs={A100}:3/{V100}:1")
+    r = estimate_plan(sized(spec.micro_sizes), cluster, spec, gpus)
+    both = parse_plan(f"zero1:m=8,mbs={A100}:3/{V100}:3")
+    at_three = estimate_plan(sized(both.micro_sizes), cluster, both, gpus)
+    a100 = [k for k, d in enumerate(gpus) if cluster.devices[d].model == A100]
+    v100 = [k for k, d in enumerate(gpus) if cluster.devices[d].model == V100]
+    assert {r.gpu_peaks[k] for k in a100} == {at_three.gpu_peaks[a100[0]]}
+    assert max(r.gpu_peaks[k] for k in v100) < min(r.gpu_peaks[k] for k in a100)
+
+
+def test_place_layered_names_the_micro_batch_count_its_answer_runs():
+    """The size decision moves m (the reviewer's find: the words kept the base's count)."""
+    from postplace.api.layered import place_layered
+
+    r = place_layered("llama", "mixed", size="small@64", optimizer="adamw", precision="fp16", samples=48, bases=1)
+    spec = parse_plan(r.plan)
+    assert spec.micro_sizes is not None  # on this seed the search's answer splits unevenly
+    assert f"{spec.microbatches} micro-batches of " in r.words

@@ -452,13 +452,7 @@ def _simulate_layered(target, cluster, plan, size, optimizer, precision, exclude
     )
     names = [c.device_names[d] for d in devices]
     spec = parse_plan(r.plan)
-    peaks = dict(
-        zip(
-            names,
-            (r.stage_peaks[i // (len(devices) // (spec.pipeline or 1))] for i in range(len(devices))),
-            strict=True,
-        )
-    )
+    peaks = dict(zip(names, r.gpu_peaks, strict=True))
     out = {
         "model": f"{target} {size}",
         "cluster": c.name,

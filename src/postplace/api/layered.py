@@ -395,7 +395,10 @@ def _search(grid: _Grid, strategy: str, seed: int, say):
         )
         searches.append(_record(found, r, m, space, round_))
         if found.result is not None and (best is None or found.result.step_time_s < best[0].step_time_s):
-            best = (replace(found.result, plan=str(found.best)), m)
+            best = (
+                replace(found.result, plan=str(found.best)),
+                found.best.microbatches or m,
+            )  # a size decision moves m
         return found
 
     halves = [max(1, share // 2) for *_, share in grid.spaces]

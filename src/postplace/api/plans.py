@@ -190,12 +190,19 @@ def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> N
     tp = spec.tensor or 1
     total = 0
     for r in range(replicas):
-        model = cluster.devices[devices[r * tp]].model
+        group = {cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]}
+        if len(group) > 1:
+            raise PostplaceError(
+                f"plan '{spec}': a tensor group of {' and '.join(sorted(group))} GPUs runs one micro-batch size; "
+                "exclude GPUs so that each group is of one model, or drop mbs"
+            )
+        model = group.pop()
         if model not in sizes:
             raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
         total += sizes[model] * (m // replicas)
     if total != batch:
         raise PostplaceError(
-            f"plan '{spec}': {replicas} replicas running {m // replicas} micro-batches each of mbs= sizes make "
+            f"plan '{spec}': {replicas} replicas running {m // replicas} micro-batch{'es' * (m // replicas > 1)} "
+            "each of mbs= sizes make "
             f"{total} sequences, not the batch of {batch}; change mbs= or m"
         )

@@ -181,8 +181,10 @@ class UnitCosts:
 @dataclass(frozen=True)
 class LayeredResult:
     """A plan priced by :func:`estimate_plan`: ``step_time_s``; the per-GPU ``peak_bytes`` of ``peak_stage``,
-    the stage fullest against its own GPUs' memory (every stage's in ``stage_peaks``); ``oom`` when a stage's
-    peak is above the smallest capacity among its GPUs; ``stage_units`` (each chunk's unit names)."""
+    the stage fullest against its own GPUs' memory (every stage's in ``stage_peaks``, every one of the plan's
+    GPUs' in ``gpu_peaks``, in the order they were given: where each GPU model runs micro-batches of its own
+    size, each model's own); ``oom`` when a GPU's peak is above its capacity; ``stage_units`` (each chunk's
+    unit names)."""
 
     plan: str
     step_time_s: float
@@ -191,6 +193,7 @@ class LayeredResult:
     oom: bool
     stage_units: tuple[tuple[str, ...], ...]
     stage_peaks: tuple[float, ...] = ()
+    gpu_peaks: tuple[float, ...] = ()
 
 
 def measure_units(
@@ -487,6 +490,13 @@ def estimate_plan(
     from postplace.sim.collectives import collective_cost_cached
 
     tp, pp = spec.tensor or 1, spec.pipeline or 1
+    if spec.micro_sizes is not None:
+        for r in range(len(devices) // tp):
+            if len(mixed := {cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]}) > 1:
+                raise PostplaceError(
+                    f"plan '{spec}': a tensor group of {' and '.join(sorted(mixed))} GPUs runs one micro-batch size; "
+                    "exclude GPUs so that each group is of one model, or drop mbs"
+                )
     if tp != costs.tensor:
         raise PostplaceError(f"plan '{spec}': the units were measured at tp={costs.tensor}; measure them at tp={tp}")
     if spec.sequence != costs.sequence:
@@ -603,7 +613,7 @@ def estimate_plan(
     step = float(max(np.nanmax(st.run()[1]), 0.0))
     # each stage's peak on each of its GPU models, held against that model's memory: where the models run
     # micro-batches of their own sizes (mbs=), their activations differ; else the stage's slowest costs hold
-    peaks, capacity = [], []
+    peaks, capacity, gpu_peak = [], [], {}
     for s in range(pp):
         models = sorted({cluster.devices[d].model for d in stage_gpus[s]})
         sources = [(m, costs.on(m)) for m in models] if spec.micro_sizes is not None else [(None, stage_costs[s])]
@@ -614,6 +624,7 @@ def estimate_plan(
             )
             act = act_arr if model is None else np.array([float(source.activation_bytes[c].sum()) for c in chunks])
             peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes)
+            gpu_peak.update({d: peak for d in stage_gpus[s] if model is None or cluster.devices[d].model == model})
             if fullest is None or peak / max(cap, 1.0) > fullest[0] / max(fullest[1], 1.0):
                 fullest = (peak, cap)
         peaks.append(fullest[0])
@@ -627,6 +638,7 @@ def estimate_plan(
         any(peak > cap for peak, cap in zip(peaks, capacity, strict=True)),
         tuple(tuple(costs.names[u] for u in c) for c in chunks),
         tuple(float(x) for x in peaks),
+        tuple(float(gpu_peak[d]) for d in devices),
     )
 
 

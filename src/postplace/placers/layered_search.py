@@ -168,9 +168,12 @@ def size_options(spec, batch: int, cluster, devices, *, most: int = MAX_SIZE) ->
     even split is the grid's), make exactly ``batch`` sequences; empty on GPUs of one model."""
     tp = spec.tensor or 1
     dp = len(devices) // tp
-    models = [cluster.devices[devices[r * tp]].model for r in range(dp)]
+    groups = [{cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]} for r in range(dp)]
+    if spec.pipeline or any(len(g) > 1 for g in groups):  # a tensor group of two models runs one size
+        return ()
+    models = [next(iter(g)) for g in groups]
     names = list(dict.fromkeys(models))
-    if len(names) < 2 or spec.pipeline:
+    if len(names) < 2:
         return ()
     replicas = np.array([models.count(n) for n in names])
     options = [(spec.microbatches, None)]
@@ -292,8 +295,6 @@ class LayeredEvaluator:
     def __init__(self, space: LayeredSpace, cluster):
         self.space, self.cluster = space, cluster
         self.results: dict[str, LayeredResult] = {}
-        per_stage = len(space.devices) // (space.base.pipeline or 1)
-        self._stage_of = np.arange(len(space.devices)) // per_stage
         self._where = np.asarray(space.devices, dtype=np.int64)
 
     def evaluate(self, placements: np.ndarray) -> EvalResult:
@@ -306,7 +307,7 @@ class LayeredEvaluator:
             r = estimate_plan(self.space.costs_of(spec), self.cluster, spec, list(self.space.devices))
             self.results[str(spec)] = r
             step[i], oom[i] = r.step_time_s, r.oom
-            peak[i, self._where] = np.asarray(r.stage_peaks)[self._stage_of]
+            peak[i, self._where] = r.gpu_peaks
             if not r.step_time_s < self.space.space.failure_step_time:
                 failed[i], reasons[i] = True, f"over {_FAILURE_FACTOR:g} times the base plan's step time"
         return EvalResult(step, peak, oom, failed, reasons, self.name)

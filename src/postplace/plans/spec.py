@@ -101,6 +101,10 @@ class PlanSpec:
     micro_sizes: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self):
+        if self.micro_sizes is not None and (
+            not self.micro_sizes or any(not isinstance(n, int) or n < 1 for _, n in self.micro_sizes)
+        ):
+            raise PostplaceError(f"plan {self.level}: micro_sizes gives each GPU model a size of 1 sequence or more")
         if self.micro_sizes is not None and self.pipeline:
             raise PostplaceError(
                 f"plan {self.level}: mbs= gives each GPU model its micro-batch size, and a pipeline's stages "
