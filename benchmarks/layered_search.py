@@ -11,7 +11,9 @@ answer (PaLM's count, over the peaks of all the row's GPUs) and the wall time of
 (the grid, then Post's searches). On GPUs of several models (``mixed8x8``) a last column, ``speed cut``, is
 the reference a practitioner could write by hand: the grid's fastest 1F1B pipeline with each stage's blocks in
 proportion to its GPUs' speed (one block's forward and backward on each model), recomputing as the grid does
-(selective, full, then the fewest blocks that fit), over best-3d. Every time is simulated and estimated.
+(selective, full, then the fewest blocks that fit), over best-3d; and the searches there also decide each GPU
+model's micro-batch size (``mbs=``) around the grid's fastest plan without a pipeline at each tensor degree.
+Every time is simulated and estimated.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/layered_search.py`` (about 7 minutes on 2 cores); ``--quick``: the
 first two rows at 480 plans; ``--rows 13b@256/mixed8x8,...``: those rows only.

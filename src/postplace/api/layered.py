@@ -5,7 +5,9 @@ Per micro-batch size (one sequence, and two where the batch allows): the step tr
 a few blocks, the practitioner's grid on it (:func:`postplace.placers.layered_grid.layered_grid`: its best is
 ``best-3d``, its plain plans the data-parallel family's rows), then a strategy (Post by default) over the
 per-block choices around the grid's fastest shapes (:mod:`postplace.placers.layered_search`: how each block
-recomputes, not at all, whole or by torchtitan's selective op rule; where the stages are cut). The answer is
+recomputes, not at all, whole or by torchtitan's selective op rule; where the stages are cut; on GPUs of several
+models, also around the fastest plan without a pipeline at each tensor degree, each model's micro-batch size,
+``mbs=``). The answer is
 the fastest plan that fits among them, named as ``place`` names its candidates; every number is the layered
 estimate's (simulated prices), and it says so.
 """
