@@ -164,14 +164,12 @@ def test_a_users_pipeline_of_groups_runs_each_collective_on_the_stage_the_simula
 def test_sp_on_a_step_without_tokens_is_one_line():
     """A user's blocks over (rows, features): nothing says which dimension holds tokens, so launch refuses sp
     in one line (the plan without ',sp' runs)."""
-    from postplace.plans.spec import recomputed
-    from postplace.plans.tensor import sequence_split_ops
-    from postplace.runtime.tensor import tensor_plan
+    from postplace.runtime.tensor import sequence_split_of, tensor_plan
 
     torch.manual_seed(0)
     x, y = torch.randn(8, 16), torch.randn(8, 16)
     traced = trace(nn.Sequential(_Block(16), _Block(16)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))
-    ops = sequence_split_ops(recomputed(traced.graph, parse_plan("ddp:tp=2,sp")))
+    sequence = sequence_split_of(traced, parse_plan("ddp:tp=2,sp"))
     with pytest.raises(PostplaceError, match=r"no input of \(sequences, tokens\).*launch the plan without ',sp'") as e:
-        tensor_plan(traced, [1, 2], K80X4.device_names, tp=2, sequence_ops=ops)
+        tensor_plan(traced, [1, 2], K80X4.device_names, tp=2, sequence=sequence)
     assert "\n" not in str(e.value)

@@ -1518,12 +1518,11 @@ def launch_plan(
     if spec.tensor and not spec.pipeline:
         from postplace.runtime.tensor import tensor_plan
 
-        sequence_ops = None
+        sequence = None
         if spec.sequence:  # the ops the simulated plan splits by tokens, split alike
-            from postplace.plans.spec import recomputed
-            from postplace.plans.tensor import sequence_split_ops
+            from postplace.runtime.tensor import sequence_split_of
 
-            sequence_ops = sequence_split_ops(recomputed(traced.graph, spec))
+            sequence = sequence_split_of(traced, spec)
         rank_programs = tensor_plan(
             traced,
             gpus,
@@ -1532,7 +1531,7 @@ def launch_plan(
             recompute=recompute,
             selective=selective,
             level=spec.level,
-            sequence_ops=sequence_ops,
+            sequence=sequence,
             shard=None if spec.shard is None else frozenset(spec.shard),
         )
     elif spec.pipeline:

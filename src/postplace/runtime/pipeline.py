@@ -146,14 +146,11 @@ def pipeline_plan(
             from postplace.runtime.tensor import zero_owners_split
 
             owners = zero_owners_split(traced, t, dp, tied=False)
-    sequence_ops = scattered = None
+    sequence = None
     if spec.sequence:  # the simulated plan's ops split by tokens; named on the traced nodes before any copy
-        from postplace.plans.spec import recomputed
-        from postplace.plans.tensor import sequence_split
-        from postplace.runtime.tensor import stamp_traced
+        from postplace.runtime.tensor import sequence_split_of
 
-        sequence_ops, scattered = sequence_split(recomputed(traced.graph, spec), tied=False)
-        stamp_traced(traced)
+        sequence = sequence_split_of(traced, spec, tied=False)
     schedule = spec.schedule or "1f1b"
     names = list(cluster.device_names)
     b = m // dp
@@ -186,7 +183,7 @@ def pipeline_plan(
     if t > 1:
         from postplace.runtime.tensor import tensor_ranks
 
-        plan = tensor_ranks(plan, traced, t, every, sequence_ops=sequence_ops, scattered_ops=scattered)
+        plan = tensor_ranks(plan, traced, t, every, sequence=sequence)
     plan = batch_messages(plan)
     plan.check()
     return plan

@@ -27,7 +27,7 @@ all-reduces each token's maximum and sum of exponentials, the loss all-reduces t
 log-softmax under the loss is ``softmax - one_hot``, whose per-token sum every rank knows).
 
 Sequence parallelism (``tp=T,sp``) splits by tokens the ops the simulated plan splits so (the plan's own list,
-:func:`postplace.plans.tensor.sequence_split_ops`): their values are laid out split along the sequence (of each
+:func:`sequence_split_of`): their values are laid out split along the sequence (of each
 sequence's tokens, rank j holds the j-th 1/T), each partial sum such an op reads is reduce-scattered by tokens
 (once per value), what any other op reads of them is all-gathered (once per value and phase: a norm's output
 again in the backward), and a parameter's gradient summed over the rank's tokens is all-reduced over the group as
@@ -78,6 +78,8 @@ __all__ = [
     "launchable_tensor",
     "tensor_plan",
     "tensor_ranks",
+    "SequenceSplit",
+    "sequence_split_of",
     "stamp_traced",
     "tensor_shard",
     "tensor_unshard",
@@ -1119,19 +1121,18 @@ def tensor_ranks(
     degree: int,
     devices: list[int],
     *,
-    sequence_ops: frozenset[str] | None = None,
-    scattered_ops: frozenset[str] = frozenset(),
+    sequence: SequenceSplit | None = None,
 ) -> RankPlan:
     """``plan`` (per-rank programs of unsplit replicas or stages, before batching: a pipeline's) with each
     rank q made ``degree`` ranks ``q degree + j``, part j of its split program, on the plan's GPUs ``devices``
     (the group of q's GPU: it and the next ``degree - 1``, Megatron-LM's order). Every message of ``plan``
     goes from part j to part j (a stage sends its whole activation from every part, as the simulated plan
     does), every collective of ``plan`` runs over part j of its ranks, and each group all-reduces its partial
-    sums over itself. With ``sequence_ops`` (:func:`tensor_plan`'s) the groups run sequence parallelism, and a
+    sums over itself. With ``sequence`` (:func:`sequence_split_of`'s) the groups run sequence parallelism, and a
     message of the stream between blocks carries part j's tokens of it to part j, as does a message of a partial
-    sum in ``scattered_ops`` (:func:`postplace.plans.tensor.sequence_split`'s), reduce-scattered first."""
+    sum only reduce-scattered (``sequence.scattered``), reduce-scattered first."""
     t = degree
-    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t, scattered_ops)
+    tokens = None if sequence is None else _sequence_of(traced, sequence, t)
     params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
     for prog in plan.programs:
         for n in prog.gm.graph.nodes:  # the messages the programs receive carry their shapes
@@ -1287,7 +1288,7 @@ def tensor_plan(
     recompute=(),
     selective: bool | frozenset[str] = False,
     level: str = "ddp",
-    sequence_ops: frozenset[str] | None = None,
+    sequence: SequenceSplit | None = None,
     shard: frozenset[str] | None = None,
 ) -> RankPlan:
     """Per-rank programs of ``traced`` split Megatron-style over groups of ``tp`` of the logical devices
@@ -1306,8 +1307,8 @@ def tensor_plan(
     replica is :func:`postplace.runtime.fsdp.fsdp_replica_program`'s, every parameter and moment a slice of its
     part (``sharded``), gathered and reduce-scattered over the ranks of the part; with ``shard`` (units) the
     replicas are the per-unit hybrid's (:func:`postplace.runtime.fsdp.fsdp_replica_program`: those units as
-    FSDP's, the others whole, their gradients all-reduced in buckets of ``bucket_bytes``). With ``sequence_ops`` (the
-    simulated plan's ops split by tokens: :func:`postplace.plans.tensor.sequence_split_ops`) the group runs
+    FSDP's, the others whole, their gradients all-reduced in buckets of ``bucket_bytes``). With ``sequence`` (the
+    simulated plan's ops split by tokens: :func:`sequence_split_of`) the group runs
     sequence parallelism: those ops on its rank's tokens of each sequence, each partial sum they read
     reduce-scattered by tokens, what another op reads of them all-gathered once per phase.
 
@@ -1339,7 +1340,7 @@ def tensor_plan(
             f"tensor parallelism: {what} shards over replicas of the {t}-GPU group and the plan has {dp}; "
             f"give it 2 or more replicas, or use ddp:tp={t} for one group"
         )
-    tokens = None if sequence_ops is None else _sequence_of(traced, sequence_ops, t)
+    tokens = None if sequence is None else _sequence_of(traced, sequence, t)
     owners = zero_owners_split(traced, t, dp) if level in ("zero1", "zero2") else None
     replica_calls: list[list] = [[] for _ in range(dp)]  # each replica's collective calls, by index
     sliced: frozenset[int] = frozenset()
@@ -1442,9 +1443,32 @@ def stamp_traced(traced) -> None:
         n.meta.setdefault(TRACED, n.name)
 
 
-def _sequence_of(traced, ops: frozenset[str], degree: int, scattered: frozenset[str] = frozenset()) -> _Tokens:
-    """Sequence parallelism's :class:`_Tokens` for ``traced``, whose first batch input is (sequences, tokens)."""
+@dataclasses.dataclass(frozen=True)
+class SequenceSplit:
+    """What a launch of a plan with ``sp`` splits by tokens, as the simulated plan does: ``ops``, the names of the
+    ops run on a rank's tokens, and ``scattered``, the partial sums only reduce-scattered (a pipeline stage sends
+    their tokens)."""
+
+    ops: frozenset[str]
+    scattered: frozenset[str] = frozenset()
+
+
+def sequence_split_of(traced, spec, *, tied: bool = True) -> SequenceSplit:
+    """The :class:`SequenceSplit` of launching ``spec`` on ``traced``: the simulated pass's own lists
+    (:func:`postplace.plans.tensor.sequence_split` on the step as ``spec`` recomputes it; ``tied``: a head tied to
+    the embedding split with it, False in a pipeline), the traced nodes named first (:func:`stamp_traced`), so
+    call it before any program is copied from ``traced``."""
+    from postplace.plans.spec import recomputed
+    from postplace.plans.tensor import sequence_split
+
+    ops, scattered = sequence_split(recomputed(traced.graph, spec), tied=tied)
     stamp_traced(traced)
+    return SequenceSplit(ops, scattered)
+
+
+def _sequence_of(traced, sequence: SequenceSplit, degree: int) -> _Tokens:
+    """Sequence parallelism's :class:`_Tokens` for ``traced``, whose first batch input is (sequences, tokens)."""
+    ops, scattered = sequence.ops, sequence.scattered
     first = next(  # token ids (sequences, tokens) or vectors (sequences, tokens, width)
         (x for x in traced.inputs if x.dim() >= (2 if not x.is_floating_point() else 3)), None
     )
