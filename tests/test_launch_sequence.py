@@ -161,6 +161,41 @@ def test_a_users_pipeline_of_groups_runs_each_collective_on_the_stage_the_simula
     assert_moves_what_the_simulator_charges(traced, plan, res)
 
 
+class _Pooled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(16), _Block(16)])
+        self.head = nn.Linear(16, 16)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=1))  # pooled over the tokens
+
+
+def test_a_pooling_over_the_tokens_reads_them_all():
+    """A user's blocks pooled over the tokens before the head: the mean over dim 1 is not per token (before, the
+    plan split it by tokens and launch refused the step), so the plan gathers the stream before it, and the
+    launch trains as one process with the simulated plan's bytes; the norms' mean over the features stays split."""
+    from postplace.graph.opgraph import REDUCES_ACROSS
+    from postplace.runtime.tensor import sequence_split_of
+
+    torch.manual_seed(0)
+    net = _Pooled()
+    for block in net.blocks:
+        block.drop.p = 0.0
+    x, y = torch.randn(4, 8, 16), torch.randn(4, 16)
+    traced = trace(net, (x,), nn.functional.mse_loss, "sgd", microbatches=2, targets=(y,))
+    pooled = [n for n in traced.graph.metadata[REDUCES_ACROSS] if n.endswith("mean")]
+    assert pooled == ["mb0_mean", "mb1_mean"]  # each micro-batch's mean over the tokens
+    plan = "ddp:tp=2,sp,dp=1,m=2"
+    split = sequence_split_of(traced, parse_plan(plan)).ops
+    assert not set(pooled) & split and any("layer_norm" in n for n in split)
+    res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
+    assert_trains_as_one_process(traced, res)
+    assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
 def test_sp_on_a_step_without_tokens_is_one_line():
     """A user's blocks over (rows, features): nothing says which dimension holds tokens, so launch refuses sp
     in one line (the plan without ',sp' runs)."""

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from postplace.graph.flops import op_flops, tensor_bytes
-from postplace.graph.opgraph import OpGraph
+from postplace.graph.opgraph import REDUCES_ACROSS, OpGraph
 
 __all__ = ["build_graph"]
 
@@ -124,6 +124,7 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
     consts: dict[str, int] = {}
     n_call, phase = 0, "forward"
     view_seq: list[tuple[int, int]] = []  # (seq_nr, op) of forward views folded into that op
+    across: list[str] = []  # reductions over a dimension other than the last (REDUCES_ACROSS)
     placeholders = 0
     ph_names = [nd.name for nd in gm.graph.nodes if nd.op == "placeholder"]
     for node in gm.graph.nodes:
@@ -247,6 +248,8 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
         )
         where[node.name] = (i, 0)
         op_of_node[node.name] = i
+        if phase == "forward" and _reduces_across(node):  # a backward's such sum is a parameter's gradient
+            across.append(node.name)
         for s, b in enumerate(slot_out):
             ops.slot_bytes[(i, s)] = b
         for a in node.all_input_nodes:
@@ -264,6 +267,7 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
         "colocation": report,
         "param_bytes": float(sum(ops.out[i] for i in range(len(ops.names)) if ops.types[i] == "parameter")),
         "buffer_bytes": float(sum(ops.persist[i] for i in range(len(ops.names)) if ops.types[i] == "buffer")),
+        REDUCES_ACROSS: across,
     }
     graph = OpGraph.build(
         ops.names,
@@ -285,6 +289,23 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
         precision=ops.precision,
     )
     return graph, op_of_node
+
+
+_REDUCING = ("mean", "sum", "var", "var_mean", "std", "std_mean", "amax", "amin", "logsumexp", "prod")
+
+
+def _reduces_across(node: torch.fx.Node) -> bool:
+    """``node`` reduces over a dimension other than the last of its input, or over all of them."""
+    if node.target.overloadpacket.__name__ not in _REDUCING or not node.args:
+        return False
+    x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        return False
+    dims = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    if dims is None or (isinstance(dims, list | tuple) and not dims):
+        return True  # every dimension
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return any(d % x.dim() != x.dim() - 1 for d in dims if isinstance(d, int))
 
 
 def _precision(vals) -> str:

@@ -62,6 +62,7 @@ import numpy as np
 
 from postplace.errors import PostplaceError
 from postplace.graph import PHASES, OpGraph
+from postplace.graph.opgraph import REDUCES_ACROSS
 from postplace.plans._draft import Draft
 from postplace.plans._step import BACKWARD, FORWARD, UPDATE, chain_positions, parameter_ops, traced_name
 
@@ -331,10 +332,13 @@ def _sequence_states(
     a split-by-tokens input, in the forward and the backward; never a gradient sink (``sink``:
     :func:`_gradient_sinks`)."""
     out = state.copy()
+    across = set(graph.metadata.get(REDUCES_ACROSS) or ())  # a pooling over tokens, say: not per token
     for i in range(graph.num_ops):
         if weights[i] or sink[i] or graph.op_types[i] not in _PER_TOKEN:
             continue
         if graph.op_types[i] in _REDUCTIONS and graph.output_bytes[i] <= 8:  # a scalar (a loss): over every token
+            continue
+        if graph.names[i].removeprefix("rc:") in across:
             continue
         if state[i] == WHOLE and graph.phase[i] in (FORWARD, BACKWARD):
             if any(out[s] == SEQUENCE or state[s] == PARTIAL for s in ins[i]):
