@@ -162,38 +162,62 @@ def test_a_users_pipeline_of_groups_runs_each_collective_on_the_stage_the_simula
 
 
 class _Pooled(nn.Module):
-    def __init__(self):
+    """Two blocks, then ``pool`` over the tokens and a head; with ``inside``, each block's output goes through it."""
+
+    def __init__(self, pool, inside: bool = False):
         super().__init__()
         self.blocks = nn.ModuleList([_Block(16), _Block(16)])
         self.head = nn.Linear(16, 16)
+        self.pool, self.inside = pool, inside
 
     def forward(self, x):
         for block in self.blocks:
-            x = block(x)
-        return self.head(x.mean(dim=1))  # pooled over the tokens
+            x = self.pool(block(x)) if self.inside else block(x)
+        return self.head(x if self.inside else self.pool(x))
 
 
-def test_a_pooling_over_the_tokens_reads_them_all():
-    """A user's blocks pooled over the tokens before the head: the mean over dim 1 is not per token (before, the
-    plan split it by tokens and launch refused the step), so the plan gathers the stream before it, and the
-    launch trains as one process with the simulated plan's bytes; the norms' mean over the features stays split."""
+@pytest.mark.parametrize(
+    "pool, inside",
+    [
+        (lambda x: x.mean(dim=1), False),  # pooled before the head
+        (lambda x: x.var(dim=1), False),  # its backward: a mean over the tokens too
+        (lambda x: x - x.mean(dim=1, keepdim=True), True),  # in every block: its backward sums over the tokens
+    ],
+    ids=["mean", "var", "centred-blocks"],
+)
+def test_a_reduction_over_the_tokens_reads_them_all(pool, inside):
+    """A user's blocks with a reduction over the tokens (not the features): it is not per token, forward or
+    backward (before, the plan split the pooling by tokens and launch refused the step, and a backward's sum over
+    the tokens was split and all-reduced without the simulator charging it), so the plan gathers what it reads;
+    the launch trains as one process with the simulated plan's bytes, the norms stay split by tokens."""
     from postplace.graph.opgraph import REDUCES_ACROSS
     from postplace.runtime.tensor import sequence_split_of
 
     torch.manual_seed(0)
-    net = _Pooled()
+    net = _Pooled(pool, inside)
     for block in net.blocks:
         block.drop.p = 0.0
-    x, y = torch.randn(4, 8, 16), torch.randn(4, 16)
+    x = torch.randn(4, 8, 16)
+    y = torch.randn(4, 8, 16) if inside else torch.randn(4, 16)
     traced = trace(net, (x,), nn.functional.mse_loss, "sgd", microbatches=2, targets=(y,))
-    pooled = [n for n in traced.graph.metadata[REDUCES_ACROSS] if n.endswith("mean")]
-    assert pooled == ["mb0_mean", "mb1_mean"]  # each micro-batch's mean over the tokens
+    across = set(traced.graph.metadata[REDUCES_ACROSS])
     plan = "ddp:tp=2,sp,dp=1,m=2"
     split = sequence_split_of(traced, parse_plan(plan)).ops
-    assert not set(pooled) & split and any("layer_norm" in n for n in split)
+    assert across and any("layer_norm" in n for n in split)
     res = launch_plan(traced, plan, K80X4, steps=3, batches=RandomBatches(0))
     assert_trains_as_one_process(traced, res)
     assert_moves_what_the_simulator_charges(traced, plan, res)
+
+
+def test_a_split_made_by_hand_after_the_programs_were_copied_is_one_line():
+    """tensor_ranks finds the split ops by the names sequence_split_of stamps on the traced nodes: a SequenceSplit
+    made otherwise, on a step never stamped, would silently drop sequence parallelism; it is refused."""
+    from postplace.runtime.tensor import SequenceSplit, tensor_ranks
+
+    x, y = torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+    traced = trace(nn.Sequential(_Block(16), _Block(16)), (x,), nn.functional.mse_loss, "sgd", targets=(y,))
+    with pytest.raises(PostplaceError, match="make the SequenceSplit with sequence_split_of"):
+        tensor_ranks(None, traced, 2, [1, 2], sequence=SequenceSplit(frozenset({"native_layer_norm"})))
 
 
 def test_sp_on_a_step_without_tokens_is_one_line():

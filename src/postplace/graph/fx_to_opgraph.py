@@ -248,7 +248,7 @@ def build_graph(gm, pnames, bnames, state_counts, label, meta, *, root="", n_tar
         )
         where[node.name] = (i, 0)
         op_of_node[node.name] = i
-        if phase == "forward" and _reduces_across(node):  # a backward's such sum is a parameter's gradient
+        if _reduces_across(node):
             across.append(node.name)
         for s, b in enumerate(slot_out):
             ops.slot_bytes[(i, s)] = b
@@ -295,7 +295,9 @@ _REDUCING = ("mean", "sum", "var", "var_mean", "std", "std_mean", "amax", "amin"
 
 
 def _reduces_across(node: torch.fx.Node) -> bool:
-    """``node`` reduces over a dimension other than the last of its input, or over all of them."""
+    """``node`` reduces over a dimension other than the last of its input (and, of one with 3 or more, the first:
+    the sequences, whose sum per token position, a position embedding's gradient say, each rank of sequence
+    parallelism can take over its own positions), or over all of them."""
     if node.target.overloadpacket.__name__ not in _REDUCING or not node.args:
         return False
     x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
@@ -305,7 +307,8 @@ def _reduces_across(node: torch.fx.Node) -> bool:
     if dims is None or (isinstance(dims, list | tuple) and not dims):
         return True  # every dimension
     dims = [dims] if isinstance(dims, int) else list(dims)
-    return any(d % x.dim() != x.dim() - 1 for d in dims if isinstance(d, int))
+    kept = {x.dim() - 1} | ({0} if x.dim() >= 3 else set())
+    return any(d % x.dim() not in kept for d in dims if isinstance(d, int))
 
 
 def _precision(vals) -> str:

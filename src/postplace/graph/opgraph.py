@@ -56,12 +56,13 @@ class GraphError(PostplaceError):
 
 
 REDUCES_ACROSS = "reduces_across"
-"""``OpGraph.metadata`` key: the names of the forward's reductions (mean, sum, var, std, amax...) over some
-dimension other than the last, or over every dimension (:mod:`postplace.graph.fx_to_opgraph` records them; a
-backward's such sum is a parameter's gradient, summed over a rank's tokens and all-reduced): they mix what another
-position along the batch or the sequence holds (a pooling over tokens), so sequence parallelism cannot run them on
-a rank's tokens alone (:mod:`postplace.plans.tensor`). Absent on graphs not traced here (a workload file): the op
-types alone are then the rule."""
+"""``OpGraph.metadata`` key: the names of the reductions (mean, sum, var, std, amax...) over some dimension other
+than the last (and, of a tensor of 3 or more, the first: the sequences), or over every dimension
+(:mod:`postplace.graph.fx_to_opgraph` records them): they mix what another
+position along the batch or the sequence holds (a pooling over tokens, its backward's sum), so sequence
+parallelism cannot run them on a rank's tokens alone (:mod:`postplace.plans.tensor`), unless the sum is a
+parameter's gradient (summed over a rank's tokens, then all-reduced over the group). Absent on graphs not traced
+here (a workload file): the op types alone are then the rule."""
 
 
 @dataclass(frozen=True, eq=False)

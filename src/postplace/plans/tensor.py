@@ -338,8 +338,8 @@ def _sequence_states(
             continue
         if graph.op_types[i] in _REDUCTIONS and graph.output_bytes[i] <= 8:  # a scalar (a loss): over every token
             continue
-        if graph.names[i].removeprefix("rc:") in across:
-            continue
+        if graph.names[i].removeprefix("rc:") in across and not any(sink[d] for d in outs[i]):
+            continue  # over the tokens, and not a parameter's gradient (that one is summed per rank, all-reduced)
         if state[i] == WHOLE and graph.phase[i] in (FORWARD, BACKWARD):
             if any(out[s] == SEQUENCE or state[s] == PARTIAL for s in ins[i]):
                 out[i] = SEQUENCE

@@ -388,7 +388,12 @@ class _Builder:
         what = f"'{x.name}', which the Megatron-LM split leaves divided over the group" if x else "a split tensor"
         raise PostplaceError(
             f"tensor parallelism: op '{reader.name}' ({reader.target}) of '{self.traced.graph.name}' reads {what}, "
-            "in a way postplace cannot run split; use tp=1 or a plan without tensor parallelism"
+            "in a way postplace cannot run split; "
+            + (
+                "launch the plan without ',sp'"
+                if self.tokens is not None
+                else "use tp=1 or a plan without tensor parallelism"
+            )
         )
 
     def whole(self, x: torch.fx.Node, reader: torch.fx.Node) -> torch.fx.Node:
@@ -1132,6 +1137,10 @@ def tensor_ranks(
     message of the stream between blocks carries part j's tokens of it to part j, as does a message of a partial
     sum only reduce-scattered (``sequence.scattered``), reduce-scattered first."""
     t = degree
+    if sequence is not None and any(TRACED not in n.meta for n in traced.gm.graph.nodes):
+        raise PostplaceError(  # the programs were copied from unnamed nodes: their ops cannot be found
+            "tensor_ranks: make the SequenceSplit with sequence_split_of before the programs are copied from the step"
+        )
     tokens = None if sequence is None else _sequence_of(traced, sequence, t)
     params = split_parameters(traced, t, tied=False)  # a pipeline: a tied table whole, as the simulated plan
     for prog in plan.programs:
@@ -1340,6 +1349,8 @@ def tensor_plan(
             f"tensor parallelism: {what} shards over replicas of the {t}-GPU group and the plan has {dp}; "
             f"give it 2 or more replicas, or use ddp:tp={t} for one group"
         )
+    if sequence is not None:
+        stamp_traced(traced)  # before the replicas' programs are copied from it
     tokens = None if sequence is None else _sequence_of(traced, sequence, t)
     owners = zero_owners_split(traced, t, dp) if level in ("zero1", "zero2") else None
     replica_calls: list[list] = [[] for _ in range(dp)]  # each replica's collective calls, by index
