@@ -29,6 +29,7 @@ __all__ = [
     "LayeredComparison",
     "LayeredPlaceResult",
     "compare_layered",
+    "pair_tracer",
     "place_layered",
     "traced_pair",
     "zoo_blocks",
@@ -131,6 +132,12 @@ def traced_pair(target: str, size: str, batch: int, m: int, optimizer, lr, preci
         init=False,
         layers=blocks,
     ).graph
+
+
+def pair_tracer(target: str, size: str, optimizer, lr, precision: str, blocks: int):
+    """``at(n)``: the step traced as two micro-batches of n sequences (:func:`traced_pair`), each size once: a plan
+    giving each GPU model its own micro-batch size (``mbs=``) is measured at each."""
+    return functools.cache(lambda n: traced_pair(target, size, 2 * n, 2, optimizer, lr, precision, blocks))
 
 
 def place_layered(
@@ -329,14 +336,13 @@ def _grid_and_spaces(
             if not s.pipeline and s.tensor not in degrees:
                 degrees.add(s.tensor)
                 chosen.append((r, m))
-    traced = {}
+    traced_at = pair_tracer(target, size, optimizer, lr, precision, min(3, layers))
 
-    def graph_at(n: int):  # the pair traced at n sequences per micro-batch
-        if n not in traced:
-            t = time.perf_counter()
-            traced[n] = traced_pair(target, size, 2 * n, 2, optimizer, lr, precision, min(3, layers))
-            timing["trace_s"] += time.perf_counter() - t
-        return traced[n]
+    def graph_at(n: int):
+        t = time.perf_counter()
+        graph = traced_at(n)
+        timing["trace_s"] += time.perf_counter() - t
+        return graph
 
     sized = {}
 

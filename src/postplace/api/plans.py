@@ -120,7 +120,7 @@ def estimate_plan_layered(
     tuple
         ``(LayeredResult, cluster, devices)``: the estimate, the cluster, the plan's GPUs in rank order.
     """
-    from postplace.api.layered import traced_pair, zoo_blocks
+    from postplace.api.layered import pair_tracer, traced_pair, zoo_blocks
     from postplace.api.target import load_cluster
     from postplace.placers.layered import estimate_plan, measured_rule, measured_sizes, plan_costs
     from postplace.plans import PlanSpec, parse_plan
@@ -138,24 +138,16 @@ def estimate_plan_layered(
             f"plan '{spec}': m={m} must be a multiple of its {k} replicas and divide the batch of {batch}; "
             f"give m=j*{k} dividing {batch}"
         )
-    traced = {}
-
-    def graph_at(n: int):  # the pair traced at n sequences per micro-batch (traced_pair takes a count)
-        if n not in traced:
-            traced[n] = traced_pair(target, size, 2 * n, 2, optimizer, lr, precision, min(blocks, layers))
-        return traced[n]
-
-    graph = (
-        None
-        if spec.micro_sizes is not None
-        else traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
-    )
+    if spec.micro_sizes is not None:  # each GPU model's units at its own size: the step traced at each
+        graph, traced_at = None, pair_tracer(target, size, optimizer, lr, precision, min(blocks, layers))
+    else:
+        graph = traced_pair(target, size, batch, m, optimizer, lr, precision, min(blocks, layers))
 
     def measured(recompute: bool, selective: bool = False):
         rule = "selective" if selective else "full" if recompute else ""
         if spec.micro_sizes is not None:
             return measured_sizes(
-                graph_at,
+                traced_at,
                 c,
                 devices,
                 rule,
@@ -186,20 +178,9 @@ def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> N
     replica runs ``m / replicas`` micro-batches of its GPU model's size."""
     if m % replicas:
         raise PostplaceError(f"plan '{spec}': m={m} must be a multiple of its {replicas} replicas; give m=j*{replicas}")
-    sizes = dict(spec.micro_sizes)
-    tp = spec.tensor or 1
-    total = 0
-    for r in range(replicas):
-        group = {cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]}
-        if len(group) > 1:
-            raise PostplaceError(
-                f"plan '{spec}': a tensor group of {' and '.join(sorted(group))} GPUs runs one micro-batch size; "
-                "exclude GPUs so that each group is of one model, or drop mbs"
-            )
-        model = group.pop()
-        if model not in sizes:
-            raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
-        total += sizes[model] * (m // replicas)
+    from postplace.placers.layered import replica_sizes
+
+    total = sum(replica_sizes(spec, cluster, devices)) * (m // replicas)
     if total != batch:
         raise PostplaceError(
             f"plan '{spec}': {replicas} replicas running {m // replicas} micro-batch{'es' * (m // replicas > 1)} "

@@ -69,6 +69,8 @@ __all__ = [
     "measure_units",
     "measured_rule",
     "measured_sizes",
+    "replica_models",
+    "replica_sizes",
     "mix_recompute",
     "op_level_cut",
     "plan_costs",
@@ -491,12 +493,7 @@ def estimate_plan(
 
     tp, pp = spec.tensor or 1, spec.pipeline or 1
     if spec.micro_sizes is not None:
-        for r in range(len(devices) // tp):
-            if len(mixed := {cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]}) > 1:
-                raise PostplaceError(
-                    f"plan '{spec}': a tensor group of {' and '.join(sorted(mixed))} GPUs runs one micro-batch size; "
-                    "exclude GPUs so that each group is of one model, or drop mbs"
-                )
+        replica_sizes(spec, cluster, devices)  # one line for a group of two models or a model not named
     if tp != costs.tensor:
         raise PostplaceError(f"plan '{spec}': the units were measured at tp={costs.tensor}; measure them at tp={tp}")
     if spec.sequence != costs.sequence:
@@ -619,12 +616,11 @@ def estimate_plan(
         sources = [(m, costs.on(m)) for m in models] if spec.micro_sizes is not None else [(None, stage_costs[s])]
         fullest = None
         for model, source in sources:
-            cap = min(
-                float(cluster.capacity[d]) for d in stage_gpus[s] if model is None or cluster.devices[d].model == model
-            )
+            held = [d for d in stage_gpus[s] if model is None or cluster.devices[d].model == model]
+            cap = min(float(cluster.capacity[d]) for d in held)
             act = act_arr if model is None else np.array([float(source.activation_bytes[c].sum()) for c in chunks])
             peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes)
-            gpu_peak.update({d: peak for d in stage_gpus[s] if model is None or cluster.devices[d].model == model})
+            gpu_peak.update(dict.fromkeys(held, peak))
             if fullest is None or peak / max(cap, 1.0) > fullest[0] / max(fullest[1], 1.0):
                 fullest = (peak, cap)
         peaks.append(fullest[0])
@@ -642,14 +638,33 @@ def estimate_plan(
     )
 
 
+def replica_models(cluster, devices, tp: int) -> list[set[str]]:
+    """The GPU models of each replica's tensor group (``tp`` neighbouring GPUs of ``devices``, in rank order)."""
+    return [{cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]} for r in range(len(devices) // tp)]
+
+
+def replica_sizes(spec, cluster, devices) -> list[int]:
+    """Each replica's sequences per micro-batch under ``spec``'s ``mbs=``; one line for a tensor group of two GPU
+    models (it runs one size) or a model ``mbs=`` does not name."""
+    sizes = dict(spec.micro_sizes)
+    out = []
+    for models in replica_models(cluster, devices, spec.tensor or 1):
+        if len(models) > 1:
+            raise PostplaceError(
+                f"plan '{spec}': a tensor group of {' and '.join(sorted(models))} GPUs runs one micro-batch size; "
+                "exclude GPUs so that each group is of one model, or drop mbs"
+            )
+        (model,) = models
+        if model not in sizes:
+            raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
+        out.append(sizes[model])
+    return out
+
+
 def _check_sizes(spec, costs: UnitCosts, models: set[str]) -> None:
     """One line unless ``costs`` were measured on each of the plan's GPU ``models`` at the micro-batch size its
-    ``mbs=`` gives that model."""
+    ``mbs=`` gives that model (every model named: :func:`replica_sizes` ran first)."""
     sizes = dict(spec.micro_sizes)
-    if missing := sorted(models - set(sizes)):
-        raise PostplaceError(
-            f"plan '{spec}': mbs= gives no micro-batch size to its {missing[0]} GPUs; name every model"
-        )
     if extra := sorted(set(sizes) - models):
         raise PostplaceError(
             f"plan '{spec}': mbs= names {extra[0]}, which none of its GPUs is ({', '.join(sorted(models))})"

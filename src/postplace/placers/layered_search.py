@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs
+from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs, replica_models
 from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
 from postplace.sim.simulate import EvalResult
@@ -143,8 +143,9 @@ class LayeredSpace:
             else:
                 counts = np.diff([0, *(self.base_edges + _offsets(self.reach)[row[k:]]).tolist(), len(self.blocks)])
         if self.size_options:  # the last decision: each GPU model's micro-batch size, and whether every block
-            m, sizes = self.size_options[int(row[-1]) % len(self.size_options)]  # recomputes whole (the memory
-            if row[-1] >= len(self.size_options):  # a larger micro-batch needs; the selective rule's stay)
+            # recomputes (the memory a larger micro-batch needs), whole where its own rule is not the selective one
+            m, sizes = self.size_options[int(row[-1]) % len(self.size_options)]
+            if row[-1] >= len(self.size_options):
                 rules = ["selective" if r == "selective" else "full" for r in rules]
         spec = _with_rules(self.base, self.blocks, rules)
         if self.size_options:
@@ -166,9 +167,8 @@ def size_options(spec, batch: int, cluster, devices, *, most: int = MAX_SIZE) ->
     ``devices`` of several GPU models: ``(m, None)`` (the base) first, then every ``(m, sizes)`` whose replicas,
     each running ``m / dp`` micro-batches of its GPU model's size (1 to ``most`` sequences, not all equal: an
     even split is the grid's), make exactly ``batch`` sequences; empty on GPUs of one model."""
-    tp = spec.tensor or 1
-    dp = len(devices) // tp
-    groups = [{cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]} for r in range(dp)]
+    groups = replica_models(cluster, devices, spec.tensor or 1)
+    dp = len(groups)
     if spec.pipeline or any(len(g) > 1 for g in groups):  # a tensor group of two models runs one size
         return ()
     models = [next(iter(g)) for g in groups]
@@ -260,16 +260,14 @@ def layered_space(
     if sizes and (spec.pipeline or measure_sized is None):
         raise PostplaceError(f"plan '{spec}': a size decision needs a plan without a pipeline and measure_sized")
     size_rows = 1 if sizes else 0
+    size_width = len(sizes) * (2 if "full" in available else 1)  # each split, then each with every block recomputed
     rows = (len(blocks) if choices > 1 else 0) + stage_rows + size_rows
     if rows == 0:
         raise PostplaceError(f"plan '{spec}': nothing to choose per block (no recompute measured, no stage to cut)")
-    width = max(choices, stage_width if stage_rows else 1, len(sizes))
+    width = max(choices, stage_width if stage_rows else 1, size_width)
     allowed = np.zeros((rows, width), dtype=bool)
     allowed[: rows - stage_rows - size_rows, :choices] = True
     allowed[rows - stage_rows - size_rows : rows - size_rows, :stage_width] = True
-    size_width = len(sizes) * (2 if "full" in available else 1)
-    width = max(width, size_width)
-    allowed = np.pad(allowed, ((0, 0), (0, width - allowed.shape[1])))
     if size_rows:
         allowed[-1, :size_width] = True
     unit_time = np.where(allowed, 2.0, np.inf)
