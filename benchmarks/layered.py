@@ -8,13 +8,17 @@ memory per GPU, their ratios, the seconds each took. Pipelines are priced on the
 ``--validate --mixed``: the same on ``mixed`` (4 A100 and 4 V100, the groups joined over PCIe; fp16, as V100s
 have no bf16), the units measured on each GPU model, six plans.
 
+``--validate --sizes``: micro-batches of a size per GPU model (``mbs=``) on ``mixed``, fp16, at a batch of 32
+sequences in 8 micro-batches (one per replica): the op level traces the whole step at each size and joins them
+(:func:`postplace.plans.sized_step`), the layered estimate measures each GPU model's units at its own size.
+
 ``--scale``: per row the practitioner's grid (every dp x tp x pp with tp in a node, zero1/fsdp, 1F1B or
 interleaved, recomputation where a plan does not fit) and the plain plans (ddp, zero1, zero2, fsdp), all by the
 layered estimate; the fastest that fits in the words to launch it with, MFU (PaLM's count: 6 N + 12 L H Q T per
 token), peak memory, the plans priced, the seconds spent measuring units and pricing plans, plans per second
 (the grid run a second time, warm: numba's first-call loading left out).
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/layered.py --validate [--mixed]`` (about 2 minutes on 2 cores);
+Run: ``OMP_NUM_THREADS=1 python benchmarks/layered.py --validate [--mixed | --sizes]`` (about 2 minutes on 2 cores);
 ``--scale`` (a few minutes). Every time is simulated.
 """
 
@@ -53,6 +57,16 @@ VALIDATE_MIXED = [
     "zero1:pp=2,m=16,stages=6/10",
     "ddp:tp=2,pp=2,m=16",
     "ddp:tp=2,sp,pp=2,m=16",
+]
+A100, V100 = "A100-40GB", "V100-16GB"
+VALIDATE_SIZES = [
+    "ddp:m=8",
+    f"ddp:m=8,mbs={A100}:5/{V100}:3",
+    f"ddp:m=8,mbs={A100}:6/{V100}:2",
+    f"fsdp:m=8,mbs={A100}:5/{V100}:3",
+    f"fsdp:m=8,mbs={A100}:6/{V100}:2",
+    f"fsdp+recompute:m=8,mbs={A100}:7/{V100}:1",
+    f"zero1:m=8,mbs={A100}:6/{V100}:2",
 ]
 SCALE = [  # (size, global batch in sequences, cluster): 1M tokens (7B: 512 x 2048; 13B and 70B: 256 x 4096)
     ("7b", 512, "dgx8x8"),
@@ -126,6 +140,66 @@ def validate(preset: str = "dgx8", precision: str = "bf16", plans=VALIDATE) -> l
     return rows
 
 
+def validate_sizes(plans=VALIDATE_SIZES) -> list[dict]:
+    """``--validate --sizes``: op level against layered, each GPU model at its own micro-batch size."""
+    from postplace import zoo
+    from postplace.cluster import load_cluster
+    from postplace.placers.layered import estimate_plan, measured_sizes, plan_costs
+    from postplace.placers.practitioner import plan_devices, plan_step, sized_graph
+    from postplace.plans import parse_plan
+
+    cluster = load_cluster("mixed")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    whole, few = {}, {}
+
+    def whole_at(n):  # the op level: the whole step as 8 micro-batches of n
+        if n not in whole:
+            whole[n] = zoo.trace_model("llama", f"1b@{8 * n}", "adamw", precision="fp16", microbatches=8, init=False)
+        return whole[n].graph
+
+    def few_at(n):  # the layered estimate: two micro-batches of n, 3 blocks
+        if n not in few:
+            few[n] = zoo.trace_model(
+                "llama", f"1b@{2 * n}", "adamw", precision="fp16", microbatches=2, init=False, layers=TRACED_BLOCKS
+            ).graph
+        return few[n]
+
+    print(f"{'plan':44s} {'op ms':>8s} {'op GiB':>7s} {'lay ms':>8s} {'lay GiB':>8s} {'t ratio':>8s} {'mem ratio':>9s}")
+    rows = []
+    for text in plans:
+        spec = parse_plan(text)
+        devices = plan_devices(cluster, spec)
+        sizes = spec.micro_sizes or ((A100, 4), (V100, 4))
+        unit_costs = plan_costs(
+            spec,
+            lambda recompute, selective=False, sizes=sizes: measured_sizes(
+                few_at, cluster, gpus, "selective" if selective else "full" if recompute else "", sizes, layers=16
+            ),
+        )
+        priced = spec if spec.micro_sizes else parse_plan(text + f",mbs={A100}:4/{V100}:4")
+        est = estimate_plan(unit_costs, cluster, priced, devices)
+        graph = sized_graph(whole_at, cluster, spec, devices) if spec.micro_sizes else whole_at(4)
+        ref = plan_step(graph, cluster, spec, devices)
+        peak = float(ref.peak_memory_bytes.max())
+        row = dict(
+            plan=text,
+            op_ms=ref.step_time_s * 1e3,
+            op_gib=peak / 2**30,
+            op_oom=ref.oom,
+            layered_ms=est.step_time_s * 1e3,
+            layered_gib=max(est.gpu_peaks) / 2**30,
+            layered_oom=est.oom,
+            time_ratio=est.step_time_s / ref.step_time_s,
+            memory_ratio=max(est.gpu_peaks) / peak,
+        )
+        rows.append(row)
+        print(
+            f"{text:44s} {row['op_ms']:8.2f} {row['op_gib']:7.2f} {row['layered_ms']:8.2f} {row['layered_gib']:8.2f} "
+            f"{row['time_ratio']:8.3f} {row['memory_ratio']:9.3f}" + ("  OOM" * ref.oom) + (" (layered OOM)" * est.oom)
+        )
+    return rows
+
+
 def _model_flops(cfg: dict, batch: int) -> float:
     """PaLM's count for a LLaMA step: 6 N + 12 L H Q T per token, N without the input embedding."""
     d, layers, ffn, heads, kv = cfg["d"], cfg["layers"], cfg["ffn"], cfg["heads"], cfg.get("kv_heads", cfg["heads"])
@@ -194,13 +268,16 @@ def main() -> None:
     parser.add_argument("--validate", action="store_true", help="LLaMA-1B on dgx8: op level against layered")
     parser.add_argument("--scale", action="store_true", help="LLaMA-7B/13B/70B at 1M tokens on 64 and 16 H100")
     parser.add_argument("--mixed", action="store_true", help="with --validate: on mixed (A100 and V100), fp16")
+    parser.add_argument("--sizes", action="store_true", help="with --validate: a micro-batch size per GPU model")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
     out = {}
-    if args.validate or not args.scale:
+    if args.sizes:
+        out["validate_sizes"] = validate_sizes()
+    elif args.validate or not args.scale:
         out["validate"] = validate("mixed", "fp16", VALIDATE_MIXED) if args.mixed else validate()
     if args.scale:
         out["scale"] = scale()

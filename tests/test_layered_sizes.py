@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from postplace.cluster import load_cluster
 from postplace.errors import PostplaceError
 from postplace.placers.layered import estimate_plan, measured_rule, measured_sizes
 from postplace.placers.layered_search import layered_space, search_plan, size_options
-from postplace.placers.practitioner import plan_devices, plan_words
-from postplace.plans import PlanSpec, apply_plan, parse_plan
+from postplace.placers.practitioner import plan_devices, plan_step, plan_words, sized_graph
+from postplace.plans import PlanSpec, apply_plan, parse_plan, sized_step
+from postplace.plans.sizes import SIZES_KEY
 
 A100, V100 = "A100-40GB", "V100-16GB"
 
@@ -39,6 +43,23 @@ def mixed():
     return cluster, gpus, graph_at, sized
 
 
+@pytest.fixture(scope="module")
+def whole_at():
+    """The same model's whole step (2 blocks) as 8 micro-batches of n sequences: the op level's, memoised."""
+    from postplace.zoo import trace_model
+
+    graphs = {}
+
+    def at(n):
+        if n not in graphs:
+            graphs[n] = trace_model(
+                "llama", f"1b@{8 * n}", "adamw", precision="fp16", microbatches=8, layers=2, init=False
+            ).graph
+        return graphs[n]
+
+    return at
+
+
 def test_the_plan_text_round_trips_and_says_it_in_words():
     spec = parse_plan(f"fsdp+recompute:tp=2,sp,m=64,mbs=H100:6/{A100}:2")
     assert spec.micro_sizes == (("H100", 6), (A100, 2))
@@ -62,12 +83,74 @@ def test_bad_sizes_are_one_line(text, says):
     assert "\n" not in str(info.value)
 
 
-def test_the_op_level_refuses_it_in_one_line():
+def test_a_sized_step_takes_each_micro_batch_from_its_own_trace(whole_at):
+    """Micro-batches 0-5 of 3 sequences, 6-7 of 1: each micro-batch's ops and the bytes they send are its own
+    trace's, the shared ops (parameters, gradient sums, the update) every trace's; the batch is 20."""
+    three, one = whole_at(3), whole_at(1)
+    sizes = [3] * 6 + [1] * 2
+    step = sized_step({3: three, 1: one}, sizes)
+    mb = np.asarray(step.microbatch)
+    late, shared = mb >= 6, mb < 0
+    assert np.array_equal(step.flops[late], one.flops[late]) and np.array_equal(step.flops[~late], three.flops[~late])
+    assert np.array_equal(step.output_bytes[late], one.output_bytes[late])
+    assert np.array_equal(three.flops[shared], one.flops[shared])
+    sent = late[step.edge_src]
+    assert np.array_equal(step.edge_bytes[sent], one.edge_bytes[sent])
+    assert np.array_equal(step.edge_bytes[~sent], three.edge_bytes[~sent])
+    assert step.flops[late].sum() < three.flops[late].sum()  # a third of the work, and not nothing
+    assert step.metadata[SIZES_KEY] == sizes and step.metadata["zoo"]["config"]["batch"] == 20
+
+
+def test_a_step_of_other_ops_or_no_stamp_is_refused_in_one_line(mixed, whole_at):
     from postplace.zoo import trace_model
 
-    graph = trace_model("llama", "small@4", "sgd", microbatches=2, layers=2, init=False).graph
-    with pytest.raises(PostplaceError, match="priced by the layered estimate only"):
-        apply_plan(graph, parse_plan(f"ddp:m=2,mbs={A100}:1/{V100}:1"), 2)
+    cluster, gpus, _, _ = mixed
+    deeper = trace_model("llama", "1b@8", "adamw", precision="fp16", microbatches=8, layers=3, init=False).graph
+    spec = parse_plan(f"ddp:m=8,mbs={A100}:2/{V100}:1")
+    for call, says in (
+        (lambda: sized_step({2: whole_at(2), 1: deeper}, [2, 1] * 4), "has other ops than at 2"),
+        (lambda: sized_step({2: whole_at(2)}, [2, 1] * 4), "no trace at 1 sequences"),
+        (lambda: apply_plan(whole_at(2), spec, 8), "needs the step traced at each size and joined"),
+        (
+            lambda: plan_step(sized_step({2: whole_at(2), 1: whole_at(1)}, [1, 2] * 4), cluster, spec, gpus),
+            "not of the sizes",
+        ),
+    ):
+        with pytest.raises(PostplaceError, match=says) as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
+def test_an_even_split_is_the_plain_plan_op_by_op(mixed, whole_at):
+    """Both models at 2 sequences, joined from one trace: the plain plan's step and peaks to the last bit."""
+    cluster, gpus, _, _ = mixed
+    for level in ("ddp", "fsdp"):
+        spec = parse_plan(f"{level}:m=8,mbs={A100}:2/{V100}:2")
+        even = plan_step(sized_graph(whole_at, cluster, spec, gpus), cluster, spec, gpus)
+        plain = plan_step(whole_at(2), cluster, parse_plan(f"{level}:m=8"), gpus)
+        assert even.step_time_s == plain.step_time_s
+        assert np.array_equal(even.peak_memory_bytes, plain.peak_memory_bytes)
+
+
+def test_op_by_op_the_fast_gpus_taking_more_shorten_the_step_and_the_estimate_agrees(mixed, whole_at):
+    """The op level, where every GPU runs at its own speed: 3 sequences on each A100 and 1 on each V100 is
+    shorter than 2 on each, the V100s taking 3 longer; the layered estimate within 12% of each (as on plain
+    plans over two GPU models), and the V100s' peak, their own micro-batches', below the A100s'."""
+    cluster, gpus, _, sized = mixed
+
+    def both(a, v):
+        spec = parse_plan(f"ddp:m=8,mbs={A100}:{a}/{V100}:{v}")
+        op = plan_step(sized_graph(whole_at, cluster, spec, gpus), cluster, spec, gpus)
+        est = estimate_plan(sized(spec.micro_sizes), cluster, spec, gpus)
+        assert est.step_time_s == pytest.approx(op.step_time_s, rel=0.12), (a, v)
+        return op
+
+    fast, even, slow = both(3, 1), both(2, 2), both(1, 3)
+    assert fast.step_time_s < even.step_time_s < slow.step_time_s
+    peaks = fast.peak_memory_bytes[gpus]
+    v100 = [k for k, d in enumerate(gpus) if cluster.devices[d].model == V100]
+    a100 = [k for k, d in enumerate(gpus) if cluster.devices[d].model == A100]
+    assert max(peaks[v100]) < min(peaks[a100])
 
 
 def test_an_even_split_written_as_sizes_prices_as_the_plain_plan(mixed):
@@ -156,7 +239,7 @@ def test_the_search_decides_the_sizes_and_prices_what_it_decodes(mixed):
     )
 
 
-def test_simulate_prices_it_layered_and_refuses_it_op_by_op(capsys):
+def test_simulate_prices_it_layered_and_op_by_op(capsys):
     from tests.clihelp import cli_error, run_cli
 
     base = ["simulate", "llama", "--size", "small@16", "--cluster", "mixed", "--precision", "fp16"]
@@ -165,15 +248,18 @@ def test_simulate_prices_it_layered_and_refuses_it_op_by_op(capsys):
     assert "layered estimate" in ok.stdout and "3 sequences on the A100-40GBs" in ok.stdout
     wrong = cli_error([*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:3", "--layered"], capsys)
     assert "make 24 sequences, not the batch of 16" in wrong
-    op = cli_error([*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:1"], capsys)
-    assert "priced by the layered estimate only" in op
+    op = run_cli(*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:1", "--json")
+    assert op.returncode == 0, op.stderr
+    assert json.loads(op.stdout)["plan"] == f"ddp:m=8,mbs={A100}:3/{V100}:1"
+    wrong = cli_error([*base, "--plan", f"ddp:m=8,mbs={A100}:3/{V100}:3"], capsys)
+    assert "make 24 sequences, not the batch of 16" in wrong
     assert PlanSpec("ddp").micro_sizes is None
 
 
 def test_launch_refuses_it_in_one_line():
     from postplace.runtime.launcher import launch_plan
 
-    with pytest.raises(PostplaceError, match="simulated only, by the layered estimate") as info:
+    with pytest.raises(PostplaceError, match="simulated only") as info:
         launch_plan(None, f"ddp:m=8,mbs={A100}:3/{V100}:1", load_cluster("mixed"), steps=1)
     assert "\n" not in str(info.value)
 

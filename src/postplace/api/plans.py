@@ -77,7 +77,9 @@ def simulate_plan(
         )
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
-    if m == 1 or traced_m is not None:
+    if spec.micro_sizes is not None:
+        graph = _sized(target, probe, c, spec, devices, m, k, size, optimizer, lr, precision)
+    elif m == 1 or traced_m is not None:
         graph = probe.graph
     else:
         try:
@@ -171,6 +173,28 @@ def estimate_plan_layered(
     costs = plan_costs(spec, measured)
     spec = spec if spec.microbatches else replace(spec, microbatches=m)
     return estimate_plan(costs, c, spec, devices), c, devices
+
+
+def _sized(target, probe, cluster, spec, devices, m: int, replicas: int, size: str, optimizer, lr, precision):
+    """The step ``spec``'s ``mbs=`` runs: a zoo model traced as m micro-batches at each GPU model's size, joined
+    (:func:`postplace.placers.practitioner.sized_graph`)."""
+    from postplace import zoo
+    from postplace.placers.practitioner import sized_graph
+
+    if probe.spec.get("kind") != "zoo":
+        raise PostplaceError(
+            f"plan '{spec}': mbs= traces the step again at each GPU model's micro-batch size, which only a zoo "
+            "model's name allows; drop mbs for a module or a graph file"
+        )
+    batch = int(zoo.spec(target).config(size)["batch"])
+    _check_batch(spec, cluster, devices, batch, m, replicas)
+
+    def graph_at(n: int):
+        return zoo.trace_model(
+            target, f"{zoo.base_size(size)}@{m * n}", optimizer, lr=lr, precision=precision, microbatches=m
+        ).graph
+
+    return sized_graph(graph_at, cluster, spec, devices, name=f"{target}-{zoo.base_size(size)}@{batch}-mb{m}-sized")
 
 
 def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> None:

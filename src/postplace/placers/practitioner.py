@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from postplace.errors import PostplaceError
+from postplace.plans.sizes import SIZES_KEY
 
 __all__ = [
     "CHOICES",
@@ -200,6 +201,11 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
+    if spec.micro_sizes is not None and graph.metadata.get(SIZES_KEY) != _microbatch_sizes(cluster, spec, devices):
+        raise PostplaceError(
+            f"plan '{spec}': the step's micro-batches are not of the sizes its mbs= gives each replica's GPU model; "
+            "build it with postplace.placers.practitioner.sized_graph"
+        )
     stage, key = None, None
     if spec.pipeline:  # each stage all-reduces its own gradients, over its GPUs in every replica
         slots = len(devices) // spec.pipeline
@@ -235,6 +241,30 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
         float(res.bytes_moved[0]),
         coll,
     )
+
+
+def sized_graph(graph_at, cluster, spec, devices: list[int], *, name: str | None = None):
+    """The step ``spec`` runs on ``devices`` where its ``mbs=`` gives each GPU model its own micro-batch size:
+    ``graph_at(n)`` is the step traced as the plan's micro-batch count of ``n`` sequences each, and replica r's
+    micro-batches (``r * per .. (r + 1) * per - 1``, as :func:`postplace.plans.data_parallel` deals them) are
+    of its GPU model's size (:func:`postplace.plans.sized_step`, which names it ``name``)."""
+    from postplace.plans import sized_step
+
+    sizes = _microbatch_sizes(cluster, spec, devices)
+    return sized_step({n: graph_at(n) for n in sorted(set(sizes))}, sizes, name=name)
+
+
+def _microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
+    """Each micro-batch's sequences under ``spec``'s ``mbs=`` on ``devices``, in micro-batch order."""
+    from postplace.placers.layered import replica_sizes
+
+    each = replica_sizes(spec, cluster, devices)
+    m = spec.microbatches or len(each)
+    if m % len(each):
+        raise PostplaceError(
+            f"plan '{spec}': m={m} is not a multiple of its {len(each)} replicas; give m=j*{len(each)}"
+        )
+    return [n for n in each for _ in range(m // len(each))]
 
 
 def _check_whole_cut(graph, spec, stage: np.ndarray) -> None:

@@ -13,6 +13,7 @@ from postplace.graph import OpGraph
 from postplace.plans._step import units
 from postplace.plans.data_parallel import LEVELS, PlannedStep, data_parallel
 from postplace.plans.recompute import recompute
+from postplace.plans.sizes import SIZES_KEY
 from postplace.plans.tensor import over_tensor_ranks, tensor_parallel
 
 __all__ = ["PlanSpec", "apply_plan", "parse_plan", "recomputed"]
@@ -82,7 +83,8 @@ class PlanSpec:
         collectives still meet (Megatron-LM's ``--micro-batch-size``, per GPU model; neither Megatron-LM nor
         torchtitan offers it: a data loader that gives each rank its own local batch, with the loss scaled
         by the rank's share of the global batch, runs it under FSDP2 or DDP). Without a pipeline; priced by
-        the layered estimate only. None: every micro-batch is ``batch / m`` sequences.
+        the layered estimate, or op by op on the step traced at each size (:func:`postplace.plans.sized_step`);
+        not launched. None: every micro-batch is ``batch / m`` sequences.
     """
 
     level: str
@@ -366,10 +368,10 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     -------
     PlannedStep
     """
-    if spec.micro_sizes is not None:
+    if spec.micro_sizes is not None and SIZES_KEY not in graph.metadata:
         raise PostplaceError(
-            f"plan '{spec}': mbs= (a micro-batch size per GPU model) is priced by the layered estimate only; "
-            "simulate a zoo transformer with --layered, or drop mbs"
+            f"plan '{spec}': mbs= (a micro-batch size per GPU model) needs the step traced at each size and joined "
+            "(postplace.plans.sized_step; simulate_plan does it for a zoo model), or drop mbs"
         )
     known = set(units(graph))
     for key, names in (("shard", spec.shard), ("recompute", spec.recompute_units), ("selective", spec.selective_units)):

@@ -1490,8 +1490,8 @@ def launch_plan(
     spec = parse_plan(plan)
     if spec.micro_sizes is not None:
         raise PostplaceError(
-            f"plan '{plan}': mbs= (a micro-batch size per GPU model) is simulated only, by the layered estimate; "
-            "launch runs one micro-batch size for every rank: drop mbs"
+            f"plan '{plan}': mbs= (a micro-batch size per GPU model) is simulated only (op by op or by the layered "
+            "estimate); launch runs one micro-batch size for every rank: drop mbs"
         )
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     gpus = plan_devices(cluster, spec, exclude)
