@@ -44,11 +44,11 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
     for strategy in ("random", "ce", "post-paper"):
         t0 = time.perf_counter()
         res = [ev.search(strategy, budget, seed) for seed in range(seeds)]
-        bests = [b for b, _, _ in res]
+        bests = [r.best_step_s for r in res]
         below = sum(b < best_uniform - 1e-12 for b in bests) if best_uniform else 0
         print(
             f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
-            f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[a for _, _, a in res]}, "
+            f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[r.at for r in res]}, "
             f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
             flush=True,
         )

@@ -7,9 +7,14 @@ practitioner plans among its candidates), and from its summary:
   count (``OOM`` where it fits at none, ``-`` where no count is a multiple of the GPUs);
 * ``hybrid``: per group of units DDP or FSDP, recomputed or not, found by Post's paper form over those
   choices (``-`` where it found nothing below the uniform DDP and FSDP plans, or the step is too large);
-* ``pipe``: the GPipe-style pipeline; ``own``: Post's own search best; ``start``: the search's start;
-* ``answer`` (what ``place`` returns) and ``own / best plan``: Post's own best over the best
-  practitioner plan (below 1: the search beats every plan users would launch);
+* ``pipe``: the GPipe-style pipeline; ``start`` and ``placed``: Post's placement search (devices per op
+  group) from its probe start, and its own best;
+* ``plan start`` and ``plans``: Post over the per-unit plan space (the hybrid's search), from the fastest
+  uniform DDP or FSDP plan at its micro-batch count, and its own best (``-`` where the plan budget allows
+  no search: LLaMA-7B);
+* ``own``: the better of Post's two searches; ``answer`` (what ``place`` returns) and ``own / best
+  plan``: Post's own best over the best practitioner plan (below 1: the search beats every plan users
+  would launch);
 * ``MFU`` for the LLaMA rows: model FLOPs (6 x parameters x tokens, the forward and backward of
   a dense decoder; attention's score FLOPs left out, as in the PaLM paper's simple form) over
   (answer x GPUs x the GPU's bf16 peak).
@@ -61,14 +66,21 @@ def row(spec: str, budget: int) -> dict:
     plans = {p: best_of(cands, p) for p in PRACTITIONER_PLANS}
     fitted = [v for v in plans.values() if v is not None and math.isfinite(v)]
     best_plan = min(fitted) if fitted else None
-    own = s.get("search_best_step_time_s")
+    placed = s.get("search_best_step_time_s")
+    plan_search = s.get("plan_search") or {}
+    plans_own = plan_search.get("best_step_time_s")
+    own = min((x for x in (placed, plans_own) if x is not None), default=None)
     out = {
         "row": spec,
         "plans": plans,
         "hybrid": best_of(cands, "hybrid"),
         "pipeline": best_of(cands, "pipeline"),
         "own": own,
+        "placed": placed,
         "start": (s.get("search_start") or {}).get("step_time_s"),
+        "plan_start": plan_search.get("start_step_time_s"),
+        "plans_own": plans_own,
+        "plan_search": plan_search or None,
         "answer": r.step_time_s,
         "returned": r.returned,
         "plan": s.get("plan"),
@@ -113,6 +125,9 @@ def main() -> None:
         "hybrid",
         "pipe",
         "start",
+        "placed",
+        "plan start",
+        "plans",
         "own",
         "answer",
         "own/best plan",
@@ -132,6 +147,9 @@ def main() -> None:
             ms(x["hybrid"]),
             ms(x["pipeline"]),
             ms(x["start"]),
+            ms(x["placed"]),
+            ms(x["plan_start"]),
+            ms(x["plans_own"]),
             ms(x["own"]),
             ms(x["answer"]),
             ratio,

@@ -123,7 +123,7 @@ def test_a_graph_file_is_one_step_a_plan_over_several_gpus_cannot_split(capsys):
 def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
     """Ten wide blocks with AdamW on four 2.5 GB K80s: DDP does not fit, FSDP does; Post over the per-unit
     choices finds a hybrid (DDP for some blocks, FSDP or recomputation for others) faster than FSDP and
-    within memory, and its recorded plan times the same through the public path."""
+    within memory, from FSDP (its start, anchored), and its recorded plan times the same through the public path."""
     import torch
 
     from postplace.api.candidates import hybrid_candidate, plan_candidates
@@ -142,8 +142,11 @@ def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
     problem = make_problem(g, c, groups=64)
     plans = {p.name: p for p in plan_candidates(problem)}
     assert not plans["ddp"].feasible and plans["fsdp"].feasible
-    (hybrid,) = hybrid_candidate(problem, list(plans.values()))
+    (hybrid,), record = hybrid_candidate(problem, list(plans.values()))
     assert hybrid.feasible and hybrid.step_time_s < plans["fsdp"].step_time_s
+    assert record["start"] == plans["fsdp"].name and record["start_step_time_s"] == plans["fsdp"].step_time_s
+    assert record["best_step_time_s"] == hybrid.step_time_s and record["best_plan"] == hybrid.plan
+    assert sum(record["new_bests"].values()) >= 1 and record["samples"] <= 48
     assert "shard=" in hybrid.plan and hybrid.plan.startswith("ddp:")
     again = simulate_plan(g, c, hybrid.plan)
     assert again.step_time_s == hybrid.step_time_s and not again.oom

@@ -1466,6 +1466,14 @@ def _print_place_table(s: dict, c: Cluster, *, drawn: bool = False) -> None:
             else f"{_ms(start['step_time_s'])} ({fig.get('search_start', fig['search_best_step_time_s'])})"
         )
         console.print(f"search start: {start['name']}, {when}", highlight=False)
+    plans = s.get("plan_search")
+    if plans and plans.get("best_step_time_s") is not None:
+        bests = ", ".join(f"{k} {n}" for k, n in (plans.get("new_bests") or {}).items()) or "none"
+        console.print(
+            f"plan search: Post over per-unit plans from {plans['start']} {_ms(plans['start_step_time_s'])} to "
+            f"{_ms(plans['best_step_time_s'])} in {plans['samples']} plans (simulated; new bests: {bests})",
+            highlight=False,
+        )
     lb = f"lower bound {_ms(s['lower_bound_s'])} (simulated)"
     if s["ratio_to_lower_bound"] is not None:
         lb += f", returned / lower bound {s['ratio_to_lower_bound']:.3f}"

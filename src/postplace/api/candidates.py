@@ -187,59 +187,56 @@ not depend on the machine's speed."""
 HYBRID_PLANS = 48
 
 
-def hybrid_candidate(problem, plans: list[Candidate], *, pins=(), exclude=(), seed: int = 0) -> list[Candidate]:
-    """A hybrid of the practitioner plans per unit: per group of units (the root, and the numbered units in
-    up to eight runs), DDP or FSDP, recomputed or not (:class:`postplace.placers.practitioner.PlanChoices`).
+def hybrid_candidate(
+    problem, plans: list[Candidate], *, pins=(), exclude=(), seed: int = 0
+) -> tuple[list, dict | None]:
+    """Post over the per-unit plan space: per group of units (the root, and the numbered units in up to eight
+    runs), DDP or FSDP, recomputed or not (:class:`postplace.placers.practitioner.PlanChoices`).
 
-    Two searches share the plan count :data:`HYBRID_WORK` allows, and each records what it found:
-    first a hill-climb from the fastest uniform DDP or FSDP plan (each group's sharding, then its
-    recomputation, flipped once in turn, a faster plan that fits kept), then Post's paper form (uniform
-    start, cross-entropy and PPO, the run's seed) with the plans left. Returned (as ``hybrid``, its note
-    naming the search that found it) only when the best fits and beats every uniform DDP and FSDP plan
-    (the corners of the space) at this micro-batch count. ``benchmarks/post_plans.py`` measures Post on
-    the same space against random search and the cross-entropy step."""
+    Post (the product's default: cross-entropy, PPO and local moves) starts at the fastest uniform DDP or FSDP
+    plan at this micro-batch count (told first, its prior anchored there) and spends the plans
+    :data:`HYBRID_WORK` allows. Returns ``(candidates, record)``: the best plan as ``hybrid`` when it fits and
+    beats every uniform DDP and FSDP plan (the corners of the space), else no candidate; ``record`` (None
+    where the search did not run) says the start, its step, Post's own best and the plan, the samples, and the
+    new bests per origin, for ``summary.json``'s ``plan_search``. ``benchmarks/post_plans.py`` measures
+    strategies on the same space from the uniform start."""
     from postplace.placers.practitioner import CHOICES, PlanChoices
     from postplace.plans import parse_plan
 
     corners = [p for p in plans if p.feasible and p.plan and parse_plan(p.plan).level in ("ddp", "fsdp")]
     if not corners:
-        return []
+        return [], None
     start = min(corners, key=lambda p: p.step_time_s)
     devices = plan_gpus(start)
     budget = min(HYBRID_PLANS, int(HYBRID_WORK / (problem.graph.num_ops * len(devices))))
     if budget < 8:
-        return []
+        return [], None
     space = PlanChoices(
         problem.graph, problem.cluster, devices, pins=pins, cost_model=problem.simulator.problem.cost_model
     )
-    found = {}  # search -> (step, choice)
-    current = [CHOICES.index(parse_plan(start.plan).name)] * len(space.groups)
-    best_time = start.step_time_s
-    for g in range(len(space.groups)):
-        for bit in (1, 2) if g else (1,):  # the root holds the loss: never recomputed
-            if len(space.tried) >= budget // 2:
-                break
-            trial = list(current)
-            trial[g] ^= bit
-            res = space.evaluate(np.array([trial]))
-            if res.feasible[0] and res.step_time[0] < best_time:
-                current, best_time = trial, float(res.step_time[0])
-                found["hill-climb"] = (best_time, tuple(trial))
-    step, choice, _ = space.search("post-paper", budget - len(space.tried), int(seed))
-    if choice is not None:
-        found["Post"] = (step, choice)
-    if not found:
-        return []
-    who, (step, choice) = min(found.items(), key=lambda kv: kv[1][0])
-    if step >= min(p.step_time_s for p in corners):
-        return []
-    best = space.tried[choice]
+    home = [CHOICES.index(parse_plan(start.plan).name)] * len(space.groups)
+    found = space.search("post", budget, int(seed), start=home)
+    best = None if found.choice is None else space.tried[found.choice]
+    record = {
+        "strategy": "post",
+        "space": f"{len(space.groups)} unit groups x {', '.join(CHOICES)}",
+        "start": start.name,
+        "start_plan": start.plan,
+        "start_step_time_s": start.step_time_s,
+        "best_step_time_s": None if best is None else best.step_time_s,
+        "best_plan": None if best is None else start.plan if found.choice == tuple(home) else best.plan,
+        "samples": found.samples,
+        "found_at_sample": found.at if best is not None else None,
+        "new_bests": found.new_bests,
+    }
+    if best is None or best.step_time_s >= min(p.step_time_s for p in corners):
+        return [], record
+    origins = ", ".join(f"{k} {n}" for k, n in found.new_bests.items()) or "none"
     note = (
-        f"found by {who} ({len(space.tried)} plans: hill-climb from {start.name}, then Post's paper form; "
-        + ", ".join(f"{k} {v[0] * 1e3:.3f} ms" for k, v in found.items())
-        + ")"
+        f"found by Post over {record['space']} from {start.name} ({found.samples} plans, "
+        f"{(1 - best.step_time_s / start.step_time_s) * 100:.2f}% below it; new bests: {origins})"
     )
-    return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)]
+    return [Candidate("hybrid", best.placement, best.step_time_s, True, note, best.graph, best.plan)], record
 
 
 GRID_WORK = 2e6

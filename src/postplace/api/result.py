@@ -161,6 +161,12 @@ class PlaceResult:
         start = s.get("search_start")
         if isinstance(start, dict) and start.get("name") is not None:
             lines.append(f"  search start: {start['name']}, {_ms(start.get('step_time_s'))}")
+        plans = s.get("plan_search")
+        if plans and plans.get("best_step_time_s") is not None:
+            lines.append(
+                f"  plan search (Post over per-unit plans, simulated): {_ms(plans['best_step_time_s'])} from "
+                f"{plans['start']}, {_ms(plans['start_step_time_s'])}"
+            )
         for c in self.candidates:
             if c.name != "search":
                 lines.append(f"  {c.name}: {_ms(c.step_time_s)}" + (f"  ({c.note})" if c.note else ""))

@@ -68,6 +68,7 @@ class _Arm:
     oneshot: list = dataclasses.field(default_factory=list)
     result: object = None
     strategy: object = None  # the last round's, after its search: its start is recorded
+    plan_search: dict | None = None  # Post over the per-unit plan space at this count (hybrid_candidate)
 
     def value(self) -> float:
         best = [c.step_time_s for c in self.oneshot if c.feasible]
@@ -184,13 +185,16 @@ def _search_and_answer(
     if simulated:  # the hybrid and the 3D grid at the count where the plans do best (else at the most m)
         arm = arms[min(plans)[1]] if plans else arms[counts[-1]]
         if plans:
-            arm.oneshot += hybrid_candidate(
+            hybrid, arm.plan_search = hybrid_candidate(
                 arm.problem,
                 [k for k in arm.oneshot if k.plan],
                 pins=settings.pins,
                 exclude=settings.exclude,
                 seed=settings.seed,
             )
+            arm.oneshot += hybrid
+            if arm.plan_search is not None:
+                arm.plan_search["microbatches"] = arm.m
         arm.oneshot += grid_candidate(
             arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins, exclude=settings.exclude
         )
@@ -354,6 +358,7 @@ def _answer(
     )
     summary["plan"] = plan_line(best, graph, cluster, cm, sched.peak_memory)
     summary["returned_plan"] = best.plan
+    summary["plan_search"] = next((a.plan_search for a in arms.values() if a.plan_search is not None), None)
     if over_m:
         summary.update(_over_m_figures(settings, arms, rounds, arm, top, best))
         measured = summary["evaluator"] != "simulator"

@@ -65,6 +65,7 @@ def run_summary(
             "best_step_time_s": kind,
             "search_best_step_time_s": kind,
             "search_start": kind,
+            "plan_search": "simulated",
             "mfu": kind,
             "candidate_mfu": kind,
             "tokens_per_s_per_device": kind,

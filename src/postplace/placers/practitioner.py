@@ -485,6 +485,19 @@ def device_span(names) -> str:
     return ", ".join(names)
 
 
+@dataclass(frozen=True)
+class ChoiceSearch:
+    """What :meth:`PlanChoices.search` found: its best step that fits (inf: none), that choice per group (None:
+    none), the sample that found it (1-based), the samples taken, and how many new bests each origin made
+    (``policy``, ``local``...; a warm start counts none)."""
+
+    best_step_s: float
+    choice: tuple | None
+    at: int
+    samples: int
+    new_bests: dict
+
+
 CHOICES = ("ddp", "fsdp", "ddp+recompute", "fsdp+recompute")
 """A unit group's plan choices in the per-unit plan space (:class:`PlanChoices`)."""
 
@@ -523,13 +536,21 @@ class PlanChoices:
         self.pins, self.cost_model = pins, cost_model
         self.tried: dict[tuple, PlanResult | None] = {}
 
-    def space(self):
-        """The :class:`postplace.search.SearchSpace` of the choices (every choice allowed everywhere)."""
+    def space(self, home=None):
+        """The :class:`postplace.search.SearchSpace` of the choices (every choice allowed everywhere); ``home``
+        (a choice per group) marks each group's home column as its fastest device, so a prior anchored on
+        the fastest (``init="speed"``) starts at that plan."""
         from postplace.search import SearchSpace
 
+        allowed = np.ones((len(self.groups), len(CHOICES)), dtype=bool)
+        unit_time = None
+        if home is not None:
+            unit_time = np.full(allowed.shape, 2.0)
+            unit_time[np.arange(len(self.groups)), np.asarray(home, dtype=np.int64)] = 1.0
         return SearchSpace(
-            np.ones((len(self.groups), len(CHOICES)), dtype=bool),
+            allowed,
             failure_step_time=self.failing,
+            unit_time=unit_time,
             device_names=CHOICES,
             device_kinds=("gpu",) * len(CHOICES),
         )
@@ -582,24 +603,27 @@ class PlanChoices:
             step[i], peak[i], oom[i] = r.step_time_s, r.peak_memory_bytes, r.oom
         return EvalResult(step, peak, oom, failed, reasons, self.name)
 
-    def search(self, strategy: str, budget: int, seed: int) -> tuple[float, tuple | None, int]:
+    def search(self, strategy: str, budget: int, seed: int, *, start=None) -> ChoiceSearch:
         """Drive ``strategy`` (a name :func:`postplace.search.make_strategy` knows) over the choices for
-        ``budget`` samples: its own best step that fits, that choice (None: nothing fitted) and the sample
-        that found it."""
-        from postplace.search import make_strategy
+        ``budget`` samples through the search runner. ``start`` (a choice per group): told first (a warm
+        start), and Post and its family start anchored on it (``init="speed"`` over :meth:`space`'s homes)."""
+        from dataclasses import replace
 
-        s = make_strategy(strategy, self.space(), seed=seed)
-        best, choice, at, told = np.inf, None, 0, 0
-        while told < budget:
-            asked = s.ask(min(16, budget - told))
-            res = self.evaluate(asked)
-            ok = res.feasible
-            s.tell(asked, np.where(ok, res.step_time, self.failing), ok, np.zeros(len(asked)))
-            for k in np.flatnonzero(ok):
-                if res.step_time[k] < best:
-                    best, choice, at = float(res.step_time[k]), tuple(int(x) for x in asked[k]), told + int(k) + 1
-            told += len(asked)
-        return best, choice, at
+        from postplace.search import Budget, PostConfig, make_strategy, run
+        from postplace.search.origins import origin_stats
+
+        space = self.space(start)
+        config = getattr(make_strategy(strategy, space), "config", None)
+        if start is not None and isinstance(config, PostConfig):
+            config = replace(config, init="speed")
+        chosen = make_strategy(strategy, space, seed=seed, config=config if start is not None else None)
+        warm = None if start is None else np.asarray(start, dtype=np.int64)
+        found = run(chosen, self, Budget(samples=budget), warm_start=warm)
+        counts = origin_stats(found.origins, found.step_times, None)["new_bests"]
+        choice = None if found.best_placement is None else tuple(int(x) for x in found.best_placement)
+        return ChoiceSearch(
+            found.best_step_time, choice, found.best_sample + 1, found.samples, {k: n for k, n in counts.items() if n}
+        )
 
     def best(self):
         """The fastest plan tried that fits, with its choice; (None, None) when none fits."""
