@@ -33,9 +33,10 @@ import time
 import postplace
 from postplace.api.candidates import PRACTITIONER_PLANS
 
-DEFAULT_ROWS = (
+DEFAULT_ROWS = (  # issue 29's models x clusters where the step runs (K80s and V100s have no bf16 for LLaMA)
     "resnet50/k80x4,inception_v3/k80x4,gpt2/dgx8,gpt2/dgx8x2,gpt2/mixed,resnet50/mixed,"
-    "llama-1b/dgx8,llama-1b/dgx8x2,llama-7b/dgx8"
+    "llama-1b/dgx8,llama-1b/dgx8x2,llama-7b/dgx8,"
+    "resnet50/dgx8,resnet50/dgx8x2,inception_v3/dgx8,inception_v3/dgx8x2,inception_v3/mixed,gpt2/k80x4,llama-7b/dgx8x2"
 )
 
 
