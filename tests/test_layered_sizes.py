@@ -121,6 +121,56 @@ def test_a_step_of_other_ops_or_no_stamp_is_refused_in_one_line(mixed, whole_at)
         assert "\n" not in str(info.value)
 
 
+def test_each_replica_runs_its_own_micro_batches_at_its_models_size():
+    """16 micro-batches over 8 replicas (2 each), 3 sequences on the A100s, 1 on the V100s: micro-batches 0-7 are
+    the A100 replicas' (as data_parallel deals them, r*2 and r*2 + 1) and of 3, so each A100 computes 3 times
+    what a V100 does, op by op."""
+    from postplace.zoo import trace_model
+
+    cluster = load_cluster("mixed")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    spec = parse_plan(f"ddp:m=16,mbs={A100}:3/{V100}:1")
+    traces = {}
+
+    def at(n):
+        if n not in traces:
+            traces[n] = trace_model(
+                "llama", f"small@{16 * n}", "sgd", precision="fp16", microbatches=16, layers=1, init=False
+            ).graph
+        return traces[n]
+
+    step = sized_graph(at, cluster, spec, gpus)
+    assert step.metadata[SIZES_KEY] == [3] * 8 + [1] * 8 and step.metadata["zoo"]["size"] == "small@32"
+    r = plan_step(step, cluster, spec, gpus)
+    mb = np.asarray(r.graph.microbatch)
+    work = {d: float(r.graph.flops[(r.placement == d) & (mb >= 0)].sum()) for d in gpus}
+    a100 = [work[d] for d in gpus if cluster.devices[d].model == A100]
+    v100 = [work[d] for d in gpus if cluster.devices[d].model == V100]
+    assert len(set(a100)) == 1 and len(set(v100)) == 1
+    assert a100[0] / v100[0] == pytest.approx(3.0, rel=0.02)
+
+
+def test_sizes_that_do_not_match_the_plan_are_one_line(mixed, whole_at):
+    """A model the plan's GPUs are not, a sized step priced as a plain plan, a stamp of another count."""
+    from postplace.api.plans import simulate_plan
+
+    cluster, gpus, _, _ = mixed
+    sized = sized_graph(whole_at, cluster, parse_plan(f"ddp:m=8,mbs={A100}:3/{V100}:1"), gpus)
+    for call, says in (
+        (
+            lambda: simulate_plan(
+                "llama", "mixed", f"ddp:m=8,mbs={A100}:3/{V100}:1/H100:2", size="small@16", precision="fp16"
+            ),
+            "names H100, which none of its GPUs is",
+        ),
+        (lambda: plan_step(sized, cluster, parse_plan("ddp:m=8"), gpus), "a plan without mbs= runs one size"),
+        (lambda: apply_plan(sized, parse_plan("ddp:m=8"), 8), "give the plan its mbs="),
+    ):
+        with pytest.raises(PostplaceError, match=says) as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
 def test_an_even_split_is_the_plain_plan_op_by_op(mixed, whole_at):
     """Both models at 2 sequences, joined from one trace: the plain plan's step and peaks to the last bit."""
     cluster, gpus, _, _ = mixed

@@ -98,6 +98,18 @@ def test_a_plan_that_wins_is_returned_reported_and_timed_again(tmp_path):
     write_report(tmp_path / "run", graph=r.graph)
     with pytest.raises(PostplaceError, match="torchrun"):
         postplace.apply(r)
+    # Post's plan search is recorded whether or not it beat its start: the fastest uniform DDP or FSDP plan
+    ps = r.summary["plan_search"]
+    corners = {
+        k: v
+        for k, v in r.summary["candidates"].items()
+        if k in (f"ddp @m{ps['microbatches']}", f"fsdp @m{ps['microbatches']}")
+    }
+    assert ps["start_step_time_s"] == min(v for v in corners.values() if v is not None)
+    assert ps["best_step_time_s"] <= ps["start_step_time_s"] and 8 <= ps["samples"] <= 48
+    if r.returned == "hybrid @m4":
+        assert ps["best_step_time_s"] == r.step_time_s and ps["best_plan"] == plan
+    assert f"plan search (Post over per-unit plans, simulated): {ps['best_step_time_s'] * 1e3:.3f} ms" in str(r)
 
 
 def _base():
@@ -150,6 +162,36 @@ def test_the_hybrid_fits_where_ddp_does_not_and_beats_fsdp():
     assert "shard=" in hybrid.plan and hybrid.plan.startswith("ddp:")
     again = simulate_plan(g, c, hybrid.plan)
     assert again.step_time_s == hybrid.step_time_s and not again.oom
+
+
+def test_the_plan_search_starts_at_its_start_and_its_prior_is_anchored_there():
+    """Post over the per-unit choices, told FSDP first: its first sample is FSDP (origin ``warm``, priced as the
+    uniform plan), its prior puts each group's weight on that choice (a sample keeps most groups FSDP), and
+    nothing it reports is above the start."""
+    import torch
+
+    from postplace.api.candidates import plan_candidates
+    from postplace.cluster import load_cluster
+    from postplace.graph import from_torch
+    from postplace.placers.practitioner import CHOICES, PlanChoices
+    from postplace.search.problem import make_problem
+    from tests.test_plans import Blocks
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 1024), torch.randint(0, 8, (64,))
+    g = from_torch(Blocks(1024, 6), (x,), torch.nn.functional.cross_entropy, "adamw", microbatches=4, targets=(y,))
+    c = load_cluster("k80x4")
+    plans = {p.name: p for p in plan_candidates(make_problem(g, c, groups=64))}
+    space = PlanChoices(g, c, [1, 2, 3, 4])
+    home = [CHOICES.index("fsdp")] * len(space.groups)
+    unit_time = space.space(home).unit_time
+    assert (unit_time[:, CHOICES.index("fsdp")] == 1.0).all() and (unit_time[:, CHOICES.index("ddp")] == 2.0).all()
+    found = space.search("post", 24, 0, start=home)
+    assert found.origins[0] == "warm" and found.step_times[0] == plans["fsdp"].step_time_s
+    assert found.best_step_s <= plans["fsdp"].step_time_s
+    policy = [k for k, o in enumerate(found.origins) if o == "policy"]
+    kept = [sum(c == home[0] for c in key) / len(home) for key, _ in list(space.tried.items())[1:]]
+    assert policy and sum(kept) / len(kept) > 0.5  # uniform sampling would keep a quarter
 
 
 def test_compare_has_the_plans_rows(tmp_path):

@@ -78,7 +78,7 @@ def simulate_plan(
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
     if spec.micro_sizes is not None:
-        graph = _sized(target, probe, c, spec, devices, m, k, size, optimizer, lr, precision)
+        graph = _sized(target, probe, c, spec, devices, m, k, size, optimizer, lr, precision, microbatch_colocation)
     elif m == 1 or traced_m is not None:
         graph = probe.graph
     else:
@@ -175,7 +175,9 @@ def estimate_plan_layered(
     return estimate_plan(costs, c, spec, devices), c, devices
 
 
-def _sized(target, probe, cluster, spec, devices, m: int, replicas: int, size: str, optimizer, lr, precision):
+def _sized(
+    target, probe, cluster, spec, devices, m: int, replicas: int, size: str, optimizer, lr, precision, colocation
+):
     """The step ``spec``'s ``mbs=`` runs: a zoo model traced as m micro-batches at each GPU model's size, joined
     (:func:`postplace.placers.practitioner.sized_graph`)."""
     from postplace import zoo
@@ -190,11 +192,25 @@ def _sized(target, probe, cluster, spec, devices, m: int, replicas: int, size: s
     _check_batch(spec, cluster, devices, batch, m, replicas)
 
     def graph_at(n: int):
-        return zoo.trace_model(
-            target, f"{zoo.base_size(size)}@{m * n}", optimizer, lr=lr, precision=precision, microbatches=m
-        ).graph
+        try:
+            return zoo.trace_model(
+                target,
+                f"{zoo.base_size(size)}@{m * n}",
+                optimizer,
+                lr=lr,
+                precision=precision,
+                microbatches=m,
+                colocation=colocation,
+            ).graph
+        except PostplaceError as exc:
+            raise PostplaceError(f"plan '{spec}': at {n} sequences per micro-batch: {exc}") from None
 
-    return sized_graph(graph_at, cluster, spec, devices, name=f"{target}-{zoo.base_size(size)}@{batch}-mb{m}-sized")
+    name = f"{target}-{zoo.base_size(size)}@{batch}-mb{m}-{colocation}-sized"
+    try:
+        return sized_graph(graph_at, cluster, spec, devices, name=name)
+    except PostplaceError as exc:
+        said = str(exc)
+        raise PostplaceError(said if said.startswith(f"plan '{spec}'") else f"plan '{spec}': {said}") from None
 
 
 def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> None:

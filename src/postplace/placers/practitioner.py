@@ -201,6 +201,11 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
+    if spec.micro_sizes is None and SIZES_KEY in graph.metadata:
+        raise PostplaceError(
+            f"plan '{spec}': the step's micro-batches are of several sizes ({graph.metadata[SIZES_KEY]}); a plan "
+            "without mbs= runs one size: give the plan its mbs= or a step traced at one size"
+        )
     if spec.micro_sizes is not None and graph.metadata.get(SIZES_KEY) != _microbatch_sizes(cluster, spec, devices):
         raise PostplaceError(
             f"plan '{spec}': the step's micro-batches are not of the sizes its mbs= gives each replica's GPU model; "
@@ -259,6 +264,11 @@ def _microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
     from postplace.placers.layered import replica_sizes
 
     each = replica_sizes(spec, cluster, devices)
+    models = {cluster.devices[d].model for d in devices}
+    if extra := sorted({model for model, _ in spec.micro_sizes} - models):
+        raise PostplaceError(
+            f"plan '{spec}': mbs= names {extra[0]}, which none of its GPUs is ({', '.join(sorted(models))})"
+        )
     m = spec.microbatches or len(each)
     if m % len(each):
         raise PostplaceError(
@@ -488,14 +498,17 @@ def device_span(names) -> str:
 @dataclass(frozen=True)
 class ChoiceSearch:
     """What :meth:`PlanChoices.search` found: its best step that fits (inf: none), that choice per group (None:
-    none), the sample that found it (1-based), the samples taken, and how many new bests each origin made
-    (``policy``, ``local``...; a warm start counts none)."""
+    none), the sample that found it (1-based), the samples taken, how many new bests each origin made
+    (``policy``, ``local``...; a warm start counts none), and each sample's origin and step (inf: over memory
+    or failed), in the order taken."""
 
     best_step_s: float
     choice: tuple | None
     at: int
     samples: int
     new_bests: dict
+    origins: tuple[str, ...] = ()
+    step_times: tuple[float, ...] = ()
 
 
 CHOICES = ("ddp", "fsdp", "ddp+recompute", "fsdp+recompute")
@@ -622,7 +635,13 @@ class PlanChoices:
         counts = origin_stats(found.origins, found.step_times, None)["new_bests"]
         choice = None if found.best_placement is None else tuple(int(x) for x in found.best_placement)
         return ChoiceSearch(
-            found.best_step_time, choice, found.best_sample + 1, found.samples, {k: n for k, n in counts.items() if n}
+            found.best_step_time,
+            choice,
+            found.best_sample + 1,
+            found.samples,
+            {k: n for k, n in counts.items() if n},
+            tuple(found.origins),
+            tuple(float(t) for t in found.step_times),
         )
 
     def best(self):

@@ -46,7 +46,7 @@ def sized_step(traced: Mapping[int, OpGraph], sizes: Sequence[int], *, name: str
     OpGraph
         The trace at ``sizes[0]`` with each other size's micro-batches taken from its own trace, and
         ``metadata[SIZES_KEY]`` = ``sizes``; a zoo step's batch (``metadata["zoo"]["config"]["batch"]``, which
-        model FLOPs and tokens per second count) is their sum.
+        model FLOPs and tokens per second count, and the batch its ``size`` names) is their sum.
 
     Raises
     ------
@@ -73,7 +73,10 @@ def sized_step(traced: Mapping[int, OpGraph], sizes: Sequence[int], *, name: str
     metadata = {**base.metadata, SIZES_KEY: sizes}
     zoo = metadata.get("zoo")
     if isinstance(zoo, dict) and "batch" in (zoo.get("config") or {}):
-        metadata["zoo"] = {**zoo, "config": {**zoo["config"], "batch": sum(sizes)}}
+        zoo = {**zoo, "config": {**zoo["config"], "batch": sum(sizes)}}
+        if isinstance(zoo.get("size"), str):  # "small@24", the first trace's batch: this step's
+            zoo["size"] = f"{zoo['size'].split('@')[0]}@{sum(sizes)}"
+        metadata["zoo"] = zoo
     return replace(
         base,
         flops=flops,
@@ -105,7 +108,7 @@ def _check_alike(base: OpGraph, size: int, other: OpGraph, n: int, m: int) -> No
     )
     if not alike:
         raise PostplaceError(
-            f"'{base.name}' traced at {n} sequences per micro-batch has other ops than at {size} ({other.num_ops} "
+            f"the step traced at {n} sequences per micro-batch has other ops than at {size} ({other.num_ops} "
             f"against {base.num_ops}; a micro-batch of one sequence often squeezes a dimension away): give every "
             "GPU model 2 sequences or more, or price the plan with the layered estimate"
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
-from postplace.plans._step import units
+from postplace.plans._step import microbatch_count, units
 from postplace.plans.data_parallel import LEVELS, PlannedStep, data_parallel
 from postplace.plans.recompute import recompute
 from postplace.plans.sizes import SIZES_KEY
@@ -368,7 +368,13 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     -------
     PlannedStep
     """
-    if spec.micro_sizes is not None and SIZES_KEY not in graph.metadata:
+    stamp = graph.metadata.get(SIZES_KEY)
+    if stamp is not None and (spec.micro_sizes is None or len(stamp) != microbatch_count(graph)):
+        raise PostplaceError(
+            f"plan '{spec}': the step's micro-batches are of several sizes ({stamp}); give the plan its mbs= "
+            "(postplace.placers.practitioner.sized_graph deals them to the replicas)"
+        )
+    if spec.micro_sizes is not None and stamp is None:
         raise PostplaceError(
             f"plan '{spec}': mbs= (a micro-batch size per GPU model) needs the step traced at each size and joined "
             "(postplace.plans.sized_step; simulate_plan does it for a zoo model), or drop mbs"
