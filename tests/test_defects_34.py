@@ -24,11 +24,17 @@ class _StopInTell:
         raise KeyboardInterrupt
 
 
-def _interrupt_first_batch(monkeypatch, where: str) -> None:
-    """Ctrl-C in the first batch of the run: in the evaluator (before it returns) or in the strategy's tell."""
+def _interrupt_first_batch(monkeypatch, where: str, plans: bool = False) -> None:
+    """Ctrl-C in the first batch of the run's search: in the evaluator (before it returns) or in the strategy's
+    tell. ``plans``: in the first batch of Post's search over per-unit plans instead (it runs first, through
+    the same runner, and writes no checkpoint)."""
+    from postplace.placers.practitioner import PlanChoices
+
     one_batch, calls = runner._one_batch, []
 
     def interrupted(strategy, evaluator, state, history, placements):
+        if isinstance(evaluator, PlanChoices) != plans:
+            return one_batch(strategy, evaluator, state, history, placements)
         calls.append(1)
         if len(calls) > 1:
             return one_batch(strategy, evaluator, state, history, placements)
@@ -62,6 +68,23 @@ def test_ctrl_c_in_the_first_batch_resumes_to_the_uninterrupted_result(tmp_path,
     assert a["samples"] == b["samples"] and a["search_best_step_time_s"] == b["search_best_step_time_s"]
     assert resumed.step_time_s == clean.step_time_s
     assert _lines(cut) == _lines(whole) and _lines(cut)[0]
+
+
+@pytest.mark.parametrize("where", ["evaluate", "tell"])
+def test_ctrl_c_in_the_plan_search_stops_place_and_the_folder_resumes(tmp_path, monkeypatch, where):
+    """Ctrl-C in Post's search over per-unit plans (before the main search writes anything) stops ``place``
+    instead of being swallowed by its runner, and resuming the folder gives the uninterrupted answer."""
+    cut, whole = tmp_path / "cut", tmp_path / "whole"
+    args = {"size": "small", "budget": 16, "report": False}
+    with monkeypatch.context() as mp:
+        _interrupt_first_batch(mp, where, plans=True)
+        with pytest.raises(KeyboardInterrupt):
+            postplace.place("gpt2", "k80x2", out=cut, **args)
+    assert not (cut / "placement.json").exists()
+    resumed = postplace.resume(cut, report=False)
+    clean = postplace.place("gpt2", "k80x2", out=whole, **args)
+    assert resumed.step_time_s == clean.step_time_s and resumed.summary["plan_search"] == clean.summary["plan_search"]
+    assert _lines(cut) == _lines(whole)
 
 
 def test_a_checkpoint_of_no_sample_resumes_through_the_cli(tmp_path, monkeypatch):

@@ -218,7 +218,7 @@ def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> N
     replica runs ``m / replicas`` micro-batches of its GPU model's size."""
     if m % replicas:
         raise PostplaceError(f"plan '{spec}': m={m} must be a multiple of its {replicas} replicas; give m=j*{replicas}")
-    from postplace.placers.layered import replica_sizes
+    from postplace.placers.practitioner import replica_sizes
 
     total = sum(replica_sizes(spec, cluster, devices)) * (m // replicas)
     if total != batch:

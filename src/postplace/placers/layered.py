@@ -61,6 +61,7 @@ import numpy as np
 from numba import njit
 
 from postplace.errors import PostplaceError
+from postplace.placers.practitioner import replica_sizes
 
 __all__ = [
     "LayeredResult",
@@ -69,8 +70,6 @@ __all__ = [
     "measure_units",
     "measured_rule",
     "measured_sizes",
-    "replica_models",
-    "replica_sizes",
     "mix_recompute",
     "op_level_cut",
     "plan_costs",
@@ -636,29 +635,6 @@ def estimate_plan(
         tuple(float(x) for x in peaks),
         tuple(float(gpu_peak[d]) for d in devices),
     )
-
-
-def replica_models(cluster, devices, tp: int) -> list[set[str]]:
-    """The GPU models of each replica's tensor group (``tp`` neighbouring GPUs of ``devices``, in rank order)."""
-    return [{cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]} for r in range(len(devices) // tp)]
-
-
-def replica_sizes(spec, cluster, devices) -> list[int]:
-    """Each replica's sequences per micro-batch under ``spec``'s ``mbs=``; one line for a tensor group of two GPU
-    models (it runs one size) or a model ``mbs=`` does not name."""
-    sizes = dict(spec.micro_sizes)
-    out = []
-    for models in replica_models(cluster, devices, spec.tensor or 1):
-        if len(models) > 1:
-            raise PostplaceError(
-                f"plan '{spec}': a tensor group of {' and '.join(sorted(models))} GPUs runs one micro-batch size; "
-                "exclude GPUs so that each group is of one model, or drop mbs"
-            )
-        (model,) = models
-        if model not in sizes:
-            raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
-        out.append(sizes[model])
-    return out
 
 
 def _check_sizes(spec, costs: UnitCosts, models: set[str]) -> None:

@@ -44,7 +44,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs, replica_models
+from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs
+from postplace.placers.practitioner import replica_models
 from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
 from postplace.sim.simulate import EvalResult

@@ -261,8 +261,6 @@ def sized_graph(graph_at, cluster, spec, devices: list[int], *, name: str | None
 
 def _microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
     """Each micro-batch's sequences under ``spec``'s ``mbs=`` on ``devices``, in micro-batch order."""
-    from postplace.placers.layered import replica_sizes
-
     each = replica_sizes(spec, cluster, devices)
     models = {cluster.devices[d].model for d in devices}
     if extra := sorted({model for model, _ in spec.micro_sizes} - models):
@@ -275,6 +273,29 @@ def _microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
             f"plan '{spec}': m={m} is not a multiple of its {len(each)} replicas; give m=j*{len(each)}"
         )
     return [n for n in each for _ in range(m // len(each))]
+
+
+def replica_models(cluster, devices, tp: int) -> list[set[str]]:
+    """The GPU models of each replica's tensor group (``tp`` neighbouring GPUs of ``devices``, in rank order)."""
+    return [{cluster.devices[d].model for d in devices[r * tp : (r + 1) * tp]} for r in range(len(devices) // tp)]
+
+
+def replica_sizes(spec, cluster, devices) -> list[int]:
+    """Each replica's sequences per micro-batch under ``spec``'s ``mbs=``; one line for a tensor group of two GPU
+    models (it runs one size) or a model ``mbs=`` does not name."""
+    sizes = dict(spec.micro_sizes)
+    out = []
+    for models in replica_models(cluster, devices, spec.tensor or 1):
+        if len(models) > 1:
+            raise PostplaceError(
+                f"plan '{spec}': a tensor group of {' and '.join(sorted(models))} GPUs runs one micro-batch size; "
+                "exclude GPUs so that each group is of one model, or drop mbs"
+            )
+        (model,) = models
+        if model not in sizes:
+            raise PostplaceError(f"plan '{spec}': mbs= gives no micro-batch size to its {model} GPUs; name every model")
+        out.append(sizes[model])
+    return out
 
 
 def _check_whole_cut(graph, spec, stage: np.ndarray) -> None:
@@ -632,6 +653,8 @@ class PlanChoices:
         chosen = make_strategy(strategy, space, seed=seed, config=config if start is not None else None)
         warm = None if start is None else np.asarray(start, dtype=np.int64)
         found = run(chosen, self, Budget(samples=budget), warm_start=warm)
+        if found.interrupted:  # Ctrl-C: the runner stopped; place stops too (its run folder resumes)
+            raise KeyboardInterrupt
         counts = origin_stats(found.origins, found.step_times, None)["new_bests"]
         choice = None if found.best_placement is None else tuple(int(x) for x in found.best_placement)
         return ChoiceSearch(
