@@ -3,12 +3,12 @@ per-block choices (how each block recomputes: not at all, whole, or by torchtita
 1F1B pipeline's stages are cut), the same bases and the same number of plans for every strategy
 (:func:`postplace.compare_layered`).
 
-Per row (LLaMA in bf16 with AdamW, micro-batches of one and two sequences, every plan priced by the layered
+Per row (LLaMA in bf16 with AdamW, fp16 on ``mixed`` whose V100s have no bf16, micro-batches of one and two sequences, every plan priced by the layered
 estimate): ``best-3d`` in the words to launch it with, each strategy's own best over ``best-3d`` (``post``;
 ``post-start``, its anchored start sampled with every learning step off; ``local``, local moves alone;
 ``random``), Post's new bests by origin (``policy``: its own samples; ``local``: its moves), the MFU of Post's
 answer (PaLM's count, over the peaks of all the row's GPUs) and the wall time of ``place --layered`` with Post
-(the grid, then Post's searches). On GPUs of several models (``mixed8x8``) a last column, ``speed cut``, is
+(the grid, then Post's searches). On GPUs of several models (``mixed8x8``, ``mixed``) a last column, ``speed cut``, is
 the reference a practitioner could write by hand: the grid's fastest 1F1B pipeline with each stage's blocks in
 proportion to its GPUs' speed (one block's forward and backward on each model), recomputing as the grid does
 (selective, full, then the fewest blocks that fit), over best-3d; and the searches there also decide each GPU
@@ -35,6 +35,8 @@ ROWS = [
     ("llama", "7b@512", "mixed8x8"),
     ("llama", "13b@256", "mixed8x8"),
     ("llama", "70b@256", "mixed8x8"),
+    ("llama", "1b@64", "mixed", "fp16"),  # V100s have no bf16: the one-node mixed preset runs fp16
+    ("llama", "7b@64", "mixed", "fp16"),
 ]
 STRATEGIES = ("post", "post-start", "local", "random")
 
@@ -61,24 +63,32 @@ def main() -> None:
     head = f"{'model':8s} {'cluster':7s} {'best-3d':58s} {'s':>8s}"
     head += "".join(f" {name:>10s}" for name in STRATEGIES) + f" {'MFU':>6s} {'new bests (post)':24s} {'wall s':>6s}"
     print(head)
-    for model, size, cluster_name in rows:
+    for model, size, cluster_name, *dtype in rows:
+        precision = dtype[0] if dtype else "bf16"
         c = compare_layered(
-            model, cluster_name, size=size, optimizer="adamw", precision="bf16", strategies=STRATEGIES, samples=samples
+            model,
+            cluster_name,
+            size=size,
+            optimizer="adamw",
+            precision=precision,
+            strategies=STRATEGIES,
+            samples=samples,
         )
         by = {r["strategy"]: r for r in c.rows}
         post = by["post"]
         answer = min(post["median_s"] or float("inf"), c.best_3d.step_time_s or float("inf"))
         cfg = zoo.spec(model).config(size)
         cluster = load_cluster(cluster_name)
-        peaks = sum(d.peak_for("bf16") for d in cluster.devices if d.kind == "gpu")
+        peaks = sum(d.peak_for(precision) for d in cluster.devices if d.kind == "gpu")
         mfu = _model_flops(cfg, cfg["batch"]) / (answer * peaks) if answer < float("inf") else None
         several = len({d.model for d in cluster.devices if d.kind == "gpu"}) > 1
-        speed = speed_cut(model, size, cluster, c.bases) if several else None
+        speed = speed_cut(model, size, cluster, c.bases, precision) if several else None
         grid_s = sum(v for k, v in c.timing.items() if k in ("trace_s", "measure_s", "grid_s"))
         wall = grid_s + post["wall_s"]
         out.append(
             dict(
                 model=f"{model} {size}",
+                precision=precision,
                 cluster_name=cluster_name,
                 **c.summary,
                 mfu=mfu,
@@ -103,7 +113,7 @@ def _ratio(time_s, best_3d_s) -> str:
     return "none fits" if time_s is None else f"{time_s / best_3d_s:.4f}"
 
 
-def speed_cut(model, size, cluster, bases) -> dict | None:
+def speed_cut(model, size, cluster, bases, precision: str = "bf16") -> dict | None:
     """The grid's fastest 1F1B pipeline searched (a base of the searches) with its blocks cut in proportion to
     its stages' GPU speed, recomputing as the grid does: ``{"plan", "step_time_s"}`` of the fastest that fits
     (``step_time_s`` None and the cut's plan when none does)."""
@@ -123,7 +133,7 @@ def speed_cut(model, size, cluster, bases) -> dict | None:
     spec, m = pipes[0]
     spec = replace(spec, recompute=False, selective=False, recompute_units=None, selective_units=None)
     _, layers, batch = zoo_blocks(model, size)
-    graph = traced_pair(model, size, batch, m, "adamw", None, "bf16", 3)
+    graph = traced_pair(model, size, batch, m, "adamw", None, precision, 3)
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
     devices = gpus[: len(gpus) // spec.model_parallel * spec.model_parallel]
     tp, pp = spec.tensor or 1, spec.pipeline

@@ -43,9 +43,9 @@ def mixed():
     return cluster, gpus, graph_at, sized
 
 
-@pytest.fixture(scope="module")
-def whole_at():
-    """The same model's whole step (2 blocks) as 8 micro-batches of n sequences: the op level's, memoised."""
+def _tracer(size: str, m: int, layers: int, optimizer: str):
+    """``at(n)``: LLaMA ``size`` with ``layers`` blocks in fp16, its whole step as ``m`` micro-batches of n sequences
+    (the op level's), memoised."""
     from postplace.zoo import trace_model
 
     graphs = {}
@@ -53,11 +53,17 @@ def whole_at():
     def at(n):
         if n not in graphs:
             graphs[n] = trace_model(
-                "llama", f"1b@{8 * n}", "adamw", precision="fp16", microbatches=8, layers=2, init=False
+                "llama", f"{size}@{m * n}", optimizer, precision="fp16", microbatches=m, layers=layers, init=False
             ).graph
         return graphs[n]
 
     return at
+
+
+@pytest.fixture(scope="module")
+def whole_at():
+    """The same model's whole step (2 blocks) as 8 micro-batches of n sequences."""
+    return _tracer("1b", 8, 2, "adamw")
 
 
 def test_the_plan_text_round_trips_and_says_it_in_words():
@@ -125,21 +131,10 @@ def test_each_replica_runs_its_own_micro_batches_at_its_models_size():
     """16 micro-batches over 8 replicas (2 each), 3 sequences on the A100s, 1 on the V100s: micro-batches 0-7 are
     the A100 replicas' (as data_parallel deals them, r*2 and r*2 + 1) and of 3, so each A100 computes 3 times
     what a V100 does, op by op."""
-    from postplace.zoo import trace_model
-
     cluster = load_cluster("mixed")
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
     spec = parse_plan(f"ddp:m=16,mbs={A100}:3/{V100}:1")
-    traces = {}
-
-    def at(n):
-        if n not in traces:
-            traces[n] = trace_model(
-                "llama", f"small@{16 * n}", "sgd", precision="fp16", microbatches=16, layers=1, init=False
-            ).graph
-        return traces[n]
-
-    step = sized_graph(at, cluster, spec, gpus)
+    step = sized_graph(_tracer("small", 16, 1, "sgd"), cluster, spec, gpus)
     assert step.metadata[SIZES_KEY] == [3] * 8 + [1] * 8 and step.metadata["zoo"]["size"] == "small@32"
     r = plan_step(step, cluster, spec, gpus)
     mb = np.asarray(r.graph.microbatch)

@@ -82,18 +82,7 @@ def simulate_plan(
     elif m == 1 or traced_m is not None:
         graph = probe.graph
     else:
-        try:
-            graph = load_target(
-                target,
-                size=size,
-                optimizer=optimizer,
-                lr=lr,
-                precision=precision,
-                microbatches=m,
-                microbatch_colocation=microbatch_colocation,
-            ).graph
-        except PostplaceError as exc:
-            raise PostplaceError(f"plan '{spec}': {exc}") from None
+        graph = _traced(spec, target, size, optimizer, lr, precision, m, microbatch_colocation)
     return plan_step(graph, c, spec, devices, pins=pins, cost_model=cost_model)
 
 
@@ -175,6 +164,24 @@ def estimate_plan_layered(
     return estimate_plan(costs, c, spec, devices), c, devices
 
 
+def _traced(spec, target, size: str, optimizer, lr, precision: str, m: int, colocation: str, where: str = ""):
+    """``target`` traced again as ``m`` micro-batches; a failure is one line naming the plan (and ``where``)."""
+    from postplace.api.target import load_target
+
+    try:
+        return load_target(
+            target,
+            size=size,
+            optimizer=optimizer,
+            lr=lr,
+            precision=precision,
+            microbatches=m,
+            microbatch_colocation=colocation,
+        ).graph
+    except PostplaceError as exc:
+        raise PostplaceError(f"plan '{spec}': {where}{exc}") from None
+
+
 def _sized(
     target, probe, cluster, spec, devices, m: int, replicas: int, size: str, optimizer, lr, precision, colocation
 ):
@@ -192,18 +199,8 @@ def _sized(
     _check_batch(spec, cluster, devices, batch, m, replicas)
 
     def graph_at(n: int):
-        try:
-            return zoo.trace_model(
-                target,
-                f"{zoo.base_size(size)}@{m * n}",
-                optimizer,
-                lr=lr,
-                precision=precision,
-                microbatches=m,
-                colocation=colocation,
-            ).graph
-        except PostplaceError as exc:
-            raise PostplaceError(f"plan '{spec}': at {n} sequences per micro-batch: {exc}") from None
+        at = f"{zoo.base_size(size)}@{m * n}"
+        return _traced(spec, target, at, optimizer, lr, precision, m, colocation, f"at {n} sequences per micro-batch: ")
 
     name = f"{target}-{zoo.base_size(size)}@{batch}-mb{m}-{colocation}-sized"
     try:
