@@ -10,7 +10,10 @@ the same budget and seeds; the table gives each one's best (median and range ove
 to its best, against the best uniform plan (every group the same choice). Every time is simulated.
 
     OMP_NUM_THREADS=1 python benchmarks/post_plans.py [--rows resnet50/k80x4/4,gpt2/mixed/8]
-        [--budget 64] [--seeds 3] [--groups 8]
+        [--budget 64] [--seeds 3] [--groups 8] [--strategies "random;ce;post-paper"] [--from-best]
+
+``--from-best`` starts every strategy at the best uniform plan (told first; Post's prior anchored there), as
+``place``'s plan search does; ``--strategies`` takes ``NAME:KEY=VALUE,...`` for a config's fields.
 """
 
 from __future__ import annotations
@@ -26,7 +29,23 @@ from postplace.cluster import load_cluster
 from postplace.placers.practitioner import CHOICES, PlanChoices
 
 
-def row(spec: str, budget: int, seeds: int, groups: int) -> None:
+def strategy_of(text: str, space):
+    """``name`` or ``name:key=value,key=value`` (fields of the strategy's config): the name and its config (None:
+    its own)."""
+    from dataclasses import fields, replace
+
+    from postplace.search import make_strategy
+
+    name, _, sets = text.partition(":")
+    if not sets:
+        return name, None
+    config = make_strategy(name, space).config
+    kinds = {f.name: type(getattr(config, f.name)) for f in fields(config)}
+    values = dict(kv.split("=") for kv in sets.split(","))
+    return name, replace(config, **{k: kinds[k](v) for k, v in values.items()})
+
+
+def row(spec: str, budget: int, seeds: int, groups: int, strategies, from_best: bool) -> None:
     model, cluster, m = spec.split("/")
     g = zoo.cached_graph(model, "full", "sgd", microbatches=int(m))
     c = load_cluster(cluster)
@@ -41,15 +60,20 @@ def row(spec: str, budget: int, seeds: int, groups: int) -> None:
         + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fits.items()),
         flush=True,
     )
-    for strategy in ("random", "ce", "post-paper"):
+    home = None
+    if from_best and fits:
+        home = [CHOICES.index(min(fits, key=fits.get))] * G
+    for strategy in strategies:
         t0 = time.perf_counter()
-        res = [ev.search(strategy, budget, seed) for seed in range(seeds)]
+        name, config = strategy_of(strategy, ev.space(home))
+        res = [ev.search(name, budget, seed, start=home, config=config) for seed in range(seeds)]
         bests = [r.best_step_s for r in res]
         below = sum(b < best_uniform - 1e-12 for b in bests) if best_uniform else 0
         print(
             f"  {strategy:10s} best median {statistics.median(bests) * 1e3:.3f} ms "
             f"(range {min(bests) * 1e3:.3f}-{max(bests) * 1e3:.3f}), found at samples {[r.at for r in res]}, "
-            f"below the best uniform plan in {below} of {seeds} seeds; {time.perf_counter() - t0:.0f} s",
+            f"below the best uniform plan in {below} of {seeds} seeds; new bests "
+            f"{[r.new_bests for r in res]}; {time.perf_counter() - t0:.0f} s",
             flush=True,
         )
 
@@ -60,9 +84,11 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=64)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--strategies", default="random;ce;post-paper", help="NAME[:KEY=VALUE,...];... (config fields)")
+    ap.add_argument("--from-best", action="store_true", help="start at the best uniform plan, as place does")
     args = ap.parse_args()
     for spec in args.rows.split(","):
-        row(spec, args.budget, args.seeds, args.groups)
+        row(spec, args.budget, args.seeds, args.groups, args.strategies.split(";"), args.from_best)
 
 
 if __name__ == "__main__":

@@ -637,20 +637,22 @@ class PlanChoices:
             step[i], peak[i], oom[i] = r.step_time_s, r.peak_memory_bytes, r.oom
         return EvalResult(step, peak, oom, failed, reasons, self.name)
 
-    def search(self, strategy: str, budget: int, seed: int, *, start=None) -> ChoiceSearch:
-        """Drive ``strategy`` (a name :func:`postplace.search.make_strategy` knows) over the choices for
-        ``budget`` samples through the search runner. ``start`` (a choice per group): told first (a warm
-        start), and Post and its family start anchored on it (``init="speed"`` over :meth:`space`'s homes)."""
+    def search(self, strategy: str, budget: int, seed: int, *, start=None, config=None) -> ChoiceSearch:
+        """Drive ``strategy`` (a name :func:`postplace.search.make_strategy` knows; ``config``: its config,
+        default its own) over the choices for ``budget`` samples through the search runner. ``start`` (a choice
+        per group): told first (a warm start), and Post and its family start anchored on it (``init="speed"``
+        over :meth:`space`'s homes)."""
         from dataclasses import replace
 
         from postplace.search import Budget, PostConfig, make_strategy, run
         from postplace.search.origins import origin_stats
 
         space = self.space(start)
-        config = getattr(make_strategy(strategy, space), "config", None)
+        if config is None:
+            config = getattr(make_strategy(strategy, space), "config", None)
         if start is not None and isinstance(config, PostConfig):
             config = replace(config, init="speed")
-        chosen = make_strategy(strategy, space, seed=seed, config=config if start is not None else None)
+        chosen = make_strategy(strategy, space, seed=seed, config=config)
         warm = None if start is None else np.asarray(start, dtype=np.int64)
         found = run(chosen, self, Budget(samples=budget), warm_start=warm)
         if found.interrupted:  # Ctrl-C: the runner stopped; place stops too (its run folder resumes)
