@@ -4,7 +4,10 @@
 * the warm start's own op-level placement, when there is one;
 * data parallelism, the GPipe-style pipeline, the best single device and the memory-aware one-shot
   placers (:data:`CANDIDATE_PLACERS`), each under the same pins and exclusions, judged by the same
-  evaluator.
+  evaluator;
+* where plans are simulated: the practitioner plans (:func:`plan_candidates`), Post's search over per-unit
+  plans from the fastest uniform one (:func:`hybrid_candidate`, its record ``plan_search``) and the 3D grid's
+  best (:func:`grid_candidate`).
 
 The fastest feasible one is returned (ties: that order), and ``returned`` names it.
 """
