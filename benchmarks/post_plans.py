@@ -40,9 +40,25 @@ def strategy_of(text: str, space):
     if not sets:
         return name, None
     config = make_strategy(name, space).config
-    kinds = {f.name: type(getattr(config, f.name)) for f in fields(config)}
-    values = dict(kv.split("=") for kv in sets.split(","))
-    return name, replace(config, **{k: kinds[k](v) for k, v in values.items()})
+    known = {f.name: getattr(config, f.name) for f in fields(config)}
+
+    def value(key: str, text: str):
+        if key not in known:
+            raise SystemExit(f"--strategies {name}: no field '{key}' (its fields: {', '.join(known)})")
+        default = known[key]
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise SystemExit(f"--strategies {name}: {key} takes true or false, not '{text}'")
+            return text.lower() == "true"
+        if default is None or isinstance(default, (int, float)):
+            number = float(text)
+            return int(number) if isinstance(default, int) and number.is_integer() else number
+        return text
+
+    pairs = [kv.split("=", 1) for kv in sets.split(",")]
+    if any(len(kv) != 2 for kv in pairs):
+        raise SystemExit(f"--strategies {text}: give NAME:KEY=VALUE,KEY=VALUE")
+    return name, replace(config, **{k: value(k, v) for k, v in pairs})
 
 
 def row(spec: str, budget: int, seeds: int, groups: int, strategies, from_best: bool) -> None:

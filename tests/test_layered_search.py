@@ -93,6 +93,29 @@ def test_the_space_reaches_below_the_grids_uniform_recomputation():
     assert found.search.origins[0] == "warm"  # the base, told first
 
 
+def test_ctrl_c_in_the_search_stops_it(monkeypatch):
+    """Ctrl-C in a batch of the search over per-block choices propagates (place --layered stops), instead of
+    the runner's interrupted result being taken for an answer."""
+    from postplace.search import runner
+
+    cluster = load_cluster("dgx8")
+    plain, full = stack(6)
+    devices = gpus(cluster, 2)
+    spec = replace(parse_plan("ddp:pp=2,m=4,schedule=1f1b"), recompute=True)
+    space = layered_space(estimate_plan(full, cluster, spec, devices), spec, plain, full, devices)
+    one_batch, calls = runner._one_batch, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return one_batch(*args)
+
+    monkeypatch.setattr(runner, "_one_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        search_plan(space, cluster, strategy="post", samples=96, seed=0)
+
+
 def test_blocks_per_stage_as_a_plan_option():
     from postplace.placers.practitioner import plan_words
 

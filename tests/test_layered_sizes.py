@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -158,8 +159,16 @@ def test_sizes_that_do_not_match_the_plan_are_one_line(mixed, whole_at):
             ),
             "names H100, which none of its GPUs is",
         ),
-        (lambda: plan_step(sized, cluster, parse_plan("ddp:m=8"), gpus), "a plan without mbs= runs one size"),
+        (lambda: plan_step(sized, cluster, parse_plan("ddp:m=8"), gpus), "a plan without mbs= runs the step"),
         (lambda: apply_plan(sized, parse_plan("ddp:m=8"), 8), "give the plan its mbs="),
+        (
+            lambda: apply_plan(
+                replace(sized, metadata={**sized.metadata, SIZES_KEY: [3, 3, 1, 1]}),
+                parse_plan(f"ddp:m=8,mbs={A100}:3/{V100}:1"),
+                8,
+            ),
+            "names 4 micro-batches and the step has 8",
+        ),
     ):
         with pytest.raises(PostplaceError, match=says) as info:
             call()

@@ -347,6 +347,8 @@ def search_plan(
     evaluator = LayeredEvaluator(space, cluster)
     base = np.zeros(space.space.num_units, dtype=np.int64) if start is None else np.asarray(start, dtype=np.int64)
     found = run(chosen, evaluator, Budget(samples=samples), warm_start=base, progress=progress)
+    if found.interrupted:  # Ctrl-C: the runner stopped; so does place --layered (no run folder to resume)
+        raise KeyboardInterrupt
     if found.best_placement is None:
         return PlanSearch(None, None, found, chosen.name)
     best = space.decode(found.best_placement)

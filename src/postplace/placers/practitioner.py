@@ -203,8 +203,9 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
 
     if spec.micro_sizes is None and SIZES_KEY in graph.metadata:
         raise PostplaceError(
-            f"plan '{spec}': the step's micro-batches are of several sizes ({graph.metadata[SIZES_KEY]}); a plan "
-            "without mbs= runs one size: give the plan its mbs= or a step traced at one size"
+            f"plan '{spec}': the step was joined from traces at micro-batch sizes {graph.metadata[SIZES_KEY]} "
+            "(sized_step); a plan without mbs= runs the step traced at one size: give the plan its mbs= or trace "
+            "the step at one size"
         )
     if spec.micro_sizes is not None and graph.metadata.get(SIZES_KEY) != _microbatch_sizes(cluster, spec, devices):
         raise PostplaceError(

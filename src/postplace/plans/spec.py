@@ -369,10 +369,15 @@ def apply_plan(graph: OpGraph, spec: PlanSpec, replicas: int, *, bucket_key=None
     PlannedStep
     """
     stamp = graph.metadata.get(SIZES_KEY)
-    if stamp is not None and (spec.micro_sizes is None or len(stamp) != microbatch_count(graph)):
+    if stamp is not None and spec.micro_sizes is None:
         raise PostplaceError(
-            f"plan '{spec}': the step's micro-batches are of several sizes ({stamp}); give the plan its mbs= "
-            "(postplace.placers.practitioner.sized_graph deals them to the replicas)"
+            f"plan '{spec}': the step was joined from traces at micro-batch sizes {stamp} (sized_step); a plan "
+            "without mbs= runs the step traced at one size: give the plan its mbs= or trace the step at one size"
+        )
+    if stamp is not None and len(stamp) != microbatch_count(graph):
+        raise PostplaceError(
+            f"plan '{spec}': the step's size list names {len(stamp)} micro-batches and the step has "
+            f"{microbatch_count(graph)}; join it again with postplace.placers.practitioner.sized_graph"
         )
     if spec.micro_sizes is not None and stamp is None:
         raise PostplaceError(
