@@ -99,7 +99,7 @@ def main() -> None:
         cells = "".join(f" {by[s]['over_best_3d'] or float('nan'):10.4f}" for s in STRATEGIES)
         bests = ", ".join(f"{k} {v}" for k, v in post["new_bests"].items()) or "none"
         print(
-            f"{size:8s} {cluster_name:7s} {c.best_3d.words[:58]:58s} {c.best_3d.step_time_s or float('nan'):8.3f}"
+            f"{size:8s} {cluster_name + ('' if precision == 'bf16' else ' ' + precision):7s} {c.best_3d.words[:58]:58s} {c.best_3d.step_time_s or float('nan'):8.3f}"
             f"{cells} {(mfu or 0) * 100:5.1f}% {bests:24s} {wall:6.1f}"
             + (f" speed cut {_ratio(speed['step_time_s'], c.best_3d.step_time_s)} ({speed['plan']})" if speed else "")
         )
