@@ -421,6 +421,8 @@ def _search(grid: _Grid, strategy: str, seed: int, say):
 
 def _record(found, r, m, space, round_: int) -> dict:
     """One search's record."""
+    from postplace.search.origins import new_bests
+
     return {
         "strategy": found.strategy,
         "round": round_,
@@ -431,7 +433,7 @@ def _record(found, r, m, space, round_: int) -> dict:
         "best": None if found.best is None else str(found.best),
         "best_step_time_s": None if found.result is None else found.result.step_time_s,
         "samples": found.search.samples,
-        "new_bests": _new_bests(found.search.origins, found.search.step_times),
+        "new_bests": new_bests(found.search.origins, found.search.step_times),
         "wall_s": found.search.wall_time_s,
     }
 
@@ -581,11 +583,3 @@ def _write_summary(out, name: str, summary: dict) -> None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(json.dumps(summary, indent=1))
-
-
-def _new_bests(origins: list[str], step_times: list[float]) -> dict[str, int]:
-    """How many samples of each origin beat every earlier one (:func:`postplace.search.origins.origin_stats`:
-    the first feasible sample, the warm start here, counts none), the origins with any."""
-    from postplace.search.origins import origin_stats
-
-    return {k: n for k, n in origin_stats(origins, step_times, None)["new_bests"].items() if n}

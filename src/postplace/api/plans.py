@@ -213,11 +213,9 @@ def _sized(
 def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> None:
     """One line unless ``spec``'s micro-batch sizes per GPU model (``mbs=``) make exactly ``batch`` sequences: each
     replica runs ``m / replicas`` micro-batches of its GPU model's size."""
-    if m % replicas:
-        raise PostplaceError(f"plan '{spec}': m={m} must be a multiple of its {replicas} replicas; give m=j*{replicas}")
-    from postplace.placers.practitioner import replica_sizes
+    from postplace.placers.practitioner import microbatch_sizes
 
-    total = sum(replica_sizes(spec, cluster, devices)) * (m // replicas)
+    total = sum(microbatch_sizes(cluster, replace(spec, microbatches=m), devices))
     if total != batch:
         raise PostplaceError(
             f"plan '{spec}': {replicas} replicas running {m // replicas} micro-batch{'es' * (m // replicas > 1)} "

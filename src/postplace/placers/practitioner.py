@@ -22,10 +22,14 @@ __all__ = [
     "PlanChoices",
     "PlanResult",
     "device_span",
+    "microbatch_sizes",
     "plan_devices",
     "plan_replicas",
     "plan_step",
     "plan_words",
+    "replica_models",
+    "replica_sizes",
+    "sized_graph",
 ]
 
 
@@ -201,13 +205,7 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
     from postplace.plans._step import microbatch_count
     from postplace.sim import Simulator
 
-    if spec.micro_sizes is None and SIZES_KEY in graph.metadata:
-        raise PostplaceError(
-            f"plan '{spec}': the step was joined from traces at micro-batch sizes {graph.metadata[SIZES_KEY]} "
-            "(sized_step); a plan without mbs= runs the step traced at one size: give the plan its mbs= or trace "
-            "the step at one size"
-        )
-    if spec.micro_sizes is not None and graph.metadata.get(SIZES_KEY) != _microbatch_sizes(cluster, spec, devices):
+    if spec.micro_sizes is not None and graph.metadata.get(SIZES_KEY) != microbatch_sizes(cluster, spec, devices):
         raise PostplaceError(
             f"plan '{spec}': the step's micro-batches are not of the sizes its mbs= gives each replica's GPU model; "
             "build it with postplace.placers.practitioner.sized_graph"
@@ -256,18 +254,15 @@ def sized_graph(graph_at, cluster, spec, devices: list[int], *, name: str | None
     of its GPU model's size (:func:`postplace.plans.sized_step`, which names it ``name``)."""
     from postplace.plans import sized_step
 
-    sizes = _microbatch_sizes(cluster, spec, devices)
+    sizes = microbatch_sizes(cluster, spec, devices)
     return sized_step({n: graph_at(n) for n in sorted(set(sizes))}, sizes, name=name)
 
 
-def _microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
-    """Each micro-batch's sequences under ``spec``'s ``mbs=`` on ``devices``, in micro-batch order."""
+def microbatch_sizes(cluster, spec, devices: list[int]) -> list[int]:
+    """Each micro-batch's sequences under ``spec``'s ``mbs=`` on ``devices``, in micro-batch order (replica r's
+    ``m / replicas`` in a row); one line where m is not a multiple of the replicas (or :func:`replica_sizes`
+    refuses)."""
     each = replica_sizes(spec, cluster, devices)
-    models = {cluster.devices[d].model for d in devices}
-    if extra := sorted({model for model, _ in spec.micro_sizes} - models):
-        raise PostplaceError(
-            f"plan '{spec}': mbs= names {extra[0]}, which none of its GPUs is ({', '.join(sorted(models))})"
-        )
     m = spec.microbatches or len(each)
     if m % len(each):
         raise PostplaceError(
@@ -283,8 +278,13 @@ def replica_models(cluster, devices, tp: int) -> list[set[str]]:
 
 def replica_sizes(spec, cluster, devices) -> list[int]:
     """Each replica's sequences per micro-batch under ``spec``'s ``mbs=``; one line for a tensor group of two GPU
-    models (it runs one size) or a model ``mbs=`` does not name."""
+    models (it runs one size), a model ``mbs=`` does not name, or one it names that none of ``devices`` is."""
     sizes = dict(spec.micro_sizes)
+    models = {cluster.devices[d].model for d in devices}
+    if extra := sorted(set(sizes) - models):
+        raise PostplaceError(
+            f"plan '{spec}': mbs= names {extra[0]}, which none of its GPUs is ({', '.join(sorted(models))})"
+        )
     out = []
     for models in replica_models(cluster, devices, spec.tensor or 1):
         if len(models) > 1:
@@ -646,7 +646,7 @@ class PlanChoices:
         from dataclasses import replace
 
         from postplace.search import Budget, PostConfig, make_strategy, run
-        from postplace.search.origins import origin_stats
+        from postplace.search.origins import new_bests
 
         space = self.space(start)
         if config is None:
@@ -658,14 +658,13 @@ class PlanChoices:
         found = run(chosen, self, Budget(samples=budget), warm_start=warm)
         if found.interrupted:  # Ctrl-C: the runner stopped; place stops too (its run folder resumes)
             raise KeyboardInterrupt
-        counts = origin_stats(found.origins, found.step_times, None)["new_bests"]
         choice = None if found.best_placement is None else tuple(int(x) for x in found.best_placement)
         return ChoiceSearch(
             found.best_step_time,
             choice,
             found.best_sample + 1,
             found.samples,
-            {k: n for k, n in counts.items() if n},
+            new_bests(found.origins, found.step_times),
             tuple(found.origins),
             tuple(float(t) for t in found.step_times),
         )

@@ -14,7 +14,7 @@ import math
 
 from postplace.search.strategy import ORIGINS
 
-__all__ = ["history_origin_stats", "origin_stats", "with_candidate"]
+__all__ = ["history_origin_stats", "new_bests", "origin_stats", "with_candidate"]
 
 COUNTED = tuple(o for o in ORIGINS if o != "probe")
 """The origins whose new bests are counted after the probe (each present in every record, 0 or more)."""
@@ -84,6 +84,12 @@ def origin_stats(origins: list[str], step_times: list[float], lower_bound: float
         "new_bests": new_bests,
         "gap_closed": {k: (g / gap if gap is not None and gap > 0 else None) for k, g in gains.items()},
     }
+
+
+def new_bests(origins: list[str], step_times: list[float]) -> dict[str, int]:
+    """How many samples of each origin beat every earlier one (:func:`origin_stats`; with no probe the first
+    feasible sample, a warm start, counts none), the origins with any."""
+    return {k: n for k, n in origin_stats(origins, step_times, None)["new_bests"].items() if n}
 
 
 def history_origin_stats(rows: list[dict], lower_bound: float | None) -> dict:
