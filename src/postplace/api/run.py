@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -162,8 +164,6 @@ def _search_and_answer(
 ) -> PlaceResult:
     """Write the run folder, weigh the one-shot candidates, run the halving's rounds (``sizes``: how many
     counts each keeps) over ``budget``, answer."""
-    from postplace.search import Budget, run
-    from postplace.search.checkpoint import CHECKPOINT
 
     counts = sorted(arms)
     if out is not None:  # every count's constraints and warm start passed: a bad flag writes nothing
@@ -199,6 +199,31 @@ def _search_and_answer(
             arm.problem, [k for k in arm.oneshot if k.plan], pins=settings.pins, exclude=settings.exclude
         )
     recorded = read_plans(out, counts, sizes) if out is not None and resume and over_m else []
+    # without a run folder each count's search still continues from its checkpoint at every round, in a
+    # scratch folder: a search started again would spend the earlier rounds' samples twice, and its batches
+    # would be cut where they are not in a run with a folder, so the same seed would answer differently
+    scratch = Path(tempfile.mkdtemp(prefix="postplace-search-")) if out is None else None
+    try:
+        rounds = _rounds(settings, arms, c, budget, sizes, recorded, scratch, out=out, progress=progress, ray=ray)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    res = _answer(
+        settings, arms, rounds, c, out, t0, over_m=over_m, confirm_k=confirm_k, ray=ray, confirm_with=confirm_with
+    )
+    if out is not None:
+        res.save(out)
+        record_start(out, settings, res.summary)
+    return res
+
+
+def _rounds(settings: RunSettings, arms: dict, c, budget, sizes, recorded, scratch, *, out, progress, ray) -> list:
+    """The halving's rounds: each count still in searches on to its share of the budget, resumed from its
+    folder's checkpoint (``scratch``'s when the run has none); the counts each round kept."""
+    from postplace.search import Budget, run
+    from postplace.search.checkpoint import CHECKPOINT
+
+    counts, over_m = sorted(arms), settings.over_m
     meta = {"settings_checksum": settings.checksum()}
     spent = dict.fromkeys(counts, 0.0)
     alive = list(counts)
@@ -222,8 +247,9 @@ def _search_and_answer(
             if progress and over_m:
                 print(f"m = {m}: round {r + 1} of {len(sizes)}, up to {share.describe()}", file=sys.stderr, flush=True)
             strat = build_strategy(settings, arm.problem.space)
-            again = arm.folder is not None and (arm.folder / CHECKPOINT).exists()  # else: killed before its first
-            warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)  # checkpoint
+            folder = arm.folder if scratch is None else scratch / f"m{m}"
+            again = (folder / CHECKPOINT).exists()  # else: killed before its first checkpoint
+            warm = None if arm.warm_ops is None else arm.problem.grouping.collapse(arm.warm_ops)
             # one count's actors at a time: a second evaluator's would wait for CPUs the first holds
             judge = arm.judge if ray is None else ray_evaluator(ray, settings, arm.target, c, arm.problem)
             try:
@@ -231,7 +257,7 @@ def _search_and_answer(
                     strat,
                     judge,
                     share,
-                    out_dir=arm.folder,
+                    out_dir=folder,
                     resume=again,
                     progress=progress,
                     warm_start=warm,
@@ -244,13 +270,7 @@ def _search_and_answer(
             arm.strategy = strat
             if arm.result.interrupted:
                 raise KeyboardInterrupt
-    res = _answer(
-        settings, arms, rounds, c, out, t0, over_m=over_m, confirm_k=confirm_k, ray=ray, confirm_with=confirm_with
-    )
-    if out is not None:
-        res.save(out)
-        record_start(out, settings, res.summary)
-    return res
+    return rounds
 
 
 def _arm(settings: RunSettings, m: int, tgt: Target, c, folder: Path | None, *, resume: bool, over_m: bool) -> _Arm:
