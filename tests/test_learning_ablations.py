@@ -157,3 +157,32 @@ def test_local_after_holds_the_moves_back_until_that_many_samples_were_told(name
         told += len(p)
     assert all("local" not in o for t, o in origins if t < 32)
     assert all("local" in o for t, o in origins if t >= 32)
+
+
+def test_ppo_learns_from_local_moves_only_when_asked_each_move_against_the_others():
+    """A batch after the first: its local moves each redraw one decision of the incumbent, the one moving
+    decision 4 is the best, and the policy's own samples all tie. With ppo_local the PPO step raises the
+    probability of that move's value (judged against the other moves alone); without it the policy learns
+    nothing from a batch whose own samples tie."""
+    got = {}
+    for ppo_local in (False, True):
+        cfg = PostConfig(init="uniform", batch_size=8, ce_every=800, use_ce=False, ppo_local=ppo_local)
+        s = make_strategy("post", SPACE, seed=5, config=cfg)
+        p = s.ask(8)
+        s.tell(p, np.arange(1.0, 9.0), np.ones(len(p), dtype=bool))  # the incumbent: the first placement
+        incumbent = s.local.best_placement
+        value = (incumbent[4] + 1) % D
+        before = s.policy.probs()[4, value]
+        p = s.ask(8)
+        local = np.flatnonzero(np.array(s.last_origins) == "local")
+        assert local.size >= 2
+        for j, row in enumerate(local):  # move j redraws decision 4 + j (mod G) to the next device
+            p[row] = incumbent
+            p[row, (4 + j) % G] = (incumbent[(4 + j) % G] + 1) % D
+        t = np.full(len(p), 3.0)
+        t[local] = 5.0
+        t[local[0]] = 0.5
+        s.tell(p, t, np.ones(len(p), dtype=bool))
+        got[ppo_local] = s.policy.probs()[4, value] - before
+    assert got[False] == pytest.approx(0.0, abs=1e-12)
+    assert got[True] > 0.01, got

@@ -135,6 +135,9 @@ class PostConfig(LocalSettings):
         (default 2, >= 0).
     elite_local : bool
         The local moves' samples join the cross-entropy window (default False: an ablation).
+    ppo_local : bool
+        PPO learns from the local moves' samples too, each move against the batch's other moves (default
+        False: an ablation).
     use_ce, use_ppo : bool
         Run the cross-entropy steps, the PPO steps (False: the ``ppo``, ``ce`` ablations).
     local_fraction, local_units : float
@@ -247,6 +250,13 @@ class PostConfig(LocalSettings):
     neighbourhood, and on the paper's pairs Post with it is 1.15% behind ``local`` (median; the default
     0.76%), 3.2% on NMT-2 ``k80x4`` (RESULTS.md, issue 32 item 5); on small instances it was measured
     before (the module docstring)."""
+    ppo_local: bool = False
+    """PPO learns from the local moves' samples too, their advantages normalised among the batch's moves
+    alone, so a move is judged against the other moves of the same incumbent and the decisions a move leaves
+    as they are cancel out of the gradient: the policy learns which redraws pay, and the moves draw their
+    values from it. An ablation, not the default: on the paper's pairs Post with it is 0.87% behind ``local``
+    (median, 3 seeds; the default 0.76%), 1.60% with ``local_pick="policy"`` as well (RESULTS.md, issue 32
+    item 5)."""
     use_local: bool = True
     """Make local moves (:class:`postplace.search.local.LocalSettings`; the other two fields, share and
     size, are there too). On for Post: the recorded sweep chose its other defaults with them; False is
@@ -459,10 +469,18 @@ class PostStrategy:
             self.recent_scores.append(score[own:][exact])
             self.recent_feasible.append(feasible[own:][exact])
 
+        extra = None
+        if cfg.ppo_local and own < len(raw):
+            moved = self._decisions_of(raw[own:])
+            exact = np.ones(len(moved), dtype=bool)
+            if self.layers is not None:
+                exact = (self.layers.expand(moved) == raw[own:]).all(axis=1)
+            moved = moved[exact]
+            extra = (moved, normalized_advantage(-np.sqrt(score[own:][exact])), self.policy.log_prob(moved))
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()
         elif cfg.use_ppo:
-            self._ppo_step(decisions, score[:own], old_log_prob)
+            self._ppo_step(decisions, score[:own], old_log_prob, extra)
         if not cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._forget_recent()
 
@@ -485,8 +503,12 @@ class PostStrategy:
         prior = anchored_prior(self.decisions, home, weight)
         self.policy.logits = CategoricalPolicy(self.decisions.allowed, prior).logits
 
-    def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray) -> None:
+    def _ppo_step(self, placements: np.ndarray, score: np.ndarray, old_log_prob: np.ndarray, extra=None) -> None:
         advantage = normalized_advantage(-np.sqrt(score))
+        if extra is not None and len(extra[0]):
+            placements = np.concatenate([placements, extra[0]])
+            advantage = np.concatenate([advantage, extra[1]])
+            old_log_prob = np.concatenate([old_log_prob, extra[2]])
         if not advantage.any():
             return
         for _ in range(self.config.ppo_epochs):
