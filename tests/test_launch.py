@@ -528,6 +528,14 @@ def test_bad_input_is_one_line_before_any_process_starts(run_folder, tmp_path, m
     summary = json.loads((folder / "summary.json").read_text())
     (folder / "summary.json").write_text(json.dumps({**summary, "returned_plan": "fsdp:m=2,dp=1,pp=2"}))
     assert "simulated only" in _bad("launch", folder)
+    for bad in ("bogus", 5, ["ddp"]):  # a damaged summary names the file and the field, not a --plan flag
+        (folder / "summary.json").write_text(json.dumps({**summary, "returned_plan": bad}))
+        line = _bad("launch", folder)
+        assert "summary.json: returned_plan" in line and "--plan" not in line, line
+    layered = tmp_path / "layered"
+    layered.mkdir()
+    (layered / "layered.json").write_text("{}")
+    assert "place --layered folder" in _bad("launch", layered)
     (folder / "summary.json").write_text(json.dumps({**summary, "target_spec": {"kind": "module"}}))
     assert "not a zoo model" in _bad("launch", folder)
     assert "--steps 0" in _bad("launch", run_folder, "--steps", "0")

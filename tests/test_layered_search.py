@@ -126,7 +126,7 @@ def test_blocks_per_stage_as_a_plan_option():
     assert runs.recompute_units == ("blocks.0", "blocks.1", "blocks.2", "blocks.3", "blocks.7")
     assert str(runs) == "fsdp:m=8,recompute=blocks.0-3/blocks.7"
     for text, match in [
-        ("ddp:stages=3/4", "give pp=P too"),
+        ("ddp:stages=3/4", "give pp=P with P >= 2"),
         ("ddp:pp=2,stages=7", "give 2 counts"),
         ("ddp:pp=2,stages=0/7", "at least one each"),
         ("ddp:pp=2,schedule=interleaved-2,stages=3/4", "cuts the blocks evenly"),

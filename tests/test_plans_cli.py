@@ -45,7 +45,7 @@ def test_plan_table():
         (["--plan", "ddp+"], "only '+recompute'"),
         (["--plan", "zero3"], "unknown plan 'zero3'"),
         (["--plan", "ddp:m=3"], "m=3 is not a multiple of its 2 replicas"),
-        (["--plan", "ddp:m=4"], "pick m dividing 2"),
+        (["--plan", "ddp:m=4"], "m=4 does not divide the batch of 2"),
         (["--plan", "ddp:dp=3"], "dp=3 needs 3 GPUs"),
         (["--plan", "ddp", "--pin", "^mm$=gpu1"], "--pin puts it on gpu1"),
         (["--plan", "ddp", "--exclude", "gpu0", "--exclude", "gpu1"], "no GPU left"),
@@ -56,6 +56,36 @@ def test_plan_table():
 def test_bad_plans_are_one_line(args, words, capsys):
     line = cli_error(["simulate", "gpt2", "--size", "small", "--cluster", "k80x2", *args], capsys)
     assert words in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [  # llama small has 2 blocks; gpt2 small ties its embedding to its head; resnet50 small has batch norm
+        (["llama", "--size", "small@8", "--cluster", "k80x4", "--plan", "ddp:pp=4,m=4"], "stage 1 without a layer"),
+        (["llama", "--size", "small@8", "--cluster", "k80x4", "--plan", "fsdp:pp=2,m=2,schedule=gpipe"], "FSDP inside"),
+        (["llama", "--size", "small@8", "--cluster", "k80x4", "--plan", "ddp:pp=2,m=2,shard=root"], "FSDP inside"),
+        (["gpt2", "--size", "small@8", "--cluster", "k80x4", "--plan", "ddp:pp=2,m=4", "--layered"], "schedule=gpipe"),
+        (
+            ["gpt2", "--size", "small", "--cluster", "k80x4", "--plan", "ddp"],
+            "give dp=K with K dividing 2 (e.g. ddp:dp=2)",
+        ),
+        (["resnet50", "--size", "small", "--cluster", "k80x4", "--plan", "ddp:dp=2"], "needs 2 or more samples"),
+        (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:m=" + "9" * 5000], "a number of 5000 digits"),
+        (["gpt2", "--size", "small@" + "9" * 5000, "--cluster", "k80x2", "--plan", "ddp"], "the batch after '@'"),
+        (["gpt2", "--size", "small@\uff11\uff16", "--cluster", "k80x2", "--plan", "ddp"], "the batch after '@'"),
+        (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:m=2,m=2"], "m= is given twice"),
+        (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:pp=1,schedule=gpipe"], "pp=P with P >= 2"),
+        (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:recompute=blocks.0/blocks.0"], "twice"),
+    ],
+)
+def test_plans_no_step_can_run_and_numbers_past_any_limit_are_one_line(args, words, capsys):
+    """A review's finds: a pipeline deeper than the blocks was simulated with an idle stage (and launched), FSDP
+    in a pipeline was priced at the op level by GPipe and refused elsewhere, the layered estimate priced a 1F1B
+    the op level refuses, a 5000-digit count was an internal error, a default m the batch does not split named
+    the wrong fix, and torch's batch norm message leaked."""
+    line = cli_error(["simulate", *args], capsys)
+    assert words in line, line
+    assert "internal error" not in line and len(line) < 700
 
 
 def test_a_plan_that_wins_is_returned_reported_and_timed_again(tmp_path):

@@ -153,7 +153,7 @@ def test_pipeline_plan_words_and_bad_input():
     from postplace.plans import parse_plan
 
     assert str(parse_plan("ddp:pp=2,m=8")) == "ddp:m=8,pp=2,schedule=1f1b"
-    with pytest.raises(PostplaceError, match="give pp=P too"):
+    with pytest.raises(PostplaceError, match="give pp=P with P >= 2"):
         parse_plan("ddp:schedule=1f1b")
     with pytest.raises(PostplaceError, match="pp=8 needs 8 GPUs"):
         from postplace.placers.practitioner import plan_devices

@@ -135,7 +135,7 @@ def test_sp_reads_and_writes_as_users_write_it():
     [
         ("ddp:sp", "give tp=T with T >= 2"),
         ("ddp:tp=1,sp", "give tp=T with T >= 2"),
-        ("ddp:tp=2,sp,sp", "each once"),
+        ("ddp:tp=2,sp,sp", "sp is given twice"),
     ],
 )
 def test_sp_without_a_tensor_group_is_one_line(text, match):

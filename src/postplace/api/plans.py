@@ -77,6 +77,8 @@ def simulate_plan(
         )
     if m % k:
         raise PostplaceError(f"plan '{spec}': m={m} is not a multiple of its {k} replicas; give m=j*{k}")
+    if probe.spec.get("kind") == "zoo" and spec.micro_sizes is None:
+        _check_split(spec, target, size, m, k)
     if spec.micro_sizes is not None:
         graph = _sized(target, probe, c, spec, devices, m, k, size, optimizer, lr, precision, microbatch_colocation)
     elif m == 1 or traced_m is not None:
@@ -208,6 +210,27 @@ def _sized(
     except PostplaceError as exc:
         said = str(exc)
         raise PostplaceError(said if said.startswith(f"plan '{spec}'") else f"plan '{spec}': {said}") from None
+
+
+def _check_split(spec, target: str, size: str, m: int, replicas: int) -> None:
+    """One line unless the zoo model's batch splits into the plan's ``m`` micro-batches, saying what to change:
+    a plan without m= runs one micro-batch per replica, so fewer replicas (dp=K) is the fix there."""
+    from postplace import zoo
+
+    batch = int(zoo.spec(target).config(size)["batch"])
+    if batch % m == 0:
+        return
+    fits = [d for d in range(replicas, 0, -1) if batch % d == 0 and d > 1]
+    if spec.microbatches is None:
+        hint = f"give dp=K with K dividing {batch}" + (f" (e.g. {spec.level}:dp={fits[0]})" if fits else "")
+        raise PostplaceError(
+            f"plan '{spec}' runs one micro-batch per replica by default, {m} here, and the batch of {batch} does not "
+            f"split into {m}; {hint}, or a larger batch (--size SIZE@N)"
+        )
+    raise PostplaceError(
+        f"plan '{spec}': m={m} does not divide the batch of {batch}; give an m dividing {batch} that is a multiple "
+        f"of the replicas (dp=K for fewer of them), or a larger batch (--size SIZE@N)"
+    )
 
 
 def _check_batch(spec, cluster, devices, batch: int, m: int, replicas: int) -> None:

@@ -516,6 +516,11 @@ def _explain(label: str, exc: Exception) -> str:
             "make branches and loop counts depend on shapes or config only (use torch.where for "
             "value-dependent choices), or import a profiled graph file instead"
         )
+    if "Expected more than 1 value per channel when training" in msg:  # torch's batch norm on one sample
+        return (
+            f"cannot trace {label}{where}: a batch norm layer computes its statistics over each micro-batch and "
+            "needs 2 or more samples in each; use fewer micro-batches (or fewer replicas) or a larger batch"
+        )
     return (
         f"cannot trace {label}{where}: {type(exc).__name__}: {msg[:200]}; check that the step runs "
         "eagerly on CPU with these inputs, or import a profiled graph file instead"

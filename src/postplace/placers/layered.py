@@ -127,6 +127,8 @@ class UnitCosts:
     micro_size : int
         Sequences per micro-batch they were measured at, where a plan gives each GPU model its own (``mbs=``;
         :func:`measured_sizes`); 0: not said (the plan's one size).
+    tied : bool
+        The embedding's table is the head's too (GPT-2): :func:`postplace.plans._step.tied_embedding`.
     """
 
     names: tuple[str, ...]
@@ -152,6 +154,7 @@ class UnitCosts:
     by_model: tuple[tuple[str, UnitCosts], ...] = ()
     sequence: bool = False
     micro_size: int = 0
+    tied: bool = False
 
     def on(self, model: str) -> UnitCosts:
         """These units as measured on GPUs of ``model``; one line when they were not."""
@@ -219,6 +222,7 @@ def measure_units(
         microbatch_count,
         numbered_units,
         parameter_ops,
+        tied_embedding,
         traced_name,
         units,
     )
@@ -340,6 +344,7 @@ def measure_units(
         selective=selective,
         model=cluster.devices[d0].model,
         sequence=spec.sequence,
+        tied=tied_embedding(graph),
     )
 
 
@@ -511,6 +516,12 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
+    if pp > 1 and costs.tied and spec.schedule != "gpipe":
+        raise PostplaceError(  # as the op level refuses it (plans.schedule): its stages would not form a chain
+            f"plan '{spec}': the embedding's table is the output head's too, read on the first stage and the last, "
+            "so 1F1B's stages do not form a chain (plans do not model Megatron-LM's copy of a tied embedding); "
+            "use schedule=gpipe"
+        )
     if level in ("fsdp", "zero2") and pp > 1:  # DeepSpeed and Megatron-LM run pipelines with ZeRO-1 at most
         raise PostplaceError(
             f"plan '{spec}': {level.upper().replace('ZERO2', 'ZeRO-2')} inside a pipeline is not priced by the "
@@ -941,6 +952,7 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         by_model=tuple((m, repeat_blocks(c, layers)) for m, c in costs.by_model),
         sequence=costs.sequence,
         micro_size=costs.micro_size,
+        tied=costs.tied,
     )
 
 

@@ -210,6 +210,12 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
             f"plan '{spec}': the step's micro-batches are not of the sizes its mbs= gives each replica's GPU model; "
             "build it with postplace.placers.practitioner.sized_graph"
         )
+    if spec.pipeline and (spec.level == "fsdp" or spec.shard is not None):
+        raise PostplaceError(
+            f"plan '{spec}': FSDP inside a pipeline (fsdp, or shard=, with pp) is neither simulated nor launched "
+            "(the layered estimate and the grid leave it out too: its gathers of the embedding and head cross the "
+            "stages); use zero1 or ddp with pp"
+        )
     stage, key = None, None
     if spec.pipeline:  # each stage all-reduces its own gradients, over its GPUs in every replica
         slots = len(devices) // spec.pipeline
@@ -360,7 +366,15 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
     stage = np.array(
         [unit_stage.get(unit[i], at[i]) if at[i] >= 0 else -1 for i in range(graph.num_ops)], dtype=np.int64
     )
-    return _chained(graph, stage, unit)
+    stage = _chained(graph, stage, unit)
+    idle = sorted(set(range(pp * v)) - set(stage[(stage >= 0) & (graph.phase == 0)].tolist()))
+    if idle:  # a stage with no layer: its GPUs would sit in the plan doing nothing, and launch would skip them
+        numbered = numbered_units(graph)
+        raise PostplaceError(
+            f"plan '{spec}': pp={pp}{f' x {v} chunks' if v > 1 else ''} leaves stage {idle[0]} without a layer: "
+            f"'{graph.name}' has {len(numbered)} blocks, too few to cut into {pp * v}; lower pp"
+        )
+    return stage
 
 
 def _chained(graph, stage: np.ndarray, unit: list[str]) -> np.ndarray:

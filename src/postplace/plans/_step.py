@@ -87,3 +87,17 @@ def parameter_ops(graph: OpGraph) -> np.ndarray:
         [n.startswith("param:") or t == "parameter" for n, t in zip(graph.names, graph.op_types, strict=True)],
         dtype=bool,
     )
+
+
+def tied_embedding(graph: OpGraph) -> bool:
+    """A parameter the forward reads both by an embedding lookup and by another op (GPT-2's token table, which
+    its output head multiplies by): a pipeline has it on its first stage and its last."""
+    param = parameter_ops(graph)
+    types = np.asarray(graph.op_types)
+    src, dst = graph.edge_src, graph.edge_dst
+    read = param[src] & (graph.phase[dst] == 0)
+    for p in np.unique(src[read]).tolist():
+        kinds = set(types[dst[read & (src == p)]].tolist())
+        if "embedding" in kinds and len(kinds) > 1:
+            return True
+    return False

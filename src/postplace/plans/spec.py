@@ -192,6 +192,11 @@ def parse_plan(text: str) -> PlanSpec:
     """
     if not isinstance(text, str) or not text.strip():
         raise PostplaceError(f"--plan is empty; {_HOW}")
+    if long := re.search(r"[0-9]{10,}", text):
+        shown = text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+        raise PostplaceError(
+            f"--plan '{shown}': a number of {len(long.group())} digits; every count in a plan is at most 4096"
+        )
     head, _, tail = text.strip().partition(":")
     parts = head.split("+")
     level, extras = parts[0], parts[1:]
@@ -208,7 +213,10 @@ def parse_plan(text: str) -> PlanSpec:
         match = (
             _OPTION.match(opt) or _UNITS.match(opt) or _SCHEDULE.match(opt) or _STAGES.match(opt) or _SIZES.match(opt)
         )
-        if not match or match.group(1) in options:
+        key = "sp" if opt == "sp" else match.group(1) if match else opt.partition("=")[0]
+        if key in options:
+            raise PostplaceError(f"--plan '{text}': {key}{'=' * (key != 'sp')} is given twice; give it once")
+        if not match:
             raise PostplaceError(
                 f"--plan '{text}': option '{opt}' is not m=M, dp=K, tp=T, sp, pp=P, schedule=S, "
                 f"shard=U/U, recompute=U/U, selective=U/U, stages=B/B or mbs=GPU:N/GPU:N (each once); {_HOW}"
@@ -225,6 +233,10 @@ def parse_plan(text: str) -> PlanSpec:
         if match.re is _UNITS:
             names = match.group(2).split("/")
             options[match.group(1)] = () if names == ["none"] else _expanded(names, text)
+            if twice := sorted({u for u in options[match.group(1)] if options[match.group(1)].count(u) > 1}):
+                raise PostplaceError(
+                    f"--plan '{text}': {match.group(1)}= names unit '{twice[0] or 'root'}' twice; name each unit once"
+                )
             continue
         value = int(match.group(2))
         if not 1 <= value <= 4096:
@@ -252,13 +264,13 @@ def parse_plan(text: str) -> PlanSpec:
             f"--plan '{text}': mbs= gives each GPU model its micro-batch size, and a pipeline's stages run one; "
             "drop pp or mbs"
         )
-    if "schedule" in options and "pp" not in options:
-        raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P too")
+    if "schedule" in options and (options.get("pp") or 1) < 2:
+        raise PostplaceError(f"--plan '{text}': schedule= orders a pipeline's stages; give pp=P with P >= 2")
     units = options.get("recompute")
     pp, tp = options.get("pp"), options.get("tp")
     if (stages := options.get("stages")) is not None:
         if not pp or pp < 2:
-            raise PostplaceError(f"--plan '{text}': stages= gives a pipeline's blocks per stage; give pp=P too")
+            raise PostplaceError(f"--plan '{text}': stages= gives a pipeline's blocks per stage; give pp=P with P >= 2")
         if len(stages) != (pp or 1) or min(stages) < 1:
             raise PostplaceError(
                 f"--plan '{text}': stages= gives each of the pp={pp} stages its blocks, at least one each; "

@@ -1149,6 +1149,12 @@ def _run_target(folder: Path) -> tuple[dict, dict, Path]:
     if not folder.is_dir():
         raise PostplaceError(f"{folder}: no such run folder (postplace place ... --out FOLDER writes one)")
     placement = folder / "placement.json"
+    if not placement.is_file() and (folder / "layered.json").is_file():
+        raise PostplaceError(
+            f"{folder}: a place --layered folder (layered.json): its plan was priced by the layered estimate and has "
+            "no placement of the traced step to launch; run place without --layered for a launchable answer, or "
+            "launch the plan with postplace.runtime.launcher.launch_plan on a traced step"
+        )
     if not placement.is_file():
         raise PostplaceError(
             f"{folder}: no placement.json; launch a folder that postplace place finished "
@@ -1188,7 +1194,13 @@ def run_folder(folder: str | Path) -> dict:
         from postplace.runtime.ddp import launchable
         from postplace.runtime.tensor import launchable_tensor
 
-        p = parse_plan(plan)
+        try:
+            p = parse_plan(plan)
+        except PostplaceError:
+            raise PostplaceError(
+                f"{folder}/summary.json: returned_plan {str(plan)[:80]!r} is not a plan's name; "
+                "run postplace place again"
+            ) from None
         if not (launchable(p) or p.pipeline or launchable_tensor(p)) or not p.microbatches:
             raise PostplaceError(
                 f"{folder}: the returned plan is '{plan}'; launch runs op-level placements and "

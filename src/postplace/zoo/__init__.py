@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,9 +102,10 @@ class ModelSpec:
         """
         base, at, batch = size.partition("@")
         if at:
-            if not batch.isdigit() or not 1 <= int(batch) <= MAX_BATCH:
+            if not re.fullmatch(r"[0-9]{1,9}", batch) or not 1 <= int(batch) <= MAX_BATCH:  # ASCII digits only
+                shown = size if len(size) <= 40 else f"{size[:30]}... ({len(size)} characters)"
                 raise PostplaceError(
-                    f"size '{size}' of model '{self.name}': the batch after '@' must be a whole "
+                    f"size '{shown}' of model '{self.name}': the batch after '@' must be a whole "
                     f"number from 1 to {MAX_BATCH} (e.g. 7b@512)"
                 )
             return {**self.config(base), "batch": int(batch)}
