@@ -1152,6 +1152,9 @@ def place(
                 raise PostplaceError("place needs a TARGET (a graph file or a zoo model name), or --resume DIR")
             size = _with_batch(size, batch)
             out = out or default_out(target, cluster, strategy, seed)
+            from postplace.search import Budget
+
+            Budget.parse(budget)  # a bad budget is one line before the header that echoes it
             if not as_json:
                 console.print(
                     f"placing {target} on {cluster}: {strategy}, budget {budget}, seed {seed} -> {out}", highlight=False
