@@ -249,3 +249,17 @@ def test_compare_has_the_plans_rows(tmp_path):
     rep = postplace.compare(tmp_path / "g.json", "k80x2", strategies="zero2", budget=8, seeds=1, out=tmp_path / "f")
     (row,) = rep["rows"]
     assert row["best_step_time_s"] is None and "traced again" in row["note"]
+
+
+def test_a_plan_on_the_gpus_that_have_its_precision_is_priced_the_others_still_refuse():
+    """bf16 on ``mixed``'s A100s: the V100s lack bf16 units, and a plan that leaves them out ran into that error
+    (op level and layered); a plan over all eight still names the V100 in one line."""
+    a100s = ["--exclude", "gpu4", "--exclude", "gpu5", "--exclude", "gpu6", "--exclude", "gpu7"]
+    base = ["simulate", "llama", "--size", "small@24", "--cluster", "mixed", "--precision", "bf16"]
+    for args in (["--plan", "ddp:dp=4"], ["--plan", "ddp", *a100s], ["--plan", "ddp", *a100s, "--layered"]):
+        r = run_cli(*base, *args, "--json")
+        assert r.returncode == 0, (args, r.stderr)
+        out = json.loads(r.stdout)
+        assert 0 < out["step_time_s"] < float("inf")
+    r = run_cli(*base, "--plan", "ddp")
+    assert r.returncode != 0 and "gpu4 (V100-16GB) has no bf16 units" in r.stderr

@@ -42,11 +42,15 @@ class OpTimes:
         ``bool[n_ops, D]``: whether the time came from a measurement.
     sources : tuple of str
         Per device, one line saying where its times came from.
+    unable : numpy.ndarray, optional
+        ``bool[n_ops, D]``: an inf that says the device cannot compute the op (no peak for its precision on
+        a device the caller will not use: :class:`RooflineCostModel`'s ``priced_devices``), not an overflow.
     """
 
     table: np.ndarray
     measured: np.ndarray
     sources: tuple[str, ...]
+    unable: np.ndarray | None = None
 
 
 class CostModel(Protocol):
@@ -115,12 +119,16 @@ class RooflineCostModel:
         the plain datasheet roofline.
     update : {"foreach", "fused", "traced"}
         The optimizer form a GPU runs the update in.
+    priced_devices : tuple of int, optional
+        The devices that must price every op (None: all). Another device with no peak for an op's
+        precision prices it at inf, so it can never run it: a plan on some GPUs of a cluster whose other
+        GPUs lack the step's precision (bf16 on the A100s of ``mixed``, beside V100s).
 
     Raises
     ------
     PostplaceError
-        From :meth:`op_times`: an op with FLOPs that must be estimated on a device with no peak for its
-        precision is an error, never a guess.
+        From :meth:`op_times`: an op with FLOPs that must be estimated on a device (of ``priced_devices``)
+        with no peak for its precision is an error, never a guess.
 
     Examples
     --------
@@ -138,6 +146,7 @@ class RooflineCostModel:
     allow_other_models: bool = False
     kernels: str = "achieved"
     update: str = "foreach"
+    priced_devices: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.kernels not in KERNEL_MODELS:
@@ -196,6 +205,7 @@ class RooflineCostModel:
         n, D = graph.num_ops, cluster.num_devices
         table = np.empty((n, D))
         measured = np.zeros((n, D), dtype=bool)
+        unable = np.zeros((n, D), dtype=bool)
         sources = []
         mixed = graph.precisions_used not in ((), ("fp32",))
         is_matmul, is_attention = classify_ops(graph)
@@ -227,7 +237,11 @@ class RooflineCostModel:
                     have |= take
                     used.append(f"{int(take.sum())} measured ({m.key}: {m.provenance})")
             allowed = (graph.allowed_kinds & dev.kind_bit) != 0
-            _check_peaks(graph, cluster, dev, peak, allowed & ~have)
+            if self.priced_devices is None or d in self.priced_devices:
+                _check_peaks(graph, cluster, dev, peak, allowed & ~have)
+            else:  # a device the caller will not use: what it cannot compute it never runs
+                unable[:, d] = np.isnan(times) & allowed
+                times = np.where(np.isnan(times), np.inf, times)
             if n - int(have.sum()):
                 prec = np.unique(graph.precision[~have & allowed & (graph.flops > 0)]) if mixed else ()
                 rates_used = ", ".join(f"{PRECISIONS[p]} at {peaks[p] / 1e12:.3g} TFLOP/s" for p in prec)
@@ -236,7 +250,7 @@ class RooflineCostModel:
             table[:, d] = np.where(allowed, times, np.inf)
             measured[:, d] = have & allowed
             sources.append(f"{dev.name} ({dev.model}): " + "; ".join(used or ["no ops"]))
-        return OpTimes(table, measured, tuple(sources))
+        return OpTimes(table, measured, tuple(sources), unable if unable.any() else None)
 
     def _how(self, dev, has_update: bool) -> str:
         if dev.kind != "gpu":

@@ -215,7 +215,7 @@ def measure_units(
     of ``gpus`` (see the module docstring; with sequence parallelism where ``sequence``), every block
     recomputed (by torchtitan's selective op rule with ``selective``) or none: a :class:`UnitCosts`."""
     from postplace.graph import PHASES
-    from postplace.placers.practitioner import plan_step
+    from postplace.placers.practitioner import on_plan_devices, plan_step
     from postplace.plans import PlanSpec
     from postplace.plans._step import (
         chain_positions,
@@ -250,7 +250,7 @@ def measure_units(
     )
     res = plan_step(graph, cluster, spec, list(gpus[:tensor]), cost_model=cost_model)
     g = res.graph
-    sim = Simulator(g, cluster, cost_model=cost_model)
+    sim = Simulator(g, cluster, cost_model=on_plan_devices(cost_model, cluster, list(gpus[:tensor])))
     sched = sim.schedule(res.placement)
     d0 = gpus[0]
     unit = units(g)

@@ -10,10 +10,11 @@ all time plans through here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from postplace.cost import RooflineCostModel
 from postplace.errors import PostplaceError
 from postplace.plans.sizes import SIZES_KEY
 
@@ -199,6 +200,15 @@ def plan_replicas(m: int, gpus: int, *, largest: bool) -> int:
     return max(k for k in range(1, gpus + 1) if m % k == 0) if largest else 0
 
 
+def on_plan_devices(cost_model, cluster, devices):
+    """``cost_model`` (None: the default roofline) pricing a plan on ``devices`` (and the CPUs): the GPUs the plan
+    leaves out run nothing, so a precision they lack is no error (bf16 on the A100s of a cluster with V100s)."""
+    if cost_model is not None and not isinstance(cost_model, RooflineCostModel):
+        return cost_model
+    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
+    return replace(cost_model or RooflineCostModel(), priced_devices=tuple(sorted({*devices, *cpus})))
+
+
 def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=None) -> PlanResult:
     """Rewrite ``graph`` (already traced at the plan's micro-batch count) by ``spec`` and simulate it."""
     from postplace.plans import apply_plan
@@ -216,6 +226,8 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
             "(the layered estimate and the grid leave it out too: its gathers of the embedding and head cross the "
             "stages); use zero1 or ddp with pp"
         )
+    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
+    cost_model = on_plan_devices(cost_model, cluster, devices)
     stage, key = None, None
     if spec.pipeline:  # each stage all-reduces its own gradients, over its GPUs in every replica
         slots = len(devices) // spec.pipeline
@@ -224,7 +236,6 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
         if (spec.tensor or 1) > 1:
             _check_whole_cut(graph, spec, stage)
     planned = apply_plan(graph, spec, spec.replicas_over(len(devices)), bucket_key=key)
-    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
     cpu = cpus[0] if cpus else None
     if spec.pipeline:
         planned, dev = _pipelined(graph, planned, spec, stage, devices, cpu)

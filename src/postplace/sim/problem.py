@@ -114,7 +114,7 @@ class SimProblem:
         """
         cost_model = cost_model or RooflineCostModel()
         times = cost_model.op_times(graph, cluster)
-        _check_finite(graph, cluster, times.table)
+        _check_finite(graph, cluster, times.table, getattr(times, "unable", None))
         live = graph.memory_mode == "live"
         # a parameter or buffer op's output is the tensor its persistent bytes already hold: counting it
         # again as a live allocation held every parameter twice (and FSDP's shards as whole parameters)
@@ -220,7 +220,7 @@ class SimProblem:
         return seconds[row_of], res_ptr[row_of], res_all[row_of], wire[row_of]
 
 
-def _check_finite(graph: OpGraph, cluster: Cluster, table: np.ndarray) -> None:
+def _check_finite(graph: OpGraph, cluster: Cluster, table: np.ndarray, unable: np.ndarray | None = None) -> None:
     """Refuse a graph and cluster whose step times could not be finite numbers (an op no device may run,
     an op or transfer time that overflows, or a sum of them that does): such a run would print ``inf``
     as a result or score every placement alike. One line names the op, device or edge to fix."""
@@ -234,7 +234,7 @@ def _check_finite(graph: OpGraph, cluster: Cluster, table: np.ndarray) -> None:
             "use a cluster with one"
         )
     allowed = (graph.allowed_kinds[:, None] & cluster.kind_bits[None, :]) != 0
-    bad = np.argwhere(allowed & ~runnable)
+    bad = np.argwhere(allowed & ~runnable & (True if unable is None else ~unable))
     if bad.size:
         i, d = (int(x) for x in bad[0])
         raise PostplaceError(
