@@ -263,3 +263,17 @@ def test_a_plan_on_the_gpus_that_have_its_precision_is_priced_the_others_still_r
         assert 0 < out["step_time_s"] < float("inf")
     r = run_cli(*base, "--plan", "ddp")
     assert r.returncode != 0 and "gpu4 (V100-16GB) has no bf16 units" in r.stderr
+
+
+def test_place_leaves_out_the_gpus_it_excludes_with_the_precision_they_lack(tmp_path):
+    """bf16 on ``mixed`` with its V100s excluded: ``place`` (over micro-batch counts: its fitting count was
+    simulated on every GPU) and ``simulate`` of its placement both price the A100s alone, to the same time."""
+    out = tmp_path / "run"
+    a100s = ["--exclude", "gpu4", "--exclude", "gpu5", "--exclude", "gpu6", "--exclude", "gpu7"]
+    base = ["llama", "--size", "small@8", "--cluster", "mixed", "--precision", "bf16"]
+    r = run_cli("place", *base, *a100s, "--budget", "96", "--out", str(out), "--no-report", "--json")
+    assert r.returncode == 0, r.stderr
+    placed = json.loads(r.stdout)
+    r = run_cli("simulate", *base, "--placement", str(out / "placement.json"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["step_time_s"] == pytest.approx(placed["best_step_time_s"], rel=1e-9)

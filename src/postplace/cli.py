@@ -314,6 +314,10 @@ def simulate(
         )
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
+    from postplace.search.problem import on_kept_devices
+
+    unused = set(range(c.num_devices)) - set(np.asarray(dev).tolist())  # a precision they lack is no error there
+    cost_model = on_kept_devices(cost_model, c, unused)
     sim = Simulator(graph, c, cost_model=cost_model)
     sched = sim.schedule(dev)
     oom_devices = [c.device_names[d] for d in range(c.num_devices) if sched.peak_memory[d] > c.capacity[d]]

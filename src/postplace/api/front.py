@@ -282,7 +282,7 @@ def _place_over_m(
         warnings.simplefilter("ignore", MicrobatchNormWarning)
         more, skipped = trace_counts(
             lambda m: load_target(target, size=size, microbatches=m, microbatch_colocation=colocation, **module),
-            microbatch_counts(batch, gpus, fitting_count(first.graph, c))[1:],
+            microbatch_counts(batch, gpus, fitting_count(first.graph, c, kw.get("exclude") or ()))[1:],
         )
     targets_by_m = {1: first, **more}
     settings = make_settings(

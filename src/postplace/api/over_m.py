@@ -60,19 +60,24 @@ def trace_counts(trace, counts) -> tuple[dict, dict[str, str]]:
     return traced, skipped
 
 
-def fitting_count(graph, cluster) -> int:
+def fitting_count(graph, cluster, exclude=()) -> int:
     """The smallest power of two m for which one micro-batch's activations (the one-batch step's
     peak on its first GPU, less the persistent bytes, over m) fit the smallest GPU beside the
     persistent state and a gradient per parameter: where a step needs gradient accumulation to fit
-    at all (GPT-2 at batch 64 on 12 GB dies: 16), the counts must reach it. 1 without a GPU."""
+    at all (GPT-2 at batch 64 on 12 GB dies: 16), the counts must reach it. 1 without a GPU. The GPUs
+    ``exclude`` names (``--exclude``) are left out."""
     from postplace.cluster.placement import single_device
+    from postplace.search.problem import on_kept_devices
     from postplace.sim import Simulator
 
-    gpus = [d for d in range(cluster.num_devices) if cluster.devices[d].kind == "gpu"]
+    names = list(cluster.device_names)
+    excluded = {names.index(d) for d in exclude if d in names}
+    gpus = [d for d in range(cluster.num_devices) if cluster.devices[d].kind == "gpu" and d not in excluded]
     if not gpus:
         return 1
     ops = single_device(graph, cluster, cluster.device_names[gpus[0]])
-    peak = float(Simulator(graph, cluster).evaluate_ops(ops[None]).peak_mem[0, gpus[0]])
+    sim = Simulator(graph, cluster, cost_model=on_kept_devices(None, cluster, excluded))
+    peak = float(sim.evaluate_ops(ops[None]).peak_mem[0, gpus[0]])
     state = float(graph.persistent_bytes.sum()) + float(graph.metadata.get("param_bytes") or 0.0)
     room = float(min(cluster.capacity[gpus])) - state
     need = max(peak - float(graph.persistent_bytes.sum()), 0.0)

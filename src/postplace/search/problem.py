@@ -155,6 +155,7 @@ def make_problem(
     excluded = {cluster.device_index(d) for d in exclude}
     if len(excluded) == cluster.num_devices:
         raise PostplaceError("--exclude removes every device; keep at least one")
+    cost_model = on_kept_devices(cost_model, cluster, excluded)
     # a colocation set follows any pin on one of its members
     for members in graph.colocation_sets:
         pinned = set(pin[members][pin[members] >= 0].tolist())
@@ -244,3 +245,12 @@ def _unit_bytes(graph: OpGraph, cluster: Cluster, sim: Simulator, times, kinds, 
     on = dev == fastest
     scale = max(peak - persistent[on].sum(), 0.0) / out[on].sum() if out[on].sum() > 0 else 0.0
     return np.bincount(gop, weights=persistent + scale * out, minlength=G)
+
+
+def on_kept_devices(cost_model, cluster: Cluster, excluded) -> CostModel:
+    """``cost_model`` (None: the default roofline) where the GPUs ``excluded`` (indices) run nothing: a precision
+    they lack is no error (bf16 on the A100s of a cluster whose V100s are excluded)."""
+    if not excluded or (cost_model is not None and not isinstance(cost_model, RooflineCostModel)):
+        return cost_model
+    kept = tuple(d for d in range(cluster.num_devices) if d not in excluded)
+    return replace(cost_model or RooflineCostModel(), priced_devices=kept)
