@@ -166,6 +166,20 @@ def test_the_grid_finds_a_plan_that_fits(small):
     assert any("tp=2" in r.plan for r in grid.tried) and any("pp=2" in r.plan for r in grid.tried)
 
 
+def test_a_tied_embedding_runs_the_grids_pipelines_as_gpipe():
+    """GPT-2 ties its embedding to its head, so 1F1B's stages do not chain (the layered estimate refuses it, as
+    the op level does): the grid runs its pipelines by GPipe and says so, instead of trying none."""
+    from postplace.zoo import trace_model
+
+    cluster = load_cluster("dgx8")
+    gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]
+    pair = trace_model("gpt2", "small@2", "adamw", precision="bf16", microbatches=2).graph
+    grid = layered_grid(pair, cluster, gpus, 8)
+    piped = [r.plan for r in grid.tried if "pp=" in r.plan]
+    assert piped and all("schedule=gpipe" in p for p in piped), piped
+    assert any("pipelines run GPipe" in n for n in grid.notes)
+
+
 def test_bad_input_is_one_line(small):
     measured, whole, cluster = small
     gpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "gpu"]

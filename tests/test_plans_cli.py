@@ -76,6 +76,7 @@ def test_bad_plans_are_one_line(args, words, capsys):
         (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:m=2,m=2"], "m= is given twice"),
         (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:pp=1,schedule=gpipe"], "pp=P with P >= 2"),
         (["gpt2", "--size", "small", "--cluster", "k80x2", "--plan", "ddp:recompute=blocks.0/blocks.0"], "twice"),
+        (["nmt4", "--size", "small@8", "--cluster", "k80x4", "--plan", "ddp:pp=4,m=8,dp=1"], "made a chain"),
     ],
 )
 def test_plans_no_step_can_run_and_numbers_past_any_limit_are_one_line(args, words, capsys):
@@ -271,9 +272,10 @@ def test_place_leaves_out_the_gpus_it_excludes_with_the_precision_they_lack(tmp_
     out = tmp_path / "run"
     a100s = ["--exclude", "gpu4", "--exclude", "gpu5", "--exclude", "gpu6", "--exclude", "gpu7"]
     base = ["llama", "--size", "small@8", "--cluster", "mixed", "--precision", "bf16"]
-    r = run_cli("place", *base, *a100s, "--budget", "96", "--out", str(out), "--no-report", "--json")
+    r = run_cli("place", *base, *a100s, "--budget", "96", "--out", str(out), "--json")  # the report too
     assert r.returncode == 0, r.stderr
     placed = json.loads(r.stdout)
     r = run_cli("simulate", *base, "--placement", str(out / "placement.json"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["step_time_s"] == pytest.approx(placed["best_step_time_s"], rel=1e-9)
+    assert (out / "report.html").is_file()

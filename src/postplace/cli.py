@@ -314,10 +314,9 @@ def simulate(
         )
     c = resolve_cluster(cluster, graph)
     dev = parse_placement(placement, graph, c)
-    from postplace.search.problem import on_kept_devices
+    from postplace.cost import priced_on
 
-    unused = set(range(c.num_devices)) - set(np.asarray(dev).tolist())  # a precision they lack is no error there
-    cost_model = on_kept_devices(cost_model, c, unused)
+    cost_model = priced_on(cost_model, c, np.asarray(dev).tolist())  # a precision unused GPUs lack is no error
     sim = Simulator(graph, c, cost_model=cost_model)
     sched = sim.schedule(dev)
     oom_devices = [c.device_names[d] for d in range(c.num_devices) if sched.peak_memory[d] > c.capacity[d]]

@@ -67,7 +67,7 @@ def fitting_count(graph, cluster, exclude=()) -> int:
     at all (GPT-2 at batch 64 on 12 GB dies: 16), the counts must reach it. 1 without a GPU. The GPUs
     ``exclude`` names (``--exclude``) are left out."""
     from postplace.cluster.placement import single_device
-    from postplace.search.problem import on_kept_devices
+    from postplace.cost import priced_on
     from postplace.sim import Simulator
 
     names = list(cluster.device_names)
@@ -76,7 +76,7 @@ def fitting_count(graph, cluster, exclude=()) -> int:
     if not gpus:
         return 1
     ops = single_device(graph, cluster, cluster.device_names[gpus[0]])
-    sim = Simulator(graph, cluster, cost_model=on_kept_devices(None, cluster, excluded))
+    sim = Simulator(graph, cluster, cost_model=priced_on(None, cluster, set(range(cluster.num_devices)) - excluded))
     peak = float(sim.evaluate_ops(ops[None]).peak_mem[0, gpus[0]])
     state = float(graph.persistent_bytes.sum()) + float(graph.metadata.get("param_bytes") or 0.0)
     room = float(min(cluster.capacity[gpus])) - state

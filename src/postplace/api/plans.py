@@ -222,7 +222,7 @@ def _check_split(spec, target: str, size: str, m: int, replicas: int) -> None:
         return
     fits = [d for d in range(replicas, 0, -1) if batch % d == 0 and d > 1]
     if spec.microbatches is None:
-        hint = f"give dp=K with K dividing {batch}" + (f" (e.g. {spec.level}:dp={fits[0]})" if fits else "")
+        hint = f"give dp=K with K dividing {batch}" + (f" (e.g. {replace(spec, replicas=fits[0])})" if fits else "")
         raise PostplaceError(
             f"plan '{spec}' runs one micro-batch per replica by default, {m} here, and the batch of {batch} does not "
             f"split into {m}; {hint}, or a larger batch (--size SIZE@N)"

@@ -7,7 +7,7 @@ devices, over the route's slowest link). The simulator reads only the table and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -332,3 +332,14 @@ class _Borrowed:
     @property
     def provenance(self):
         return f"{self.inner.provenance}; borrowed from model {self.inner.key} for {self.target}"
+
+
+def priced_on(cost_model, cluster: Cluster, devices) -> CostModel | None:
+    """``cost_model`` (None: the default roofline) for a placement or plan that runs on ``devices`` alone: the
+    other devices run nothing, so a precision they lack is no error (bf16 on the A100s of a cluster with V100s;
+    :attr:`RooflineCostModel.priced_devices`). Another kind of cost model, or every device used, is returned as
+    it is."""
+    used = tuple(sorted({int(d) for d in devices}))
+    if (cost_model is not None and not isinstance(cost_model, RooflineCostModel)) or len(used) == cluster.num_devices:
+        return cost_model
+    return replace(cost_model or RooflineCostModel(), priced_devices=used)

@@ -214,8 +214,9 @@ def measure_units(
     """The units of ``graph`` (a step traced as two micro-batches) measured on one tensor group of ``tensor``
     of ``gpus`` (see the module docstring; with sequence parallelism where ``sequence``), every block
     recomputed (by torchtitan's selective op rule with ``selective``) or none: a :class:`UnitCosts`."""
+    from postplace.cost import priced_on
     from postplace.graph import PHASES
-    from postplace.placers.practitioner import on_plan_devices, plan_step
+    from postplace.placers.practitioner import plan_step
     from postplace.plans import PlanSpec
     from postplace.plans._step import (
         chain_positions,
@@ -250,7 +251,8 @@ def measure_units(
     )
     res = plan_step(graph, cluster, spec, list(gpus[:tensor]), cost_model=cost_model)
     g = res.graph
-    sim = Simulator(g, cluster, cost_model=on_plan_devices(cost_model, cluster, list(gpus[:tensor])))
+    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
+    sim = Simulator(g, cluster, cost_model=priced_on(cost_model, cluster, [*gpus[:tensor], *cpus]))
     sched = sim.schedule(res.placement)
     d0 = gpus[0]
     unit = units(g)

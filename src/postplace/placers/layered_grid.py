@@ -85,7 +85,7 @@ def layered_grid(
     with fewer. ``progress(line)`` hears each plan."""
     from postplace.placers.grid import grid_specs
     from postplace.plans import PlanSpec
-    from postplace.plans._step import numbered_units
+    from postplace.plans._step import numbered_units, tied_embedding
 
     specs, notes = grid_specs(graph, cluster, gpus, microbatches, blocks=layers or len(numbered_units(graph)))
     plain = []
@@ -109,6 +109,18 @@ def layered_grid(
             measure_s += time.perf_counter() - t0
         return costs[key]
 
+    tied = tied_embedding(graph)  # GPT-2: 1F1B's stages do not chain; its pipelines run GPipe, as the op grid's do
+    if tied and any(s.pipeline for s in specs):
+        notes.append(
+            "1F1B refused (the stages do not form a chain: the embedding's table is the head's too); the pipelines "
+            "run GPipe, interleaved ones are left out"
+        )
+        specs = [
+            replace(s, schedule="gpipe") if s.pipeline else s
+            for s in specs
+            if not (s.pipeline and (s.schedule or "").startswith("interleaved"))
+        ]
+        specs = list({str(s): s for s in specs}.values())
     for spec in plain + specs:
         attempts = (spec, replace(spec, recompute=True, selective=True), replace(spec, recompute=True))
         for attempt, rule in zip(attempts, ("", "selective", "full"), strict=True):

@@ -10,11 +10,11 @@ all time plans through here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from postplace.cost import RooflineCostModel
+from postplace.cost import priced_on
 from postplace.errors import PostplaceError
 from postplace.plans.sizes import SIZES_KEY
 
@@ -200,15 +200,6 @@ def plan_replicas(m: int, gpus: int, *, largest: bool) -> int:
     return max(k for k in range(1, gpus + 1) if m % k == 0) if largest else 0
 
 
-def on_plan_devices(cost_model, cluster, devices):
-    """``cost_model`` (None: the default roofline) pricing a plan on ``devices`` (and the CPUs): the GPUs the plan
-    leaves out run nothing, so a precision they lack is no error (bf16 on the A100s of a cluster with V100s)."""
-    if cost_model is not None and not isinstance(cost_model, RooflineCostModel):
-        return cost_model
-    cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
-    return replace(cost_model or RooflineCostModel(), priced_devices=tuple(sorted({*devices, *cpus})))
-
-
 def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=None) -> PlanResult:
     """Rewrite ``graph`` (already traced at the plan's micro-batch count) by ``spec`` and simulate it."""
     from postplace.plans import apply_plan
@@ -220,14 +211,14 @@ def plan_step(graph, cluster, spec, devices: list[int], *, pins=(), cost_model=N
             f"plan '{spec}': the step's micro-batches are not of the sizes its mbs= gives each replica's GPU model; "
             "build it with postplace.placers.practitioner.sized_graph"
         )
-    if spec.pipeline and (spec.level == "fsdp" or spec.shard is not None):
+    if spec.pipeline and (spec.level == "fsdp" or spec.shard):
         raise PostplaceError(
             f"plan '{spec}': FSDP inside a pipeline (fsdp, or shard=, with pp) is neither simulated nor launched "
             "(the layered estimate and the grid leave it out too: its gathers of the embedding and head cross the "
             "stages); use zero1 or ddp with pp"
         )
     cpus = [d for d, dev in enumerate(cluster.devices) if dev.kind == "cpu"]
-    cost_model = on_plan_devices(cost_model, cluster, devices)
+    cost_model = priced_on(cost_model, cluster, [*devices, *cpus])  # the GPUs the plan leaves out run nothing
     stage, key = None, None
     if spec.pipeline:  # each stage all-reduces its own gradients, over its GPUs in every replica
         slots = len(devices) // spec.pipeline
@@ -381,9 +372,14 @@ def pipeline_stages(graph, cluster, spec, first: list[int], cost_model=None) -> 
     idle = sorted(set(range(pp * v)) - set(stage[(stage >= 0) & (graph.phase == 0)].tolist()))
     if idle:  # a stage with no layer: its GPUs would sit in the plan doing nothing, and launch would skip them
         numbered = numbered_units(graph)
-        raise PostplaceError(
-            f"plan '{spec}': pp={pp}{f' x {v} chunks' if v > 1 else ''} leaves stage {idle[0]} without a layer: "
+        why = (
             f"'{graph.name}' has {len(numbered)} blocks, too few to cut into {pp * v}; lower pp"
+            if len(numbered) < pp * v
+            else "the cut, made a chain (a layer moved up to the stage it reads from), left it none; "
+            "lower pp, or give each stage its blocks with stages=B/B..."
+        )
+        raise PostplaceError(
+            f"plan '{spec}': pp={pp}{f' x {v} chunks' if v > 1 else ''} leaves stage {idle[0]} without a layer: {why}"
         )
     return stage
 

@@ -137,7 +137,10 @@ def place_data(run_dir: Path, graph=None, cluster=None, size=None) -> tuple[dict
     from postplace.search import make_problem
 
     groups = s.get("groups")
-    space = make_problem(g, c, groups=groups if isinstance(groups, int) else 256).space
+    settings = read_run_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
+    excluded = settings.get("exclude") if isinstance(settings, dict) else None  # the run's --exclude, as it searched
+    exclude = [d for d in excluded or () if isinstance(d, str) and d in c.device_names]
+    space = make_problem(g, c, groups=groups if isinstance(groups, int) else 256, exclude=exclude).space
     if isinstance(s.get("config"), dict):  # the run's own config (with any --set / --config applied)
         recorded_configs, config_source = {strategy: s["config"]}, "recorded in the run's summary"
     else:

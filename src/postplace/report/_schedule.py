@@ -39,11 +39,12 @@ def _downsample_steps(times: np.ndarray, values: np.ndarray) -> tuple[list, list
 
 def schedule_info(graph, cluster, ops: np.ndarray, source: str) -> tuple[dict, dict, object]:
     """(schedule info, memory info, the Schedule) of one op-level placement, simulated again."""
+    from postplace.cost import priced_on
     from postplace.graph import PHASES
     from postplace.sim import Simulator
     from postplace.sim.trace import memory_over_time
 
-    sim = Simulator(graph, cluster)
+    sim = Simulator(graph, cluster, cost_model=priced_on(None, cluster, np.asarray(ops).tolist()))
     sched = sim.schedule(ops)
     if not (np.isfinite(sched.step_time) and sched.step_time <= MAX_STEP_S):  # its Gantt chart's axis overflows
         raise PostplaceError(

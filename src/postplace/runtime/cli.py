@@ -327,9 +327,10 @@ def _train(
         "(the first half are warm-up)"
     )
     if c is not None:
+        from postplace.cost import priced_on
         from postplace.sim import Simulator
 
-        sim = Simulator(graph, c).evaluate_ops(dev[None])
+        sim = Simulator(graph, c, cost_model=priced_on(None, c, dev.tolist())).evaluate_ops(dev[None])
         note = " (cluster devices, not the devices this ran on)" if map_all_to or device_map else ""
         lines.append(f"simulated step time on {c.name}: {sim.step_time[0] * 1e3:.2f} ms{note}")
     lines.append("")

@@ -1386,9 +1386,11 @@ def _record_launch(folder: Path, result: LaunchResult, simulated: dict, *, steps
 
 def simulated_bytes(graph, cluster, op_device, plan: RankPlan) -> dict:
     """The simulator's bytes sent and received per step by each rank of ``plan``, for ``op_device``."""
+    from postplace.cost import priced_on
     from postplace.sim import Simulator
 
-    schedule = Simulator(graph, cluster).schedule(np.asarray(op_device))
+    used = np.asarray(op_device).tolist()
+    schedule = Simulator(graph, cluster, cost_model=priced_on(None, cluster, used)).schedule(np.asarray(op_device))
     rank_of = {d: r for r, d in enumerate(plan.ranks)}
     sent = dict.fromkeys(range(plan.world_size), 0)
     received = dict.fromkeys(range(plan.world_size), 0)

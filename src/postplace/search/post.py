@@ -252,11 +252,11 @@ class PostConfig(LocalSettings):
     before (the module docstring)."""
     ppo_local: bool = False
     """PPO learns from the local moves' samples too, their advantages normalised among the batch's moves
-    alone, so a move is judged against the other moves of the same incumbent and the decisions a move leaves
-    as they are cancel out of the gradient: the policy learns which redraws pay, and the moves draw their
-    values from it. An ablation, not the default: on the paper's pairs Post with it is 0.87% behind ``local``
-    (median, 3 seeds; the default 0.76%), 1.60% with ``local_pick="policy"`` as well (RESULTS.md, issue 32
-    item 5)."""
+    alone, so a move is judged against the other moves of the same incumbent and, in the first of PPO's
+    epochs, the decisions a move leaves as they are cancel out of the gradient (later epochs clip each move on
+    its own ratio): the policy learns which redraws pay, and the moves draw their values from it. An
+    ablation, not the default: on the paper's pairs Post with it is 0.87% behind ``local`` (median, 3 seeds;
+    the default 0.76%), 1.60% with ``local_pick="policy"`` as well (RESULTS.md, issue 32 item 5)."""
     use_local: bool = True
     """Make local moves (:class:`postplace.search.local.LocalSettings`; the other two fields, share and
     size, are there too). On for Post: the recorded sweep chose its other defaults with them; False is

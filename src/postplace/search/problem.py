@@ -9,7 +9,7 @@ import numpy as np
 
 from postplace.cluster import Cluster
 from postplace.cluster.placement import check_kinds, effective_kinds
-from postplace.cost import CostModel, RooflineCostModel
+from postplace.cost import CostModel, RooflineCostModel, priced_on
 from postplace.errors import PostplaceError
 from postplace.graph import OpGraph
 from postplace.graph.grouping import Grouping, group_ops, layer_groups
@@ -155,7 +155,8 @@ def make_problem(
     excluded = {cluster.device_index(d) for d in exclude}
     if len(excluded) == cluster.num_devices:
         raise PostplaceError("--exclude removes every device; keep at least one")
-    cost_model = on_kept_devices(cost_model, cluster, excluded)
+    # excluded GPUs run nothing: a precision they lack is no error (bf16 on mixed's A100s, its V100s excluded)
+    cost_model = priced_on(cost_model, cluster, [d for d in range(cluster.num_devices) if d not in excluded])
     # a colocation set follows any pin on one of its members
     for members in graph.colocation_sets:
         pinned = set(pin[members][pin[members] >= 0].tolist())
@@ -238,19 +239,12 @@ def _unit_bytes(graph: OpGraph, cluster: Cluster, sim: Simulator, times, kinds, 
     out = np.where(graph.inplace, 0.0, graph.output_bytes).astype(np.float64)
     ok = (kinds[:, None] & cluster.kind_bits[None, :]) != 0
     common = ok.all(axis=1)
-    finite = np.where(np.isfinite(times), times, 0.0)
+    runnable = np.isfinite(times).all(axis=0)  # a device that cannot run some op (no units for its precision) is
+    # never the fastest: its infinite times read as free here
+    finite = np.where(np.isfinite(times), times, 0.0) + np.where(runnable, 0.0, np.inf)[None, :]
     fastest = int(np.argmin(finite[common].sum(axis=0))) if common.any() else int(np.argmin(finite.sum(axis=0)))
     dev = np.where(ok[:, fastest], fastest, np.argmax(ok, axis=1)).astype(np.int64)
     peak = float(sim.evaluate_ops(dev[None]).peak_mem[0, fastest])
     on = dev == fastest
     scale = max(peak - persistent[on].sum(), 0.0) / out[on].sum() if out[on].sum() > 0 else 0.0
     return np.bincount(gop, weights=persistent + scale * out, minlength=G)
-
-
-def on_kept_devices(cost_model, cluster: Cluster, excluded) -> CostModel:
-    """``cost_model`` (None: the default roofline) where the GPUs ``excluded`` (indices) run nothing: a precision
-    they lack is no error (bf16 on the A100s of a cluster whose V100s are excluded)."""
-    if not excluded or (cost_model is not None and not isinstance(cost_model, RooflineCostModel)):
-        return cost_model
-    kept = tuple(d for d in range(cluster.num_devices) if d not in excluded)
-    return replace(cost_model or RooflineCostModel(), priced_devices=kept)
