@@ -335,10 +335,33 @@ class _Borrowed:
 
 
 def priced_on(cost_model, cluster: Cluster, devices) -> CostModel | None:
-    """``cost_model`` (None: the default roofline) for a placement or plan that runs on ``devices`` alone: the
-    other devices run nothing, so a precision they lack is no error (bf16 on the A100s of a cluster with V100s;
-    :attr:`RooflineCostModel.priced_devices`). Another kind of cost model, or every device used, is returned as
-    it is."""
+    """The cost model for a placement or plan that runs on some devices of a cluster alone.
+
+    The other devices run nothing, so a precision they lack is no error (bf16 on the A100s of a cluster with
+    V100s; :attr:`RooflineCostModel.priced_devices`).
+
+    Parameters
+    ----------
+    cost_model : CostModel or None
+        The caller's model; None: the default :class:`RooflineCostModel`.
+    cluster : Cluster
+    devices : iterable of int
+        The devices the placement or plan uses (repeats allowed: a placement's op devices).
+
+    Returns
+    -------
+    CostModel or None
+        A roofline model pricing only ``devices``; ``cost_model`` itself when it is another kind of model or
+        every device is used.
+
+    Examples
+    --------
+    >>> from postplace.cluster import load_cluster
+    >>> priced_on(None, load_cluster("k80x2"), [0, 1, 1]).priced_devices
+    (0, 1)
+    >>> priced_on(None, load_cluster("k80x2"), [0, 1, 2]) is None
+    True
+    """
     used = tuple(sorted({int(d) for d in devices}))
     if (cost_model is not None and not isinstance(cost_model, RooflineCostModel)) or len(used) == cluster.num_devices:
         return cost_model
