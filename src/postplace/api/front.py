@@ -105,7 +105,9 @@ def place(
         The run folder: ``run.json`` (settings, written first), ``history.jsonl``, ``timing.jsonl``,
         ``checkpoint.json`` (+ npz), and at the end ``placement.json``, ``summary.json`` and ``report.html``
         (as the CLI writes it); ``run.json`` and ``summary.json`` then record the search's start
-        (``search_start``: its name and step time).
+        (``search_start``: its name and step time). None: nothing is kept (each micro-batch count's search
+        still checkpoints between the halving's rounds, in a temporary folder removed at the end, so the answer
+        is the one a run with a folder gives).
     progress : bool
         Show a progress bar.
     report : bool
