@@ -422,3 +422,36 @@ def test_docstring_examples(module):
     mod = importlib.import_module("postplace.placers" + ("" if module == "__init__" else f".{module}"))
     result = doctest.testmod(mod)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_unit_bytes_measure_the_peak_on_the_fastest_device_that_runs_every_shared_op():
+    """A CPU-only op and a GPU-only op beside ops both kinds run: the peak that scales the units' bytes is
+    taken on the device fastest at the shared ops (a K80 die here), not on one an op of one kind rules out;
+    and a GPU priced at inf for the shared ops (no units for their precision) is never that device."""
+    import numpy as np
+
+    from postplace.cluster import load_cluster
+    from postplace.graph import OpGraph
+    from postplace.search.problem import _unit_bytes
+
+    g = OpGraph.build(
+        ["host", "a", "b", "dev"],
+        [(0, 1, 1e6), (1, 2, 1e6), (2, 3, 1e6)],
+        flops=[1e6, 5e10, 5e10, 1e9],
+        allowed_kinds=["cpu", ["cpu", "gpu"], ["cpu", "gpu"], "gpu"],
+    )
+    c = load_cluster("k80x2")  # cpu, gpu0, gpu1
+
+    class Sim:
+        def evaluate_ops(self, placements):
+            self.dev = placements[0]
+            return type("R", (), {"peak_mem": np.ones((1, c.num_devices))})()
+
+    kinds = np.asarray(g.allowed_kinds, dtype=np.int64)
+    times = np.array([[1e-3, np.inf, np.inf], [1.0, 0.02, 0.02], [1.0, 0.02, 0.02], [np.inf, 0.01, 0.01]])
+    sim = Sim()
+    _unit_bytes(g, c, sim, times, kinds, np.arange(4), 4)
+    assert sim.dev.tolist() == [0, 1, 1, 1]  # gpu0 for every op a GPU may run, the host op on the CPU
+    times[1:3, 1] = np.inf  # gpu0 cannot compute the shared ops: gpu1 is the fastest that can
+    _unit_bytes(g, c, sim, times, kinds, np.arange(4), 4)
+    assert sim.dev.tolist() == [0, 2, 2, 2]

@@ -239,10 +239,13 @@ def _unit_bytes(graph: OpGraph, cluster: Cluster, sim: Simulator, times, kinds, 
     out = np.where(graph.inplace, 0.0, graph.output_bytes).astype(np.float64)
     ok = (kinds[:, None] & cluster.kind_bits[None, :]) != 0
     common = ok.all(axis=1)
-    runnable = np.isfinite(times).all(axis=0)  # a device that cannot run some op (no units for its precision) is
-    # never the fastest: its infinite times read as free here
-    finite = np.where(np.isfinite(times), times, 0.0) + np.where(runnable, 0.0, np.inf)[None, :]
-    fastest = int(np.argmin(finite[common].sum(axis=0))) if common.any() else int(np.argmin(finite.sum(axis=0)))
+    finite = np.where(np.isfinite(times), times, 0.0)
+    if common.any():  # a device that cannot run an op every kind may run (no units for its precision) is never the
+        # fastest, though its infinite times would read as free here
+        total = np.where(np.isfinite(times[common]).all(axis=0), finite[common].sum(axis=0), np.inf)
+    else:
+        total = finite.sum(axis=0)
+    fastest = int(np.argmin(total))
     dev = np.where(ok[:, fastest], fastest, np.argmax(ok, axis=1)).astype(np.int64)
     peak = float(sim.evaluate_ops(dev[None]).peak_mem[0, fastest])
     on = dev == fastest
