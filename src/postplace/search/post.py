@@ -459,24 +459,20 @@ class PostStrategy:
         self.recent_placements.append(decisions)
         self.recent_scores.append(score[:own])
         self.recent_feasible.append(feasible[:own])
-        if cfg.elite_local and own < len(raw):
+        extra = None
+        if (cfg.elite_local or cfg.ppo_local) and own < len(raw):
             moved = self._decisions_of(raw[own:])
             # a unit move on layers is no stripe per layer: its score belongs to no decisions, keep it out
             exact = np.ones(len(moved), dtype=bool)
             if self.layers is not None:
                 exact = (self.layers.expand(moved) == raw[own:]).all(axis=1)
-            self.recent_placements.append(moved[exact])
-            self.recent_scores.append(score[own:][exact])
-            self.recent_feasible.append(feasible[own:][exact])
-
-        extra = None
-        if cfg.ppo_local and own < len(raw):
-            moved = self._decisions_of(raw[own:])
-            exact = np.ones(len(moved), dtype=bool)
-            if self.layers is not None:
-                exact = (self.layers.expand(moved) == raw[own:]).all(axis=1)
-            moved = moved[exact]
-            extra = (moved, normalized_advantage(-np.sqrt(score[own:][exact])), self.policy.log_prob(moved))
+            moved, moved_score = moved[exact], score[own:][exact]
+            if cfg.elite_local:
+                self.recent_placements.append(moved)
+                self.recent_scores.append(moved_score)
+                self.recent_feasible.append(feasible[own:][exact])
+            if cfg.ppo_local:
+                extra = (moved, normalized_advantage(-np.sqrt(moved_score)), self.policy.log_prob(moved))
         if cfg.use_ce and self.samples_seen % cfg.ce_every == 0:
             self._cross_entropy_step()
         elif cfg.use_ppo:
