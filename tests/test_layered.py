@@ -140,6 +140,48 @@ def test_the_estimate_agrees_with_the_op_level_simulation(small):
             assert est.peak_bytes == pytest.approx(float(ref.peak_memory_bytes.max()), rel=0.02), text
 
 
+HYBRIDS = [
+    "fsdp:m=16",
+    "ddp:m=16,shard=root",
+    "ddp:m=16,shard=blocks.0",
+    "fsdp:m=16,shard=root/blocks.1",
+    "ddp+recompute:m=16,shard=blocks.1",
+    "ddp:tp=2,m=16,shard=root",
+]
+
+
+def test_per_unit_sharding_agrees_with_the_op_level_simulation(small):
+    """FSDP for some units and DDP for the others (``shard=``): the step within 10% of the op-level simulation,
+    the peak within 5% (a sharded unit keeps a shard of its parameters, state and gradient sums, and no cast
+    of its parameters for the backward: FSDP casts the second gather again)."""
+    measured, whole, cluster = small
+    costs = {}
+    for text in HYBRIDS:
+        spec = parse_plan(text)
+        devices = plan_devices(cluster, spec)
+
+        def at(recompute, selective=False, tp=spec.tensor or 1, devices=devices):
+            if (tp, recompute) not in costs:
+                costs[tp, recompute] = measure_units(measured, cluster, devices, tensor=tp, recompute=recompute)
+            return costs[tp, recompute]
+
+        est = estimate_plan(plan_costs(spec, at), cluster, spec, devices)
+        ref = plan_step(whole, cluster, spec, devices)
+        assert est.step_time_s == pytest.approx(ref.step_time_s, rel=0.10), text
+        assert est.peak_bytes == pytest.approx(float(ref.peak_memory_bytes.max()), rel=0.05), text
+
+
+def test_a_hybrid_of_no_unit_or_every_unit_prices_as_its_level(small):
+    """``shard=none`` is DDP's program and ``shard=`` every unit FSDP's, whichever level names them."""
+    measured, _, cluster = small
+    gpus = plan_devices(cluster, parse_plan("ddp"))
+    costs = measure_units(measured, cluster, gpus)
+    for hybrid, plain in (("fsdp:m=16,shard=none", "ddp:m=16"), ("ddp:m=16,shard=root/blocks.0-1", "fsdp:m=16")):
+        a = estimate_plan(costs, cluster, parse_plan(hybrid), gpus)
+        b = estimate_plan(costs, cluster, parse_plan(plain), gpus)
+        assert (a.step_time_s, a.peak_bytes) == (b.step_time_s, b.peak_bytes), hybrid
+
+
 def test_repeated_blocks_price_as_the_whole_depth():
     """Measured on 2 blocks and repeated to 6, a plan is priced as when measured on all 6."""
     from postplace.zoo import trace_model
@@ -190,6 +232,8 @@ def test_bad_input_is_one_line(small):
     for text, match in (
         ("ddp:tp=2,m=16", "measured at tp=1"),
         ("fsdp:pp=2,m=16", "FSDP inside a pipeline"),
+        ("ddp:pp=2,m=16,shard=blocks.0", "shard=\\) inside a pipeline"),
+        ("ddp:m=16,shard=blocks.7", "'blocks.7', which is not a block"),
         ("ddp:pp=4,m=16,schedule=interleaved-2", "needs as many blocks"),
     ):
         spec = parse_plan(text)

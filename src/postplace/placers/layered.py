@@ -32,12 +32,15 @@ embedding side of the root, each block, the head side) whose times and bytes wer
    - ``fsdp``: per micro-batch each unit's parameters gathered (in the step's precision) before its
      forward and again before its backward, one gather in flight ahead of the compute; its gradients
      reduce-scattered in fp32 after its backward, the update of the shard after the last. The root's two
-     sides are one unit, gathered for the whole forward, as the op-level plan gathers it.
+     sides are one unit, gathered for the whole forward, as the op-level plan gathers it;
+   - a per-unit hybrid (``ddp:shard=root/blocks.0-9``, no pipeline): the units it names as FSDP runs them,
+     the others' gradients all-reduced in DDP's buckets after the last micro-batch's backward.
 
    Memory per GPU: the parameters, gradients and state each level keeps (a shard or whole; ZeRO: the
    busiest owner's), the gathered units in flight, the saved activations of the (micro-batch, chunk)
-   pairs the slot order holds at once, gradient sums from the first backward on, and the transient an
-   accumulating backward needed in the measured step.
+   pairs the slot order holds at once (a unit FSDP shards keeps no cast of its parameters: the backward
+   casts the second gather), gradient sums from the first backward on, and the transient an accumulating
+   backward needed in the measured step.
 
 **GPUs of several models** (a cluster grown in two purchases): :func:`measured_rule` measures the units on a
 tensor group of each model among the plan's GPUs. A stage's GPUs (every replica's, every tensor rank's) meet
@@ -129,6 +132,10 @@ class UnitCosts:
         :func:`measured_sizes`); 0: not said (the plan's one size).
     tied : bool
         The embedding's table is the head's too (GPT-2): :func:`postplace.plans._step.tied_embedding`.
+    cast_bytes : numpy.ndarray, optional
+        Of ``activation_bytes``, the copies of its parameters in the step's precision that its forward keeps
+        for the backward; a unit FSDP shards keeps none (its backward casts the second gather again). None:
+        none measured.
     """
 
     names: tuple[str, ...]
@@ -155,6 +162,14 @@ class UnitCosts:
     sequence: bool = False
     micro_size: int = 0
     tied: bool = False
+    cast_bytes: np.ndarray | None = None
+
+    def held(self, sharded: np.ndarray) -> np.ndarray:
+        """What each unit's forward keeps for the backward, one micro-batch, where FSDP shards the units of
+        the mask ``sharded``."""
+        if self.cast_bytes is None:
+            return self.activation_bytes
+        return self.activation_bytes - np.where(sharded, self.cast_bytes, 0.0)
 
     def on(self, model: str) -> UnitCosts:
         """These units as measured on GPUs of ``model``; one line when they were not."""
@@ -301,6 +316,11 @@ def measure_units(
     saved[src[is_f[src] & is_b[dst]]] = True
     saved &= on_d0 & second
     activation = np.bincount(which[saved], weights=g.output_bytes[saved], minlength=n)
+    # of them, the casts of a parameter (every input a parameter): FSDP makes those again from its second gather
+    param_input = np.zeros(g.num_ops, dtype=np.int64)
+    np.add.at(param_input, dst, params[src])
+    is_cast = saved & (param_input > 0) & (param_input == np.diff(g.in_ptr))
+    cast = np.bincount(which[is_cast], weights=g.output_bytes[is_cast], minlength=n)
     # the activations: the outputs a unit's forward leaves for the backward (or its recomputation); the
     # simulator's own memory on the group's first GPU gives the rest: the most the second backward holds
     # beyond the persistent bytes, the first micro-batch's gradients and the second one's activations (its
@@ -347,6 +367,7 @@ def measure_units(
         model=cluster.devices[d0].model,
         sequence=spec.sequence,
         tied=tied_embedding(graph),
+        cast_bytes=cast,
     )
 
 
@@ -505,8 +526,6 @@ def estimate_plan(
     if spec.sequence != costs.sequence:
         said = "with" if costs.sequence else "without"
         raise PostplaceError(f"plan '{spec}': the units were measured {said} sp; measure them as the plan says")
-    if spec.shard is not None:
-        raise PostplaceError(f"plan '{spec}': the layered estimate prices no per-unit sharding (shard=)")
     _check_units(spec, costs.names[1:-1])
     if spec.recompute_rules(costs.names[1:-1]) != costs.rules():
         raise PostplaceError(
@@ -518,6 +537,9 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
+    sharded = _sharded_units(spec, costs.names)
+    if level in ("ddp", "fsdp"):  # a per-unit hybrid runs FSDP's program where any unit is sharded, else DDP's
+        level = "fsdp" if sharded.any() else "ddp"
     if pp > 1 and costs.tied and spec.schedule != "gpipe":
         raise PostplaceError(  # as the op level refuses it (plans.schedule): its stages would not form a chain
             f"plan '{spec}': the embedding's table is the output head's too, read on the first stage and the last, "
@@ -525,9 +547,9 @@ def estimate_plan(
             "use schedule=gpipe"
         )
     if level in ("fsdp", "zero2") and pp > 1:  # DeepSpeed and Megatron-LM run pipelines with ZeRO-1 at most
+        what = "FSDP (a unit sharded by shard=)" if spec.shard else level.upper().replace("ZERO2", "ZeRO-2")
         raise PostplaceError(
-            f"plan '{spec}': {level.upper().replace('ZERO2', 'ZeRO-2')} inside a pipeline is not priced by the "
-            "layered estimate; use zero1 or ddp with pp"
+            f"plan '{spec}': {what} inside a pipeline is not priced by the layered estimate; use zero1 or ddp with pp"
         )
     if spec.replicas is not None and spec.replicas != dp:
         raise PostplaceError(
@@ -583,10 +605,11 @@ def estimate_plan(
         return collective_cost_cached(cluster, kind, float(nbytes), group[s]).seconds if dp > 1 else 0.0
 
     of_chunk = [stage_costs[c % pp] for c in range(nc)]
-    f_arr, b_arr, act_arr, acc_arr = (
+    f_arr, b_arr, acc_arr = (
         np.array([float(getattr(of_chunk[k], a)[c].sum()) for k, c in enumerate(chunks)])
-        for a in ("forward_s", "backward_s", "activation_bytes", "accumulate_s")
+        for a in ("forward_s", "backward_s", "accumulate_s")
     )
+    act_arr = np.array([float(of_chunk[k].held(sharded)[c].sum()) for k, c in enumerate(chunks)])
     # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
     # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
     acc_arr /= dp if level in ("zero2", "fsdp") else 1
@@ -602,7 +625,7 @@ def estimate_plan(
     upd_per_byte = [sc.update_s.sum() / max(sc.param_bytes.sum(), 1.0) for sc in stage_costs]
     st = _Streams()
     if level == "fsdp":
-        _fsdp(st, stage_costs[0], chunks[0], per, coll, upd_per_byte[0] / dp, dp)
+        _hybrid(st, stage_costs[0], chunks[0], per, coll, upd_per_byte[0], dp, sharded, bucket_bytes)
     else:
         # program order per GPU: its slots, as arrays; slot_id[F or B, micro-batch, chunk] = the task
         slot_id = np.full((2, per, nc), -1, dtype=np.int64)
@@ -630,8 +653,8 @@ def estimate_plan(
         for model, source in sources:
             held = [d for d in stage_gpus[s] if model is None or cluster.devices[d].model == model]
             cap = min(float(cluster.capacity[d]) for d in held)
-            act = act_arr if model is None else np.array([float(source.activation_bytes[c].sum()) for c in chunks])
-            peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes)
+            act = act_arr if model is None else np.array([float(source.held(sharded)[c].sum()) for c in chunks])
+            peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes, sharded)
             gpu_peak.update(dict.fromkeys(held, peak))
             if fullest is None or peak / max(cap, 1.0) > fullest[0] / max(fullest[1], 1.0):
                 fullest = (peak, cap)
@@ -663,24 +686,28 @@ def _check_sizes(spec, costs: UnitCosts, models: set[str]) -> None:
             )
 
 
-def _stage_peak(costs, s, pp, nc, chunks, per, level, schedule, act_arr, dp, bucket_bytes) -> float:
-    """Stage s's peak bytes per GPU, its units' memory from ``costs`` (see the module docstring)."""
+def _stage_peak(costs, s, pp, nc, chunks, per, level, schedule, act_arr, dp, bucket_bytes, sharded) -> float:
+    """Stage s's peak bytes per GPU, its units' memory from ``costs`` (see the module docstring); under
+    ``fsdp`` the ``sharded`` units (a mask over the units) are FSDP's, the others DDP's."""
     mine = [c for c in range(nc) if c % pp == s]
     units = [u for c in mine for u in chunks[c]]
     p, st_b = float(costs.param_bytes[units].sum()), float(costs.state_bytes[units].sum())
     blocks = [u for u in units if 0 < u < len(costs.names) - 1]
-    if level == "fsdp":
-        gathered = sorted((float(costs.param_bytes[u]) for u in blocks), reverse=True)[:2]
-        root = float(costs.param_bytes[0] + costs.param_bytes[-1])
-        static = (p + st_b) / dp + (root + sum(gathered)) * costs.gather_dtype_bytes / 4
-        grads = p / dp + gathered[0]
+    if level == "fsdp":  # a shard of the sharded units' parameters, state and gradient sums; the others whole
+        gathered = sorted((float(costs.param_bytes[u]) for u in blocks if sharded[u]), reverse=True)[:2]
+        root = float(costs.param_bytes[0] + costs.param_bytes[-1]) if sharded[0] else 0.0
+        split = [u for u in units if sharded[u]]
+        p_split, st_split = float(costs.param_bytes[split].sum()), float(costs.state_bytes[split].sum())
+        whole = p - p_split + st_b - st_split
+        static = (p_split + st_split) / dp + whole + (root + sum(gathered)) * costs.gather_dtype_bytes / 4
+        grads = p_split / dp + (p - p_split)  # the sums, from the first backward on
     else:
         owned = 1.0 if level == "ddp" else _owner_share(costs, units, dp)  # the busiest owner's state
         static = p + st_b * owned
         grads = p if level in ("ddp", "zero1") else p * owned + min(bucket_bytes, p)
     # along the GPU's slots: activations held, gradient sums alive from its first backward on, and a
     # backward's working memory on top while it runs
-    kind, _, c = _slots(schedule, s, pp, per) if level != "fsdp" else (np.array([0, 1]), None, np.array([0, 0]))
+    kind, _, c = _slots(schedule, s, pp, per)
     after = np.cumsum(np.where(kind == 0, act_arr[c], -act_arr[c]))
     before = after - np.where(kind == 0, act_arr[c], -act_arr[c])
     backward = kind == 1
@@ -807,42 +834,87 @@ def _reduce_and_update(st, s, per, level, slot_task, buckets_of, upd_per_byte):
             st.add(comm, gather, [("e", last, 0.0)])
 
 
-def _fsdp(st, costs, units, per, coll, upd_per_byte, dp):
-    """One FSDP replica (no pipeline) as tasks: gathers, compute, reduce-scatters, the sharded update."""
+def _sharded_units(spec, names) -> np.ndarray:
+    """Which of the units ``names`` FSDP shards under ``spec`` (a mask; the root's two sides together): its
+    ``shard=`` units, else all of them under ``fsdp`` and none under the other levels."""
+    if spec.shard is None:
+        return np.full(len(names), spec.level == "fsdp")
+    blocks = names[1:-1]
+    if unknown := sorted(set(spec.shard) - set(blocks) - {""}, key=lambda u: (len(u), u)):
+        raise PostplaceError(
+            f"plan '{spec}': shard= names '{unknown[0]}', which is not a block of the model (its blocks: "
+            f"{blocks[0]}..{blocks[-1]}, and root); the layered estimate shards the root and whole blocks"
+        )
+    mask = np.array([name in spec.shard for name in names])
+    mask[0] = mask[-1] = "" in spec.shard
+    return mask
+
+
+def _hybrid(st, costs, units, per, coll, upd_per_byte, dp, sharded, bucket_bytes):
+    """One replica (no pipeline) as tasks, FSDP for the ``sharded`` units and DDP for the others: per micro-batch
+    a sharded unit gathered before its forward and again before its backward (one gather in flight ahead of the
+    compute), its gradients reduce-scattered after its backward; the others' gradients all-reduced in buckets as
+    the last micro-batch's backward finalises them; each unit's update (of its shard, or whole) after its
+    reduction."""
     compute, comm = 0, 1
     n = len(costs.names)
     blocks = [u for u in units if 0 < u < n - 1]
     gbytes = costs.param_bytes * costs.gather_dtype_bytes / 4
+    root = bool(sharded[0])
     root_gather = float(gbytes[0] + gbytes[-1])
     root_grads = float(costs.param_bytes[0] + costs.param_bytes[-1])
-    reductions = []
+    buckets_of: dict[int, list[tuple[float, float]]] = {}  # a unit's DDP buckets: (bytes, fraction of its backward)
+    for nbytes, u, frac in _pieces(costs, [u for u in units if not sharded[u]], bucket_bytes):
+        buckets_of.setdefault(u, []).append((nbytes, frac))
+    updates = []  # the last micro-batch's reductions: (task, bytes, seconds per byte of its update)
+
+    def gather(nbytes, after=()):
+        return st.add(comm, coll("all_gather", nbytes, 0), after)
+
+    def waits(task):
+        return [("e", task, 0.0)] if task is not None else []
+
+    def ahead(u, task):  # the gather of unit u, issued as ``task`` starts (none when u is DDP's)
+        return gather(gbytes[u], [("s", task, 0.0)]) if u is not None and sharded[u] else None
+
+    def reduce(u, task, seconds, nbytes, last):
+        if sharded[u]:
+            rs = st.add(comm, coll("reduce_scatter", nbytes, 0), [("e", task, 0.0)])
+            if last:
+                updates.append((rs, nbytes, upd_per_byte / dp))
+        elif last and u in buckets_of:
+            # one unit's buckets as one task (for speed), as the pipeline path prices them (_buckets)
+            pieces = buckets_of[u]
+            times = [coll("all_reduce", x, 0) for x, _ in pieces]
+            lag = max(pieces[0][1] * seconds, pieces[-1][1] * seconds + times[-1] - sum(times))
+            t = st.add(comm, sum(times), [("s", task, lag)])
+            updates.append((t, sum(x for x, _ in pieces), upd_per_byte))
+
     for mb in range(per):
-        acc = costs.accumulate_s / dp if mb else np.zeros_like(costs.accumulate_s)
-        # forward: the root gathered first, then each block one gather ahead of the compute
-        g_root = st.add(comm, coll("all_gather", root_gather, 0))
-        f_pre = st.add(compute, costs.forward_s[0], [("e", g_root, 0.0)])
-        gathers = [st.add(comm, coll("all_gather", gbytes[blocks[0]], 0), [("s", f_pre, 0.0)])]
+        last = mb == per - 1
+        acc = np.where(sharded, costs.accumulate_s / dp, costs.accumulate_s) if mb else np.zeros(n)
+        # forward: the root gathered first, then each sharded block one gather ahead of the compute
+        f_pre = st.add(compute, costs.forward_s[0], waits(gather(root_gather) if root else None))
+        pending = ahead(blocks[0], f_pre)
         for k, u in enumerate(blocks):
-            t = st.add(compute, costs.forward_s[u], [("e", gathers[k], 0.0)])
-            if k + 1 < len(blocks):
-                gathers.append(st.add(comm, coll("all_gather", gbytes[blocks[k + 1]], 0), [("s", t, 0.0)]))
+            t = st.add(compute, costs.forward_s[u], waits(pending))
+            pending = ahead(blocks[k + 1] if k + 1 < len(blocks) else None, t)
         f_post = st.add(compute, costs.forward_s[-1])
         # backward: the root gathered again, the blocks in reverse, each gathered while the one after it runs
-        g_root_b = st.add(comm, coll("all_gather", root_gather, 0), [("s", f_post, 0.0)])
-        b_post = st.add(compute, costs.backward_s[-1] + acc[-1], [("e", g_root_b, 0.0)])
+        g_root = gather(root_gather, [("s", f_post, 0.0)]) if root else None
+        b_post = st.add(compute, costs.backward_s[-1] + acc[-1], waits(g_root))
         rev = blocks[::-1]
-        g_b = st.add(comm, coll("all_gather", gbytes[rev[0]], 0), [("s", b_post, 0.0)])
+        pending = ahead(rev[0], b_post)
+        if not root:
+            reduce(n - 1, b_post, costs.backward_s[-1] + acc[-1], 0.0, last)
         for k, u in enumerate(rev):
-            t = st.add(compute, costs.backward_s[u] + acc[u], [("e", g_b, 0.0)])
-            if k + 1 < len(rev):
-                g_b = st.add(comm, coll("all_gather", gbytes[rev[k + 1]], 0), [("s", t, 0.0)])
-            rs = st.add(comm, coll("reduce_scatter", costs.param_bytes[u], 0), [("e", t, 0.0)])
-            reductions.append((rs, float(costs.param_bytes[u])))
+            t = st.add(compute, costs.backward_s[u] + acc[u], waits(pending))
+            pending = ahead(rev[k + 1] if k + 1 < len(rev) else None, t)
+            reduce(u, t, costs.backward_s[u] + acc[u], float(costs.param_bytes[u]), last)
         b_pre = st.add(compute, costs.backward_s[0] + acc[0])  # the compute stream's next task
-        rs = st.add(comm, coll("reduce_scatter", root_grads, 0), [("e", b_pre, 0.0)])
-        reductions.append((rs, root_grads))
-    for rs, nbytes in reductions[-(len(blocks) + 1) :]:
-        st.add(compute, nbytes * upd_per_byte, [("e", rs, 0.0)])
+        reduce(0, b_pre, costs.backward_s[0] + acc[0], root_grads, last)
+    for task, nbytes, per_byte in updates:
+        st.add(compute, nbytes * per_byte, [("e", task, 0.0)])
 
 
 def measured_rule(
@@ -955,6 +1027,7 @@ def repeat_blocks(costs: UnitCosts, layers: int) -> UnitCosts:
         sequence=costs.sequence,
         micro_size=costs.micro_size,
         tied=costs.tied,
+        cast_bytes=None if costs.cast_bytes is None else grow(costs.cast_bytes),
     )
 
 
@@ -982,6 +1055,8 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective:
     if both := chosen & picked:
         raise PostplaceError(f"mix_recompute: {sorted(both)[0]!r} cannot be recomputed by both rules")
     out = {k: getattr(plain, k) for k in ("forward_s", "backward_s", "accumulate_s", "activation_bytes")}
+    if plain.cast_bytes is not None and all(src is None or src.cast_bytes is not None for _, src, _ in sources):
+        out["cast_bytes"] = plain.cast_bytes
     transient, single = plain.transient_bytes, plain.single_bytes
     for names, source, _ in sources:
         if not names:
