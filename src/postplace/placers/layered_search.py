@@ -26,9 +26,15 @@ local moves, random search, annealing) searches it through the same runner:
   offers it, so the grid never does; column 0 is the base's even split), and whether every block recomputes
   (the memory larger micro-batches need: one decision moves the plan to a split that fits, as a stage's
   share does), whole where its own decision does not say the selective rule;
+- around a DDP or FSDP plan without a pipeline, whether each block is sharded (FSDP: gathered twice per
+  micro-batch, its gradients reduce-scattered every micro-batch, a shard of its state kept) or replicated
+  (DDP: its gradients all-reduced once, after the last micro-batch), folded into the block's decision (its
+  columns: each recompute rule with the base's sharding, then each with the other), and one decision for the
+  root unit (the embedding and the head): a plan ``ddp:shard=root/blocks.0-59`` that shards the blocks memory
+  needs sharded and leaves the rest to DDP's one all-reduce (FSDP inside a pipeline is not a plan, so a
+  pipeline's base offers none; nor do ZeRO's levels, which shard by their own rule);
 - a tensor degree per block is not a choice: Megatron-LM and torchtitan keep one degree through the
-  blocks, and so does the base; the sharding level is the base's (per-block FSDP/DDP hybrids are priced
-  op by op only).
+  blocks, and so does the base.
 
 So the row of zeros is the base, and a prior anchored on column 0 (``init="speed"``: column 0 is the
 *fastest device*, unit_time 1 against 2) starts Post at the grid's plan. Every decoded plan is a
@@ -44,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs
+from postplace.placers.layered import LayeredResult, UnitCosts, _sharded_units, estimate_plan, plan_costs
 from postplace.placers.practitioner import replica_models
 from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
@@ -119,6 +125,9 @@ class LayeredSpace:
     the selective rule)."""
     measure_sized: object = None
     """``measure_sized(sizes, rule)``: the units measured on each model at its size, recomputing by ``rule``."""
+    base_sharded: tuple[bool, ...] = ()
+    """With sharding decisions (a DDP or FSDP base without a pipeline): whether the base shards each block, then
+    the root; empty: none."""
 
     @property
     def blocks(self) -> tuple[str, ...]:
@@ -126,13 +135,20 @@ class LayeredSpace:
 
     @property
     def recompute_decisions(self) -> int:
-        return len(self.blocks) if len(self.rule_columns[0]) > 1 else 0
+        """The per-block decisions (each block's recompute rule and, with sharding decisions, its sharding)."""
+        return len(self.blocks) if len(self.rule_columns[0]) > 1 or self.base_sharded else 0
 
     def decode(self, row) -> object:
         """The plan a row of decisions stands for."""
         row = np.asarray(row, dtype=np.int64)
         k = self.recompute_decisions
-        rules = [cols[row[b] if k else 0] for b, cols in enumerate(self.rule_columns)]
+        width = len(self.rule_columns[0])
+        rules = [cols[row[b] % width if k else 0] for b, cols in enumerate(self.rule_columns)]
+        sharded = None
+        if self.base_sharded:  # column j >= width flips the block's sharding; the root's own decision after them
+            flips = [*(row[:k] >= width), row[k] == 1]
+            sharded = [base != flip for base, flip in zip(self.base_sharded, flips, strict=True)]
+            k += 1
         counts = None
         if len(self.base_edges):
             counts = np.diff([0, *self.base_edges.tolist(), len(self.blocks)])
@@ -149,6 +165,8 @@ class LayeredSpace:
             if row[-1] >= len(self.size_options):
                 rules = ["selective" if r == "selective" else "full" for r in rules]
         spec = _with_rules(self.base, self.blocks, rules)
+        if sharded is not None:
+            spec = _with_sharding(spec, self.blocks, sharded)
         if self.size_options:
             spec = replace(spec, microbatches=m, micro_sizes=sizes)
         return spec if counts is None else replace(spec, stage_blocks=tuple(int(c) for c in counts))
@@ -189,6 +207,17 @@ def size_options(spec, batch: int, cluster, devices, *, most: int = MAX_SIZE) ->
     return tuple(options) if len(options) > 1 else ()
 
 
+def _with_sharding(spec, blocks, sharded):
+    """``spec`` sharding the blocks and then the root as the mask ``sharded`` says: ``fsdp`` for all of them,
+    ``ddp`` for none, else the base's level with ``shard=`` the units sharded (the root first)."""
+    if all(sharded):
+        return replace(spec, level="fsdp", shard=None)
+    if not any(sharded):
+        return replace(spec, level="ddp", shard=None)
+    units = ("",) * bool(sharded[-1]) + tuple(b for b, on in zip(blocks, sharded, strict=False) if on)
+    return replace(spec, shard=units)
+
+
 def _rule(recompute: bool, selective: bool) -> str:
     return "" if not recompute else "selective" if selective else "full"
 
@@ -219,6 +248,7 @@ def layered_space(
     reach: int = 4,
     sizes: tuple = (),
     measure_sized=None,
+    sharding: bool = True,
 ):
     """The :class:`LayeredSpace` around the plan ``spec`` that the layered estimate priced as ``result`` (its
     cut becomes the base's ``stage_blocks``), its units measured as ``plain``, ``full`` and ``selective``
@@ -226,7 +256,8 @@ def layered_space(
     plan's tensor degree; stage boundaries move by at most ``reach`` blocks (GPUs of one model: ``plain`` measured
     on one), or each stage takes a share of the blocks (:data:`SHARES`) and may recompute them all whole (GPUs of
     several models). ``sizes``: the columns of a size decision (:func:`size_options`), each plan's units measured
-    by ``measure_sized(sizes, rule)``; empty: none."""
+    by ``measure_sized(sizes, rule)``; empty: none. ``sharding``: around a DDP or FSDP plan without a
+    pipeline, whether each block and the root are sharded is a choice too."""
     blocks = plain.names[1:-1]
     measured = {"": plain, "full": full, "selective": selective}
     for rule, costs in measured.items():
@@ -256,18 +287,26 @@ def layered_space(
             if reach == 0:
                 edges = np.zeros(0, dtype=np.int64)
     choices = len(available)
+    base_sharded: tuple[bool, ...] = ()
+    if sharding and pp == 1 and spec.level in ("ddp", "fsdp"):
+        mask = _sharded_units(spec, plain.names)
+        base_sharded = (*(bool(x) for x in mask[1:-1]), bool(mask[0]))
+    block_width = choices * (2 if base_sharded else 1)
     stage_rows = pp if per_stage else len(edges)
     stage_width = len(SHARES) * (2 if "full" in available else 1) if per_stage else 2 * reach + 1
     if sizes and (spec.pipeline or measure_sized is None):
         raise PostplaceError(f"plan '{spec}': a size decision needs a plan without a pipeline and measure_sized")
     size_rows = 1 if sizes else 0
     size_width = len(sizes) * (2 if "full" in available else 1)  # each split, then each with every block recomputed
-    rows = (len(blocks) if choices > 1 else 0) + stage_rows + size_rows
+    block_rows = (len(blocks) if block_width > 1 else 0) + bool(base_sharded)  # and the root's sharding
+    rows = block_rows + stage_rows + size_rows
     if rows == 0:
         raise PostplaceError(f"plan '{spec}': nothing to choose per block (no recompute measured, no stage to cut)")
-    width = max(choices, stage_width if stage_rows else 1, size_width)
+    width = max(block_width, stage_width if stage_rows else 1, size_width)
     allowed = np.zeros((rows, width), dtype=bool)
-    allowed[: rows - stage_rows - size_rows, :choices] = True
+    allowed[: len(blocks) if block_width > 1 else 0, :block_width] = True
+    if base_sharded:
+        allowed[block_rows - 1, :2] = True
     allowed[rows - stage_rows - size_rows : rows - size_rows, :stage_width] = True
     if size_rows:
         allowed[-1, :size_width] = True
@@ -280,7 +319,17 @@ def layered_space(
         device_names=tuple(f"choice{j}" for j in range(width)),
     )
     return LayeredSpace(
-        spec, tuple(devices), measured, rule_columns, edges, reach, space, per_stage, tuple(sizes), measure_sized
+        spec,
+        tuple(devices),
+        measured,
+        rule_columns,
+        edges,
+        reach,
+        space,
+        per_stage,
+        tuple(sizes),
+        measure_sized,
+        base_sharded,
     )
 
 
@@ -363,10 +412,10 @@ def search_plan(
 
 def tidied(space: LayeredSpace, spec):
     """``spec`` with each stage's recompute rules in Megatron-LM's order: whole first, then selective, then
-    none, as ``--recompute-method block`` recomputes a stage's first blocks. Every block of a zoo
-    transformer runs the same ops, so a search's scattered choice (``recompute=blocks.1-25/blocks.27-38``)
-    is nearly always worth the same as the tidy one (``recompute=blocks.0-36``), which a user can write
-    (:data:`TIDY_SLACK`)."""
+    none, as ``--recompute-method block`` recomputes a stage's first blocks, and its sharded blocks first.
+    Every block of a zoo transformer runs the same ops, so a search's scattered choice
+    (``recompute=blocks.1-25/blocks.27-38``) is nearly always worth the same as the tidy one
+    (``recompute=blocks.0-36``), which a user can write (:data:`TIDY_SLACK`)."""
     rules = spec.recompute_rules(space.blocks)
     n = len(space.blocks)
     if spec.stage_blocks is not None:
@@ -378,4 +427,9 @@ def tidied(space: LayeredSpace, spec):
     tidy = []
     for c in range(int(chunk.max()) + 1):
         tidy += sorted((rules[b] for b, k in zip(space.blocks, chunk, strict=True) if k == c), key=order.__getitem__)
-    return _with_rules(spec, space.blocks, tidy)
+    out = _with_rules(spec, space.blocks, tidy)
+    if spec.shard:  # the first blocks sharded (the last ones' all-reduces start earliest in the backward)
+        sharded = _sharded_units(spec, space.measured[""].names)
+        count = int(sharded[1:-1].sum())
+        out = _with_sharding(out, space.blocks, [*(b < count for b in range(len(space.blocks))), bool(sharded[0])])
+    return out
