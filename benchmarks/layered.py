@@ -48,6 +48,9 @@ VALIDATE = [
     "zero1:pp=2,m=16,recompute=" + "/".join(f"blocks.{k}" for k in (0, 1, 2, 3, 10, 11, 12)),
     "fsdp+selective:m=16",
     "fsdp:m=16,recompute=blocks.0-5,selective=blocks.6-11",
+    "ddp:m=16,shard=root",  # per-unit hybrids: FSDP for the units named, DDP for the rest
+    "fsdp:m=16,shard=root/blocks.0-7",
+    "fsdp+recompute:m=16,shard=blocks.8-15",
 ]
 VALIDATE_MIXED = [
     "ddp:m=16",

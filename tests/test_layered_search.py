@@ -356,3 +356,9 @@ def test_sharding_only_the_blocks_memory_needs_beats_ddp_and_fsdp():
     assert len([u for u in plan.shard or () if u]) == 1 and best.step_time_s < 0.5 * base.step_time_s
     found = search_plan(space, cluster, strategy="post", samples=48, seed=0)
     assert not found.result.oom and found.result.step_time_s < 0.5 * base.step_time_s
+    from postplace.placers.layered_search import tidied
+
+    # tidy: as many blocks sharded, the last ones (the first block's gather would open every forward unhidden)
+    assert str(tidied(space, parse_plan("fsdp:m=64,shard=root/blocks.0/blocks.2"))) == (
+        "fsdp:m=64,shard=root/blocks.2/blocks.3"
+    )

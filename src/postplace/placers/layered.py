@@ -77,6 +77,7 @@ __all__ = [
     "op_level_cut",
     "plan_costs",
     "repeat_blocks",
+    "sharded_units",
 ]
 
 PRE, POST = "(embedding side)", "(head side)"
@@ -537,7 +538,7 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
-    sharded = _sharded_units(spec, costs.names)
+    sharded = sharded_units(spec, costs.names)
     if level in ("ddp", "fsdp"):  # a per-unit hybrid runs FSDP's program where any unit is sharded, else DDP's
         level = "fsdp" if sharded.any() else "ddp"
     if pp > 1 and costs.tied and spec.schedule != "gpipe":
@@ -834,9 +835,22 @@ def _reduce_and_update(st, s, per, level, slot_task, buckets_of, upd_per_byte):
             st.add(comm, gather, [("e", last, 0.0)])
 
 
-def _sharded_units(spec, names) -> np.ndarray:
-    """Which of the units ``names`` FSDP shards under ``spec`` (a mask; the root's two sides together): its
-    ``shard=`` units, else all of them under ``fsdp`` and none under the other levels."""
+def sharded_units(spec, names) -> np.ndarray:
+    """Which of a plan's units FSDP shards.
+
+    Parameters
+    ----------
+    spec : postplace.plans.PlanSpec
+        The plan: its ``shard=`` units, else all of them under ``fsdp`` and none under the other levels.
+    names : tuple of str
+        The units, as :class:`UnitCosts` names them (the embedding side, the blocks, the head side).
+
+    Returns
+    -------
+    numpy.ndarray
+        A mask over ``names``, the root's two sides together; one line for a unit that is not a block or
+        the root.
+    """
     if spec.shard is None:
         return np.full(len(names), spec.level == "fsdp")
     blocks = names[1:-1]

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from postplace.errors import PostplaceError
-from postplace.placers.layered import LayeredResult, UnitCosts, _sharded_units, estimate_plan, plan_costs
+from postplace.placers.layered import LayeredResult, UnitCosts, estimate_plan, plan_costs, sharded_units
 from postplace.placers.practitioner import replica_models
 from postplace.plans.schedule import chunks_of
 from postplace.search import Budget, SearchResult, SearchSpace, make_strategy, run
@@ -289,7 +289,7 @@ def layered_space(
     choices = len(available)
     base_sharded: tuple[bool, ...] = ()
     if sharding and pp == 1 and spec.level in ("ddp", "fsdp"):
-        mask = _sharded_units(spec, plain.names)
+        mask = sharded_units(spec, plain.names)
         base_sharded = (*(bool(x) for x in mask[1:-1]), bool(mask[0]))
     block_width = choices * (2 if base_sharded else 1)
     stage_rows = pp if per_stage else len(edges)
@@ -412,7 +412,7 @@ def search_plan(
 
 def tidied(space: LayeredSpace, spec):
     """``spec`` with each stage's recompute rules in Megatron-LM's order: whole first, then selective, then
-    none, as ``--recompute-method block`` recomputes a stage's first blocks, and its sharded blocks first.
+    none, as ``--recompute-method block`` recomputes a stage's first blocks, and its sharded blocks last.
     Every block of a zoo transformer runs the same ops, so a search's scattered choice
     (``recompute=blocks.1-25/blocks.27-38``) is nearly always worth the same as the tidy one
     (``recompute=blocks.0-36``), which a user can write (:data:`TIDY_SLACK`)."""
@@ -428,8 +428,8 @@ def tidied(space: LayeredSpace, spec):
     for c in range(int(chunk.max()) + 1):
         tidy += sorted((rules[b] for b, k in zip(space.blocks, chunk, strict=True) if k == c), key=order.__getitem__)
     out = _with_rules(spec, space.blocks, tidy)
-    if spec.shard:  # the first blocks sharded (the last ones' all-reduces start earliest in the backward)
-        sharded = _sharded_units(spec, space.measured[""].names)
-        count = int(sharded[1:-1].sum())
-        out = _with_sharding(out, space.blocks, [*(b < count for b in range(len(space.blocks))), bool(sharded[0])])
+    if spec.shard:  # the last blocks sharded: a first block left to DDP spares each forward's unhidden gather
+        sharded = sharded_units(spec, space.measured[""].names)
+        first = len(space.blocks) - int(sharded[1:-1].sum())
+        out = _with_sharding(out, space.blocks, [*(b >= first for b in range(len(space.blocks))), bool(sharded[0])])
     return out
