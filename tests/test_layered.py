@@ -182,6 +182,27 @@ def test_a_hybrid_of_no_unit_or_every_unit_prices_as_its_level(small):
         assert (a.step_time_s, a.peak_bytes) == (b.step_time_s, b.peak_bytes), hybrid
 
 
+def test_a_hybrid_times_ddps_buckets_as_ddp_does(small):
+    """A hybrid whose one sharded unit holds nothing runs DDP's buckets, its gradient sums inside each unit's
+    backward on both paths: it prices as DDP within the empty collectives' latency (not below it by the sums'
+    time), and ZeRO's levels take no shard= (they shard by their own rule)."""
+    from dataclasses import replace
+
+    measured, _, cluster = small
+    gpus = plan_devices(cluster, parse_plan("ddp"))
+    inner = np.array([0.0] + [1.0] * 8 + [0.0])
+    costs = replace(
+        uniform(8, 1e-3, 2e-3, 1e8), param_bytes=2 * 2**30 * inner, accumulate_s=5e-4 * inner, param_sizes=((),) * 10
+    )
+    ddp = estimate_plan(costs, cluster, parse_plan("ddp:m=16"), gpus).step_time_s
+    hybrid = estimate_plan(costs, cluster, parse_plan("ddp:m=16,shard=root"), gpus).step_time_s
+    assert ddp - 2e-4 <= hybrid <= ddp + 2e-4
+    with pytest.raises(PostplaceError, match="zero1 shards by its own rule"):
+        estimate_plan(
+            measure_units(measured, cluster, gpus), cluster, replace(parse_plan("zero1:m=16"), shard=("",)), gpus
+        )
+
+
 def test_repeated_blocks_price_as_the_whole_depth():
     """Measured on 2 blocks and repeated to 6, a plan is priced as when measured on all 6."""
     from postplace.zoo import trace_model
@@ -234,6 +255,7 @@ def test_bad_input_is_one_line(small):
         ("fsdp:pp=2,m=16", "FSDP inside a pipeline"),
         ("ddp:pp=2,m=16,shard=blocks.0", "shard=\\) inside a pipeline"),
         ("ddp:m=16,shard=blocks.7", "'blocks.7', which is not a block"),
+        ("fsdp:pp=2,m=16,shard=none", "FSDP inside a pipeline"),
         ("ddp:pp=4,m=16,schedule=interleaved-2", "needs as many blocks"),
     ):
         spec = parse_plan(text)

@@ -356,6 +356,16 @@ def test_sharding_only_the_blocks_memory_needs_beats_ddp_and_fsdp():
     assert len([u for u in plan.shard or () if u]) == 1 and best.step_time_s < 0.5 * base.step_time_s
     found = search_plan(space, cluster, strategy="post", samples=48, seed=0)
     assert not found.result.oom and found.result.step_time_s < 0.5 * base.step_time_s
+    one = gpus(cluster, 2)  # a tensor group of 2 is one replica: nothing to shard, no decision
+    tp2 = parse_plan("ddp:tp=2,m=2")
+    alone = layered_space(
+        estimate_plan(replace(plain, tensor=2), cluster, tp2, one),
+        tp2,
+        replace(plain, tensor=2),
+        replace(plain, tensor=2, recompute=True),
+        one,
+    )
+    assert not alone.base_sharded and alone.space.num_units == 4
     from postplace.placers.layered_search import tidied
 
     # tidy: as many blocks sharded, the last ones (the first block's gather would open every forward unhidden)

@@ -538,6 +538,13 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
+    if spec.shard is not None and level not in ("ddp", "fsdp"):
+        raise PostplaceError(f"plan '{spec}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
+    if pp > 1 and (level == "fsdp" or spec.shard is not None):  # DeepSpeed and Megatron-LM: ZeRO-1 at most
+        what = "FSDP (a unit sharded by shard=)" if level != "fsdp" or spec.shard else "FSDP"
+        raise PostplaceError(
+            f"plan '{spec}': {what} inside a pipeline is not priced by the layered estimate; use zero1 or ddp with pp"
+        )
     sharded = sharded_units(spec, costs.names)
     if level in ("ddp", "fsdp"):  # a per-unit hybrid runs FSDP's program where any unit is sharded, else DDP's
         level = "fsdp" if sharded.any() else "ddp"
@@ -547,10 +554,9 @@ def estimate_plan(
             "so 1F1B's stages do not form a chain (plans do not model Megatron-LM's copy of a tied embedding); "
             "use schedule=gpipe"
         )
-    if level in ("fsdp", "zero2") and pp > 1:  # DeepSpeed and Megatron-LM run pipelines with ZeRO-1 at most
-        what = "FSDP (a unit sharded by shard=)" if spec.shard else level.upper().replace("ZERO2", "ZeRO-2")
+    if level == "zero2" and pp > 1:
         raise PostplaceError(
-            f"plan '{spec}': {what} inside a pipeline is not priced by the layered estimate; use zero1 or ddp with pp"
+            f"plan '{spec}': ZeRO-2 inside a pipeline is not priced by the layered estimate; use zero1 or ddp with pp"
         )
     if spec.replicas is not None and spec.replicas != dp:
         raise PostplaceError(
@@ -641,7 +647,7 @@ def estimate_plan(
         st.depend(slot_id[1][last], slot_id[0][last], True, np.zeros(int(last.sum())))
         st.depend(slot_id[1][~last], slot_id[1, mb_all[~last], c_all[~last] + 1], True, p2p_arr[c_all[~last]])
         for s in range(pp):
-            buckets = _buckets(stage_costs[s], chunks, s, pp, dp, level, coll, bucket_bytes)
+            buckets = _buckets(stage_costs[s], chunks, s, pp, dp, level, coll, bucket_bytes, per)
             _reduce_and_update(st, s, per, level, slot_id, buckets, upd_per_byte[s])
     step = float(max(np.nanmax(st.run()[1]), 0.0))
     # each stage's peak on each of its GPU models, held against that model's memory: where the models run
@@ -785,16 +791,17 @@ def _owner_share(costs: UnitCosts, units: list[int], dp: int) -> float:
     return float(np.bincount(owners_of(sizes, dp), weights=sizes, minlength=dp).max() / sum(sizes))
 
 
-def _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes):
+def _buckets(costs, chunks, s, pp, dp, level, coll, bucket_bytes, per):
     """Stage s's gradient buckets per chunk: ``(lag after its backward slot's end, seconds, bytes, seconds of
     ZeRO's parameter all-gather)`` per unit, and the update's speed-up (the busiest ZeRO owner's share of it,
-    inverted)."""
+    inverted). Each unit's gradient sums (``per`` > 1: the last backward adds them) run inside its backward, as
+    :func:`_hybrid` runs them."""
     mine = [c for c in range(len(chunks)) if c % pp == s]
     shard = 1.0
     if level in ("zero1", "zero2"):  # the busiest owner's share of the stage's update (whole parameters)
         shard = 1.0 / _owner_share(costs, sorted(u for c in mine for u in chunks[c]), dp)
     reduce_kind = "reduce_scatter" if level == "zero2" else "all_reduce"  # zero1: all-reduce, then the owners update
-    b = costs.backward_s
+    b = costs.backward_s + (costs.accumulate_s / (dp if level == "zero2" else 1) if per > 1 else 0.0)
     groups_of = {}
     for c in mine:
         units = chunks[c]
@@ -1069,15 +1076,16 @@ def mix_recompute(plain: UnitCosts, full: UnitCosts | None, units, *, selective:
     if both := chosen & picked:
         raise PostplaceError(f"mix_recompute: {sorted(both)[0]!r} cannot be recomputed by both rules")
     out = {k: getattr(plain, k) for k in ("forward_s", "backward_s", "accumulate_s", "activation_bytes")}
-    if plain.cast_bytes is not None and all(src is None or src.cast_bytes is not None for _, src, _ in sources):
-        out["cast_bytes"] = plain.cast_bytes
+    casts = plain.cast_bytes is not None and all(not names or src.cast_bytes is not None for names, src, _ in sources)
+    out["cast_bytes"] = plain.cast_bytes if casts else None
     transient, single = plain.transient_bytes, plain.single_bytes
     for names, source, _ in sources:
         if not names:
             continue
         mask = np.array([name in names for name in plain.names])
         for k in out:
-            out[k] = np.where(mask, getattr(source, k), out[k])
+            if out[k] is not None:
+                out[k] = np.where(mask, getattr(source, k), out[k])
         transient, single = max(transient, source.transient_bytes), max(single, source.single_bytes)
     return replace(
         plain,

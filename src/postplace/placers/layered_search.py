@@ -165,7 +165,7 @@ class LayeredSpace:
             if row[-1] >= len(self.size_options):
                 rules = ["selective" if r == "selective" else "full" for r in rules]
         spec = _with_rules(self.base, self.blocks, rules)
-        if sharded is not None:
+        if sharded is not None and tuple(sharded) != self.base_sharded:  # the row of zeros is the base as written
             spec = _with_sharding(spec, self.blocks, sharded)
         if self.size_options:
             spec = replace(spec, microbatches=m, micro_sizes=sizes)
@@ -288,7 +288,8 @@ def layered_space(
                 edges = np.zeros(0, dtype=np.int64)
     choices = len(available)
     base_sharded: tuple[bool, ...] = ()
-    if sharding and pp == 1 and spec.level in ("ddp", "fsdp"):
+    replicas = len(devices) // (spec.tensor or 1)
+    if sharding and pp == 1 and spec.level in ("ddp", "fsdp") and replicas > 1:  # one replica shards nothing
         mask = sharded_units(spec, plain.names)
         base_sharded = (*(bool(x) for x in mask[1:-1]), bool(mask[0]))
     block_width = choices * (2 if base_sharded else 1)
