@@ -616,7 +616,8 @@ def estimate_plan(
         np.array([float(getattr(of_chunk[k], a)[c].sum()) for k, c in enumerate(chunks)])
         for a in ("forward_s", "backward_s", "accumulate_s")
     )
-    act_arr = np.array([float(of_chunk[k].held(sharded)[c].sum()) for k, c in enumerate(chunks)])
+    held_by_stage = [sc.held(sharded) for sc in stage_costs]
+    act_arr = np.array([float(held_by_stage[k % pp][c].sum()) for k, c in enumerate(chunks)])
     # after a replica's first micro-batch each backward adds its gradients to the sums: whole ones (DDP,
     # ZeRO-1), or the reduced shard (ZeRO-2 and FSDP reduce every micro-batch's)
     acc_arr /= dp if level in ("zero2", "fsdp") else 1
@@ -660,7 +661,8 @@ def estimate_plan(
         for model, source in sources:
             held = [d for d in stage_gpus[s] if model is None or cluster.devices[d].model == model]
             cap = min(float(cluster.capacity[d]) for d in held)
-            act = act_arr if model is None else np.array([float(source.held(sharded)[c].sum()) for c in chunks])
+            kept = None if model is None else source.held(sharded)
+            act = act_arr if kept is None else np.array([float(kept[c].sum()) for c in chunks])
             peak = _stage_peak(source, s, pp, nc, chunks, per, level, schedule, act, dp, bucket_bytes, sharded)
             gpu_peak.update(dict.fromkeys(held, peak))
             if fullest is None or peak / max(cap, 1.0) > fullest[0] / max(fullest[1], 1.0):
