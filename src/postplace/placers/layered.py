@@ -538,8 +538,6 @@ def estimate_plan(
     if dp < 1 or len(devices) != dp * tp * pp or m % dp:
         raise PostplaceError(f"plan '{spec}': {len(devices)} GPUs and m={m} do not make dp x tp x pp replicas")
     level, per = spec.level, m // dp
-    if spec.shard is not None and level not in ("ddp", "fsdp"):
-        raise PostplaceError(f"plan '{spec}': shard= makes a hybrid of ddp and fsdp; {level} shards by its own rule")
     if pp > 1 and (level == "fsdp" or spec.shard is not None):  # DeepSpeed and Megatron-LM: ZeRO-1 at most
         what = "FSDP (a unit sharded by shard=)" if level != "fsdp" or spec.shard else "FSDP"
         raise PostplaceError(

@@ -112,6 +112,10 @@ class PlanSpec:
                 f"plan {self.level}: mbs= gives each GPU model its micro-batch size, and a pipeline's stages "
                 "run one micro-batch size; drop pp or mbs"
             )
+        if self.shard is not None and self.level not in ("ddp", "fsdp"):
+            raise PostplaceError(
+                f"plan {self.level}: shard= makes a hybrid of ddp and fsdp; {self.level} shards by its own rule"
+            )
         if self.sequence and (self.tensor or 1) < 2:
             raise PostplaceError(f"plan {self.level}: sp splits a tensor group's norms by tokens; give tp=T (T >= 2)")
         if self.selective_units and (self.recompute_units is None or self.selective or not self.recompute):
